@@ -1,0 +1,1 @@
+"""Built-in abilities, one module each; the registry collects them automatically."""

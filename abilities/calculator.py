@@ -1,0 +1,216 @@
+"""calculator: arithmetic and unit-free math, evaluated over a parsed tree, never eval().
+
+Bounds keep hostile input from hanging the caller: the expression length, the
+tree size, exponent sizes, factorial arguments and the bit length of every
+integer intermediate are all capped.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+import msgspec
+
+from chalie.ability import Ability
+from chalie.result import ToolResult
+
+MAX_LENGTH: Final = 500
+MAX_NODES: Final = 200
+MAX_DEPTH: Final = 40
+MAX_EXPONENT: Final = 10_000
+MAX_INT_BITS: Final = 4_096
+MAX_FACTORIAL: Final = 500
+
+Number = int | float
+
+
+class CalcError(Exception):
+    """Bad input: carries the code, message and hint of the error result."""
+
+    def __init__(self, message: str, hint: str, code: str = "invalid-param") -> None:
+        super().__init__(message)
+        self.code, self.hint = code, hint
+
+
+def _check(value: Any) -> Number:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise CalcError("the expression does not produce a number", "use numbers only")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise CalcError(
+            f"an intermediate result exceeds {MAX_INT_BITS} bits",
+            "the numbers are too large; reduce exponents or use floats",
+        )
+    if isinstance(value, float) and math.isnan(value):
+        raise CalcError("the result is not a number (NaN)", "check the domain of the functions used")
+    return value
+
+
+def _pow(a: Number, b: Number) -> Number:
+    if abs(b) > MAX_EXPONENT:
+        raise CalcError(f"exponent {b} exceeds {MAX_EXPONENT}", "use a smaller exponent")
+    if isinstance(a, int) and isinstance(b, int) and b > 0:
+        # |a|^b has about b*log2|a| bits: refuse before computing, not after.
+        if a not in (0, 1, -1) and b * math.log2(abs(a)) > MAX_INT_BITS:
+            raise CalcError(
+                f"{a}**{b} would exceed {MAX_INT_BITS} bits", "use a float base, e.g. 2.0**5000"
+            )
+    try:
+        return _check(operator.pow(a, b))
+    except OverflowError:
+        raise CalcError("the result overflows a float", "use smaller numbers") from None
+
+
+def _factorial(n: Number) -> Number:
+    if isinstance(n, float) and n.is_integer():
+        n = int(n)
+    if not isinstance(n, int) or n < 0:
+        raise CalcError("factorial takes a non-negative integer", "pass a whole number, e.g. factorial(10)")
+    if n > MAX_FACTORIAL:
+        raise CalcError(f"factorial is capped at {MAX_FACTORIAL}", "use a smaller argument")
+    return math.factorial(n)
+
+
+def _div(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise CalcError("division by zero", "check the divisor")
+    return a / b
+
+
+def _floordiv(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise CalcError("division by zero", "check the divisor")
+    return a // b
+
+
+def _mod(a: Number, b: Number) -> Number:
+    if b == 0:
+        raise CalcError("modulo by zero", "check the divisor")
+    return a % b
+
+
+BINARY: Final[dict[type, Callable[[Number, Number], Number]]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: _div,
+    ast.FloorDiv: _floordiv,
+    ast.Mod: _mod,
+    ast.Pow: _pow,
+}
+UNARY: Final[dict[type, Callable[[Number], Number]]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+FUNCTIONS: Final[dict[str, Callable[..., Number]]] = {
+    "sqrt": math.sqrt, "cbrt": math.cbrt, "exp": math.exp, "ln": math.log, "log": math.log,
+    "log10": math.log10, "log2": math.log2, "sin": math.sin, "cos": math.cos, "tan": math.tan,
+    "asin": math.asin, "acos": math.acos, "atan": math.atan, "atan2": math.atan2,
+    "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh, "degrees": math.degrees,
+    "radians": math.radians, "abs": abs, "round": round, "floor": math.floor, "ceil": math.ceil,
+    "min": min, "max": max, "factorial": _factorial, "gcd": math.gcd, "hypot": math.hypot,
+}
+CONSTANTS: Final[dict[str, float]] = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
+
+
+def _normalise(expression: str) -> str:
+    return (
+        expression.replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
+    )
+
+
+def evaluate(expression: str) -> Number:
+    """Evaluate a math expression safely; raises CalcError with a hint on bad input."""
+    if len(expression) > MAX_LENGTH:
+        raise CalcError(f"the expression is longer than {MAX_LENGTH} characters", "split it into smaller steps")
+    if not expression.strip():
+        raise CalcError("the expression is empty", "pass an expression such as 2*(3+4)")
+    try:
+        tree = ast.parse(_normalise(expression), mode="eval")
+    except (SyntaxError, ValueError):
+        raise CalcError(
+            "the expression is not valid arithmetic",
+            "use numbers, + - * / // % ** ( ), and functions like sqrt(2)",
+        ) from None
+    nodes = list(ast.walk(tree))
+    if len(nodes) > MAX_NODES:
+        raise CalcError(f"the expression has more than {MAX_NODES} parts", "split it into smaller steps")
+    return _eval(tree.body, 0)
+
+
+def _eval(node: ast.AST, depth: int) -> Number:
+    if depth > MAX_DEPTH:
+        raise CalcError("the expression is nested too deeply", "simplify the parentheses")
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return _check(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
+        left, right = _eval(node.left, depth + 1), _eval(node.right, depth + 1)
+        try:
+            return _check(BINARY[type(node.op)](left, right))
+        except OverflowError:
+            raise CalcError("the result overflows a float", "use smaller numbers") from None
+    if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
+        return _check(UNARY[type(node.op)](_eval(node.operand, depth + 1)))
+    if isinstance(node, ast.Name) and node.id in CONSTANTS:
+        return CONSTANTS[node.id]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
+        if node.keywords or len(node.args) > 8:
+            raise CalcError(f"{node.func.id}() takes only a few positional numbers", "e.g. max(1, 2, 3)")
+        args = [_eval(a, depth + 1) for a in node.args]
+        try:
+            return _check(FUNCTIONS[node.func.id](*args))
+        except CalcError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise CalcError(
+                f"{node.func.id}() cannot take {', '.join(map(str, args)) or 'no arguments'}: {exc}",
+                "check the function's domain and argument count",
+            ) from None
+    if isinstance(node, ast.Name):
+        raise CalcError(f"unknown name {node.id!r}", "known: " + ", ".join(sorted([*FUNCTIONS, *CONSTANTS])))
+    raise CalcError(
+        f"{type(node).__name__} is not allowed in an expression",
+        "use numbers, arithmetic operators, parentheses and math functions only",
+    )
+
+
+class CalculatorParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Evaluate one arithmetic expression."""
+
+    expression: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=MAX_LENGTH, description="e.g. (17.5*3)/4 + sqrt(2)")
+    ]
+
+
+class Calculator(Ability):
+    name = "calculator"
+    summary = (
+        "Evaluates arithmetic and math expressions exactly: + - * / // % and powers, "
+        "parentheses, square roots, logarithms, trigonometry, factorials, pi and e."
+    )
+    tooltip = "Arithmetic and math expressions"
+    examples = (
+        "what is 17.5 percent of 240",
+        "calculate 1234 times 5678",
+        "square root of 2",
+        "how much is 2 to the power of 64",
+        "split a 187 euro bill between 4 people",
+        "what's the sine of 30 degrees",
+        "compute (3 + 4) * 12 / 7",
+    )
+    Params = CalculatorParams
+    timeout = 5.0
+
+    def run(self, params: CalculatorParams) -> ToolResult:
+        try:
+            value = evaluate(params.expression)
+        except CalcError as exc:
+            return ToolResult.error(exc.code, str(exc) + ".", hint=exc.hint, meta={"param": "expression"})
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            shown: Number = int(value)
+        else:
+            shown = value
+        text = str(shown)
+        if len(text) > 2000:
+            text = f"{text[:40]}...({len(text)} digits)"
+        return ToolResult.success({"expression": params.expression, "result": text})

@@ -1,0 +1,1 @@
+"""pykka actors: thin shells that own state, mailboxes and lifecycles."""

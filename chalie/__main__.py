@@ -1,0 +1,3 @@
+from chalie.cli import main
+
+main()

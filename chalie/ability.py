@@ -1,0 +1,227 @@
+"""The ability contract: five descriptors, optional declarations, a run method, and the sealed assembler.
+
+An ability is a class. Its five descriptors are class attributes, so they are
+deterministic with no live request attached (the search index reads them
+offline). ``run`` returns a :class:`~chalie.result.ToolResult`.
+
+Lifecycle of one call (the dispatcher drives it):
+
+1. ``cls(context)``: a fresh instance bound to the calling turn.
+2. ``instance.classify(params)``: the permission qualifier, derived from inputs.
+3. ``instance.run(params)``: the work; ``params`` is the ``Params`` Struct if
+   the ability declares one, else the validated dict.
+
+The descriptor the model sees is built only by :meth:`Ability.descriptor`,
+which subclasses cannot redefine: :class:`AbilityMeta` rejects such a class
+with a TypeError when it is created.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final, Literal
+
+import jsonschema
+import msgspec
+
+from chalie.messages import TurnContext
+from chalie.result import ToolResult
+
+NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+NAME_MAX: Final = 64
+MIN_EXAMPLES: Final = 6
+MAX_EXAMPLES: Final = 8
+# Framework fields injected into every descriptor; no ability may declare them.
+FRAMEWORK_FIELDS: Final = ("act_summary", "async")
+# Names a subclass may not define: the assembler and everything it relies on.
+SEALED: Final = frozenset({"descriptor", "input_schema", "_inject_framework_fields"})
+
+Isolation = Literal["inline", "process"]
+
+
+class AbilityDefinitionError(TypeError):
+    """An ability class breaks a load-time rule; the message names it and the rule."""
+
+
+def struct_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
+    """Plain JSON Schema (one top-level object) from a msgspec Struct."""
+    raw = msgspec.json.schema(struct)
+    defs = raw.pop("$defs", {})
+    ref = raw.get("$ref")
+    if ref:
+        schema = dict(defs.pop(ref.rsplit("/", 1)[-1]))
+    else:
+        schema = dict(raw)
+    if defs:
+        schema["$defs"] = defs
+    schema.pop("title", None)
+    return schema
+
+
+class AbilityMeta(type):
+    """Seals the assembler and validates concrete abilities as they are created."""
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> type:
+        if any(isinstance(b, AbilityMeta) for b in bases):
+            broken = SEALED.intersection(ns)
+            if broken:
+                raise AbilityDefinitionError(
+                    f"ability class {ns.get('__qualname__', name)} redefines the sealed "
+                    f"descriptor assembler ({', '.join(sorted(broken))}); descriptors are "
+                    "assembled only by Ability.descriptor"
+                )
+        cls = super().__new__(mcls, name, bases, ns, **kw)
+        if "Params" in ns and ns["Params"] is not None and "parameters" not in ns:
+            cls.parameters = struct_schema(ns["Params"])  # type: ignore[attr-defined]
+        if not ns.get("abstract", False) and any(isinstance(b, AbilityMeta) for b in bases):
+            validate_ability(cls)  # type: ignore[arg-type]
+        return cls
+
+    def __setattr__(cls, attr: str, value: Any) -> None:
+        if attr in SEALED and any(isinstance(b, AbilityMeta) for b in cls.__bases__):
+            raise AbilityDefinitionError(
+                f"ability class {cls.__qualname__} may not replace the sealed {attr}"
+            )
+        super().__setattr__(attr, value)
+
+
+def validate_ability(cls: type[Ability]) -> None:
+    """Raise AbilityDefinitionError naming the ability and the first rule it breaks."""
+    who = f"ability {getattr(cls, 'name', None)!r} ({cls.__module__}.{cls.__qualname__})"
+
+    def fail(rule: str) -> None:
+        raise AbilityDefinitionError(f"{who}: {rule}")
+
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        fail("name must be a non-empty string")
+    assert isinstance(name, str)
+    if len(name) > NAME_MAX or not (NAME_PATTERN.match(name) or cls.proxy and name.startswith("_")):
+        fail(f"name must be lowercase snake case, at most {NAME_MAX} characters")
+    if not isinstance(cls.summary, str) or not cls.summary.strip():
+        fail("summary must be a non-empty string")
+    if not isinstance(cls.tooltip, str) or not cls.tooltip.strip():
+        fail("search tooltip must be a non-empty string")
+    ex = cls.examples
+    if not isinstance(ex, tuple | list) or not all(isinstance(e, str) and e.strip() for e in ex):
+        fail("examples must be a sequence of non-empty strings")
+    if not cls.proxy and not (MIN_EXAMPLES <= len(ex) <= MAX_EXAMPLES):
+        fail(f"needs {MIN_EXAMPLES} to {MAX_EXAMPLES} examples, has {len(ex)}")
+    schema = cls.parameters
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        fail("parameters must be a JSON Schema object ({'type': 'object', ...})")
+    try:
+        jsonschema.Draft202012Validator.check_schema(dict(schema))
+    except jsonschema.SchemaError as exc:
+        fail(f"parameters is not a valid JSON Schema: {exc.message}")
+    props = schema.get("properties", {})
+    clash = [f for f in FRAMEWORK_FIELDS if f in props]
+    if clash:
+        fail(f"parameters may not declare framework fields {clash}")
+    if cls.isolation not in ("inline", "process"):
+        fail("isolation must be 'inline' or 'process'")
+    if not isinstance(cls.timeout, int | float) or not 0 < cls.timeout <= 86400:
+        fail("timeout must be a positive number of seconds")
+    if not isinstance(cls.actions, Mapping):
+        fail("actions must map action name -> required parameter names")
+    for action, required in cls.actions.items():
+        missing = [p for p in required if p not in props]
+        if missing:
+            fail(f"action {action!r} requires parameters the schema lacks: {missing}")
+    if cls.actions and cls.action_param not in props:
+        fail(f"an action map needs the {cls.action_param!r} parameter in the schema")
+    unknown_sensitive = [p for p in cls.sensitive if p not in props]
+    if unknown_sensitive:
+        fail(f"sensitive names parameters the schema lacks: {unknown_sensitive}")
+
+
+class Ability(metaclass=AbilityMeta):
+    """Base of every ability. Subclass it, set the descriptors, implement ``run``."""
+
+    abstract: ClassVar[bool] = True
+
+    # The five descriptors.
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    examples: ClassVar[tuple[str, ...]] = ()
+    tooltip: ClassVar[str]
+    parameters: ClassVar[Mapping[str, Any]] = {"type": "object", "properties": {}}
+    # Declare parameters once as a Struct and the schema is derived from it.
+    Params: ClassVar[type[msgspec.Struct] | None] = None
+
+    # Optional declarations.
+    actions: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    action_param: ClassVar[str] = "action"
+    discoverable: ClassVar[bool] = True
+    isolation: ClassVar[Isolation] = "inline"
+    timeout: ClassVar[float] = 60.0
+    internal: ClassVar[bool] = False
+    sensitive: ClassVar[frozenset[str]] = frozenset()
+    # Framework-made proxies (remote MCP tools) carry no examples of their own.
+    proxy: ClassVar[bool] = False
+
+    def __init__(self, context: TurnContext | None = None) -> None:
+        self.context = context
+
+    # -- the work ---------------------------------------------------------
+    def run(self, params: Any) -> ToolResult:
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+    def classify(self, params: Mapping[str, Any]) -> str | None:
+        """The action qualifier for the permission (``tool.action``), derived from inputs.
+
+        The default takes the declared action, once pre-validation proved it is
+        one of this ability's own actions; override to derive risk otherwise.
+        """
+        if self.actions:
+            action = params.get(self.action_param)
+            if isinstance(action, str) and action in self.actions:
+                return action
+        return None
+
+    # -- the sealed assembler ---------------------------------------------
+    @classmethod
+    def input_schema(cls, *, allow_async: bool = False) -> dict[str, Any]:
+        """The parameters schema with the framework fields injected."""
+        schema = copy.deepcopy(dict(cls.parameters))
+        schema.setdefault("properties", {})
+        cls._inject_framework_fields(schema, allow_async)
+        return schema
+
+    @staticmethod
+    def _inject_framework_fields(schema: dict[str, Any], allow_async: bool) -> None:
+        props = dict(schema["properties"])
+        props["act_summary"] = {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "A short tooltip shown to the user while this call runs.",
+        }
+        if allow_async:
+            props["async"] = {
+                "type": "boolean",
+                "default": False,
+                "description": "Run in the background; the result arrives later as an event.",
+            }
+        schema["properties"] = props
+        required = [r for r in schema.get("required", []) if r != "act_summary"]
+        schema["required"] = [*required, "act_summary"]
+
+    @classmethod
+    def descriptor(cls, *, allow_async: bool = False) -> dict[str, Any]:
+        """The full descriptor the model sees: ``{name, description, input_schema}``."""
+        return {
+            "name": cls.name,
+            "description": cls.summary,
+            "input_schema": cls.input_schema(allow_async=allow_async),
+        }
+
+
+def split_framework_fields(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str, bool]:
+    """Separate the model's arguments into (ability params, act_summary, async)."""
+    params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
+    act = arguments.get("act_summary")
+    run_async = arguments.get("async") is True
+    return params, act if isinstance(act, str) else "", run_async

@@ -1,0 +1,49 @@
+"""The ``chalie`` command: one click group; each command family lives in its own module."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from chalie.config import Config, ConfigError
+
+
+class Ctx:
+    """What every command may need, built lazily so ``--help`` stays fast."""
+
+    def __init__(self, home: str | None) -> None:
+        self._home = home
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            try:
+                self._config = Config.load(self._home)
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from None
+        return self._config
+
+
+@click.group()
+@click.option("--home", envvar="CHALIE_HOME", help="Data directory (default: the platform's).")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug lines to stderr.")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, verbose: bool) -> None:
+    """Chalie: a daemon that gives a language model hands, safely."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    ctx.obj = Ctx(home)
+
+
+def main() -> None:
+    cli(prog_name="chalie")
+
+
+# Command families register themselves on the group when imported.
+from chalie.cli import tools as _tools  # noqa: E402,F401

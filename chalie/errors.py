@@ -1,0 +1,127 @@
+"""The one table of stable error codes a tool result can carry.
+
+A published code never changes meaning and is never renamed; new codes are
+appended. README.rst reproduces this table (a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Final
+
+CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+
+
+class ErrorCode(NamedTuple):
+    code: str
+    meaning: str
+    when: str
+
+
+ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
+    ErrorCode(
+        "non-canonical-result",
+        "The ability returned something other than a ToolResult.",
+        "An ability's run() returned a string, dict, None or any other value.",
+    ),
+    ErrorCode(
+        "unhandled-exception",
+        "The ability raised instead of returning an error result.",
+        "An exception escaped run(); the traceback goes to the log only.",
+    ),
+    ErrorCode(
+        "unknown-tool",
+        "No ability with that name is available to this turn.",
+        "The model called a name that is not registered or not injected.",
+    ),
+    ErrorCode(
+        "unknown-action",
+        "The action is not one the ability declares.",
+        "The call named an action outside the ability's action map.",
+    ),
+    ErrorCode(
+        "missing-params",
+        "A parameter the chosen action requires is absent.",
+        "Pre-validation of the action map, before the permission gate.",
+    ),
+    ErrorCode(
+        "invalid-param",
+        "A parameter does not satisfy the ability's schema or domain.",
+        "JSON Schema validation, or the ability rejecting a value.",
+    ),
+    ErrorCode(
+        "permission-denied",
+        "The permission gate refused the call.",
+        "Policy is deny, or ask where no human is present, or the human said no.",
+    ),
+    ErrorCode(
+        "approval-expired",
+        "Nobody answered the permission request in time.",
+        "An ask on the chat channel went unanswered until its expiry.",
+    ),
+    ErrorCode(
+        "tool-timeout",
+        "The call ran longer than the ability's timeout.",
+        "The per-ability timeout elapsed, or a worker stopped heartbeating.",
+    ),
+    ErrorCode(
+        "cancelled",
+        "The call was cancelled before it finished.",
+        "The turn that made the call was cancelled.",
+    ),
+    ErrorCode(
+        "worker-crashed",
+        "The worker process running the call died.",
+        "A process-isolated ability's worker exited mid-call.",
+    ),
+    ErrorCode(
+        "interrupted",
+        "The daemon stopped while the call was in flight.",
+        "Marked on the action trail at the next start after a crash.",
+    ),
+    ErrorCode(
+        "discovery-index-error",
+        "The discovery index is missing, corrupt or unreadable.",
+        "find_tools or find_skills could not read its index.",
+    ),
+    ErrorCode(
+        "mcp-unreachable",
+        "A remote MCP server did not respond.",
+        "Connecting to or calling the named server failed.",
+    ),
+    ErrorCode(
+        "mcp-unknown-tool",
+        "No enabled MCP server offers that tool.",
+        "An _mcp_ name whose server or tool is gone or disabled.",
+    ),
+    ErrorCode(
+        "mcp-tool-error",
+        "The remote MCP tool itself reported a failure.",
+        "The server answered the call with isError.",
+    ),
+    ErrorCode(
+        "internal-error",
+        "The runtime failed around the call.",
+        "A fault in the runtime itself (not the ability); details in the log.",
+    ),
+    ErrorCode(
+        "overloaded",
+        "The runtime refused the call because a queue is full.",
+        "Too many calls in flight; retry later.",
+    ),
+)
+
+KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)
+
+
+def is_valid_code(code: str) -> bool:
+    """A code is kebab-case; abilities may add their own beyond the table."""
+    return bool(CODE_PATTERN.match(code)) and len(code) <= 64
+
+
+def rst_rows() -> str:
+    """The table as reStructuredText list-table rows, for the README."""
+    lines = []
+    for e in ERROR_CODES:
+        lines.append(f"   * - ``{e.code}``\n     - {e.meaning}\n     - {e.when}")
+    return "\n".join(lines)
