@@ -28,6 +28,7 @@ import msgspec
 
 from chalie.messages import TurnContext
 from chalie.result import ToolResult
+from chalie.services import Services
 
 NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 NAME_MAX: Final = 64
@@ -162,8 +163,9 @@ class Ability(metaclass=AbilityMeta):
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
 
-    def __init__(self, context: TurnContext | None = None) -> None:
+    def __init__(self, context: TurnContext | None = None, services: Services | None = None) -> None:
         self.context = context
+        self.services = services
 
     # -- the work ---------------------------------------------------------
     def run(self, params: Any) -> ToolResult:

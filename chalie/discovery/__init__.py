@@ -1,0 +1,1 @@
+"""Tool discovery: exact name, name keyword (Tantivy) and vector (HNSW) rungs."""
