@@ -44,8 +44,8 @@ def _check(value: Any) -> Number:
             f"an intermediate result exceeds {MAX_INT_BITS} bits",
             "the numbers are too large; reduce exponents or use floats",
         )
-    if isinstance(value, float) and math.isnan(value):
-        raise CalcError("the result is not a number (NaN)", "check the domain of the functions used")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CalcError("the result is not a finite number", "use smaller numbers or check the domain")
     return value
 
 
@@ -110,7 +110,7 @@ FUNCTIONS: Final[dict[str, Callable[..., Number]]] = {
     "radians": math.radians, "abs": abs, "round": round, "floor": math.floor, "ceil": math.ceil,
     "min": min, "max": max, "factorial": _factorial, "gcd": math.gcd, "hypot": math.hypot,
 }
-CONSTANTS: Final[dict[str, float]] = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf}
+CONSTANTS: Final[dict[str, float]] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
 
 def _normalise(expression: str) -> str:
@@ -166,6 +166,8 @@ def _eval(node: ast.AST, depth: int) -> Number:
                 f"{node.func.id}() cannot take {', '.join(map(str, args)) or 'no arguments'}: {exc}",
                 "check the function's domain and argument count",
             ) from None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        raise CalcError(f"unknown function {node.func.id!r}", "known: " + ", ".join(sorted(FUNCTIONS)))
     if isinstance(node, ast.Name):
         raise CalcError(f"unknown name {node.id!r}", "known: " + ", ".join(sorted([*FUNCTIONS, *CONSTANTS])))
     raise CalcError(

@@ -6,6 +6,7 @@ make one; calling the class directly raises TypeError.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, NoReturn, final
@@ -32,6 +33,8 @@ def _check_meta(meta: Mapping[str, Any] | None) -> dict[str, Scalar]:
             raise ValueError(f"meta key {key!r} is reserved for the envelope")
         if value is not None and not isinstance(value, str | int | float | bool):
             raise TypeError(f"meta {key!r} must be a flat scalar, got {type(value).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"meta {key!r} must be a finite number")
         out[key] = value
     return out
 

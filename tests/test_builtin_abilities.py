@@ -1,0 +1,114 @@
+"""clock and calculator: real answers, and clear errors for bad or hostile input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from abilities.calculator import Calculator, evaluate
+from abilities.clock import Clock
+from chalie.invoke import coerce_params, invoke
+from chalie.result import ToolResult
+
+
+def call(cls: type, params: dict[str, Any]) -> ToolResult:
+    return invoke(cls(), coerce_params(cls, params))
+
+
+def test_clock_now_in_a_named_zone() -> None:
+    r = call(Clock, {"zone": "Asia/Tokyo"})
+    body = json.loads(r.body)
+    assert r.ok and body["zone"] == "Asia/Tokyo" and body["utc_offset"] == "+09:00"
+    now_tokyo = dt.datetime.now(dt.timezone(dt.timedelta(hours=9)))
+    assert abs(dt.datetime.fromisoformat(body["iso"]) - now_tokyo) < dt.timedelta(seconds=5)
+
+
+def test_clock_converts_between_zones_across_dst() -> None:
+    r = call(Clock, {"action": "convert", "zone": "Europe/London", "time": "2026-07-01T15:00",
+                     "to_zone": "America/New_York"})
+    body = json.loads(r.body)
+    assert body["from"]["utc_offset"] == "+01:00"
+    assert body["to"]["iso"] == "2026-07-01T10:00:00-04:00"
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "../../etc/passwd", "/etc/localtime", "UTC\x00"])
+def test_clock_bad_zone_is_invalid_param(zone: str) -> None:
+    r = call(Clock, {"zone": zone})
+    assert (r.status, r.code) == ("error", "invalid-param")
+    assert "IANA" in r.body and r.hint
+
+
+def test_clock_bad_time_is_invalid_param() -> None:
+    r = call(Clock, {"action": "convert", "time": "yesterday-ish", "to_zone": "UTC"})
+    assert r.code == "invalid-param" and r.meta["param"] == "time"
+
+
+def test_clock_params_reject_oversized_and_unknown_fields() -> None:
+    with pytest.raises(msgspec.ValidationError, match="zone"):
+        coerce_params(Clock, {"zone": "x" * 1000})
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        coerce_params(Clock, {"zone": "UTC", "rm": True})
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [("2^64", "18446744073709551616"), ("(3 + 4) * 12 / 7", "12"), ("17.5/100*240", "42"),
+     ("sqrt(16) + factorial(5)", "124"), ("-2 ** 2", "-4"), ("10 // 3 + 10 % 3", "4"),
+     ("max(1, 7, 3)", "7"), ("round(pi, 3)", "3.142")],
+)
+def test_calculator_evaluates(expr: str, value: str) -> None:
+    r = call(Calculator, {"expression": expr})
+    assert r.ok, r.body
+    assert json.loads(r.body)["result"] == value
+
+
+@pytest.mark.parametrize(
+    ("expr", "fragment"),
+    [
+        ("__import__('os').system('id')", "not allowed"),
+        ("().__class__.__bases__", "not allowed"),
+        ("open('/etc/passwd')", "unknown function"),
+        ("lambda: 1", "not allowed"),
+        ("9**9**9**9", "exceeds"),
+        ("10**100000", "exceeds"),
+        ("2**4096 * 2**4096", "bits"),
+        ("factorial(100000)", "capped"),
+        ("1/0", "division by zero"),
+        ("sqrt(-1)", "sqrt"),
+        ("1e308 * 10", "not a finite number"),
+        ("'a' * 10**9", "not allowed"),
+        ("1 +", "not valid arithmetic"),
+        ("x" * 600, "longer than"),
+        ("(" * 300 + "1" + ")" * 300, "longer than"),
+        ("+".join(["1"] * 240), "more than"),
+        ("-" * 60 + "1", "nested"),
+    ],
+)
+def test_calculator_rejects_hostile_input_quickly_and_clearly(expr: str, fragment: str) -> None:
+    start = time.perf_counter()
+    try:
+        r = call(Calculator, {"expression": expr})
+    except msgspec.ValidationError as exc:  # the schema's own max_length
+        assert "expression" in str(exc)
+        return
+    assert time.perf_counter() - start < 2.0
+    assert r.code == "invalid-param", r
+    assert fragment in r.body + (r.hint or "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=120))
+def test_calculator_never_raises_on_arbitrary_text(expr: str) -> None:
+    try:
+        value = evaluate(expr)
+    except Exception as exc:  # only our own structured error is allowed out
+        assert type(exc).__name__ == "CalcError"
+    else:
+        assert isinstance(value, int | float)
