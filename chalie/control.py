@@ -1,0 +1,241 @@
+"""The control protocol between the ``chalie`` CLI and the daemon, and the CLI's client for it.
+
+One request, one reply: a :class:`~chalie.messages.ControlRequest` frame in,
+a :class:`~chalie.messages.ControlReply` frame out, msgpack on ZeroMQ over
+``ipc://<home>/control.sock`` (the socket file 0600 in a 0700 directory).
+Every request is checked here before anything acts on it: its size, its
+encoding, the command name, and the command's arguments against a Struct.
+A bad request gets ``ControlReply(ok=False, error=<code>, data={"message":
+...})``; nothing here raises on hostile input.
+
+Commands (arguments in the Structs below): ``status``, ``stop``,
+``tools.call`` / ``tools.poll`` (a call runs in the daemon; the CLI polls it
+for its outcome and for permission requests it must answer), ``trail``,
+``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
+``policy.answer``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+import zmq
+
+from chalie.messages import Channel, ControlReply, ControlRequest
+
+MAX_REQUEST_BYTES: Final = 256 * 1024
+SOCKET_NAME: Final = "control.sock"
+PID_NAME: Final = "chalie.pid"
+LOCK_NAME: Final = "chalie.lock"
+
+# Error codes a ControlReply can carry (the ``error`` field).
+MALFORMED: Final = "malformed-request"
+OVERSIZED: Final = "oversized-request"
+UNKNOWN_COMMAND: Final = "unknown-command"
+INVALID_ARGS: Final = "invalid-args"
+NOT_FOUND: Final = "not-found"
+UNAVAILABLE: Final = "unavailable"
+INTERNAL: Final = "internal-error"
+
+Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+ToolName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^_?[a-z][a-z0-9_]*$")
+]
+
+
+class Args(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every command's arguments."""
+
+
+class NoArgs(Args):
+    pass
+
+
+class ToolsCallArgs(Args):
+    tool: ToolName
+    arguments: dict[str, Any] = {}
+    conversation_id: Id | None = None
+
+
+class ToolsPollArgs(Args):
+    call_id: Id
+    # Long-poll: the daemon holds the reply up to this long for news.
+    wait: Annotated[float, msgspec.Meta(ge=0, le=10)] = 1.0
+
+
+class TrailArgs(Args):
+    tool: ToolName | None = None
+    status: Short | None = None
+    conversation: Id | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 20
+
+
+class PolicySetArgs(Args):
+    channel: Channel
+    permission: Short
+    decision: Literal["allow", "ask", "deny"]
+
+
+class PolicyResetArgs(Args):
+    channel: Channel | None = None
+    permission: Short | None = None
+
+
+class PolicyAnswerArgs(Args):
+    request_id: Id
+    answer: Literal["allow_once", "allow_always", "deny"]
+
+
+COMMANDS: Final[dict[str, type[Args]]] = {
+    "status": NoArgs,
+    "stop": NoArgs,
+    "tools.call": ToolsCallArgs,
+    "tools.poll": ToolsPollArgs,
+    "trail": TrailArgs,
+    "policy.list": NoArgs,
+    "policy.set": PolicySetArgs,
+    "policy.reset": PolicyResetArgs,
+    "policy.pending": NoArgs,
+    "policy.answer": PolicyAnswerArgs,
+}
+
+_request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
+_reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)
+_encoder: Final = msgspec.msgpack.Encoder()
+_WHITESPACE: Final = re.compile(r"\s+")
+
+
+def failure(code: str, message: str, **extra: Any) -> ControlReply:
+    """A structured error reply: a stable code plus a one-line message."""
+    return ControlReply(
+        ok=False, error=code, data={"message": _WHITESPACE.sub(" ", message)[:500], **extra}
+    )
+
+
+def success(data: Any = None) -> ControlReply:
+    return ControlReply(ok=True, data=data)
+
+
+def parse_request(frame: bytes) -> tuple[str, Args] | ControlReply:
+    """The command and its checked arguments, or the error reply to send back."""
+    if len(frame) > MAX_REQUEST_BYTES:
+        return failure(OVERSIZED, f"request of {len(frame)} bytes exceeds {MAX_REQUEST_BYTES}")
+    try:
+        request = _request_decoder.decode(frame)
+    except msgspec.DecodeError as exc:
+        return failure(MALFORMED, f"not a control request: {exc}")
+    spec = COMMANDS.get(request.command)
+    if spec is None:
+        return failure(
+            UNKNOWN_COMMAND,
+            f"unknown command {request.command[:64]!r}",
+            valid_values=sorted(COMMANDS),
+        )
+    try:
+        args = msgspec.convert(request.args, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        return failure(INVALID_ARGS, f"{request.command}: {exc}")
+    return request.command, args
+
+
+def encode_reply(reply: ControlReply) -> bytes:
+    """The reply frame; a reply whose data cannot be encoded becomes an internal-error reply."""
+    try:
+        return _encoder.encode(reply)
+    except (TypeError, msgspec.EncodeError) as exc:
+        return _encoder.encode(failure(INTERNAL, f"reply could not be encoded: {exc}"))
+
+
+def encode_request(command: str, args: dict[str, Any] | None = None) -> bytes:
+    return _encoder.encode(ControlRequest(command=command, args=args or {}))
+
+
+def decode_reply(frame: bytes) -> ControlReply:
+    return _reply_decoder.decode(frame)
+
+
+# -- paths in the data directory ----------------------------------------------
+
+
+def socket_path(home: Path) -> Path:
+    return home / SOCKET_NAME
+
+
+def endpoint(home: Path) -> str:
+    path = socket_path(home)
+    # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
+    if len(os.fsencode(path)) > 107:
+        raise ValueError(f"data directory path too long for an ipc socket: {path}")
+    return f"ipc://{path}"
+
+
+def read_pid(home: Path) -> int | None:
+    """The pid in the pid file if that process is alive, else None."""
+    try:
+        pid = int((home / PID_NAME).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid  # alive, someone else's
+    return pid
+
+
+# -- the client ---------------------------------------------------------------
+
+
+class DaemonNotRunning(RuntimeError):
+    """No daemon answers on this data directory."""
+
+    def __init__(self, home: Path, why: str = "") -> None:
+        self.home = home
+        self.why = why
+        super().__init__(f"no daemon running on {home} (start it with `chalie run`)")
+
+
+class ControlClient:
+    """Sends one request at a time to the daemon on ``home``.
+
+    A fresh REQ socket per request: a REQ socket that timed out is stuck in
+    its send/receive state machine, and the CLI makes only a few requests.
+    """
+
+    def __init__(self, home: Path, *, timeout: float = 10.0) -> None:
+        self.home = home
+        self.timeout = timeout
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+
+    def check(self) -> None:
+        """Raise DaemonNotRunning now when there is plainly no daemon (no live pid, no socket)."""
+        if read_pid(self.home) is None or not socket_path(self.home).exists():
+            raise DaemonNotRunning(self.home)
+
+    def call(
+        self, command: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> ControlReply:
+        self.check()
+        wait = self.timeout if timeout is None else timeout
+        sock = self._ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(wait * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, int(wait * 1000))
+        try:
+            sock.connect(endpoint(self.home))
+            sock.send(encode_request(command, args))
+            frame = sock.recv()
+        except zmq.Again:
+            raise DaemonNotRunning(self.home, f"no answer within {wait:g} s") from None
+        finally:
+            sock.close()
+        try:
+            return decode_reply(frame)
+        except msgspec.DecodeError as exc:
+            return failure(MALFORMED, f"daemon sent an unreadable reply: {exc}")

@@ -1,0 +1,254 @@
+"""The control protocol and endpoint: real ZeroMQ sockets over ipc, hostile clients included."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from actors.control import ControlEndpoint
+from actors.loop import EventLoopThread
+from chalie import control
+from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    # ipc paths are capped at 107 bytes; pytest's tmp paths can be long.
+    short = Path("/tmp") / f"chc-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    short.mkdir(mode=0o700)
+    yield short
+    for p in short.iterdir():
+        p.unlink()
+    short.rmdir()
+
+
+class Served:
+    """A live endpoint whose handler records what it ran."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.loop = EventLoopThread()
+        self.loop.start()
+        self.release = threading.Event()
+        self.ran: list[tuple[str, control.Args]] = []
+        self.endpoint = ControlEndpoint(home, self.loop, self.handle)
+        self.endpoint.start()
+        (home / control.PID_NAME).write_text(str(os.getpid()))
+
+    def handle(self, command: str, args: control.Args) -> ControlReply:
+        self.ran.append((command, args))
+        if command == "policy.pending":
+            self.release.wait(10)  # a handler held up, as by a human's approval
+            return control.success("released")
+        if command == "policy.list":
+            raise ValueError("boom inside a handler")
+        return control.success({"command": command})
+
+    def close(self) -> None:
+        self.release.set()
+        self.endpoint.stop()
+        self.loop.stop()
+
+
+@pytest.fixture
+def served(home: Path) -> Iterator[Served]:
+    s = Served(home)
+    yield s
+    s.close()
+
+
+def raw(
+    home: Path, frames: list[bytes], kind: int = zmq.DEALER, timeout: float = 3.0
+) -> list[bytes]:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
+    sock.connect(control.endpoint(home))
+    try:
+        sock.send_multipart(frames)
+        return sock.recv_multipart()
+    finally:
+        sock.close()
+
+
+def reply_of(frames: list[bytes]) -> ControlReply:
+    return control.decode_reply(frames[-1])
+
+
+# -- the protocol, pure -------------------------------------------------------------
+
+
+def test_parse_request_accepts_a_known_command_with_checked_args() -> None:
+    frame = control.encode_request("trail", {"tool": "clock", "limit": 5})
+    command, args = control.parse_request(frame)  # type: ignore[misc]
+    assert command == "trail"
+    assert isinstance(args, control.TrailArgs)
+    assert (args.tool, args.limit) == ("clock", 5)
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (b"", control.MALFORMED),
+        (b"\xc1\xff garbage", control.MALFORMED),
+        (msgspec.msgpack.encode({"kind": "control_request"}), control.MALFORMED),
+        (msgspec.msgpack.encode([1, 2, 3]), control.MALFORMED),
+        (
+            encode(
+                ToolCall(
+                    call_id="c", tool="x", context=TurnContext(conversation_id="a", turn_id="b")
+                )
+            ),
+            control.MALFORMED,
+        ),
+        (control.encode_request("rm -rf /"), control.UNKNOWN_COMMAND),
+        (control.encode_request("trail", {"limit": "ten"}), control.INVALID_ARGS),
+        (control.encode_request("trail", {"limit": 0}), control.INVALID_ARGS),
+        (control.encode_request("trail", {"sneaky": 1}), control.INVALID_ARGS),
+        (
+            control.encode_request(
+                "policy.set", {"channel": "chat", "permission": "x", "decision": "internal"}
+            ),
+            control.INVALID_ARGS,
+        ),
+        (
+            control.encode_request(
+                "policy.set", {"channel": "root", "permission": "x", "decision": "allow"}
+            ),
+            control.INVALID_ARGS,
+        ),
+        (control.encode_request("tools.call", {"tool": "../etc/passwd"}), control.INVALID_ARGS),
+        (b"\x00" * (control.MAX_REQUEST_BYTES + 1), control.OVERSIZED),
+    ],
+)
+def test_parse_request_turns_bad_frames_into_structured_errors(frame: bytes, code: str) -> None:
+    reply = control.parse_request(frame)
+    assert isinstance(reply, ControlReply)
+    assert reply.ok is False
+    assert reply.error == code
+    assert isinstance(reply.data["message"], str) and reply.data["message"]
+
+
+def test_unknown_command_reply_lists_the_valid_commands() -> None:
+    reply = control.parse_request(control.encode_request("statsu"))
+    assert isinstance(reply, ControlReply)
+    assert "status" in reply.data["valid_values"]
+
+
+def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error() -> None:
+    frame = control.encode_reply(control.success({"x": object()}))
+    reply = control.decode_reply(frame)
+    assert (reply.ok, reply.error) == (False, control.INTERNAL)
+
+
+def test_client_says_no_daemon_when_there_is_no_pid_file(home: Path) -> None:
+    with pytest.raises(control.DaemonNotRunning) as info:
+        control.ControlClient(home).call("status")
+    assert str(info.value) == f"no daemon running on {home} (start it with `chalie run`)"
+
+
+def test_client_treats_a_dead_pid_as_no_daemon(home: Path) -> None:
+    (home / control.PID_NAME).write_text("999999999")
+    (home / control.SOCKET_NAME).write_text("")
+    with pytest.raises(control.DaemonNotRunning):
+        control.ControlClient(home).call("status")
+
+
+def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
+    (home / control.PID_NAME).write_text(str(os.getpid()))  # alive, but nobody listens
+    (home / control.SOCKET_NAME).write_text("")
+    with pytest.raises(control.DaemonNotRunning) as info:
+        control.ControlClient(home, timeout=0.3).call("status")
+    assert "no answer" in info.value.why
+
+
+# -- the endpoint, live -------------------------------------------------------------
+
+
+def test_endpoint_answers_a_client_request(served: Served) -> None:
+    reply = control.ControlClient(served.home).call("status")
+    assert reply.ok and reply.data == {"command": "status"}
+
+
+def test_socket_file_is_private_to_the_owner(served: Served) -> None:
+    mode = stat.S_IMODE(os.stat(control.socket_path(served.home)).st_mode)
+    assert mode == 0o600
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"garbage"],
+        [b"\x93\x01\x02\x03"],
+        [b""],
+        [b"a", b"b", b"c"],
+        [msgspec.msgpack.encode(ControlRequest(command="nope"))],
+        [b"\xff" * (control.MAX_REQUEST_BYTES + 10)],
+    ],
+)
+def test_endpoint_answers_garbage_with_an_error_and_keeps_serving(
+    served: Served, frames: list[bytes]
+) -> None:
+    reply = reply_of(raw(served.home, frames))
+    assert reply.ok is False
+    assert reply.error in {control.MALFORMED, control.OVERSIZED, control.UNKNOWN_COMMAND}
+    assert control.ControlClient(served.home).call("status").ok
+    assert served.ran == [("status", control.NoArgs())]
+
+
+def test_endpoint_survives_garbage_from_a_req_client(served: Served) -> None:
+    reply = reply_of(raw(served.home, [b"\x00\x01not msgpack"], kind=zmq.REQ))
+    assert (reply.ok, reply.error) == (False, control.MALFORMED)
+    assert control.ControlClient(served.home).call("status").ok
+
+
+def test_a_handler_that_raises_gives_internal_error_and_the_endpoint_lives(served: Served) -> None:
+    client = control.ControlClient(served.home)
+    reply = client.call("policy.list")
+    assert (reply.ok, reply.error) == (False, control.INTERNAL)
+    assert "boom inside a handler" in reply.data["message"]
+    assert client.call("status").ok
+
+
+def test_a_held_up_command_does_not_stall_status_from_another_client(served: Served) -> None:
+    client = control.ControlClient(served.home)
+    held: list[ControlReply] = []
+    t = threading.Thread(target=lambda: held.append(client.call("policy.pending", timeout=10)))
+    t.start()
+    deadline = time.monotonic() + 5
+    while not any(c == "policy.pending" for c, _ in served.ran) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.call("status", timeout=2).ok  # answered while policy.pending is held
+    assert held == []
+    served.release.set()
+    t.join(5)
+    assert held and held[0].data == "released"
+
+
+def test_a_client_that_leaves_before_its_reply_does_not_break_the_endpoint(served: Served) -> None:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(control.endpoint(served.home))
+    sock.send(control.encode_request("policy.pending"))
+    time.sleep(0.1)
+    sock.close()
+    served.release.set()
+    time.sleep(0.1)
+    assert control.ControlClient(served.home).call("status").ok
+
+
+def test_stopping_the_endpoint_removes_the_socket_file(home: Path) -> None:
+    s = Served(home)
+    assert control.socket_path(home).exists()
+    s.close()
+    assert not control.socket_path(home).exists()
