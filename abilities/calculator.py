@@ -45,7 +45,9 @@ def _check(value: Any) -> Number:
             "the numbers are too large; reduce exponents or use floats",
         )
     if isinstance(value, float) and not math.isfinite(value):
-        raise CalcError("the result is not a finite number", "use smaller numbers or check the domain")
+        raise CalcError(
+            "the result is not a finite number", "use smaller numbers or check the domain"
+        )
     return value
 
 
@@ -68,7 +70,9 @@ def _factorial(n: Number) -> Number:
     if isinstance(n, float) and n.is_integer():
         n = int(n)
     if not isinstance(n, int) or n < 0:
-        raise CalcError("factorial takes a non-negative integer", "pass a whole number, e.g. factorial(10)")
+        raise CalcError(
+            "factorial takes a non-negative integer", "pass a whole number, e.g. factorial(10)"
+        )
     if n > MAX_FACTORIAL:
         raise CalcError(f"factorial is capped at {MAX_FACTORIAL}", "use a smaller argument")
     return math.factorial(n)
@@ -101,28 +105,59 @@ BINARY: Final[dict[type, Callable[[Number, Number], Number]]] = {
     ast.Mod: _mod,
     ast.Pow: _pow,
 }
-UNARY: Final[dict[type, Callable[[Number], Number]]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+UNARY: Final[dict[type, Callable[[Number], Number]]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
 FUNCTIONS: Final[dict[str, Callable[..., Number]]] = {
-    "sqrt": math.sqrt, "cbrt": math.cbrt, "exp": math.exp, "ln": math.log, "log": math.log,
-    "log10": math.log10, "log2": math.log2, "sin": math.sin, "cos": math.cos, "tan": math.tan,
-    "asin": math.asin, "acos": math.acos, "atan": math.atan, "atan2": math.atan2,
-    "sinh": math.sinh, "cosh": math.cosh, "tanh": math.tanh, "degrees": math.degrees,
-    "radians": math.radians, "abs": abs, "round": round, "floor": math.floor, "ceil": math.ceil,
-    "min": min, "max": max, "factorial": _factorial, "gcd": math.gcd, "hypot": math.hypot,
+    "sqrt": math.sqrt,
+    "cbrt": math.cbrt,
+    "exp": math.exp,
+    "ln": math.log,
+    "log": math.log,
+    "log10": math.log10,
+    "log2": math.log2,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "asin": math.asin,
+    "acos": math.acos,
+    "atan": math.atan,
+    "atan2": math.atan2,
+    "sinh": math.sinh,
+    "cosh": math.cosh,
+    "tanh": math.tanh,
+    "degrees": math.degrees,
+    "radians": math.radians,
+    "abs": abs,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "min": min,
+    "max": max,
+    "factorial": _factorial,
+    "gcd": math.gcd,
+    "hypot": math.hypot,
 }
 CONSTANTS: Final[dict[str, float]] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
 
 def _normalise(expression: str) -> str:
+    # Typographic operators people paste: multiplication sign, division sign, minus sign.
     return (
-        expression.replace("^", "**").replace("×", "*").replace("÷", "/").replace("−", "-")
+        expression.replace("^", "**")
+        .replace("\u00d7", "*")
+        .replace("\u00f7", "/")
+        .replace("\u2212", "-")
     )
 
 
 def evaluate(expression: str) -> Number:
     """Evaluate a math expression safely; raises CalcError with a hint on bad input."""
     if len(expression) > MAX_LENGTH:
-        raise CalcError(f"the expression is longer than {MAX_LENGTH} characters", "split it into smaller steps")
+        raise CalcError(
+            f"the expression is longer than {MAX_LENGTH} characters", "split it into smaller steps"
+        )
     if not expression.strip():
         raise CalcError("the expression is empty", "pass an expression such as 2*(3+4)")
     try:
@@ -134,14 +169,20 @@ def evaluate(expression: str) -> Number:
         ) from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
-        raise CalcError(f"the expression has more than {MAX_NODES} parts", "split it into smaller steps")
+        raise CalcError(
+            f"the expression has more than {MAX_NODES} parts", "split it into smaller steps"
+        )
     return _eval(tree.body, 0)
 
 
 def _eval(node: ast.AST, depth: int) -> Number:
     if depth > MAX_DEPTH:
         raise CalcError("the expression is nested too deeply", "simplify the parentheses")
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
         return _check(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
         left, right = _eval(node.left, depth + 1), _eval(node.right, depth + 1)
@@ -155,7 +196,9 @@ def _eval(node: ast.AST, depth: int) -> Number:
         return CONSTANTS[node.id]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
         if node.keywords or len(node.args) > 8:
-            raise CalcError(f"{node.func.id}() takes only a few positional numbers", "e.g. max(1, 2, 3)")
+            raise CalcError(
+                f"{node.func.id}() takes only a few positional numbers", "e.g. max(1, 2, 3)"
+            )
         args = [_eval(a, depth + 1) for a in node.args]
         try:
             return _check(FUNCTIONS[node.func.id](*args))
@@ -163,13 +206,18 @@ def _eval(node: ast.AST, depth: int) -> Number:
             raise
         except (ValueError, TypeError, OverflowError) as exc:
             raise CalcError(
-                f"{node.func.id}() cannot take {', '.join(map(str, args)) or 'no arguments'}: {exc}",
+                f"{node.func.id}() cannot take "
+                f"{', '.join(map(str, args)) or 'no arguments'}: {exc}",
                 "check the function's domain and argument count",
             ) from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        raise CalcError(f"unknown function {node.func.id!r}", "known: " + ", ".join(sorted(FUNCTIONS)))
+        raise CalcError(
+            f"unknown function {node.func.id!r}", "known: " + ", ".join(sorted(FUNCTIONS))
+        )
     if isinstance(node, ast.Name):
-        raise CalcError(f"unknown name {node.id!r}", "known: " + ", ".join(sorted([*FUNCTIONS, *CONSTANTS])))
+        raise CalcError(
+            f"unknown name {node.id!r}", "known: " + ", ".join(sorted([*FUNCTIONS, *CONSTANTS]))
+        )
     raise CalcError(
         f"{type(node).__name__} is not allowed in an expression",
         "use numbers, arithmetic operators, parentheses and math functions only",
@@ -180,7 +228,8 @@ class CalculatorParams(msgspec.Struct, forbid_unknown_fields=True):
     """Evaluate one arithmetic expression."""
 
     expression: Annotated[
-        str, msgspec.Meta(min_length=1, max_length=MAX_LENGTH, description="e.g. (17.5*3)/4 + sqrt(2)")
+        str,
+        msgspec.Meta(min_length=1, max_length=MAX_LENGTH, description="e.g. (17.5*3)/4 + sqrt(2)"),
     ]
 
 
@@ -207,7 +256,9 @@ class Calculator(Ability):
         try:
             value = evaluate(params.expression)
         except CalcError as exc:
-            return ToolResult.error(exc.code, str(exc) + ".", hint=exc.hint, meta={"param": "expression"})
+            return ToolResult.error(
+                exc.code, str(exc) + ".", hint=exc.hint, meta={"param": "expression"}
+            )
         if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
             shown: Number = int(value)
         else:

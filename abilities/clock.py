@@ -11,7 +11,9 @@ import msgspec
 from chalie.ability import Ability
 from chalie.result import ToolResult
 
-Zone = Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="IANA zone, e.g. Europe/Malta")]
+Zone = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, description="IANA zone, e.g. Europe/Malta")
+]
 
 
 class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -19,9 +21,13 @@ class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
 
     action: Literal["now", "convert"] = "now"
     zone: Zone = "UTC"
-    time: Annotated[
-        str, msgspec.Meta(max_length=64, description="ISO 8601 date-time to convert (convert only)")
-    ] | None = None
+    time: (
+        Annotated[
+            str,
+            msgspec.Meta(max_length=64, description="ISO 8601 date-time to convert (convert only)"),
+        ]
+        | None
+    ) = None
     to_zone: Zone | None = None
 
 
@@ -97,6 +103,9 @@ class Clock(Ability):
             )
         moment = moment.replace(tzinfo=src) if moment.tzinfo is None else moment.astimezone(src)
         return ToolResult.success(
-            {"from": _describe(moment, params.zone), "to": _describe(moment.astimezone(dst), params.to_zone)},
+            {
+                "from": _describe(moment, params.zone),
+                "to": _describe(moment.astimezone(dst), params.to_zone),
+            },
             meta={"action": "convert"},
         )

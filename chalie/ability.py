@@ -1,4 +1,4 @@
-"""The ability contract: five descriptors, optional declarations, a run method, and the sealed assembler.
+"""The ability contract: five descriptors, declarations, ``run``, and the sealed assembler.
 
 An ability is a class. Its five descriptors are class attributes, so they are
 deterministic with no live request attached (the search index reads them
@@ -99,7 +99,8 @@ def validate_ability(cls: type[Ability]) -> None:
     if not isinstance(name, str) or not name:
         fail("name must be a non-empty string")
     assert isinstance(name, str)
-    if len(name) > NAME_MAX or not (NAME_PATTERN.match(name) or cls.proxy and name.startswith("_")):
+    proxy_name = cls.proxy and name.startswith("_")
+    if len(name) > NAME_MAX or not (NAME_PATTERN.match(name) or proxy_name):
         fail(f"name must be lowercase snake case, at most {NAME_MAX} characters")
     if not isinstance(cls.summary, str) or not cls.summary.strip():
         fail("summary must be a non-empty string")
@@ -163,7 +164,9 @@ class Ability(metaclass=AbilityMeta):
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
 
-    def __init__(self, context: TurnContext | None = None, services: Services | None = None) -> None:
+    def __init__(
+        self, context: TurnContext | None = None, services: Services | None = None
+    ) -> None:
         self.context = context
         self.services = services
 

@@ -7,7 +7,7 @@ appended. README.rst reproduces this table (a test keeps the two in step).
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Final
+from typing import Final, NamedTuple
 
 CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 

@@ -17,11 +17,13 @@ Decision = Literal["allow", "ask", "deny", "internal"]
 Status = Literal["success", "error"]
 
 
-class Message(msgspec.Struct, tag_field="kind", frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Message(
+    msgspec.Struct, tag_field="kind", frozen=True, kw_only=True, forbid_unknown_fields=True
+):
     """Base of every message."""
 
 
-class TurnContext(Message, tag="turn", kw_only=True):
+class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
     """Who is calling: the conversation, the channel, and whether a human can answer."""
 
     conversation_id: str
@@ -33,7 +35,7 @@ class TurnContext(Message, tag="turn", kw_only=True):
     injected: tuple[str, ...] = ()
 
 
-class ToolCall(Message, tag="tool_call", kw_only=True):
+class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):
     """A request to run one tool: the model's raw arguments, framework fields included."""
 
     call_id: str
@@ -42,7 +44,7 @@ class ToolCall(Message, tag="tool_call", kw_only=True):
     context: TurnContext
 
 
-class ToolOutcome(Message, tag="tool_outcome", kw_only=True):
+class ToolOutcome(Message, tag="tool_outcome", kw_only=True, frozen=True):
     """The answer to a ToolCall: the rendered envelope and what the trail records."""
 
     call_id: str
@@ -53,11 +55,11 @@ class ToolOutcome(Message, tag="tool_outcome", kw_only=True):
     background: bool = False
 
 
-class CancelTurn(Message, tag="cancel_turn", kw_only=True):
+class CancelTurn(Message, tag="cancel_turn", kw_only=True, frozen=True):
     turn_id: str
 
 
-class PermissionRequest(Message, tag="permission_request", kw_only=True):
+class PermissionRequest(Message, tag="permission_request", kw_only=True, frozen=True):
     """Sent to the conversation's human when the gate says ask."""
 
     request_id: str
@@ -70,12 +72,12 @@ class PermissionRequest(Message, tag="permission_request", kw_only=True):
     expires_at: float
 
 
-class PermissionAnswer(Message, tag="permission_answer", kw_only=True):
+class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=True):
     request_id: str
     answer: Literal["allow_once", "allow_always", "deny"]
 
 
-class BackgroundResult(Message, tag="background_result", kw_only=True):
+class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=True):
     """The final envelope of an async call, delivered to its conversation later."""
 
     call_id: str
@@ -88,17 +90,17 @@ class BackgroundResult(Message, tag="background_result", kw_only=True):
 # -- worker protocol (broker <-> ability worker processes) -------------------
 
 
-class WorkerReady(Message, tag="worker_ready", kw_only=True):
+class WorkerReady(Message, tag="worker_ready", kw_only=True, frozen=True):
     worker_id: str
     pid: int
 
 
-class Heartbeat(Message, tag="heartbeat", kw_only=True):
+class Heartbeat(Message, tag="heartbeat", kw_only=True, frozen=True):
     worker_id: str = ""
     busy: int = 0
 
 
-class WorkerJob(Message, tag="worker_job", kw_only=True):
+class WorkerJob(Message, tag="worker_job", kw_only=True, frozen=True):
     """Run one ability in a worker. ``ability`` is an import reference, never code."""
 
     job_id: str
@@ -108,7 +110,7 @@ class WorkerJob(Message, tag="worker_job", kw_only=True):
     deadline: float = 0.0
 
 
-class WorkerResult(Message, tag="worker_result", kw_only=True):
+class WorkerResult(Message, tag="worker_result", kw_only=True, frozen=True):
     job_id: str
     status: Status
     body: str = ""
@@ -119,32 +121,44 @@ class WorkerResult(Message, tag="worker_result", kw_only=True):
     valid_values: list[str | int | float | bool | None] | None = None
 
 
-class WorkerCancel(Message, tag="worker_cancel", kw_only=True):
+class WorkerCancel(Message, tag="worker_cancel", kw_only=True, frozen=True):
     job_id: str
 
 
-class WorkerShutdown(Message, tag="worker_shutdown", kw_only=True):
+class WorkerShutdown(Message, tag="worker_shutdown", kw_only=True, frozen=True):
     pass
 
 
 # -- control endpoint (CLI <-> daemon) ----------------------------------------
 
 
-class ControlRequest(Message, tag="control_request", kw_only=True):
+class ControlRequest(Message, tag="control_request", kw_only=True, frozen=True):
     command: str
     args: dict[str, Any] = {}
 
 
-class ControlReply(Message, tag="control_reply", kw_only=True):
+class ControlReply(Message, tag="control_reply", kw_only=True, frozen=True):
     ok: bool
     data: Any = None
     error: str | None = None
 
 
 AnyMessage = (
-    TurnContext | ToolCall | ToolOutcome | CancelTurn | PermissionRequest | PermissionAnswer
-    | BackgroundResult | WorkerReady | Heartbeat | WorkerJob | WorkerResult | WorkerCancel
-    | WorkerShutdown | ControlRequest | ControlReply
+    TurnContext
+    | ToolCall
+    | ToolOutcome
+    | CancelTurn
+    | PermissionRequest
+    | PermissionAnswer
+    | BackgroundResult
+    | WorkerReady
+    | Heartbeat
+    | WorkerJob
+    | WorkerResult
+    | WorkerCancel
+    | WorkerShutdown
+    | ControlRequest
+    | ControlReply
 )
 
 _encoder: Final = msgspec.msgpack.Encoder()

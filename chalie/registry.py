@@ -92,7 +92,9 @@ def load_ref(ref: str) -> type[Ability]:
     target, _, qual = ref.rpartition(":")
     if not target or not qual:
         raise ImportError(f"bad ability reference {ref!r}")
-    module = import_file(Path(target)) if target.endswith(".py") else importlib.import_module(target)
+    module = (
+        import_file(Path(target)) if target.endswith(".py") else importlib.import_module(target)
+    )
     obj: object = module
     for part in qual.split("."):
         obj = getattr(obj, part)
@@ -213,7 +215,9 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
-    def descriptors(self, *, allow_async: bool = False, names: Iterable[str] | None = None) -> list[dict[str, object]]:
+    def descriptors(
+        self, *, allow_async: bool = False, names: Iterable[str] | None = None
+    ) -> list[dict[str, object]]:
         """Every descriptor, exactly as the model would see it, in name order."""
         wanted = None if names is None else set(names)
         return [

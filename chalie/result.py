@@ -126,8 +126,14 @@ class ToolResult:
         """A copy with more meta (the dispatcher adds ``action``, say)."""
         merged = {**extra, **self.meta}
         return ToolResult(
-            _SEAL, self.status, self.body, self.rich, _check_meta(merged),
-            self.code, self.hint, self.valid_values,
+            _SEAL,
+            self.status,
+            self.body,
+            self.rich,
+            _check_meta(merged),
+            self.code,
+            self.hint,
+            self.valid_values,
         )
 
     def __eq__(self, other: object) -> bool:

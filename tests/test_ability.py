@@ -37,20 +37,34 @@ def make(**attrs: Any) -> type[Ability]:
         ({"name": "9lives"}, "snake case"),
         ({"name": ""}, "non-empty"),
         ({"examples": EXAMPLES[:5]}, "6 to 8 examples, has 5"),
-        ({"examples": EXAMPLES + ("a", "b", "c")}, "6 to 8 examples, has 9"),
+        ({"examples": (*EXAMPLES, "a", "b", "c")}, "6 to 8 examples, has 9"),
         ({"examples": ("",) * 6}, "non-empty strings"),
         ({"summary": "  "}, "summary"),
         ({"tooltip": ""}, "tooltip"),
         ({"parameters": {"type": "array"}}, "JSON Schema object"),
-        ({"parameters": {"type": "object", "properties": {"a": {"type": "nonsense"}}}}, "valid JSON Schema"),
-        ({"parameters": {"type": "object", "properties": {"act_summary": {"type": "string"}}}}, "framework fields"),
+        (
+            {"parameters": {"type": "object", "properties": {"a": {"type": "nonsense"}}}},
+            "valid JSON Schema",
+        ),
+        (
+            {"parameters": {"type": "object", "properties": {"act_summary": {"type": "string"}}}},
+            "framework fields",
+        ),
         ({"isolation": "thread"}, "isolation"),
         ({"timeout": 0}, "timeout"),
-        ({"actions": {"delete": ("event_id",)}, "parameters": {"type": "object", "properties": {"action": {"type": "string"}}}}, "lacks"),
+        (
+            {
+                "actions": {"delete": ("event_id",)},
+                "parameters": {"type": "object", "properties": {"action": {"type": "string"}}},
+            },
+            "lacks",
+        ),
         ({"sensitive": frozenset({"password"})}, "sensitive"),
     ],
 )
-def test_load_time_validation_names_the_ability_and_the_rule(attrs: dict[str, Any], rule: str) -> None:
+def test_load_time_validation_names_the_ability_and_the_rule(
+    attrs: dict[str, Any], rule: str
+) -> None:
     with pytest.raises(AbilityDefinitionError) as info:
         make(**attrs)
     message = str(info.value)
@@ -90,7 +104,9 @@ def test_replacing_the_assembler_after_creation_is_rejected() -> None:
 
 
 def test_descriptor_injects_act_summary_and_async_only_where_allowed() -> None:
-    cls = make(parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
+    cls = make(
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    )
     plain = cls.descriptor()
     assert set(plain) == {"name", "description", "input_schema"}
     props = plain["input_schema"]["properties"]
@@ -99,7 +115,8 @@ def test_descriptor_injects_act_summary_and_async_only_where_allowed() -> None:
     assert plain["input_schema"]["required"] == ["q", "act_summary"]
     with_async = cls.descriptor(allow_async=True)["input_schema"]["properties"]
     assert with_async["async"] == {
-        "type": "boolean", "default": False,
+        "type": "boolean",
+        "default": False,
         "description": "Run in the background; the result arrives later as an event.",
     }
     # the class's own schema is untouched by assembly
@@ -121,14 +138,19 @@ def test_params_struct_is_the_single_source_of_the_schema() -> None:
 
 
 def test_split_framework_fields_separates_model_fields() -> None:
-    params, act, run_async = split_framework_fields({"q": 1, "act_summary": "Looking", "async": True})
+    params, act, run_async = split_framework_fields(
+        {"q": 1, "act_summary": "Looking", "async": True}
+    )
     assert (params, act, run_async) == ({"q": 1}, "Looking", True)
     assert split_framework_fields({"async": "yes"})[2] is False
 
 
 def test_default_classify_uses_only_declared_actions() -> None:
     cls = make(
-        parameters={"type": "object", "properties": {"action": {"type": "string"}, "id": {"type": "string"}}},
+        parameters={
+            "type": "object",
+            "properties": {"action": {"type": "string"}, "id": {"type": "string"}},
+        },
         actions={"delete_event": ("id",), "list": ()},
     )
     inst = cls()
@@ -145,8 +167,13 @@ _DUMP = (
 
 def test_descriptors_are_byte_identical_across_processes() -> None:
     outs = [
-        subprocess.run([sys.executable, "-c", _DUMP], capture_output=True, check=True,
-                       env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}, cwd=".").stdout
+        subprocess.run(
+            [sys.executable, "-c", _DUMP],
+            capture_output=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+            cwd=".",
+        ).stdout
         for seed in ("1", "2")
     ]
     assert outs[0] == outs[1]

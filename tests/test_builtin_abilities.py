@@ -31,8 +31,15 @@ def test_clock_now_in_a_named_zone() -> None:
 
 
 def test_clock_converts_between_zones_across_dst() -> None:
-    r = call(Clock, {"action": "convert", "zone": "Europe/London", "time": "2026-07-01T15:00",
-                     "to_zone": "America/New_York"})
+    r = call(
+        Clock,
+        {
+            "action": "convert",
+            "zone": "Europe/London",
+            "time": "2026-07-01T15:00",
+            "to_zone": "America/New_York",
+        },
+    )
     body = json.loads(r.body)
     assert body["from"]["utc_offset"] == "+01:00"
     assert body["to"]["iso"] == "2026-07-01T10:00:00-04:00"
@@ -59,9 +66,16 @@ def test_clock_params_reject_oversized_and_unknown_fields() -> None:
 
 @pytest.mark.parametrize(
     ("expr", "value"),
-    [("2^64", "18446744073709551616"), ("(3 + 4) * 12 / 7", "12"), ("17.5/100*240", "42"),
-     ("sqrt(16) + factorial(5)", "124"), ("-2 ** 2", "-4"), ("10 // 3 + 10 % 3", "4"),
-     ("max(1, 7, 3)", "7"), ("round(pi, 3)", "3.142")],
+    [
+        ("2^64", "18446744073709551616"),
+        ("(3 + 4) * 12 / 7", "12"),
+        ("17.5/100*240", "42"),
+        ("sqrt(16) + factorial(5)", "124"),
+        ("-2 ** 2", "-4"),
+        ("10 // 3 + 10 % 3", "4"),
+        ("max(1, 7, 3)", "7"),
+        ("round(pi, 3)", "3.142"),
+    ],
 )
 def test_calculator_evaluates(expr: str, value: str) -> None:
     r = call(Calculator, {"expression": expr})

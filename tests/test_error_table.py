@@ -17,8 +17,15 @@ def test_every_code_is_kebab_case_and_unique() -> None:
 
 def test_the_seed_codes_are_published() -> None:
     codes = {e.code for e in ERROR_CODES}
-    assert {"non-canonical-result", "unhandled-exception", "unknown-tool", "unknown-action",
-            "missing-params", "invalid-param", "permission-denied"} <= codes
+    assert {
+        "non-canonical-result",
+        "unhandled-exception",
+        "unknown-tool",
+        "unknown-action",
+        "missing-params",
+        "invalid-param",
+        "permission-denied",
+    } <= codes
 
 
 def test_readme_documents_every_code_with_its_meaning() -> None:

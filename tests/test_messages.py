@@ -14,8 +14,14 @@ SAMPLES: list[m.Message] = [
     m.ToolCall(call_id="k1", tool="clock", arguments={"zone": "UTC", "n": [1, 2]}, context=CTX),
     m.ToolOutcome(call_id="k1", tool="clock", status="error", envelope="[clock(...)]", code="x"),
     m.CancelTurn(turn_id="t1"),
-    m.PermissionRequest(request_id="r", conversation_id="c1", channel="chat", permission="a.b",
-                        tool="a", expires_at=1.5),
+    m.PermissionRequest(
+        request_id="r",
+        conversation_id="c1",
+        channel="chat",
+        permission="a.b",
+        tool="a",
+        expires_at=1.5,
+    ),
     m.PermissionAnswer(request_id="r", answer="allow_always"),
     m.BackgroundResult(call_id="k", conversation_id="c", tool="t", envelope="e", status="success"),
     m.WorkerJob(job_id="j", ability="abilities.clock:Clock", params={"a": 1}, context=CTX),
@@ -36,8 +42,12 @@ def test_a_malformed_message_names_the_field() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"\$\.turn_id"):
         m.decode(raw)
     nested = msgspec.msgpack.encode(
-        {"kind": "tool_call", "call_id": "k", "tool": "t",
-         "context": {"kind": "turn", "conversation_id": "c", "turn_id": "t", "channel": "root"}}
+        {
+            "kind": "tool_call",
+            "call_id": "k",
+            "tool": "t",
+            "context": {"kind": "turn", "conversation_id": "c", "turn_id": "t", "channel": "root"},
+        }
     )
     with pytest.raises(msgspec.ValidationError, match=r"\$\.context\.channel"):
         m.decode(nested)

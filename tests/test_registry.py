@@ -9,7 +9,7 @@ import pytest
 
 from chalie.registry import DuplicateAbilityError, Registry, load_ref
 
-ABILITY_SRC = '''
+ABILITY_SRC = """
 from chalie.ability import Ability
 from chalie.result import ToolResult
 
@@ -21,7 +21,7 @@ class {cls}(Ability):
 
     def run(self, params):
         return ToolResult.success("{name} ran")
-'''
+"""
 
 
 def write_ability(folder: Path, file: str, name: str, cls: str = "Dropped") -> Path:
@@ -66,14 +66,20 @@ def test_a_broken_module_is_reported_by_path_and_spares_the_others(tmp_path: Pat
     assert "snake case" in failed["invalid.py"]
 
 
-def test_entry_point_abilities_are_collected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entry_point_abilities_are_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site = tmp_path / "site"
     (site / "extpkg").mkdir(parents=True)
-    (site / "extpkg" / "__init__.py").write_text(ABILITY_SRC.format(name="from_entry_point", cls="Ext"))
+    (site / "extpkg" / "__init__.py").write_text(
+        ABILITY_SRC.format(name="from_entry_point", cls="Ext")
+    )
     dist = site / "extpkg-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extpkg\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[chalie.abilities]\next = extpkg\nbad = extpkg_missing\n")
+    (dist / "entry_points.txt").write_text(
+        "[chalie.abilities]\next = extpkg\nbad = extpkg_missing\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     reg = Registry.collect()
     assert reg.get("from_entry_point") is not None
@@ -85,11 +91,13 @@ def test_private_and_abstract_classes_are_not_registered(tmp_path: Path) -> None
     folder = tmp_path / "d"
     folder.mkdir()
     (folder / "_private.py").write_text(ABILITY_SRC.format(name="private_one", cls="P"))
-    (folder / "base.py").write_text(textwrap.dedent('''
+    (folder / "base.py").write_text(
+        textwrap.dedent("""
         from chalie.ability import Ability
         class Base(Ability):
             abstract = True
-    '''))
+    """)
+    )
     reg = Registry.collect(entry_points=False, dropin=folder)
     assert "private_one" not in reg
     assert not reg.failures

@@ -43,7 +43,12 @@ def test_success_rejects_non_json_bodies_and_nested_meta() -> None:
 
 def test_error_needs_a_kebab_case_code_and_message() -> None:
     e = ToolResult.error("invalid-param", "zone is wrong", hint="use UTC", valid_values=["UTC"])
-    assert (e.status, e.code, e.hint, e.valid_values) == ("error", "invalid-param", "use UTC", ("UTC",))
+    assert (e.status, e.code, e.hint, e.valid_values) == (
+        "error",
+        "invalid-param",
+        "use UTC",
+        ("UTC",),
+    )
     assert not e.ok
     for bad in ("InvalidParam", "invalid_param", "-x", "x-", "", "a--b"):
         with pytest.raises(ValueError):
