@@ -1,0 +1,148 @@
+"""The discovery cascade: each query entry climbs exact → name keyword → vector on its own.
+
+The first rung that yields wins for that entry. The union over entries is
+deduplicated in rank order (entry by entry) and never truncated across the
+array: the point of the array is to fetch every tool a turn needs in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+from chalie.discovery.names import NameIndex
+from chalie.discovery.types import ToolDoc
+
+MAX_ENTRIES: Final = 20
+MAX_ENTRY_CHARS: Final = 200
+DEFAULT_K: Final = 5
+MAX_K: Final = 50
+
+Rung = Literal["exact", "keyword", "vector", "ambiguous", "none"]
+
+
+class QueryError(ValueError):
+    """The query array itself is malformed: the caller's mistake, not the index's."""
+
+
+class VectorSearch(Protocol):
+    """What the cascade needs from the vector index (chalie.discovery.vector.VectorIndex)."""
+
+    def search(self, query: str, k: int = 5) -> list[tuple[str, float]]: ...
+
+
+@dataclass(frozen=True)
+class EntryOutcome:
+    """How one entry was answered: the rung that yielded and the names it gave, best first."""
+
+    query: str
+    rung: Rung
+    names: tuple[str, ...] = ()
+    candidates: tuple[str, ...] = ()
+    distances: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class FindResult:
+    """The answer to one find: injected tools in rank order, and the entries that found nothing."""
+
+    injected: list[ToolDoc] = field(default_factory=list)
+    not_found: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[EntryOutcome] = field(default_factory=list)
+
+    def body(self) -> dict[str, Any]:
+        """The find_tools body: ``{"injected": [{name, summary}], "not_found": [...]}``."""
+        return {
+            "injected": [{"name": d.name, "summary": d.summary} for d in self.injected],
+            "not_found": list(self.not_found),
+        }
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.injected]
+
+
+def check_queries(queries: object) -> list[str]:
+    """The validated entries, stripped; QueryError naming the first problem otherwise."""
+    if isinstance(queries, str | bytes) or not isinstance(queries, Sequence):
+        raise QueryError(
+            "query must be an array of strings, one tool name or described action each"
+        )
+    if not 1 <= len(queries) <= MAX_ENTRIES:
+        raise QueryError(f"query must have 1 to {MAX_ENTRIES} entries, got {len(queries)}")
+    out: list[str] = []
+    for i, entry in enumerate(queries):
+        if not isinstance(entry, str):
+            raise QueryError(f"query[{i}] is {type(entry).__name__}, not a string")
+        if len(entry) > MAX_ENTRY_CHARS:
+            raise QueryError(f"query[{i}] is longer than {MAX_ENTRY_CHARS} characters")
+        # control characters carry no meaning for search and must not reach the logs raw
+        text = " ".join("".join(c if c.isprintable() else " " for c in entry).split())
+        if not text:
+            raise QueryError(f"query[{i}] is empty")
+        out.append(text)
+    return out
+
+
+def check_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise QueryError(f"k must be an integer from 1 to {MAX_K}")
+    return k
+
+
+def run_entry(
+    entry: str, names: NameIndex, vectors: VectorSearch, known: Mapping[str, ToolDoc], k: int
+) -> EntryOutcome:
+    """One entry through the rungs; the first that yields wins."""
+    exact = names.exact(entry)
+    if exact.ambiguous:
+        return EntryOutcome(entry, "ambiguous", candidates=exact.candidates)
+    pinned = tuple(n for n in exact.names if n in known)
+    if pinned:
+        return EntryOutcome(entry, "exact", pinned)
+    keyword = tuple(n for n in names.keyword(entry, k) if n in known)
+    if keyword:
+        return EntryOutcome(entry, "keyword", keyword)
+    hits = [(n, d) for n, d in vectors.search(entry, k) if n in known][:k]
+    if hits:
+        return EntryOutcome(
+            entry, "vector", tuple(n for n, _ in hits), distances=tuple(float(d) for _, d in hits)
+        )
+    return EntryOutcome(entry, "none")
+
+
+def run_cascade(
+    queries: Sequence[str],
+    names: NameIndex,
+    vectors: VectorSearch,
+    known: Mapping[str, ToolDoc],
+    *,
+    k: int = DEFAULT_K,
+) -> FindResult:
+    """Every entry through the cascade, then the deduplicated, untruncated union."""
+    entries = check_queries(queries)
+    k = check_k(k)
+    outcomes = [run_entry(entry, names, vectors, known, k) for entry in entries]
+    injected: list[ToolDoc] = []
+    seen: set[str] = set()
+    not_found: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        if outcome.rung == "ambiguous":
+            not_found.append(
+                {
+                    "query": outcome.query,
+                    "reason": "ambiguous",
+                    "candidates": list(outcome.candidates),
+                    "hint": "several sources own this name; ask again with one of the full names",
+                }
+            )
+            continue
+        if outcome.rung == "none":
+            not_found.append({"query": outcome.query, "reason": "no-match"})
+            continue
+        for name in outcome.names:
+            if name not in seen:
+                seen.add(name)
+                injected.append(known[name])
+    return FindResult(injected=injected, not_found=not_found, entries=outcomes)

@@ -1,0 +1,435 @@
+"""DiscoveryEngine: the two indexes over one catalogue, their persistence and their updates.
+
+On disk (``directory``)::
+
+    manifest.json         the commit point: model id, ceiling, catalogue hash, generation
+    gen-<id>/names/       Tantivy name index
+    gen-<id>/vectors-<n>/ the vector index's own files
+    gen-<id>/docs-<n>.json the catalogue the generation was built from
+
+Lifecycle:
+
+1. ``build`` writes a whole generation into a ``.building-*`` directory, renames
+   it to ``gen-<id>`` and only then replaces ``manifest.json`` (``os.replace``),
+   so a reader sees the old index or the new one, never a half-built one.
+2. ``open`` reads the manifest and the generation it names; anything missing,
+   truncated or inconsistent is an :class:`IndexCorruptError`.
+3. ``open_or_build`` reuses the persisted index when the model, the ceiling and
+   the catalogue hash all match, and rebuilds otherwise (or when it is corrupt).
+4. ``add`` / ``remove`` update both indexes in place, then persist the vectors
+   and the catalogue under new names and replace the manifest last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from chalie.discovery.cascade import DEFAULT_K, FindResult, run_cascade
+from chalie.discovery.embedder import Embedder
+from chalie.discovery.names import NameIndex
+from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.discovery.vector import FORMAT as VECTOR_FORMAT
+from chalie.discovery.vector import VectorIndex
+
+log = logging.getLogger("chalie.discovery")
+
+MANIFEST: Final = "manifest.json"
+FORMAT: Final = 1
+# Embedding dominates a build; progress is reported once per batch of tools.
+BUILD_BATCH: Final = 256
+MAX_MANIFEST_BYTES: Final = 1_000_000
+STALE_BUILD_SECONDS: Final = 3600
+
+Progress = Callable[[int, int], None]
+
+
+def doc_record(doc: ToolDoc) -> dict[str, Any]:
+    return {
+        "name": doc.name,
+        "summary": doc.summary,
+        "examples": list(doc.examples),
+        "tooltip": doc.tooltip,
+        "source": doc.source,
+    }
+
+
+def doc_from_record(raw: Any) -> ToolDoc:
+    if not isinstance(raw, dict):
+        raise ValueError("a catalogue record is not an object")
+    name, summary = raw.get("name"), raw.get("summary")
+    examples = raw.get("examples", [])
+    if not isinstance(name, str) or not name or not isinstance(summary, str):
+        raise ValueError("a catalogue record lacks name or summary")
+    if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
+        raise ValueError(f"{name}: examples must be a list of strings")
+    tooltip, source = raw.get("tooltip", ""), raw.get("source", "")
+    if not isinstance(tooltip, str) or not isinstance(source, str):
+        raise ValueError(f"{name}: tooltip and source must be strings")
+    return ToolDoc(name, summary, tuple(examples), tooltip, source)
+
+
+def catalogue_hash(docs: Iterable[ToolDoc]) -> str:
+    """A digest of everything the indexes are built from, independent of order."""
+    digest = hashlib.sha256()
+    for record in sorted((doc_record(d) for d in docs), key=lambda r: r["name"]):
+        digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _unique(docs: Sequence[ToolDoc]) -> dict[str, ToolDoc]:
+    """Name → doc; a later doc with the same name replaces an earlier one."""
+    out: dict[str, ToolDoc] = {}
+    for doc in docs:
+        if not isinstance(doc, ToolDoc):
+            raise TypeError(f"expected ToolDoc, got {type(doc).__name__}")
+        if not doc.name or not doc.name.strip():
+            raise ValueError("a tool doc needs a name")
+        out[doc.name] = doc
+    return out
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, ensure_ascii=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest, checked for shape; IndexCorruptError when absent or garbled."""
+    path = directory / MANIFEST
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise IndexCorruptError(f"{path} is implausibly large")
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexCorruptError(f"no discovery index in {directory} (no {MANIFEST})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexCorruptError(f"{path} is unreadable: {exc}") from None
+    wanted = {
+        "format": int,
+        "model_id": str,
+        "ceiling": float,
+        "catalogue_hash": str,
+        "generation": str,
+        "vectors": str,
+        "docs": str,
+        "count": int,
+    }
+    if not isinstance(raw, dict):
+        raise IndexCorruptError(f"{path} is not a JSON object")
+    for key, kind in wanted.items():
+        value = raw.get(key)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = raw[key] = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise IndexCorruptError(f"{path}: field {key!r} is missing or not {kind.__name__}")
+    if raw["format"] != FORMAT:
+        raise IndexCorruptError(f"{path}: index format {raw['format']} is not {FORMAT}")
+    for key in ("generation", "vectors", "docs"):
+        part = raw[key]
+        if "/" in part or "\\" in part or part.startswith(".") or not part:
+            raise IndexCorruptError(f"{path}: field {key!r} is not a plain directory name")
+    return raw
+
+
+class DiscoveryEngine:
+    """Exact, keyword and vector rungs over one catalogue; thread-safe.
+
+    Not persisted when built without a directory (tests, the eval command).
+    """
+
+    def __init__(
+        self,
+        docs: dict[str, ToolDoc],
+        names: NameIndex,
+        vectors: VectorIndex,
+        embedder: Embedder,
+        *,
+        directory: Path | None = None,
+        manifest: dict[str, Any] | None = None,
+    ) -> None:
+        self._docs = docs
+        self._names = names
+        self._vectors = vectors
+        self.embedder = embedder
+        self.directory = directory
+        self._manifest = manifest
+        self._lock = threading.RLock()
+
+    # -- facts ------------------------------------------------------------
+    @property
+    def model_id(self) -> str:
+        return self.embedder.model_id
+
+    @property
+    def ceiling(self) -> float:
+        return float(self._vectors.ceiling)
+
+    @property
+    def catalogue_hash(self) -> str:
+        with self._lock:
+            return catalogue_hash(self._docs.values())
+
+    @property
+    def docs(self) -> dict[str, ToolDoc]:
+        with self._lock:
+            return dict(self._docs)
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._docs
+
+    # -- building ---------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        docs: Sequence[ToolDoc],
+        embedder: Embedder,
+        *,
+        directory: Path | None = None,
+        progress: Progress | None = None,
+        ceiling: float | None = None,
+    ) -> DiscoveryEngine:
+        """A fresh engine over ``docs``; persisted atomically into ``directory`` if given."""
+        catalogue = _unique(docs)
+        ordered = sorted(catalogue.values(), key=lambda d: d.name)
+        total = len(ordered)
+        started = time.monotonic()
+        vectors = VectorIndex(embedder, ceiling=ceiling)
+        if progress:
+            progress(0, total)
+        for start in range(0, total, BUILD_BATCH):
+            chunk = ordered[start : start + BUILD_BATCH]
+            vectors.upsert(chunk)
+            if progress:
+                progress(start + len(chunk), total)
+        if directory is None:
+            names = NameIndex.create()
+            names.upsert(ordered)
+            log.info(
+                "built an in-memory index of %d tools in %.1fs", total, time.monotonic() - started
+            )
+            return cls(catalogue, names, vectors, embedder)
+
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        staging = directory / f".building-{uuid.uuid4().hex}"
+        staging.mkdir(mode=0o700)
+        try:
+            names = NameIndex.create(staging / "names")
+            names.upsert(ordered)
+            vectors.save(staging / "vectors-0")
+            _write_json_atomic(staging / "docs-0.json", [doc_record(d) for d in ordered])
+            generation = f"gen-{uuid.uuid4().hex[:16]}"
+            os.replace(staging, directory / generation)
+            _fsync_dir(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        manifest = {
+            "format": FORMAT,
+            "model_id": embedder.model_id,
+            "dim": int(embedder.dim),
+            "vector_format": VECTOR_FORMAT,
+            "ceiling": float(vectors.ceiling),
+            "catalogue_hash": catalogue_hash(ordered),
+            "generation": generation,
+            "vectors": "vectors-0",
+            "docs": "docs-0.json",
+            "count": total,
+            "built_at": time.time(),
+        }
+        _write_json_atomic(directory / MANIFEST, manifest)
+        _sweep(directory, keep=generation)
+        # Reopen from disk so the engine serves exactly what was committed.
+        engine = cls.open(directory, embedder)
+        log.info(
+            "built the index of %d tools in %s in %.1fs",
+            total,
+            directory,
+            time.monotonic() - started,
+        )
+        return engine
+
+    @classmethod
+    def open(cls, directory: Path, embedder: Embedder) -> DiscoveryEngine:
+        """The persisted engine; IndexCorruptError if anything about it is wrong."""
+        manifest = read_manifest(directory)
+        if manifest["model_id"] != embedder.model_id:
+            raise IndexCorruptError(
+                f"index in {directory} was built with {manifest['model_id']!r}, "
+                f"not {embedder.model_id!r}"
+            )
+        gen = directory / manifest["generation"]
+        if not gen.is_dir():
+            raise IndexCorruptError(f"index generation {gen} is missing")
+        try:
+            raw_docs = json.loads((gen / manifest["docs"]).read_text(encoding="utf-8"))
+            if not isinstance(raw_docs, list):
+                raise ValueError("the catalogue is not a list")
+            docs = _unique([doc_from_record(r) for r in raw_docs])
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise IndexCorruptError(f"catalogue in {gen} is unreadable: {exc}") from None
+        if (
+            len(docs) != manifest["count"]
+            or catalogue_hash(docs.values()) != manifest["catalogue_hash"]
+        ):
+            raise IndexCorruptError(f"catalogue in {gen} does not match its manifest")
+        names = NameIndex.open(gen / "names")
+        try:
+            vectors = VectorIndex.load(gen / manifest["vectors"], embedder)
+        except IndexCorruptError:
+            raise
+        except Exception as exc:  # a vector file can fail in many ways; all mean the same here
+            raise IndexCorruptError(f"vector index in {gen} is unreadable: {exc}") from exc
+        if sorted(docs) != names.all_names():
+            raise IndexCorruptError(f"name index in {gen} does not match its catalogue")
+        if len(vectors) != len(docs):
+            raise IndexCorruptError(
+                f"vector index in {gen} holds {len(vectors)} tools, the catalogue {len(docs)}"
+            )
+        return cls(docs, names, vectors, embedder, directory=directory, manifest=manifest)
+
+    @classmethod
+    def open_or_build(
+        cls,
+        directory: Path,
+        docs: Sequence[ToolDoc],
+        embedder: Embedder,
+        *,
+        progress: Progress | None = None,
+    ) -> DiscoveryEngine:
+        """Reuse the persisted index when nothing changed; rebuild it otherwise."""
+        reason = cls.stale_reason(directory, docs, embedder)
+        if reason is None:
+            try:
+                return cls.open(directory, embedder)
+            except IndexCorruptError as exc:
+                reason = str(exc)
+        if reason and (directory / MANIFEST).exists():
+            log.warning("rebuilding the discovery index in %s: %s", directory, reason)
+        return cls.build(docs, embedder, directory=directory, progress=progress)
+
+    @staticmethod
+    def stale_reason(directory: Path, docs: Sequence[ToolDoc], embedder: Embedder) -> str | None:
+        """Why the persisted index cannot serve ``docs`` with ``embedder`` (None: it can)."""
+        try:
+            manifest = read_manifest(directory)
+        except IndexCorruptError as exc:
+            return str(exc)
+        if manifest["model_id"] != embedder.model_id:
+            return f"the embedding model changed ({manifest['model_id']} → {embedder.model_id})"
+        if manifest.get("vector_format") != VECTOR_FORMAT:
+            old = manifest.get("vector_format")
+            return f"the vector layout changed (format {old} → {VECTOR_FORMAT})"
+        calibrated = float(VectorIndex(embedder).ceiling)
+        if abs(manifest["ceiling"] - calibrated) > 1e-9:
+            return f"the distance ceiling changed ({manifest['ceiling']} → {calibrated})"
+        if manifest["catalogue_hash"] != catalogue_hash(_unique(docs).values()):
+            return "the catalogue changed"
+        return None
+
+    # -- serving ----------------------------------------------------------
+    def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
+        """Run the cascade for every entry; raises QueryError or IndexCorruptError."""
+        with self._lock:
+            return run_cascade(queries, self._names, self._vectors, self._docs, k=k)
+
+    def get(self, name: str) -> ToolDoc | None:
+        return self._docs.get(name)
+
+    # -- incremental updates ----------------------------------------------
+    def add(self, docs: Sequence[ToolDoc]) -> None:
+        """Add or replace tools in both indexes without a rebuild."""
+        fresh = _unique(docs)
+        if not fresh:
+            return
+        with self._lock:
+            changed = [d for d in fresh.values() if self._docs.get(d.name) != d]
+            if not changed:
+                return
+            self._vectors.upsert(changed)
+            self._names.upsert(changed)
+            for doc in changed:
+                self._docs[doc.name] = doc
+            self._persist()
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Drop tools from both indexes; unknown names are ignored."""
+        with self._lock:
+            gone = [n for n in dict.fromkeys(names) if n in self._docs]
+            if not gone:
+                return
+            self._vectors.remove(gone)
+            self._names.remove(gone)
+            for name in gone:
+                del self._docs[name]
+            self._persist()
+
+    def _persist(self) -> None:
+        """Write the changed vectors and catalogue under new names, then the manifest."""
+        if self.directory is None or self._manifest is None:
+            return
+        old = self._manifest
+        gen = self.directory / old["generation"]
+        serial = int(old["vectors"].rsplit("-", 1)[-1]) + 1 if old["vectors"][-1:].isdigit() else 1
+        vectors_dir, docs_file = f"vectors-{serial}", f"docs-{serial}.json"
+        ordered = sorted(self._docs.values(), key=lambda d: d.name)
+        try:
+            self._vectors.save(gen / vectors_dir)
+            _write_json_atomic(gen / docs_file, [doc_record(d) for d in ordered])
+            manifest = {
+                **old,
+                "catalogue_hash": catalogue_hash(ordered),
+                "vectors": vectors_dir,
+                "docs": docs_file,
+                "count": len(ordered),
+                "ceiling": float(self._vectors.ceiling),
+            }
+            _write_json_atomic(self.directory / MANIFEST, manifest)
+        except OSError as exc:
+            raise IndexCorruptError(f"could not persist the index update in {gen}: {exc}") from exc
+        self._manifest = manifest
+        shutil.rmtree(gen / old["vectors"], ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (gen / old["docs"]).unlink()
+
+
+def _sweep(directory: Path, *, keep: str) -> None:
+    """Remove generations the manifest no longer names, and abandoned builds."""
+    for child in directory.iterdir():
+        if child.name == keep or not child.is_dir():
+            continue
+        if child.name.startswith("gen-"):
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.name.startswith(".building-"):
+            # another process may be building right now; only clear what was abandoned
+            with contextlib.suppress(OSError):
+                if time.time() - child.stat().st_mtime > STALE_BUILD_SECONDS:
+                    shutil.rmtree(child, ignore_errors=True)
