@@ -1,0 +1,301 @@
+"""The supervisor actor with real pykka threads: restarts, escalation, shutdown, ChildRef."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pykka
+import pytest
+
+from actors.supervisor import (
+    ChildRef,
+    ChildSpec,
+    ChildUnavailable,
+    SupervisedActor,
+    Supervisor,
+    _ChildExit,
+)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_actors() -> Iterator[None]:
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+class Journal:
+    """What the children did, in order, across incarnations."""
+
+    def __init__(self, fail_starts: int = 0) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.fail_starts = fail_starts
+        self.lock = threading.Lock()
+
+    def add(self, kind: str, who: str) -> None:
+        with self.lock:
+            self.events.append((kind, who))
+
+    def count(self, kind: str, who: str | None = None) -> int:
+        with self.lock:
+            return sum(1 for k, w in self.events if k == kind and (who is None or w == who))
+
+
+class Worker(SupervisedActor):
+    def __init__(self, name: str, journal: Journal) -> None:
+        super().__init__()
+        self.name = name
+        self.journal = journal
+
+    def on_start(self) -> None:
+        with self.journal.lock:
+            failing = self.journal.fail_starts > 0
+            self.journal.fail_starts -= 1
+        if failing:
+            raise RuntimeError(f"{self.name} cannot start")
+        self.journal.add("start", self.name)
+
+    def on_stop(self) -> None:
+        self.journal.add("stop", self.name)
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "ping":
+            return self.actor_urn
+        if message == "boom":
+            raise RuntimeError("boom")
+        if message == "slow-boom":
+            time.sleep(0.3)
+            raise RuntimeError("slow boom")
+        if message == "thread-crash":
+            def crash() -> None:
+                raise ValueError("thread went wrong")
+            self.spawn_thread(crash, "crasher")
+            return None
+        if message == "quit":
+            self.stop()
+            return None
+        return None
+
+
+def worker_spec(name: str, journal: Journal, restart: str = "permanent", shutdown: float = 5.0) -> ChildSpec:
+    return ChildSpec(name, lambda: Worker.start(name, journal), restart, shutdown)  # type: ignore[arg-type]
+
+
+def start_sup(specs: list[ChildSpec], **kw: Any) -> pykka.ActorRef[Supervisor]:
+    kw.setdefault("backoff_base", 0.01)
+    return Supervisor.start(specs, **kw)
+
+
+def status_of(sup: pykka.ActorRef[Supervisor], child_id: str) -> dict[str, Any]:
+    status = sup.proxy().status().get(timeout=5)
+    return next(c for c in status["children"] if c["id"] == child_id)
+
+
+def restarted(sup: pykka.ActorRef[Supervisor], child_id: str, times: int) -> Callable[[], bool]:
+    def check() -> bool:
+        s = status_of(sup, child_id)
+        return bool(s["alive"] and s["restarts"] >= times)
+    return check
+
+
+def test_a_child_failing_in_on_start_is_restarted_until_it_starts() -> None:
+    journal = Journal(fail_starts=2)
+    sup = start_sup([worker_spec("w", journal)])
+    wait_until(restarted(sup, "w", 2))
+    s = status_of(sup, "w")
+    assert s["restarts"] == 2
+    assert "cannot start" in s["last_error"]
+    assert journal.count("start", "w") == 1
+
+
+def test_a_child_failing_in_a_message_handler_is_restarted_with_a_new_ref() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal)])
+    old = sup.proxy().child("w").get(timeout=5)
+    old.tell("boom")
+    wait_until(restarted(sup, "w", 1))
+    new = sup.proxy().child("w").get(timeout=5)
+    assert new.actor_urn != old.actor_urn
+    assert not old.is_alive()
+    assert "RuntimeError: boom" in status_of(sup, "w")["last_error"]
+
+
+def test_a_crash_in_a_thread_of_the_child_restarts_the_child() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal)])
+    old = sup.proxy().child("w").get(timeout=5)
+    old.tell("thread-crash")
+    wait_until(restarted(sup, "w", 1))
+    assert not old.is_alive()
+    assert "thread went wrong" in status_of(sup, "w")["last_error"]
+
+
+def test_permanent_child_is_restarted_even_after_a_normal_stop() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal, "permanent")])
+    sup.proxy().child("w").get(timeout=5).tell("quit")
+    wait_until(restarted(sup, "w", 1))
+    assert status_of(sup, "w")["last_error"] is None
+
+
+def test_transient_child_is_restarted_after_a_failure_but_not_after_a_normal_stop() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("t", journal, "transient")])
+    sup.proxy().child("t").get(timeout=5).tell("boom")
+    wait_until(restarted(sup, "t", 1))
+    sup.proxy().child("t").get(timeout=5).tell("quit")
+    wait_until(lambda: not status_of(sup, "t")["alive"])
+    time.sleep(0.2)
+    s = status_of(sup, "t")
+    assert s["alive"] is False and s["restarts"] == 1
+    assert sup.proxy().child("t").get(timeout=5) is None
+
+
+def test_temporary_child_is_never_restarted() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("tmp", journal, "temporary")])
+    sup.proxy().child("tmp").get(timeout=5).tell("boom")
+    wait_until(lambda: not status_of(sup, "tmp")["alive"])
+    time.sleep(0.2)
+    assert status_of(sup, "tmp")["restarts"] == 0
+    assert journal.count("start", "tmp") == 1
+
+
+def test_root_escalation_calls_on_escalate_with_the_child_and_its_last_error_and_stops_the_tree() -> None:
+    journal = Journal(fail_starts=10_000)
+    other = Journal()
+    escalated: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def on_escalate(child_id: str, error: str) -> None:
+        escalated.append((child_id, error))
+        done.set()
+
+    sup = start_sup(
+        [worker_spec("steady", other), worker_spec("doomed", journal)],
+        intensity=3, period=10.0, on_escalate=on_escalate,
+    )
+    assert done.wait(5)
+    assert escalated[0][0] == "doomed"
+    assert "doomed cannot start" in escalated[0][1]
+    wait_until(lambda: not sup.is_alive())
+    assert other.count("stop", "steady") == 1
+
+
+def test_a_nested_supervisor_escalates_to_its_parent_which_restarts_it() -> None:
+    journal = Journal(fail_starts=10_000)
+    escalated: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def inner() -> pykka.ActorRef[Any]:
+        return Supervisor.start([worker_spec("leaf", journal)], intensity=1, backoff_base=0.01)
+
+    def on_escalate(child_id: str, error: str) -> None:
+        escalated.append((child_id, error))
+        done.set()
+
+    root = start_sup([ChildSpec("inner", inner)], intensity=2, period=10.0, on_escalate=on_escalate)
+    assert done.wait(10)
+    child_id, error = escalated[0]
+    assert child_id == "inner"
+    assert "leaf" in error and "cannot start" in error
+    wait_until(lambda: not root.is_alive())
+    # The parent restarted the inner supervisor before giving up itself.
+    assert journal.fail_starts < 10_000 - 4
+
+
+def test_stopping_the_supervisor_stops_children_in_reverse_start_order() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec(n, journal) for n in ("a", "b", "c")])
+    wait_until(lambda: journal.count("start") == 3)
+    sup.stop(timeout=10)
+    stops = [w for k, w in journal.events if k == "stop"]
+    assert stops == ["c", "b", "a"]
+    starts = [w for k, w in journal.events if k == "start"]
+    assert starts == ["a", "b", "c"]
+
+
+class Stubborn(SupervisedActor):
+    def on_stop(self) -> None:
+        time.sleep(2.0)
+
+
+def test_a_child_that_will_not_stop_holds_shutdown_only_for_its_timeout() -> None:
+    sup = start_sup([ChildSpec("slow", Stubborn.start, shutdown=0.2)])
+    wait_until(lambda: status_of(sup, "slow")["alive"])
+    began = time.monotonic()
+    sup.stop(timeout=10)
+    assert time.monotonic() - began < 1.5
+
+
+def test_a_stale_failure_report_from_an_old_ref_is_ignored() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal)])
+    old = sup.proxy().child("w").get(timeout=5)
+    old.tell("boom")
+    wait_until(restarted(sup, "w", 1))
+    current = sup.proxy().child("w").get(timeout=5)
+    sup.tell(_ChildExit("w", old.actor_urn, True, "late report"))
+    sup.tell(_ChildExit("nobody", "urn:x", True, "unknown child"))
+    time.sleep(0.2)
+    s = status_of(sup, "w")
+    assert s["restarts"] == 1 and s["alive"]
+    assert s["last_error"] != "late report"
+    assert sup.proxy().child("w").get(timeout=5) is current
+
+
+def test_a_call_in_flight_during_a_crash_fails_with_a_structured_error_and_the_next_reaches_the_new_child() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal)])
+    ref: ChildRef = sup.proxy().child_ref("w").get(timeout=5)
+    first = ref.ask("ping", timeout=5)
+    ref.tell("slow-boom")
+    with pytest.raises(ChildUnavailable) as info:
+        ref.ask("ping", timeout=5)
+    assert info.value.child_id == "w"
+    result = info.value.result()
+    assert result.code == "internal-error" and result.hint
+    wait_until(restarted(sup, "w", 1))
+    second = ref.ask("ping", timeout=5)
+    assert second != first
+    assert ref.call("on_receive", "ping", timeout=5) == second
+
+
+class Plain(pykka.ThreadingActor):
+    def on_receive(self, message: Any) -> Any:
+        if message == "quit":
+            self.stop()
+        return None
+
+
+def test_a_plain_actor_child_that_dies_is_noticed_and_restarted() -> None:
+    sup = start_sup([ChildSpec("plain", Plain.start)])
+    old = sup.proxy().child("plain").get(timeout=5)
+    old.tell("quit")
+    wait_until(restarted(sup, "plain", 1))
+    assert sup.proxy().child("plain").get(timeout=5).actor_urn != old.actor_urn
+
+
+def test_a_start_function_that_raises_is_retried_then_escalated() -> None:
+    calls: list[int] = []
+    done = threading.Event()
+
+    def bad_start() -> pykka.ActorRef[Any]:
+        calls.append(1)
+        raise OSError("no such thing")
+
+    sup = start_sup([ChildSpec("bad", bad_start)], intensity=2, on_escalate=lambda c, e: done.set())
+    assert done.wait(5)
+    assert len(calls) == 3
+    wait_until(lambda: not sup.is_alive())
