@@ -182,8 +182,12 @@ class SupervisedActor(pykka.ThreadingActor):
                 return
             self._reported = True
         if abnormal:
-            log.error("%s (%s) failed: %s", self.supervised_as or type(self).__name__,
-                      self.actor_urn, error)
+            log.error(
+                "%s (%s) failed: %s",
+                self.supervised_as or type(self).__name__,
+                self.actor_urn,
+                error,
+            )
         if self._binding is None:
             return
         try:
@@ -453,8 +457,12 @@ class Supervisor(SupervisedActor):
             child.last_error = error
         decision = self._policy.on_exit(child.spec, abnormal=abnormal, now=self._clock())
         if decision.action == "ignore":
-            log.info("child %s exited (%s); not restarted (%s)", child.spec.id,
-                     "failed" if abnormal else "normal", child.spec.restart)
+            log.info(
+                "child %s exited (%s); not restarted (%s)",
+                child.spec.id,
+                "failed" if abnormal else "normal",
+                child.spec.restart,
+            )
             return
         if decision.action == "escalate":
             self._escalate(child)

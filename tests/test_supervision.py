@@ -33,7 +33,9 @@ def spec(id: str = "c", restart: str = "permanent") -> ChildSpec:
         ("temporary", False, False),
     ],
 )
-def test_restart_type_decides_whether_an_exit_restarts(restart: str, abnormal: bool, expected: bool) -> None:
+def test_restart_type_decides_whether_an_exit_restarts(
+    restart: str, abnormal: bool, expected: bool
+) -> None:
     assert should_restart(restart, abnormal=abnormal) is expected  # type: ignore[arg-type]
 
 
@@ -79,7 +81,10 @@ def test_intensity_is_shared_by_all_children_of_a_supervisor() -> None:
 def test_exits_that_do_not_restart_do_not_count_towards_the_intensity() -> None:
     policy = RestartPolicy(intensity=1, period=10.0)
     for t in range(5):
-        assert policy.on_exit(spec(restart="temporary"), abnormal=True, now=float(t)).action == "ignore"
+        assert (
+            policy.on_exit(spec(restart="temporary"), abnormal=True, now=float(t)).action
+            == "ignore"
+        )
     assert policy.on_exit(spec(), abnormal=True, now=6.0).action == "restart"
 
 
@@ -107,7 +112,9 @@ def test_backoff_of_a_huge_attempt_is_capped_not_an_overflow() -> None:
         ({"id": "x", "start": _start, "shutdown": 0}, "shutdown"),
     ],
 )
-def test_a_malformed_child_spec_is_rejected_with_the_reason(kwargs: dict[str, object], message: str) -> None:
+def test_a_malformed_child_spec_is_rejected_with_the_reason(
+    kwargs: dict[str, object], message: str
+) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         ChildSpec(**kwargs)  # type: ignore[arg-type]
 

@@ -78,8 +78,10 @@ class Worker(SupervisedActor):
             time.sleep(0.3)
             raise RuntimeError("slow boom")
         if message == "thread-crash":
+
             def crash() -> None:
                 raise ValueError("thread went wrong")
+
             self.spawn_thread(crash, "crasher")
             return None
         if message == "quit":
@@ -88,7 +90,9 @@ class Worker(SupervisedActor):
         return None
 
 
-def worker_spec(name: str, journal: Journal, restart: str = "permanent", shutdown: float = 5.0) -> ChildSpec:
+def worker_spec(
+    name: str, journal: Journal, restart: str = "permanent", shutdown: float = 5.0
+) -> ChildSpec:
     return ChildSpec(name, lambda: Worker.start(name, journal), restart, shutdown)  # type: ignore[arg-type]
 
 
@@ -106,6 +110,7 @@ def restarted(sup: pykka.ActorRef[Supervisor], child_id: str, times: int) -> Cal
     def check() -> bool:
         s = status_of(sup, child_id)
         return bool(s["alive"] and s["restarts"] >= times)
+
     return check
 
 
@@ -172,7 +177,7 @@ def test_temporary_child_is_never_restarted() -> None:
     assert journal.count("start", "tmp") == 1
 
 
-def test_root_escalation_calls_on_escalate_with_the_child_and_its_last_error_and_stops_the_tree() -> None:
+def test_root_escalation_reports_child_and_last_error_and_stops_the_tree() -> None:
     journal = Journal(fail_starts=10_000)
     other = Journal()
     escalated: list[tuple[str, str]] = []
@@ -184,7 +189,9 @@ def test_root_escalation_calls_on_escalate_with_the_child_and_its_last_error_and
 
     sup = start_sup(
         [worker_spec("steady", other), worker_spec("doomed", journal)],
-        intensity=3, period=10.0, on_escalate=on_escalate,
+        intensity=3,
+        period=10.0,
+        on_escalate=on_escalate,
     )
     assert done.wait(5)
     assert escalated[0][0] == "doomed"
@@ -255,7 +262,7 @@ def test_a_stale_failure_report_from_an_old_ref_is_ignored() -> None:
     assert sup.proxy().child("w").get(timeout=5) is current
 
 
-def test_a_call_in_flight_during_a_crash_fails_with_a_structured_error_and_the_next_reaches_the_new_child() -> None:
+def test_call_in_flight_at_a_crash_gets_a_structured_error_next_call_reaches_new_child() -> None:
     journal = Journal()
     sup = start_sup([worker_spec("w", journal)])
     ref: ChildRef = sup.proxy().child_ref("w").get(timeout=5)
