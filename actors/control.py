@@ -19,18 +19,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
+import queue
+import threading
+import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+import pykka
 import zmq
 import zmq.asyncio
 
 from actors.loop import EventLoopThread
+from actors.supervisor import ChildUnavailable, SupervisedActor
 from chalie import control
-from chalie.messages import ControlReply
+from chalie.events import QueueSubscription
+from chalie.messages import ControlReply, PermissionRequest, ToolCall, TurnContext
+from chalie.policy import PolicyError
+from chalie.trail import Trail
+
+if TYPE_CHECKING:
+    from chalie.daemon import Runtime
 
 log = logging.getLogger("chalie.control")
 
@@ -40,6 +56,7 @@ Handler = Callable[[str, control.Args], ControlReply]
 # with oversized-request.
 _TRANSPORT_LIMIT: Final = 8 * 1024 * 1024
 _MAX_IN_FLIGHT: Final = 64
+_ACTOR_TIMEOUT: Final = 10.0
 
 
 class ControlEndpoint:
@@ -55,6 +72,8 @@ class ControlEndpoint:
             threads, thread_name_prefix="chalie-control"
         )
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._on_exit: Callable[[BaseException | None], None] | None = None
         self._in_flight = 0
         self.served = 0
 
@@ -68,8 +87,23 @@ class ControlEndpoint:
         self._task = asyncio.get_running_loop().create_task(
             self._serve(bound), name="control-endpoint"
         )
+        self._task.add_done_callback(self._served)
+
+    def on_exit(self, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback(error)`` on the loop thread if serving ends without stop()."""
+        self._on_exit = callback
+        if self._task is not None and self._task.done():
+            self._served(self._task)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        if self._stopping or self._on_exit is None:
+            return
+        error = None if task.cancelled() else task.exception()
+        log.error("control endpoint stopped serving: %r", error)
+        self._on_exit(error)
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
         if self._task is not None and self._loop.is_alive():
             task = self._task
 
@@ -164,3 +198,244 @@ class ControlEndpoint:
             return control.failure(
                 control.INTERNAL, f"{command} failed: {type(exc).__name__}: {exc}"
             )
+
+
+# -- what each command does ------------------------------------------------------------
+
+
+@dataclass
+class _CliCall:
+    """A tools.call the CLI started: its dispatch future and the events of its conversation."""
+
+    call_id: str
+    conversation_id: str
+    future: pykka.Future[Any]
+    events: QueueSubscription
+    touched: float = field(default_factory=time.monotonic)
+
+
+class CallDesk:
+    """Tool calls started from the CLI, polled for their outcome and permission requests.
+
+    The dispatcher answers a call with a future; the desk keeps it, with a
+    subscription to the call's conversation, so a long-poll can hand the CLI
+    each PermissionRequest as it is published and the outcome once it exists.
+    A call nobody polls for ``forget_after`` seconds is dropped.
+    """
+
+    def __init__(self, rt: Runtime, *, forget_after: float = 900.0) -> None:
+        self._rt = rt
+        self._calls: dict[str, _CliCall] = {}
+        self._lock = threading.Lock()
+        self._forget_after = forget_after
+
+    def start(self, args: control.ToolsCallArgs) -> ControlReply:
+        self._forget_stale()
+        call_id = f"cli-{uuid.uuid4().hex[:16]}"
+        conversation = args.conversation_id or f"cli-{uuid.uuid4().hex[:12]}"
+        call = ToolCall(
+            call_id=call_id,
+            tool=args.tool,
+            arguments=args.arguments,
+            context=TurnContext(
+                conversation_id=conversation,
+                turn_id=f"{call_id}-turn",
+                channel="chat",
+                human_present=True,
+            ),
+        )
+        # Subscribe before dispatching: the gate may ask at once.
+        sub = self._rt.events.subscribe_queue(conversation)
+        try:
+            future = self._rt.child("dispatcher").current().proxy().dispatch(call)
+        except Exception:
+            sub.close()
+            raise
+        with self._lock:
+            self._calls[call_id] = _CliCall(call_id, conversation, future, sub)
+        return control.success({"call_id": call_id, "conversation_id": conversation})
+
+    def poll(self, args: control.ToolsPollArgs) -> ControlReply:
+        with self._lock:
+            entry = self._calls.get(args.call_id)
+        if entry is None:
+            return control.failure(control.NOT_FOUND, f"no call {args.call_id!r} in progress")
+        entry.touched = time.monotonic()
+        deadline = time.monotonic() + args.wait
+        requests: list[Any] = []
+        while True:
+            requests.extend(self._drain(entry))
+            try:
+                outcome = entry.future.get(timeout=0.02)
+            except pykka.Timeout:
+                if requests or time.monotonic() >= deadline:
+                    return control.success({"state": "pending", "permission_requests": requests})
+                continue
+            except Exception as exc:  # the dispatcher died mid-call
+                log.error("tools.call %s failed in the runtime: %s", entry.call_id, exc)
+                self._finish(entry)
+                return control.failure(
+                    control.UNAVAILABLE, f"the call failed in the runtime: {exc}"
+                )
+            requests.extend(self._drain(entry))
+            self._finish(entry)
+            return control.success(
+                {
+                    "state": "done",
+                    "permission_requests": requests,
+                    "outcome": msgspec.to_builtins(outcome),
+                }
+            )
+
+    @staticmethod
+    def _drain(entry: _CliCall) -> list[Any]:
+        found: list[Any] = []
+        while True:
+            try:
+                event = entry.events.queue.get_nowait()
+            except queue.Empty:
+                return found
+            if isinstance(event, PermissionRequest):
+                found.append(msgspec.to_builtins(event))
+
+    def _finish(self, entry: _CliCall) -> None:
+        entry.events.close()
+        with self._lock:
+            self._calls.pop(entry.call_id, None)
+
+    def _forget_stale(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            stale = [c for c in self._calls.values() if now - c.touched > self._forget_after]
+        for entry in stale:
+            log.info("forgot an unpolled CLI call", extra={"call_id": entry.call_id})
+            self._finish(entry)
+
+    def close(self) -> None:
+        with self._lock:
+            entries = list(self._calls.values())
+        for entry in entries:
+            self._finish(entry)
+
+
+class ControlCommands:
+    """The daemon's side of every control command, bound to the running tree."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self.desk = CallDesk(rt)
+        self._book: Trail | None = None
+        self._book_lock = threading.Lock()
+
+    def _trail(self) -> Trail:
+        # Opened on first use, from a handler thread: the Trail serialises its connection.
+        with self._book_lock:
+            if self._book is None:
+                self._book = Trail(self._rt.db_path)
+            return self._book
+
+    def close(self) -> None:
+        self.desk.close()
+        if self._book is not None:
+            self._book.close()
+            self._book = None
+
+    def __call__(self, command: str, args: control.Args) -> ControlReply:
+        try:
+            return self._run(command, args)
+        except ChildUnavailable as exc:
+            return control.failure(control.UNAVAILABLE, str(exc))
+        except PolicyError as exc:
+            return control.failure(control.INVALID_ARGS, str(exc))
+
+    def _run(self, command: str, args: control.Args) -> ControlReply:
+        rt = self._rt
+        if command == "status":
+            return control.success(rt.status())
+        if command == "stop":
+            log.info("stop requested over the control socket")
+            rt.request_stop()
+            return control.success({"stopping": True, "pid": os.getpid()})
+        if isinstance(args, control.ToolsCallArgs):
+            return self.desk.start(args)
+        if isinstance(args, control.ToolsPollArgs):
+            return self.desk.poll(args)
+        if isinstance(args, control.TrailArgs):
+            rows = self._trail().query(
+                tool=args.tool,
+                status=args.status,
+                conversation_id=args.conversation,
+                limit=args.limit,
+            )
+            return control.success(msgspec.to_builtins(rows))
+        policy = rt.child("policy")
+        if command == "policy.list":
+            return control.success(
+                {
+                    "rules": msgspec.to_builtins(policy.call("list", timeout=_ACTOR_TIMEOUT)),
+                    "pending": msgspec.to_builtins(policy.call("pending", timeout=_ACTOR_TIMEOUT)),
+                }
+            )
+        if command == "policy.pending":
+            return control.success(
+                msgspec.to_builtins(policy.call("pending", timeout=_ACTOR_TIMEOUT))
+            )
+        if isinstance(args, control.PolicySetArgs):
+            policy.call("set", args.channel, args.permission, args.decision, timeout=_ACTOR_TIMEOUT)
+            return control.success(msgspec.to_builtins(args))
+        if isinstance(args, control.PolicyResetArgs):
+            removed = policy.call(
+                "reset", channel=args.channel, permission=args.permission, timeout=_ACTOR_TIMEOUT
+            )
+            return control.success({"removed": msgspec.to_builtins(removed)})
+        if isinstance(args, control.PolicyAnswerArgs):
+            found = policy.call("answer", args.request_id, args.answer, timeout=_ACTOR_TIMEOUT)
+            if found is False:
+                return control.failure(
+                    control.NOT_FOUND, f"no pending permission request {args.request_id!r}"
+                )
+            return control.success({"request_id": args.request_id, "answer": args.answer})
+        return control.failure(control.UNKNOWN_COMMAND, f"no handler for {command!r}")
+
+
+class ControlActor(SupervisedActor):
+    """The tree's child for the control endpoint: starts it, stops it, fails when it dies."""
+
+    def __init__(self, rt: Runtime) -> None:
+        super().__init__()
+        self._rt = rt
+        self._commands = ControlCommands(rt)
+        self._endpoint = ControlEndpoint(rt.config.home, rt.loop, self._commands)
+
+    def on_start(self) -> None:
+        self._endpoint.start()
+        self._endpoint.on_exit(self._endpoint_exited)
+
+    def _endpoint_exited(self, error: BaseException | None) -> None:
+        # Runs on the loop thread: hand the failure to the actor, whose
+        # on_receive raising under a tell fails it, and the supervisor restarts it.
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_EndpointDied(error))
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _EndpointDied):
+            raise RuntimeError(f"control endpoint stopped serving: {message.error!r}")
+        return None
+
+    def on_stop(self) -> None:
+        self._endpoint.stop()
+        self._commands.close()
+
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._endpoint.stop()
+        self._commands.close()
+
+
+@dataclass(frozen=True)
+class _EndpointDied:
+    error: BaseException | None

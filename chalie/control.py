@@ -70,9 +70,9 @@ class ToolsPollArgs(Args):
 
 class TrailArgs(Args):
     tool: ToolName | None = None
-    status: Short | None = None
+    status: Literal["running", "success", "error", "interrupted"] | None = None
     conversation: Id | None = None
-    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 20
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
 
 
 class PolicySetArgs(Args):

@@ -45,3 +45,76 @@ def tools_list(obj: Ctx, as_json: bool, async_channel: bool) -> None:
             click.echo(f"{entry.name:<{width}}  {entry.cls.tooltip}{tail}")
     for failure in reg.failures:
         click.echo(f"warning: could not load {failure.path}: {failure.error}", err=True)
+
+
+# -- chalie tools call: a real call through the running daemon ----------------------------
+
+PROMPT_ANSWERS = {"o": "allow_once", "a": "allow_always", "d": "deny"}
+
+
+def parse_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
+    """``key=value`` pairs; a value that parses as JSON is that JSON, else the string."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="PARAMS")
+        if key in out:
+            raise click.BadParameter(f"{key!r} is given twice", param_hint="PARAMS")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _prompt(request: dict[str, object]) -> str:
+    params = json.dumps(request.get("params") or {}, ensure_ascii=False)
+    click.echo(f"permission requested: {request['permission']} on {request['channel']}", err=True)
+    if request.get("act_summary"):
+        click.echo(f"  {request['act_summary']}", err=True)
+    click.echo(f"  params {params}", err=True)
+    try:
+        choice = click.prompt(
+            "allow [o]nce, [a]lways, or [d]eny?",
+            type=click.Choice(tuple(PROMPT_ANSWERS)),
+            err=True,
+        )
+    except click.Abort:
+        click.echo("no answer; denying", err=True)  # fail closed: no human, no allow
+        return "deny"
+    return PROMPT_ANSWERS[str(choice)]
+
+
+@tools.command("call")
+@click.argument("name")
+@click.argument("params", nargs=-1)
+@click.option("--conversation", help="Conversation id to call in (default: a fresh one).")
+@click.pass_obj
+def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str | None) -> None:
+    """Call NAME through the daemon's dispatcher on the chat channel, with key=value PARAMS.
+
+    When the permission gate asks, answer in the terminal. Prints the envelope;
+    exits non-zero when it is an error envelope.
+    """
+    from chalie.cli.daemon import ask_daemon
+
+    arguments = parse_pairs(params)
+    arguments.setdefault("act_summary", f"{name} called from the chalie CLI")
+    args: dict[str, object] = {"tool": name, "arguments": arguments}
+    if conversation:
+        args["conversation_id"] = conversation
+    started = ask_daemon(obj, "tools.call", args)
+    call_id = started["call_id"]
+    while True:
+        news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
+        for request in news.get("permission_requests", []):
+            answer = _prompt(request)
+            reply = {"request_id": request["request_id"], "answer": answer}
+            ask_daemon(obj, "policy.answer", reply)
+        if news["state"] == "done":
+            outcome = news["outcome"]
+            click.echo(outcome["envelope"])
+            if outcome["status"] != "success":
+                raise SystemExit(1)
+            return

@@ -1,0 +1,129 @@
+"""``chalie run``, ``chalie status``, ``chalie stop``, and how every command reaches the daemon.
+
+:func:`ask_daemon` is the one way a CLI command talks to the daemon: it turns
+"no daemon" into the one-line message and a non-zero exit, and an error reply
+into ``chalie: <code>: <message>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, NoReturn
+
+import click
+
+from chalie import control, logs
+from chalie.cli import Ctx, cli
+
+EXIT_NO_DAEMON = 1
+EXIT_ERROR_REPLY = 1
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"chalie: {message}", err=True)
+    sys.exit(code)
+
+
+def ask_daemon(
+    obj: Ctx, command: str, args: dict[str, Any] | None = None, *, timeout: float = 15.0
+) -> Any:
+    """Send one control request; the reply's data, or exit non-zero with one line."""
+    client = control.ControlClient(obj.config.home, timeout=timeout)
+    try:
+        reply = client.call(command, args)
+    except control.DaemonNotRunning as exc:
+        fail(str(exc), EXIT_NO_DAEMON)
+    if not reply.ok:
+        message = reply.data.get("message", "") if isinstance(reply.data, dict) else ""
+        fail(f"{reply.error}: {message}" if message else str(reply.error), EXIT_ERROR_REPLY)
+    return reply.data
+
+
+@cli.command("run")
+@click.pass_obj
+def run_command(obj: Ctx) -> None:
+    """Run the daemon in the foreground (stop it with Ctrl-C, SIGTERM or `chalie stop`)."""
+    # Imported here: the actor runtime is heavy, and the other commands never need it.
+    from chalie import daemon
+
+    verbose = logging.getLogger().level <= logging.DEBUG
+    logs.configure(logging.DEBUG if verbose else logging.INFO)
+    sys.exit(daemon.run(obj.config))
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_obj
+def status_command(obj: Ctx, as_json: bool) -> None:
+    """Show the running daemon: actors and their restarts, workers, uptime."""
+    data = ask_daemon(obj, "status")
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    up = _age(data["uptime"])
+    click.echo(f"chalie {data['version']}  pid {data['pid']}  up {up}  home {data['home']}")
+    click.echo("actors:")
+    now = time.time()
+    for child in data["actors"]:
+        state = "running" if child["alive"] else "down"
+        started = child.get("started_at")
+        line = (
+            f"  {child['id']:<12} {state:<8} restarts {child['restarts']:<3} "
+            f"up {_age(now - started if started else None)}"
+        )
+        if child.get("last_error"):
+            line += f"  last error: {child['last_error']}"
+        click.echo(line)
+    workers = data.get("workers")
+    if isinstance(workers, dict):
+        click.echo("workers:")
+        for w in workers.get("workers", []):
+            if isinstance(w, dict):
+                fields = "  ".join(f"{k} {v}" for k, v in w.items())
+                click.echo(f"  {fields}")
+        rest = {k: v for k, v in workers.items() if k != "workers"}
+        if rest:
+            click.echo("  " + "  ".join(f"{k} {v}" for k, v in rest.items()))
+    elif workers is not None:
+        click.echo(f"workers: {workers}")
+    click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@cli.command("stop")
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the exit.")
+@click.pass_obj
+def stop_command(obj: Ctx, timeout: float) -> None:
+    """Stop the running daemon and wait until its process is gone."""
+    data = ask_daemon(obj, "stop")
+    pid = int(data["pid"])
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            fail(f"daemon {pid} is still stopping after {timeout:g} s")
+        time.sleep(0.05)
+    click.echo(f"chalie: daemon {pid} stopped")

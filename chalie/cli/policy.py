@@ -1,0 +1,90 @@
+"""``chalie policy list | set | reset | answer``: the permission table and pending requests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+import click
+
+from chalie.cli import Ctx, cli
+from chalie.cli.daemon import ask_daemon
+from chalie.messages import CHANNELS
+
+ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
+
+
+@cli.group()
+def policy() -> None:
+    """The permission gate's table: (channel, permission) -> allow | ask | deny."""
+
+
+@policy.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print rules and pending requests as JSON.")
+@click.pass_obj
+def policy_list(obj: Ctx, as_json: bool) -> None:
+    """Show every rule (set by you, or seen by the gate) and the requests awaiting an answer."""
+    data: dict[str, Any] = ask_daemon(obj, "policy.list")
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    rules = data.get("rules") or []
+    if rules:
+        click.echo("rules:")
+        for r in rules:
+            when = dt.datetime.fromtimestamp(r["updated_at"]).strftime("%Y-%m-%d %H:%M")
+            origin = "" if r.get("origin", "set") == "set" else f"  ({r['origin']}, not configured)"
+            click.echo(
+                f"  {r['channel']:<15} {r['permission']:<32} {r['decision']:<6} {when}{origin}"
+            )
+    else:
+        click.echo("rules: none (every permission is ask until you set it)")
+    pending = data.get("pending") or []
+    if pending:
+        click.echo("pending requests:")
+        now = time.time()
+        for p in pending:
+            left = max(0, int(p["expires_at"] - now))
+            click.echo(
+                f"  {p['request_id']}  {p['channel']} {p['permission']}  conversation "
+                f"{p['conversation_id']}  expires in {left}s"
+                + (f"  — {p['act_summary']}" if p.get("act_summary") else "")
+            )
+    else:
+        click.echo("pending requests: none")
+
+
+@policy.command("set")
+@click.argument("channel", type=click.Choice(CHANNELS))
+@click.argument("permission")
+@click.argument("decision", type=click.Choice(("allow", "ask", "deny")))
+@click.pass_obj
+def policy_set(obj: Ctx, channel: str, permission: str, decision: str) -> None:
+    """Set PERMISSION (tool or tool.action) on CHANNEL to DECISION."""
+    ask_daemon(
+        obj, "policy.set", {"channel": channel, "permission": permission, "decision": decision}
+    )
+    click.echo(f"{channel} {permission} -> {decision}")
+
+
+@policy.command("reset")
+@click.option("--channel", type=click.Choice(CHANNELS), help="Only rules on this channel.")
+@click.option("--permission", help="Only rules for this permission.")
+@click.pass_obj
+def policy_reset(obj: Ctx, channel: str | None, permission: str | None) -> None:
+    """Remove rules (all of them, or those matching the filters); they become ask again."""
+    args = {k: v for k, v in (("channel", channel), ("permission", permission)) if v is not None}
+    data = ask_daemon(obj, "policy.reset", args)
+    click.echo(f"removed {data['removed']} rule(s)")
+
+
+@policy.command("answer")
+@click.argument("request_id")
+@click.argument("answer", type=click.Choice(tuple(ANSWERS)))
+@click.pass_obj
+def policy_answer(obj: Ctx, request_id: str, answer: str) -> None:
+    """Answer a pending permission request (see `chalie policy list`)."""
+    ask_daemon(obj, "policy.answer", {"request_id": request_id, "answer": ANSWERS[answer]})
+    click.echo(f"{request_id}: {ANSWERS[answer]}")
