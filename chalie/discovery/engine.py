@@ -433,3 +433,32 @@ def _sweep(directory: Path, *, keep: str) -> None:
             with contextlib.suppress(OSError):
                 if time.time() - child.stat().st_mtime > STALE_BUILD_SECONDS:
                     shutil.rmtree(child, ignore_errors=True)
+
+
+def registry_docs(registry: Iterable[Any]) -> list[ToolDoc]:
+    """The discoverable abilities of a registry (``chalie.registry.Entry`` items) as ToolDocs.
+
+    A remote MCP proxy names its server in a ``mcp_server`` class attribute;
+    its source then reads ``mcp:<server>``, which the exact rung uses to tell
+    a bare tool name owned by two servers apart.
+    """
+    out: list[ToolDoc] = []
+    for entry in registry:
+        cls = entry.cls
+        if not getattr(cls, "discoverable", True):
+            continue
+        server = getattr(cls, "mcp_server", None)
+        if isinstance(server, str) and server:
+            source = f"mcp:{server}"
+        else:
+            source = "builtin" if str(entry.source).startswith("abilities") else str(entry.source)
+        out.append(
+            ToolDoc(
+                name=cls.name,
+                summary=cls.summary,
+                examples=tuple(cls.examples),
+                tooltip=cls.tooltip,
+                source=source,
+            )
+        )
+    return out

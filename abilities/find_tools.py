@@ -1,0 +1,112 @@
+"""find_tools: activate the tools a turn needs, by name or by described action.
+
+Each entry of ``query`` runs through the discovery cascade on its own (exact
+name → name keyword → vector); the union is injected into the calling turn
+so those tools become callable. Always available, internal (it bypasses the
+permission gate) and absent from the roster it searches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import msgspec
+
+from chalie.ability import Ability
+from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, MAX_ENTRY_CHARS, FindResult, QueryError
+from chalie.discovery.types import IndexCorruptError
+from chalie.result import ToolResult
+
+log = logging.getLogger("chalie.discovery")
+
+Entry = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ENTRY_CHARS)]
+Entries = Annotated[
+    list[Entry],
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_ENTRIES,
+        description=(
+            "One entry per tool you need: a tool name (e.g. 'clock') or a described "
+            "action (e.g. 'convert a time between time zones'). Ask for everything "
+            "the task needs in one call."
+        ),
+    ),
+]
+
+
+class FindToolsParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Find and activate tools for this turn."""
+
+    query: Entries
+
+
+def index_error(exc: Exception) -> ToolResult:
+    log.error("discovery index error: %s", exc)
+    return ToolResult.error(
+        "discovery-index-error",
+        "The tool index is missing, corrupt or unreadable, so tools cannot be searched right now.",
+        hint="Tell the user tool search is unavailable; do not assume no tool exists.",
+    )
+
+
+def bad_query(exc: QueryError) -> ToolResult:
+    return ToolResult.error(
+        "invalid-param",
+        f"{exc}.",
+        hint=f"pass query as an array of 1 to {MAX_ENTRIES} short strings, one tool or action each",
+        meta={"param": "query"},
+    )
+
+
+def run_find(
+    ability: Ability, queries: list[str], skills: bool
+) -> FindResult | tuple[FindResult, list[Any]] | ToolResult:
+    """Ask the discovery service, mapping its failures to error results."""
+    discovery = getattr(ability.services, "discovery", None)
+    if discovery is None:
+        return index_error(RuntimeError("no discovery service is attached"))
+    try:
+        if skills:
+            found: tuple[FindResult, list[Any]] = discovery.find_skills(queries, k=DEFAULT_K)
+            return found
+        result: FindResult = discovery.find(queries, k=DEFAULT_K)
+        return result
+    except QueryError as exc:
+        return bad_query(exc)
+    except IndexCorruptError as exc:
+        return index_error(exc)
+
+
+class FindTools(Ability):
+    name = "find_tools"
+    summary = (
+        "Activates the tools you need for this turn. Pass one entry per need, either a tool "
+        "name or a short description of the action; matching tools become callable right "
+        "after this call. Entries that match nothing are listed in not_found."
+    )
+    tooltip = "Find and activate tools"
+    examples = (
+        "find a tool to check the weather",
+        "activate the calendar tools",
+        "I need something to send an email",
+        "is there a tool that converts currencies",
+        "load the clock and calculator",
+        "search for tools that read web pages",
+    )
+    Params = FindToolsParams
+    internal = True
+    discoverable = False
+    timeout = 30.0
+
+    def run(self, params: FindToolsParams) -> ToolResult:
+        outcome = run_find(self, list(params.query), skills=False)
+        if isinstance(outcome, ToolResult):
+            return outcome
+        assert isinstance(outcome, FindResult)
+        names = outcome.names
+        if names and self.context is not None and self.services is not None:
+            self.services.turns.inject(self.context.turn_id, names)
+        return ToolResult.success(
+            outcome.body(), meta={"injected": len(names), "not_found": len(outcome.not_found)}
+        )
