@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Literal
 
@@ -169,6 +170,9 @@ class Ability(metaclass=AbilityMeta):
     ) -> None:
         self.context = context
         self.services = services
+        # Set by the dispatcher when the call is cancelled or times out. Python
+        # threads cannot be killed, so a long-running run() should check it.
+        self.cancelled = threading.Event()
 
     # -- the work ---------------------------------------------------------
     def run(self, params: Any) -> ToolResult:

@@ -1,0 +1,644 @@
+"""DispatcherActor: the single chokepoint from a turn to an ability.
+
+Lifecycle of one call (the steps live in :mod:`chalie.dispatch`; this actor
+only sequences them and owns the calls in flight):
+
+1. On the actor's thread: check the call's shape, resolve a fresh per-call
+   instance bound to the turn, split off ``act_summary``/``async``,
+   pre-validate (action map, JSON Schema, Params), derive the permission with
+   the ability's ``classify``, and write the trail row (``running``).
+2. Gate: internal abilities bypass it; an ``allow``/``deny``/``internal``
+   setting is read from the PolicyActor's lock-free :class:`PolicyView`;
+   everything else (``ask``, unseen) goes to the PolicyActor with ``tell``,
+   and its decision arrives on a future callback, so a pending approval
+   holds up nothing.
+3. Execute: inline on a bounded thread pool, in per-tool lanes (one tool may
+   use at most ``lane_limit`` threads, so 50 slow calls to one tool cannot
+   starve another tool); ``isolation="process"`` through the worker pool;
+   with ``async`` on a channel that allows it, the turn gets an immediate
+   success envelope naming the call id and the final envelope is published
+   as a :class:`BackgroundResult` to the conversation.
+4. Finish, exactly once, from whichever thread gets there first (the pool
+   thread, the worker future, the deadline thread, a cancel): render the one
+   envelope, complete the trail row, then reply. The trail is written before
+   the reply, so an outcome the turn saw is on disk.
+
+Timeouts and cancellation: the per-ability timeout runs from the gate's
+allow; on expiry (or on ``cancel_turn``) the call ends with ``tool-timeout``
+(or ``cancelled``) at once and the instance's ``cancelled`` event is set.
+Python threads cannot be killed, so an inline ability stops only when it
+checks ``self.cancelled``; its pool thread stays counted in its lane until
+then. A worker-process call is cancelled in the worker pool.
+
+Replies are ``concurrent.futures.Future[ToolOutcome]``: ``submit(ref, call)``
+sends the call with ``tell`` and returns the future; through a proxy,
+``proxy.dispatch(call).get()`` returns the same kind of future (it never
+resolves to the outcome itself, because the actor does not wait for it).
+Nothing raises out of dispatch: every failure is an error envelope.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pykka
+
+from actors.policy import GateAsk, PolicyView, ViewRequest
+from actors.supervisor import SupervisedActor
+from chalie import dispatch as steps
+from chalie import policy as rules
+from chalie.ability import Ability, split_framework_fields
+from chalie.events import EventBus
+from chalie.invoke import invoke
+from chalie.messages import (
+    BackgroundResult,
+    CancelTurn,
+    ToolCall,
+    ToolOutcome,
+    WorkerJob,
+    WorkerResult,
+)
+from chalie.policy import GateDecision
+from chalie.registry import Entry
+from chalie.result import ToolResult
+from chalie.trail import Trail, TrailRow, params_json, redact
+
+log = logging.getLogger("chalie.dispatch")
+
+DEFAULT_LANE_QUEUE = 1000
+# A worker-process call is timed out by the pool; ours is only a backstop.
+PROCESS_BACKSTOP = 5.0
+
+
+class WorkerPool(Protocol):
+    """What the dispatcher needs from the worker pool (actors/worker_pool.py)."""
+
+    def submit(self, job: WorkerJob, *, timeout: float) -> Future[WorkerResult]: ...
+
+    def cancel(self, job_id: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    call: ToolCall
+    reply: Future[ToolOutcome]
+
+
+@dataclass(eq=False)
+class _Call:
+    """One call in flight; ``done`` flips once, under the dispatcher's lock."""
+
+    seq: int
+    call: ToolCall
+    entry: Entry
+    instance: Ability
+    pre: steps.Prevalidated
+    permission: str
+    act_summary: str
+    redacted: dict[str, Any]
+    background: bool
+    reply: Future[ToolOutcome]
+    row: int = 0
+    gate: GateDecision | None = None
+    job_id: str | None = None
+    replied: bool = False
+    done: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool(self) -> str:
+        return self.entry.name
+
+
+class _Deadlines:
+    """One thread that fires per-call timeouts: a heap of (when, seq), checked lazily."""
+
+    def __init__(self, fire: Callable[[int], None]) -> None:
+        self._fire = fire
+        self._heap: list[tuple[float, int]] = []
+        self._cond = threading.Condition()
+        self._stopped = False
+
+    def add(self, seconds: float, seq: int) -> None:
+        entry = (time.monotonic() + seconds, seq)
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopped:
+                        return
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    delay = self._heap[0][0] - time.monotonic()
+                    if delay <= 0:
+                        _, seq = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(delay)
+            self._fire(seq)
+
+
+class _Lanes:
+    """A bounded pool shared fairly: each tool runs at most ``limit`` calls at once."""
+
+    def __init__(self, executor: ThreadPoolExecutor, limit: int, queue_limit: int) -> None:
+        self._executor = executor
+        self._limit = limit
+        self._queue_limit = queue_limit
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+        self._waiting: dict[str, deque[Callable[[], None]]] = {}
+
+    def submit(self, tool: str, work: Callable[[], None]) -> bool:
+        """Queue work in the tool's lane; False when the lane is full (overloaded)."""
+        with self._lock:
+            running = self._running.get(tool, 0)
+            if running >= self._limit:
+                waiting = self._waiting.setdefault(tool, deque())
+                if len(waiting) >= self._queue_limit:
+                    return False
+                waiting.append(work)
+                return True
+            self._running[tool] = running + 1
+        self._executor.submit(self._run, tool, work)
+        return True
+
+    def _run(self, tool: str, work: Callable[[], None]) -> None:
+        while True:
+            try:
+                work()
+            except Exception:
+                log.exception("inline call in lane %s failed outside the ability", tool)
+            with self._lock:
+                waiting = self._waiting.get(tool)
+                if not waiting:
+                    self._waiting.pop(tool, None)
+                    self._running[tool] -= 1
+                    if not self._running[tool]:
+                        del self._running[tool]
+                    return
+                work = waiting.popleft()
+
+    def busy(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._running)
+
+
+def _resolved(outcome: ToolOutcome) -> Future[ToolOutcome]:
+    fut: Future[ToolOutcome] = Future()
+    fut.set_result(outcome)
+    return fut
+
+
+def _error_outcome(call: object, result: ToolResult) -> ToolOutcome:
+    tool = getattr(call, "tool", "")
+    name = steps.envelope_name(tool)
+    call_id = getattr(call, "call_id", "")
+    return ToolOutcome(
+        call_id=call_id if isinstance(call_id, str) else "",
+        tool=str(tool)[:200],
+        status="error",
+        envelope=steps.render_outcome(name, result),
+        code=result.code,
+    )
+
+
+def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
+    """Send one call to the dispatcher; the future resolves to its ToolOutcome, never raises."""
+    reply: Future[ToolOutcome] = Future()
+    try:
+        ref.tell(_Dispatch(call, reply))
+    except pykka.ActorDeadError:
+        return _resolved(_error_outcome(call, ToolResult.error(
+            "internal-error", "The dispatcher is restarting; the call did not run.",
+            hint="it is safe to retry the call.",
+        )))
+    return reply
+
+
+class DispatcherActor(SupervisedActor):
+    """The only path from a turn to an ability; see the module docstring for the steps."""
+
+    def __init__(
+        self,
+        registry: Any,
+        services: Any,
+        trail_db_path: Path,
+        policy: Callable[[], Any] | Any,
+        workers: WorkerPool | None,
+        events: EventBus,
+        *,
+        inline_threads: int = 16,
+        lane_limit: int | None = None,
+        lane_queue: int = DEFAULT_LANE_QUEUE,
+    ) -> None:
+        super().__init__()
+        if not isinstance(inline_threads, int) or inline_threads < 1:
+            raise ValueError("inline_threads must be a positive integer")
+        self._registry = registry
+        self._services = services
+        self._trail_path = Path(trail_db_path)
+        # A ChildRef (actors.supervisor) or any callable returning the current ref.
+        current = getattr(policy, "current", None)
+        self._policy_ref: Callable[[], Any] = current if callable(current) else policy
+        self._workers = workers
+        self._events = events
+        self._threads = inline_threads
+        self._lane_limit = lane_limit if lane_limit is not None else max(1, inline_threads // 2)
+        self._lane_queue = lane_queue
+        self._lock = threading.Lock()
+        self._inflight: dict[int, _Call] = {}
+        self._seq = itertools.count(1)
+        self._view_urn: str | None = None
+        self._view: PolicyView | None = None
+        self._view_future: pykka.Future[Any] | None = None
+        self._trail: Trail | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+    def on_start(self) -> None:
+        self._trail = Trail(self._trail_path)
+        interrupted = self._trail.recover()
+        if interrupted:
+            log.warning("marked %d call(s) left running by a previous run as interrupted",
+                        interrupted)
+        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="chalie-inline")
+        self._lanes = _Lanes(self._executor, self._lane_limit, self._lane_queue)
+        self._deadlines = _Deadlines(self._on_deadline)
+        self.spawn_thread(self._deadlines.run, "dispatch-deadlines")
+
+    def on_stop(self) -> None:
+        self._shutdown("the dispatcher stopped during the call")
+
+    def on_failure(self, *exc: Any) -> None:
+        self._shutdown("the dispatcher failed during the call")
+
+    def _shutdown(self, reason: str) -> None:
+        with self._lock:
+            calls = list(self._inflight.values())
+        for state in calls:
+            self._abort(state, ToolResult.error(
+                "internal-error", f"{reason[:1].upper()}{reason[1:]}.",
+                hint="the call did not complete; it is safe to retry it.",
+            ))
+        if getattr(self, "_deadlines", None) is not None:
+            self._deadlines.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._trail is not None:
+            self._trail.close()
+
+    # -- messages ------------------------------------------------------------
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Dispatch):
+            self._dispatch(message.call, message.reply)
+            return None
+        if isinstance(message, ToolCall):
+            return self.dispatch(message)
+        if isinstance(message, CancelTurn):
+            return self.cancel_turn(message.turn_id)
+        return super().on_receive(message)
+
+    # -- the public surface ------------------------------------------------------
+    def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
+        """Start one call; the returned future resolves to its ToolOutcome."""
+        reply: Future[ToolOutcome] = Future()
+        self._dispatch(call, reply)
+        return reply
+
+    def cancel_turn(self, turn_id: str) -> int:
+        """Cancel the turn's foreground calls in flight; returns how many were cancelled.
+
+        Background calls belong to the conversation, not the turn: they outlive
+        it and are cancelled only with :meth:`cancel_call`.
+        """
+        with self._lock:
+            calls = [s for s in self._inflight.values()
+                     if s.call.context.turn_id == turn_id and not s.replied]
+        return sum(self._cancel(state) for state in calls)
+
+    def cancel_call(self, call_id: str) -> int:
+        """Cancel every call in flight with this call id (foreground or background)."""
+        with self._lock:
+            calls = [s for s in self._inflight.values() if s.call.call_id == call_id]
+        return sum(self._cancel(state) for state in calls)
+
+    def in_flight(self) -> dict[str, Any]:
+        with self._lock:
+            calls = list(self._inflight.values())
+        return {
+            "calls": len(calls),
+            "background": sum(1 for c in calls if c.replied),
+            "awaiting_gate": sum(1 for c in calls if c.gate is None),
+            "lanes": self._lanes.busy(),
+        }
+
+    def trail(self, **filters: Any) -> list[TrailRow]:
+        """Recent trail rows (see :meth:`chalie.trail.Trail.query` for the filters)."""
+        assert self._trail is not None
+        return self._trail.query(**filters)
+
+    # -- step 1: on the actor's thread ---------------------------------------------
+    def _dispatch(self, call: ToolCall, reply: Future[ToolOutcome]) -> None:
+        try:
+            self._begin(call, reply)
+        except Exception:
+            log.exception("dispatching call %r failed in the runtime",
+                          getattr(call, "call_id", "?"))
+            if not reply.done():
+                reply.set_result(_error_outcome(call, ToolResult.error(
+                    "internal-error", "The runtime failed while dispatching the call.",
+                    hint="this is a fault in the runtime, not in your call; try again.",
+                )))
+
+    def _begin(self, call: ToolCall, reply: Future[ToolOutcome]) -> None:
+        if not isinstance(call, ToolCall):
+            reply.set_result(_error_outcome(call, ToolResult.error(
+                "invalid-param", "a dispatch needs a ToolCall.", hint="fault in the caller.",
+            )))
+            return
+        bad = steps.check_call(call)
+        if bad is not None:
+            self._end_early(call, reply, bad)
+            return
+        entry = steps.resolve(self._registry, call.tool)
+        if isinstance(entry, ToolResult):
+            self._end_early(call, reply, entry)
+            return
+        cls = entry.cls
+        instance = cls(call.context, self._services)
+        params, act_summary, run_async = split_framework_fields(call.arguments)
+        pre = steps.prevalidate(cls, params)
+        if isinstance(pre, ToolResult):
+            self._end_early(call, reply, pre, act_summary=act_summary, params=params, cls=cls)
+            return
+        redacted = redact(params, cls.sensitive)
+        gate: GateDecision | None = None
+        try:
+            permission = steps.permission(instance, pre.params)
+        except Exception as exc:
+            log.exception("classify() of %s failed; the gate fails closed", cls.name)
+            permission = cls.name
+            gate = rules.failed_closed(f"classify raised {type(exc).__name__}")
+        state = _Call(
+            seq=next(self._seq), call=call, entry=entry, instance=instance, pre=pre,
+            permission=permission, act_summary=act_summary, redacted=redacted,
+            background=run_async and call.context.allow_async, reply=reply,
+        )
+        assert self._trail is not None
+        state.row = self._trail.start(
+            call_id=call.call_id, turn_id=call.context.turn_id,
+            conversation_id=call.context.conversation_id, channel=call.context.channel,
+            tool=cls.name, permission=permission, params=params_json(redacted),
+            act_summary=act_summary, background=state.background,
+        )
+        with self._lock:
+            self._inflight[state.seq] = state
+        if gate is None:
+            gate = self._gate_now(state)
+        if gate is not None:
+            self._after_gate(state, gate)
+
+    def _end_early(
+        self,
+        call: ToolCall,
+        reply: Future[ToolOutcome],
+        result: ToolResult,
+        *,
+        act_summary: str = "",
+        params: dict[str, Any] | None = None,
+        cls: type[Ability] | None = None,
+    ) -> None:
+        """A call that failed before the gate: one complete trail row, then the reply."""
+        outcome = _error_outcome(call, result)
+        ctx = call.context
+        try:
+            assert self._trail is not None
+            self._trail.record(
+                call_id=str(call.call_id)[:200], turn_id=str(ctx.turn_id)[:200],
+                conversation_id=str(ctx.conversation_id)[:200], channel=str(ctx.channel)[:40],
+                tool=str(call.tool)[:200], permission=None,
+                params=params_json(redact(params, cls.sensitive if cls else ())) if params
+                else "{}",
+                act_summary=act_summary, status="error", code=result.code,
+            )
+        except Exception:
+            log.exception("recording a refused call on the trail failed")
+        reply.set_result(outcome)
+
+    # -- step 2: the gate --------------------------------------------------------------
+    def _gate_now(self, state: _Call) -> GateDecision | None:
+        """The decision when it needs no actor; else ask the PolicyActor and return None."""
+        if state.entry.cls.internal:
+            return rules.allowed("internal")
+        ctx = state.call.context
+        try:
+            ref = self._policy_ref()
+            if ref is None or not ref.is_alive():
+                return rules.failed_closed("the policy actor is not running")
+            view = self._policy_view(ref)
+            if view is not None:
+                setting = view.setting(ctx.channel, state.permission)
+                if setting in ("allow", "internal"):
+                    return rules.allowed("internal" if setting == "internal" else "policy")
+                if setting == "deny":
+                    return rules.denied_by_policy(state.permission, ctx.channel)
+            ask = GateAsk(
+                call_id=state.call.call_id, context=ctx, tool=state.tool,
+                permission=state.permission, internal=False, act_summary=state.act_summary,
+                params_redacted=state.redacted,
+            )
+            ref.tell(ask)
+        except Exception as exc:
+            log.exception("gating call %r failed; denying", state.call.call_id)
+            return rules.failed_closed(type(exc).__name__)
+        ask.reply.add_done_callback(lambda fut: self._gate_answered(state, fut))
+        return None
+
+    def _policy_view(self, ref: Any) -> PolicyView | None:
+        """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
+        if ref.actor_urn != self._view_urn:
+            self._view_urn, self._view = ref.actor_urn, None
+            self._view_future = ref.ask(ViewRequest(), block=False)
+        if self._view is None and self._view_future is not None:
+            try:
+                found = self._view_future.get(timeout=0)
+            except pykka.Timeout:
+                return None
+            except Exception:
+                self._view_future = None
+                return None
+            self._view = found if isinstance(found, PolicyView) else None
+        return self._view
+
+    def _gate_answered(self, state: _Call, fut: Future[GateDecision]) -> None:
+        try:
+            decision = fut.result()
+            if not isinstance(decision, GateDecision):
+                raise TypeError(f"the gate answered {type(decision).__name__}")
+        except Exception as exc:
+            log.exception("the gate's answer for call %r is unusable; denying", state.call.call_id)
+            decision = rules.failed_closed(type(exc).__name__)
+        self._after_gate(state, decision)
+
+    # -- step 3: execution ---------------------------------------------------------------
+    def _after_gate(self, state: _Call, decision: GateDecision) -> None:
+        state.gate = decision
+        if state.done:
+            return
+        if not decision.allowed:
+            self._finish(state, steps.denial(decision))
+            return
+        try:
+            self._execute(state)
+        except Exception:
+            log.exception("starting call %r failed", state.call.call_id)
+            self._finish(state, ToolResult.error(
+                "internal-error", "The runtime could not start the call.",
+                hint="this is a fault in the runtime, not in your call; try again.",
+            ))
+
+    def _execute(self, state: _Call) -> None:
+        cls = state.entry.cls
+        if state.background:
+            state.replied = True
+            result = steps.accepted(state.call.call_id)
+            state.reply.set_result(ToolOutcome(
+                call_id=state.call.call_id, tool=state.tool, status="success",
+                envelope=steps.render_outcome(state.tool, result), background=True,
+            ))
+        if cls.isolation == "process":
+            self._execute_in_worker(state)
+            return
+        self._deadlines.add(cls.timeout, state.seq)
+        if not self._lanes.submit(state.tool, lambda: self._run_inline(state)):
+            self._finish(state, ToolResult.error(
+                "overloaded", f"Too many calls to {state.tool} are waiting.",
+                hint="wait for earlier calls to finish before calling it again.",
+            ))
+
+    def _run_inline(self, state: _Call) -> None:
+        if state.done:
+            return
+        self._finish(state, invoke(state.instance, state.pre.value))
+
+    def _execute_in_worker(self, state: _Call) -> None:
+        cls = state.entry.cls
+        if self._workers is None:
+            self._finish(state, ToolResult.error(
+                "internal-error", f"{state.tool} runs in a worker process and none is available.",
+                hint="this is a fault in the runtime's set-up, not in your call.",
+            ))
+            return
+        state.job_id = uuid.uuid4().hex
+        job = WorkerJob(
+            job_id=state.job_id, ability=state.entry.ref, params=state.pre.params,
+            context=state.call.context, deadline=time.time() + cls.timeout,
+        )
+        self._deadlines.add(cls.timeout + PROCESS_BACKSTOP, state.seq)
+        fut = self._workers.submit(job, timeout=cls.timeout)
+        fut.add_done_callback(lambda f: self._worker_done(state, f))
+
+    def _worker_done(self, state: _Call, fut: Future[WorkerResult]) -> None:
+        try:
+            result = steps.worker_result(fut.result())
+        except Exception as exc:
+            log.exception("the worker pool failed call %r", state.call.call_id)
+            result = ToolResult.error(
+                "internal-error", f"The worker pool failed the call ({type(exc).__name__}).",
+                hint="this is a fault in the runtime, not in your call; try again.",
+            )
+        self._finish(state, result)
+
+    # -- timeouts and cancellation -----------------------------------------------------------
+    def _on_deadline(self, seq: int) -> None:
+        with self._lock:
+            state = self._inflight.get(seq)
+        if state is None or state.done:
+            return
+        timeout = state.entry.cls.timeout
+        self._abort(state, ToolResult.error(
+            "tool-timeout", f"{state.tool} did not finish within {timeout:g} s.",
+            hint="try a smaller request, or do without this tool.",
+        ))
+
+    def _cancel(self, state: _Call) -> int:
+        return self._abort(state, ToolResult.error(
+            "cancelled", f"The call to {state.tool} was cancelled.",
+            hint="the turn was cancelled; do not continue with this call's result.",
+        ))
+
+    def _abort(self, state: _Call, result: ToolResult) -> int:
+        """End a call from outside its execution: signal the ability, stop its worker job."""
+        if state.done:
+            return 0
+        state.instance.cancelled.set()
+        if state.job_id is not None and self._workers is not None:
+            try:
+                self._workers.cancel(state.job_id)
+            except Exception:
+                log.exception("cancelling worker job %s failed", state.job_id)
+        return 1 if self._finish(state, result) else 0
+
+    # -- step 4: the one envelope -------------------------------------------------------------
+    def _finish(self, state: _Call, result: ToolResult) -> bool:
+        """Render, record, reply; only the first caller for a call does anything."""
+        with self._lock:
+            if state.done:
+                return False
+            state.done = True
+            self._inflight.pop(state.seq, None)
+        try:
+            envelope = steps.render_outcome(state.tool, result, state.pre.action)
+        except Exception:
+            log.exception("rendering the result of %s failed", state.tool)
+            result = ToolResult.error(
+                "internal-error", f"The result of {state.tool} could not be rendered.",
+                hint="this is a fault in the tool or the runtime; try another way.",
+            )
+            envelope = steps.render_outcome(state.tool, result)
+        gate = state.gate
+        try:
+            assert self._trail is not None
+            self._trail.finish(
+                state.row, status=result.status, code=result.code,
+                decision=gate.decision if gate else None,
+                decided_by=gate.decided_by if gate else None,
+            )
+        except Exception:
+            log.exception("completing trail row %d failed", state.row)
+        ctx = state.call.context
+        if state.replied:
+            self._events.publish(ctx.conversation_id, BackgroundResult(
+                call_id=state.call.call_id, conversation_id=ctx.conversation_id, tool=state.tool,
+                envelope=envelope, status=result.status,
+            ))
+        else:
+            state.replied = True
+            if not state.reply.done():
+                state.reply.set_result(ToolOutcome(
+                    call_id=state.call.call_id, tool=state.tool, status=result.status,
+                    envelope=envelope, code=result.code,
+                ))
+        return True

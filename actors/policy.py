@@ -1,0 +1,279 @@
+"""PolicyActor: the permission gate. Owns the policy table, gate decisions and pending approvals.
+
+Lifecycle of one gate request (:meth:`PolicyActor.gate`):
+
+1. ``internal`` abilities are allowed at once (decided by ``internal``).
+2. The operator's setting is resolved (:func:`chalie.policy.resolve`); a
+   permission nobody configured is recorded as ``ask`` (origin ``seen``).
+3. ``allow``/``internal`` allow, ``deny`` denies; ``ask`` denies where no
+   human can answer (subconscious, external_agent, or ``human_present``
+   false), and on chat publishes a :class:`PermissionRequest` to the
+   conversation and returns a future that is completed later by
+   :meth:`answer` or by the expiry timer. The actor never waits for it.
+4. Any exception inside the gate is a deny (``fail-closed``), logged.
+
+The reply is a ``concurrent.futures.Future[GateDecision]``: through a proxy,
+``proxy.gate(...).get()`` returns that future at once and ``.result()`` waits
+for the decision. A caller that must not wait at all (the dispatcher) sends a
+:class:`GateAsk` with ``tell`` and adds a done-callback to its own future.
+
+:meth:`view` hands out a :class:`PolicyView`, a lock-free read of the
+operator's table for the dispatcher's fast path; only ``ask`` and unseen
+permissions need the actor.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.supervisor import SupervisedActor
+from chalie import policy as rules
+from chalie.events import EventBus
+from chalie.messages import Decision, PermissionRequest, TurnContext
+from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
+
+log = logging.getLogger("chalie.policy")
+
+
+class PolicyView:
+    """Read-only access to the operator's current table, safe from any thread."""
+
+    def __init__(self, store: PolicyStore) -> None:
+        self._store = store
+
+    def setting(self, channel: str, permission: str) -> Decision | None:
+        return rules.resolve(self._store.table, channel, permission)
+
+
+@dataclass
+class GateAsk:
+    """A gate request sent with ``tell``; the decision completes ``reply``."""
+
+    call_id: str
+    context: TurnContext
+    tool: str
+    permission: str
+    internal: bool
+    act_summary: str
+    params_redacted: dict[str, Any]
+    reply: Future[GateDecision] = field(default_factory=Future)
+
+
+@dataclass
+class _Pending:
+    request: PermissionRequest
+    reply: Future[GateDecision]
+    timer: threading.Timer
+
+
+@dataclass(frozen=True)
+class _Expire:
+    request_id: str
+
+
+def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
+    if not reply.done():
+        try:
+            reply.set_result(decision)
+        except Exception:  # a concurrent set or a cancelled future: first one wins
+            pass
+
+
+class PolicyActor(SupervisedActor):
+    """The permission gate; see the module docstring for the order of a decision."""
+
+    def __init__(self, db_path: Path, events: EventBus, *, approval_expiry: float = 300.0) -> None:
+        super().__init__()
+        if not isinstance(approval_expiry, int | float) or approval_expiry <= 0:
+            raise ValueError("approval_expiry must be a positive number of seconds")
+        self._db_path = Path(db_path)
+        self._events = events
+        self._expiry = float(approval_expiry)
+        self._store: PolicyStore | None = None
+        self._pending: dict[str, _Pending] = {}
+
+    # -- lifecycle -----------------------------------------------------------
+    def on_start(self) -> None:
+        self._store = PolicyStore(self._db_path)
+        self._view = PolicyView(self._store)
+
+    def on_stop(self) -> None:
+        self._drop_pending("the permission gate stopped while waiting for the answer")
+        if self._store is not None:
+            self._store.close()
+
+    def on_failure(self, *exc: Any) -> None:
+        self._drop_pending("the permission gate failed while waiting for the answer")
+
+    def _drop_pending(self, reason: str) -> None:
+        for pending in self._pending.values():
+            pending.timer.cancel()
+            _complete(pending.reply, rules.failed_closed(reason))
+        self._pending.clear()
+
+    @property
+    def store(self) -> PolicyStore:
+        if self._store is None:
+            raise RuntimeError("the policy store is not open")
+        return self._store
+
+    # -- messages ------------------------------------------------------------
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, GateAsk):
+            return self.gate(
+                message.call_id, message.context, message.tool, message.permission,
+                message.internal, message.act_summary, message.params_redacted,
+                reply=message.reply,
+            )
+        if isinstance(message, ViewRequest):
+            return self._view
+        if isinstance(message, _Expire):
+            self._expire(message.request_id)
+            return None
+        return super().on_receive(message)
+
+    # -- the gate ------------------------------------------------------------
+    def gate(
+        self,
+        call_id: str,
+        context: TurnContext,
+        tool: str,
+        permission: str,
+        internal: bool,
+        act_summary: str,
+        params_redacted: dict[str, Any],
+        *,
+        reply: Future[GateDecision] | None = None,
+    ) -> Future[GateDecision]:
+        """Decide one call; the returned future completes now, or when a human answers."""
+        reply = reply if reply is not None else Future()
+        try:
+            decision = self._decide(call_id, context, tool, permission, internal, act_summary,
+                                    params_redacted, reply)
+        except Exception as exc:
+            log.exception("the permission gate failed for call %r; denying", call_id)
+            decision = rules.failed_closed(type(exc).__name__)
+        if decision is not None:
+            _complete(reply, decision)
+        return reply
+
+    def _decide(
+        self,
+        call_id: str,
+        context: TurnContext,
+        tool: str,
+        permission: str,
+        internal: bool,
+        act_summary: str,
+        params_redacted: dict[str, Any],
+        reply: Future[GateDecision],
+    ) -> GateDecision | None:
+        if internal is True:
+            return rules.allowed("internal")
+        channel = rules.check_channel(context.channel)
+        rules.check_permission(permission)
+        setting = rules.resolve(self.store.table, channel, permission)
+        if setting is None:
+            if self.store.record_seen(channel, permission):
+                log.info("unseen permission %s on %s recorded as ask", permission, channel)
+        verdict = rules.decide(setting, channel=channel, human_present=context.human_present)
+        if verdict == "allow":
+            return rules.allowed("internal" if setting == "internal" else "policy")
+        if verdict == "deny":
+            if setting == "deny":
+                return rules.denied_by_policy(permission, channel)
+            return rules.denied_without_human(permission, channel)
+        self._ask_human(call_id, context, tool, permission, act_summary, params_redacted, reply)
+        return None
+
+    def _ask_human(
+        self,
+        call_id: str,
+        context: TurnContext,
+        tool: str,
+        permission: str,
+        act_summary: str,
+        params_redacted: dict[str, Any],
+        reply: Future[GateDecision],
+    ) -> None:
+        request_id = uuid.uuid4().hex
+        request = PermissionRequest(
+            request_id=request_id,
+            conversation_id=context.conversation_id,
+            channel=context.channel,
+            permission=permission,
+            tool=tool,
+            act_summary=act_summary[:200],
+            params=params_redacted,
+            expires_at=time.time() + self._expiry,
+        )
+        ref = self.actor_ref
+        timer = threading.Timer(self._expiry, _tell_quietly, args=(ref, _Expire(request_id)))
+        timer.daemon = True
+        self._pending[request_id] = _Pending(request, reply, timer)
+        timer.start()
+        log.info("asking conversation %s to allow %s (request %s, call %s)",
+                 context.conversation_id, permission, request_id, call_id)
+        self._events.publish(context.conversation_id, request)
+
+    def _expire(self, request_id: str) -> None:
+        pending = self._pending.pop(request_id, None)
+        if pending is not None:
+            log.info("permission request %s for %s expired", request_id, pending.request.permission)
+            permission = pending.request.permission
+            _complete(pending.reply, rules.approval_expired(permission, self._expiry))
+
+    def answer(self, request_id: str, answer: str) -> bool:
+        """Apply a human's answer; False when no such request is pending (answered or expired)."""
+        if answer not in rules.ANSWERS:
+            raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(rules.ANSWERS)}")
+        pending = self._pending.pop(request_id, None) if isinstance(request_id, str) else None
+        if pending is None:
+            return False
+        pending.timer.cancel()
+        request = pending.request
+        try:
+            if answer == "allow_always":
+                self.store.set(request.channel, request.permission, "allow")
+            decision = rules.answer_decision(answer, request.permission)
+        except Exception as exc:
+            log.exception("applying the answer to %s failed; denying", request_id)
+            decision = rules.failed_closed(type(exc).__name__)
+        _complete(pending.reply, decision)
+        return True
+
+    # -- the operator's surface --------------------------------------------------
+    def view(self) -> PolicyView:
+        return self._view
+
+    def list(self, include_internal: bool = False) -> builtins.list[PolicyRow]:
+        return self.store.rows(include_internal=include_internal)
+
+    def set(self, channel: str, permission: str, decision: str) -> PolicyRow:
+        return self.store.set(channel, permission, decision)
+
+    def reset(self, channel: str | None = None, permission: str | None = None) -> int:
+        return self.store.reset(channel, permission)
+
+    def pending(self) -> builtins.list[PermissionRequest]:
+        return [p.request for p in self._pending.values()]
+
+
+def _tell_quietly(ref: Any, message: Any) -> None:
+    try:
+        ref.tell(message)
+    except Exception:  # the actor is gone; its on_stop already denied the request
+        pass
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """Ask (with ``ask``) for the actor's :class:`PolicyView`."""

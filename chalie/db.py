@@ -1,0 +1,44 @@
+"""Opening the daemon's SQLite file: WAL, a busy timeout, and a 0600 file.
+
+Durability choice: ``journal_mode=WAL`` with ``synchronous=NORMAL``. A commit
+appends the transaction to the WAL file with ``write()`` before it returns, so
+the data is in the kernel's page cache: a SIGKILL of the daemon cannot lose a
+committed row. What NORMAL gives up (against FULL) is only the fsync at each
+commit, i.e. the last transactions on an OS crash or power loss; the database
+itself stays consistent either way. FULL would cost an fsync per tool call on
+the dispatcher's hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final, Literal
+
+BUSY_TIMEOUT_MS: Final = 5000
+
+Synchronous = Literal["NORMAL", "FULL"]
+
+
+def connect(path: Path, *, synchronous: Synchronous = "NORMAL") -> sqlite3.Connection:
+    """An autocommit connection any thread may use (callers serialise access)."""
+    if synchronous not in ("NORMAL", "FULL"):
+        raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Create the file 0600 before SQLite does: SQLite would honour the umask,
+    # and it copies the main file's mode onto the -wal and -shm files.
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+    conn = sqlite3.connect(
+        str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        conn.close()
+        raise sqlite3.OperationalError(f"{path}: could not switch to WAL (got {mode})")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    return conn

@@ -1,0 +1,312 @@
+"""The dispatcher's pure steps: check, resolve, pre-validate, name the permission, render.
+
+The DispatcherActor (actors/dispatcher.py) runs them in this order for every
+tool call; each step returns either its product or the error
+:class:`~chalie.result.ToolResult` that ends the call:
+
+1. :func:`check_call`: hostile input (a non-object, more than
+   :data:`MAX_ARGUMENT_BYTES` of JSON, nesting deeper than :data:`MAX_DEPTH`,
+   a bad channel or id) is refused without being looked at further.
+2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``.
+3. :func:`split_framework_fields` (chalie.ability) takes ``act_summary`` and
+   ``async`` out of the arguments.
+4. :func:`prevalidate`: the action map (``unknown-action`` with the valid
+   actions, ``missing-params`` naming them), then the JSON Schema
+   (``invalid-param`` naming the field, with the enum's values), then the
+   ``Params`` Struct; all before the gate.
+5. :func:`permission` derives ``tool`` or ``tool.action`` with the ability's
+   ``classify`` (never from a model-supplied field).
+6. :func:`render_outcome` renders the one envelope.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jsonschema
+import msgspec
+from jsonschema.exceptions import ValidationError as SchemaError
+from jsonschema.exceptions import best_match
+
+from chalie.ability import Ability
+from chalie.envelope import TOOL_NAME, render
+from chalie.invoke import coerce_params
+from chalie.messages import CHANNELS, ToolCall, WorkerResult
+from chalie.policy import GateDecision, permission_for
+from chalie.registry import Entry
+from chalie.result import Scalar, ToolResult
+
+MAX_ARGUMENT_BYTES: Final = 1 << 20
+MAX_DEPTH: Final = 32
+MAX_ID: Final = 128
+MAX_VALID_VALUES: Final = 50
+FALLBACK_TOOL: Final = "tool"
+
+_validators: dict[type[Ability], jsonschema.protocols.Validator] = {}
+_validators_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Prevalidated:
+    """Parameters that passed every check: the dict (workers, classify, trail) and the run value."""
+
+    params: dict[str, Any]
+    value: Any
+    action: str | None
+
+
+# -- 1. hostile input ---------------------------------------------------------
+
+
+def _oversized(arguments: Mapping[str, Any]) -> str | None:
+    """Why the arguments are too big or too deep, walking no further than the budget."""
+    budget = MAX_ARGUMENT_BYTES
+    stack: list[tuple[Any, int]] = [(arguments, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"the arguments nest deeper than {MAX_DEPTH} levels"
+        if isinstance(value, Mapping):
+            budget -= 2
+            for key, item in value.items():
+                budget -= len(key) + 4 if isinstance(key, str) else 16
+                stack.append((item, depth + 1))
+        elif isinstance(value, list | tuple):
+            budget -= 2
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            budget -= len(value) + 2
+        elif isinstance(value, bytes | bytearray):
+            budget -= len(value) * 2
+        else:
+            budget -= 8
+        if budget < 0:
+            return f"the arguments are larger than {MAX_ARGUMENT_BYTES // 1024} KiB"
+    return None
+
+
+def check_call(call: ToolCall) -> ToolResult | None:
+    """Refuse a call whose shape is hostile before any other step reads it."""
+    ctx = call.context
+    if ctx.channel not in CHANNELS:
+        return ToolResult.error(
+            "invalid-param", f"unknown channel {str(ctx.channel)[:40]!r}.",
+            hint="the caller must use one of the policy channels.", valid_values=CHANNELS,
+            meta={"param": "channel"},
+        )
+    for field, value in (("call_id", call.call_id), ("turn_id", ctx.turn_id),
+                         ("conversation_id", ctx.conversation_id)):
+        if not isinstance(value, str) or not value or len(value) > MAX_ID:
+            return ToolResult.error(
+                "invalid-param",
+                f"{field} must be a non-empty string of at most {MAX_ID} characters.",
+                hint="this is a fault in the caller, not in the tool.", meta={"param": field},
+            )
+    args = call.arguments
+    if not isinstance(args, Mapping):
+        return ToolResult.error(
+            "invalid-param", f"the arguments must be a JSON object, not {type(args).__name__}.",
+            hint='pass the parameters as an object, e.g. {"name": "value"}.',
+        )
+    if not all(isinstance(k, str) for k in args):
+        return ToolResult.error(
+            "invalid-param", "every argument name must be a string.", hint="use string keys only.",
+        )
+    why = _oversized(args)
+    if why:
+        return ToolResult.error(
+            "invalid-param", f"{why}; the call was not processed.",
+            hint="pass smaller arguments; put large content in a file or split the work.",
+        )
+    return None
+
+
+# -- 2. resolution ------------------------------------------------------------
+
+
+def envelope_name(tool: object) -> str:
+    """A name the envelope can carry: the tool's own, or a sanitised stand-in for a hostile one."""
+    if isinstance(tool, str) and TOOL_NAME.match(tool):
+        return tool
+    text = re.sub(r"[^a-z0-9_]+", "_", str(tool).lower())[:64].strip("_")
+    return text if TOOL_NAME.match(text) else FALLBACK_TOOL
+
+
+def resolve(registry: Any, tool: object) -> Entry | ToolResult:
+    """The registry entry for the name, or ``unknown-tool``."""
+    entry = registry.get(tool) if isinstance(tool, str) and len(tool) <= 200 else None
+    if not isinstance(entry, Entry):
+        shown = str(tool)[:80]
+        return ToolResult.error(
+            "unknown-tool", f"no tool named {shown!r} is available.",
+            hint="call find_tools with what you want to do to get the right tool for this turn.",
+        )
+    return entry
+
+
+# -- 4. pre-validation -----------------------------------------------------------
+
+
+def validator_for(cls: type[Ability]) -> jsonschema.protocols.Validator:
+    """The compiled JSON Schema validator of an ability class, built once."""
+    found = _validators.get(cls)
+    if found is None:
+        with _validators_lock:
+            found = _validators.get(cls)
+            if found is None:
+                found = jsonschema.Draft202012Validator(dict(cls.parameters))
+                _validators[cls] = found
+    return found
+
+
+def _values(values: Iterable[Any]) -> list[Scalar]:
+    out: list[Scalar] = [v for v in values if v is None or isinstance(v, str | int | float | bool)]
+    return out[:MAX_VALID_VALUES]
+
+
+def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
+    path = "/".join(str(p) for p in error.absolute_path)
+    props = cls.parameters.get("properties", {})
+    if error.validator == "required" and not path:
+        missing = [m for m in re.findall(r"'([^']+)' is a required property", error.message)]
+        names = ", ".join(missing) or "a required parameter"
+        return ToolResult.error(
+            "missing-params", f"{cls.name} needs {names}.",
+            hint=f"pass {names} and call again.", meta={"param": missing[0] if missing else ""},
+        )
+    if error.validator == "additionalProperties" and not path:
+        instance = error.instance
+        extra = sorted(set(instance) - set(props)) if isinstance(instance, Mapping) else []
+        name = extra[0] if extra else "?"
+        return ToolResult.error(
+            "invalid-param", f"{cls.name} has no parameter {name[:64]!r}.",
+            hint="use only the parameters the tool declares.",
+            valid_values=_values(sorted(props)), meta={"param": name[:64]},
+        )
+    field = path or "arguments"
+    valid: list[Scalar] | None = None
+    if error.validator == "enum" and isinstance(error.validator_value, list):
+        valid = _values(error.validator_value)
+    elif error.validator == "const":
+        valid = _values([error.validator_value])
+    else:
+        # An enum nested in anyOf/oneOf (msgspec's Optional[Literal]) still lists the choices.
+        sub = error.schema if isinstance(error.schema, Mapping) else {}
+        for option in sub.get("anyOf", ()) + sub.get("oneOf", ()):
+            if isinstance(option, Mapping) and isinstance(option.get("enum"), list):
+                valid = _values(option["enum"])
+    message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+    return ToolResult.error(
+        "invalid-param", f"parameter {field!r} is invalid: {message}",
+        hint=f"fix {field} to match the tool's schema and call again.",
+        valid_values=valid, meta={"param": field[:64]},
+    )
+
+
+def _check_actions(cls: type[Ability], params: Mapping[str, Any]) -> ToolResult | str | None:
+    if not cls.actions:
+        return None
+    key = cls.action_param
+    action = params.get(key)
+    if action is None:
+        default = cls.parameters.get("properties", {}).get(key, {}).get("default")
+        if default is None:
+            return ToolResult.error(
+                "missing-params", f"{cls.name} needs {key}.",
+                hint=f"pass {key}, one of: {', '.join(cls.actions)}.",
+                valid_values=_values(cls.actions), meta={"param": key},
+            )
+        action = default
+    if not isinstance(action, str) or action not in cls.actions:
+        return ToolResult.error(
+            "unknown-action", f"{cls.name} has no action {str(action)[:64]!r}.",
+            hint=f"use one of the listed values for {key}.",
+            valid_values=_values(cls.actions), meta={"param": key},
+        )
+    missing = [p for p in cls.actions[action] if params.get(p) is None]
+    if missing:
+        names = ", ".join(missing)
+        return ToolResult.error(
+            "missing-params", f"{cls.name} {action} needs {names}.",
+            hint=f"pass {names} with {key}={action}.", meta={"action": action, "param": missing[0]},
+        )
+    return action
+
+
+def prevalidate(cls: type[Ability], params: dict[str, Any]) -> Prevalidated | ToolResult:
+    """The action map, then the JSON Schema, then the Params Struct."""
+    action = _check_actions(cls, params)
+    if isinstance(action, ToolResult):
+        return action
+    validator = validator_for(cls)
+    if not validator.is_valid(params):
+        error = best_match(validator.iter_errors(params))
+        if error is not None:
+            return _schema_error(cls, error)
+    try:
+        value = coerce_params(cls, params)
+    except msgspec.ValidationError as exc:
+        return ToolResult.error(
+            "invalid-param", f"the parameters are invalid: {str(exc)[:200]}",
+            hint="fix the named parameter to match the tool's schema and call again.",
+        )
+    return Prevalidated(params, value, action)
+
+
+# -- 5. the permission -----------------------------------------------------------
+
+
+def permission(instance: Ability, params: Mapping[str, Any]) -> str:
+    """``tool`` or ``tool.action``, the action from the ability's classify(). Raises on junk."""
+    return permission_for(type(instance).name, instance.classify(params))
+
+
+# -- 6. rendering ----------------------------------------------------------------
+
+
+def denial(decision: GateDecision) -> ToolResult:
+    """The error result for a gate decision that refused the call."""
+    return ToolResult.error(
+        decision.code or "permission-denied",
+        decision.message or "The permission gate refused the call.",
+        hint=decision.hint,
+    )
+
+
+def accepted(call_id: str) -> ToolResult:
+    """What the turn gets at once for a call sent to the background."""
+    return ToolResult.success(
+        f"Started in the background as call {call_id}; the result will arrive in this "
+        "conversation when it finishes. Do not wait for it or call it again.",
+        meta={"call_id": call_id, "background": True},
+    )
+
+
+def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> str:
+    """The one envelope the model sees; ``action`` is added to the meta when the ability has one."""
+    if action is not None and "action" not in result.meta:
+        result = result.with_meta(action=action)
+    return render(envelope_name(tool), result)
+
+
+def worker_result(result: WorkerResult) -> ToolResult:
+    """A worker's reply as the ToolResult it stands for; a malformed one is an internal error."""
+    try:
+        if result.status == "success":
+            return ToolResult.success(result.body, rich=result.rich, meta=result.meta)
+        return ToolResult.error(
+            result.code or "internal-error",
+            result.body or "the worker reported an error without a message.",
+            hint=result.hint or "",
+            valid_values=result.valid_values,
+            meta=result.meta,
+        )
+    except (TypeError, ValueError) as exc:
+        return ToolResult.error(
+            "internal-error", f"the worker's reply is malformed ({str(exc)[:120]}).",
+            hint="this is a fault in the runtime, not in your call.",
+        )

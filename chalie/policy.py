@@ -1,0 +1,290 @@
+"""The permission policy: the (channel, permission) table, resolution, gate decisions, the store.
+
+The table maps ``(channel, permission)`` to ``allow | ask | deny | internal``.
+A permission is a tool name (``calendar``) or a tool name qualified by the
+action its ability derived from the inputs (``calendar.delete_event``).
+
+Resolution (one rule, :func:`resolve`): the exact ``tool.action`` entry an
+operator set; else the operator's entry for the bare ``tool``; else ``ask``.
+The tool-level fallback lets an operator allow or deny a whole tool with one
+entry while still overriding one risky action. Permissions the gate met but
+nobody configured are recorded with origin ``seen`` (setting ``ask``) so the
+operator finds them in ``policy list``; a ``seen`` row never shadows a
+tool-level entry, because it states no choice.
+
+Turning a setting into a decision (:func:`decide`): ``allow`` runs,
+``internal`` runs without showing on the policy surface, ``deny`` refuses,
+and ``ask`` asks the conversation's human, which only the ``chat`` channel
+with a human present can do: everywhere else ``ask`` is a deny whose hint says
+a human must approve.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+
+from chalie.db import connect
+from chalie.messages import CHANNELS, Channel, Decision
+
+DECISIONS: Final[tuple[str, ...]] = ("allow", "ask", "deny", "internal")
+ANSWERS: Final[tuple[str, ...]] = ("allow_once", "allow_always", "deny")
+# A tool name (MCP proxies start with "_"), optionally ".action".
+PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
+ACTION: Final = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
+
+Origin = Literal["set", "seen"]
+DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
+Verdict = Literal["allow", "deny", "ask-human"]
+Table = Mapping[tuple[str, str], Decision]
+
+
+class PolicyError(ValueError):
+    """A bad channel, permission, decision or answer; the message names it."""
+
+
+class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """The gate's answer for one call. ``code``/``message``/``hint`` describe a deny."""
+
+    decision: Literal["allow", "deny"]
+    decided_by: DecidedBy
+    code: str | None = None
+    message: str = ""
+    hint: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == "allow"
+
+
+class PolicyRow(msgspec.Struct, frozen=True, kw_only=True):
+    channel: str
+    permission: str
+    decision: str
+    updated_at: float
+    origin: str = "set"
+
+
+# -- validation -------------------------------------------------------------
+
+
+def check_channel(channel: object) -> Channel:
+    if channel not in CHANNELS:
+        raise PolicyError(f"unknown channel {channel!r}; channels are {', '.join(CHANNELS)}")
+    return channel  # type: ignore[return-value]
+
+
+def check_permission(permission: object) -> str:
+    if not isinstance(permission, str) or not PERMISSION.match(permission):
+        raise PolicyError(
+            f"invalid permission {str(permission)[:80]!r}; expected tool or tool.action "
+            "(lowercase letters, digits, underscores)"
+        )
+    return permission
+
+
+def check_decision(decision: object) -> Decision:
+    if decision not in DECISIONS:
+        raise PolicyError(f"unknown decision {decision!r}; decisions are {', '.join(DECISIONS)}")
+    return decision  # type: ignore[return-value]
+
+
+def permission_for(tool: str, action: str | None) -> str:
+    """``tool`` or ``tool.action``. Raises PolicyError for an action that is not a plain word."""
+    if action is None or action == "":
+        return tool
+    if not isinstance(action, str) or not ACTION.match(action):
+        raise PolicyError(f"classify() returned an unusable action {str(action)[:80]!r}")
+    return f"{tool}.{action}"
+
+
+# -- resolution ---------------------------------------------------------------
+
+
+def resolve(table: Table, channel: str, permission: str) -> Decision | None:
+    """The operator's setting for the call: exact entry, else the tool's, else None (unset)."""
+    hit = table.get((channel, permission))
+    if hit is not None:
+        return hit
+    tool, dot, _ = permission.partition(".")
+    if dot:
+        return table.get((channel, tool))
+    return None
+
+
+def decide(setting: Decision | None, *, channel: str, human_present: bool) -> Verdict:
+    """What the gate does with a setting; ``None`` (never configured) is ``ask``."""
+    if setting in ("allow", "internal"):
+        return "allow"
+    if setting == "deny":
+        return "deny"
+    if channel == "chat" and human_present:
+        return "ask-human"
+    return "deny"
+
+
+# -- the decisions the gate hands back -----------------------------------------
+
+
+def allowed(by: DecidedBy) -> GateDecision:
+    return GateDecision(decision="allow", decided_by=by)
+
+
+def denied_by_policy(permission: str, channel: str) -> GateDecision:
+    return GateDecision(
+        decision="deny", decided_by="policy", code="permission-denied",
+        message=f"The policy denies {permission} on the {channel} channel.",
+        hint="do not retry this call; tell the user it is blocked by policy.",
+    )
+
+
+def denied_without_human(permission: str, channel: str) -> GateDecision:
+    return GateDecision(
+        decision="deny", decided_by="policy", code="permission-denied",
+        message=f"{permission} needs a human's approval, and none can answer on the "
+        f"{channel} channel.",
+        hint="a human must approve this action; ask the user to allow it in the policy, "
+        "or do without it.",
+    )
+
+
+def denied_by_human(permission: str) -> GateDecision:
+    return GateDecision(
+        decision="deny", decided_by="human", code="permission-denied",
+        message=f"The user declined {permission}.",
+        hint="do not retry this call; ask the user what they want instead.",
+    )
+
+
+def approval_expired(permission: str, after: float) -> GateDecision:
+    return GateDecision(
+        decision="deny", decided_by="policy", code="approval-expired",
+        message=f"Nobody answered the request to allow {permission} within {after:g} s.",
+        hint="ask the user whether to try again before repeating the call.",
+    )
+
+
+def failed_closed(reason: str) -> GateDecision:
+    return GateDecision(
+        decision="deny", decided_by="fail-closed", code="permission-denied",
+        message=f"The permission gate failed ({reason[:200]}), so the call is refused.",
+        hint="this is a fault in the runtime, not in your call; try again later.",
+    )
+
+
+def answer_decision(answer: str, permission: str) -> GateDecision:
+    if answer in ("allow_once", "allow_always"):
+        return allowed("human")
+    if answer == "deny":
+        return denied_by_human(permission)
+    raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(ANSWERS)}")
+
+
+# -- the store ---------------------------------------------------------------
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS policy (
+    channel    TEXT NOT NULL,
+    permission TEXT NOT NULL,
+    decision   TEXT NOT NULL CHECK (decision IN ('allow', 'ask', 'deny', 'internal')),
+    origin     TEXT NOT NULL CHECK (origin IN ('set', 'seen')),
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (channel, permission)
+)
+"""
+
+
+class PolicyStore:
+    """The table persisted in SQLite, with an in-memory copy of the operator's entries.
+
+    One owner (the PolicyActor) writes; ``table`` is an immutable snapshot
+    swapped whole on each change, so other threads may read it without a lock.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._conn = connect(path)
+        self._lock = threading.Lock()
+        self._conn.execute(_SCHEMA)
+        self.table: Mapping[tuple[str, str], Decision] = {}
+        self._reload()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _reload(self) -> None:
+        rows = self._conn.execute(
+            "SELECT channel, permission, decision FROM policy WHERE origin = 'set'"
+        ).fetchall()
+        self.table = {(c, p): d for c, p, d in rows}
+
+    def rows(self, *, include_internal: bool = False) -> list[PolicyRow]:
+        with self._lock:
+            found = self._conn.execute(
+                "SELECT channel, permission, decision, updated_at, origin FROM policy "
+                "ORDER BY permission, channel"
+            ).fetchall()
+        return [
+            PolicyRow(channel=c, permission=p, decision=d, updated_at=u, origin=o)
+            for c, p, d, u, o in found
+            if include_internal or d != "internal"
+        ]
+
+    def set(self, channel: str, permission: str, decision: str) -> PolicyRow:
+        row = PolicyRow(
+            channel=check_channel(channel),
+            permission=check_permission(permission),
+            decision=check_decision(decision),
+            updated_at=time.time(),
+        )
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO policy (channel, permission, decision, origin, updated_at) "
+                "VALUES (?, ?, ?, 'set', ?) ON CONFLICT (channel, permission) DO UPDATE SET "
+                "decision = excluded.decision, origin = 'set', updated_at = excluded.updated_at",
+                (row.channel, row.permission, row.decision, row.updated_at),
+            )
+            self._reload()
+        return row
+
+    def record_seen(self, channel: str, permission: str) -> bool:
+        """Note an unconfigured permission as ``ask`` so the operator sees it; True if new."""
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT OR IGNORE INTO policy (channel, permission, decision, origin, updated_at) "
+                "VALUES (?, ?, 'ask', 'seen', ?)",
+                (check_channel(channel), check_permission(permission), time.time()),
+            )
+            return cur.rowcount == 1
+
+    def reset(self, channel: str | None = None, permission: str | None = None) -> int:
+        """Forget entries (all, one channel's, one permission's, or one pair); returns how many."""
+        clauses: list[str] = []
+        args: list[str] = []
+        if channel is not None:
+            clauses.append("channel = ?")
+            args.append(check_channel(channel))
+        if permission is not None:
+            clauses.append("permission = ?")
+            args.append(check_permission(permission))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._lock:
+            try:
+                cur = self._conn.execute(f"DELETE FROM policy{where}", args)
+            finally:
+                self._reload()
+            return cur.rowcount
+
+
+__all__ = [
+    "ANSWERS", "DECISIONS", "GateDecision", "PolicyError", "PolicyRow", "PolicyStore",
+    "allowed", "answer_decision", "approval_expired", "check_channel", "check_decision",
+    "check_permission", "decide", "denied_by_human", "denied_by_policy", "denied_without_human",
+    "failed_closed", "permission_for", "resolve",
+]

@@ -1,0 +1,275 @@
+"""The action trail: one SQLite row per tool call, written at its start and completed at its end.
+
+A row holds the call, turn and conversation ids, the channel, tool and
+permission, the gate's decision and who made it, the parameters as JSON with
+sensitive values replaced by ``[redacted]``, the status, the error code, the
+act_summary, and start and end times. Every write is its own committed
+transaction (see :mod:`chalie.db` for why WAL + ``synchronous=NORMAL``
+survives a SIGKILL), so a call whose outcome was returned is on disk. Rows
+left ``running`` by a daemon that died are marked ``interrupted`` by
+:meth:`Trail.recover` at the next start.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from chalie.db import connect
+
+REDACTED: Final = "[redacted]"
+# Keys that name a secret are redacted at any depth, declared or not.
+SECRET_KEY: Final = re.compile(
+    r"(?i)(passw(or)?d|passphrase|secret|token|api[_-]?key|auth(orization)?|credential|private[_-]?key|cookie)"
+)
+MAX_PARAMS_CHARS: Final = 16_384
+MAX_TEXT: Final = 512
+MAX_QUERY_ROWS: Final = 1000
+MAX_DEPTH: Final = 32
+
+Status = Literal["running", "success", "error", "interrupted"]
+STATUSES: Final = ("running", "success", "error", "interrupted")
+
+_SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS trail (
+        id              INTEGER PRIMARY KEY,
+        call_id         TEXT NOT NULL,
+        turn_id         TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        channel         TEXT NOT NULL,
+        tool            TEXT NOT NULL,
+        permission      TEXT,
+        decision        TEXT,
+        decided_by      TEXT,
+        params          TEXT NOT NULL DEFAULT '{}',
+        status          TEXT NOT NULL,
+        code            TEXT,
+        act_summary     TEXT NOT NULL DEFAULT '',
+        background      INTEGER NOT NULL DEFAULT 0,
+        started_at      REAL NOT NULL,
+        ended_at        REAL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS trail_started ON trail (started_at)",
+    "CREATE INDEX IF NOT EXISTS trail_call ON trail (call_id)",
+    "CREATE INDEX IF NOT EXISTS trail_status ON trail (status)",
+)
+
+_json = msgspec.json.Encoder()
+
+
+class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    call_id: str
+    turn_id: str
+    conversation_id: str
+    channel: str
+    tool: str
+    permission: str | None
+    decision: str | None
+    decided_by: str | None
+    params: str
+    status: str
+    code: str | None
+    act_summary: str
+    background: bool
+    started_at: float
+    ended_at: float | None
+
+
+_COLUMNS: Final = tuple(TrailRow.__struct_fields__)
+
+
+def _redact_value(value: Any, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        return "[too deep]"
+    if isinstance(value, Mapping):
+        return {
+            str(k): REDACTED if SECRET_KEY.search(str(k)) else _redact_value(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact_value(v, depth + 1) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return repr(value)[:MAX_TEXT]
+
+
+def redact(params: Mapping[str, Any], sensitive: Iterable[str] = ()) -> dict[str, Any]:
+    """A copy safe to store or show: declared sensitive names and secret-looking keys hidden."""
+    declared = frozenset(sensitive)
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = str(key)
+        if name in declared or SECRET_KEY.search(name):
+            out[name] = REDACTED
+        else:
+            out[name] = _redact_value(value, 1)
+    return out
+
+
+def params_json(redacted: Mapping[str, Any]) -> str:
+    try:
+        text = _json.encode(redacted).decode()
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
+        return '{"_unencodable":true}'
+    if len(text) > MAX_PARAMS_CHARS:
+        return _json.encode({"_truncated": True, "prefix": text[:MAX_PARAMS_CHARS]}).decode()
+    return text
+
+
+def _clip(text: str | None) -> str:
+    return (text or "")[:MAX_TEXT]
+
+
+class Trail:
+    """The trail table on one connection; safe to call from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._conn = connect(self.path)
+        self._lock = threading.Lock()
+        for statement in _SCHEMA:
+            self._conn.execute(statement)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def recover(self) -> int:
+        """Mark calls a dead daemon left running as ``interrupted``; returns how many."""
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
+                "ended_at = ? WHERE status = 'running'",
+                (time.time(),),
+            )
+            return cur.rowcount
+
+    def start(
+        self,
+        *,
+        call_id: str,
+        turn_id: str,
+        conversation_id: str,
+        channel: str,
+        tool: str,
+        permission: str | None,
+        params: str,
+        act_summary: str,
+        background: bool = False,
+        started_at: float | None = None,
+    ) -> int:
+        """Write the row of a call about to be gated and run; returns its row id."""
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO trail (call_id, turn_id, conversation_id, channel, tool, permission, "
+                "params, status, act_summary, background, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                (
+                    _clip(call_id), _clip(turn_id), _clip(conversation_id), _clip(channel),
+                    _clip(tool), permission, params, _clip(act_summary), int(background),
+                    time.time() if started_at is None else started_at,
+                ),
+            )
+            return int(cur.lastrowid or 0)
+
+    def finish(
+        self,
+        row_id: int,
+        *,
+        status: Literal["success", "error"],
+        code: str | None,
+        decision: str | None,
+        decided_by: str | None,
+    ) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE trail SET status = ?, code = ?, decision = ?, decided_by = ?, ended_at = ? "
+                "WHERE id = ?",
+                (status, code, decision, decided_by, time.time(), row_id),
+            )
+
+    def record(
+        self,
+        *,
+        call_id: str,
+        turn_id: str,
+        conversation_id: str,
+        channel: str,
+        tool: str,
+        permission: str | None,
+        params: str,
+        act_summary: str,
+        status: Literal["success", "error"],
+        code: str | None,
+        decision: str | None = None,
+        decided_by: str | None = None,
+    ) -> int:
+        """One complete row, for a call that ended before it started (bad name, bad params)."""
+        now = time.time()
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO trail (call_id, turn_id, conversation_id, channel, tool, permission, "
+                "decision, decided_by, params, status, code, act_summary, started_at, ended_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    _clip(call_id), _clip(turn_id), _clip(conversation_id), _clip(channel),
+                    _clip(tool), permission, decision, decided_by, params, status, code,
+                    _clip(act_summary), now, now,
+                ),
+            )
+            return int(cur.lastrowid or 0)
+
+    def query(
+        self,
+        *,
+        limit: int = 50,
+        tool: str | None = None,
+        status: str | None = None,
+        code: str | None = None,
+        channel: str | None = None,
+        conversation_id: str | None = None,
+        turn_id: str | None = None,
+        call_id: str | None = None,
+        since: float | None = None,
+    ) -> list[TrailRow]:
+        """Recent calls, newest first, filtered by any of the given fields."""
+        bad = isinstance(limit, bool) or not isinstance(limit, int)
+        if bad or not 1 <= limit <= MAX_QUERY_ROWS:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_QUERY_ROWS}")
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; statuses are {', '.join(STATUSES)}")
+        clauses: list[str] = []
+        args: list[Any] = []
+        for column, value in (
+            ("tool", tool), ("status", status), ("code", code), ("channel", channel),
+            ("conversation_id", conversation_id), ("turn_id", turn_id), ("call_id", call_id),
+        ):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise ValueError(f"{column} filter must be a string")
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        if since is not None:
+            clauses.append("started_at >= ?")
+            args.append(float(since))
+        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {', '.join(_COLUMNS)} FROM trail {where}ORDER BY id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        out = []
+        for row in rows:
+            fields = dict(zip(_COLUMNS, row, strict=True))
+            fields["background"] = bool(fields["background"])
+            out.append(TrailRow(**fields))
+        return out
