@@ -22,7 +22,6 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
@@ -40,8 +39,8 @@ import zmq.asyncio
 from actors.loop import EventLoopThread
 from actors.supervisor import ChildUnavailable, SupervisedActor
 from chalie import control
-from chalie.events import QueueSubscription
-from chalie.messages import ControlReply, PermissionRequest, ToolCall, TurnContext
+from chalie.events import Subscription
+from chalie.messages import ControlReply, PermissionRequest, ToolCall, ToolOutcome, TurnContext
 from chalie.policy import PolicyError
 from chalie.trail import Trail
 
@@ -205,20 +204,35 @@ class ControlEndpoint:
 
 @dataclass
 class _CliCall:
-    """A tools.call the CLI started: its dispatch future and the events of its conversation."""
+    """A CLI tools.call: its outcome future and its conversation's permission requests."""
 
     call_id: str
     conversation_id: str
-    future: pykka.Future[Any]
-    events: QueueSubscription
+    future: concurrent.futures.Future[ToolOutcome]
+    news: threading.Event = field(default_factory=threading.Event)
+    requests: list[PermissionRequest] = field(default_factory=list)
+    subscription: Subscription | None = None
     touched: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_event(self, event: Any) -> None:
+        # Runs on the publisher's thread (the PolicyActor's): append and wake, nothing more.
+        if isinstance(event, PermissionRequest):
+            with self.lock:
+                self.requests.append(event)
+            self.news.set()
+
+    def take_requests(self) -> list[PermissionRequest]:
+        with self.lock:
+            taken, self.requests = self.requests, []
+        return taken
 
 
 class CallDesk:
     """Tool calls started from the CLI, polled for their outcome and permission requests.
 
     The dispatcher answers a call with a future; the desk keeps it, with a
-    subscription to the call's conversation, so a long-poll can hand the CLI
+    subscription to the call's conversation, so a long-poll hands the CLI
     each PermissionRequest as it is published and the outcome once it exists.
     A call nobody polls for ``forget_after`` seconds is dropped.
     """
@@ -230,6 +244,8 @@ class CallDesk:
         self._forget_after = forget_after
 
     def start(self, args: control.ToolsCallArgs) -> ControlReply:
+        from actors.dispatcher import submit
+
         self._forget_stale()
         call_id = f"cli-{uuid.uuid4().hex[:16]}"
         conversation = args.conversation_id or f"cli-{uuid.uuid4().hex[:12]}"
@@ -244,15 +260,17 @@ class CallDesk:
                 human_present=True,
             ),
         )
+        entry = _CliCall(call_id, conversation, concurrent.futures.Future())
         # Subscribe before dispatching: the gate may ask at once.
-        sub = self._rt.events.subscribe_queue(conversation)
+        entry.subscription = self._rt.events.subscribe(conversation, entry.on_event)
         try:
-            future = self._rt.child("dispatcher").current().proxy().dispatch(call)
+            entry.future = submit(self._rt.child("dispatcher").current(), call)
         except Exception:
-            sub.close()
+            entry.subscription.close()
             raise
+        entry.future.add_done_callback(lambda _f: entry.news.set())
         with self._lock:
-            self._calls[call_id] = _CliCall(call_id, conversation, future, sub)
+            self._calls[call_id] = entry
         return control.success({"call_id": call_id, "conversation_id": conversation})
 
     def poll(self, args: control.ToolsPollArgs) -> ControlReply:
@@ -261,45 +279,25 @@ class CallDesk:
         if entry is None:
             return control.failure(control.NOT_FOUND, f"no call {args.call_id!r} in progress")
         entry.touched = time.monotonic()
-        deadline = time.monotonic() + args.wait
-        requests: list[Any] = []
-        while True:
-            requests.extend(self._drain(entry))
-            try:
-                outcome = entry.future.get(timeout=0.02)
-            except pykka.Timeout:
-                if requests or time.monotonic() >= deadline:
-                    return control.success({"state": "pending", "permission_requests": requests})
-                continue
-            except Exception as exc:  # the dispatcher died mid-call
-                log.error("tools.call %s failed in the runtime: %s", entry.call_id, exc)
-                self._finish(entry)
-                return control.failure(
-                    control.UNAVAILABLE, f"the call failed in the runtime: {exc}"
-                )
-            requests.extend(self._drain(entry))
-            self._finish(entry)
-            return control.success(
-                {
-                    "state": "done",
-                    "permission_requests": requests,
-                    "outcome": msgspec.to_builtins(outcome),
-                }
-            )
-
-    @staticmethod
-    def _drain(entry: _CliCall) -> list[Any]:
-        found: list[Any] = []
-        while True:
-            try:
-                event = entry.events.queue.get_nowait()
-            except queue.Empty:
-                return found
-            if isinstance(event, PermissionRequest):
-                found.append(msgspec.to_builtins(event))
+        entry.news.wait(args.wait)
+        entry.news.clear()
+        shown = [msgspec.to_builtins(r) for r in entry.take_requests()]
+        if not entry.future.done():
+            # Anything that lands after the clear sets news again: the next poll sees it.
+            return control.success({"state": "pending", "permission_requests": shown})
+        self._finish(entry)
+        try:
+            outcome = entry.future.result()
+        except Exception as exc:
+            log.error("tools.call %s failed in the runtime: %s", entry.call_id, exc)
+            return control.failure(control.UNAVAILABLE, f"the call failed in the runtime: {exc}")
+        return control.success(
+            {"state": "done", "permission_requests": shown, "outcome": msgspec.to_builtins(outcome)}
+        )
 
     def _finish(self, entry: _CliCall) -> None:
-        entry.events.close()
+        if entry.subscription is not None:
+            entry.subscription.close()
         with self._lock:
             self._calls.pop(entry.call_id, None)
 

@@ -40,7 +40,7 @@ import pykka
 import chalie
 from actors.control import ControlActor
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, Supervisor
+from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, Supervisor
 from chalie import control
 from chalie.config import Config
 from chalie.events import EventBus
@@ -119,13 +119,22 @@ class Runtime:
     stop_requested: threading.Event = field(default_factory=threading.Event)
     escalation: tuple[str, str] | None = None
     supervisor: pykka.ActorRef[Any] | None = None
+    _children: dict[str, ChildRef] = field(default_factory=dict)
 
     def child(self, child_id: str) -> ChildRef:
-        """A restart-proof handle on one child of the tree."""
-        if self.supervisor is None:
-            raise RuntimeError("the supervisor tree is not running")
-        ref: ChildRef = self.supervisor.proxy().child_ref(child_id).get(timeout=5)
-        return ref
+        """A restart-proof handle on one child of the tree (never from the supervisor's thread)."""
+        found = self._children.get(child_id)
+        if found is None:
+            sup = self.supervisor
+            if sup is None:
+                raise ChildUnavailable(child_id, "the supervisor tree is not running")
+            try:
+                found = sup.proxy().child_ref(child_id).get(timeout=5)
+            except (pykka.ActorDeadError, pykka.Timeout) as exc:
+                raise ChildUnavailable(child_id, f"the supervisor did not answer ({exc})") from None
+            # A ChildRef resolves the current incarnation on every use: safe to keep.
+            self._children[child_id] = found
+        return found
 
     def request_stop(self) -> None:
         self.stop_requested.set()
@@ -158,16 +167,16 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
 
     cfg = rt.config
     workers_handle = WorkerPoolHandle()
-
-    def policy_lookup() -> Any:
-        return rt.child("policy")
-
+    # Each start runs on the supervisor's thread, so it must not ask the
+    # supervisor anything: children find each other later, through ChildRefs.
+    rt.services.discovery = DiscoveryHandle(lambda: rt.child("discovery"))
     specs = [
         ChildSpec(
             "policy",
@@ -178,15 +187,20 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
             lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=workers_handle),
             shutdown=10.0,
         ),
-        # The DiscoveryActor joins here, before the dispatcher whose
-        # find_tools calls need it: ChildSpec("discovery", ...).
+        ChildSpec(
+            "discovery",
+            lambda: DiscoveryActor.start(
+                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder
+            ),
+            shutdown=10.0,
+        ),
         ChildSpec(
             "dispatcher",
             lambda: DispatcherActor.start(
                 rt.registry,
                 rt.services,
                 rt.db_path,
-                policy_lookup,
+                lambda: rt.child("policy").current(),
                 workers_handle,
                 rt.events,
                 inline_threads=cfg.inline_threads,
