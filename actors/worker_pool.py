@@ -1,0 +1,632 @@
+"""The WorkerPool actor: a ZeroMQ ROUTER broker thread and N ability worker processes.
+
+Lifecycle of the pool:
+
+1. ``on_start`` picks the ipc endpoint inside the data directory, binds the
+   ROUTER (LINGER=0, ROUTER_MANDATORY, MAXMSGSIZE) and starts the broker
+   thread with ``spawn_thread``, so a crash there restarts the pool.
+2. The broker thread owns every socket and process. It spawns workers with
+   ``subprocess.Popen([sys.executable, "-m", "chalie.worker", ...])`` and
+   watches each through a pidfd in the same blocking ``zmq.Poller`` as the
+   ROUTER and the eventfd that wakes it for submissions from other threads.
+3. ``WorkerPoolHandle.submit`` queues a job from any thread and returns a
+   future that always resolves to a WorkerResult: the worker's answer, or
+   worker-crashed, tool-timeout, cancelled, overloaded or internal-error.
+4. ``on_stop`` asks the workers to shut down, kills what is left after a
+   short grace, reaps every process and fails any job still open.
+
+The handle outlives the actor: a restarted pool binds itself to the same
+handle, so callers keep one object across restarts.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import zmq
+
+from actors.supervisor import SupervisedActor
+from chalie.messages import (
+    Heartbeat,
+    WorkerJob,
+    WorkerReady,
+    WorkerResult,
+    WorkerShutdown,
+    decode,
+    encode,
+)
+from chalie.workers import (
+    BROKER_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    LIVENESS,
+    MAX_FRAME,
+    MAX_PENDING,
+    STARTUP_GRACE,
+    BrokerBook,
+    JobRecord,
+    broker_endpoint,
+    error_result,
+)
+
+log = logging.getLogger("chalie.workers")
+
+# How often the broker looks at deadlines and heartbeats when nothing else happens.
+TICK: Final = 0.05
+# How long stopping workers get to exit on their own before they are killed.
+SHUTDOWN_GRACE: Final = 1.0
+# Malformed frames are logged individually up to this many, then every 1000th.
+LOUD_DROPS: Final = 20
+
+WorkerFuture = concurrent.futures.Future[WorkerResult]
+
+
+def _resolve(future: WorkerFuture, result: WorkerResult) -> None:
+    if not future.done():
+        try:
+            future.set_result(result)
+        except concurrent.futures.InvalidStateError:
+            pass  # the caller cancelled the future itself
+
+
+def _stopped(job_id: str) -> WorkerResult:
+    return error_result(
+        job_id,
+        "internal-error",
+        "The worker pool is not running (stopped or restarting).",
+        "The call did not run; retry it shortly.",
+    )
+
+
+class _Process:
+    """One worker process and the pidfd that becomes readable when it exits."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], identity: bytes) -> None:
+        self.popen = popen
+        self.identity = identity
+        self.pidfd = os.pidfd_open(popen.pid)
+
+    def kill(self) -> None:
+        if self.popen.returncode is None:
+            try:
+                os.kill(self.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def reap(self) -> int:
+        code = self.popen.wait()
+        os.close(self.pidfd)
+        return code
+
+
+class Broker:
+    """The broker; all but ``submit``, ``cancel``, ``query`` and ``close`` runs in its thread."""
+
+    def __init__(
+        self,
+        home: Path,
+        workers: int,
+        *,
+        heartbeat: float = HEARTBEAT_INTERVAL,
+        liveness: int = LIVENESS,
+        startup_grace: float = STARTUP_GRACE,
+        broker_timeout: float = BROKER_TIMEOUT,
+        max_frame: int = MAX_FRAME,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self.book = BrokerBook(
+            workers,
+            heartbeat=heartbeat,
+            liveness=liveness,
+            startup_grace=startup_grace,
+            max_pending=max_pending,
+        )
+        self.heartbeat = heartbeat
+        self.broker_timeout = broker_timeout
+        self.max_frame = max_frame
+        self.endpoint, self._tmpdir = broker_endpoint(home)
+        self._commands: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._procs: dict[int, _Process] = {}  # pidfd -> process
+        self._drops = 0
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
+        self._router.bind(self.endpoint)
+        self.finished = threading.Event()
+
+    # -- called from any thread ---------------------------------------------------
+    def _command(self, *command: Any) -> bool:
+        # Held across the write so the eventfd cannot be closed under it.
+        with self._lock:
+            if self._closed:
+                return False
+            self._commands.append(command)
+            try:
+                os.eventfd_write(self._wake, 1)
+            except BlockingIOError:
+                pass  # the counter is saturated: the broker is awake anyway
+        return True
+
+    def submit(self, job: WorkerJob, timeout: float, future: WorkerFuture) -> None:
+        if not self._command("submit", job, timeout, future):
+            _resolve(future, _stopped(job.job_id))
+
+    def cancel(self, job_id: str) -> None:
+        self._command("cancel", job_id)
+
+    def query(self, timeout: float = 5.0) -> dict[str, Any]:
+        reply: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        if not self._command("status", reply):
+            return {
+                "workers": [],
+                "pending": 0,
+                "running": 0,
+                "completed": 0,
+                "running_pool": False,
+            }
+        return reply.result(timeout=timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the broker thread (it reaps the workers) and wait for it."""
+        self._command("close")
+        with self._lock:
+            self._closed = True
+        if not self.finished.wait(timeout):
+            log.error("worker broker did not stop within %.1f s", timeout)
+
+    # -- the broker thread --------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._wake, zmq.POLLIN)
+        self._poller = poller
+        now = time.monotonic()
+        self._spawn_due(now)
+        next_tick = now + TICK
+        next_beat = now + self.heartbeat
+        while True:
+            wait_ms = max(0, math.ceil((next_tick - time.monotonic()) * 1000))
+            events = poller.poll(wait_ms)
+            for sock, _ in events:
+                if sock is self._router:
+                    self._receive()
+                elif sock == self._wake:
+                    os.eventfd_read(self._wake)
+                    if not self._drain_commands():
+                        return
+                else:
+                    self._reap(sock)
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + TICK
+                self._expire(now)
+                self._spawn_due(now)
+                if now >= next_beat:
+                    next_beat = now + self.heartbeat
+                    self._beat()
+            self._dispatch()
+
+    def _drain_commands(self) -> bool:
+        now = time.monotonic()
+        while self._commands:
+            command = self._commands.popleft()
+            kind = command[0]
+            if kind == "submit":
+                _, job, timeout, future = command
+                refused = self.book.submit(job, timeout, future, now)
+                if refused == "duplicate":
+                    _resolve(
+                        future,
+                        error_result(
+                            job.job_id,
+                            "internal-error",
+                            f"A job with id {job.job_id!r} is already in flight.",
+                            "Use a fresh call id.",
+                        ),
+                    )
+                elif refused == "overloaded":
+                    _resolve(
+                        future,
+                        error_result(
+                            job.job_id,
+                            "overloaded",
+                            "Too many calls are waiting for a worker process.",
+                            "Retry the call in a moment.",
+                        ),
+                    )
+            elif kind == "cancel":
+                self._cancel(command[1])
+            elif kind == "status":
+                status = self.book.status()
+                status["endpoint"] = self.endpoint
+                status["running_pool"] = True
+                command[1].set_result(status)
+            elif kind == "close":
+                return False
+        return True
+
+    def _cancel(self, job_id: str) -> None:
+        job, worker = self.book.cancel(job_id)
+        if job is None:
+            return
+        _resolve(
+            job.future,
+            error_result(
+                job_id,
+                "cancelled",
+                "The call was cancelled before it finished.",
+                "Nothing more will happen for this call.",
+            ),
+        )
+        if worker is not None:
+            log.info("cancel of %s: killing worker pid %d", job_id, worker.pid)
+            self._kill(worker.identity)
+
+    def _receive(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._drop(frames[0] if frames else b"", f"{len(frames)} frames, expected 2")
+                continue
+            identity, payload = frames
+            try:
+                msg = decode(payload)
+            except msgspec.DecodeError as exc:
+                self._drop(identity, f"undecodable ({exc})")
+                continue
+            if isinstance(msg, Heartbeat):
+                if not self.book.heard(identity, now):
+                    self._drop(identity, "heartbeat from an unknown worker")
+            elif isinstance(msg, WorkerResult):
+                job = self.book.on_result(identity, msg.job_id)
+                if job is None:
+                    self._drop(identity, f"result for a job it does not run ({msg.job_id!r})")
+                    continue
+                self.book.heard(identity, now)
+                _resolve(job.future, msg)
+            elif isinstance(msg, WorkerReady):
+                if not self.book.on_ready(identity, msg.pid, now):
+                    self._drop(identity, f"ready from an unexpected worker (pid {msg.pid})")
+            else:
+                self._drop(identity, f"unexpected {type(msg).__name__}")
+
+    def _drop(self, identity: bytes, why: str) -> None:
+        self._drops += 1
+        if self._drops <= LOUD_DROPS or self._drops % 1000 == 0:
+            log.warning(
+                "worker broker dropped a frame from %r: %s (%d dropped so far)",
+                identity[:40],
+                why,
+                self._drops,
+            )
+
+    def _dispatch(self) -> None:
+        for job, worker in self.book.assignments():
+            try:
+                self._router.send_multipart([worker.identity, encode(job.job)], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                log.error("cannot reach worker pid %d (%s); replacing it", worker.pid, exc)
+                self.book.requeue(job, worker)
+                self._kill(worker.identity)
+
+    def _beat(self) -> None:
+        frame = encode(Heartbeat())
+        for worker in list(self.book.workers.values()):
+            if worker.state == "starting":
+                continue
+            try:
+                self._router.send_multipart([worker.identity, frame], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # a worker gone missing is found by its pidfd or its silence
+
+    def _expire(self, now: float) -> None:
+        expired = self.book.expire(now)
+        for job in expired.queued:
+            _resolve(job.future, self._timeout(job, "no worker took it in time"))
+        for job, worker in expired.running:
+            log.warning(
+                "job %s timed out in worker pid %d; replacing it", job.job.job_id, worker.pid
+            )
+            _resolve(job.future, self._timeout(job, "it ran past its timeout"))
+            self._kill(worker.identity)
+        for worker, running in expired.hung:
+            log.error(
+                "worker pid %d sent no heartbeat for %.2f s; killing and replacing it",
+                worker.pid,
+                now - worker.last_seen,
+            )
+            if running is not None:
+                _resolve(running.future, self._timeout(running, "its worker stopped responding"))
+            self._kill(worker.identity)
+
+    @staticmethod
+    def _timeout(job: JobRecord, why: str) -> WorkerResult:
+        return error_result(
+            job.job.job_id,
+            "tool-timeout",
+            f"The call did not finish: {why}.",
+            "Try a smaller request, or try again later.",
+        )
+
+    def _kill(self, identity: bytes) -> None:
+        self.book.remove_worker(identity, time.monotonic())
+        for proc in self._procs.values():
+            if proc.identity == identity:
+                proc.kill()
+
+    def _reap(self, pidfd: Any) -> None:
+        proc = self._procs.pop(pidfd, None)
+        if proc is None:
+            return
+        self._poller.unregister(pidfd)
+        code = proc.reap()
+        job = self.book.remove_worker(proc.identity, time.monotonic())
+        if job is not None:
+            log.error(
+                "worker pid %d died (exit %d) running %s", proc.popen.pid, code, job.job.job_id
+            )
+            _resolve(
+                job.future,
+                error_result(
+                    job.job.job_id,
+                    "worker-crashed",
+                    "The worker process running the call died.",
+                    "The call may not have completed; retry it if it is safe to.",
+                ),
+            )
+        else:
+            log.info("worker pid %d exited with %d", proc.popen.pid, code)
+        self._spawn_due(time.monotonic())
+
+    def _spawn_due(self, now: float) -> None:
+        for slot in self.book.slots_to_spawn(now):
+            self._spawn(slot, now)
+
+    def _spawn(self, slot: int, now: float) -> None:
+        identity = f"w{slot}-{uuid.uuid4().hex[:12]}"
+        argv = [
+            sys.executable,
+            "-m",
+            "chalie.worker",
+            "--endpoint",
+            self.endpoint,
+            "--identity",
+            identity,
+            "--heartbeat",
+            repr(self.heartbeat),
+            "--broker-timeout",
+            repr(self.broker_timeout),
+            "--max-frame",
+            str(self.max_frame),
+        ]
+        env = dict(os.environ)
+        # The worker resolves import references exactly as this process does.
+        paths = [os.getcwd() if p == "" else p for p in sys.path]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
+        try:
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, close_fds=True
+            )
+        except OSError as exc:
+            log.error("cannot start a worker process: %s", exc)
+            self.book.add_worker(identity.encode(), slot, -1, now)
+            self.book.remove_worker(identity.encode(), now)
+            return
+        proc = _Process(popen, identity.encode())
+        self._procs[proc.pidfd] = proc
+        self._poller.register(proc.pidfd, zmq.POLLIN)
+        self.book.add_worker(identity.encode(), slot, popen.pid, now)
+        log.info("started worker pid %d for slot %d", popen.pid, slot)
+
+    def _shutdown(self) -> None:
+        """Stop every worker, reap it, fail what is open, release the socket."""
+        with self._lock:
+            self._closed = True
+            leftover = list(self._commands)
+            self._commands.clear()
+        for command in leftover:
+            if command[0] == "submit":
+                _resolve(command[3], _stopped(command[1].job_id))
+            elif command[0] == "status":
+                command[1].set_result(
+                    {
+                        "workers": [],
+                        "pending": 0,
+                        "running": 0,
+                        "completed": 0,
+                        "running_pool": False,
+                    }
+                )
+        for job in self.book.drain():
+            _resolve(job.future, _stopped(job.job.job_id))
+        bye = encode(WorkerShutdown())
+        for worker in list(self.book.workers.values()):
+            try:
+                if worker.state == "starting":
+                    raise zmq.ZMQError(zmq.EHOSTUNREACH)
+                self._router.send_multipart([worker.identity, bye], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self._kill(worker.identity)  # not connected yet: it cannot hear a goodbye
+        procs = list(self._procs.values())
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        pending = {p.pidfd: p for p in procs}
+        while pending and time.monotonic() < deadline:
+            ready, _, _ = select.select(
+                list(pending), [], [], max(0.0, deadline - time.monotonic())
+            )
+            for fd in ready:
+                pending.pop(fd, None)
+        for proc in pending.values():
+            log.warning("worker pid %d did not exit in time; killing it", proc.popen.pid)
+            proc.kill()
+        for proc in procs:
+            proc.reap()
+        self._procs.clear()
+        self._router.close(linger=0)
+        self._ctx.term()
+        with self._lock:
+            os.close(self._wake)
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self.finished.set()
+
+
+class WorkerPoolHandle:
+    """The thread-safe front of the pool; it outlives pool restarts.
+
+    ``submit`` never raises: its future resolves to a WorkerResult in every
+    case. The job's own ``deadline`` field is not used; the ``timeout`` given
+    to ``submit`` (seconds, counted from submission) bounds the call.
+    """
+
+    def __init__(self) -> None:
+        self._broker: Broker | None = None
+        self._lock = threading.Lock()
+
+    def _bind(self, broker: Broker) -> None:
+        with self._lock:
+            self._broker = broker
+
+    def _unbind(self, broker: Broker) -> None:
+        with self._lock:
+            if self._broker is broker:
+                self._broker = None
+
+    def submit(self, job: WorkerJob, *, timeout: float) -> WorkerFuture:
+        future: WorkerFuture = concurrent.futures.Future()
+        if not isinstance(job, WorkerJob):
+            _resolve(
+                future,
+                error_result(
+                    str(getattr(job, "job_id", "")),
+                    "internal-error",
+                    f"A worker job must be a WorkerJob, not {type(job).__name__}.",
+                ),
+            )
+            return future
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            _resolve(
+                future,
+                error_result(
+                    job.job_id,
+                    "internal-error",
+                    f"A worker job needs a positive timeout, not {timeout!r}.",
+                ),
+            )
+            return future
+        broker = self._broker
+        if broker is None:
+            _resolve(future, _stopped(job.job_id))
+        else:
+            broker.submit(job, float(timeout), future)
+        return future
+
+    def cancel(self, job_id: str) -> None:
+        """Withdraw a call: it resolves as cancelled and its worker is killed and replaced."""
+        broker = self._broker
+        if broker is not None:
+            broker.cancel(job_id)
+
+    def status(self) -> dict[str, Any]:
+        """Workers (slot, pid, state, jobs done, restarts), pending and running counts."""
+        broker = self._broker
+        if broker is None:
+            return {
+                "workers": [],
+                "pending": 0,
+                "running": 0,
+                "completed": 0,
+                "running_pool": False,
+            }
+        try:
+            return broker.query()
+        except concurrent.futures.TimeoutError:
+            return {
+                "workers": [],
+                "pending": 0,
+                "running": 0,
+                "completed": 0,
+                "running_pool": True,
+                "error": "the broker did not answer",
+            }
+
+
+class WorkerPool(SupervisedActor):
+    """Supervised owner of the broker thread and its worker processes.
+
+    ``WorkerPool.start(home, *, workers=2, handle=None, **tuning)``; the
+    tuning keywords (heartbeat, liveness, startup_grace, broker_timeout,
+    max_frame, max_pending) exist for tests and benchmarks.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        workers: int = 2,
+        handle: WorkerPoolHandle | None = None,
+        **tuning: Any,
+    ) -> None:
+        super().__init__()
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError("workers must be a positive integer")
+        self.home = Path(home)
+        self.workers = workers
+        self.handle = handle if handle is not None else WorkerPoolHandle()
+        # Built and bound here, in the starting thread, so a job submitted right
+        # after start() waits in the broker's queue instead of being refused.
+        self._broker: Broker | None = Broker(self.home, workers, **tuning)
+        self.handle._bind(self._broker)
+
+    def on_start(self) -> None:
+        if self._broker is not None:
+            self.spawn_thread(self._broker.run, "worker-broker")
+
+    def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(self, *exc_info: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            self.handle._unbind(broker)
+            broker.close()
+
+    def status(self) -> dict[str, Any]:
+        return self.handle.status()

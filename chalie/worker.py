@@ -1,0 +1,272 @@
+"""The ability worker process: ``python -m chalie.worker --endpoint ipc://... --identity ID``.
+
+Lifecycle, in order:
+
+1. Connect a DEALER (this incarnation's unique identity) to the broker and
+   send WorkerReady; then import the ability machinery in the runner thread.
+2. The main thread owns the socket: it receives jobs, hands each to the
+   runner thread, forwards the runner's result, and sends a Heartbeat every
+   interval whether or not a job is running, so a long call is not mistaken
+   for a hang.
+3. Each job loads its ability by import reference (never pickled code),
+   builds a fresh instance with the turn context, coerces the parameters and
+   runs it through ``chalie.invoke.invoke``: every outcome is a WorkerResult.
+4. The worker exits on WorkerShutdown, on a WorkerCancel for its running job,
+   when its parent process is gone, or when the broker has been silent for
+   ``--broker-timeout`` seconds: a worker never outlives its daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+import zmq
+
+from chalie.messages import (
+    Heartbeat,
+    WorkerCancel,
+    WorkerJob,
+    WorkerReady,
+    WorkerResult,
+    WorkerShutdown,
+    decode,
+    encode,
+)
+from chalie.workers import (
+    BROKER_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    MAX_FRAME,
+    error_result,
+    from_tool_result,
+)
+
+log = logging.getLogger("chalie.worker")
+
+RESULTS_ENDPOINT: Final = "inproc://chalie-worker-results"
+# Room left in a frame for the envelope fields around a result body.
+FRAME_MARGIN: Final = 4096
+
+
+def run_job(job: WorkerJob) -> WorkerResult:
+    """Load, instantiate and run one ability; never raises."""
+    # Imported here so the worker says ready before paying for jsonschema & co.
+    from chalie.invoke import coerce_params, invoke
+    from chalie.registry import load_ref
+
+    try:
+        cls = load_ref(job.ability)
+    except (ImportError, AttributeError) as exc:
+        log.warning("cannot load ability %r: %s", job.ability, exc)
+        return error_result(
+            job.job_id,
+            "unknown-tool",
+            f"The ability {job.ability!r} could not be loaded in the worker.",
+            "The tool is not available in a worker process; do not retry it.",
+        )
+    except Exception as exc:
+        log.exception("loading ability %r failed", job.ability)
+        return error_result(
+            job.job_id,
+            "internal-error",
+            f"Loading {job.ability!r} failed with {type(exc).__name__}.",
+            "This is a fault in the tool's module; details are in the worker log.",
+        )
+    try:
+        params = coerce_params(cls, job.params)
+    except msgspec.ValidationError as exc:
+        return error_result(
+            job.job_id,
+            "invalid-param",
+            f"Invalid parameters for {cls.name}: {exc}.",
+            "Fix the named parameter and call again.",
+        )
+    try:
+        instance = cls(job.context)
+    except Exception as exc:
+        log.exception("constructing %s failed", cls.name)
+        return error_result(
+            job.job_id,
+            "internal-error",
+            f"{cls.name} could not be set up ({type(exc).__name__}).",
+            "This is a fault in the tool; details are in the worker log.",
+        )
+    return from_tool_result(job.job_id, invoke(instance, params))
+
+
+def encode_result(result: WorkerResult, max_frame: int) -> bytes:
+    """The frame for a result; one that cannot be sent becomes an internal-error result."""
+    try:
+        data = encode(result)
+    except (TypeError, msgspec.EncodeError) as exc:
+        log.error("result of job %s cannot be encoded: %s", result.job_id, exc)
+        return encode(
+            error_result(
+                result.job_id,
+                "internal-error",
+                "The tool returned a payload that cannot be sent between processes.",
+                "This is a fault in the tool; do not retry the same call.",
+            )
+        )
+    if len(data) > max_frame - FRAME_MARGIN:
+        log.error("result of job %s is %d bytes, over the frame limit", result.job_id, len(data))
+        return encode(
+            error_result(
+                result.job_id,
+                "internal-error",
+                f"The tool's result is too large ({len(data)} bytes).",
+                "Ask for a smaller part of the data.",
+            )
+        )
+    return data
+
+
+class Runner(threading.Thread):
+    """Runs jobs one at a time and passes each result frame back over an inproc PAIR."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], max_frame: int) -> None:
+        super().__init__(name="ability-runner", daemon=True)
+        self.ctx = ctx
+        self.max_frame = max_frame
+        self.jobs: queue.SimpleQueue[WorkerJob] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        out = self.ctx.socket(zmq.PAIR)
+        out.setsockopt(zmq.LINGER, 0)
+        out.connect(RESULTS_ENDPOINT)
+        from chalie import invoke, registry  # noqa: F401  (warm the imports while idle)
+
+        while True:
+            job = self.jobs.get()
+            try:
+                result = run_job(job)
+            except BaseException as exc:  # run_job never raises; this is a last line
+                log.exception("job %s broke the runner", job.job_id)
+                result = error_result(
+                    job.job_id, "internal-error", f"The worker failed: {type(exc).__name__}."
+                )
+            out.send(encode_result(result, self.max_frame))
+
+
+def serve(
+    endpoint: str,
+    identity: str,
+    *,
+    heartbeat: float = HEARTBEAT_INTERVAL,
+    broker_timeout: float = BROKER_TIMEOUT,
+    max_frame: int = MAX_FRAME,
+) -> int:
+    """The worker's main loop; returns the process exit status."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    results = ctx.socket(zmq.PAIR)
+    results.setsockopt(zmq.LINGER, 0)
+    results.bind(RESULTS_ENDPOINT)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, identity.encode())
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
+    sock.connect(endpoint)
+    runner = Runner(ctx, max_frame)
+    runner.start()
+
+    parent = os.getppid()
+    pid = os.getpid()
+    sock.send(encode(WorkerReady(worker_id=identity, pid=pid)))
+    beat = encode(Heartbeat(worker_id=identity, busy=0))
+    beat_busy = encode(Heartbeat(worker_id=identity, busy=1))
+    current: str | None = None
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(results, zmq.POLLIN)
+    heard = time.monotonic()
+    next_beat = heard + heartbeat
+
+    while True:
+        timeout_ms = max(0, math.ceil((next_beat - time.monotonic()) * 1000))
+        events = dict(poller.poll(timeout_ms))
+        if results in events:
+            sock.send(results.recv())
+            current = None
+        if sock in events:
+            while True:
+                try:
+                    frame = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                heard = time.monotonic()
+                try:
+                    msg = decode(frame)
+                except msgspec.DecodeError as exc:
+                    log.warning("dropped a malformed frame from the broker: %s", exc)
+                    continue
+                if isinstance(msg, WorkerJob):
+                    if current is not None:
+                        sock.send(
+                            encode(
+                                error_result(
+                                    msg.job_id,
+                                    "overloaded",
+                                    "The worker is already busy.",
+                                    "Retry the call.",
+                                )
+                            )
+                        )
+                        continue
+                    current = msg.job_id
+                    runner.jobs.put(msg)
+                elif isinstance(msg, WorkerShutdown):
+                    return 0
+                elif isinstance(msg, WorkerCancel):
+                    if msg.job_id == current:
+                        # A Python thread cannot be stopped; the process ends instead.
+                        return 3
+                elif not isinstance(msg, Heartbeat):
+                    log.warning("dropped an unexpected %s from the broker", type(msg).__name__)
+        now = time.monotonic()
+        if now >= next_beat:
+            sock.send(beat_busy if current else beat)
+            next_beat = now + heartbeat
+            if now - heard > broker_timeout:
+                log.warning("broker silent for %.1f s; worker %s exits", now - heard, identity)
+                return 2
+            if os.getppid() != parent:
+                log.warning("parent process gone; worker %s exits", identity)
+                return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chalie.worker")
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--identity", required=True)
+    parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_INTERVAL)
+    parser.add_argument("--broker-timeout", type=float, default=BROKER_TIMEOUT)
+    parser.add_argument("--max-frame", type=int, default=MAX_FRAME)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING,
+        format=f"%(asctime)s %(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",
+    )
+    status = serve(
+        args.endpoint,
+        args.identity,
+        heartbeat=args.heartbeat,
+        broker_timeout=args.broker_timeout,
+        max_frame=args.max_frame,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The runner thread may be stuck inside an ability: end without joining it.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""The worker broker's bookkeeping, with no sockets, threads or processes.
+
+``BrokerBook`` holds what the broker knows about its worker processes and jobs
+and decides what happens next; ``actors.worker_pool`` does the I/O. Every
+decision takes ``now`` as an argument, so timeouts, hang detection and
+crash-loop backoff are tested with an injected clock.
+
+Lifecycle of a worker slot:
+
+1. ``add_worker``: a process was spawned for the slot (state ``starting``).
+2. ``on_ready``: it said WorkerReady from the expected identity and pid (``idle``).
+3. ``assignments``: a queued job goes to an idle worker (``busy``).
+4. ``on_result``: the result for that job came back (``idle`` again).
+5. ``remove_worker``: the process exited or is being killed; the job it was
+   running, if any, is returned so the broker can fail it. The slot is spawned
+   again at once, or after a backoff when the worker never became ready.
+
+Also here: where the broker's ipc socket lives, and mapping between a
+``WorkerResult`` and the ``ToolResult`` the rest of the runtime uses.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from chalie.messages import WorkerJob, WorkerResult
+from chalie.result import ToolResult
+from chalie.supervision import backoff_delay
+
+# libzmq's ipc endpoints are Unix socket paths: sun_path holds 107 characters.
+IPC_PATH_MAX: Final = 107
+HEARTBEAT_INTERVAL: Final = 0.2
+# Missed heartbeat intervals before a worker is declared hung.
+LIVENESS: Final = 3
+# A spawned interpreter gets this long to say WorkerReady.
+STARTUP_GRACE: Final = 15.0
+# A worker exits when it has heard nothing from its broker for this long.
+BROKER_TIMEOUT: Final = 3.0
+MAX_FRAME: Final = 16 * 1024 * 1024
+MAX_PENDING: Final = 10_000
+SPAWN_BACKOFF_BASE: Final = 0.05
+SPAWN_BACKOFF_CAP: Final = 2.0
+
+WorkerStateName = Literal["starting", "idle", "busy"]
+
+
+def broker_endpoint(home: Path) -> tuple[str, Path | None]:
+    """The broker's ipc endpoint inside ``home`` (a 0700 directory), and a temp dir to remove.
+
+    When the socket path would exceed the ipc limit, the socket goes into a
+    fresh 0700 directory under the system temp dir instead; the caller removes
+    that directory (the second value) when it stops.
+    """
+    home = Path(home)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock_dir = home / "workers"
+    sock_dir.mkdir(mode=0o700, exist_ok=True)
+    # mkdir's mode is filtered by the umask and ignored for an existing directory.
+    os.chmod(sock_dir, 0o700)
+    path = sock_dir / "broker.sock"
+    if len(str(path)) <= IPC_PATH_MAX:
+        return f"ipc://{path}", None
+    short = Path(tempfile.mkdtemp(prefix="chalie-"))  # mkdtemp makes it 0700
+    return f"ipc://{short / 'broker.sock'}", short
+
+
+def error_result(job_id: str, code: str, message: str, hint: str = "") -> WorkerResult:
+    """A WorkerResult carrying an error, as the broker and the worker both build them."""
+    return WorkerResult(job_id=job_id, status="error", body=message, code=code, hint=hint or None)
+
+
+def from_tool_result(job_id: str, result: ToolResult) -> WorkerResult:
+    return WorkerResult(
+        job_id=job_id,
+        status=result.status,
+        body=result.body,
+        rich=dict(result.rich) if result.rich is not None else None,
+        meta=dict(result.meta),
+        code=result.code,
+        hint=result.hint,
+        valid_values=list(result.valid_values) if result.valid_values is not None else None,
+    )
+
+
+def to_tool_result(result: WorkerResult) -> ToolResult:
+    """The ToolResult a WorkerResult stands for; a malformed one becomes internal-error."""
+    try:
+        if result.status == "success":
+            return ToolResult.success(result.body, rich=result.rich, meta=result.meta)
+        return ToolResult.error(
+            result.code or "internal-error",
+            result.body or "The worker reported an error without a message.",
+            hint=result.hint or "",
+            valid_values=result.valid_values,
+            meta=result.meta,
+        )
+    except (TypeError, ValueError) as exc:
+        return ToolResult.error(
+            "internal-error",
+            f"A worker returned a result the runtime could not accept ({exc}).",
+            hint="This is a fault in the tool or the runtime; details are in the log.",
+        )
+
+
+@dataclass
+class WorkerRecord:
+    identity: bytes
+    slot: int
+    pid: int
+    spawned_at: float
+    state: WorkerStateName = "starting"
+    last_seen: float = 0.0
+    job: str | None = None
+    jobs_done: int = 0
+
+
+@dataclass
+class JobRecord:
+    job: WorkerJob
+    deadline: float
+    future: Any  # opaque to the book: the broker resolves it
+    worker: bytes | None = None
+
+
+@dataclass
+class Expired:
+    """What one look at the clock found."""
+
+    queued: list[JobRecord] = field(default_factory=list)  # timed out before a worker took them
+    running: list[tuple[JobRecord, WorkerRecord]] = field(
+        default_factory=list
+    )  # timed out in a worker
+    hung: list[tuple[WorkerRecord, JobRecord | None]] = field(
+        default_factory=list
+    )  # stopped heartbeating
+
+
+@dataclass
+class SlotRecord:
+    restarts: int = 0
+    early_deaths: int = 0  # consecutive workers that died before saying ready
+    spawn_at: float | None = None
+    spawned_once: bool = False
+
+
+class BrokerBook:
+    """Workers, queued jobs and jobs in flight; every method is called from one thread."""
+
+    def __init__(
+        self,
+        slots: int,
+        *,
+        heartbeat: float = HEARTBEAT_INTERVAL,
+        liveness: int = LIVENESS,
+        startup_grace: float = STARTUP_GRACE,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("a worker pool needs at least one worker")
+        self.heartbeat = heartbeat
+        self.silence_limit = heartbeat * liveness
+        self.startup_grace = startup_grace
+        self.max_pending = max_pending
+        self.slots = [SlotRecord() for _ in range(slots)]
+        self.workers: dict[bytes, WorkerRecord] = {}
+        self.jobs: dict[str, JobRecord] = {}
+        self.pending: deque[str] = deque()
+        self.idle: deque[bytes] = deque()
+        self.completed = 0
+
+    # -- workers ----------------------------------------------------------------
+    def add_worker(self, identity: bytes, slot: int, pid: int, now: float) -> WorkerRecord:
+        record = WorkerRecord(identity, slot, pid, now, last_seen=now)
+        self.workers[identity] = record
+        s = self.slots[slot]
+        if s.spawned_once:
+            s.restarts += 1
+        s.spawned_once = True
+        s.spawn_at = None
+        return record
+
+    def on_ready(self, identity: bytes, pid: int, now: float) -> bool:
+        """A worker announced itself; False for a stranger or an impostor (wrong pid)."""
+        record = self.workers.get(identity)
+        if record is None or record.state != "starting" or record.pid != pid:
+            return False
+        record.state = "idle"
+        record.last_seen = now
+        self.slots[record.slot].early_deaths = 0
+        self.idle.append(identity)
+        return True
+
+    def heard(self, identity: bytes, now: float) -> bool:
+        record = self.workers.get(identity)
+        if record is None:
+            return False
+        record.last_seen = now
+        return True
+
+    def remove_worker(self, identity: bytes, now: float) -> JobRecord | None:
+        """Forget a worker (it exited or is being killed); return the job it was running."""
+        record = self.workers.pop(identity, None)
+        if record is None:
+            return None
+        slot = self.slots[record.slot]
+        if record.state == "starting":
+            slot.early_deaths += 1
+        slot.spawn_at = now + (
+            backoff_delay(slot.early_deaths - 1, base=SPAWN_BACKOFF_BASE, cap=SPAWN_BACKOFF_CAP)
+            if slot.early_deaths
+            else 0.0
+        )
+        if record.job is None:
+            return None
+        return self.jobs.pop(record.job, None)
+
+    def slots_to_spawn(self, now: float) -> list[int]:
+        occupied = {w.slot for w in self.workers.values()}
+        return [
+            i
+            for i, s in enumerate(self.slots)
+            if i not in occupied and (s.spawn_at is None or s.spawn_at <= now)
+        ]
+
+    def slot_of(self, identity: bytes) -> int | None:
+        record = self.workers.get(identity)
+        return record.slot if record else None
+
+    # -- jobs -------------------------------------------------------------------
+    def submit(self, job: WorkerJob, timeout: float, future: Any, now: float) -> str | None:
+        """Queue a job; the error code when it is refused, else None."""
+        if job.job_id in self.jobs:
+            return "duplicate"
+        if len(self.pending) >= self.max_pending:
+            return "overloaded"
+        self.jobs[job.job_id] = JobRecord(job, now + timeout, future)
+        self.pending.append(job.job_id)
+        return None
+
+    def assignments(self) -> list[tuple[JobRecord, WorkerRecord]]:
+        """Pair queued jobs with idle workers, oldest first, marking both busy."""
+        out: list[tuple[JobRecord, WorkerRecord]] = []
+        while self.pending and self.idle:
+            identity = self.idle.popleft()
+            worker = self.workers.get(identity)
+            if worker is None or worker.state != "idle":
+                continue
+            job = None
+            while self.pending and job is None:
+                job = self.jobs.get(self.pending.popleft())
+            if job is None:
+                self.idle.appendleft(identity)
+                break
+            worker.state = "busy"
+            worker.job = job.job.job_id
+            job.worker = identity
+            out.append((job, worker))
+        return out
+
+    def requeue(self, job: JobRecord, worker: WorkerRecord) -> None:
+        """A send to the worker failed: the job goes back to the front of the queue."""
+        job.worker = None
+        worker.job = None
+        self.pending.appendleft(job.job.job_id)
+
+    def on_result(self, identity: bytes, job_id: str) -> JobRecord | None:
+        """The result of the job this worker runs; None when it does not match (dropped)."""
+        worker = self.workers.get(identity)
+        if worker is None or worker.state != "busy" or worker.job != job_id:
+            return None
+        worker.state = "idle"
+        worker.job = None
+        worker.jobs_done += 1
+        self.completed += 1
+        self.idle.append(identity)
+        return self.jobs.pop(job_id, None)
+
+    def cancel(self, job_id: str) -> tuple[JobRecord | None, WorkerRecord | None]:
+        """Withdraw a job: (the job, the worker running it, which must be killed)."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return None, None
+        if job.worker is None:
+            return job, None  # still queued: its id left in ``pending`` is skipped later
+        worker = self.workers.get(job.worker)
+        if worker is not None:
+            worker.job = None
+        return job, worker
+
+    def expire(self, now: float) -> Expired:
+        """Jobs past their deadline and workers silent for too long, removed from the book."""
+        found = Expired()
+        for job_id, job in list(self.jobs.items()):
+            if job.deadline > now:
+                continue
+            del self.jobs[job_id]
+            if job.worker is None:
+                found.queued.append(job)
+            else:
+                worker = self.workers.get(job.worker)
+                if worker is not None:
+                    worker.job = None
+                    found.running.append((job, worker))
+        for worker in list(self.workers.values()):
+            limit = self.startup_grace if worker.state == "starting" else self.silence_limit
+            if now - worker.last_seen > limit:
+                running = self.jobs.pop(worker.job, None) if worker.job else None
+                worker.job = None
+                found.hung.append((worker, running))
+        return found
+
+    def drain(self) -> list[JobRecord]:
+        """Every job still known, removed: the broker is stopping."""
+        jobs = list(self.jobs.values())
+        self.jobs.clear()
+        self.pending.clear()
+        return jobs
+
+    def status(self) -> dict[str, Any]:
+        by_slot = {w.slot: w for w in self.workers.values()}
+        workers = []
+        for i, slot in enumerate(self.slots):
+            w = by_slot.get(i)
+            workers.append(
+                {
+                    "slot": i,
+                    "pid": w.pid if w else None,
+                    "state": w.state if w else "down",
+                    "jobs_done": w.jobs_done if w else 0,
+                    "restarts": slot.restarts,
+                }
+            )
+        running = sum(1 for j in self.jobs.values() if j.worker is not None)
+        return {
+            "workers": workers,
+            "pending": len(self.jobs) - running,
+            "running": running,
+            "completed": self.completed,
+        }
