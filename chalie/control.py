@@ -174,19 +174,28 @@ def endpoint(home: Path) -> str:
     return f"ipc://{path}"
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped by its parent) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, someone else's
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc here: kill(0) is all we know
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def read_pid(home: Path) -> int | None:
     """The pid in the pid file if that process is alive, else None."""
     try:
         pid = int((home / PID_NAME).read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid  # alive, someone else's
-    return pid
+    return pid if pid > 0 and process_alive(pid) else None
 
 
 # -- the client ---------------------------------------------------------------

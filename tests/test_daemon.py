@@ -203,3 +203,311 @@ def test_pid_file_is_written_atomically_and_removed_only_by_its_owner(tmp_path: 
     path.write_text(f"{os.getpid()}\n")
     daemon.remove_pid_file(tmp_path)
     assert not path.exists()
+
+
+# -- `chalie run` as a real process ------------------------------------------------------
+
+
+def short_home() -> Path:
+    # ipc socket paths are capped at 107 bytes; pytest's tmp paths can be longer.
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purpose once reaped by init.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class DaemonProcess:
+    """One real daemon process on one data directory, driven like an operator would."""
+
+    def __init__(self, home: Path, log_path: Path, argv: list[str] | None = None) -> None:
+        self.home = home
+        self.log_path = log_path
+        self.argv = argv or [sys.executable, "-m", "chalie", "--home", str(home), "run"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, wait: bool = True) -> DaemonProcess:
+        env = {**os.environ, "CHALIE_HOME": str(self.home)}
+        env.pop("CHALIE_ABILITIES_DIR", None)
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
+            )
+        if wait:
+            self.wait_ready()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[str, object]:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                reply = control.ControlClient(self.home, timeout=2).call("status")
+            except control.DaemonNotRunning:
+                time.sleep(0.05)
+                continue
+            if reply.ok and all(c["alive"] for c in reply.data["actors"]):
+                data: dict[str, object] = reply.data
+                return data
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
+
+    def cli(self, *args: str, input: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chalie", "--home", str(self.home), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def status(self) -> dict[str, object]:
+        reply = control.ControlClient(self.home, timeout=10).call("status")
+        assert reply.ok, reply
+        data: dict[str, object] = reply.data
+        return data
+
+    def signal(self, signum: int, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+        return self.proc.wait(timeout)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for raw in self.log().splitlines():
+            if raw.startswith("{"):
+                lines.append(json.loads(raw))
+        return lines
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    import shutil
+
+    path = short_home()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def spawn(home: Path, tmp_path: Path) -> Iterator[type[DaemonProcess]]:
+    started: list[DaemonProcess] = []
+
+    class Tracked(DaemonProcess):
+        def __init__(self, home_: Path = home, argv: list[str] | None = None) -> None:
+            super().__init__(home_, tmp_path / f"daemon-{len(started)}.log", argv)
+            started.append(self)
+
+    yield Tracked
+    leftovers: set[int] = set()
+    for d in started:
+        if d.proc is not None and d.proc.poll() is None:
+            leftovers |= descendants(d.pid)
+        d.kill()
+    for pid in leftovers:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def worker_pids(status: dict[str, object]) -> set[int]:
+    workers = status["workers"]
+    assert isinstance(workers, dict), workers
+    pids = {int(w["pid"]) for w in workers["workers"] if w.get("pid")}
+    return pids
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_stops_cleanly_on_a_signal_and_leaves_no_process_behind(
+    spawn: type[DaemonProcess], home: Path, signum: int
+) -> None:
+    d = spawn().start()
+    status = d.status()
+    assert status["pid"] == d.pid
+    assert (home / control.PID_NAME).read_text().strip() == str(d.pid)
+    assert (home.stat().st_mode & 0o777) == 0o700
+    pids = worker_pids(status)
+    assert len(pids) == 2
+    below = descendants(d.pid)
+    assert pids <= below
+    assert d.signal(signum) == 0
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in below if alive(p)], "orphan processes left"
+    assert not (home / control.PID_NAME).exists()
+    assert not control.socket_path(home).exists()
+    lines = d.log_lines()
+    assert any(line["msg"] == "daemon started" for line in lines)
+    assert lines[-1]["msg"] == "daemon stopped"
+    assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
+
+
+def test_the_tree_starts_policy_first_and_control_last(spawn: type[DaemonProcess]) -> None:
+    d = spawn().start()
+    order = [c["id"] for c in d.status()["actors"]]  # type: ignore[attr-defined]
+    # The supervisor stops children in reverse start order: control closes
+    # first, workers are reaped after the dispatcher stopped feeding them.
+    assert order[0] == "policy" and order[-1] == "control"
+    assert order.index("workers") < order.index("dispatcher")
+    assert d.signal(signal.SIGTERM) == 0
+
+
+def test_a_second_daemon_on_the_same_home_refuses_to_start(spawn: type[DaemonProcess]) -> None:
+    first = spawn().start()
+    second = spawn().start(wait=False)
+    assert second.wait(30) == daemon.EXIT_ALREADY_RUNNING
+    assert f"already running on" in second.log() and f"pid {first.pid}" in second.log()
+    assert first.status()["pid"] == first.pid  # the first one is untouched
+    assert first.signal(signal.SIGTERM) == 0
+
+
+def test_a_stale_pid_file_from_a_killed_daemon_does_not_block_the_next_start(
+    spawn: type[DaemonProcess], home: Path
+) -> None:
+    first = spawn().start()
+    below = descendants(first.pid)
+    first.kill()  # SIGKILL: no clean-up ran
+    assert (home / control.PID_NAME).exists()
+    second = spawn().start()
+    assert second.status()["pid"] == second.pid
+    assert second.signal(signal.SIGTERM) == 0
+    # Workers of the killed daemon notice their broker is gone and exit.
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in below if alive(p)]
+
+
+def test_chalie_stop_stops_the_daemon_over_the_control_socket(spawn: type[DaemonProcess]) -> None:
+    d = spawn().start()
+    out = d.cli("stop")
+    assert out.returncode == 0, out.stderr
+    assert f"daemon {d.pid} stopped" in out.stdout
+    assert d.wait(10) == 0
+
+
+ESCALATING_DAEMON = textwrap.dedent(
+    """
+    import sys
+    from actors.supervisor import ChildSpec, SupervisedActor
+    from chalie import daemon, logs
+    from chalie.config import Config
+
+    class Doomed(SupervisedActor):
+        def on_start(self):
+            raise RuntimeError("doomed child cannot open its socket")
+
+    logs.configure()
+    spec = lambda rt: ChildSpec("doomed", Doomed.start)
+    sys.exit(daemon.run(Config.load(sys.argv[1]), extra_children=[spec]))
+    """
+)
+
+
+def test_root_escalation_shuts_down_with_a_nonzero_exit_naming_the_child(
+    spawn: type[DaemonProcess], home: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "escalate.py"
+    script.write_text(ESCALATING_DAEMON)
+    d = spawn(argv=[sys.executable, str(script), str(home)]).start(wait=False)
+    assert d.wait(60) == daemon.EXIT_ESCALATED
+    final = [
+        line
+        for line in d.log_lines()
+        if line["logger"] == "chalie.daemon" and line.get("child") == "doomed"
+    ]
+    assert final, d.log()
+    assert "doomed child cannot open its socket" in str(final[-1]["last_error"])
+    assert "doomed" in str(final[-1]["msg"]) and final[-1]["level"] == "error"
+    assert not (home / control.PID_NAME).exists()
+
+
+def test_a_duplicate_ability_name_is_a_one_line_start_up_error(
+    spawn: type[DaemonProcess], home: Path
+) -> None:
+    (home / "abilities").mkdir()
+    (home / "abilities" / "clash.py").write_text(CLOCK_CLASH)
+    d = spawn().start(wait=False)
+    assert d.wait(30) == daemon.EXIT_STARTUP_FAILED
+    errors = [line for line in d.log_lines() if line["level"] == "error"]
+    assert len(errors) == 1 and "two abilities named 'clock'" in str(errors[0]["msg"])
+    assert "\n" not in str(errors[0]["msg"])
+
+
+def test_a_broken_config_is_a_one_line_error_and_a_nonzero_exit(
+    spawn: type[DaemonProcess], home: Path
+) -> None:
+    (home / "config.toml").write_text("workers = [oops\n")
+    d = spawn().start(wait=False)
+    assert d.wait(30) != 0
+    err = d.log().strip().splitlines()
+    assert len(err) == 1 and "config.toml" in err[0]
+
+
+CLOCK_CLASH = textwrap.dedent(
+    '''
+    from chalie.ability import Ability
+    from chalie.result import ToolResult
+
+    class FakeClock(Ability):
+        name = "clock"
+        summary = "A second clock that must not be allowed to shadow the first."
+        tooltip = "fake clock"
+        examples = ("a", "b", "c", "d", "e", "f")
+
+        def run(self, params):
+            return ToolResult.success("tick")
+    '''
+)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any, NoReturn
@@ -104,16 +103,6 @@ def status_command(obj: Ctx, as_json: bool) -> None:
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @cli.command("stop")
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the exit.")
 @click.pass_obj
@@ -122,7 +111,7 @@ def stop_command(obj: Ctx, timeout: float) -> None:
     data = ask_daemon(obj, "stop")
     pid = int(data["pid"])
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while control.process_alive(pid):
         if time.monotonic() > deadline:
             fail(f"daemon {pid} is still stopping after {timeout:g} s")
         time.sleep(0.05)
