@@ -50,6 +50,7 @@ from chalie.messages import (
     decode,
     encode,
 )
+from chalie.worker import CONTROL_SUFFIX
 from chalie.workers import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -69,6 +70,8 @@ log = logging.getLogger("chalie.workers")
 TICK: Final = 0.05
 # How long stopping workers get to exit on their own before they are killed.
 SHUTDOWN_GRACE: Final = 1.0
+# A worker's control socket is its job identity plus this suffix.
+CONTROL: Final = CONTROL_SUFFIX.encode()
 # Malformed frames are logged individually up to this many, then every 1000th.
 LOUD_DROPS: Final = 20
 
@@ -303,8 +306,10 @@ class Broker:
             except msgspec.DecodeError as exc:
                 self._drop(identity, f"undecodable ({exc})")
                 continue
-            if isinstance(msg, Heartbeat):
-                if not self.book.heard(identity, now):
+            if identity.endswith(CONTROL):
+                if not isinstance(msg, Heartbeat):
+                    self._drop(identity, f"unexpected {type(msg).__name__} on a control socket")
+                elif not self.book.heard(identity[: -len(CONTROL)], now):
                     self._drop(identity, "heartbeat from an unknown worker")
             elif isinstance(msg, WorkerResult):
                 job = self.book.on_result(identity, msg.job_id)
@@ -341,12 +346,10 @@ class Broker:
     def _beat(self) -> None:
         frame = encode(Heartbeat())
         for worker in list(self.book.workers.values()):
-            if worker.state == "starting":
-                continue
             try:
-                self._router.send_multipart([worker.identity, frame], zmq.NOBLOCK)
+                self._router.send_multipart([worker.identity + CONTROL, frame], zmq.NOBLOCK)
             except zmq.ZMQError:
-                pass  # a worker gone missing is found by its pidfd or its silence
+                pass  # not connected yet, or gone: its pidfd or its silence will tell
 
     def _expire(self, now: float) -> None:
         expired = self.book.expire(now)
@@ -471,9 +474,7 @@ class Broker:
         bye = encode(WorkerShutdown())
         for worker in list(self.book.workers.values()):
             try:
-                if worker.state == "starting":
-                    raise zmq.ZMQError(zmq.EHOSTUNREACH)
-                self._router.send_multipart([worker.identity, bye], zmq.NOBLOCK)
+                self._router.send_multipart([worker.identity + CONTROL, bye], zmq.NOBLOCK)
             except zmq.ZMQError:
                 self._kill(worker.identity)  # not connected yet: it cannot hear a goodbye
         procs = list(self._procs.values())

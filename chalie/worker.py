@@ -2,12 +2,12 @@
 
 Lifecycle, in order:
 
-1. Connect a DEALER (this incarnation's unique identity) to the broker and
-   send WorkerReady; then import the ability machinery in the runner thread.
-2. The main thread owns the socket: it receives jobs, hands each to the
-   runner thread, forwards the runner's result, and sends a Heartbeat every
-   interval whether or not a job is running, so a long call is not mistaken
-   for a hang.
+1. Two DEALERs connect to the broker, each with this incarnation's unique
+   identity: the runner thread's job socket (``ID``), which sends WorkerReady,
+   and the main thread's control socket (``ID.c``).
+2. The runner thread receives a job, runs it and sends the result on its own
+   socket; meanwhile the main thread sends a Heartbeat every interval whether
+   or not a job is running, so a long call is not mistaken for a hang.
 3. Each job loads its ability by import reference (never pickled code),
    builds a fresh instance with the turn context, coerces the parameters and
    runs it through ``chalie.invoke.invoke``: every outcome is a WorkerResult.
@@ -22,7 +22,6 @@ import argparse
 import logging
 import math
 import os
-import queue
 import sys
 import threading
 import time
@@ -52,7 +51,6 @@ from chalie.workers import (
 
 log = logging.getLogger("chalie.worker")
 
-RESULTS_ENDPOINT: Final = "inproc://chalie-worker-results"
 # Room left in a frame for the envelope fields around a result body.
 FRAME_MARGIN: Final = 4096
 
@@ -130,31 +128,62 @@ def encode_result(result: WorkerResult, max_frame: int) -> bytes:
     return data
 
 
-class Runner(threading.Thread):
-    """Runs jobs one at a time and passes each result frame back over an inproc PAIR."""
+CONTROL_SUFFIX: Final = ".c"
 
-    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], max_frame: int) -> None:
+
+class Runner(threading.Thread):
+    """Owns the job socket: receives a job, runs it, sends its result, in one thread.
+
+    Running the ability here, off the main thread, lets the main thread (which
+    owns the control socket) keep heartbeating however long a call takes, and
+    a job needs no hand-off between threads on its way in or out.
+    """
+
+    def __init__(
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        endpoint: str,
+        identity: str,
+        max_frame: int,
+    ) -> None:
         super().__init__(name="ability-runner", daemon=True)
         self.ctx = ctx
+        self.endpoint = endpoint
+        self.identity = identity
         self.max_frame = max_frame
-        self.jobs: queue.SimpleQueue[WorkerJob] = queue.SimpleQueue()
+        self.current: str | None = None  # read by the heartbeating thread
+        self.connected = threading.Event()
 
     def run(self) -> None:
-        out = self.ctx.socket(zmq.PAIR)
-        out.setsockopt(zmq.LINGER, 0)
-        out.connect(RESULTS_ENDPOINT)
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, self.identity.encode())
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
+        sock.connect(self.endpoint)
+        sock.send(encode(WorkerReady(worker_id=self.identity, pid=os.getpid())))
+        self.connected.set()
         from chalie import invoke, registry  # noqa: F401  (warm the imports while idle)
 
         while True:
-            job = self.jobs.get()
+            frame = sock.recv()
             try:
-                result = run_job(job)
+                msg = decode(frame)
+            except msgspec.DecodeError as exc:
+                log.warning("dropped a malformed frame from the broker: %s", exc)
+                continue
+            if not isinstance(msg, WorkerJob):
+                log.warning("dropped an unexpected %s on the job socket", type(msg).__name__)
+                continue
+            self.current = msg.job_id
+            try:
+                result = run_job(msg)
             except BaseException as exc:  # run_job never raises; this is a last line
-                log.exception("job %s broke the runner", job.job_id)
+                log.exception("job %s broke the runner", msg.job_id)
                 result = error_result(
-                    job.job_id, "internal-error", f"The worker failed: {type(exc).__name__}."
+                    msg.job_id, "internal-error", f"The worker failed: {type(exc).__name__}."
                 )
-            out.send(encode_result(result, self.max_frame))
+            self.current = None
+            sock.send(encode_result(result, self.max_frame))
 
 
 def serve(
@@ -165,41 +194,33 @@ def serve(
     broker_timeout: float = BROKER_TIMEOUT,
     max_frame: int = MAX_FRAME,
 ) -> int:
-    """The worker's main loop; returns the process exit status."""
+    """The worker's main loop (the control socket); returns the process exit status.
+
+    Jobs arrive on the runner's socket (identity ``identity``); heartbeats,
+    cancels and shutdowns on this one (identity ``identity + ".c"``).
+    """
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    results = ctx.socket(zmq.PAIR)
-    results.setsockopt(zmq.LINGER, 0)
-    results.bind(RESULTS_ENDPOINT)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, identity.encode())
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, max_frame)
-    sock.connect(endpoint)
-    runner = Runner(ctx, max_frame)
+    control = ctx.socket(zmq.DEALER)
+    control.setsockopt(zmq.IDENTITY, (identity + CONTROL_SUFFIX).encode())
+    control.setsockopt(zmq.LINGER, 0)
+    control.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)
+    control.connect(endpoint)
+    runner = Runner(ctx, endpoint, identity, max_frame)
     runner.start()
 
     parent = os.getppid()
-    pid = os.getpid()
-    sock.send(encode(WorkerReady(worker_id=identity, pid=pid)))
     beat = encode(Heartbeat(worker_id=identity, busy=0))
     beat_busy = encode(Heartbeat(worker_id=identity, busy=1))
-    current: str | None = None
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    poller.register(results, zmq.POLLIN)
+    control.send(beat)
     heard = time.monotonic()
     next_beat = heard + heartbeat
 
     while True:
         timeout_ms = max(0, math.ceil((next_beat - time.monotonic()) * 1000))
-        events = dict(poller.poll(timeout_ms))
-        if results in events:
-            sock.send(results.recv())
-            current = None
-        if sock in events:
+        if control.poll(timeout_ms, zmq.POLLIN):
             while True:
                 try:
-                    frame = sock.recv(zmq.NOBLOCK)
+                    frame = control.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 heard = time.monotonic()
@@ -208,32 +229,17 @@ def serve(
                 except msgspec.DecodeError as exc:
                     log.warning("dropped a malformed frame from the broker: %s", exc)
                     continue
-                if isinstance(msg, WorkerJob):
-                    if current is not None:
-                        sock.send(
-                            encode(
-                                error_result(
-                                    msg.job_id,
-                                    "overloaded",
-                                    "The worker is already busy.",
-                                    "Retry the call.",
-                                )
-                            )
-                        )
-                        continue
-                    current = msg.job_id
-                    runner.jobs.put(msg)
-                elif isinstance(msg, WorkerShutdown):
+                if isinstance(msg, WorkerShutdown):
                     return 0
-                elif isinstance(msg, WorkerCancel):
-                    if msg.job_id == current:
+                if isinstance(msg, WorkerCancel):
+                    if msg.job_id == runner.current:
                         # A Python thread cannot be stopped; the process ends instead.
                         return 3
                 elif not isinstance(msg, Heartbeat):
                     log.warning("dropped an unexpected %s from the broker", type(msg).__name__)
         now = time.monotonic()
         if now >= next_beat:
-            sock.send(beat_busy if current else beat)
+            control.send(beat_busy if runner.current else beat)
             next_beat = now + heartbeat
             if now - heard > broker_timeout:
                 log.warning("broker silent for %.1f s; worker %s exits", now - heard, identity)

@@ -1,0 +1,165 @@
+"""Worker-process figures: call latency, throughput with 2 workers, crash and hang recovery.
+
+Run from the repository root: ``python tools/bench/bench_workers.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from actors.worker_pool import WorkerPool, WorkerPoolHandle  # noqa: E402
+from chalie.messages import TurnContext, WorkerJob  # noqa: E402
+
+NOOP = "tests.sample_abilities:Noop"
+SLEEP = "tests.sample_abilities:Sleep"
+CONTEXT = TurnContext(conversation_id="bench", turn_id="t")
+_ids = iter(range(10**9))
+
+
+def job(ability: str, **params: object) -> WorkerJob:
+    return WorkerJob(job_id=f"j{next(_ids)}", ability=ability, params=params, context=CONTEXT)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, step: float = 0.002) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("benchmark condition not reached")
+        time.sleep(step)
+
+
+def all_idle(handle: WorkerPoolHandle) -> bool:
+    return all(w["state"] == "idle" for w in handle.status()["workers"])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def latency(handle: WorkerPoolHandle, n: int = 3000) -> None:
+    for _ in range(300):
+        handle.submit(job(NOOP), timeout=10).result(10)
+    samples = []
+    for _ in range(n):
+        began = time.perf_counter()
+        result = handle.submit(job(NOOP), timeout=10).result(10)
+        samples.append((time.perf_counter() - began) * 1e6)
+        assert result.status == "success", result
+    print(
+        f"worker call (no-op), submit -> result, n={n}: "
+        f"p50 {statistics.median(samples):.0f} us, p99 {pct(samples, 0.99):.0f} us"
+    )
+
+
+def throughput(handle: WorkerPoolHandle, n: int = 20000, window: int = 64) -> None:
+    done = threading.Semaphore(0)
+    slots = threading.BoundedSemaphore(window)
+    failures = []
+
+    def finished(fut: object) -> None:
+        result = fut.result()  # type: ignore[attr-defined]
+        if result.status != "success":
+            failures.append(result)
+        slots.release()
+        done.release()
+
+    began = time.perf_counter()
+    for _ in range(n):
+        slots.acquire()
+        handle.submit(job(NOOP), timeout=30).add_done_callback(finished)
+    for _ in range(n):
+        done.acquire()
+    elapsed = time.perf_counter() - began
+    print(
+        f"throughput, 2 workers, {window} calls in flight, n={n}: {n / elapsed:,.0f} calls/s"
+        f" ({len(failures)} failed)"
+    )
+
+
+def busy_worker(handle: WorkerPoolHandle) -> tuple[int, int]:
+    """(slot, pid) of the worker running the sleeping job."""
+    found: list[tuple[int, int]] = []
+
+    def check() -> bool:
+        found[:] = [(w["slot"], w["pid"]) for w in handle.status()["workers"] if w["state"] == "busy"]
+        return bool(found)
+
+    wait_for(check)
+    return found[0]
+
+
+def replaced(handle: WorkerPoolHandle, slot: int, old_pid: int) -> Callable[[], bool]:
+    def check() -> bool:
+        w = handle.status()["workers"][slot]
+        return w["pid"] not in (None, old_pid) and w["state"] == "idle"
+
+    return check
+
+
+def crash_recovery(handle: WorkerPoolHandle, kills: int = 9) -> None:
+    times, detect = [], []
+    for _ in range(kills):
+        wait_for(lambda: all_idle(handle))
+        fut = handle.submit(job(SLEEP, seconds=10.0), timeout=30)
+        slot, pid = busy_worker(handle)
+        began = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        result = fut.result(10)
+        detect.append((time.perf_counter() - began) * 1e3)
+        assert result.code == "worker-crashed", result
+        wait_for(replaced(handle, slot, pid), step=0.001)
+        times.append((time.perf_counter() - began) * 1e3)
+    print(
+        f"SIGKILL mid-call -> replacement ready, n={kills}: median {statistics.median(times):.0f} ms"
+        f" (max {max(times):.0f} ms); call failed with worker-crashed after median"
+        f" {statistics.median(detect):.1f} ms"
+    )
+
+
+def hang_recovery(handle: WorkerPoolHandle, hangs: int = 5) -> None:
+    times, detect = [], []
+    for _ in range(hangs):
+        wait_for(lambda: all_idle(handle))
+        fut = handle.submit(job(SLEEP, seconds=10.0), timeout=30)
+        slot, pid = busy_worker(handle)
+        began = time.perf_counter()
+        os.kill(pid, signal.SIGSTOP)
+        result = fut.result(10)
+        detect.append((time.perf_counter() - began) * 1e3)
+        assert result.code == "tool-timeout", result
+        wait_for(replaced(handle, slot, pid), step=0.001)
+        times.append((time.perf_counter() - began) * 1e3)
+    print(
+        f"hang (SIGSTOP) -> detected (tool-timeout), n={hangs}: median {statistics.median(detect):.0f} ms;"
+        f" -> replacement ready: median {statistics.median(times):.0f} ms"
+    )
+
+
+def main() -> None:
+    os.chdir(Path(__file__).resolve().parents[2])
+    with tempfile.TemporaryDirectory() as home:
+        handle = WorkerPoolHandle()
+        pool = WorkerPool.start(Path(home), workers=2, handle=handle)
+        try:
+            wait_for(lambda: all_idle(handle), timeout=30)
+            latency(handle)
+            throughput(handle)
+            crash_recovery(handle)
+            hang_recovery(handle)
+        finally:
+            pool.stop()
+
+
+if __name__ == "__main__":
+    main()
