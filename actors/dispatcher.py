@@ -72,7 +72,7 @@ from chalie.messages import (
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
-from chalie.trail import Trail, TrailRow, params_json, redact
+from chalie.trail import CallRecord, Trail, TrailRow, params_json, redact
 
 log = logging.getLogger("chalie.dispatch")
 
@@ -109,7 +109,7 @@ class _Call:
     redacted: dict[str, Any]
     background: bool
     reply: Future[ToolOutcome]
-    row: int = 0
+    rec: CallRecord | None = None
     gate: GateDecision | None = None
     job_id: str | None = None
     replied: bool = False
@@ -407,7 +407,7 @@ class DispatcherActor(SupervisedActor):
             background=run_async and call.context.allow_async, reply=reply,
         )
         assert self._trail is not None
-        state.row = self._trail.start(
+        rec = state.rec = self._trail.record_for(
             call_id=call.call_id, turn_id=call.context.turn_id,
             conversation_id=call.context.conversation_id, channel=call.context.channel,
             tool=cls.name, permission=permission, params=params_json(redacted),
@@ -418,7 +418,20 @@ class DispatcherActor(SupervisedActor):
         if gate is None:
             gate = self._gate_now(state)
         if gate is not None:
+            # Decided without waiting: start the work first and write the running
+            # row while it runs; Trail orders the two writes either way.
             self._after_gate(state, gate)
+            self._trail_start(rec)
+        else:
+            self._trail_start(rec)
+            self._ask_policy(state)
+
+    def _trail_start(self, rec: CallRecord) -> None:
+        try:
+            assert self._trail is not None
+            self._trail.start(rec)
+        except Exception:
+            log.exception("writing trail row %d failed", rec.id)
 
     def _end_early(
         self,
@@ -435,21 +448,23 @@ class DispatcherActor(SupervisedActor):
         ctx = call.context
         try:
             assert self._trail is not None
-            self._trail.record(
-                call_id=str(call.call_id)[:200], turn_id=str(ctx.turn_id)[:200],
-                conversation_id=str(ctx.conversation_id)[:200], channel=str(ctx.channel)[:40],
-                tool=str(call.tool)[:200], permission=None,
+            rec = self._trail.record_for(
+                call_id=str(call.call_id), turn_id=str(ctx.turn_id),
+                conversation_id=str(ctx.conversation_id), channel=str(ctx.channel)[:40],
+                tool=str(call.tool), permission=None,
                 params=params_json(redact(params, cls.sensitive if cls else ())) if params
                 else "{}",
-                act_summary=act_summary, status="error", code=result.code,
+                act_summary=act_summary,
             )
+            self._trail.finish(rec, status="error", code=result.code, decision=None,
+                               decided_by=None, started=False)
         except Exception:
             log.exception("recording a refused call on the trail failed")
         reply.set_result(outcome)
 
     # -- step 2: the gate --------------------------------------------------------------
     def _gate_now(self, state: _Call) -> GateDecision | None:
-        """The decision when it needs no actor; else ask the PolicyActor and return None."""
+        """The decision when it needs no PolicyActor round trip, else None."""
         if state.entry.cls.internal:
             return rules.allowed("internal")
         ctx = state.call.context
@@ -464,6 +479,16 @@ class DispatcherActor(SupervisedActor):
                     return rules.allowed("internal" if setting == "internal" else "policy")
                 if setting == "deny":
                     return rules.denied_by_policy(state.permission, ctx.channel)
+        except Exception as exc:
+            log.exception("gating call %r failed; denying", state.call.call_id)
+            return rules.failed_closed(type(exc).__name__)
+        return None
+
+    def _ask_policy(self, state: _Call) -> None:
+        """Send the call to the PolicyActor; its decision arrives on a future callback."""
+        ctx = state.call.context
+        try:
+            ref = self._policy_ref()
             ask = GateAsk(
                 call_id=state.call.call_id, context=ctx, tool=state.tool,
                 permission=state.permission, internal=False, act_summary=state.act_summary,
@@ -472,9 +497,9 @@ class DispatcherActor(SupervisedActor):
             ref.tell(ask)
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)
-            return rules.failed_closed(type(exc).__name__)
+            self._after_gate(state, rules.failed_closed(type(exc).__name__))
+            return
         ask.reply.add_done_callback(lambda fut: self._gate_answered(state, fut))
-        return None
 
     def _policy_view(self, ref: Any) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
@@ -620,14 +645,14 @@ class DispatcherActor(SupervisedActor):
             envelope = steps.render_outcome(state.tool, result)
         gate = state.gate
         try:
-            assert self._trail is not None
+            assert self._trail is not None and state.rec is not None
             self._trail.finish(
-                state.row, status=result.status, code=result.code,
+                state.rec, status=result.status, code=result.code,
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
         except Exception:
-            log.exception("completing trail row %d failed", state.row)
+            log.exception("completing the trail row of call %r failed", state.call.call_id)
         ctx = state.call.context
         if state.replied:
             self._events.publish(ctx.conversation_id, BackgroundResult(

@@ -32,7 +32,7 @@ import msgspec
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
-from chalie.ability import Ability
+from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.messages import CHANNELS, ToolCall, WorkerResult
@@ -48,6 +48,7 @@ FALLBACK_TOOL: Final = "tool"
 
 _validators: dict[type[Ability], jsonschema.protocols.Validator] = {}
 _validators_lock = threading.Lock()
+_derived: dict[type[Ability], bool] = {}
 
 
 @dataclass(frozen=True)
@@ -196,10 +197,12 @@ def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
     else:
         # An enum nested in anyOf/oneOf (msgspec's Optional[Literal]) still lists the choices.
         sub = error.schema if isinstance(error.schema, Mapping) else {}
-        for option in sub.get("anyOf", ()) + sub.get("oneOf", ()):
+        for option in [*sub.get("anyOf", ()), *sub.get("oneOf", ())]:
             if isinstance(option, Mapping) and isinstance(option.get("enum"), list):
                 valid = _values(option["enum"])
     message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+    if valid is not None and error.validator in ("anyOf", "oneOf"):
+        message = f"{str(error.instance)[:80]!r} is not one of the valid values"
     return ToolResult.error(
         "invalid-param", f"parameter {field!r} is invalid: {message}",
         hint=f"fix {field} to match the tool's schema and call again.",
@@ -237,11 +240,31 @@ def _check_actions(cls: type[Ability], params: Mapping[str, Any]) -> ToolResult 
     return action
 
 
+def _schema_is_the_struct(cls: type[Ability]) -> bool:
+    """True when ``parameters`` is exactly the schema derived from ``Params``, so they agree."""
+    found = _derived.get(cls)
+    if found is None:
+        found = cls.Params is not None and dict(cls.parameters) == struct_schema(cls.Params)
+        _derived[cls] = found
+    return found
+
+
 def prevalidate(cls: type[Ability], params: dict[str, Any]) -> Prevalidated | ToolResult:
-    """The action map, then the JSON Schema, then the Params Struct."""
+    """The action map, then the JSON Schema, then the Params Struct.
+
+    When the schema was derived from the ``Params`` Struct, the Struct is the
+    schema (msgspec's conversion enforces the same types, enums, bounds and
+    unknown-field rule, ~10x faster), so it is tried first and the JSON Schema
+    is consulted only to explain a failure with the field and its valid values.
+    """
     action = _check_actions(cls, params)
     if isinstance(action, ToolResult):
         return action
+    if _schema_is_the_struct(cls):
+        try:
+            return Prevalidated(params, coerce_params(cls, params), action)
+        except msgspec.ValidationError:
+            pass  # explained below, by the schema when it can name the field
     validator = validator_for(cls)
     if not validator.is_valid(params):
         error = best_match(validator.iter_errors(params))

@@ -12,6 +12,7 @@ left ``running`` by a daemon that died are marked ``interrupted`` by
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -129,8 +130,39 @@ def _clip(text: str | None) -> str:
     return (text or "")[:MAX_TEXT]
 
 
+class CallRecord(msgspec.Struct, kw_only=True):
+    """What the trail knows of a call when it starts; its row id is reserved in advance."""
+
+    id: int
+    call_id: str
+    turn_id: str
+    conversation_id: str
+    channel: str
+    tool: str
+    permission: str | None
+    params: str
+    act_summary: str
+    background: bool = False
+    started_at: float = 0.0
+
+
+_INSERT: Final = (
+    "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
+    "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class Trail:
-    """The trail table on one connection; safe to call from any thread."""
+    """The trail table on one connection; safe to call from any thread.
+
+    One Trail writes a database file (the dispatcher's); others may read it.
+    Row ids are reserved in memory (:meth:`reserve`) so a call's start and
+    end can be written from two threads in either order: :meth:`start`
+    writes the ``running`` row, :meth:`finish` completes it, and if the end
+    comes first it writes the whole row itself and the late start is
+    skipped. Either way the end is committed before :meth:`finish` returns.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -138,6 +170,10 @@ class Trail:
         self._lock = threading.Lock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
+        top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM trail").fetchone()[0]
+        self._ids = itertools.count(int(top) + 1)
+        self._running: set[int] = set()
+        self._ended_first: set[int] = set()
 
     def close(self) -> None:
         with self._lock:
@@ -153,7 +189,10 @@ class Trail:
             )
             return cur.rowcount
 
-    def start(
+    def reserve(self) -> int:
+        return next(self._ids)
+
+    def record_for(
         self,
         *,
         call_id: str,
@@ -165,68 +204,56 @@ class Trail:
         params: str,
         act_summary: str,
         background: bool = False,
-        started_at: float | None = None,
-    ) -> int:
-        """Write the row of a call about to be gated and run; returns its row id."""
+    ) -> CallRecord:
+        """A CallRecord with a reserved id and clipped text fields, started now."""
+        return CallRecord(
+            id=self.reserve(), call_id=_clip(call_id), turn_id=_clip(turn_id),
+            conversation_id=_clip(conversation_id), channel=_clip(channel), tool=_clip(tool),
+            permission=permission, params=params, act_summary=_clip(act_summary),
+            background=background, started_at=time.time(),
+        )
+
+    def _insert(self, rec: CallRecord, status: str, code: str | None, decision: str | None,
+                decided_by: str | None, ended_at: float | None) -> None:
+        self._conn.execute(_INSERT, (
+            rec.id, rec.call_id, rec.turn_id, rec.conversation_id, rec.channel, rec.tool,
+            rec.permission, decision, decided_by, rec.params, status, code, rec.act_summary,
+            int(rec.background), rec.started_at, ended_at,
+        ))
+
+    def start(self, rec: CallRecord) -> None:
+        """Write the ``running`` row, unless the call already ended (then its row is complete)."""
         with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO trail (call_id, turn_id, conversation_id, channel, tool, permission, "
-                "params, status, act_summary, background, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-                (
-                    _clip(call_id), _clip(turn_id), _clip(conversation_id), _clip(channel),
-                    _clip(tool), permission, params, _clip(act_summary), int(background),
-                    time.time() if started_at is None else started_at,
-                ),
-            )
-            return int(cur.lastrowid or 0)
+            if rec.id in self._ended_first:
+                self._ended_first.discard(rec.id)
+                return
+            self._insert(rec, "running", None, None, None, None)
+            self._running.add(rec.id)
 
     def finish(
         self,
-        row_id: int,
+        rec: CallRecord,
         *,
         status: Literal["success", "error"],
         code: str | None,
         decision: str | None,
         decided_by: str | None,
+        started: bool = True,
     ) -> None:
-        with self._lock:
-            self._conn.execute(
-                "UPDATE trail SET status = ?, code = ?, decision = ?, decided_by = ?, ended_at = ? "
-                "WHERE id = ?",
-                (status, code, decision, decided_by, time.time(), row_id),
-            )
-
-    def record(
-        self,
-        *,
-        call_id: str,
-        turn_id: str,
-        conversation_id: str,
-        channel: str,
-        tool: str,
-        permission: str | None,
-        params: str,
-        act_summary: str,
-        status: Literal["success", "error"],
-        code: str | None,
-        decision: str | None = None,
-        decided_by: str | None = None,
-    ) -> int:
-        """One complete row, for a call that ended before it started (bad name, bad params)."""
+        """Complete the call's row (committed on return). ``started=False``: no start will come."""
         now = time.time()
         with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO trail (call_id, turn_id, conversation_id, channel, tool, permission, "
-                "decision, decided_by, params, status, code, act_summary, started_at, ended_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    _clip(call_id), _clip(turn_id), _clip(conversation_id), _clip(channel),
-                    _clip(tool), permission, decision, decided_by, params, status, code,
-                    _clip(act_summary), now, now,
-                ),
-            )
-            return int(cur.lastrowid or 0)
+            if rec.id in self._running:
+                self._running.discard(rec.id)
+                self._conn.execute(
+                    "UPDATE trail SET status = ?, code = ?, decision = ?, decided_by = ?, "
+                    "ended_at = ? WHERE id = ?",
+                    (status, code, decision, decided_by, now, rec.id),
+                )
+                return
+            self._insert(rec, status, code, decision, decided_by, now)
+            if started:
+                self._ended_first.add(rec.id)
 
     def query(
         self,
