@@ -1,0 +1,212 @@
+"""find_tools and find_skills as real abilities over a real DiscoveryActor, and the CLI commands."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pykka
+import pytest
+from click.testing import CliRunner
+
+from abilities.find_skills import FindSkills
+from abilities.find_tools import FindTools
+from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
+from chalie.ability import Ability
+from chalie.cli import cli
+from chalie.discovery.embedder import Embedder, load_embedder
+from chalie.discovery.engine import MANIFEST
+from chalie.discovery.types import ToolDoc
+from chalie.dispatch import Prevalidated, prevalidate
+from chalie.invoke import invoke
+from chalie.messages import TurnContext
+from chalie.registry import Registry
+from chalie.result import ToolResult
+from chalie.services import Services
+
+CONTEXT = TurnContext(conversation_id="conv", turn_id="turn-1")
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_embedder()
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return Registry.collect(entry_points=False)
+
+
+@pytest.fixture
+def actor(tmp_path: Path, registry: Registry, embedder: Embedder) -> Iterator[pykka.ActorRef[Any]]:
+    ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    yield ref
+    if ref.is_alive():
+        ref.stop()
+
+
+def call(ability: type[Ability], services: Services, arguments: dict[str, Any]) -> ToolResult:
+    """The dispatcher's own pre-validation, then the ability: what a model's call goes through."""
+    checked = prevalidate(ability, arguments)
+    if isinstance(checked, ToolResult):
+        return checked
+    assert isinstance(checked, Prevalidated)
+    return invoke(ability(CONTEXT, services), checked.value)
+
+
+def test_both_abilities_are_internal_always_available_and_not_in_the_roster(
+    registry: Registry,
+) -> None:
+    for ability in (FindTools, FindSkills):
+        assert ability.internal and not ability.discoverable
+        assert registry.get(ability.name) is not None
+        schema = ability.descriptor()["input_schema"]
+        assert schema["properties"]["query"]["type"] == "array"
+
+
+def test_find_tools_injects_what_it_found_into_the_calling_turn(
+    actor: pykka.ActorRef[Any], registry: Registry
+) -> None:
+    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    result = call(
+        FindTools, services, {"query": ["calculator", "what time is it in Tokyo", "xq zzv wpt"]}
+    )
+    assert result.ok, result.body
+    body = json.loads(result.body)
+    names = [t["name"] for t in body["injected"]]
+    assert names == ["calculator", "clock"]
+    assert all(set(t) == {"name", "summary"} for t in body["injected"])
+    assert body["not_found"] == [{"query": "xq zzv wpt", "reason": "no-match"}]
+    assert result.meta == {"injected": 2, "not_found": 1}
+    assert services.turns.injected("turn-1") == {"calculator", "clock"}
+    assert services.turns.injected("another-turn") == frozenset()
+
+
+def test_find_tools_sees_tools_added_at_run_time(
+    actor: pykka.ActorRef[Any], registry: Registry
+) -> None:
+    handle = DiscoveryHandle(actor)
+    handle.add(
+        [
+            ToolDoc(
+                "_mcp_notes_append",
+                "Appends a line to a note in the notes app.",
+                ("add milk to my shopping note",),
+                "Append to note",
+                "mcp:notes",
+            )
+        ]
+    )
+    services = Services(registry=registry, discovery=handle)
+    result = call(FindTools, services, {"query": ["append"]})
+    assert json.loads(result.body)["injected"][0]["name"] == "_mcp_notes_append"
+    handle.remove(["_mcp_notes_append"])
+    result = call(FindTools, services, {"query": ["_mcp_notes_append"]})
+    assert json.loads(result.body)["injected"] == []
+
+
+def test_find_skills_returns_each_playbooks_full_text(
+    actor: pykka.ActorRef[Any], registry: Registry
+) -> None:
+    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    result = call(FindSkills, services, {"query": ["recover_from_tool_errors"]})
+    assert result.ok
+    (skill,) = json.loads(result.body)["injected"]
+    assert skill["name"] == "recover_from_tool_errors"
+    assert "discovery-index-error" in skill["text"] and len(skill["text"]) > 1000
+    assert services.turns.injected("turn-1") == frozenset()  # playbooks are not tools
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"query": []},
+        {"query": "weather"},
+        {"query": ["x"] * 21},
+        {"query": ["x" * 201]},
+        {"query": [17]},
+        {"query": ["weather"], "k": 50},
+    ],
+)
+def test_malformed_queries_bounce_before_the_index_is_touched(arguments: dict[str, Any]) -> None:
+    class Untouchable:
+        def find(self, *a: object, **k: object) -> object:
+            raise AssertionError("the index was queried")
+
+    result = call(FindTools, Services(discovery=Untouchable()), arguments)
+    assert not result.ok and result.code in {"invalid-param", "missing-params"}
+
+
+def test_a_blank_entry_is_an_invalid_param(actor: pykka.ActorRef[Any]) -> None:
+    result = call(FindTools, Services(discovery=DiscoveryHandle(actor)), {"query": ["ok", "  \t "]})
+    assert result.code == "invalid-param"
+    assert result.meta["param"] == "query"
+
+
+def test_an_index_that_cannot_be_read_or_rebuilt_is_a_loud_error(
+    tmp_path: Path, registry: Registry, embedder: Embedder
+) -> None:
+    tools_dir, _ = index_dirs(tmp_path)
+    tools_dir.parent.mkdir(parents=True)
+    tools_dir.write_text("this should be a directory")  # unreadable and unbuildable
+    ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    try:
+        services = Services(registry=registry, discovery=DiscoveryHandle(ref))
+        for ability in (FindTools, FindSkills):
+            result = call(ability, services, {"query": ["clock"]})
+            assert result.code == "discovery-index-error", result.body
+            assert result.hint
+        assert services.turns.injected("turn-1") == frozenset()
+    finally:
+        ref.stop()
+
+
+def test_a_stopped_discovery_actor_is_a_loud_error(
+    actor: pykka.ActorRef[Any], registry: Registry
+) -> None:
+    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    actor.stop()
+    assert call(FindTools, services, {"query": ["clock"]}).code == "discovery-index-error"
+
+
+def test_no_discovery_service_is_a_loud_error() -> None:
+    assert call(FindTools, Services(), {"query": ["clock"]}).code == "discovery-index-error"
+
+
+def test_the_actor_reuses_the_persisted_index_on_restart(
+    tmp_path: Path, registry: Registry, embedder: Embedder
+) -> None:
+    first = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    assert DiscoveryHandle(first).status()["ready"]
+    first.stop()
+    tools_dir, _ = index_dirs(tmp_path)
+    before = (tools_dir / MANIFEST).read_text()
+    second = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    try:
+        assert DiscoveryHandle(second).find(["clock"]).names == ["clock"]
+        assert (tools_dir / MANIFEST).read_text() == before
+    finally:
+        second.stop()
+
+
+def test_cli_index_rebuild_and_tools_find(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"CHALIE_HOME": str(tmp_path)}
+    rebuilt = runner.invoke(cli, ["index", "rebuild"], env=env)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "indexed" in rebuilt.stdout and "skills" in rebuilt.stdout
+    assert (tmp_path / "index" / "tools" / MANIFEST).is_file()
+
+    found = runner.invoke(cli, ["tools", "find", "--json", "clock", "calc"], env=env)
+    assert found.exit_code == 0, found.output
+    body = json.loads(found.stdout)
+    assert [t["name"] for t in body["injected"]] == ["clock", "calculator"]
+
+    shown = runner.invoke(cli, ["tools", "find", "Clock"], env=env)
+    assert shown.stdout.startswith("[find_tools(status=success, injected=1, not_found=0)]")
+
+    bad = runner.invoke(cli, ["tools", "find", "x" * 300], env=env)
+    assert bad.exit_code != 0
