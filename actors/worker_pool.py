@@ -298,7 +298,9 @@ class Broker:
             except zmq.Again:
                 return
             if len(frames) != 2:
-                self._drop(frames[0] if frames else b"", f"{len(frames)} frames, expected 2")
+                self._drop(
+                    frames[0] if frames else b"", f"{len(frames) - 1} payload frames, expected 1"
+                )
                 continue
             identity, payload = frames
             try:

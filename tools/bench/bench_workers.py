@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from actors.worker_pool import WorkerPool, WorkerPoolHandle  # noqa: E402
-from chalie.messages import TurnContext, WorkerJob  # noqa: E402
+from actors.worker_pool import WorkerPool, WorkerPoolHandle
+from chalie.messages import TurnContext, WorkerJob
 
 NOOP = "tests.sample_abilities:Noop"
 SLEEP = "tests.sample_abilities:Sleep"
@@ -92,7 +92,9 @@ def busy_worker(handle: WorkerPoolHandle) -> tuple[int, int]:
     found: list[tuple[int, int]] = []
 
     def check() -> bool:
-        found[:] = [(w["slot"], w["pid"]) for w in handle.status()["workers"] if w["state"] == "busy"]
+        found[:] = [
+            (w["slot"], w["pid"]) for w in handle.status()["workers"] if w["state"] == "busy"
+        ]
         return bool(found)
 
     wait_for(check)
@@ -121,7 +123,8 @@ def crash_recovery(handle: WorkerPoolHandle, kills: int = 9) -> None:
         wait_for(replaced(handle, slot, pid), step=0.001)
         times.append((time.perf_counter() - began) * 1e3)
     print(
-        f"SIGKILL mid-call -> replacement ready, n={kills}: median {statistics.median(times):.0f} ms"
+        f"SIGKILL mid-call -> replacement ready, n={kills}:"
+        f" median {statistics.median(times):.0f} ms"
         f" (max {max(times):.0f} ms); call failed with worker-crashed after median"
         f" {statistics.median(detect):.1f} ms"
     )
@@ -141,7 +144,8 @@ def hang_recovery(handle: WorkerPoolHandle, hangs: int = 5) -> None:
         wait_for(replaced(handle, slot, pid), step=0.001)
         times.append((time.perf_counter() - began) * 1e3)
     print(
-        f"hang (SIGSTOP) -> detected (tool-timeout), n={hangs}: median {statistics.median(detect):.0f} ms;"
+        f"hang (SIGSTOP) -> detected (tool-timeout), n={hangs}:"
+        f" median {statistics.median(detect):.0f} ms;"
         f" -> replacement ready: median {statistics.median(times):.0f} ms"
     )
 
