@@ -60,8 +60,12 @@ class DiscoveryActor(SupervisedActor):
         embedder_config: Mapping[str, Any] | None = None,
         docs: Sequence[ToolDoc] | None = None,
         skills: SkillLibrary | None = None,
+        readonly: bool = False,
     ) -> None:
         super().__init__()
+        # A reader beside a running daemon (the CLI) must not replace the
+        # daemon's index: it serves a current one and builds a stale one in memory.
+        self._readonly = readonly
         self._registry = registry
         self._home = home
         self._embedder = embedder
@@ -92,6 +96,10 @@ class DiscoveryActor(SupervisedActor):
             if self._home is None:
                 self._tools = DiscoveryEngine.build(tool_docs, embedder, progress=progress)
                 self._skills = DiscoveryEngine.build(skill_docs, embedder)
+            elif self._readonly:
+                tools_dir, skills_dir = index_dirs(self._home)
+                self._tools = self._open_current(tools_dir, tool_docs, embedder)
+                self._skills = self._open_current(skills_dir, skill_docs, embedder)
             else:
                 tools_dir, skills_dir = index_dirs(self._home)
                 if rebuild:
@@ -111,6 +119,18 @@ class DiscoveryActor(SupervisedActor):
             log.exception("the discovery index could not be loaded")
             self._tools = self._skills = None
             self._error = f"{type(exc).__name__}: {exc}"
+
+    @staticmethod
+    def _open_current(
+        directory: Path, docs: Sequence[ToolDoc], embedder: Embedder
+    ) -> DiscoveryEngine:
+        reason = DiscoveryEngine.stale_reason(directory, docs, embedder)
+        if reason is None:
+            return DiscoveryEngine.open(directory, embedder)
+        log.warning(
+            "not using the index in %s (%s); searching a fresh in-memory one", directory, reason
+        )
+        return DiscoveryEngine.build(docs, embedder)
 
     def _engine(self, which: str) -> DiscoveryEngine:
         engine = self._tools if which == "tools" else self._skills

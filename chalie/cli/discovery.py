@@ -1,8 +1,9 @@
 """``chalie index rebuild`` and ``chalie tools find``: the discovery index from the command line.
 
 Both work on ``<home>/index`` directly, with no daemon: ``tools find`` runs the
-real find_tools ability over the persisted index (reusing it when it is
-current, rebuilding it when the catalogue or the model changed).
+real find_tools ability over the persisted index when it is current, and over a
+fresh in-memory index (with a warning) when it is stale, so it never replaces
+an index a running daemon serves; ``index rebuild`` writes a new one.
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
     """Run find_tools: one QUERY per tool name or described action."""
     registry = load_registry(obj)
     embedder = _embedder(obj)
-    ref = DiscoveryActor.start(registry=registry, home=obj.config.home, embedder=embedder)
+    ref = DiscoveryActor.start(
+        registry=registry, home=obj.config.home, embedder=embedder, readonly=True
+    )
     try:
         handle = DiscoveryHandle(ref)
         status = handle.status()

@@ -195,6 +195,12 @@ def test_the_actor_reuses_the_persisted_index_on_restart(
 def test_cli_index_rebuild_and_tools_find(tmp_path: Path) -> None:
     runner = CliRunner()
     env = {"CHALIE_HOME": str(tmp_path)}
+    # with no index yet, find works from memory and leaves the data directory alone
+    early = runner.invoke(cli, ["tools", "find", "--json", "clock"], env=env)
+    assert early.exit_code == 0, early.output
+    assert json.loads(early.stdout)["injected"][0]["name"] == "clock"
+    assert not (tmp_path / "index" / "tools" / MANIFEST).exists()
+
     rebuilt = runner.invoke(cli, ["index", "rebuild"], env=env)
     assert rebuilt.exit_code == 0, rebuilt.output
     assert "indexed" in rebuilt.stdout and "skills" in rebuilt.stdout
