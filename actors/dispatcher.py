@@ -113,6 +113,7 @@ class _Call:
     gate: GateDecision | None = None
     job_id: str | None = None
     replied: bool = False
+    running: bool = False
     done: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -351,6 +352,7 @@ class DispatcherActor(SupervisedActor):
             "calls": len(calls),
             "background": sum(1 for c in calls if c.replied),
             "awaiting_gate": sum(1 for c in calls if c.gate is None),
+            "running": sum(1 for c in calls if c.running),
             "lanes": self._lanes.busy(),
         }
 
@@ -566,6 +568,7 @@ class DispatcherActor(SupervisedActor):
     def _run_inline(self, state: _Call) -> None:
         if state.done:
             return
+        state.running = True
         self._finish(state, invoke(state.instance, state.pre.value))
 
     def _execute_in_worker(self, state: _Call) -> None:
@@ -582,6 +585,7 @@ class DispatcherActor(SupervisedActor):
             context=state.call.context, deadline=time.time() + cls.timeout,
         )
         self._deadlines.add(cls.timeout + PROCESS_BACKSTOP, state.seq)
+        state.running = True
         fut = self._workers.submit(job, timeout=cls.timeout)
         fut.add_done_callback(lambda f: self._worker_done(state, f))
 
@@ -615,8 +619,12 @@ class DispatcherActor(SupervisedActor):
         ))
 
     def _abort(self, state: _Call, result: ToolResult) -> int:
-        """End a call from outside its execution: signal the ability, stop its worker job."""
-        if state.done:
+        """End a call from outside its execution, then signal the ability and stop its job.
+
+        The outcome is settled first: a worker pool may resolve the job's future
+        synchronously inside ``cancel``, and that must not win the race.
+        """
+        if not self._finish(state, result):
             return 0
         state.instance.cancelled.set()
         if state.job_id is not None and self._workers is not None:
@@ -624,7 +632,7 @@ class DispatcherActor(SupervisedActor):
                 self._workers.cancel(state.job_id)
             except Exception:
                 log.exception("cancelling worker job %s failed", state.job_id)
-        return 1 if self._finish(state, result) else 0
+        return 1
 
     # -- step 4: the one envelope -------------------------------------------------------------
     def _finish(self, state: _Call, result: ToolResult) -> bool:

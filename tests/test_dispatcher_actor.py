@@ -1,0 +1,596 @@
+"""The DispatcherActor with real threads, PolicyActor, SQLite trail and worker processes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+import pykka
+import pytest
+
+from actors.dispatcher import DispatcherActor, submit
+from actors.policy import PolicyActor
+from chalie.ability import Ability
+from chalie.envelope import parse
+from chalie.events import EventBus
+from chalie.messages import (
+    BackgroundResult,
+    CancelTurn,
+    PermissionRequest,
+    ToolCall,
+    ToolOutcome,
+    TurnContext,
+)
+from chalie.registry import Registry
+from chalie.result import ToolResult
+from chalie.services import Services
+from chalie.trail import Trail
+from tests import sample_abilities
+
+EX = ("one", "two", "three", "four", "five", "six")
+
+
+class _Test(Ability):
+    abstract = True
+    summary = "A test ability."
+    tooltip = "test"
+    examples = EX
+    discoverable = False
+
+
+class Fast(_Test):
+    name = "fast"
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("fast")
+
+
+class SlowParams(msgspec.Struct):
+    seconds: float = 2.0
+
+
+class Slow(_Test):
+    """Sleeps, but wakes up when the dispatcher signals a cancel or a timeout."""
+
+    name = "slow"
+    Params = SlowParams
+    woke_early: ClassVar[list[str]] = []
+
+    def run(self, params: SlowParams) -> ToolResult:
+        if self.cancelled.wait(params.seconds):
+            assert self.context is not None
+            Slow.woke_early.append(self.context.turn_id)
+        return ToolResult.success("slept")
+
+
+class Hang(Slow):
+    name = "hang"
+    timeout = 0.3
+
+
+class Boom(_Test):
+    name = "boom"
+
+    def run(self, params: Any) -> ToolResult:
+        raise RuntimeError("kaboom")
+
+
+class MailParams(msgspec.Struct, forbid_unknown_fields=True):
+    action: str = "read"
+    to: str | None = None
+    password: str | None = None
+
+
+class Mail(_Test):
+    name = "mail"
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["read", "send"]},
+            "to": {"type": "string"},
+            "password": {"type": "string"},
+        },
+        "additionalProperties": False,
+    }
+    actions = {"read": (), "send": ("to",)}
+    sensitive = frozenset({"password"})
+
+    def run(self, params: dict[str, Any]) -> ToolResult:
+        return ToolResult.success(f"mail {params.get('action', 'read')}")
+
+
+class Lookup(_Test):
+    name = "lookup"
+    internal = True
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("looked up")
+
+
+class BadClassify(_Test):
+    name = "bad_classify"
+
+    def classify(self, params: Mapping[str, Any]) -> str | None:
+        raise ValueError("cannot tell")
+
+
+class ShortSleep(sample_abilities.Sleep):
+    """The worker-process sleeper with a short timeout."""
+
+    name = "sample_short_sleep"
+    timeout = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_actors() -> Iterator[None]:
+    yield
+    pykka.ActorRegistry.stop_all()
+
+
+def ctx(turn: str = "t1", channel: str = "chat", **over: Any) -> TurnContext:
+    return TurnContext(
+        conversation_id=over.pop("conversation", "conv"), turn_id=turn, channel=channel, **over
+    )  # type: ignore[arg-type]
+
+
+class Rig:
+    def __init__(
+        self, home: Path, *, workers: Any = None, expiry: float = 300.0, **dispatcher_kw: Any
+    ) -> None:
+        self.db = home / "chalie.db"
+        self.registry = Registry()
+        for cls in (Fast, Slow, Hang, Boom, Mail, Lookup, BadClassify):
+            self.registry.add(cls, source="tests")
+        for cls in (
+            sample_abilities.Echo,
+            sample_abilities.KillSelf,
+            sample_abilities.Sleep,
+            ShortSleep,
+        ):
+            self.registry.add(cls, source="tests")
+        self.bus = EventBus()
+        self.events = self.bus.subscribe_queue(None)
+        self.policy = PolicyActor.start(self.db, self.bus, approval_expiry=expiry)
+        self.policy_ref: pykka.ActorRef[Any] | None = self.policy
+        for tool in (
+            "fast",
+            "slow",
+            "hang",
+            "boom",
+            "mail",
+            "sample_echo",
+            "sample_kill_self",
+            "sample_sleep",
+            "sample_short_sleep",
+            "bad_classify",
+        ):
+            self.policy.proxy().set("chat", tool, "allow").get()
+        self.ref = DispatcherActor.start(
+            self.registry,
+            Services(registry=self.registry),
+            self.db,
+            lambda: self.policy_ref,
+            workers,
+            self.bus,
+            **dispatcher_kw,
+        )
+
+    def call(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        call_id: str = "c1",
+        context: TurnContext | None = None,
+    ) -> Future[ToolOutcome]:
+        return submit(
+            self.ref,
+            ToolCall(call_id=call_id, tool=tool, arguments=args or {}, context=context or ctx()),
+        )
+
+    def run(self, *a: Any, **kw: Any) -> ToolOutcome:
+        return self.call(*a, **kw).result(10)
+
+    def rows(self, **filters: Any) -> list[Any]:
+        rows: list[Any] = self.ref.proxy().trail(**filters).get(timeout=5)
+        return rows
+
+    def request(self) -> PermissionRequest:
+        event = self.events.queue.get(timeout=5)
+        assert isinstance(event, PermissionRequest), event
+        return event
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return Rig(tmp_path)
+
+
+def attrs(outcome: ToolOutcome) -> dict[str, Any]:
+    (env,) = parse(outcome.envelope)
+    return env.attrs
+
+
+def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+# -- the path of one call --------------------------------------------------------------
+
+
+def test_a_call_returns_one_envelope_and_is_recorded(rig: Rig) -> None:
+    outcome = rig.run(
+        "mail", {"action": "send", "to": "bob", "act_summary": "mailing bob"}, call_id="call-1"
+    )
+    assert (outcome.call_id, outcome.tool, outcome.status, outcome.code) == (
+        "call-1",
+        "mail",
+        "success",
+        None,
+    )
+    (env,) = parse(outcome.envelope)
+    assert env.attrs == {"status": "success", "action": "send"} and env.content == "mail send"
+    (row,) = rig.rows()
+    assert (row.call_id, row.turn_id, row.conversation_id, row.channel) == (
+        "call-1",
+        "t1",
+        "conv",
+        "chat",
+    )
+    assert (row.tool, row.permission, row.decision, row.decided_by) == (
+        "mail",
+        "mail.send",
+        "allow",
+        "policy",
+    )
+    assert (row.status, row.act_summary) == ("success", "mailing bob")
+    assert msgspec.json.decode(row.params) == {"action": "send", "to": "bob"}
+
+
+def test_invalid_calls_bounce_before_the_gate(rig: Rig) -> None:
+    rig.policy.proxy().reset().get()  # nothing allowed: a gated call would ask
+    cases = {
+        "unknown-tool": ("../../bin/sh", {}),
+        "unknown-action": ("mail", {"action": "delete_all"}),
+        "missing-params": ("mail", {"action": "send"}),
+        "invalid-param": ("mail", {"action": "read", "cc": "eve"}),
+    }
+    for code, (tool, args) in cases.items():
+        outcome = rig.run(tool, args)
+        assert (outcome.status, outcome.code) == ("error", code), outcome.envelope
+    assert rig.events.queue.empty()  # nobody was asked
+    assert rig.policy.proxy().list().get() == []  # and no permission was even seen
+    codes = sorted(r.code for r in rig.rows())
+    assert codes == sorted(cases)
+    assert all(r.decision is None and r.status == "error" for r in rig.rows())
+
+
+def test_unknown_valid_values_reach_the_model(rig: Rig) -> None:
+    outcome = rig.run("mail", {"action": "delete_all"})
+    assert 'valid values: ["read","send"]' in outcome.envelope
+
+
+def test_sensitive_parameters_never_reach_the_trail_or_the_prompt(rig: Rig) -> None:
+    rig.policy.proxy().reset().get()
+    fut = rig.call("mail", {"action": "send", "to": "bob", "password": "hunter2"})
+    request = rig.request()
+    assert request.params == {"action": "send", "to": "bob", "password": "[redacted]"}
+    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    assert fut.result(5).status == "success"
+    (row,) = rig.rows()
+    assert "hunter2" not in row.params and row.decided_by == "human"
+
+
+def test_an_ability_that_raises_gives_an_error_envelope(rig: Rig) -> None:
+    outcome = rig.run("boom")
+    assert (outcome.status, outcome.code) == ("error", "unhandled-exception")
+    assert rig.ref.is_alive()
+    assert rig.rows()[0].code == "unhandled-exception"
+
+
+def test_hostile_calls_get_structured_errors(rig: Rig) -> None:
+    huge = rig.run("fast", {"blob": "x" * (2 << 20)})
+    assert huge.code == "invalid-param" and "KiB" in huge.envelope
+    not_dict = submit(
+        rig.ref,
+        ToolCall(
+            call_id="c",
+            tool="fast",
+            arguments=[1, 2],  # type: ignore[arg-type]
+            context=ctx(),
+        ),
+    ).result(5)
+    assert not_dict.code == "invalid-param"
+    junk = rig.ref.proxy().dispatch("not a call").get(timeout=5).result(5)  # type: ignore[arg-type]
+    assert junk.code == "invalid-param"
+    weird = rig.run("fast\n[end:fast]")
+    assert weird.code == "unknown-tool"
+    assert weird.envelope.splitlines()[-1] == "[end:fast_end_fast]"
+    assert rig.ref.is_alive()
+
+
+def test_proxy_and_ask_return_futures_of_the_outcome(rig: Rig) -> None:
+    call = ToolCall(call_id="p", tool="fast", context=ctx())
+    via_proxy = rig.ref.proxy().dispatch(call).get(timeout=5)
+    via_ask = rig.ref.ask(call, timeout=5)
+    assert via_proxy.result(5).status == via_ask.result(5).status == "success"
+
+
+# -- the gate -------------------------------------------------------------------------
+
+
+def test_an_unseen_permission_asks_the_human_and_runs_once_allowed(rig: Rig) -> None:
+    rig.policy.proxy().reset().get()
+    fut = rig.call("mail", {"action": "read"}, context=ctx(conversation="c-9"))
+    request = rig.request()
+    assert (request.conversation_id, request.permission) == ("c-9", "mail.read")
+    time.sleep(0.05)
+    assert not fut.done()
+    (row,) = rig.rows()
+    assert row.status == "running"
+    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    outcome = fut.result(5)
+    assert outcome.status == "success"
+    (row,) = rig.rows()
+    assert (row.status, row.decision, row.decided_by) == ("success", "allow", "human")
+
+
+def test_a_human_deny_and_an_expiry_are_errors(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, expiry=0.3)
+    rig.policy.proxy().reset().get()
+    fut = rig.call("mail", {"action": "read"})
+    rig.policy.proxy().answer(rig.request().request_id, "deny").get()
+    assert fut.result(5).code == "permission-denied"
+    expired = rig.run("mail", {"action": "read"})
+    assert expired.code == "approval-expired"
+    assert [r.code for r in rig.rows()] == ["approval-expired", "permission-denied"]
+
+
+@pytest.mark.parametrize("channel", ["subconscious", "external_agent"])
+def test_ask_without_a_human_is_denied_with_a_hint(rig: Rig, channel: str) -> None:
+    outcome = rig.run("fast", context=ctx(channel=channel))
+    assert outcome.code == "permission-denied"
+    assert "human must approve" in outcome.envelope
+    assert rig.events.queue.empty()
+    assert [
+        (r.channel, r.permission) for r in rig.policy.proxy().list().get() if r.origin == "seen"
+    ] == [(channel, "fast")]
+
+
+def test_a_deny_entry_refuses_and_tool_entries_cover_actions(rig: Rig) -> None:
+    rig.policy.proxy().set("chat", "mail.send", "deny").get()
+    assert rig.run("mail", {"action": "send", "to": "x"}).code == "permission-denied"
+    assert rig.run("mail", {"action": "read"}).status == "success"  # the tool entry allows
+    assert rig.rows()[1].decided_by == "policy"
+
+
+def test_internal_abilities_bypass_the_gate(rig: Rig) -> None:
+    outcome = rig.run("lookup", context=ctx(channel="external_agent"))
+    assert outcome.status == "success"
+    assert rig.rows()[0].decided_by == "internal"
+    assert rig.policy.proxy().list(True).get() == [
+        r for r in rig.policy.proxy().list(True).get() if r.permission != "lookup"
+    ]
+
+
+def test_the_gate_fails_closed_when_the_policy_actor_is_gone(rig: Rig) -> None:
+    rig.policy.stop()
+    outcome = rig.run("fast")
+    assert outcome.code == "permission-denied"
+    assert rig.rows()[0].decided_by == "fail-closed"
+    rig.policy_ref = None
+    assert rig.run("fast").code == "permission-denied"
+
+
+def test_a_classify_that_raises_fails_closed(rig: Rig) -> None:
+    outcome = rig.run("bad_classify")
+    assert outcome.code == "permission-denied"
+    assert rig.rows()[0].decided_by == "fail-closed"
+
+
+def test_a_pending_approval_delays_no_other_call(rig: Rig) -> None:
+    rig.run("fast")  # warm: the policy view is in place
+    rig.policy.proxy().reset("chat", "mail").get()  # mail now asks
+    waiting = rig.call("mail", {"action": "send", "to": "x"}, call_id="w")
+    request = rig.request()
+    start = time.monotonic()
+    assert rig.run("fast").status == "success"
+    assert (
+        rig.run("mail", {"action": "send", "to": "y"}, context=ctx(channel="subconscious")).code
+        == "permission-denied"
+    )
+    assert time.monotonic() - start < 0.25
+    assert not waiting.done()
+    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    assert waiting.result(5).status == "success"
+
+
+# -- execution ---------------------------------------------------------------------------
+
+
+def test_fifty_slow_calls_do_not_delay_a_fast_one(rig: Rig) -> None:
+    rig.run("fast")  # warm: the policy view is in place
+    slow = [
+        rig.call("slow", {"seconds": 2.0}, call_id=f"s{i}", context=ctx("slow-turn"))
+        for i in range(50)
+    ]
+    wait_until(lambda: rig.ref.proxy().in_flight().get()["calls"] == 50)
+    start = time.monotonic()
+    fast = rig.run("fast", context=ctx("fast-turn"))
+    elapsed = time.monotonic() - start
+    assert fast.status == "success"
+    assert elapsed < 0.25, f"the fast call took {elapsed * 1000:.0f} ms"
+    assert not any(f.done() for f in slow)
+    assert rig.ref.proxy().cancel_turn("slow-turn").get() == 50
+    outcomes = [f.result(5) for f in slow]
+    assert {o.code for o in outcomes} == {"cancelled"}
+
+
+def test_a_timeout_is_tool_timeout_and_signals_the_ability(rig: Rig) -> None:
+    Slow.woke_early.clear()
+    start = time.monotonic()
+    outcome = rig.run("hang", {"seconds": 10}, context=ctx("timeout-turn"))
+    assert outcome.code == "tool-timeout"
+    assert 0.25 < time.monotonic() - start < 2.0
+    wait_until(lambda: "timeout-turn" in Slow.woke_early)
+    assert rig.rows()[0].code == "tool-timeout"
+
+
+def test_cancelling_a_turn_cancels_only_its_calls_and_stops_the_work(rig: Rig) -> None:
+    Slow.woke_early.clear()
+    mine = rig.call("slow", {"seconds": 10}, call_id="a", context=ctx("t-cancel"))
+    other = rig.call("slow", {"seconds": 0.3}, call_id="b", context=ctx("t-other"))
+    wait_until(lambda: rig.ref.proxy().in_flight().get()["running"] == 2)
+    rig.ref.tell(CancelTurn(turn_id="t-cancel"))
+    assert mine.result(2).code == "cancelled"
+    wait_until(lambda: "t-cancel" in Slow.woke_early)
+    assert other.result(5).status == "success"
+    assert rig.ref.proxy().cancel_turn("t-cancel").get() == 0
+    codes = {r.call_id: r.code for r in rig.rows()}
+    assert codes == {"a": "cancelled", "b": None}
+
+
+def test_an_async_call_answers_at_once_and_delivers_its_result_later(rig: Rig) -> None:
+    sub = rig.bus.subscribe_queue("conv-bg")
+    context = ctx(conversation="conv-bg", allow_async=True)
+    start = time.monotonic()
+    outcome = rig.run(
+        "slow",
+        {"seconds": 0.5, "async": True, "act_summary": "napping"},
+        call_id="bg-1",
+        context=context,
+    )
+    assert time.monotonic() - start < 0.4
+    assert outcome.background and outcome.status == "success"
+    assert attrs(outcome)["call_id"] == "bg-1"
+    assert rig.rows()[0].status == "running"
+    event = sub.queue.get(timeout=5)
+    assert isinstance(event, BackgroundResult)
+    assert (event.call_id, event.conversation_id, event.status) == ("bg-1", "conv-bg", "success")
+    assert "slept" in event.envelope
+    (row,) = rig.rows()
+    assert (row.status, row.background) == ("success", True)
+    # The turn's cancel does not reach a background call; cancel_call does.
+    rig.run("slow", {"seconds": 10, "async": True}, call_id="bg-2", context=context)
+    assert rig.ref.proxy().cancel_turn("t1").get() == 0
+    assert rig.ref.proxy().cancel_call("bg-2").get() == 1
+    late = sub.queue.get(timeout=5)
+    assert isinstance(late, BackgroundResult) and "code=cancelled" in late.envelope
+
+
+def test_async_is_ignored_on_a_channel_that_does_not_allow_it(rig: Rig) -> None:
+    outcome = rig.run("slow", {"seconds": 0.05, "async": True})
+    assert not outcome.background and "slept" in outcome.envelope
+
+
+def test_a_full_lane_is_overloaded_not_queued_forever(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, inline_threads=2, lane_limit=1, lane_queue=2)
+    rig.run("fast")
+    futs = [
+        rig.call("slow", {"seconds": 5}, call_id=f"s{i}", context=ctx("busy")) for i in range(4)
+    ]
+    assert futs[3].result(5).code == "overloaded"
+    assert rig.run("fast").status == "success"  # another tool's lane is free
+    rig.ref.proxy().cancel_turn("busy").get()
+
+
+def test_stopping_the_dispatcher_fails_its_calls_in_flight(rig: Rig) -> None:
+    fut = rig.call("slow", {"seconds": 10})
+    wait_until(lambda: rig.ref.proxy().in_flight().get()["calls"] == 1)
+    rig.ref.stop()
+    outcome = fut.result(5)
+    assert outcome.code == "internal-error"
+    assert submit(rig.ref, ToolCall(call_id="x", tool="fast", context=ctx())).result(5).code == (
+        "internal-error"
+    )
+    book = Trail(rig.db)
+    assert book.query()[0].code == "internal-error"
+    book.close()
+
+
+def test_a_restarted_dispatcher_marks_calls_left_running_interrupted(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.policy.proxy().reset().get()
+    rig.call("mail", {"action": "read"})  # waits for a human
+    rig.request()
+    # A dispatcher that dies without its cleanup: the row stays running on disk.
+    book = Trail(rig.db)
+    assert book.query()[0].status == "running"
+    book.close()
+    again = DispatcherActor.start(
+        rig.registry, Services(), rig.db, lambda: rig.policy, None, rig.bus
+    )
+    rows = again.proxy().trail().get()
+    assert (rows[0].status, rows[0].code) == ("interrupted", "interrupted")
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[Any]:
+    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+
+    handle = WorkerPoolHandle()
+    ref = WorkerPool.start(tmp_path / "home", workers=2, handle=handle)
+    wait_until(lambda: sum(w["state"] == "idle" for w in handle.status()["workers"]) == 2, 10)
+    yield handle
+    ref.stop()
+
+
+def test_a_process_ability_runs_in_a_worker(tmp_path: Path, pool: Any) -> None:
+    rig = Rig(tmp_path, workers=pool)
+    outcome = rig.run("sample_echo", {"text": "hello"}, context=ctx(conversation="conv-w"))
+    (env,) = parse(outcome.envelope)
+    assert env.content == "hello" and env.attrs["conversation"] == "conv-w"
+    assert env.attrs["pid"] != os.getpid()
+    assert rig.rows()[0].status == "success"
+
+
+def test_a_worker_killed_mid_call_is_worker_crashed(tmp_path: Path, pool: Any) -> None:
+    rig = Rig(tmp_path, workers=pool)
+    assert rig.run("sample_kill_self").code == "worker-crashed"
+    assert rig.rows()[0].code == "worker-crashed"
+
+
+def test_cancel_and_timeout_reach_the_worker(tmp_path: Path, pool: Any) -> None:
+    rig = Rig(tmp_path, workers=pool)
+    fut = rig.call("sample_sleep", {"seconds": 30}, context=ctx("w-turn"))
+    wait_until(lambda: pool.status()["running"] == 1)
+    assert not fut.done(), fut.result().envelope
+    assert rig.ref.proxy().cancel_turn("w-turn").get() == 1
+    assert fut.result(5).code == "cancelled"
+    wait_until(lambda: pool.status()["running"] == 0)
+    assert rig.run("sample_short_sleep", {"seconds": 30}).code == "tool-timeout"
+
+
+def test_without_a_worker_pool_a_process_ability_is_an_internal_error(rig: Rig) -> None:
+    assert rig.run("sample_echo", {"text": "x"}).code == "internal-error"
+
+
+def test_concurrent_callers_each_get_their_own_outcome(rig: Rig) -> None:
+    results: dict[str, str] = {}
+
+    def caller(n: int) -> None:
+        for i in range(25):
+            out = rig.run("mail", {"action": "read"}, call_id=f"{n}-{i}")
+            results[out.call_id] = out.status
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 100 and set(results.values()) == {"success"}
+    assert len(rig.rows(limit=1000)) == 100
