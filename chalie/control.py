@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -31,6 +32,7 @@ MAX_REQUEST_BYTES: Final = 256 * 1024
 SOCKET_NAME: Final = "control.sock"
 PID_NAME: Final = "chalie.pid"
 LOCK_NAME: Final = "chalie.lock"
+_SLICE_MS: Final = 200
 
 # Error codes a ControlReply can carry (the ``error`` field).
 MALFORMED: Final = "malformed-request"
@@ -232,13 +234,19 @@ class ControlClient:
     ) -> ControlReply:
         self.check()
         wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         sock = self._ctx.socket(zmq.REQ)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(wait * 1000))
         sock.setsockopt(zmq.SNDTIMEO, int(wait * 1000))
         try:
             sock.connect(endpoint(self.home))
             sock.send(encode_request(command, args))
+            # Wait in slices, so a daemon that dies mid-request is noticed at once.
+            while not sock.poll(_SLICE_MS, zmq.POLLIN):
+                if read_pid(self.home) is None:
+                    raise DaemonNotRunning(self.home, "the daemon stopped during the request")
+                if time.monotonic() >= deadline:
+                    raise DaemonNotRunning(self.home, f"no answer within {wait:g} s")
             frame = sock.recv()
         except zmq.Again:
             raise DaemonNotRunning(self.home, f"no answer within {wait:g} s") from None

@@ -291,7 +291,21 @@ class DaemonProcess:
             time.sleep(0.05)
         raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
 
-    def cli(self, *args: str, input: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a chalie command in this process (CliRunner), against the real daemon."""
+        from click.testing import CliRunner
+
+        from chalie.cli import cli
+
+        result = CliRunner().invoke(cli, ["--home", str(self.home), *args], input=input)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+    def cli_process(
+        self, *args: str, input: str | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a chalie command as its own process, as an operator would."""
         return subprocess.run(
             [sys.executable, "-m", "chalie", "--home", str(self.home), *args],
             input=input,
@@ -377,6 +391,11 @@ def test_run_stops_cleanly_on_a_signal_and_leaves_no_process_behind(
     assert status["pid"] == d.pid
     assert (home / control.PID_NAME).read_text().strip() == str(d.pid)
     assert (home.stat().st_mode & 0o777) == 0o700
+    order = [c["id"] for c in status["actors"]]  # type: ignore[attr-defined]
+    # The supervisor stops children in reverse start order: control closes
+    # first, workers are reaped after the dispatcher stopped feeding them.
+    assert order[0] == "policy" and order[-1] == "control"
+    assert order.index("workers") < order.index("dispatcher")
     pids = worker_pids(status)
     assert len(pids) == 2
     below = descendants(d.pid)
@@ -392,16 +411,6 @@ def test_run_stops_cleanly_on_a_signal_and_leaves_no_process_behind(
     assert any(line["msg"] == "daemon started" for line in lines)
     assert lines[-1]["msg"] == "daemon stopped"
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
-
-
-def test_the_tree_starts_policy_first_and_control_last(spawn: type[DaemonProcess]) -> None:
-    d = spawn().start()
-    order = [c["id"] for c in d.status()["actors"]]  # type: ignore[attr-defined]
-    # The supervisor stops children in reverse start order: control closes
-    # first, workers are reaped after the dispatcher stopped feeding them.
-    assert order[0] == "policy" and order[-1] == "control"
-    assert order.index("workers") < order.index("dispatcher")
-    assert d.signal(signal.SIGTERM) == 0
 
 
 def test_a_second_daemon_on_the_same_home_refuses_to_start(spawn: type[DaemonProcess]) -> None:
@@ -432,7 +441,7 @@ def test_a_stale_pid_file_from_a_killed_daemon_does_not_block_the_next_start(
 
 def test_chalie_stop_stops_the_daemon_over_the_control_socket(spawn: type[DaemonProcess]) -> None:
     d = spawn().start()
-    out = d.cli("stop")
+    out = d.cli_process("stop")
     assert out.returncode == 0, out.stderr
     assert f"daemon {d.pid} stopped" in out.stdout
     assert d.wait(10) == 0
@@ -497,7 +506,7 @@ def test_a_broken_config_is_a_one_line_error_and_a_nonzero_exit(
 
 
 CLOCK_CLASH = textwrap.dedent(
-    '''
+    """
     from chalie.ability import Ability
     from chalie.result import ToolResult
 
@@ -509,5 +518,5 @@ CLOCK_CLASH = textwrap.dedent(
 
         def run(self, params):
             return ToolResult.success("tick")
-    '''
+    """
 )

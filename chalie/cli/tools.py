@@ -97,7 +97,8 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
     When the permission gate asks, answer in the terminal. Prints the envelope;
     exits non-zero when it is an error envelope.
     """
-    from chalie.cli.daemon import ask_daemon
+    from chalie import control
+    from chalie.cli.daemon import ask_daemon, fail
 
     arguments = parse_pairs(params)
     arguments.setdefault("act_summary", f"{name} called from the chalie CLI")
@@ -110,8 +111,16 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
             answer = _prompt(request)
-            reply = {"request_id": request["request_id"], "answer": answer}
-            ask_daemon(obj, "policy.answer", reply)
+            sent = {"request_id": request["request_id"], "answer": answer}
+            try:
+                reply = control.ControlClient(obj.config.home).call("policy.answer", sent)
+            except control.DaemonNotRunning as exc:
+                fail(str(exc))
+            if reply.error == control.NOT_FOUND:
+                # Answered from another terminal (policy answer) or expired meanwhile.
+                click.echo("that request was already answered or has expired", err=True)
+            elif not reply.ok:
+                fail(f"{reply.error}: {reply.data.get('message', '') if reply.data else ''}")
         if news["state"] == "done":
             outcome = news["outcome"]
             click.echo(outcome["envelope"])

@@ -1,0 +1,432 @@
+"""The control CLI against a real daemon process: status, tools call with the prompt, trail, policy.
+
+One daemon serves most tests (module scope); drop-in abilities in its data
+directory give it tools that ask, echo and sleep. The crash tests run their
+own daemon and SIGKILL it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+from click.testing import CliRunner
+
+from chalie import control
+from chalie.cli import cli
+from chalie.cli.tools import parse_pairs
+from tests.test_daemon import DaemonProcess, short_home
+
+DROPIN = textwrap.dedent(
+    '''
+    """Test abilities dropped into CHALIE_HOME/abilities."""
+    import time
+
+    from chalie.ability import Ability
+    from chalie.result import ToolResult
+
+    EXAMPLES = ("one", "two", "three", "four", "five", "six")
+
+
+    class EchoTool(Ability):
+        name = "echo_tool"
+        summary = "Echoes its parameters back, exactly as the dispatcher handed them over."
+        tooltip = "echo parameters"
+        examples = EXAMPLES
+        parameters = {"type": "object", "properties": {}, "additionalProperties": True}
+
+        def run(self, params):
+            return ToolResult.success({"got": params})
+
+
+    class SlowTool(Ability):
+        name = "slow_tool"
+        summary = "Sleeps for a long time before it answers, to be caught in flight."
+        tooltip = "sleep a while"
+        examples = EXAMPLES
+        timeout = 120.0
+
+        def run(self, params):
+            time.sleep(60)
+            return ToolResult.success("slept")
+    '''
+)
+
+
+def make_home() -> Path:
+    home = short_home()
+    (home / "abilities").mkdir()
+    (home / "abilities" / "test_tools.py").write_text(DROPIN)
+    return home
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    home = make_home()
+    d = DaemonProcess(home, tmp_path_factory.mktemp("live") / "daemon.log").start()
+    yield d
+    try:
+        assert d.signal(signal.SIGTERM) == 0
+    finally:
+        d.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def clean_policy(live: DaemonProcess) -> Iterator[DaemonProcess]:
+    assert live.cli("policy", "reset").returncode == 0
+    yield live
+    live.cli("policy", "reset")
+
+
+def envelope_body(stdout: str) -> dict[str, object]:
+    lines = stdout.strip().splitlines()
+    assert lines[0].startswith("[echo_tool(status=success") and lines[-1] == "[end:echo_tool]"
+    parsed: dict[str, object] = json.loads("\n".join(lines[1:-1]))
+    return parsed
+
+
+# -- no daemon ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["stop"],
+        ["trail"],
+        ["policy", "list"],
+        ["policy", "set", "chat", "clock", "allow"],
+        ["policy", "reset"],
+        ["tools", "call", "clock"],
+    ],
+)
+def test_a_command_without_a_daemon_says_so_in_one_line_and_fails(
+    tmp_path: Path, args: list[str]
+) -> None:
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code != 0
+    assert result.stderr == (
+        f"chalie: no daemon running on {home.resolve()} (start it with `chalie run`)\n"
+    )
+    assert result.stdout == ""
+
+
+def test_tools_list_works_without_a_daemon() -> None:
+    home = make_home()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "chalie", "--home", str(home), "tools", "list"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        names = {line.split()[0] for line in out.stdout.splitlines()}
+        assert {"clock", "echo_tool", "slow_tool"} <= names
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- key=value parsing ---------------------------------------------------------------------
+
+
+def test_pairs_parse_as_json_when_they_can_and_as_strings_otherwise() -> None:
+    got = parse_pairs(("n=3", "f=1.5", "b=true", "s=hello world", 'o={"a":[1]}', "e=", 'q="7"'))
+    assert got == {
+        "n": 3,
+        "f": 1.5,
+        "b": True,
+        "s": "hello world",
+        "o": {"a": [1]},
+        "e": "",
+        "q": "7",
+    }
+
+
+@pytest.mark.parametrize("bad", [("novalue",), ("=3",), ("a=1", "a=2")])
+def test_malformed_pairs_are_a_usage_error(bad: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, ["tools", "call", "clock", *bad])
+    assert result.exit_code == 2
+    assert "PARAMS" in result.stderr
+
+
+# -- against the live daemon ------------------------------------------------------------------
+
+
+def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess) -> None:
+    out = live.cli_process("status")
+    assert out.returncode == 0, out.stderr
+    assert f"pid {live.pid}" in out.stdout and "chalie 0.1.0" in out.stdout
+    for child in ("policy", "workers", "dispatcher", "control"):
+        assert any(line.split()[0] == child for line in out.stdout.splitlines() if line.strip())
+    data = json.loads(live.cli("status", "--json").stdout)
+    assert data["pid"] == live.pid and data["uptime"] > 0
+    assert len(data["workers"]["workers"]) == 2
+    assert {c["id"] for c in data["actors"]} >= {"policy", "workers", "dispatcher", "control"}
+    assert all(c["restarts"] == 0 for c in data["actors"])
+
+
+def test_tools_call_asks_in_the_terminal_and_allow_once_runs_the_call(
+    clean_policy: DaemonProcess,
+) -> None:
+    out = clean_policy.cli_process(
+        "tools", "call", "echo_tool", "n=3", "word=hi", 'obj={"k":[1,2]}', input="o\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "permission requested: echo_tool on chat" in out.stderr
+    assert envelope_body(out.stdout) == {"got": {"n": 3, "word": "hi", "obj": {"k": [1, 2]}}}
+    # Once means once: the next call asks again (and a closed stdin denies).
+    again = clean_policy.cli("tools", "call", "echo_tool", input="")
+    assert again.returncode == 1
+    assert "permission-denied" in again.stdout.splitlines()[0]
+
+
+def test_deny_in_the_prompt_gives_the_error_envelope_and_a_nonzero_exit(
+    clean_policy: DaemonProcess,
+) -> None:
+    out = clean_policy.cli("tools", "call", "echo_tool", "x=1", input="d\n")
+    assert out.returncode == 1
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("[echo_tool(status=error") and "code=permission-denied" in first
+
+
+def test_allow_always_is_persisted_and_the_next_call_does_not_ask(
+    clean_policy: DaemonProcess,
+) -> None:
+    assert clean_policy.cli("tools", "call", "echo_tool", input="a\n").returncode == 0
+    out = clean_policy.cli("tools", "call", "echo_tool", "v=2", input="")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "permission requested" not in out.stderr
+    listing = json.loads(clean_policy.cli("policy", "list", "--json").stdout)
+    assert {"channel": "chat", "permission": "echo_tool", "decision": "allow"}.items() <= next(
+        r for r in listing["rules"] if r["permission"] == "echo_tool"
+    ).items()
+
+
+def test_an_unknown_tool_is_an_error_envelope_and_a_nonzero_exit(live: DaemonProcess) -> None:
+    out = live.cli("tools", "call", "no_such_tool", input="")
+    assert out.returncode == 1
+    assert "code=unknown-tool" in out.stdout.splitlines()[0]
+
+
+def test_internal_tools_run_without_a_prompt(live: DaemonProcess) -> None:
+    out = live.cli("tools", "call", "find_tools", 'query=["clock"]', input="")
+    assert "permission requested" not in out.stderr
+    assert out.stdout.startswith("[find_tools(")
+
+
+def test_policy_set_and_reset_change_what_the_gate_does(clean_policy: DaemonProcess) -> None:
+    d = clean_policy
+    out = d.cli("policy", "set", "chat", "echo_tool", "deny")
+    assert out.returncode == 0 and "chat echo_tool -> deny" in out.stdout
+    denied = d.cli("tools", "call", "echo_tool", input="o\n")
+    assert denied.returncode == 1 and "permission requested" not in denied.stderr
+    assert d.cli("policy", "set", "chat", "echo_tool", "allow").returncode == 0
+    assert d.cli("tools", "call", "echo_tool", input="").returncode == 0
+    reset = d.cli("policy", "reset", "--channel", "chat", "--permission", "echo_tool")
+    assert reset.returncode == 0 and "removed 1 rule" in reset.stdout
+    assert d.cli("tools", "call", "echo_tool", input="").returncode == 1  # asks again; no answer
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["policy", "set", "nowhere", "echo_tool", "allow"],
+        ["policy", "set", "chat", "echo_tool", "internal"],
+        ["policy", "reset", "--channel", "nope"],
+    ],
+)
+def test_policy_rejects_bad_channels_and_decisions_as_usage_errors(
+    live: DaemonProcess, args: list[str]
+) -> None:
+    out = live.cli(*args)
+    assert out.returncode == 2
+
+
+def test_policy_set_with_a_bad_permission_is_a_structured_error(live: DaemonProcess) -> None:
+    out = live.cli("policy", "set", "chat", "Bad Permission!", "allow")
+    assert out.returncode == 1
+    assert out.stderr.startswith("chalie: invalid-args:")
+
+
+def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chalie",
+            "--home",
+            str(d.home),
+            "tools",
+            "call",
+            "echo_tool",
+            "k=1",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        pending: list[dict[str, object]] = []
+        while not pending and time.monotonic() < deadline:
+            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
+            time.sleep(0.05)
+        assert pending and pending[0]["permission"] == "echo_tool"
+        status = d.cli_process("status", "--json", timeout=10)
+        assert status.returncode == 0
+        listing = d.cli("policy", "list")
+        assert (
+            "pending requests:" in listing.stdout
+            and str(pending[0]["request_id"]) in listing.stdout
+        )
+        out, err = caller.communicate("o\n", timeout=30)
+    finally:
+        caller.kill()
+    assert caller.returncode == 0, err
+    assert envelope_body(out) == {"got": {"k": 1}}
+    assert json.loads(d.cli("policy", "list", "--json").stdout)["pending"] == []
+
+
+def test_policy_answer_from_another_terminal_releases_the_call(clean_policy: DaemonProcess) -> None:
+    d = clean_policy
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "chalie", "--home", str(d.home), "tools", "call", "echo_tool"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        pending: list[dict[str, object]] = []
+        while not pending and time.monotonic() < deadline:
+            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
+            time.sleep(0.05)
+        assert pending
+        out = d.cli("policy", "answer", str(pending[0]["request_id"]), "once")
+        assert out.returncode == 0
+        stdout, _ = caller.communicate("d\n", timeout=30)  # the prompt's answer arrives too late
+    finally:
+        caller.kill()
+    assert caller.returncode == 0
+    assert envelope_body(stdout) == {"got": {}}
+
+
+def test_trail_lists_calls_newest_first_and_filters(clean_policy: DaemonProcess) -> None:
+    d = clean_policy
+    assert d.cli("policy", "set", "chat", "echo_tool", "allow").returncode == 0
+    conv = f"conv-{time.monotonic_ns()}"
+    for i in range(3):
+        assert d.cli("tools", "call", "echo_tool", f"i={i}", "--conversation", conv).returncode == 0
+    assert d.cli("tools", "call", "no_such_tool", "--conversation", conv).returncode == 1
+    rows = json.loads(d.cli("trail", "--conversation", conv, "--json").stdout)
+    assert [r["tool"] for r in rows] == ["no_such_tool", "echo_tool", "echo_tool", "echo_tool"]
+    assert [json.loads(r["params"]).get("i") for r in rows[1:]] == [2, 1, 0]
+    assert all(r["channel"] == "chat" for r in rows)
+    assert rows[1]["decision"] == "allow" and rows[1]["status"] == "success"
+    only_errors = json.loads(
+        d.cli("trail", "--conversation", conv, "--status", "error", "--json").stdout
+    )
+    assert [r["tool"] for r in only_errors] == ["no_such_tool"]
+    assert (
+        len(json.loads(d.cli("trail", "--tool", "echo_tool", "--limit", "2", "--json").stdout)) == 2
+    )
+    text = d.cli("trail", "--conversation", conv, "--limit", "1")
+    assert text.returncode == 0 and "no_such_tool" in text.stdout and "unknown-tool" in text.stdout
+    assert d.cli("trail", "--status", "bogus").returncode == 2
+    assert d.cli("trail", "--limit", "0").returncode == 2
+
+
+def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_serving(
+    live: DaemonProcess,
+) -> None:
+    ctx = zmq.Context.instance()
+    for frames in (
+        [b"\xde\xad\xbe\xef"],
+        [b"x" * (control.MAX_REQUEST_BYTES + 1)],
+        [b"", b"a", b"b"],
+    ):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, 5000)
+        sock.connect(control.endpoint(live.home))
+        sock.send_multipart(frames)
+        reply = control.decode_reply(sock.recv_multipart()[-1])
+        sock.close()
+        assert reply.ok is False and reply.error in (control.MALFORMED, control.OVERSIZED)
+    bad_args = control.ControlClient(live.home).call("tools.call", {"tool": "x", "evil": 1})
+    assert (bad_args.ok, bad_args.error) == (False, control.INVALID_ARGS)
+    assert live.cli("status").returncode == 0
+
+
+# -- crashes -------------------------------------------------------------------------------------
+
+
+def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupted(
+    tmp_path: Path,
+) -> None:
+    home = make_home()
+    first = DaemonProcess(home, tmp_path / "first.log")
+    second = DaemonProcess(home, tmp_path / "second.log")
+    try:
+        first.start()
+        assert first.cli("policy", "set", "chat", "echo_tool", "allow").returncode == 0
+        assert first.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
+        done = first.cli("tools", "call", "echo_tool", "n=1", "--conversation", "before-crash")
+        assert done.returncode == 0
+        slow = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "chalie",
+                "--home",
+                str(home),
+                "tools",
+                "call",
+                "slow_tool",
+                "--conversation",
+                "in-flight",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 30
+        running: list[dict[str, object]] = []
+        while not running and time.monotonic() < deadline:
+            running = json.loads(first.cli("trail", "--status", "running", "--json").stdout)
+            time.sleep(0.05)
+        assert [r["tool"] for r in running] == ["slow_tool"]
+        first.kill()  # SIGKILL, mid-call
+        slow.wait(30)
+        assert slow.returncode != 0  # the CLI learns its daemon is gone
+        second.start()
+        rows = json.loads(second.cli("trail", "--json").stdout)
+        by_conv = {r["conversation_id"]: r for r in rows}
+        assert by_conv["before-crash"]["status"] == "success"
+        assert by_conv["before-crash"]["tool"] == "echo_tool"
+        assert by_conv["in-flight"]["status"] == "interrupted"
+        assert by_conv["in-flight"]["code"] == "interrupted"
+        shown = second.cli("trail", "--status", "interrupted")
+        assert "slow_tool" in shown.stdout and "interrupted" in shown.stdout
+        assert second.signal(signal.SIGTERM) == 0
+    finally:
+        first.kill()
+        second.kill()
+        shutil.rmtree(home, ignore_errors=True)
