@@ -150,10 +150,20 @@ class Broker:
         self._drops = 0
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.LINGER, 0)
-        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
-        self._router.bind(self.endpoint)
+        try:
+            self._router.setsockopt(zmq.LINGER, 0)
+            self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
+            self._router.bind(self.endpoint)
+        except zmq.ZMQError:
+            # A pool that cannot bind must not leak its context and descriptors
+            # into every retry the supervisor makes.
+            self._router.close(linger=0)
+            self._ctx.term()
+            os.close(self._wake)
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise
         self.finished = threading.Event()
 
     # -- called from any thread ---------------------------------------------------
