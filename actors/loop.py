@@ -77,7 +77,7 @@ class EventLoopThread:
             finally:
                 asyncio.set_event_loop(None)
                 loop.close()
-                log.debug("event loop closed", extra={"thread": self._name})
+                log.debug("event loop closed", extra={"loop_thread": self._name})
 
     @staticmethod
     def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
@@ -123,7 +123,7 @@ class EventLoopThread:
             thread.join(timeout)
         if thread.is_alive():
             log.error(
-                "event loop thread did not stop", extra={"thread": self._name, "timeout": timeout}
+                "event loop thread did not stop", extra={"loop_thread": self._name, "timeout": timeout}
             )
             return False
         return True

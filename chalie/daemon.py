@@ -241,6 +241,10 @@ def prepare(config: Config) -> tuple[Registry, Path]:
         log.warning(
             "ability module not loaded", extra={"path": failure.path, "error": failure.error}
         )
+    try:
+        control.endpoint(config.home)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     db_path = config.home / DB_NAME
     book = Trail(db_path)
     try:
@@ -317,5 +321,11 @@ def _shutdown(rt: Runtime) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
             # Children first, in reverse start order, each within its shutdown time.
             sup.stop(block=True, timeout=60)
+    # Anything started outside the tree would keep the process alive on its
+    # non-daemon thread; nothing should be left, and nothing may hang the exit.
+    leftovers = pykka.ActorRegistry.get_all()
+    if leftovers:
+        log.warning("actors still running after the tree stopped", extra={"count": len(leftovers)})
+        pykka.ActorRegistry.stop_all(block=True, timeout=10)
     rt.loop.stop()
     remove_pid_file(rt.config.home)

@@ -175,6 +175,7 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     assert len(data["workers"]["workers"]) == 2
     assert {c["id"] for c in data["actors"]} >= {"policy", "workers", "dispatcher", "control"}
     assert all(c["restarts"] == 0 for c in data["actors"])
+    assert data["loop"] is True  # the uvloop thread runs
 
 
 def test_tools_call_asks_in_the_terminal_and_allow_once_runs_the_call(

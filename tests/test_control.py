@@ -252,3 +252,25 @@ def test_stopping_the_endpoint_removes_the_socket_file(home: Path) -> None:
     assert control.socket_path(home).exists()
     s.close()
     assert not control.socket_path(home).exists()
+
+
+def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path) -> None:
+    s = Served(home)
+    exits: list[BaseException | None] = []
+    s.endpoint.on_exit(exits.append)
+    task = s.endpoint._task
+    assert task is not None
+    s.loop.call_soon(task.cancel)  # the serving task dies underneath the endpoint
+    deadline = time.monotonic() + 5
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert exits == [None]
+    s.close()
+    assert exits == [None]
+
+    again = Served(home)
+    later: list[BaseException | None] = []
+    again.endpoint.on_exit(later.append)
+    again.close()
+    time.sleep(0.05)
+    assert later == []

@@ -520,3 +520,31 @@ CLOCK_CLASH = textwrap.dedent(
             return ToolResult.success("tick")
     """
 )
+
+
+def test_a_data_directory_too_deep_for_an_ipc_socket_is_a_start_up_error(tmp_path: Path) -> None:
+    from chalie.config import Config
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    result = daemon.run(Config.load(deep))
+    assert result == daemon.EXIT_STARTUP_FAILED
+    assert not (deep / control.PID_NAME).exists()
+
+
+def test_the_loop_thread_logs_its_close_as_a_structured_line() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.getLogger("chalie.loop")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        lt = EventLoopThread(name="loop-under-test")
+        lt.start()
+        assert lt.stop()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert {"msg": "event loop closed", "loop_thread": "loop-under-test"}.items() <= lines[-1].items()
