@@ -5,7 +5,8 @@ Lifecycle of the pool:
 1. ``on_start`` picks the ipc endpoint inside the data directory, binds the
    ROUTER (LINGER=0, ROUTER_MANDATORY, MAXMSGSIZE) and starts the broker
    thread with ``spawn_thread``, so a crash there restarts the pool.
-2. The broker thread owns every socket and process. It spawns workers with
+2. The broker thread owns every socket and process. It spawns workers (and
+   one warm spare that takes over a dead worker's slot at once) with
    ``subprocess.Popen([sys.executable, "-m", "chalie.worker", ...])`` and
    watches each through a pidfd in the same blocking ``zmq.Poller`` as the
    ROUTER and the eventfd that wakes it for submissions from other threads.
@@ -76,6 +77,14 @@ CONTROL: Final = CONTROL_SUFFIX.encode()
 LOUD_DROPS: Final = 20
 
 WorkerFuture = concurrent.futures.Future[WorkerResult]
+_NOT_RUNNING: Final[dict[str, Any]] = {
+    "workers": [],
+    "spares": [],
+    "pending": 0,
+    "running": 0,
+    "completed": 0,
+    "running_pool": False,
+}
 
 
 def _resolve(future: WorkerFuture, result: WorkerResult) -> None:
@@ -124,6 +133,7 @@ class Broker:
         home: Path,
         workers: int,
         *,
+        spares: int = 1,
         heartbeat: float = HEARTBEAT_INTERVAL,
         liveness: int = LIVENESS,
         startup_grace: float = STARTUP_GRACE,
@@ -133,6 +143,7 @@ class Broker:
     ) -> None:
         self.book = BrokerBook(
             workers,
+            spares=spares,
             heartbeat=heartbeat,
             liveness=liveness,
             startup_grace=startup_grace,
@@ -189,13 +200,7 @@ class Broker:
     def query(self, timeout: float = 5.0) -> dict[str, Any]:
         reply: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         if not self._command("status", reply):
-            return {
-                "workers": [],
-                "pending": 0,
-                "running": 0,
-                "completed": 0,
-                "running_pool": False,
-            }
+            return dict(_NOT_RUNNING)
         return reply.result(timeout=timeout)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -472,15 +477,7 @@ class Broker:
             if command[0] == "submit":
                 _resolve(command[3], _stopped(command[1].job_id))
             elif command[0] == "status":
-                command[1].set_result(
-                    {
-                        "workers": [],
-                        "pending": 0,
-                        "running": 0,
-                        "completed": 0,
-                        "running_pool": False,
-                    }
-                )
+                command[1].set_result(dict(_NOT_RUNNING))
         for job in self.book.drain():
             _resolve(job.future, _stopped(job.job.job_id))
         bye = encode(WorkerShutdown())
@@ -578,32 +575,22 @@ class WorkerPoolHandle:
         """Workers (slot, pid, state, jobs done, restarts), pending and running counts."""
         broker = self._broker
         if broker is None:
-            return {
-                "workers": [],
-                "pending": 0,
-                "running": 0,
-                "completed": 0,
-                "running_pool": False,
-            }
+            return dict(_NOT_RUNNING)
         try:
             return broker.query()
         except concurrent.futures.TimeoutError:
-            return {
-                "workers": [],
-                "pending": 0,
-                "running": 0,
-                "completed": 0,
-                "running_pool": True,
-                "error": "the broker did not answer",
-            }
+            return {**_NOT_RUNNING, "running_pool": True, "error": "the broker did not answer"}
 
 
 class WorkerPool(SupervisedActor):
     """Supervised owner of the broker thread and its worker processes.
 
-    ``WorkerPool.start(home, *, workers=2, handle=None, **tuning)``; the
-    tuning keywords (heartbeat, liveness, startup_grace, broker_timeout,
-    max_frame, max_pending) exist for tests and benchmarks.
+    ``WorkerPool.start(home, *, workers=2, handle=None, **tuning)``. Besides
+    the ``workers`` that serve calls, the pool keeps ``spares`` (default 1)
+    started and ready, so a dead worker's slot is taken over at once instead
+    of after an interpreter start-up. The other tuning keywords (heartbeat,
+    liveness, startup_grace, broker_timeout, max_frame, max_pending) exist
+    for tests and benchmarks.
     """
 
     def __init__(

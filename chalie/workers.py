@@ -12,8 +12,9 @@ Lifecycle of a worker slot:
 3. ``assignments``: a queued job goes to an idle worker (``busy``).
 4. ``on_result``: the result for that job came back (``idle`` again).
 5. ``remove_worker``: the process exited or is being killed; the job it was
-   running, if any, is returned so the broker can fail it. The slot is spawned
-   again at once, or after a backoff when the worker never became ready.
+   running, if any, is returned so the broker can fail it. A ready spare, if
+   there is one, takes over the slot at once; the empty slot is spawned again
+   at once, or after a backoff when its worker never became ready.
 
 Also here: where the broker's ipc socket lives, and mapping between a
 ``WorkerResult`` and the ``ToolResult`` the rest of the runtime uses.
@@ -155,6 +156,7 @@ class BrokerBook:
         self,
         slots: int,
         *,
+        spares: int = 0,
         heartbeat: float = HEARTBEAT_INTERVAL,
         liveness: int = LIVENESS,
         startup_grace: float = STARTUP_GRACE,
@@ -162,11 +164,16 @@ class BrokerBook:
     ) -> None:
         if slots < 1:
             raise ValueError("a worker pool needs at least one worker")
+        if spares < 0:
+            raise ValueError("spares must be >= 0")
+        # Slots [0, active) serve jobs; the rest hold warm spares, started and
+        # ready, that take over a dead worker's slot at once.
+        self.active = slots
         self.heartbeat = heartbeat
         self.silence_limit = heartbeat * liveness
         self.startup_grace = startup_grace
         self.max_pending = max_pending
-        self.slots = [SlotRecord() for _ in range(slots)]
+        self.slots = [SlotRecord() for _ in range(slots + spares)]
         self.workers: dict[bytes, WorkerRecord] = {}
         self.jobs: dict[str, JobRecord] = {}
         self.pending: deque[str] = deque()
@@ -192,8 +199,29 @@ class BrokerBook:
         record.state = "idle"
         record.last_seen = now
         self.slots[record.slot].early_deaths = 0
-        self.idle.append(identity)
+        if record.slot < self.active:
+            self.idle.append(identity)
+        else:
+            self._fill_empty_active_slot(now)
         return True
+
+    def _fill_empty_active_slot(self, now: float) -> None:
+        """Promote a ready spare into an active slot that has no worker."""
+        occupied = {w.slot for w in self.workers.values()}
+        for slot in range(self.active):
+            if slot in occupied:
+                continue
+            spare = next(
+                (w for w in self.workers.values() if w.slot >= self.active and w.state == "idle"),
+                None,
+            )
+            if spare is None:
+                return
+            self.slots[spare.slot].spawn_at = now
+            spare.slot = slot
+            self.slots[slot].restarts += 1
+            self.slots[slot].spawn_at = None
+            self.idle.append(spare.identity)
 
     def heard(self, identity: bytes, now: float) -> bool:
         record = self.workers.get(identity)
@@ -215,6 +243,8 @@ class BrokerBook:
             if slot.early_deaths
             else 0.0
         )
+        if record.slot < self.active:
+            self._fill_empty_active_slot(now)
         if record.job is None:
             return None
         return self.jobs.pop(record.job, None)
@@ -323,10 +353,10 @@ class BrokerBook:
 
     def status(self) -> dict[str, Any]:
         by_slot = {w.slot: w for w in self.workers.values()}
-        workers = []
+        rows = []
         for i, slot in enumerate(self.slots):
             w = by_slot.get(i)
-            workers.append(
+            rows.append(
                 {
                     "slot": i,
                     "pid": w.pid if w else None,
@@ -337,7 +367,8 @@ class BrokerBook:
             )
         running = sum(1 for j in self.jobs.values() if j.worker is not None)
         return {
-            "workers": workers,
+            "workers": rows[: self.active],
+            "spares": rows[self.active :],
             "pending": len(self.jobs) - running,
             "running": running,
             "completed": self.completed,

@@ -226,6 +226,48 @@ def test_sigkill_mid_call_gives_worker_crashed_and_a_replacement_serves_the_next
     assert str(victim) not in served
 
 
+def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
+    handle = WorkerPoolHandle()
+    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    try:
+        wait_until(lambda: all_idle(handle), timeout=30)
+        (victim,) = worker_pids(handle)
+        assert handle.status()["spares"] == []
+        assert call(handle, job("KillSelf")).code == "worker-crashed"
+        assert call(handle, job("Echo", text="back"), timeout=30).body == "back"
+        (replacement,) = worker_pids(handle)
+        assert replacement != victim and pid_gone(victim)
+        assert handle.status()["workers"][0]["restarts"] == 1
+    finally:
+        ref.stop()
+
+
+def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
+    book = BrokerBook(1, spares=1, heartbeat=0.1)
+    book.add_worker(b"a", 0, 100, 0.0)
+    book.add_worker(b"s", 1, 101, 0.0)
+    book.on_ready(b"a", 100, 0.1)
+    book.on_ready(b"s", 101, 0.1)
+    book.submit(job("Echo", "j1"), 10, None, 0.1)
+    assert [w.identity for _, w in book.assignments()] == [b"a"]  # never the spare
+    book.submit(job("Echo", "j2"), 10, None, 0.1)
+    assert book.assignments() == []
+    crashed = book.remove_worker(b"a", 0.2)
+    assert crashed is not None and crashed.job.job_id == "j1"
+    assert book.workers[b"s"].slot == 0
+    assert [w.identity for _, w in book.assignments()] == [b"s"]
+    assert book.slots_to_spawn(0.2) == [1]  # a new spare, not a new worker
+    status = book.status()
+    assert status["workers"][0]["pid"] == 101 and status["workers"][0]["restarts"] == 1
+    assert status["spares"][0]["state"] == "down"
+    # A spare that becomes ready while a slot is empty fills it.
+    book.remove_worker(b"s", 0.3)
+    book.add_worker(b"t", 1, 102, 0.3)
+    assert book.workers[b"t"].slot == 1
+    book.on_ready(b"t", 102, 0.4)
+    assert book.workers[b"t"].slot == 0
+
+
 @pytest.mark.parametrize("ability", ["Exit", "KillSelf"])
 def test_an_ability_that_kills_its_own_worker_gives_worker_crashed(
     handle: WorkerPoolHandle, ability: str
@@ -364,6 +406,10 @@ def test_stop_reaps_every_worker_and_fails_open_calls(tmp_path: Path) -> None:
     wait_until(lambda: all_idle(handle), timeout=30)
     pids = worker_pids(handle)
     assert len(pids) == 3
+    wait_until(lambda: all(s["state"] == "idle" for s in handle.status()["spares"]))
+    spares = [s["pid"] for s in handle.status()["spares"]]
+    assert len(spares) == 1 and spares[0] not in pids
+    pids += spares
     running = handle.submit(job("Sleep", seconds=30.0), timeout=60)
     busy_pid(handle)
     ref.stop(timeout=15)
