@@ -71,7 +71,12 @@ def _oversized(arguments: Mapping[str, Any]) -> str | None:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             return f"the arguments nest deeper than {MAX_DEPTH} levels"
-        if isinstance(value, Mapping):
+        # Concrete types first: the ABC checks cost more than the walk itself.
+        if isinstance(value, str):
+            budget -= len(value) + 2
+        elif isinstance(value, int | float | bool) or value is None:
+            budget -= 8
+        elif isinstance(value, dict | Mapping):
             budget -= 2
             for key, item in value.items():
                 budget -= len(key) + 4 if isinstance(key, str) else 16
@@ -79,8 +84,6 @@ def _oversized(arguments: Mapping[str, Any]) -> str | None:
         elif isinstance(value, list | tuple):
             budget -= 2
             stack.extend((item, depth + 1) for item in value)
-        elif isinstance(value, str):
-            budget -= len(value) + 2
         elif isinstance(value, bytes | bytearray):
             budget -= len(value) * 2
         else:

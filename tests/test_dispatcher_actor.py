@@ -594,3 +594,80 @@ def test_concurrent_callers_each_get_their_own_outcome(rig: Rig) -> None:
         t.join()
     assert len(results) == 100 and set(results.values()) == {"success"}
     assert len(rig.rows(limit=1000)) == 100
+
+
+def test_a_long_inline_call_is_on_disk_as_running_within_milliseconds(rig: Rig) -> None:
+    fut = rig.call("slow", {"seconds": 10}, context=ctx("long"))
+    reader = Trail(rig.db)
+    try:
+        wait_until(lambda: [r.status for r in reader.query()] == ["running"], timeout=2)
+    finally:
+        reader.close()
+    rig.ref.proxy().cancel_turn("long").get()
+    assert fut.result(5).code == "cancelled"
+
+
+DAEMON = """
+import sys, time
+from pathlib import Path
+from actors.dispatcher import DispatcherActor, submit
+from actors.policy import PolicyActor
+from chalie.events import EventBus
+from chalie.messages import ToolCall, TurnContext
+from chalie.registry import Registry
+from chalie.services import Services
+from tests.test_dispatcher_actor import Fast, Slow
+
+db = Path(sys.argv[1])
+reg = Registry()
+reg.add(Fast, source="t")
+reg.add(Slow, source="t")
+bus = EventBus()
+policy = PolicyActor.start(db, bus)
+policy.proxy().set("chat", "fast", "allow").get()
+policy.proxy().set("chat", "slow", "allow").get()
+disp = DispatcherActor.start(reg, Services(), db, lambda: policy, None, bus)
+ctx = TurnContext(conversation_id="k", turn_id="t")
+for i in range(30):
+    out = submit(disp, ToolCall(call_id=f"c{i}", tool="fast", context=ctx)).result(10)
+    assert out.status == "success"
+    print(f"returned c{i}", flush=True)
+submit(disp, ToolCall(call_id="in-flight", tool="slow", arguments={"seconds": 60}, context=ctx))
+time.sleep(0.2)
+print("in flight", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigkill_of_a_dispatching_process_loses_no_returned_call(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "chalie.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DAEMON, str(db)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert proc.stdout is not None
+    returned = []
+    try:
+        for line in proc.stdout:
+            if line.startswith("returned "):
+                returned.append(line.split()[1])
+            elif line.startswith("in flight"):
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL and len(returned) == 30
+    book = Trail(db)
+    assert book.recover() == 1
+    rows = {r.call_id: r for r in book.query(limit=100)}
+    assert all(rows[c].status == "success" for c in returned)
+    assert rows["in-flight"].status == "interrupted"
+    book.close()

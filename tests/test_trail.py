@@ -243,3 +243,30 @@ def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
     assert all(rows[c].status == "success" for c in returned)
     assert rows["in-flight"].status == "interrupted"
     trail.close()
+
+
+def test_a_deferred_start_and_its_end_become_one_row(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    rec = record(trail)
+    trail.defer_start(rec)
+    assert trail.query() == []
+    trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+    assert trail.flush_starts() == 0
+    assert [(r.status, r.decision) for r in trail.query()] == [("success", "allow")]
+    trail.close()
+
+
+def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "chalie.db"
+    trail = Trail(path)
+    recs = [record(trail, f"c{i}") for i in range(3)]
+    for rec in recs:
+        trail.defer_start(rec)
+    assert trail.flush_starts() == 3
+    reader = Trail(path)
+    assert {r.status for r in reader.query()} == {"running"}
+    trail.finish(recs[0], status="error", code="cancelled", decision="allow", decided_by="policy")
+    assert sorted(r.status for r in reader.query()) == ["error", "running", "running"]
+    assert len(reader.query()) == 3
+    reader.close()
+    trail.close()
