@@ -191,7 +191,33 @@ class Broker:
         return True
 
     def submit(self, job: WorkerJob, timeout: float, future: WorkerFuture) -> None:
-        if not self._command("submit", job, timeout, future):
+        # Encoded in the caller's thread: a job that cannot cross the process
+        # boundary fails here, and the broker thread does less per call.
+        try:
+            frame = encode(job)
+        except (TypeError, msgspec.EncodeError) as exc:
+            _resolve(
+                future,
+                error_result(
+                    job.job_id,
+                    "internal-error",
+                    f"The call's parameters cannot be sent to a worker process ({exc}).",
+                    "Pass only JSON-like values (strings, numbers, lists, objects).",
+                ),
+            )
+            return
+        if len(frame) > self.max_frame:
+            _resolve(
+                future,
+                error_result(
+                    job.job_id,
+                    "invalid-param",
+                    f"The call's parameters are too large ({len(frame)} bytes).",
+                    "Send less data in one call.",
+                ),
+            )
+            return
+        if not self._command("submit", job, timeout, future, frame):
             _resolve(future, _stopped(job.job_id))
 
     def cancel(self, job_id: str) -> None:
@@ -255,8 +281,8 @@ class Broker:
             command = self._commands.popleft()
             kind = command[0]
             if kind == "submit":
-                _, job, timeout, future = command
-                refused = self.book.submit(job, timeout, future, now)
+                _, job, timeout, future, frame = command
+                refused = self.book.submit(job, timeout, future, now, frame)
                 if refused == "duplicate":
                     _resolve(
                         future,
@@ -354,7 +380,7 @@ class Broker:
     def _dispatch(self) -> None:
         for job, worker in self.book.assignments():
             try:
-                self._router.send_multipart([worker.identity, encode(job.job)], zmq.NOBLOCK)
+                self._router.send_multipart([worker.identity, job.frame], zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 log.error("cannot reach worker pid %d (%s); replacing it", worker.pid, exc)
                 self.book.requeue(job, worker)

@@ -126,6 +126,7 @@ class JobRecord:
     deadline: float
     future: Any  # opaque to the book: the broker resolves it
     worker: bytes | None = None
+    frame: bytes = b""  # the encoded job, as sent to the worker
 
 
 @dataclass
@@ -262,13 +263,15 @@ class BrokerBook:
         return record.slot if record else None
 
     # -- jobs -------------------------------------------------------------------
-    def submit(self, job: WorkerJob, timeout: float, future: Any, now: float) -> str | None:
-        """Queue a job; the error code when it is refused, else None."""
+    def submit(
+        self, job: WorkerJob, timeout: float, future: Any, now: float, frame: bytes = b""
+    ) -> str | None:
+        """Queue a job (``frame`` is its encoding); the error code when refused, else None."""
         if job.job_id in self.jobs:
             return "duplicate"
         if len(self.pending) >= self.max_pending:
             return "overloaded"
-        self.jobs[job.job_id] = JobRecord(job, now + timeout, future)
+        self.jobs[job.job_id] = JobRecord(job, now + timeout, future, frame=frame)
         self.pending.append(job.job_id)
         return None
 

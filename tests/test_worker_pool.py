@@ -346,6 +346,16 @@ def test_bad_submissions_resolve_to_errors_instead_of_raising(handle: WorkerPool
     assert slow.result(timeout=5).status == "success"
 
 
+def test_a_job_that_cannot_cross_the_process_boundary_is_refused_up_front(
+    handle: WorkerPoolHandle,
+) -> None:
+    unsendable = handle.submit(job("Echo", text=object()), timeout=5).result(timeout=5)
+    assert unsendable.code == "internal-error" and "cannot be sent" in unsendable.body
+    oversized = handle.submit(job("Echo", text="x" * (17 * 1024 * 1024)), timeout=5)
+    assert oversized.result(timeout=5).code == "invalid-param"
+    assert call(handle, job("Echo", text="fine")).body == "fine"
+
+
 def test_an_unbound_handle_answers_that_the_pool_is_not_running() -> None:
     loose = WorkerPoolHandle()
     result = loose.submit(job("Echo"), timeout=1).result(timeout=1)
