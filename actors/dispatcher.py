@@ -442,8 +442,9 @@ class DispatcherActor(SupervisedActor):
             # running row within START_ROW_DELAY, or one whole row if the call
             # ends first (most do, in microseconds). Either way the end is on
             # disk before the reply.
-            self._after_gate(state, gate)
             self._trail_start(rec, defer=True)
+            # Last, so this thread goes back to its mailbox as the pool thread wakes.
+            self._after_gate(state, gate)
         else:
             self._trail_start(rec, defer=False)
             self._ask_policy(state)

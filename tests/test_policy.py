@@ -383,3 +383,56 @@ def test_unknown_channels_are_rejected_when_a_call_is_decoded() -> None:
     raw["context"]["channel"] = "root"
     with pytest.raises(msgspec.ValidationError, match="channel"):
         decode(msgspec.msgpack.encode(raw))
+
+
+# -- the event bus ---------------------------------------------------------------
+
+
+def _request(conversation: str) -> PermissionRequest:
+    return PermissionRequest(
+        request_id="r",
+        conversation_id=conversation,
+        channel="chat",
+        permission="x",
+        tool="x",
+        expires_at=0.0,
+    )
+
+
+def test_events_reach_their_conversation_and_catch_all_subscribers_only() -> None:
+    bus = EventBus()
+    mine, other, everyone = (
+        bus.subscribe_queue("a"),
+        bus.subscribe_queue("b"),
+        bus.subscribe_queue(None),
+    )
+    assert bus.publish("a", _request("a")) == 2
+    assert mine.queue.get_nowait().conversation_id == "a"
+    assert everyone.queue.get_nowait().conversation_id == "a"
+    assert other.queue.empty()
+    assert bus.subscribers("a") == 2
+
+
+def test_a_failing_subscriber_neither_reaches_the_publisher_nor_starves_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = EventBus()
+
+    def broken(_: object) -> None:
+        raise RuntimeError("subscriber bug")
+
+    bus.subscribe("a", broken)
+    good = bus.subscribe_queue("a")
+    with caplog.at_level(logging.ERROR, logger="chalie.events"):
+        assert bus.publish("a", _request("a")) == 1
+    assert not good.queue.empty()
+    assert any("subscriber" in r.message for r in caplog.records)
+
+
+def test_closing_a_subscription_stops_delivery() -> None:
+    bus = EventBus()
+    with bus.subscribe_queue("a") as sub:
+        pass
+    sub.close()  # idempotent
+    assert bus.publish("a", _request("a")) == 0
+    assert sub.queue.empty() and bus.subscribers("a") == 0
