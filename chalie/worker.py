@@ -31,6 +31,7 @@ from typing import Final
 import msgspec
 import zmq
 
+from chalie.invoke import coerce_params, invoke
 from chalie.messages import (
     Heartbeat,
     WorkerCancel,
@@ -41,6 +42,7 @@ from chalie.messages import (
     decode,
     encode,
 )
+from chalie.registry import load_ref
 from chalie.workers import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -57,13 +59,9 @@ FRAME_MARGIN: Final = 4096
 
 def run_job(job: WorkerJob) -> WorkerResult:
     """Load, instantiate and run one ability; never raises."""
-    # Imported here so the worker says ready before paying for jsonschema & co.
-    from chalie.invoke import coerce_params, invoke
-    from chalie.registry import load_ref
-
     try:
         cls = load_ref(job.ability)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, FileNotFoundError) as exc:
         log.warning("cannot load ability %r: %s", job.ability, exc)
         return error_result(
             job.job_id,
@@ -152,7 +150,6 @@ class Runner(threading.Thread):
         self.identity = identity
         self.max_frame = max_frame
         self.current: str | None = None  # read by the heartbeating thread
-        self.connected = threading.Event()
 
     def run(self) -> None:
         sock = self.ctx.socket(zmq.DEALER)
@@ -161,8 +158,6 @@ class Runner(threading.Thread):
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
         sock.connect(self.endpoint)
         sock.send(encode(WorkerReady(worker_id=self.identity, pid=os.getpid())))
-        self.connected.set()
-        from chalie import invoke, registry  # noqa: F401  (warm the imports while idle)
 
         while True:
             frame = sock.recv()

@@ -163,6 +163,7 @@ def test_the_handle_is_safe_to_use_from_many_threads(handle: WorkerPoolHandle) -
         f"{SAMPLES}:NoSuchAbility",
         "os:getcwd",
         "no-colon-at-all",
+        "/nonexistent/dir/ability.py:Thing",
     ],
 )
 def test_a_bad_import_reference_is_a_structured_unknown_tool_error(
