@@ -52,19 +52,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import pykka
 
-from actors.policy import GateAsk, PolicyView, ViewRequest
+from actors.policy import GateAsk, PolicyView, ViewRequest, Withdraw
 from actors.supervisor import SupervisedActor
 from chalie import dispatch as steps
 from chalie import policy as rules
@@ -125,6 +126,7 @@ class _Call:
     rec: CallRecord | None = None
     gate: GateDecision | None = None
     job_id: str | None = None
+    ask: GateAsk | None = None
     replied: bool = False
     running: bool = False
     done: bool = False
@@ -177,16 +179,29 @@ class _Deadlines:
             self._fire(seq)
 
 
-class _Lanes:
-    """A bounded pool shared fairly: each tool runs at most ``limit`` calls at once."""
+class _InlinePool:
+    """A bounded pool of threads shared fairly: each tool runs at most ``limit`` calls at once.
 
-    def __init__(self, executor: ThreadPoolExecutor, limit: int, queue_limit: int) -> None:
-        self._executor = executor
+    The threads are daemon threads on purpose: a Python thread cannot be
+    killed, and an ability that ignores its ``cancelled`` event must not keep
+    the daemon from exiting (ThreadPoolExecutor joins its threads at exit).
+    """
+
+    def __init__(self, size: int, limit: int, queue_limit: int) -> None:
         self._limit = limit
         self._queue_limit = queue_limit
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}
         self._waiting: dict[str, deque[Callable[[], None]]] = {}
+        self._queue: queue.SimpleQueue[tuple[str, Callable[[], None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"chalie-inline-{i}", daemon=True)
+            for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, tool: str, work: Callable[[], None]) -> bool:
         """Queue work in the tool's lane; False when the lane is full (overloaded)."""
@@ -199,8 +214,19 @@ class _Lanes:
                 waiting.append(work)
                 return True
             self._running[tool] = running + 1
-        self._executor.submit(self._run, tool, work)
+        self._queue.put((tool, work))
         return True
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            self._run(*item)
 
     def _run(self, tool: str, work: Callable[[], None]) -> None:
         while True:
@@ -293,7 +319,7 @@ class DispatcherActor(SupervisedActor):
         self._view_future: pykka.Future[Any] | None = None
         self._flush_due = False
         self._trail: Trail | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool: _InlinePool | None = None
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
@@ -302,8 +328,7 @@ class DispatcherActor(SupervisedActor):
         if interrupted:
             log.warning("marked %d call(s) left running by a previous run as interrupted",
                         interrupted)
-        self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="chalie-inline")
-        self._lanes = _Lanes(self._executor, self._lane_limit, self._lane_queue)
+        self._pool = _InlinePool(self._threads, self._lane_limit, self._lane_queue)
         self._deadlines = _Deadlines(self._on_deadline)
         self.spawn_thread(self._deadlines.run, "dispatch-deadlines")
 
@@ -323,8 +348,8 @@ class DispatcherActor(SupervisedActor):
             ))
         if getattr(self, "_deadlines", None) is not None:
             self._deadlines.stop()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown()
         if self._trail is not None:
             self._trail.close()
 
@@ -371,7 +396,7 @@ class DispatcherActor(SupervisedActor):
             "background": sum(1 for c in calls if c.replied),
             "awaiting_gate": sum(1 for c in calls if c.gate is None),
             "running": sum(1 for c in calls if c.running),
-            "lanes": self._lanes.busy(),
+            "lanes": self._pool.busy() if self._pool else {},
         }
 
     def trail(self, **filters: Any) -> list[TrailRow]:
@@ -534,6 +559,7 @@ class DispatcherActor(SupervisedActor):
                 permission=state.permission, internal=False, act_summary=state.act_summary,
                 params_redacted=state.redacted,
             )
+            state.ask = ask
             ref.tell(ask)
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)
@@ -597,7 +623,8 @@ class DispatcherActor(SupervisedActor):
             self._execute_in_worker(state)
             return
         self._deadlines.add(cls.timeout, state.seq)
-        if not self._lanes.submit(state.tool, lambda: self._run_inline(state)):
+        assert self._pool is not None
+        if not self._pool.submit(state.tool, lambda: self._run_inline(state)):
             self._finish(state, ToolResult.error(
                 "overloaded", f"Too many calls to {state.tool} are waiting.",
                 hint="wait for earlier calls to finish before calling it again.",
@@ -667,6 +694,11 @@ class DispatcherActor(SupervisedActor):
         """
         if not self._finish(state, result):
             return 0
+        if state.gate is None and state.ask is not None:
+            try:  # nobody should be asked about a call that no longer exists
+                self._policy_ref().tell(Withdraw(state.ask.reply))
+            except Exception:
+                log.info("could not withdraw the permission request of %r", state.call.call_id)
         state.instance.cancelled.set()
         if state.job_id is not None and self._workers is not None:
             try:

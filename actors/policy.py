@@ -79,6 +79,13 @@ class _Expire:
     request_id: str
 
 
+@dataclass(frozen=True)
+class Withdraw:
+    """The caller no longer wants the decision (its call was cancelled): drop the request."""
+
+    reply: Future[GateDecision]
+
+
 def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
     if not reply.done():
         try:
@@ -137,6 +144,9 @@ class PolicyActor(SupervisedActor):
             return self._view
         if isinstance(message, _Expire):
             self._expire(message.request_id)
+            return None
+        if isinstance(message, Withdraw):
+            self._withdraw(message.reply)
             return None
         return super().on_receive(message)
 
@@ -230,6 +240,14 @@ class PolicyActor(SupervisedActor):
             log.info("permission request %s for %s expired", request_id, pending.request.permission)
             permission = pending.request.permission
             _complete(pending.reply, rules.approval_expired(permission, self._expiry))
+
+    def _withdraw(self, reply: Future[GateDecision]) -> None:
+        for request_id, pending in list(self._pending.items()):
+            if pending.reply is reply:
+                del self._pending[request_id]
+                pending.timer.cancel()
+                _complete(reply, rules.denied_by_human(pending.request.permission))
+                log.info("permission request %s withdrawn by its caller", request_id)
 
     def answer(self, request_id: str, answer: str) -> bool:
         """Apply a human's answer; False when no such request is pending (answered or expired)."""

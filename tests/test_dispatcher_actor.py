@@ -671,3 +671,13 @@ def test_sigkill_of_a_dispatching_process_loses_no_returned_call(tmp_path: Path)
     assert all(rows[c].status == "success" for c in returned)
     assert rows["in-flight"].status == "interrupted"
     book.close()
+
+
+def test_cancelling_a_call_that_awaits_approval_withdraws_the_request(rig: Rig) -> None:
+    rig.policy.proxy().reset().get()
+    fut = rig.call("mail", {"action": "read"}, context=ctx("t-ask"))
+    rig.request()
+    assert rig.ref.proxy().cancel_turn("t-ask").get() == 1
+    assert fut.result(5).code == "cancelled"
+    wait_until(lambda: rig.policy.proxy().pending().get() == [])
+    assert rig.rows()[0].code == "cancelled"
