@@ -3,8 +3,9 @@
 The figure includes everything a real call pays: the hop into the dispatcher
 actor, pre-validation (action map + JSON Schema + Params), classify, the gate
 (an ``allow`` entry, served from the PolicyActor's view), the trail row
-written at the start and completed at the end (SQLite WAL, synchronous=NORMAL,
-a real file), the hop onto the inline pool, rendering, and the reply.
+(SQLite WAL, synchronous=NORMAL, a real file; for a call this quick the
+deferred start and the end are one insert, committed before the reply), the
+hop onto the inline pool, rendering, and the reply.
 A breakdown of the parts is printed after the figure.
 
 Run: ``python tools/bench/bench_dispatch.py [calls]``
