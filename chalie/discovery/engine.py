@@ -232,7 +232,7 @@ class DiscoveryEngine:
                 progress(start + len(chunk), total)
         if directory is None:
             names = NameIndex.create()
-            names.upsert(ordered)
+            names.upsert(ordered, fresh=True)
             log.info(
                 "built an in-memory index of %d tools in %.1fs", total, time.monotonic() - started
             )
@@ -243,7 +243,7 @@ class DiscoveryEngine:
         staging.mkdir(mode=0o700)
         try:
             names = NameIndex.create(staging / "names")
-            names.upsert(ordered)
+            names.upsert(ordered, fresh=True)
             vectors.save(staging / "vectors-0")
             _write_json_atomic(staging / "docs-0.json", [doc_record(d) for d in ordered])
             generation = f"gen-{uuid.uuid4().hex[:16]}"
@@ -267,8 +267,10 @@ class DiscoveryEngine:
         }
         _write_json_atomic(directory / MANIFEST, manifest)
         _sweep(directory, keep=generation)
-        # Reopen from disk so the engine serves exactly what was committed.
-        engine = cls.open(directory, embedder)
+        # The name index moved with the rename, so it is reopened at its new path;
+        # the vectors in memory are exactly what was saved.
+        names = NameIndex.open(directory / generation / "names")
+        engine = cls(catalogue, names, vectors, embedder, directory=directory, manifest=manifest)
         log.info(
             "built the index of %d tools in %s in %.1fs",
             total,

@@ -210,8 +210,11 @@ class NameIndex:
         return self._index.searcher()
 
     # -- writes -----------------------------------------------------------
-    def upsert(self, docs: Iterable[ToolDoc]) -> None:
-        """Add tools, replacing any with the same name, in one commit."""
+    def upsert(self, docs: Iterable[ToolDoc], *, fresh: bool = False) -> None:
+        """Add tools, replacing any with the same name, in one commit.
+
+        ``fresh`` says the index is new and the names unique, so nothing needs deleting.
+        """
         batch = list(docs)
         if not batch:
             return
@@ -219,7 +222,8 @@ class NameIndex:
             try:
                 with self._index.writer(heap_size=_WRITER_HEAP, num_threads=1) as writer:
                     for doc in batch:
-                        writer.delete_documents_by_term("name", doc.name)
+                        if not fresh:
+                            writer.delete_documents_by_term("name", doc.name)
                         writer.add_document(
                             tantivy.Document.from_dict(
                                 {
