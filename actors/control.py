@@ -358,6 +358,11 @@ class ControlCommands:
             return self.desk.start(args)
         if isinstance(args, control.ToolsPollArgs):
             return self.desk.poll(args)
+        if isinstance(args, control.ToolsCancelArgs):
+            cancelled = rt.child("dispatcher").call(
+                "cancel_call", args.call_id, timeout=_ACTOR_TIMEOUT
+            )
+            return control.success({"call_id": args.call_id, "cancelled": cancelled})
         if isinstance(args, control.TrailArgs):
             rows = self._trail().query(
                 tool=args.tool,

@@ -9,8 +9,9 @@ A bad request gets ``ControlReply(ok=False, error=<code>, data={"message":
 ...})``; nothing here raises on hostile input.
 
 Commands (arguments in the Structs below): ``status``, ``stop``,
-``tools.call`` / ``tools.poll`` (a call runs in the daemon; the CLI polls it
-for its outcome and for permission requests it must answer), ``trail``,
+``tools.call`` / ``tools.poll`` / ``tools.cancel`` (a call runs in the
+daemon; the CLI polls it for its outcome and for permission requests it must
+answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
 ``policy.answer``.
 """
@@ -70,6 +71,10 @@ class ToolsPollArgs(Args):
     wait: Annotated[float, msgspec.Meta(ge=0, le=10)] = 1.0
 
 
+class ToolsCancelArgs(Args):
+    call_id: Id
+
+
 class TrailArgs(Args):
     tool: ToolName | None = None
     status: Literal["running", "success", "error", "interrupted"] | None = None
@@ -98,6 +103,7 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "stop": NoArgs,
     "tools.call": ToolsCallArgs,
     "tools.poll": ToolsPollArgs,
+    "tools.cancel": ToolsCancelArgs,
     "trail": TrailArgs,
     "policy.list": NoArgs,
     "policy.set": PolicySetArgs,

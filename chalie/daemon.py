@@ -27,13 +27,14 @@ import fcntl
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import pykka
 
@@ -313,6 +314,29 @@ def _run_locked(
         return EXIT_ESCALATED
     log.info("daemon stopped")
     return EXIT_OK
+
+
+def exit_process(code: int, *, grace: float = 2.0) -> NoReturn:
+    """Exit with ``code`` once the daemon has stopped; stuck ability threads do not hold it.
+
+    Python cannot kill a thread: an inline ability that ignores its
+    cancellation (a blocking read, a long sleep) would keep the interpreter
+    alive after the tree stopped. Its call already ended on the trail (the
+    dispatcher closes calls in flight when it stops), so after ``grace``
+    seconds the process leaves without it.
+    """
+    deadline = time.monotonic() + grace
+    me = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not me and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+    if stuck:
+        log.warning("threads still busy at exit; leaving without them", extra={"threads": stuck})
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _shutdown(rt: Runtime) -> None:

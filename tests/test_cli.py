@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.test_daemon import DaemonProcess, short_home
+from tests.test_daemon import DaemonProcess, alive, descendants, short_home
 
 DROPIN = textwrap.dedent(
     '''
@@ -374,6 +374,79 @@ def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_s
     bad_args = control.ControlClient(live.home).call("tools.call", {"tool": "x", "evil": 1})
     assert (bad_args.ok, bad_args.error) == (False, control.INVALID_ARGS)
     assert live.cli("status").returncode == 0
+
+
+def wait_for_running(d: DaemonProcess, tool: str) -> dict[str, object]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
+        if rows:
+            row: dict[str, object] = rows[0]
+            return row
+        time.sleep(0.05)
+    raise AssertionError(f"no running {tool} call on the trail")
+
+
+def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: DaemonProcess) -> None:
+    d = clean_policy
+    assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chalie",
+            "--home",
+            str(d.home),
+            "tools",
+            "call",
+            "slow_tool",
+            "--conversation",
+            "ctrl-c",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        row = wait_for_running(d, "slow_tool")
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=30)
+    finally:
+        caller.kill()
+    assert caller.returncode == 130
+    assert f"call {row['call_id']} cancelled" in err
+    ended = json.loads(d.cli("trail", "--conversation", "ctrl-c", "--json").stdout)[0]
+    assert (ended["status"], ended["code"]) == ("error", "cancelled")
+
+
+def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path) -> None:
+    home = make_home()
+    d = DaemonProcess(home, tmp_path / "daemon.log")
+    try:
+        d.start()
+        assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
+        started = control.ControlClient(home).call(
+            "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
+        )
+        assert started.ok
+        wait_for_running(d, "slow_tool")
+        below = descendants(d.pid)
+        began = time.monotonic()
+        assert d.signal(signal.SIGTERM, timeout=30) == 0
+        # The ability sleeps 60 s and ignores cancellation; the daemon does not wait for it.
+        assert time.monotonic() - began < 20
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in below) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in below if alive(p)]
+        d.start()
+        rows = json.loads(d.cli("trail", "--tool", "slow_tool", "--json").stdout)
+        assert rows[0]["status"] != "running"
+        assert d.signal(signal.SIGTERM) == 0
+    finally:
+        d.kill()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 # -- crashes -------------------------------------------------------------------------------------

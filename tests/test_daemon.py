@@ -548,3 +548,25 @@ def test_the_loop_thread_logs_its_close_as_a_structured_line() -> None:
         logger.setLevel(old_level)
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
     assert {"msg": "event loop closed", "loop_thread": "loop-under-test"}.items() <= lines[-1].items()
+
+
+def test_exit_process_does_not_wait_for_a_stuck_non_daemon_thread() -> None:
+    code = (
+        "import threading, time\n"
+        "from chalie import daemon, logs\n"
+        "logs.configure()\n"
+        "threading.Thread(target=time.sleep, args=(60,), name='stuck-ability').start()\n"
+        "daemon.exit_process(5, grace=0.2)\n"
+    )
+    began = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 5
+    assert time.monotonic() - began < 20
+    line = json.loads(out.stderr.strip().splitlines()[-1])
+    assert line["threads"] == ["stuck-ability"]
+
+
+def test_exit_process_exits_normally_when_no_thread_is_left() -> None:
+    code = "from chalie import daemon\ndaemon.exit_process(0)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stderr) == (0, "")

@@ -51,7 +51,7 @@ def run_command(obj: Ctx) -> None:
 
     verbose = logging.getLogger().level <= logging.DEBUG
     logs.configure(logging.DEBUG if verbose else logging.INFO)
-    sys.exit(daemon.run(obj.config))
+    daemon.exit_process(daemon.run(obj.config))
 
 
 def _age(seconds: float | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -97,8 +98,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
     When the permission gate asks, answer in the terminal. Prints the envelope;
     exits non-zero when it is an error envelope.
     """
-    from chalie import control
-    from chalie.cli.daemon import ask_daemon, fail
+    from chalie.cli.daemon import ask_daemon
 
     arguments = parse_pairs(params)
     arguments.setdefault("act_summary", f"{name} called from the chalie CLI")
@@ -107,6 +107,23 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
         args["conversation_id"] = conversation
     started = ask_daemon(obj, "tools.call", args)
     call_id = started["call_id"]
+    try:
+        outcome = _follow(obj, call_id)
+    except KeyboardInterrupt:
+        # Ctrl-C while waiting: the call must not run on without anyone to see it.
+        ask_daemon(obj, "tools.cancel", {"call_id": call_id})
+        click.echo(f"chalie: call {call_id} cancelled", err=True)
+        raise SystemExit(130) from None
+    click.echo(outcome["envelope"])
+    if outcome["status"] != "success":
+        raise SystemExit(1)
+
+
+def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
+    """Poll a call until it ends, answering each permission request in the terminal."""
+    from chalie import control
+    from chalie.cli.daemon import ask_daemon, fail
+
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
@@ -122,8 +139,5 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
             elif not reply.ok:
                 fail(f"{reply.error}: {reply.data.get('message', '') if reply.data else ''}")
         if news["state"] == "done":
-            outcome = news["outcome"]
-            click.echo(outcome["envelope"])
-            if outcome["status"] != "success":
-                raise SystemExit(1)
-            return
+            outcome: dict[str, Any] = news["outcome"]
+            return outcome
