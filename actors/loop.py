@@ -123,7 +123,8 @@ class EventLoopThread:
             thread.join(timeout)
         if thread.is_alive():
             log.error(
-                "event loop thread did not stop", extra={"loop_thread": self._name, "timeout": timeout}
+                "event loop thread did not stop",
+                extra={"loop_thread": self._name, "timeout": timeout},
             )
             return False
         return True

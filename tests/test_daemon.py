@@ -417,7 +417,7 @@ def test_a_second_daemon_on_the_same_home_refuses_to_start(spawn: type[DaemonPro
     first = spawn().start()
     second = spawn().start(wait=False)
     assert second.wait(30) == daemon.EXIT_ALREADY_RUNNING
-    assert f"already running on" in second.log() and f"pid {first.pid}" in second.log()
+    assert "already running on" in second.log() and f"pid {first.pid}" in second.log()
     assert first.status()["pid"] == first.pid  # the first one is untouched
     assert first.signal(signal.SIGTERM) == 0
 
@@ -547,7 +547,9 @@ def test_the_loop_thread_logs_its_close_as_a_structured_line() -> None:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
     lines = [json.loads(x) for x in stream.getvalue().splitlines()]
-    assert {"msg": "event loop closed", "loop_thread": "loop-under-test"}.items() <= lines[-1].items()
+    assert {"msg": "event loop closed", "loop_thread": "loop-under-test"}.items() <= lines[
+        -1
+    ].items()
 
 
 def test_exit_process_does_not_wait_for_a_stuck_non_daemon_thread() -> None:
