@@ -95,9 +95,10 @@ class ControlEndpoint:
             self._served(self._task)
 
     def _served(self, task: asyncio.Task[None]) -> None:
+        # Always retrieve the outcome, so asyncio never reports it as unretrieved.
+        error = None if task.cancelled() else task.exception()
         if self._stopping or self._on_exit is None:
             return
-        error = None if task.cancelled() else task.exception()
         log.error("control endpoint stopped serving: %r", error)
         self._on_exit(error)
 
@@ -314,6 +315,7 @@ class CallDesk:
             entries = list(self._calls.values())
         for entry in entries:
             self._finish(entry)
+            entry.news.set()  # a long-poll in progress returns now, not at its timeout
 
 
 class ControlCommands:
