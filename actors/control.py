@@ -72,6 +72,7 @@ class ControlEndpoint:
         )
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._inode: int | None = None
         self._on_exit: Callable[[BaseException | None], None] | None = None
         self._in_flight = 0
         self.served = 0
@@ -116,8 +117,11 @@ class ControlEndpoint:
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.error("control endpoint did not stop: %s", exc)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        path = control.socket_path(self.home)
         try:
-            control.socket_path(self.home).unlink()
+            # Only our own socket file: a restarted endpoint may have bound a new one.
+            if self._inode is not None and os.stat(path).st_ino == self._inode:
+                path.unlink()
         except FileNotFoundError:
             pass
 
@@ -135,6 +139,7 @@ class ControlEndpoint:
             path.unlink(missing_ok=True)  # a stale file from a killed daemon; we hold the lock
             sock.bind(control.endpoint(self.home))
             os.chmod(path, 0o600)
+            self._inode = os.stat(path).st_ino
         except BaseException as exc:
             sock.close()
             bound.set_exception(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import threading
@@ -274,3 +275,76 @@ def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path
     again.close()
     time.sleep(0.05)
     assert later == []
+
+
+def status_when_up(client: control.ControlClient) -> ControlReply:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return client.call("status", timeout=1)
+        except control.DaemonNotRunning:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> None:
+    from actors.control import ControlActor
+    from actors.supervisor import ChildSpec, Supervisor
+    from chalie.config import Config
+    from chalie.daemon import Runtime
+    from chalie.events import EventBus
+    from chalie.registry import Registry
+    from chalie.services import Services
+
+    loop = EventLoopThread()
+    loop.start()
+    rt = Runtime(Config.load(home), Registry(), EventBus(), loop, Services(), home / "chalie.db")
+    rt.supervisor = Supervisor.start([ChildSpec("control", lambda: ControlActor.start(rt))])
+    (home / control.PID_NAME).write_text(str(os.getpid()))
+    try:
+        client = control.ControlClient(home, timeout=5)
+        assert status_when_up(client).ok
+        first = rt.supervisor.proxy().child("control").get()
+
+        async def kill_serving_task() -> int:
+            # The endpoint's serving task dies underneath it, as on a fault in the loop.
+            tasks = [t for t in asyncio.all_tasks() if t.get_name() == "control-endpoint"]
+            for task in tasks:
+                task.cancel()
+            return len(tasks)
+
+        assert loop.submit(kill_serving_task()).result(5) == 1
+        deadline = time.monotonic() + 10
+        restarted = None
+        while time.monotonic() < deadline:
+            current = rt.supervisor.proxy().child("control").get()
+            if current is not None and current is not first and current.is_alive():
+                restarted = current
+                break
+            time.sleep(0.02)
+        assert restarted is not None
+        reply = status_when_up(client)
+        assert reply.ok
+        control_child = next(c for c in reply.data["actors"] if c["id"] == "control")
+        assert control_child["restarts"] == 1
+        assert "control endpoint stopped serving" in control_child["last_error"]
+    finally:
+        rt.supervisor.stop()
+        loop.stop()
+
+
+def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Path) -> None:
+    old = Served(home)
+    newer_loop = EventLoopThread()
+    newer_loop.start()
+    newer = ControlEndpoint(home, newer_loop, old.handle)
+    newer.start()  # binds a fresh socket file over the old one, as a restart does
+    try:
+        old.close()
+        assert control.socket_path(home).exists()
+        assert control.ControlClient(home).call("status").ok
+    finally:
+        newer.stop()
+        newer_loop.stop()
+    assert not control.socket_path(home).exists()
