@@ -43,13 +43,14 @@ def ask_daemon(
 
 
 @cli.command("run")
-@click.pass_obj
-def run_command(obj: Ctx) -> None:
+@click.pass_context
+def run_command(ctx: click.Context) -> None:
     """Run the daemon in the foreground (stop it with Ctrl-C, SIGTERM or `chalie stop`)."""
     # Imported here: the actor runtime is heavy, and the other commands never need it.
     from chalie import daemon
 
-    verbose = logging.getLogger().level <= logging.DEBUG
+    obj: Ctx = ctx.obj
+    verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
     logs.configure(logging.DEBUG if verbose else logging.INFO)
     daemon.exit_process(daemon.run(obj.config))
 
