@@ -144,18 +144,31 @@ class _Deadlines:
     deferred start rows to be written.
     """
 
-    def __init__(self, fire: Callable[[int], None]) -> None:
+    COMPACT_EVERY = 8192
+
+    def __init__(self, fire: Callable[[int], None], pending: Callable[[int], bool]) -> None:
         self._fire = fire
+        self._pending = pending
         self._heap: list[tuple[float, int]] = []
         self._cond = threading.Condition()
         self._stopped = False
+        self._adds = 0
 
     def add(self, seconds: float, seq: int) -> None:
         entry = (time.monotonic() + seconds, seq)
         with self._cond:
+            self._adds += 1
+            if self._adds % self.COMPACT_EVERY == 0:
+                # Entries of calls that already ended would otherwise stay for a
+                # whole timeout (60 s by default): thousands at a high call rate.
+                self._heap = [e for e in self._heap if e[1] == FLUSH or self._pending(e[1])]
+                heapq.heapify(self._heap)
             heapq.heappush(self._heap, entry)
             if self._heap[0] is entry:
                 self._cond.notify()
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def stop(self) -> None:
         with self._cond:
@@ -329,7 +342,7 @@ class DispatcherActor(SupervisedActor):
             log.warning("marked %d call(s) left running by a previous run as interrupted",
                         interrupted)
         self._pool = _InlinePool(self._threads, self._lane_limit, self._lane_queue)
-        self._deadlines = _Deadlines(self._on_deadline)
+        self._deadlines = _Deadlines(self._on_deadline, self._inflight.__contains__)
         self.spawn_thread(self._deadlines.run, "dispatch-deadlines")
 
     def on_stop(self) -> None:
@@ -736,10 +749,13 @@ class DispatcherActor(SupervisedActor):
             log.exception("completing the trail row of call %r failed", state.call.call_id)
         ctx = state.call.context
         if state.replied:
-            self._events.publish(ctx.conversation_id, BackgroundResult(
+            delivered = self._events.publish(ctx.conversation_id, BackgroundResult(
                 call_id=state.call.call_id, conversation_id=ctx.conversation_id, tool=state.tool,
                 envelope=envelope, status=result.status,
             ))
+            if not delivered:
+                log.info("background call %r ended with nobody listening to conversation %r; "
+                         "its outcome is on the trail", state.call.call_id, ctx.conversation_id)
         else:
             state.replied = True
             if not state.reply.done():

@@ -681,3 +681,22 @@ def test_cancelling_a_call_that_awaits_approval_withdraws_the_request(rig: Rig) 
     assert fut.result(5).code == "cancelled"
     wait_until(lambda: rig.policy.proxy().pending().get() == [])
     assert rig.rows()[0].code == "cancelled"
+
+
+def test_timeouts_of_ended_calls_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.dispatcher import _Deadlines
+
+    monkeypatch.setattr(_Deadlines, "COMPACT_EVERY", 100)
+    live = {5}
+    fired: list[int] = []
+    deadlines = _Deadlines(fired.append, live.__contains__)
+    for seq in range(1, 1000):
+        deadlines.add(60.0, seq)
+    assert len(deadlines) < 200  # only the live call and the latest entries remain
+    deadlines.add(0.01, 5)
+    thread = threading.Thread(target=deadlines.run)
+    thread.start()
+    wait_until(lambda: fired == [5])
+    deadlines.stop()
+    thread.join(2)
+    assert not thread.is_alive()
