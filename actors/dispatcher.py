@@ -313,12 +313,21 @@ class DispatcherActor(SupervisedActor):
         super().__init__()
         if not isinstance(inline_threads, int) or inline_threads < 1:
             raise ValueError("inline_threads must be a positive integer")
+        if lane_limit is not None and (not isinstance(lane_limit, int) or lane_limit < 1):
+            raise ValueError("lane_limit must be a positive integer")
+        if not isinstance(lane_queue, int) or lane_queue < 0:
+            raise ValueError("lane_queue must be a non-negative integer")
         self._registry = registry
         self._services = services
         self._trail_path = Path(trail_db_path)
-        # A ChildRef (actors.supervisor) or any callable returning the current ref.
+        # A ChildRef (actors.supervisor), a callable returning the current ref, or a ref.
         current = getattr(policy, "current", None)
-        self._policy_ref: Callable[[], Any] = current if callable(current) else policy
+        if isinstance(policy, pykka.ActorRef):
+            self._policy_ref: Callable[[], Any] = lambda: policy
+        elif callable(current):
+            self._policy_ref = current
+        else:
+            self._policy_ref = policy
         self._workers = workers
         self._events = events
         self._threads = inline_threads

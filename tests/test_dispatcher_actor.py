@@ -700,3 +700,25 @@ def test_timeouts_of_ended_calls_do_not_pile_up(monkeypatch: pytest.MonkeyPatch)
     deadlines.stop()
     thread.join(2)
     assert not thread.is_alive()
+
+
+def test_the_policy_can_be_given_as_a_ref_a_callable_or_a_child_handle(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+
+    class Handle:
+        def current(self) -> Any:
+            return rig.policy
+
+    for policy in (rig.policy, Handle(), lambda: rig.policy):
+        ref = DispatcherActor.start(rig.registry, Services(), rig.db, policy, None, rig.bus)
+        outcome = submit(ref, ToolCall(call_id="x", tool="fast", context=ctx())).result(5)
+        assert outcome.status == "success"
+        ref.stop()
+
+
+def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
+    for bad in ({"inline_threads": 0}, {"lane_limit": 0}, {"lane_queue": -1}):
+        with pytest.raises(ValueError):
+            DispatcherActor(
+                Registry(), Services(), tmp_path / "x.db", lambda: None, None, EventBus(), **bad
+            )
