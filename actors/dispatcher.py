@@ -454,8 +454,16 @@ class DispatcherActor(SupervisedActor):
             self._end_early(call, reply, entry)
             return
         cls = entry.cls
-        instance = cls(call.context, self._services)
         params, act_summary, run_async = split_framework_fields(call.arguments)
+        try:
+            instance = cls(call.context, self._services)
+        except Exception as exc:
+            log.exception("constructing %s failed", cls.name)
+            self._end_early(call, reply, ToolResult.error(
+                "unhandled-exception", f"{cls.name} failed to start ({type(exc).__name__}).",
+                hint="This is a fault in the tool, not in your call; try another way or report it.",
+            ), act_summary=act_summary, params=params, cls=cls)
+            return
         pre = steps.prevalidate(cls, params)
         if isinstance(pre, ToolResult):
             self._end_early(call, reply, pre, act_summary=act_summary, params=params, cls=cls)

@@ -105,6 +105,13 @@ class Mail(_Test):
         return ToolResult.success(f"mail {params.get('action', 'read')}")
 
 
+class BadInit(_Test):
+    name = "bad_init"
+
+    def __init__(self, *args: Any) -> None:
+        raise OSError("no config")
+
+
 class Lookup(_Test):
     name = "lookup"
     internal = True
@@ -145,7 +152,7 @@ class Rig:
     ) -> None:
         self.db = home / "chalie.db"
         self.registry = Registry()
-        for cls in (Fast, Slow, Hang, Boom, Mail, Lookup, BadClassify):
+        for cls in (Fast, Slow, Hang, Boom, Mail, Lookup, BadClassify, BadInit):
             self.registry.add(cls, source="tests")
         for cls in (
             sample_abilities.Echo,
@@ -722,3 +729,10 @@ def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
             DispatcherActor(
                 Registry(), Services(), tmp_path / "x.db", lambda: None, None, EventBus(), **bad
             )
+
+
+def test_an_ability_that_fails_to_construct_is_an_error_on_the_trail(rig: Rig) -> None:
+    outcome = rig.run("bad_init", {"act_summary": "x"})
+    assert outcome.code == "unhandled-exception"
+    (row,) = rig.rows()
+    assert (row.tool, row.code, row.act_summary) == ("bad_init", "unhandled-exception", "x")
