@@ -288,6 +288,8 @@ class ChildRef:
     def __init__(self, directory: _Directory, child_id: str) -> None:
         self._directory = directory
         self.child_id = child_id
+        # Building a proxy introspects the actor, so one is kept per incarnation.
+        self._proxy: tuple[pykka.ActorRef[Any], Any] | None = None
 
     def current(self) -> pykka.ActorRef[Any]:
         ref = self._directory.get(self.child_id)
@@ -310,8 +312,12 @@ class ChildRef:
     def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call a method of the child actor through a proxy and wait for its value."""
         try:
-            proxy = self.current().proxy()
-            return getattr(proxy, method)(*args, **kwargs).get(timeout=timeout)
+            ref = self.current()
+            cached = self._proxy
+            if cached is None or cached[0] is not ref:
+                cached = (ref, ref.proxy())
+                self._proxy = cached
+            return getattr(cached[1], method)(*args, **kwargs).get(timeout=timeout)
         except pykka.ActorDeadError:
             raise ChildUnavailable(self.child_id, "died during the call") from None
 

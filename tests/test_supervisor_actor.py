@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -177,7 +178,10 @@ def test_temporary_child_is_never_restarted() -> None:
     assert journal.count("start", "tmp") == 1
 
 
-def test_root_escalation_reports_child_and_last_error_and_stops_the_tree() -> None:
+def test_root_escalation_reports_child_and_last_error_and_stops_the_tree(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="chalie.supervisor")
     journal = Journal(fail_starts=10_000)
     other = Journal()
     escalated: list[tuple[str, str]] = []
@@ -198,6 +202,8 @@ def test_root_escalation_reports_child_and_last_error_and_stops_the_tree() -> No
     assert "doomed cannot start" in escalated[0][1]
     wait_until(lambda: not sup.is_alive())
     assert other.count("stop", "steady") == 1
+    line = next(r.getMessage() for r in caplog.records if "root supervisor" in r.getMessage())
+    assert "doomed" in line and "cannot start" in line
 
 
 def test_a_nested_supervisor_escalates_to_its_parent_which_restarts_it() -> None:

@@ -108,7 +108,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pool_handle(home: Path) -> Iterator[WorkerPoolHandle]:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=4)
+    ref = WorkerPool.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=8)
     wait_until(lambda: all_idle(handle), timeout=30)
     yield handle
     ref.stop()
