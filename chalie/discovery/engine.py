@@ -6,6 +6,7 @@ On disk (``directory``)::
     gen-<id>/names/       Tantivy name index
     gen-<id>/vectors-<n>/ the vector index's own files
     gen-<id>/docs-<n>.json the catalogue the generation was built from
+    gen-<id>/journal-<n>.jsonl tools added and removed since, one operation a line
 
 Lifecycle:
 
@@ -16,8 +17,12 @@ Lifecycle:
    truncated or inconsistent is an :class:`IndexCorruptError`.
 3. ``open_or_build`` reuses the persisted index when the model, the ceiling and
    the catalogue hash all match, and rebuilds otherwise (or when it is corrupt).
-4. ``add`` / ``remove`` update both indexes in place, then persist the vectors
-   and the catalogue under new names and replace the manifest last.
+4. ``add`` / ``remove`` update both indexes in place, append the operation to
+   the journal and replace the manifest last (it counts the journal lines it
+   vouches for). ``open`` replays those lines over the saved vectors, so a
+   small update never rewrites a large index; once the journal holds more
+   than :data:`COMPACT_AFTER` tools, the vectors and the catalogue are saved
+   whole under new names and the journal starts again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from chalie.discovery.cascade import DEFAULT_K, FindResult, run_cascade
 from chalie.discovery.embedder import Embedder
 from chalie.discovery.names import NameIndex
@@ -50,6 +57,9 @@ FORMAT: Final = 1
 BUILD_BATCH: Final = 256
 MAX_MANIFEST_BYTES: Final = 1_000_000
 STALE_BUILD_SECONDS: Final = 3600
+# Replaying the journal re-embeds its tools at open; past this many, save whole.
+COMPACT_AFTER: Final = 256
+_encode = msgspec.json.Encoder().encode
 
 Progress = Callable[[int, int], None]
 
@@ -83,7 +93,7 @@ def catalogue_hash(docs: Iterable[ToolDoc]) -> str:
     """A digest of everything the indexes are built from, independent of order."""
     digest = hashlib.sha256()
     for record in sorted((doc_record(d) for d in docs), key=lambda r: r["name"]):
-        digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode())
+        digest.update(_encode(record))
         digest.update(b"\n")
     return digest.hexdigest()
 
@@ -111,8 +121,8 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, ensure_ascii=False)
+    with open(tmp, "wb") as fh:
+        fh.write(_encode(data))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -139,6 +149,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         "vectors": str,
         "docs": str,
         "count": int,
+        "journal": str,
+        "journal_bytes": int,
     }
     if not isinstance(raw, dict):
         raise IndexCorruptError(f"{path} is not a JSON object")
@@ -150,7 +162,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             raise IndexCorruptError(f"{path}: field {key!r} is missing or not {kind.__name__}")
     if raw["format"] != FORMAT:
         raise IndexCorruptError(f"{path}: index format {raw['format']} is not {FORMAT}")
-    for key in ("generation", "vectors", "docs"):
+    for key in ("generation", "vectors", "docs", "journal"):
         part = raw[key]
         if "/" in part or "\\" in part or part.startswith(".") or not part:
             raise IndexCorruptError(f"{path}: field {key!r} is not a plain directory name")
@@ -179,6 +191,7 @@ class DiscoveryEngine:
         self.embedder = embedder
         self.directory = directory
         self._manifest = manifest
+        self._journal_tools = 0
         self._lock = threading.RLock()
 
     # -- facts ------------------------------------------------------------
@@ -263,6 +276,8 @@ class DiscoveryEngine:
             "vectors": "vectors-0",
             "docs": "docs-0.json",
             "count": total,
+            "journal": "journal-0.jsonl",
+            "journal_bytes": 0,
             "built_at": time.time(),
         }
         _write_json_atomic(directory / MANIFEST, manifest)
@@ -295,8 +310,11 @@ class DiscoveryEngine:
             raw_docs = json.loads((gen / manifest["docs"]).read_text(encoding="utf-8"))
             if not isinstance(raw_docs, list):
                 raise ValueError("the catalogue is not a list")
-            docs = _unique([doc_from_record(r) for r in raw_docs])
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            base = _unique([doc_from_record(r) for r in raw_docs])
+            docs, journal_tools = _replay(
+                base, gen / manifest["journal"], manifest["journal_bytes"]
+            )
+        except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
             raise IndexCorruptError(f"catalogue in {gen} is unreadable: {exc}") from None
         if (
             len(docs) != manifest["count"]
@@ -312,11 +330,19 @@ class DiscoveryEngine:
             raise IndexCorruptError(f"vector index in {gen} is unreadable: {exc}") from exc
         if sorted(docs) != names.all_names():
             raise IndexCorruptError(f"name index in {gen} does not match its catalogue")
-        if len(vectors) != len(docs):
+        if len(vectors) != len(base):
             raise IndexCorruptError(
-                f"vector index in {gen} holds {len(vectors)} tools, the catalogue {len(docs)}"
+                f"vector index in {gen} holds {len(vectors)} tools, the catalogue {len(base)}"
             )
-        return cls(docs, names, vectors, embedder, directory=directory, manifest=manifest)
+        gone = [name for name in base if name not in docs]
+        changed = [doc for name, doc in docs.items() if base.get(name) != doc]
+        if gone:
+            vectors.remove(gone)
+        if changed:
+            vectors.upsert(changed)
+        engine = cls(docs, names, vectors, embedder, directory=directory, manifest=manifest)
+        engine._journal_tools = journal_tools
+        return engine
 
     @classmethod
     def open_or_build(
@@ -380,7 +406,7 @@ class DiscoveryEngine:
             self._names.upsert(changed)
             for doc in changed:
                 self._docs[doc.name] = doc
-            self._persist()
+            self._persist({"op": "add", "docs": [doc_record(d) for d in changed]}, len(changed))
 
     def remove(self, names: Iterable[str]) -> None:
         """Drop tools from both indexes; unknown names are ignored."""
@@ -392,35 +418,101 @@ class DiscoveryEngine:
             self._names.remove(gone)
             for name in gone:
                 del self._docs[name]
-            self._persist()
+            self._persist({"op": "remove", "names": gone}, len(gone))
 
-    def _persist(self) -> None:
-        """Write the changed vectors and catalogue under new names, then the manifest."""
+    def _persist(self, operation: dict[str, Any], size: int) -> None:
+        """Journal one update (or save whole when the journal is long), then the manifest."""
         if self.directory is None or self._manifest is None:
             return
         old = self._manifest
         gen = self.directory / old["generation"]
-        serial = int(old["vectors"].rsplit("-", 1)[-1]) + 1 if old["vectors"][-1:].isdigit() else 1
-        vectors_dir, docs_file = f"vectors-{serial}", f"docs-{serial}.json"
-        ordered = sorted(self._docs.values(), key=lambda d: d.name)
+        if self._journal_tools + size > COMPACT_AFTER:
+            self._save_whole()
+            return
+        line = _encode(operation) + b"\n"
+        path = gen / old["journal"]
         try:
-            self._vectors.save(gen / vectors_dir)
-            _write_json_atomic(gen / docs_file, [doc_record(d) for d in ordered])
+            with open(path, "r+b" if path.exists() else "wb") as fh:
+                # bytes past what the manifest vouches for are a torn write: drop them
+                fh.truncate(old["journal_bytes"])
+                fh.seek(old["journal_bytes"])
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
             manifest = {
                 **old,
+                "catalogue_hash": catalogue_hash(self._docs.values()),
+                "count": len(self._docs),
+                "journal_bytes": old["journal_bytes"] + len(line),
+            }
+            _write_json_atomic(self.directory / MANIFEST, manifest)
+        except OSError as exc:
+            raise IndexCorruptError(f"could not persist the index update in {gen}: {exc}") from exc
+        self._manifest = manifest
+        self._journal_tools += size
+
+    def _save_whole(self) -> None:
+        """Save the vectors and the catalogue under new names with an empty journal."""
+        assert self.directory is not None and self._manifest is not None
+        old = self._manifest
+        gen = self.directory / old["generation"]
+        serial = int(old["vectors"].rsplit("-", 1)[-1]) + 1 if old["vectors"][-1:].isdigit() else 1
+        ordered = sorted(self._docs.values(), key=lambda d: d.name)
+        names = {
+            "vectors": f"vectors-{serial}",
+            "docs": f"docs-{serial}.json",
+            "journal": f"journal-{serial}.jsonl",
+        }
+        try:
+            self._vectors.save(gen / names["vectors"])
+            _write_json_atomic(gen / names["docs"], [doc_record(d) for d in ordered])
+            manifest = {
+                **old,
+                **names,
                 "catalogue_hash": catalogue_hash(ordered),
-                "vectors": vectors_dir,
-                "docs": docs_file,
                 "count": len(ordered),
+                "journal_bytes": 0,
                 "ceiling": float(self._vectors.ceiling),
             }
             _write_json_atomic(self.directory / MANIFEST, manifest)
         except OSError as exc:
             raise IndexCorruptError(f"could not persist the index update in {gen}: {exc}") from exc
         self._manifest = manifest
+        self._journal_tools = 0
         shutil.rmtree(gen / old["vectors"], ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (gen / old["docs"]).unlink()
+        for stale in (old["docs"], old["journal"]):
+            with contextlib.suppress(OSError):
+                (gen / stale).unlink()
+
+
+def _replay(base: dict[str, ToolDoc], journal: Path, length: int) -> tuple[dict[str, ToolDoc], int]:
+    """The catalogue after the journal's first ``length`` bytes, and how many tools they touch."""
+    docs = dict(base)
+    if length == 0:
+        return docs, 0
+    with open(journal, "rb") as fh:
+        data = fh.read(length)
+    if len(data) != length or not data.endswith(b"\n"):
+        raise ValueError(f"{journal.name} is shorter than its manifest says")
+    touched = 0
+    for line in data.splitlines():
+        op = json.loads(line)
+        if not isinstance(op, dict):
+            raise ValueError("a journal line is not an object")
+        if op.get("op") == "add" and isinstance(op.get("docs"), list):
+            for record in op["docs"]:
+                doc = doc_from_record(record)
+                docs[doc.name] = doc
+            touched += len(op["docs"])
+        elif op.get("op") == "remove" and isinstance(op.get("names"), list):
+            for name in op["names"]:
+                if not isinstance(name, str):
+                    raise ValueError("a removed name is not a string")
+                docs.pop(name, None)
+            touched += len(op["names"])
+        else:
+            raise ValueError(f"unknown journal operation {str(op.get('op'))[:20]!r}")
+    return docs, touched
 
 
 def _sweep(directory: Path, *, keep: str) -> None:

@@ -303,3 +303,64 @@ def test_vectors_come_from_the_real_embedder(embedder: Embedder) -> None:
     rows = embedder.embed(["hello"])
     assert rows.shape == (1, embedder.dim)
     assert np.isclose(np.linalg.norm(rows[0]), 1.0, atol=1e-4)
+
+
+def test_small_updates_are_journaled_and_replayed_on_open(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder
+) -> None:
+    directory, engine = built
+    vectors_before = manifest(directory)["vectors"]
+    engine.add(MORE[:1])
+    engine.remove(["send_email"])
+    m = manifest(directory)
+    assert m["vectors"] == vectors_before  # the large files were not rewritten
+    assert int(str(m["journal_bytes"])) > 0
+    reopened = DiscoveryEngine.open(directory, embedder)
+    assert sorted(reopened.docs) == [
+        "_mcp_tracker_create_ticket",
+        "currency_convert",
+        "get_weather",
+    ]
+    hit = reopened.find(["report this crash to the developers please"])
+    assert hit.names[0] == "_mcp_tracker_create_ticket"
+
+
+def test_a_long_journal_is_compacted_into_a_whole_save(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, engine = built
+    monkeypatch.setattr(engine_module, "COMPACT_AFTER", 1)
+    before = manifest(directory)
+    engine.add(MORE)
+    after = manifest(directory)
+    assert after["vectors"] != before["vectors"] and after["journal_bytes"] == 0
+    gen = directory / str(after["generation"])
+    assert not (gen / str(before["vectors"])).exists()
+    assert len(DiscoveryEngine.open(directory, embedder)) == 5
+
+
+def test_a_torn_journal_tail_is_ignored_and_then_overwritten(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder
+) -> None:
+    directory, engine = built
+    engine.add(MORE[:1])
+    m = manifest(directory)
+    journal = directory / str(m["generation"]) / str(m["journal"])
+    with open(journal, "ab") as fh:
+        fh.write(b'{"op": "add", "docs": [{"na')  # a crash mid-append
+    assert len(DiscoveryEngine.open(directory, embedder)) == 4
+    engine.add(MORE[1:])
+    reopened = DiscoveryEngine.open(directory, embedder)
+    assert len(reopened) == 5
+
+
+def test_a_journal_shorter_than_its_manifest_is_a_corrupt_index(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder
+) -> None:
+    directory, engine = built
+    engine.add(MORE)
+    m = manifest(directory)
+    journal = directory / str(m["generation"]) / str(m["journal"])
+    journal.write_bytes(journal.read_bytes()[:-5])
+    with pytest.raises(IndexCorruptError):
+        DiscoveryEngine.open(directory, embedder)
