@@ -215,25 +215,43 @@ class DaemonNotRunning(RuntimeError):
     def __init__(self, home: Path, why: str = "") -> None:
         self.home = home
         self.why = why
-        super().__init__(f"no daemon running on {home} (start it with `chalie run`)")
+        if why:
+            super().__init__(f"no answer from the daemon on {home}: {why}")
+        else:
+            super().__init__(f"no daemon running on {home} (start it with `chalie run`)")
 
 
 class ControlClient:
-    """Sends one request at a time to the daemon on ``home``.
+    """Sends one request at a time to the daemon on ``home``; not shared between threads.
 
-    A fresh REQ socket per request: a REQ socket that timed out is stuck in
-    its send/receive state machine, and the CLI makes only a few requests.
+    One REQ socket is kept while requests succeed. A request that fails or
+    times out closes it, because a REQ socket left waiting for a reply is
+    stuck in its send/receive state machine; the next request opens another.
     """
 
     def __init__(self, home: Path, *, timeout: float = 10.0) -> None:
         self.home = home
         self.timeout = timeout
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._sock: zmq.Socket[bytes] | None = None
 
     def check(self) -> None:
         """Raise DaemonNotRunning now when there is plainly no daemon (no live pid, no socket)."""
         if read_pid(self.home) is None or not socket_path(self.home).exists():
             raise DaemonNotRunning(self.home)
+
+    def _socket(self) -> zmq.Socket[bytes]:
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint(self.home))
+            self._sock = sock
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def call(
         self, command: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
@@ -241,12 +259,9 @@ class ControlClient:
         self.check()
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
-        sock = self._ctx.socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDTIMEO, int(wait * 1000))
+        sock = self._socket()
         try:
-            sock.connect(endpoint(self.home))
-            sock.send(encode_request(command, args))
+            sock.send(encode_request(command, args), zmq.NOBLOCK)
             # Wait in slices, so a daemon that dies mid-request is noticed at once.
             while not sock.poll(_SLICE_MS, zmq.POLLIN):
                 if read_pid(self.home) is None:
@@ -255,9 +270,11 @@ class ControlClient:
                     raise DaemonNotRunning(self.home, f"no answer within {wait:g} s")
             frame = sock.recv()
         except zmq.Again:
+            self.close()
             raise DaemonNotRunning(self.home, f"no answer within {wait:g} s") from None
-        finally:
-            sock.close()
+        except BaseException:
+            self.close()
+            raise
         try:
             return decode_reply(frame)
         except msgspec.DecodeError as exc:

@@ -222,8 +222,9 @@ def test_a_handler_that_raises_gives_internal_error_and_the_endpoint_lives(serve
 
 def test_a_held_up_command_does_not_stall_status_from_another_client(served: Served) -> None:
     client = control.ControlClient(served.home)
+    other = control.ControlClient(served.home)  # another terminal
     held: list[ControlReply] = []
-    t = threading.Thread(target=lambda: held.append(client.call("policy.pending", timeout=10)))
+    t = threading.Thread(target=lambda: held.append(other.call("policy.pending", timeout=10)))
     t.start()
     deadline = time.monotonic() + 5
     while not any(c == "policy.pending" for c, _ in served.ran) and time.monotonic() < deadline:
@@ -348,3 +349,15 @@ def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Pa
         newer.stop()
         newer_loop.stop()
     assert not control.socket_path(home).exists()
+
+
+def test_a_client_reuses_its_socket_and_recovers_after_a_timeout(served: Served) -> None:
+    client = control.ControlClient(served.home)
+    assert client.call("status").ok
+    kept = client._sock
+    assert client.call("status").ok and client._sock is kept
+    with pytest.raises(control.DaemonNotRunning, match="no answer"):
+        client.call("policy.pending", timeout=0.3)  # held by the handler: times out
+    assert client._sock is None
+    served.release.set()
+    assert client.call("status").ok  # a fresh socket; the stale reply is never read

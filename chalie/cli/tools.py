@@ -122,7 +122,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
 def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
     from chalie import control
-    from chalie.cli.daemon import ask_daemon, fail
+    from chalie.cli.daemon import _client, ask_daemon, fail
 
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
@@ -130,7 +130,7 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
             answer = _prompt(request)
             sent = {"request_id": request["request_id"], "answer": answer}
             try:
-                reply = control.ControlClient(obj.config.home).call("policy.answer", sent)
+                reply = _client(obj.config.home).call("policy.answer", sent)
             except control.DaemonNotRunning as exc:
                 fail(str(exc))
             if reply.error == control.NOT_FOUND:
