@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chalie import dispatch as steps
 from chalie.ability import Ability
@@ -310,3 +312,31 @@ def test_worker_results_map_onto_tool_results() -> None:
     assert (err.code, err.hint) == ("worker-crashed", "retry")
     broken = steps.worker_result(WorkerResult(job_id="j", status="error", code="NOT KEBAB"))
     assert broken.code == "internal-error"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["action", "to", "body", "folder", "count", "x", "async"])
+        | st.text(max_size=10),
+        json_values,
+        max_size=6,
+    )
+)
+def test_any_json_arguments_get_a_result_never_an_exception(arguments: dict[str, Any]) -> None:
+    assert steps.check_call(call(arguments)) is None
+    for cls in (Mail, Plain, Risky):
+        out = steps.prevalidate(cls, arguments)
+        assert isinstance(out, steps.Prevalidated | ToolResult)
+        if isinstance(out, ToolResult):
+            assert out.code in ("unknown-action", "missing-params", "invalid-param")
+            steps.render_outcome(cls.name, out)
