@@ -63,11 +63,12 @@ def main() -> None:
         assert client.call(
             "policy.set", {"channel": "chat", "permission": "clock", "decision": "allow"}
         ).ok
-        rtt = []
-        for _ in range(500):
-            t = time.perf_counter()
-            assert client.call("status").ok
-            rtt.append((time.perf_counter() - t) * 1e6)
+        rtt: dict[str, list[float]] = {"status": [], "policy.pending": []}
+        for command, samples in rtt.items():
+            for _ in range(500):
+                t = time.perf_counter()
+                assert client.call(command).ok
+                samples.append((time.perf_counter() - t) * 1e6)
         calls = []
         for _ in range(300):
             t = time.perf_counter()
@@ -89,13 +90,14 @@ def main() -> None:
             f"{statistics.median(starts) * 1000:.0f} ms"
         )
         print(
-            f"SIGTERM to exit 0 (tree, workers, loop), median of 3: "
+            f"SIGTERM to exit 0 of a settled daemon (tree, workers, loop), median of 3: "
             f"{statistics.median(stops) * 1000:.0f} ms"
         )
-        print(
-            f"control round trip, status (n=500): p50 {statistics.median(rtt):.0f} us, "
-            f"p95 {percentile(rtt, 0.95):.0f} us"
-        )
+        for command, samples in rtt.items():
+            print(
+                f"control round trip, {command} (n=500): p50 {statistics.median(samples):.0f} us, "
+                f"p95 {percentile(samples, 0.95):.0f} us"
+            )
         print(
             f"tools.call + tools.poll of clock through the dispatcher (n=300): "
             f"p50 {statistics.median(calls):.0f} us, p95 {percentile(calls, 0.95):.0f} us"
