@@ -9,7 +9,9 @@ Lifecycle of one gate request (:meth:`PolicyActor.gate`):
    human can answer (subconscious, external_agent, or ``human_present``
    false), and on chat publishes a :class:`PermissionRequest` to the
    conversation and returns a future that is completed later by
-   :meth:`answer` or by the expiry timer. The actor never waits for it.
+   :meth:`answer` or by the expiry timer. The actor never waits for it. A
+   request nobody is subscribed to still waits: the operator sees it in
+   :meth:`pending` (``chalie policy list``) and may answer it there.
 4. Any exception inside the gate is a deny (``fail-closed``), logged.
 
 The reply is a ``concurrent.futures.Future[GateDecision]``: through a proxy,
