@@ -1,0 +1,80 @@
+"""Discovery quality: the eval harness on MetaTool dev and assistant-40, through the real cascade.
+
+Run from the repository root: ``python tools/bench/bench_discovery_quality.py``.
+``--data DIR`` points at the evaluation sets (default: ../shared/data/discovery
+next to the checkout, or $CHALIE_EVAL_DATA); ``--misses N`` prints N misses per set.
+Targets: MetaTool dev R@5 >= 80 and R@1 >= 56; assistant-40 R@3 >= 95 and
+no-tool queries answered with nothing >= 80%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from chalie.discovery.embedder import load_embedder
+from chalie.discovery.engine import DiscoveryEngine
+from chalie.discovery.evaluate import evaluate, format_report, load_catalogue, load_queries
+
+SETS = ("metatool-dev", "assistant-40")
+
+
+def default_data() -> Path:
+    env = os.environ.get("CHALIE_EVAL_DATA")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2]
+    for candidate in (
+        here.parent / "shared" / "data" / "discovery",
+        Path("/work/shared/data/discovery"),
+    ):
+        if candidate.is_dir():
+            return candidate
+    return here.parent / "shared" / "data" / "discovery"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=default_data())
+    parser.add_argument("--sets", nargs="*", default=list(SETS))
+    parser.add_argument("--misses", type=int, default=0)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    embedder = load_embedder()
+    print(f"embedder {embedder.model_id} loaded in {time.perf_counter() - started:.2f}s")
+    failed = False
+    for name in args.sets:
+        root = args.data / name
+        docs = load_catalogue(root / "tools.jsonl")
+        queries = load_queries(root / "queries.jsonl", known={d.name for d in docs})
+        t0 = time.perf_counter()
+        engine = DiscoveryEngine.build(docs, embedder)
+        built = time.perf_counter() - t0
+        report = evaluate(engine, queries, tools=len(docs))
+        print(format_report(report, title=name))
+        print(f"  index build {built:.2f}s, ceiling {engine.ceiling}")
+        if name == "metatool-dev":
+            ok = report.recall_at_5 >= 80 and report.recall_at_1 >= 56
+            print(f"  target R@5 >= 80 and R@1 >= 56: {'met' if ok else 'NOT met'}")
+        elif name == "assistant-40":
+            ok = report.recall_at_3 >= 95 and report.none_empty >= 80
+            print(f"  target R@3 >= 95 and none-empty >= 80%: {'met' if ok else 'NOT met'}")
+        else:
+            ok = True
+        failed |= not ok
+        for miss in report.misses(5)[: args.misses]:
+            print(
+                f"    miss [{miss.rung}] {miss.query[:90]!r} gold={list(miss.gold)} got={list(miss.found[:5])}"
+            )
+        if args.misses and report.none_queries:
+            for o in report.outcomes:
+                if o.type == "none" and o.found:
+                    print(f"    let through [{o.rung}] {o.query!r} -> {list(o.found[:3])}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
