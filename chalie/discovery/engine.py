@@ -36,7 +36,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -89,13 +89,21 @@ def doc_from_record(raw: Any) -> ToolDoc:
     return ToolDoc(name, summary, tuple(examples), tooltip, source)
 
 
+def doc_digest(doc: ToolDoc) -> bytes:
+    return hashlib.sha256(_encode(doc_record(doc))).digest()
+
+
+def combine_digests(digests: Mapping[str, bytes]) -> str:
+    """The catalogue hash from per-tool digests, so an update rehashes only what changed."""
+    digest = hashlib.sha256()
+    for name in sorted(digests):
+        digest.update(digests[name])
+    return digest.hexdigest()
+
+
 def catalogue_hash(docs: Iterable[ToolDoc]) -> str:
     """A digest of everything the indexes are built from, independent of order."""
-    digest = hashlib.sha256()
-    for record in sorted((doc_record(d) for d in docs), key=lambda r: r["name"]):
-        digest.update(_encode(record))
-        digest.update(b"\n")
-    return digest.hexdigest()
+    return combine_digests({d.name: doc_digest(d) for d in docs})
 
 
 def _unique(docs: Sequence[ToolDoc]) -> dict[str, ToolDoc]:
@@ -192,6 +200,7 @@ class DiscoveryEngine:
         self.directory = directory
         self._manifest = manifest
         self._journal_tools = 0
+        self._digests = {name: doc_digest(doc) for name, doc in docs.items()}
         self._lock = threading.RLock()
 
     # -- facts ------------------------------------------------------------
@@ -206,7 +215,7 @@ class DiscoveryEngine:
     @property
     def catalogue_hash(self) -> str:
         with self._lock:
-            return catalogue_hash(self._docs.values())
+            return combine_digests(self._digests)
 
     @property
     def docs(self) -> dict[str, ToolDoc]:
@@ -406,6 +415,7 @@ class DiscoveryEngine:
             self._names.upsert(changed)
             for doc in changed:
                 self._docs[doc.name] = doc
+                self._digests[doc.name] = doc_digest(doc)
             self._persist({"op": "add", "docs": [doc_record(d) for d in changed]}, len(changed))
 
     def remove(self, names: Iterable[str]) -> None:
@@ -418,6 +428,7 @@ class DiscoveryEngine:
             self._names.remove(gone)
             for name in gone:
                 del self._docs[name]
+                del self._digests[name]
             self._persist({"op": "remove", "names": gone}, len(gone))
 
     def _persist(self, operation: dict[str, Any], size: int) -> None:
@@ -441,7 +452,7 @@ class DiscoveryEngine:
                 os.fsync(fh.fileno())
             manifest = {
                 **old,
-                "catalogue_hash": catalogue_hash(self._docs.values()),
+                "catalogue_hash": combine_digests(self._digests),
                 "count": len(self._docs),
                 "journal_bytes": old["journal_bytes"] + len(line),
             }
