@@ -175,6 +175,11 @@ class NameIndex:
         self.directory = directory
         self._lock = threading.Lock()
         self._searcher = self._fresh_searcher()
+        # Name → segments: the gate runs on every candidate of every find.
+        self._segments: dict[str, tuple[str, ...]] = {}
+        # An entry with more segments than any name cannot pass the gate, so a
+        # described action (a sentence) skips the trigram search altogether.
+        self._max_segments = max((len(self._segments_of(n)) for n in self.all_names()), default=0)
 
     # -- lifecycle --------------------------------------------------------
     @classmethod
@@ -204,6 +209,14 @@ class NameIndex:
             tantivy.Query.term_query(schema, field, "x")  # ValueError for a foreign schema
         # touch the data so a truncated segment fails here, not in a find
         self._searcher.search(tantivy.Query.all_query(), 1)
+
+    def _segments_of(self, name: str) -> tuple[str, ...]:
+        segs = self._segments.get(name)
+        if segs is None:
+            if len(self._segments) > 200_000:
+                self._segments.clear()
+            segs = self._segments[name] = segments(name)
+        return segs
 
     def _fresh_searcher(self) -> tantivy.Searcher:
         self._index.reload()
@@ -239,6 +252,8 @@ class NameIndex:
                 self._searcher = self._fresh_searcher()
             except ValueError as exc:
                 raise IndexCorruptError(f"name index write failed: {exc}") from exc
+            widest = max(len(self._segments_of(d.name)) for d in batch)
+            self._max_segments = max(self._max_segments, widest)
 
     def remove(self, names: Iterable[str]) -> None:
         gone = list(names)
@@ -250,6 +265,8 @@ class NameIndex:
                     for name in gone:
                         writer.delete_documents_by_term("name", name)
                 self._searcher = self._fresh_searcher()
+                for name in gone:
+                    self._segments.pop(name, None)
             except ValueError as exc:
                 raise IndexCorruptError(f"name index write failed: {exc}") from exc
 
@@ -300,7 +317,7 @@ class NameIndex:
         """The name-keyword rung: trigram candidates that pass the segment gate, best first."""
         entry_segs = segments(entry)
         norm = "_".join(entry_segs)
-        if not entry_segs or k <= 0:
+        if not entry_segs or k <= 0 or len(entry_segs) > self._max_segments:
             return []
         grams = list(dict.fromkeys(self._analyzer.analyze(norm)))
         if not grams:
@@ -315,7 +332,7 @@ class NameIndex:
             scored: list[tuple[float, float, str]] = []
             for score, addr in hits:
                 name = str(searcher.doc(addr)["name"][0])
-                coverage = gate(entry_segs, segments(name))
+                coverage = gate(entry_segs, self._segments_of(name))
                 if coverage is not None:
                     scored.append((coverage, float(score), name))
         except ValueError as exc:
