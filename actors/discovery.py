@@ -39,8 +39,9 @@ from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger("chalie.discovery")
 
-# A find waits behind a start-up build; 10,000 tools build in well under this.
-DEFAULT_TIMEOUT: Final = 120.0
+# A find may wait behind a start-up build. Shorter than find_tools' own timeout,
+# so the model hears "the index is still building" rather than a bare timeout.
+DEFAULT_TIMEOUT: Final = 20.0
 
 
 def index_dirs(home: Path) -> tuple[Path, Path]:
