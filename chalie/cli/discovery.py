@@ -84,7 +84,7 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
         registry=registry, home=obj.config.home, embedder=embedder, readonly=True
     )
     try:
-        handle = DiscoveryHandle(ref)
+        handle = DiscoveryHandle(ref, timeout=600.0)  # a stale index is rebuilt in memory first
         status = handle.status()
         if not status["ready"]:
             raise click.ClickException(f"discovery index unavailable: {status['error']}")
