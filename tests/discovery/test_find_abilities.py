@@ -216,3 +216,38 @@ def test_cli_index_rebuild_and_tools_find(tmp_path: Path) -> None:
 
     bad = runner.invoke(cli, ["tools", "find", "x" * 300], env=env)
     assert bad.exit_code != 0
+
+
+class TideTables(Ability):
+    name = "tide_tables"
+    summary = "Gives the times of high and low tide for a harbour on a given day."
+    tooltip = "Tide times"
+    examples = (
+        "when is high tide in Brighton tomorrow",
+        "low tide times this weekend",
+        "tide table for the harbour",
+        "is the tide coming in at noon",
+        "when can I walk across to the island at low water",
+        "tides in Saint-Malo on Saturday",
+    )
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("high tide 06:12")
+
+
+def test_sync_follows_the_registry_as_abilities_come_and_go(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    registry = Registry.collect(entry_points=False)
+    ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    try:
+        handle = DiscoveryHandle(ref)
+        assert handle.find(["tide_tables"]).names == []
+        registry.add(TideTables, source="test")
+        assert handle.sync() == {"added": 1, "removed": 0}
+        assert handle.find(["tide_tables"]).names == ["tide_tables"]
+        registry.remove("tide_tables")
+        assert handle.sync() == {"added": 0, "removed": 1}
+        assert handle.find(["tide_tables"]).names == []
+    finally:
+        ref.stop()
