@@ -215,6 +215,22 @@ def test_allow_always_is_persisted_and_the_next_call_does_not_ask(
     ).items()
 
 
+def test_a_secret_parameter_reaches_the_tool_but_never_the_log_trail_or_prompt(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    out = d.cli(
+        "tools", "call", "echo_tool", "api_token=s3cr3t-xyz-42", "city=Valletta", input="o\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert envelope_body(out.stdout) == {"got": {"api_token": "s3cr3t-xyz-42", "city": "Valletta"}}
+    assert "s3cr3t-xyz-42" not in out.stderr  # the prompt shows redacted params
+    assert "Valletta" in out.stderr
+    row = json.loads(d.cli("trail", "--tool", "echo_tool", "--limit", "1", "--json").stdout)[0]
+    assert json.loads(row["params"]) == {"api_token": "[redacted]", "city": "Valletta"}
+    assert "s3cr3t-xyz-42" not in d.log()
+
+
 def test_an_unknown_tool_is_an_error_envelope_and_a_nonzero_exit(live: DaemonProcess) -> None:
     out = live.cli("tools", "call", "no_such_tool", input="")
     assert out.returncode == 1
