@@ -17,9 +17,10 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import pykka
@@ -52,6 +53,17 @@ class Noop(Ability):
     actions = {"ping": ()}
 
     def run(self, params: NoopParams) -> ToolResult:
+        return ToolResult.success("ok")
+
+
+class ProcNoop(Ability):
+    name = "proc_noop"
+    summary = "Does nothing in a worker process; measures the dispatcher's process path."
+    tooltip = "Nothing, elsewhere"
+    examples = ("a", "b", "c", "d", "e", "f")
+    isolation = "process"
+
+    def run(self, params: dict[str, object]) -> ToolResult:
         return ToolResult.success("ok")
 
 
@@ -132,10 +144,54 @@ def main() -> None:
               f"one pykka ask round trip {statistics.median(hop):.1f} us")
         print("  a call crosses three threads (caller -> dispatcher actor -> inline pool -> "
               "caller); the hand-offs and the trail insert dominate")
-        print(f"  load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         trail.close()
+
+        callers = 4
+        per = max(1, n // callers)
+
+        def caller() -> None:
+            for _ in range(per):
+                submit(dispatcher, call).result(5)
+
+        threads = [threading.Thread(target=caller) for _ in range(callers)]
+        began = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rate = callers * per / (time.perf_counter() - began)
+        print(f"throughput, inline no-op, {callers} concurrent callers: {rate:,.0f} calls/s")
+        worker_path(home, registry, bus, policy)
+        print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         pykka.ActorRegistry.stop_all()
+
+
+def worker_path(home: Path, registry: Registry, bus: EventBus, policy: pykka.ActorRef[Any]) -> None:
+    """The same call to an ability in a worker process, through the dispatcher (2 workers)."""
+    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+
+    registry.add(ProcNoop, source="bench", ref=f"{Path(__file__).resolve()}:ProcNoop")
+    policy.proxy().set("chat", "proc_noop", "allow").get()
+    handle = WorkerPoolHandle()
+    pool = WorkerPool.start(home / "pool", workers=2, handle=handle)
+    dispatcher = DispatcherActor.start(
+        registry, Services(), home / "chalie.db", lambda: policy, handle, bus
+    )
+    ctx = TurnContext(conversation_id="bench", turn_id="t2", channel="chat")
+    call = ToolCall(call_id="w", tool="proc_noop", arguments={}, context=ctx)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if submit(dispatcher, call).result(10).status == "success":
+            break
+        time.sleep(0.05)
+    for _ in range(300):
+        submit(dispatcher, call).result(10)
+    samples = timed(lambda: submit(dispatcher, call).result(10), 2000)
+    print(f"worker-process no-op through the dispatcher, n=2000: p50 "
+          f"{statistics.median(samples):.1f} us   p99 {pct(samples, 0.99):.1f} us")
+    dispatcher.stop()
+    pool.stop()
 
 
 class _Ping:
