@@ -449,7 +449,8 @@ class DispatcherActor(SupervisedActor):
         if bad is not None:
             self._end_early(call, reply, bad)
             return
-        entry = steps.resolve(self._registry, call.tool)
+        entry = steps.resolve(self._registry, call.tool, call.context,
+                              getattr(self._services, "turns", None))
         if isinstance(entry, ToolResult):
             self._end_early(call, reply, entry)
             return

@@ -35,7 +35,7 @@ from jsonschema.exceptions import best_match
 from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
-from chalie.messages import CHANNELS, ToolCall, WorkerResult
+from chalie.messages import CHANNELS, ToolCall, TurnContext, WorkerResult
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
@@ -140,9 +140,27 @@ def envelope_name(tool: object) -> str:
     return text if TOOL_NAME.match(text) else FALLBACK_TOOL
 
 
-def resolve(registry: Any, tool: object) -> Entry | ToolResult:
-    """The registry entry for the name, or ``unknown-tool``."""
+def available(tool: str, context: TurnContext, turns: Any = None) -> bool:
+    """Whether the turn may call the tool: its channel's pins plus what find_tools injected.
+
+    A turn that declares no tools at all (``context.injected`` empty: a direct
+    call from the CLI, a scheduled job naming its tool) may call any
+    registered tool; a turn that declares its tools may call only those.
+    """
+    if not context.injected or tool in context.injected:
+        return True
+    injected = getattr(turns, "injected", None)
+    return callable(injected) and tool in injected(context.turn_id)
+
+
+def resolve(
+    registry: Any, tool: object, context: TurnContext | None = None, turns: Any = None
+) -> Entry | ToolResult:
+    """The registry entry for the name, or ``unknown-tool`` (also when the turn lacks it)."""
     entry = registry.get(tool) if isinstance(tool, str) and len(tool) <= 200 else None
+    if isinstance(entry, Entry) and context is not None:
+        if not available(entry.name, context, turns):
+            entry = None
     if not isinstance(entry, Entry):
         shown = str(tool)[:80]
         return ToolResult.error(

@@ -340,3 +340,29 @@ def test_any_json_arguments_get_a_result_never_an_exception(arguments: dict[str,
         if isinstance(out, ToolResult):
             assert out.code in ("unknown-action", "missing-params", "invalid-param")
             steps.render_outcome(cls.name, out)
+
+
+def test_a_turn_that_declares_its_tools_may_call_only_those_and_what_find_tools_injected() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    pinned = ctx(injected=("find_tools",))
+    result = steps.resolve(registry(), "mail", pinned, turns)
+    assert code_of(result) == "unknown-tool"
+    assert isinstance(result, ToolResult) and "find_tools" in (result.hint or "")
+    turns.inject("turn", ["mail"])
+    assert not isinstance(steps.resolve(registry(), "mail", pinned, turns), ToolResult)
+    assert code_of(steps.resolve(registry(), "plain", pinned, turns)) == "unknown-tool"
+    other_turn = ctx(turn_id="turn-2", injected=("find_tools",))
+    assert code_of(steps.resolve(registry(), "mail", other_turn, turns)) == "unknown-tool"
+    # A turn that declares nothing (a direct call) may call any registered tool.
+    assert not isinstance(steps.resolve(registry(), "plain", ctx(), turns), ToolResult)
+    assert not isinstance(
+        steps.resolve(
+            registry(),
+            "plain",
+            pinned.__class__(conversation_id="c", turn_id="t", injected=("plain",)),
+            None,
+        ),
+        ToolResult,
+    )

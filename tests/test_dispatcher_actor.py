@@ -178,9 +178,10 @@ class Rig:
             "bad_classify",
         ):
             self.policy.proxy().set("chat", tool, "allow").get()
+        self.services = Services(registry=self.registry)
         self.ref = DispatcherActor.start(
             self.registry,
-            Services(registry=self.registry),
+            self.services,
             self.db,
             lambda: self.policy_ref,
             workers,
@@ -736,3 +737,12 @@ def test_an_ability_that_fails_to_construct_is_an_error_on_the_trail(rig: Rig) -
     assert outcome.code == "unhandled-exception"
     (row,) = rig.rows()
     assert (row.tool, row.code, row.act_summary) == ("bad_init", "unhandled-exception", "x")
+
+
+def test_a_turn_calls_only_its_pinned_and_injected_tools(rig: Rig) -> None:
+    pinned = ctx("t-pins", injected=("lookup",))
+    assert rig.run("lookup", context=pinned).status == "success"
+    refused = rig.run("fast", context=pinned)
+    assert refused.code == "unknown-tool" and "find_tools" in refused.envelope
+    rig.services.turns.inject("t-pins", ["fast"])
+    assert rig.run("fast", context=pinned).status == "success"
