@@ -107,8 +107,10 @@ class Freeze(_Sample):
     summary = "Freeze the worker process."
 
     def run(self, params: Any) -> ToolResult:
-        os.kill(os.getpid(), signal.SIGSTOP)
-        return ToolResult.success("thawed")
+        # Stopped again if anything outside sends SIGCONT: it stays frozen until killed.
+        while True:
+            os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(0.01)
 
 
 class Raises(_Sample):

@@ -278,13 +278,25 @@ def test_an_ability_that_kills_its_own_worker_gives_worker_crashed(
     assert call(handle, job("Echo", text="after")).body == "after"
 
 
+def keep_frozen(pid: int, future: concurrent.futures.Future[WorkerResult]) -> WorkerResult:
+    """SIGSTOP a worker, again and again until its call resolves: a stray SIGCONT
+    from outside the test must not thaw it."""
+    deadline = time.monotonic() + 10
+    while not future.done() and time.monotonic() < deadline:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    return future.result(timeout=10)
+
+
 def test_a_hung_worker_is_killed_and_replaced_and_its_call_gets_tool_timeout(
     handle: WorkerPoolHandle,
 ) -> None:
     future = handle.submit(job("Sleep", seconds=30.0), timeout=60)
     victim = busy_pid(handle)
-    os.kill(victim, signal.SIGSTOP)
-    result = future.result(timeout=10)
+    result = keep_frozen(victim, future)
     assert result.code == "tool-timeout"
     assert "stopped responding" in result.body
     wait_until(lambda: pid_gone(victim))
