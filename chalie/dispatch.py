@@ -7,7 +7,8 @@ tool call; each step returns either its product or the error
 1. :func:`check_call`: hostile input (a non-object, more than
    :data:`MAX_ARGUMENT_BYTES` of JSON, nesting deeper than :data:`MAX_DEPTH`,
    a bad channel or id) is refused without being looked at further.
-2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``.
+2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``
+   (also for a tool the turn may not call: see :func:`available`).
 3. :func:`split_framework_fields` (chalie.ability) takes ``act_summary`` and
    ``async`` out of the arguments.
 4. :func:`prevalidate`: the action map (``unknown-action`` with the valid
