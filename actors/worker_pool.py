@@ -71,6 +71,10 @@ log = logging.getLogger("chalie.workers")
 TICK: Final = 0.05
 # How long stopping workers get to exit on their own before they are killed.
 SHUTDOWN_GRACE: Final = 1.0
+# Plain ints: pyzmq's flag enums cost an enum construction on every combination.
+_NOBLOCK: Final = int(zmq.NOBLOCK)
+_SNDMORE: Final = int(zmq.SNDMORE)
+_RCVMORE: Final = int(zmq.RCVMORE)
 # A worker's control socket is its job identity plus this suffix.
 CONTROL: Final = CONTROL_SUFFIX.encode()
 # Malformed frames are logged individually up to this many, then every 1000th.
@@ -333,11 +337,14 @@ class Broker:
 
     def _receive(self) -> None:
         now = time.monotonic()
+        router = self._router
         while True:
             try:
-                frames = self._router.recv_multipart(zmq.NOBLOCK)
+                frames = [router.recv(_NOBLOCK)]
             except zmq.Again:
                 return
+            while router.get(_RCVMORE):
+                frames.append(router.recv(_NOBLOCK))
             if len(frames) != 2:
                 self._drop(
                     frames[0] if frames else b"", f"{len(frames) - 1} payload frames, expected 1"
@@ -378,9 +385,11 @@ class Broker:
             )
 
     def _dispatch(self) -> None:
+        router = self._router
         for job, worker in self.book.assignments():
             try:
-                self._router.send_multipart([worker.identity, job.frame], zmq.NOBLOCK)
+                router.send(worker.identity, _NOBLOCK | _SNDMORE)
+                router.send(job.frame, _NOBLOCK)
             except zmq.ZMQError as exc:
                 log.error("cannot reach worker pid %d (%s); replacing it", worker.pid, exc)
                 self.book.requeue(job, worker)
