@@ -160,6 +160,7 @@ class Broker:
         self._commands: collections.deque[tuple[Any, ...]] = collections.deque()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._closed = False
+        self._signalled = False
         self._lock = threading.Lock()
         self._procs: dict[int, _Process] = {}  # pidfd -> process
         self._drops = 0
@@ -188,10 +189,14 @@ class Broker:
             if self._closed:
                 return False
             self._commands.append(command)
-            try:
-                os.eventfd_write(self._wake, 1)
-            except BlockingIOError:
-                pass  # the counter is saturated: the broker is awake anyway
+            # One wake-up per batch: the broker clears the flag before it drains,
+            # so a command appended while the flag is set is always drained.
+            if not self._signalled:
+                self._signalled = True
+                try:
+                    os.eventfd_write(self._wake, 1)
+                except BlockingIOError:
+                    pass  # the counter is saturated: the broker is awake anyway
         return True
 
     def submit(self, job: WorkerJob, timeout: float, future: WorkerFuture) -> None:
@@ -265,6 +270,8 @@ class Broker:
                     self._receive()
                 elif sock == self._wake:
                     os.eventfd_read(self._wake)
+                    with self._lock:
+                        self._signalled = False
                     if not self._drain_commands():
                         return
                 else:
