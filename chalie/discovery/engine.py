@@ -238,20 +238,37 @@ class DiscoveryEngine:
         directory: Path | None = None,
         progress: Progress | None = None,
         ceiling: float | None = None,
+        reuse: bool = True,
     ) -> DiscoveryEngine:
-        """A fresh engine over ``docs``; persisted atomically into ``directory`` if given."""
+        """A fresh engine over ``docs``; persisted atomically into ``directory`` if given.
+
+        With ``reuse``, the vectors of the index already in ``directory`` (same
+        model, same layout, readable) seed the new generation, so only tools
+        whose text changed are embedded again; the old generation is not touched.
+        """
         catalogue = _unique(docs)
         ordered = sorted(catalogue.values(), key=lambda d: d.name)
         total = len(ordered)
         started = time.monotonic()
         vectors = VectorIndex(embedder, ceiling=ceiling)
+        todo = ordered
+        previous = cls._previous(directory, embedder) if reuse and directory else None
+        if previous is not None:
+            held = previous._docs
+            vectors = previous._vectors
+            vectors.ceiling = VectorIndex(embedder, ceiling=ceiling).ceiling
+            gone = [name for name in held if name not in catalogue]
+            if gone:
+                vectors.remove(gone)
+            todo = [d for d in ordered if held.get(d.name) != d]
+            log.info("rebuilding with %d of %d tools changed", len(todo) + len(gone), total)
         if progress:
-            progress(0, total)
-        for start in range(0, total, BUILD_BATCH):
-            chunk = ordered[start : start + BUILD_BATCH]
+            progress(total - len(todo), total)
+        for start in range(0, len(todo), BUILD_BATCH):
+            chunk = todo[start : start + BUILD_BATCH]
             vectors.upsert(chunk)
             if progress:
-                progress(start + len(chunk), total)
+                progress(total - len(todo) + start + len(chunk), total)
         if directory is None:
             names = NameIndex.create()
             names.upsert(ordered, fresh=True)
@@ -302,6 +319,17 @@ class DiscoveryEngine:
             time.monotonic() - started,
         )
         return engine
+
+    @classmethod
+    def _previous(cls, directory: Path, embedder: Embedder) -> DiscoveryEngine | None:
+        """The index already in ``directory``, if its vectors can seed a rebuild."""
+        try:
+            manifest = read_manifest(directory)
+            if manifest.get("vector_format") != VECTOR_FORMAT:
+                return None
+            return cls.open(directory, embedder)
+        except IndexCorruptError:
+            return None
 
     @classmethod
     def open(cls, directory: Path, embedder: Embedder) -> DiscoveryEngine:

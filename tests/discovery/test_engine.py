@@ -364,3 +364,44 @@ def test_a_journal_shorter_than_its_manifest_is_a_corrupt_index(
     journal.write_bytes(journal.read_bytes()[:-5])
     with pytest.raises(IndexCorruptError):
         DiscoveryEngine.open(directory, embedder)
+
+
+class CountingModel:
+    """The real embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.model_id, self.dim = inner, inner.model_id, inner.dim
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def test_a_rebuild_embeds_only_the_tools_whose_text_changed(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder
+) -> None:
+    directory, _ = built
+    counting = CountingModel(embedder)
+    edited = [
+        DOCS[0],
+        DOCS[1],
+        ToolDoc("currency_convert", "Converts money between currencies.", (), "", "builtin"),
+        MORE[0],
+    ]
+    engine = DiscoveryEngine.open_or_build(directory, edited, counting)
+    assert 0 < counting.texts <= 3  # the edited tool and the new one, not the unchanged two
+    assert sorted(engine.docs) == sorted(d.name for d in edited)
+    assert engine.find(["file a bug about the login page"]).names[0] == MORE[0].name
+    reopened = DiscoveryEngine.open(directory, embedder)
+    assert reopened.catalogue_hash == engine.catalogue_hash
+    assert reopened.find(["is it raining in Seattle"]).names[0] == "get_weather"
+
+
+def test_a_cold_build_ignores_the_previous_index_when_asked(
+    built: tuple[Path, DiscoveryEngine], embedder: Embedder
+) -> None:
+    directory, _ = built
+    counting = CountingModel(embedder)
+    DiscoveryEngine.build(DOCS, counting, directory=directory, reuse=False)
+    assert counting.texts >= len(DOCS)

@@ -7,7 +7,8 @@ exposing the same kinds of tools (``_mcp_<server>_<action>_<object>``), each
 with a one-sentence summary and six example phrases, plus the built-ins. The
 figures (targets from the discovery issue):
 
-* full build of the persisted index (embedding included): ≤ 60 s
+* full build of the persisted index from nothing (embedding included): ≤ 60 s;
+  also shown: a rebuild after 1% of the tools changed (unchanged vectors reused)
 * find_tools p50 ≤ 8 ms and p99 ≤ 25 ms, one entry per call, query embedding included
 * incremental add of 50 tools (embedded, indexed and persisted): ≤ 1 s
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -229,8 +231,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "index"
         t0 = time.perf_counter()
-        engine = DiscoveryEngine.build(catalogue, embedder, directory=directory)
+        engine = DiscoveryEngine.build(catalogue, embedder, directory=directory, reuse=False)
         build_s = time.perf_counter() - t0
+
+        # a rebuild after 1% of the catalogue changed reuses the unchanged vectors
+        changed = [
+            ToolDoc(d.name, d.summary + " Results are paginated.", d.examples, d.tooltip, d.source)
+            for d in synthetic[: len(synthetic) // 100]
+        ]
+        t0 = time.perf_counter()
+        engine = DiscoveryEngine.build(
+            changed + synthetic[len(changed) :] + builtin, embedder, directory=directory
+        )
+        rebuild_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         engine = DiscoveryEngine.open(directory, embedder)
@@ -246,6 +259,11 @@ def main() -> int:
             result = engine.find([q])
             latencies.append((time.perf_counter() - t0) * 1000)
             rungs[result.entries[0].rung] = rungs.get(result.entries[0].rung, 0) + 1
+        embed_only: list[float] = []
+        for q in queries:
+            t0 = time.perf_counter()
+            embedder.embed([q])
+            embed_only.append((time.perf_counter() - t0) * 1000)
         multi: list[float] = []
         for i in range(0, min(len(queries), 150), 3):
             t0 = time.perf_counter()
@@ -265,28 +283,35 @@ def main() -> int:
         "tools": len(catalogue),
         "model": embedder.model_id,
         "build_s": round(build_s, 2),
+        "rebuild_1pct_s": round(rebuild_s, 2),
         "open_s": round(open_s, 3),
         "find_p50_ms": round(statistics.median(latencies), 2),
         "find_p99_ms": round(percentile(latencies, 99), 2),
         "find_3_entries_p50_ms": round(statistics.median(multi), 2),
+        "embed_query_p50_ms": round(statistics.median(embed_only), 2),
         "add_50_s": round(add_s, 3),
         "remove_50_s": round(remove_s, 3),
         "rungs": rungs,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
     }
     if args.json:
         print(json.dumps(figures))
     else:
         print(f"discovery benchmark: {figures['tools']} tools, {figures['model']}")
         print(f"  full build (persisted)      {figures['build_s']:8.2f} s    (target <= 60 s)")
+        print(f"  rebuild, 1% changed         {figures['rebuild_1pct_s']:8.2f} s")
         print(f"  reopen from disk            {figures['open_s']:8.3f} s")
         print(
             f"  find_tools, 1 entry         p50 {figures['find_p50_ms']:.2f} ms  "
             f"p99 {figures['find_p99_ms']:.2f} ms  (targets <= 8 / <= 25 ms; n={len(latencies)})"
         )
+        print(f"  query embedding alone       p50 {figures['embed_query_p50_ms']:.2f} ms")
         print(f"  find_tools, 3 entries       p50 {figures['find_3_entries_p50_ms']:.2f} ms")
         print(f"  incremental add of 50       {figures['add_50_s']:8.3f} s    (target <= 1 s)")
         print(f"  incremental remove of 50    {figures['remove_50_s']:8.3f} s")
         print(f"  rungs that answered         {rungs}")
+        print(f"  load average at the end     {figures['load_average']} on {figures['cpus']} CPUs")
     return 0
 
 
