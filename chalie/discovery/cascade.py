@@ -32,6 +32,16 @@ class VectorSearch(Protocol):
     def search(self, query: str, k: int = 5) -> list[tuple[str, float]]: ...
 
 
+class BatchedVectorSearch(VectorSearch, Protocol):
+    """A vector index that also takes queries embedded already, in one batch for the array."""
+
+    embedder: Any
+
+    def search_vector(
+        self, vec: Any, k: int = 5, *, text: str | None = None
+    ) -> list[tuple[str, float]]: ...
+
+
 @dataclass(frozen=True)
 class EntryOutcome:
     """How one entry was answered: the rung that yielded and the names it gave, best first."""
@@ -91,10 +101,10 @@ def check_k(k: object) -> int:
     return k
 
 
-def run_entry(
-    entry: str, names: NameIndex, vectors: VectorSearch, known: Mapping[str, ToolDoc], k: int
-) -> EntryOutcome:
-    """One entry through the rungs; the first that yields wins."""
+def name_rungs(
+    entry: str, names: NameIndex, known: Mapping[str, ToolDoc], k: int
+) -> EntryOutcome | None:
+    """The exact and keyword rungs for one entry; None when neither yields."""
     exact = names.exact(entry)
     if exact.ambiguous:
         return EntryOutcome(entry, "ambiguous", candidates=exact.candidates)
@@ -104,7 +114,13 @@ def run_entry(
     keyword = tuple(n for n in names.keyword(entry, k) if n in known)
     if keyword:
         return EntryOutcome(entry, "keyword", keyword)
-    hits = [(n, d) for n, d in vectors.search(entry, k) if n in known][:k]
+    return None
+
+
+def vector_rung(
+    entry: str, hits: list[tuple[str, float]], known: Mapping[str, ToolDoc], k: int
+) -> EntryOutcome:
+    hits = [(n, d) for n, d in hits if n in known][:k]
     if hits:
         return EntryOutcome(
             entry, "vector", tuple(n for n, _ in hits), distances=tuple(float(d) for _, d in hits)
@@ -123,7 +139,19 @@ def run_cascade(
     """Every entry through the cascade, then the deduplicated, untruncated union."""
     entries = check_queries(queries)
     k = check_k(k)
-    outcomes = [run_entry(entry, names, vectors, known, k) for entry in entries]
+    found = [name_rungs(entry, names, known, k) for entry in entries]
+    pending = [i for i, outcome in enumerate(found) if outcome is None]
+    if len(pending) > 1 and hasattr(vectors, "search_vector") and hasattr(vectors, "embedder"):
+        # one embedding batch for every entry that reaches the vector rung
+        batched: BatchedVectorSearch = vectors  # type: ignore[assignment]
+        rows = batched.embedder.embed([entries[i] for i in pending])
+        for i, row in zip(pending, rows, strict=True):
+            hits = batched.search_vector(row, k, text=entries[i])
+            found[i] = vector_rung(entries[i], hits, known, k)
+    else:
+        for i in pending:
+            found[i] = vector_rung(entries[i], vectors.search(entries[i], k), known, k)
+    outcomes = [outcome for outcome in found if outcome is not None]
     injected: list[ToolDoc] = []
     seen: set[str] = set()
     not_found: list[dict[str, Any]] = []

@@ -223,3 +223,18 @@ def test_k_out_of_range_is_refused(engine: DiscoveryEngine) -> None:
     for k in (0, -1, 1000, True):
         with pytest.raises(QueryError):
             engine.find(["weather"], k=k)
+
+
+def test_an_array_answers_each_entry_as_if_it_were_alone(engine: DiscoveryEngine) -> None:
+    entries = [
+        "will I need an umbrella in Oslo tomorrow",
+        "weather",
+        "wake me up early tomorrow",
+        "how many yen is 20 pounds",
+        "what is the meaning of life, philosophically speaking",
+    ]
+    together = engine.find(entries).entries
+    alone = [engine.find([entry]).entries[0] for entry in entries]
+    assert [(o.rung, o.names) for o in together] == [(o.rung, o.names) for o in alone]
+    for a, b in zip(together, alone, strict=True):
+        assert a.distances == pytest.approx(b.distances, abs=1e-4)
