@@ -230,9 +230,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "index"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         engine = DiscoveryEngine.build(catalogue, embedder, directory=directory, reuse=False)
-        build_s = time.perf_counter() - t0
+        build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
 
         # a rebuild after 1% of the catalogue changed reuses the unchanged vectors
         changed = [
@@ -283,6 +283,7 @@ def main() -> int:
         "tools": len(catalogue),
         "model": embedder.model_id,
         "build_s": round(build_s, 2),
+        "build_cpu_s": round(build_cpu, 1),
         "rebuild_1pct_s": round(rebuild_s, 2),
         "open_s": round(open_s, 3),
         "find_p50_ms": round(statistics.median(latencies), 2),
@@ -300,6 +301,7 @@ def main() -> int:
     else:
         print(f"discovery benchmark: {figures['tools']} tools, {figures['model']}")
         print(f"  full build (persisted)      {figures['build_s']:8.2f} s    (target <= 60 s)")
+        print(f"  full build, CPU time        {figures['build_cpu_s']:8.1f} s    (all threads)")
         print(f"  rebuild, 1% changed         {figures['rebuild_1pct_s']:8.2f} s")
         print(f"  reopen from disk            {figures['open_s']:8.3f} s")
         print(
