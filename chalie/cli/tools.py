@@ -24,14 +24,19 @@ def tools() -> None:
 
 
 @tools.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print descriptors exactly as the model sees them.")
-@click.option("--async-channel", is_flag=True, help="Assemble as for a channel that allows async calls.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print descriptors exactly as the model sees them."
+)
+@click.option(
+    "--async-channel", is_flag=True, help="Assemble as for a channel that allows async calls."
+)
 @click.pass_obj
 def tools_list(obj: Ctx, as_json: bool, async_channel: bool) -> None:
     """List the registered abilities."""
     reg = load_registry(obj)
     if as_json:
-        click.echo(json.dumps(reg.descriptors(allow_async=async_channel), indent=2, ensure_ascii=False))
+        descriptors = reg.descriptors(allow_async=async_channel)
+        click.echo(json.dumps(descriptors, indent=2, ensure_ascii=False))
     else:
         width = max((len(n) for n in reg.names()), default=4)
         for entry in reg:
