@@ -1,14 +1,22 @@
 """The vector rung: HNSW over each tool's prose, a lexical assist, and a distance ceiling.
 
-Each tool gets at most two vectors: its *card* (split name and summary) and, when
-it has examples, its *examples* (the example phrases joined). A query is embedded
-once; HNSW proposes candidates, a tool scores the best cosine similarity of its
-vectors plus a small BM25 bonus over the same prose (queries often reuse a
-description's rare words, which a 6-layer model underweights), and a tool is
-kept only when its score distance ``1 - score`` is at or under the ceiling.
+Each tool is embedded as up to three texts: its *card* (name and summary), its
+*examples* (the example phrases joined) and its bare *name*. HNSW over cards and
+examples proposes candidates; a candidate scores
 
-Ceilings are model specific (e5 squeezes all distances into 0.06-0.22), so the
-ceiling is calibrated per model id and stored with the index.
+    dense = (max(cos(q, card), cos(q, examples)) + NAME_WEIGHT * cos(q, name)) / (1 + NAME_WEIGHT)
+    score = dense + LEXICAL_WEIGHT * bm25_coverage(q, prose)
+
+and is kept only when its distance ``1 - score`` is at or under the ceiling.
+The BM25 coverage (0..1: the share of the query's attainable BM25 weight the
+tool's prose reaches) lifts tools that share a query's rare words, which a
+6-layer model underweights. Generic name words ("Tool", "API", "plugin") are
+dropped from the card and the name: they say nothing about what a tool does.
+Measured on MetaTool dev through the real cascade, each of the three
+(name vector, generic-word stripping, lexical assist) adds about a point of R@5.
+
+Ceilings are model specific (e5 squeezes every distance into 0.06-0.22), so
+the ceiling is calibrated per model id and stored with the index.
 """
 
 from __future__ import annotations
@@ -35,30 +43,32 @@ from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
-# Calibrated on assistant-40 (no-tool queries) and MetaTool dev through the real
-# cascade; see tools/bench/bench_discovery_quality.py. Any other model falls back
-# to DEFAULT_CEILING (keep the top k, filter nothing) until someone calibrates it.
-CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.62}
+FORMAT = 2
+# Calibrated through the real cascade (tools/bench/bench_discovery_quality.py):
+# the loosest value at which MetaTool dev keeps R@5 >= 80 and assistant-40
+# R@3 >= 95. Another model falls back to DEFAULT_CEILING (keep the top k).
+CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.82}
 DEFAULT_CEILING = 1.0
-LEXICAL_WEIGHT = 0.25
-BM25_K1 = 1.2
+NAME_WEIGHT = 0.3
+LEXICAL_WEIGHT = 1.0
+BM25_K1 = 0.6
 BM25_B = 0.75
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF = 100
-# Candidates HNSW proposes per requested hit: tools have up to two vectors and
-# the lexical bonus may reorder the dense list.
-CANDIDATES_PER_HIT = 8
-MIN_CANDIDATES = 40
+# Slots HNSW proposes per requested hit (a tool has up to two HNSW vectors and
+# the fusion reorders the dense list).
+CANDIDATES_PER_HIT = 12
+MIN_CANDIDATES = 64
 MAX_K = 100
 MAX_QUERY_CHARS = 2000
 
-_FILES = ("vectors.hnsw", "vectors.npy", "vectors.json")
+_FILES = ("vectors.hnsw", "vectors.npy", "names.npy", "vectors.json")
 
 _WORD = re.compile(r"[a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_STOP = frozenset(
+_GENERIC = frozenset({"tool", "tools", "api", "plugin"})
+_STOP = _GENERIC | frozenset(
     """a an and are as at be but by can could do does for from get give have how i
     if in into is it its me my need of on or our please should show so some tell
     that the their them then there these this to up us use want was we what when
@@ -70,6 +80,13 @@ def split_name(name: str) -> str:
     """``get_weather`` → ``get weather``; ``ResearchHelper`` → ``Research Helper``."""
     spaced = _CAMEL.sub(" ", name)
     return re.sub(r"[\W_]+", " ", spaced).strip()
+
+
+def name_text(name: str) -> str:
+    """The split name without generic words: ``FinanceTool`` → ``Finance``."""
+    words = split_name(name).split()
+    kept = [w for w in words if w.lower() not in _GENERIC]
+    return " ".join(kept or words)
 
 
 def _stem(word: str) -> str:
@@ -86,8 +103,8 @@ def terms(text: str) -> list[str]:
 
 
 def card_text(doc: ToolDoc) -> str:
-    name = split_name(doc.name)
     summary = doc.summary.strip()
+    name = name_text(doc.name)
     return f"{name}: {summary}" if summary else name
 
 
@@ -102,13 +119,22 @@ def _digest(text: str) -> str:
 @dataclass
 class _Entry:
     doc: ToolDoc
-    slots: list[int]
+    slots: list[int]  # HNSW labels: the card, then the examples if any
+    name_digest: str
+    name_vec: Matrix
     tf: Counter[str]
     length: int
 
 
+def _tf(doc: ToolDoc) -> Counter[str]:
+    return Counter(terms(" ".join([doc.name, doc.summary, *doc.examples])))
+
+
 class VectorIndex:
-    """HNSW (cosine) over tool prose; incremental upsert/remove; saved as three files."""
+    """HNSW (cosine) over tool prose; incremental upsert/remove; saved as four files.
+
+    Not thread-safe on its own: the engine serialises writes against searches.
+    """
 
     def __init__(self, embedder: Embedder, *, ceiling: float | None = None) -> None:
         self.embedder = embedder
@@ -119,7 +145,7 @@ class VectorIndex:
             if ceiling is None:
                 log.warning("no calibrated ceiling for %s; keeping every top-k hit", self.model_id)
                 ceiling = DEFAULT_CEILING
-        if not (0.0 <= float(ceiling) <= 2.0):
+        if isinstance(ceiling, bool) or not (0.0 <= float(ceiling) <= 2.0):
             raise ValueError(f"ceiling must be within [0, 2], got {ceiling}")
         self.ceiling = float(ceiling)
         self._entries: dict[str, _Entry] = {}
@@ -148,11 +174,11 @@ class VectorIndex:
         extra = n - len(slots)
         if extra:
             start = len(self._slot_owner)
+            grown = np.zeros((start + extra, self.dim), dtype=np.float32)
+            grown[:start] = self._vectors
+            self._vectors = grown
             self._slot_owner.extend([None] * extra)
             self._digests.extend([""] * extra)
-            self._vectors = np.vstack(
-                [self._vectors, np.zeros((extra, self.dim), dtype=np.float32)]
-            )
             slots.extend(range(start, start + extra))
         need = len(self._slot_owner)
         if need > self._hnsw.get_max_elements():
@@ -173,11 +199,18 @@ class VectorIndex:
                 del self._df[term]
         self._total_len -= entry.length
 
+    def _admit(self, doc: ToolDoc, slots: list[int], name_digest: str, name_vec: Matrix) -> None:
+        tf = _tf(doc)
+        length = sum(tf.values())
+        self._entries[doc.name] = _Entry(doc, slots, name_digest, name_vec, tf, length)
+        self._df.update(tf.keys())
+        self._total_len += length
+
     def upsert(self, docs: Sequence[ToolDoc]) -> None:
         """Add or replace tools; text whose vector is already held is not embedded again."""
         latest: dict[str, ToolDoc] = {}
         for doc in docs:
-            if not isinstance(doc, ToolDoc) or not doc.name:
+            if not isinstance(doc, ToolDoc) or not isinstance(doc.name, str) or not doc.name:
                 raise ValueError(f"not a named ToolDoc: {doc!r}")
             latest[doc.name] = doc
         if not latest:
@@ -186,45 +219,43 @@ class VectorIndex:
         for name in latest:
             old = self._entries.get(name)
             if old is not None:
+                known[old.name_digest] = old.name_vec
                 for slot in old.slots:
                     known[self._digests[slot]] = self._vectors[slot].copy()
-        plan: list[tuple[str, list[str]]] = []
-        for name, doc in latest.items():
-            texts = [card_text(doc)]
+        plan: list[tuple[ToolDoc, list[str], str]] = []
+        for doc in latest.values():
+            prose = [card_text(doc)]
             if examples_text(doc):
-                texts.append(examples_text(doc))
-            plan.append((name, texts))
-        todo = sorted({t for _, texts in plan for t in texts if _digest(t) not in known})
+                prose.append(examples_text(doc))
+            plan.append((doc, prose, name_text(doc.name)))
+        wanted = {t for _, prose, nm in plan for t in (*prose, nm)}
+        todo = sorted(t for t in wanted if _digest(t) not in known)
         if todo:
             fresh = self.embedder.embed(todo)
             if fresh.shape != (len(todo), self.dim):
-                raise ValueError(
-                    f"embedder returned {fresh.shape}, expected {(len(todo), self.dim)}"
-                )
+                raise ValueError(f"embedder gave {fresh.shape}, expected {(len(todo), self.dim)}")
             for text, row in zip(todo, fresh, strict=True):
                 known[_digest(text)] = row
-        for name, _ in plan:
-            self._forget(name)
-        slots = self._alloc(sum(len(texts) for _, texts in plan))
+        for doc, _, _ in plan:
+            self._forget(doc.name)
+        slots = self._alloc(sum(len(prose) for _, prose, _ in plan))
         rows = np.empty((len(slots), self.dim), dtype=np.float32)
         cursor = 0
-        for name, texts in plan:
-            doc = latest[name]
-            mine = slots[cursor : cursor + len(texts)]
-            for slot, text, i in zip(mine, texts, range(cursor, cursor + len(texts)), strict=True):
+        for doc, prose, nm in plan:
+            mine = slots[cursor : cursor + len(prose)]
+            for offset, (slot, text) in enumerate(zip(mine, prose, strict=True)):
                 digest = _digest(text)
-                rows[i] = known[digest]
+                rows[cursor + offset] = known[digest]
                 self._vectors[slot] = known[digest]
                 self._digests[slot] = digest
-                self._slot_owner[slot] = name
-            cursor += len(texts)
-            tf = Counter(terms(" ".join([doc.name, doc.summary, *doc.examples])))
-            self._entries[name] = _Entry(doc=doc, slots=mine, tf=tf, length=sum(tf.values()))
-            self._df.update(tf.keys())
-            self._total_len += sum(tf.values())
+                self._slot_owner[slot] = doc.name
+            cursor += len(prose)
+            name_digest = _digest(nm)
+            self._admit(doc, mine, name_digest, np.array(known[name_digest], dtype=np.float32))
         self._hnsw.add_items(rows, np.asarray(slots, dtype=np.int64))
 
     def remove(self, names: Iterable[str]) -> None:
+        """Drop tools by name; unknown names are ignored."""
         for name in names:
             self._forget(name)
 
@@ -243,27 +274,27 @@ class VectorIndex:
     # -- searching --------------------------------------------------------
 
     def _lexical(self, query_terms: list[str], names: Iterable[str]) -> dict[str, float]:
-        """BM25 over each candidate's prose, divided by the best score the query could reach."""
+        """BM25 of each named tool's prose over the best BM25 the query could reach (0..1)."""
         n = len(self._entries)
         if not query_terms or not n:
             return {}
-        avg = self._total_len / n if n else 1.0
+        avg = self._total_len / n or 1.0
         qtf = Counter(query_terms)
-        idf = {
-            t: math.log(1 + (n - self._df.get(t, 0) + 0.5) / (self._df.get(t, 0) + 0.5))
-            for t in qtf
-        }
-        ceiling = sum(idf[t] * (BM25_K1 + 1) for t in qtf) or 1.0
+        idf = {}
+        for t in qtf:
+            df = self._df.get(t, 0)
+            idf[t] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        attainable = sum(idf[t] * (BM25_K1 + 1) for t in qtf) or 1.0
         out: dict[str, float] = {}
         for name in names:
             entry = self._entries[name]
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * entry.length / avg)
             score = 0.0
             for term in qtf:
                 f = entry.tf.get(term, 0)
                 if f:
-                    norm = BM25_K1 * (1 - BM25_B + BM25_B * entry.length / avg)
                     score += idf[term] * f * (BM25_K1 + 1) / (f + norm)
-            out[name] = score / ceiling
+            out[name] = score / attainable
         return out
 
     def search(self, query: str, k: int = 5) -> list[tuple[str, float]]:
@@ -274,48 +305,61 @@ class VectorIndex:
     def search_vector(
         self, vec: npt.NDArray[Any], k: int = 5, *, text: str | None = None
     ) -> list[tuple[str, float]]:
-        """As ``search`` for a query embedded already; pass ``text`` to add the lexical assist."""
-        if not isinstance(k, int) or isinstance(k, bool) or not (1 <= k <= MAX_K):
+        """As ``search`` for a query embedded already; pass ``text`` for the lexical assist."""
+        if isinstance(k, bool) or not isinstance(k, int) or not (1 <= k <= MAX_K):
             raise ValueError(f"k must be an integer in 1..{MAX_K}")
         q = np.asarray(vec, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim or not np.all(np.isfinite(q)):
             raise ValueError(f"query vector must be {self.dim} finite floats")
-        scored = self.score(q, text, k)
-        return [(name, dist) for name, dist in scored if dist <= self.ceiling][:k]
+        if text is not None:
+            text = _check_query(text)
+        return [(n, d) for n, d in self.score(q, text, k) if d <= self.ceiling][:k]
 
     def score(self, q: Matrix, text: str | None, k: int) -> list[tuple[str, float]]:
-        """Candidates with their fused distance, best first, before the ceiling is applied."""
+        """Candidates with their fused distance, best first, before the ceiling."""
         live = len(self._slot_owner) - len(self._free)
         if not live:
             return []
         want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
-        labels, _ = self._hnsw.knn_query(q, k=want)
-        cands: set[str] = set()
-        for slot in labels[0]:
-            owner = self._slot_owner[int(slot)]
-            if owner is not None:
-                cands.add(owner)
+        self._hnsw.set_ef(max(HNSW_EF, want))
+        try:
+            labels, _ = self._hnsw.knn_query(q, k=want)
+        except RuntimeError as exc:
+            raise IndexCorruptError(f"vector index search failed: {exc}") from exc
+        cands = list(
+            dict.fromkeys(o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None)
+        )
         lex = self._lexical(terms(text), cands) if text else {}
+        sims = self._vectors[np.concatenate([self._entries[n].slots for n in cands])] @ q
+        names_sim = np.stack([self._entries[n].name_vec for n in cands]) @ q
         out: list[tuple[str, float]] = []
-        for name in cands:
-            slots = self._entries[name].slots
-            dense = float(np.max(self._vectors[slots] @ q))
-            sim = dense + LEXICAL_WEIGHT * lex.get(name, 0.0)
-            out.append((name, max(0.0, 1.0 - sim)))
+        cursor = 0
+        for i, name in enumerate(cands):
+            width = len(self._entries[name].slots)
+            prose = float(sims[cursor : cursor + width].max())
+            cursor += width
+            dense = (prose + NAME_WEIGHT * float(names_sim[i])) / (1 + NAME_WEIGHT)
+            fused = dense + LEXICAL_WEIGHT * lex.get(name, 0.0)
+            out.append((name, max(0.0, 1.0 - fused)))
         out.sort(key=lambda pair: (pair[1], pair[0]))
         return out
 
     # -- persistence ------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        """Write vectors.hnsw, vectors.npy, then vectors.json (with checksums) into ``directory``."""
+        """Write the HNSW graph, the vectors, then vectors.json (with checksums) into it."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        hnsw_path = directory / "vectors.hnsw"
-        npy_path = directory / "vectors.npy"
-        self._hnsw.save_index(str(hnsw_path))
-        with open(npy_path, "wb") as fh:
-            np.save(fh, self._vectors, allow_pickle=False)
+        self._hnsw.save_index(str(directory / "vectors.hnsw"))
+        entries = list(self._entries.values())
+        names_matrix = (
+            np.stack([e.name_vec for e in entries]).astype(np.float32)
+            if entries
+            else np.zeros((0, self.dim), dtype=np.float32)
+        )
+        for fname, matrix in (("vectors.npy", self._vectors), ("names.npy", names_matrix)):
+            with open(directory / fname, "wb") as fh:
+                np.save(fh, np.ascontiguousarray(matrix, dtype=np.float32), allow_pickle=False)
         meta = {
             "format": FORMAT,
             "model_id": self.model_id,
@@ -332,10 +376,11 @@ class VectorIndex:
                     "tooltip": e.doc.tooltip,
                     "source": e.doc.source,
                     "slots": e.slots,
+                    "name_digest": e.name_digest,
                 }
-                for e in self._entries.values()
+                for e in entries
             ],
-            "sha256": {p.name: _file_sha(p) for p in (hnsw_path, npy_path)},
+            "sha256": {f: _file_sha(directory / f) for f in _FILES[:3]},
         }
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vectors.", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -344,66 +389,79 @@ class VectorIndex:
 
     @classmethod
     def load(cls, directory: Path, embedder: Embedder) -> VectorIndex:
-        """Reopen a saved index; IndexCorruptError if missing, altered or built for another model."""
+        """Reopen a saved index; IndexCorruptError if missing, altered or for another model."""
         directory = Path(directory)
         try:
-            meta = json.loads((directory / "vectors.json").read_text(encoding="utf-8"))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise IndexCorruptError(f"{directory}: unknown vector index format")
-            if meta["model_id"] != embedder.model_id or int(meta["dim"]) != int(embedder.dim):
-                raise IndexCorruptError(
-                    f"{directory}: index built with {meta['model_id']}, "
-                    f"embedder is {embedder.model_id}"
-                )
-            for fname, want in meta["sha256"].items():
-                if fname not in _FILES or _file_sha(directory / fname) != want:
-                    raise IndexCorruptError(f"{directory}/{fname}: checksum mismatch")
-            with open(directory / "vectors.npy", "rb") as fh:
-                vectors = np.load(fh, allow_pickle=False)
-            slots = int(meta["slots"])
-            if vectors.dtype != np.float32 or vectors.shape != (slots, int(meta["dim"])):
-                raise IndexCorruptError(
-                    f"{directory}/vectors.npy: shape {vectors.shape} does not fit"
-                )
-            self = cls(embedder, ceiling=float(meta["ceiling"]))
-            hnsw = hnswlib.Index(space="cosine", dim=self.dim)
-            hnsw.load_index(str(directory / "vectors.hnsw"), max_elements=int(meta["capacity"]))
-            hnsw.set_ef(HNSW_EF)
-            self._hnsw = hnsw
-            self._vectors = np.ascontiguousarray(vectors)
-            self._digests = [str(d) for d in meta["digests"]]
-            self._slot_owner = [None] * slots
-            if len(self._digests) != slots:
-                raise IndexCorruptError(f"{directory}/vectors.json: digest count does not fit")
-            for raw in meta["docs"]:
-                doc = ToolDoc(
-                    name=str(raw["name"]),
-                    summary=str(raw["summary"]),
-                    examples=tuple(str(x) for x in raw["examples"]),
-                    tooltip=str(raw.get("tooltip", "")),
-                    source=str(raw.get("source", "")),
-                )
-                mine = [int(s) for s in raw["slots"]]
-                for slot in mine:
-                    if not (0 <= slot < slots) or self._slot_owner[slot] is not None:
-                        raise IndexCorruptError(f"{directory}/vectors.json: bad slot {slot}")
-                    self._slot_owner[slot] = doc.name
-                tf = Counter(terms(" ".join([doc.name, doc.summary, *doc.examples])))
-                self._entries[doc.name] = _Entry(
-                    doc=doc, slots=mine, tf=tf, length=sum(tf.values())
-                )
-                self._df.update(tf.keys())
-                self._total_len += sum(tf.values())
-            self._free = [i for i, owner in enumerate(self._slot_owner) if owner is None]
-            if hnsw.get_current_count() != slots:
-                raise IndexCorruptError(
-                    f"{directory}/vectors.hnsw: holds {hnsw.get_current_count()} of {slots}"
-                )
-            return self
+            return cls._load(directory, embedder)
         except IndexCorruptError:
             raise
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError) as exc:
             raise IndexCorruptError(f"{directory}: vector index unreadable: {exc}") from None
+
+    @classmethod
+    def _load(cls, directory: Path, embedder: Embedder) -> VectorIndex:
+        meta = json.loads((directory / "vectors.json").read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise IndexCorruptError(f"{directory}: not a vector index of format {FORMAT}")
+        if meta["model_id"] != embedder.model_id or int(meta["dim"]) != int(embedder.dim):
+            raise IndexCorruptError(
+                f"{directory}: built with {meta['model_id']}, the embedder is {embedder.model_id}"
+            )
+        sums = meta["sha256"]
+        if not isinstance(sums, dict) or sorted(sums) != sorted(_FILES[:3]):
+            raise IndexCorruptError(f"{directory}: checksums missing")
+        for fname, want in sums.items():
+            if _file_sha(directory / fname) != want:
+                raise IndexCorruptError(f"{directory}/{fname}: checksum mismatch")
+        slots, dim = int(meta["slots"]), int(meta["dim"])
+        vectors = _load_matrix(directory / "vectors.npy", slots, dim)
+        raw_docs = meta["docs"]
+        if not isinstance(raw_docs, list):
+            raise IndexCorruptError(f"{directory}/vectors.json: docs is not a list")
+        name_vecs = _load_matrix(directory / "names.npy", len(raw_docs), dim)
+        digests = meta["digests"]
+        if not isinstance(digests, list) or len(digests) != slots:
+            raise IndexCorruptError(f"{directory}/vectors.json: digest count does not fit")
+        self = cls(embedder, ceiling=float(meta["ceiling"]))
+        hnsw = hnswlib.Index(space="cosine", dim=self.dim)
+        hnsw.load_index(str(directory / "vectors.hnsw"), max_elements=int(meta["capacity"]))
+        hnsw.set_ef(HNSW_EF)
+        if hnsw.get_current_count() != slots:
+            raise IndexCorruptError(
+                f"{directory}/vectors.hnsw: holds {hnsw.get_current_count()} of {slots}"
+            )
+        self._hnsw = hnsw
+        self._vectors = vectors
+        self._digests = [str(d) for d in digests]
+        self._slot_owner = [None] * slots
+        for i, raw in enumerate(raw_docs):
+            doc = ToolDoc(
+                name=str(raw["name"]),
+                summary=str(raw["summary"]),
+                examples=tuple(str(x) for x in raw["examples"]),
+                tooltip=str(raw.get("tooltip", "")),
+                source=str(raw.get("source", "")),
+            )
+            mine = [int(s) for s in raw["slots"]]
+            if not mine or doc.name in self._entries:
+                raise IndexCorruptError(f"{directory}/vectors.json: bad entry for {doc.name!r}")
+            for slot in mine:
+                if not (0 <= slot < slots) or self._slot_owner[slot] is not None:
+                    raise IndexCorruptError(f"{directory}/vectors.json: bad slot {slot}")
+                self._slot_owner[slot] = doc.name
+            self._admit(doc, mine, str(raw["name_digest"]), name_vecs[i])
+        self._free = [i for i, owner in enumerate(self._slot_owner) if owner is None]
+        return self
+
+
+def _load_matrix(path: Path, rows: int, dim: int) -> Matrix:
+    with open(path, "rb") as fh:
+        matrix = np.load(fh, allow_pickle=False)
+    if matrix.dtype != np.float32 or matrix.shape != (rows, dim):
+        raise IndexCorruptError(f"{path}: shape {matrix.shape} does not fit ({rows}, {dim})")
+    if not np.all(np.isfinite(matrix)):
+        raise IndexCorruptError(f"{path}: holds non-finite values")
+    return np.ascontiguousarray(matrix)
 
 
 def _check_query(query: object) -> str:

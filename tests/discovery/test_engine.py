@@ -390,7 +390,8 @@ def test_a_rebuild_embeds_only_the_tools_whose_text_changed(
         MORE[0],
     ]
     engine = DiscoveryEngine.open_or_build(directory, edited, counting)
-    assert 0 < counting.texts <= 3  # the edited tool and the new one, not the unchanged two
+    # the edited card, and the new tool's card, examples and name; not the unchanged two
+    assert 0 < counting.texts <= 4
     assert sorted(engine.docs) == sorted(d.name for d in edited)
     assert engine.find(["file a bug about the login page"]).names[0] == MORE[0].name
     reopened = DiscoveryEngine.open(directory, embedder)
