@@ -66,9 +66,8 @@ def main() -> int:
             ok = True
         failed |= not ok
         for miss in report.misses(5)[: args.misses]:
-            print(
-                f"    miss [{miss.rung}] {miss.query[:90]!r} gold={list(miss.gold)} got={list(miss.found[:5])}"
-            )
+            got = list(miss.found[:5])
+            print(f"    miss [{miss.rung}] {miss.query[:90]!r} gold={list(miss.gold)} got={got}")
         if args.misses and report.none_queries:
             for o in report.outcomes:
                 if o.type == "none" and o.found:
