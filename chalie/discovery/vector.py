@@ -60,6 +60,10 @@ HNSW_EF = 100
 # the fusion reorders the dense list).
 CANDIDATES_PER_HIT = 12
 MIN_CANDIDATES = 64
+# Lexical candidates: the tools holding the query's LEXICAL_TERMS rarest words,
+# for words held by at most LEXICAL_MAX_DF tools (a common word adds nothing).
+LEXICAL_TERMS = 3
+LEXICAL_MAX_DF = 64
 MAX_K = 100
 MAX_QUERY_CHARS = 2000
 
@@ -153,7 +157,7 @@ class VectorIndex:
         self._free: list[int] = []
         self._vectors: Matrix = np.zeros((0, self.dim), dtype=np.float32)
         self._digests: list[str] = []
-        self._df: Counter[str] = Counter()
+        self._postings: dict[str, set[str]] = {}
         self._total_len = 0
         self._hnsw = self._new_hnsw(64)
 
@@ -194,16 +198,18 @@ class VectorIndex:
             self._slot_owner[slot] = None
             self._free.append(slot)
         for term in entry.tf:
-            self._df[term] -= 1
-            if self._df[term] <= 0:
-                del self._df[term]
+            holders = self._postings[term]
+            holders.discard(name)
+            if not holders:
+                del self._postings[term]
         self._total_len -= entry.length
 
     def _admit(self, doc: ToolDoc, slots: list[int], name_digest: str, name_vec: Matrix) -> None:
         tf = _tf(doc)
         length = sum(tf.values())
         self._entries[doc.name] = _Entry(doc, slots, name_digest, name_vec, tf, length)
-        self._df.update(tf.keys())
+        for term in tf:
+            self._postings.setdefault(term, set()).add(doc.name)
         self._total_len += length
 
     def upsert(self, docs: Sequence[ToolDoc]) -> None:
@@ -282,7 +288,7 @@ class VectorIndex:
         qtf = Counter(query_terms)
         idf = {}
         for t in qtf:
-            df = self._df.get(t, 0)
+            df = len(self._postings.get(t, ()))
             idf[t] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         attainable = sum(idf[t] * (BM25_K1 + 1) for t in qtf) or 1.0
         out: dict[str, float] = {}
@@ -295,6 +301,21 @@ class VectorIndex:
                 if f:
                     score += idf[term] * f * (BM25_K1 + 1) / (f + norm)
             out[name] = score / attainable
+        return out
+
+    def _lexical_candidates(self, query_terms: list[str], have: set[str]) -> list[str]:
+        """Tools holding the query's rarest words, which dense retrieval may rank too low."""
+        ranked = sorted(
+            (len(self._postings[t]), t) for t in set(query_terms) if t in self._postings
+        )
+        out: list[str] = []
+        for df, term in ranked[:LEXICAL_TERMS]:
+            if df > LEXICAL_MAX_DF:
+                break
+            for name in sorted(self._postings[term]):
+                if name not in have:
+                    have.add(name)
+                    out.append(name)
         return out
 
     def search(self, query: str, k: int = 5) -> list[tuple[str, float]]:
@@ -329,7 +350,9 @@ class VectorIndex:
         cands = list(
             dict.fromkeys(o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None)
         )
-        lex = self._lexical(terms(text), cands) if text else {}
+        query_terms = terms(text) if text else []
+        cands.extend(self._lexical_candidates(query_terms, set(cands)))
+        lex = self._lexical(query_terms, cands) if query_terms else {}
         sims = self._vectors[np.concatenate([self._entries[n].slots for n in cands])] @ q
         names_sim = np.stack([self._entries[n].name_vec for n in cands]) @ q
         out: list[tuple[str, float]] = []
