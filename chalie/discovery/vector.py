@@ -1,7 +1,8 @@
 """The vector rung: HNSW over each tool's prose, a lexical assist, and a distance ceiling.
 
 Each tool is embedded as up to three texts: its *card* (name and summary), its
-*examples* (the example phrases joined) and its bare *name*. HNSW over cards and
+*examples* (the example phrases joined; a tool without examples gets its card
+with the whole name instead, generic words kept) and its bare *name*. HNSW over cards and
 examples proposes candidates; a candidate scores
 
     dense = (max(cos(q, card), cos(q, examples)) + NAME_WEIGHT * cos(q, name)) / (1 + NAME_WEIGHT)
@@ -112,6 +113,12 @@ def card_text(doc: ToolDoc) -> str:
     return f"{name}: {summary}" if summary else name
 
 
+def full_card_text(doc: ToolDoc) -> str:
+    """The card with the whole split name: a tool without examples gets it as its second vector."""
+    summary = doc.summary.strip()
+    return f"{split_name(doc.name)}: {summary}" if summary else split_name(doc.name)
+
+
 def examples_text(doc: ToolDoc) -> str:
     return "; ".join(e.strip() for e in doc.examples if e.strip())
 
@@ -125,7 +132,7 @@ class _Entry:
     doc: ToolDoc
     slots: list[int]  # HNSW labels: the card, then the examples if any
     name_digest: str
-    name_vec: Matrix
+    name_row: int  # row of the name vector in VectorIndex._name_vecs
     tf: Counter[str]
     length: int
 
@@ -158,6 +165,8 @@ class VectorIndex:
         self._vectors: Matrix = np.zeros((0, self.dim), dtype=np.float32)
         self._digests: list[str] = []
         self._postings: dict[str, set[str]] = {}
+        self._name_vecs: Matrix = np.zeros((0, self.dim), dtype=np.float32)
+        self._name_free: list[int] = []
         self._total_len = 0
         self._hnsw = self._new_hnsw(64)
 
@@ -193,6 +202,7 @@ class VectorIndex:
         entry = self._entries.pop(name, None)
         if entry is None:
             return
+        self._name_free.append(entry.name_row)
         for slot in entry.slots:
             self._hnsw.mark_deleted(slot)
             self._slot_owner[slot] = None
@@ -205,9 +215,17 @@ class VectorIndex:
         self._total_len -= entry.length
 
     def _admit(self, doc: ToolDoc, slots: list[int], name_digest: str, name_vec: Matrix) -> None:
+        if not self._name_free:
+            start = len(self._name_vecs)
+            grown = np.zeros((max(16, 2 * start), self.dim), dtype=np.float32)
+            grown[:start] = self._name_vecs
+            self._name_vecs = grown
+            self._name_free = list(range(len(grown) - 1, start - 1, -1))
+        row = self._name_free.pop()
+        self._name_vecs[row] = name_vec
         tf = _tf(doc)
         length = sum(tf.values())
-        self._entries[doc.name] = _Entry(doc, slots, name_digest, name_vec, tf, length)
+        self._entries[doc.name] = _Entry(doc, slots, name_digest, row, tf, length)
         for term in tf:
             self._postings.setdefault(term, set()).add(doc.name)
         self._total_len += length
@@ -225,14 +243,15 @@ class VectorIndex:
         for name in latest:
             old = self._entries.get(name)
             if old is not None:
-                known[old.name_digest] = old.name_vec
+                known[old.name_digest] = self._name_vecs[old.name_row].copy()
                 for slot in old.slots:
                     known[self._digests[slot]] = self._vectors[slot].copy()
         plan: list[tuple[ToolDoc, list[str], str]] = []
         for doc in latest.values():
             prose = [card_text(doc)]
-            if examples_text(doc):
-                prose.append(examples_text(doc))
+            second = examples_text(doc) or full_card_text(doc)
+            if second not in prose:
+                prose.append(second)
             plan.append((doc, prose, name_text(doc.name)))
         wanted = {t for _, prose, nm in plan for t in (*prose, nm)}
         todo = sorted(t for t in wanted if _digest(t) not in known)
@@ -291,15 +310,18 @@ class VectorIndex:
             df = len(self._postings.get(t, ()))
             idf[t] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         attainable = sum(idf[t] * (BM25_K1 + 1) for t in qtf) or 1.0
+        wanted = qtf.keys()
         out: dict[str, float] = {}
         for name in names:
             entry = self._entries[name]
+            common = wanted & entry.tf.keys()
+            if not common:
+                continue
             norm = BM25_K1 * (1 - BM25_B + BM25_B * entry.length / avg)
             score = 0.0
-            for term in qtf:
-                f = entry.tf.get(term, 0)
-                if f:
-                    score += idf[term] * f * (BM25_K1 + 1) / (f + norm)
+            for term in common:
+                f = entry.tf[term]
+                score += idf[term] * f * (BM25_K1 + 1) / (f + norm)
             out[name] = score / attainable
         return out
 
@@ -353,17 +375,19 @@ class VectorIndex:
         query_terms = terms(text) if text else []
         cands.extend(self._lexical_candidates(query_terms, set(cands)))
         lex = self._lexical(query_terms, cands) if query_terms else {}
-        sims = self._vectors[np.concatenate([self._entries[n].slots for n in cands])] @ q
-        names_sim = np.stack([self._entries[n].name_vec for n in cands]) @ q
-        out: list[tuple[str, float]] = []
-        cursor = 0
-        for i, name in enumerate(cands):
-            width = len(self._entries[name].slots)
-            prose = float(sims[cursor : cursor + width].max())
-            cursor += width
-            dense = (prose + NAME_WEIGHT * float(names_sim[i])) / (1 + NAME_WEIGHT)
-            fused = dense + LEXICAL_WEIGHT * lex.get(name, 0.0)
-            out.append((name, max(0.0, 1.0 - fused)))
+        entries = [self._entries[n] for n in cands]
+        widths = [len(e.slots) for e in entries]
+        prose = np.maximum.reduceat(
+            self._vectors[[s for e in entries for s in e.slots]] @ q,
+            np.cumsum([0, *widths[:-1]]),
+        )
+        dense = (prose + NAME_WEIGHT * (self._name_vecs[[e.name_row for e in entries]] @ q)) / (
+            1 + NAME_WEIGHT
+        )
+        out = [
+            (name, max(0.0, 1.0 - float(d) - LEXICAL_WEIGHT * lex.get(name, 0.0)))
+            for name, d in zip(cands, dense, strict=True)
+        ]
         out.sort(key=lambda pair: (pair[1], pair[0]))
         return out
 
@@ -376,7 +400,7 @@ class VectorIndex:
         self._hnsw.save_index(str(directory / "vectors.hnsw"))
         entries = list(self._entries.values())
         names_matrix = (
-            np.stack([e.name_vec for e in entries]).astype(np.float32)
+            self._name_vecs[[e.name_row for e in entries]]
             if entries
             else np.zeros((0, self.dim), dtype=np.float32)
         )

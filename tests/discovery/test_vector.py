@@ -175,7 +175,8 @@ def test_unchanged_text_is_not_embedded_again(embedder: Embedder) -> None:
     ix = VectorIndex(counting)
     ix.upsert(DOCS)
     first = len(counting.texts)
-    assert first == 5 + 3 + 5  # five cards, three example sets, five names
+    # five cards, three example sets, FinanceTool's full-name card, five names
+    assert first == 5 + 3 + 1 + 5
     ix.upsert([DOCS[1], ToolDoc("get_weather", "Weather, forecasts and alerts.", DOCS[0].examples)])
     assert counting.texts[first:] == ["get weather: Weather, forecasts and alerts."]
 
