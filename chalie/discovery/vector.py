@@ -8,7 +8,8 @@ examples proposes candidates; a candidate scores
     dense = (max(cos(q, card), cos(q, examples)) + NAME_WEIGHT * cos(q, name)) / (1 + NAME_WEIGHT)
     score = dense + LEXICAL_WEIGHT * bm25_coverage(q, prose)
 
-and is kept only when its distance ``1 - score`` is at or under the ceiling.
+and is kept only when its distance ``1 - score`` is at or under the ceiling
+(and the entry's best hit under the ceiling less a calibrated margin).
 The BM25 coverage (0..1: the share of the query's attainable BM25 weight the
 tool's prose reaches) lifts tools that share a query's rare words, which a
 6-layer model underweights. Generic name words ("Tool", "API", "plugin") are
@@ -44,11 +45,17 @@ from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
-# Calibrated through the real cascade (tools/bench/bench_discovery_quality.py):
-# the loosest value at which MetaTool dev keeps R@5 >= 80 and assistant-40
-# R@3 >= 95. Another model falls back to DEFAULT_CEILING (keep the top k).
-CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.82}
+FORMAT = 3
+# Calibrated through the real cascade (tools/bench/bench_discovery_quality.py).
+# Every hit must be at or under the ceiling, and an entry is answered at all only
+# when its best hit is at or under ``ceiling - best margin``: a confident best hit
+# lets its close runners-up through, a vague one (small talk, trivia) yields
+# nothing. MiniLM: 0.90 / 0.12 keeps MetaTool dev R@5 >= 80 and assistant-40
+# R@3 >= 95 while turning away about three times the no-tool queries a single
+# 0.82 ceiling did (35% against 10%). Another model falls back to
+# DEFAULT_CEILING with no margin (keep the top k) until someone calibrates it.
+CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.90}
+BEST_HIT_MARGINS: dict[str, float] = {MINILM_MODEL_ID: 0.12}
 DEFAULT_CEILING = 1.0
 NAME_WEIGHT = 0.3
 LEXICAL_WEIGHT = 1.0
@@ -151,8 +158,12 @@ class VectorIndex:
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dim = int(embedder.dim)
+        # An explicit ceiling is used as given (one cut for every hit); the
+        # calibrated one comes with its best-hit margin.
+        self.best_margin = 0.0
         if ceiling is None:
             ceiling = CEILINGS.get(self.model_id)
+            self.best_margin = BEST_HIT_MARGINS.get(self.model_id, 0.0)
             if ceiling is None:
                 log.warning("no calibrated ceiling for %s; keeping every top-k hit", self.model_id)
                 ceiling = DEFAULT_CEILING
@@ -356,7 +367,10 @@ class VectorIndex:
             raise ValueError(f"query vector must be {self.dim} finite floats")
         if text is not None:
             text = _check_query(text)
-        return [(n, d) for n, d in self.score(q, text, k) if d <= self.ceiling][:k]
+        scored = self.score(q, text, k)
+        if not scored or scored[0][1] > self.ceiling - self.best_margin:
+            return []
+        return [(n, d) for n, d in scored if d <= self.ceiling][:k]
 
     def score(self, q: Matrix, text: str | None, k: int) -> list[tuple[str, float]]:
         """Candidates with their fused distance, best first, before the ceiling."""
@@ -412,6 +426,7 @@ class VectorIndex:
             "model_id": self.model_id,
             "dim": self.dim,
             "ceiling": self.ceiling,
+            "best_margin": self.best_margin,
             "slots": len(self._slot_owner),
             "capacity": self._hnsw.get_max_elements(),
             "digests": self._digests,
@@ -470,6 +485,10 @@ class VectorIndex:
         if not isinstance(digests, list) or len(digests) != slots:
             raise IndexCorruptError(f"{directory}/vectors.json: digest count does not fit")
         self = cls(embedder, ceiling=float(meta["ceiling"]))
+        margin = float(meta["best_margin"])
+        if not (0.0 <= margin <= self.ceiling):
+            raise IndexCorruptError(f"{directory}/vectors.json: best_margin {margin} out of range")
+        self.best_margin = margin
         hnsw = hnswlib.Index(space="cosine", dim=self.dim)
         hnsw.load_index(str(directory / "vectors.hnsw"), max_elements=int(meta["capacity"]))
         hnsw.set_ef(HNSW_EF)

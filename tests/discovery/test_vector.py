@@ -16,6 +16,7 @@ from chalie.discovery import vector as vector_module
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix, load_embedder
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 from chalie.discovery.vector import (
+    BEST_HIT_MARGINS,
     CEILINGS,
     DEFAULT_CEILING,
     VectorIndex,
@@ -114,10 +115,32 @@ def test_a_tighter_ceiling_keeps_a_subset(embedder: Embedder) -> None:
 
 
 def test_the_ceiling_is_calibrated_per_model(embedder: Embedder) -> None:
-    assert VectorIndex(embedder).ceiling == CEILINGS[MINILM_MODEL_ID]
-    assert VectorIndex(Counting(embedder, "some-other-model")).ceiling == DEFAULT_CEILING
+    calibrated = VectorIndex(embedder)
+    assert calibrated.ceiling == CEILINGS[MINILM_MODEL_ID]
+    assert calibrated.best_margin == BEST_HIT_MARGINS[MINILM_MODEL_ID] > 0
+    other = VectorIndex(Counting(embedder, "some-other-model"))
+    assert (other.ceiling, other.best_margin) == (DEFAULT_CEILING, 0.0)
+    # an explicit ceiling is one plain cut for every hit
+    assert VectorIndex(embedder, ceiling=0.7).best_margin == 0.0
     with pytest.raises(ValueError):
         VectorIndex(embedder, ceiling=-0.1)
+
+
+def test_a_vague_best_hit_answers_nothing_but_a_confident_one_brings_its_runners_up(
+    index: VectorIndex,
+) -> None:
+    assert index.best_margin > 0
+    for query in ("will I need an umbrella in Oslo tomorrow", "hello there", "tell me a joke"):
+        vec = index.embedder.embed([query])[0]
+        scored = index.score(vec, query, 5)
+        hits = index.search(query, 5)
+        if scored[0][1] > index.ceiling - index.best_margin:
+            assert hits == []
+        else:
+            assert hits == [(n, d) for n, d in scored if d <= index.ceiling][:5]
+            assert hits[0][1] <= index.ceiling - index.best_margin
+    assert index.search("hello there", 5) == []
+    assert index.search("will I need an umbrella in Oslo tomorrow", 5)[0][0] == "get_weather"
 
 
 def test_words_shared_with_the_prose_lower_the_distance(index: VectorIndex) -> None:
@@ -203,7 +226,7 @@ def test_save_and_load_give_the_same_answers(index: VectorIndex, tmp_path: Path)
     index.save(tmp_path)
     again = VectorIndex.load(tmp_path, index.embedder)
     assert sorted(again.names()) == sorted(index.names())
-    assert again.ceiling == index.ceiling
+    assert (again.ceiling, again.best_margin) == (index.ceiling, index.best_margin)
     for query in ("is it raining", "mail the report to Anna", "stock market today"):
         assert again.search(query, 3) == index.search(query, 3)
 
@@ -258,9 +281,15 @@ def test_hostile_metadata_is_an_index_error(index: VectorIndex, tmp_path: Path) 
     index.save(tmp_path)
     meta_path = tmp_path / "vectors.json"
     meta = json.loads(meta_path.read_text())
+    good_slots = meta["docs"][0]["slots"]
     meta["docs"][0]["slots"] = [10**9]
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(IndexCorruptError):
+        VectorIndex.load(tmp_path, index.embedder)
+    meta["docs"][0]["slots"] = good_slots
+    meta["best_margin"] = 5.0
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(IndexCorruptError, match="best_margin"):
         VectorIndex.load(tmp_path, index.embedder)
     meta_path.write_text("[1, 2, 3]")
     with pytest.raises(IndexCorruptError):
