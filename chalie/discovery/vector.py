@@ -60,7 +60,7 @@ DEFAULT_CEILING = 1.0
 NAME_WEIGHT = 0.3
 LEXICAL_WEIGHT = 1.0
 BM25_K1 = 0.6
-BM25_B = 0.75
+BM25_B = 0.5
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF = 100
@@ -102,10 +102,22 @@ def name_text(name: str) -> str:
 
 
 def _stem(word: str) -> str:
-    # A light suffix strip: enough to meet "booking"/"book", "recipes"/"recipe".
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
+    """A light suffix strip so that inflections meet: book/booking/booked, recipe/recipes."""
+    if len(word) <= 3 or word.isdigit():
+        return word
+    if word.endswith("ing") and len(word) >= 6:
+        word = word[:-3]
+    elif word.endswith("ed") and not word.endswith("eed") and len(word) >= 5:
+        word = word[:-2]
+    elif word.endswith(("sses", "xes", "zes", "ches", "shes")):
+        word = word[:-2]
+    elif word.endswith("ies") and len(word) >= 5:
+        word = word[:-3] + "y"
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    # a final e comes and goes with the suffix (share/shared/sharing)
+    if word.endswith("e") and len(word) >= 4:
+        word = word[:-1]
     return word
 
 
