@@ -233,23 +233,23 @@ class NameIndex:
             return
         with self._lock:
             try:
-                with self._index.writer(heap_size=_WRITER_HEAP, num_threads=1) as writer:
-                    for doc in batch:
-                        if not fresh:
-                            writer.delete_documents_by_term("name", doc.name)
-                        writer.add_document(
-                            tantivy.Document.from_dict(
-                                {
-                                    "name": doc.name,
-                                    "norm": normalise(doc.name),
-                                    "bare": normalise(bare_name(doc)),
-                                    "source": doc.source,
-                                    "name_tri": normalise(doc.name),
-                                },
-                                self._index.schema,
-                            )
+                writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                for doc in batch:
+                    if not fresh:
+                        writer.delete_documents_by_term("name", doc.name)
+                    writer.add_document(
+                        tantivy.Document.from_dict(
+                            {
+                                "name": doc.name,
+                                "norm": normalise(doc.name),
+                                "bare": normalise(bare_name(doc)),
+                                "source": doc.source,
+                                "name_tri": normalise(doc.name),
+                            },
+                            self._index.schema,
                         )
-                self._searcher = self._fresh_searcher()
+                    )
+                self._commit(writer)
             except ValueError as exc:
                 raise IndexCorruptError(f"name index write failed: {exc}") from exc
             widest = max(len(self._segments_of(d.name)) for d in batch)
@@ -261,14 +261,21 @@ class NameIndex:
             return
         with self._lock:
             try:
-                with self._index.writer(heap_size=_WRITER_HEAP, num_threads=1) as writer:
-                    for name in gone:
-                        writer.delete_documents_by_term("name", name)
-                self._searcher = self._fresh_searcher()
+                writer = self._index.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                for name in gone:
+                    writer.delete_documents_by_term("name", name)
+                self._commit(writer)
                 for name in gone:
                     self._segments.pop(name, None)
             except ValueError as exc:
                 raise IndexCorruptError(f"name index write failed: {exc}") from exc
+
+    def _commit(self, writer: tantivy.IndexWriter) -> None:
+        # Waiting for the merges means no Tantivy thread writes into the
+        # directory after a write returns: a build renames it right away.
+        writer.commit()
+        writer.wait_merging_threads()
+        self._searcher = self._fresh_searcher()
 
     # -- reads ------------------------------------------------------------
     def __len__(self) -> int:

@@ -264,7 +264,7 @@ def main() -> int:
     known = {d.name for d in catalogue}
     fresh = [d for d in extra if d.name not in known][:50]
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         directory = Path(tmp) / "index"
         t0, c0 = time.perf_counter(), time.process_time()
         engine = DiscoveryEngine.build(catalogue, embedder, directory=directory, reuse=False)
