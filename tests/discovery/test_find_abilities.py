@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from abilities.find_skills import FindSkills
 from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
+from actors.supervisor import ChildSpec, Supervisor
 from chalie.ability import Ability
 from chalie.cli import cli
 from chalie.discovery.embedder import Embedder, load_embedder
@@ -251,3 +253,29 @@ def test_sync_follows_the_registry_as_abilities_come_and_go(
         assert handle.find(["tide_tables"]).names == []
     finally:
         ref.stop()
+
+
+def test_a_supervised_discovery_actor_is_restarted_and_found_again(
+    tmp_path: Path, registry: Registry, embedder: Embedder
+) -> None:
+    spec = ChildSpec(
+        "discovery",
+        lambda: DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder),
+    )
+    sup = Supervisor.start([spec], backoff_base=0.01)
+    try:
+        child = sup.proxy().child_ref("discovery").get(timeout=5)
+        services = Services(registry=registry, discovery=DiscoveryHandle(child, timeout=10))
+        assert json.loads(call(FindTools, services, {"query": ["clock"]}).body)["injected"]
+        first = child.current()
+        first.stop()  # an unrequested stop: the supervisor restarts it
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            result = call(FindTools, services, {"query": ["clock"]})
+            if result.ok:
+                break
+            assert result.code == "discovery-index-error"  # loud while it restarts
+            time.sleep(0.05)
+        assert result.ok and child.current() is not first
+    finally:
+        sup.stop()
