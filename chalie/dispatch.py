@@ -40,6 +40,7 @@ from chalie.messages import CHANNELS, ToolCall, TurnContext, WorkerResult
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
+from chalie.workers import to_tool_result
 
 MAX_ARGUMENT_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 32
@@ -340,18 +341,4 @@ def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> 
 
 def worker_result(result: WorkerResult) -> ToolResult:
     """A worker's reply as the ToolResult it stands for; a malformed one is an internal error."""
-    try:
-        if result.status == "success":
-            return ToolResult.success(result.body, rich=result.rich, meta=result.meta)
-        return ToolResult.error(
-            result.code or "internal-error",
-            result.body or "the worker reported an error without a message.",
-            hint=result.hint or "",
-            valid_values=result.valid_values,
-            meta=result.meta,
-        )
-    except (TypeError, ValueError) as exc:
-        return ToolResult.error(
-            "internal-error", f"the worker's reply is malformed ({str(exc)[:120]}).",
-            hint="this is a fault in the runtime, not in your call.",
-        )
+    return to_tool_result(result)
