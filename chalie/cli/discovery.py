@@ -42,8 +42,13 @@ def index() -> None:
 
 
 @index.command("rebuild")
+@click.option(
+    "--reuse",
+    is_flag=True,
+    help="Keep the vectors of tools whose text is unchanged (default: embed everything anew).",
+)
 @click.pass_obj
-def index_rebuild(obj: Ctx) -> None:
+def index_rebuild(obj: Ctx, reuse: bool) -> None:
     """Rebuild the tool and skill indexes from the registry and the skill folders."""
     registry = load_registry(obj)
     docs = registry_docs(registry)
@@ -58,8 +63,10 @@ def index_rebuild(obj: Ctx) -> None:
                 bar.update(n - done[0])
                 done[0] = n
 
-            engine = DiscoveryEngine.build(docs, embedder, directory=tools_dir, progress=progress)
-        skills = DiscoveryEngine.build(library.docs(), embedder, directory=skills_dir)
+            engine = DiscoveryEngine.build(
+                docs, embedder, directory=tools_dir, progress=progress, reuse=reuse
+            )
+        skills = DiscoveryEngine.build(library.docs(), embedder, directory=skills_dir, reuse=reuse)
     except (IndexCorruptError, OSError) as exc:
         raise click.ClickException(f"index rebuild failed: {exc}") from None
     click.echo(
