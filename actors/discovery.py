@@ -8,8 +8,10 @@ Lifecycle:
    catalogue, the model or the ceiling changed. Calls that arrive meanwhile wait
    in the mailbox, so nothing is served from a half-built index.
 2. If loading fails, the actor stays up and every find raises
-   :class:`IndexCorruptError` (find_tools turns it into discovery-index-error)
-   until a ``rebuild`` succeeds: a broken index is loud, never "nothing found".
+   :class:`IndexCorruptError` (find_tools turns it into discovery-index-error):
+   a broken index is loud, never "nothing found". A find at least
+   :data:`RETRY_AFTER` seconds after the failure tries loading again, and so
+   does ``rebuild``.
 3. ``add`` / ``remove`` / ``sync`` update the tool index incrementally (remote
    MCP tools arrive and leave this way).
 
@@ -24,6 +26,7 @@ holds. Wiring in the daemon::
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -42,6 +45,7 @@ log = logging.getLogger("chalie.discovery")
 # A find may wait behind a start-up build. Shorter than find_tools' own timeout,
 # so the model hears "the index is still building" rather than a bare timeout.
 DEFAULT_TIMEOUT: Final = 20.0
+RETRY_AFTER: Final = 60.0
 
 
 def index_dirs(home: Path) -> tuple[Path, Path]:
@@ -76,6 +80,7 @@ class DiscoveryActor(SupervisedActor):
         self._tools: DiscoveryEngine | None = None
         self._skills: DiscoveryEngine | None = None
         self._error: str | None = None
+        self._failed_at = 0.0
 
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
@@ -120,6 +125,7 @@ class DiscoveryActor(SupervisedActor):
             log.exception("the discovery index could not be loaded")
             self._tools = self._skills = None
             self._error = f"{type(exc).__name__}: {exc}"
+            self._failed_at = time.monotonic()
 
     @staticmethod
     def _open_current(
@@ -134,6 +140,9 @@ class DiscoveryActor(SupervisedActor):
         return DiscoveryEngine.build(docs, embedder)
 
     def _engine(self, which: str) -> DiscoveryEngine:
+        if self._tools is None and time.monotonic() - self._failed_at > RETRY_AFTER:
+            # a load that failed (a full disk, say) is tried again, at most this often
+            self._load(rebuild=False, progress=None)
         engine = self._tools if which == "tools" else self._skills
         if engine is None:
             raise IndexCorruptError(

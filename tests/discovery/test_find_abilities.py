@@ -12,6 +12,7 @@ import pykka
 import pytest
 from click.testing import CliRunner
 
+import actors.discovery as discovery_actor
 from abilities.find_skills import FindSkills
 from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
@@ -279,3 +280,23 @@ def test_a_supervised_discovery_actor_is_restarted_and_found_again(
         assert result.ok and child.current() is not first
     finally:
         sup.stop()
+
+
+def test_a_failed_load_is_retried_once_the_cause_is_gone(
+    tmp_path: Path, registry: Registry, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools_dir, _ = index_dirs(tmp_path)
+    tools_dir.parent.mkdir(parents=True)
+    tools_dir.write_text("in the way")
+    ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
+    try:
+        services = Services(registry=registry, discovery=DiscoveryHandle(ref))
+        assert call(FindTools, services, {"query": ["clock"]}).code == "discovery-index-error"
+        tools_dir.unlink()
+        # within the retry interval the error stands; after it, the load is tried again
+        assert call(FindTools, services, {"query": ["clock"]}).code == "discovery-index-error"
+        monkeypatch.setattr(discovery_actor, "RETRY_AFTER", 0.0)
+        result = call(FindTools, services, {"query": ["clock"]})
+        assert result.ok and json.loads(result.body)["injected"][0]["name"] == "clock"
+    finally:
+        ref.stop()
