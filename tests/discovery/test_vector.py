@@ -19,10 +19,15 @@ from chalie.discovery.vector import (
     BEST_HIT_MARGINS,
     CEILINGS,
     DEFAULT_CEILING,
+    EMBED_WORDS,
+    EXAMPLE_WORDS,
     VectorIndex,
     card_text,
+    examples_text,
+    lead,
     name_text,
     split_name,
+    tool_name,
 )
 
 DOCS = [
@@ -84,6 +89,26 @@ def test_names_split_and_lose_generic_words() -> None:
     assert name_text("FinanceTool") == "Finance"
     assert name_text("Tool") == "Tool"  # nothing else to say
     assert card_text(DOCS[0]).startswith("get weather: Current weather")
+
+
+def test_a_remote_tool_is_embedded_by_its_own_name() -> None:
+    remote = ToolDoc("_mcp_github_search_issues", "Search issues.", source="mcp:github")
+    assert tool_name(remote) == "search_issues"
+    assert card_text(remote) == "search issues: Search issues."
+    # the prefix is only stripped for the server that owns it
+    assert tool_name(ToolDoc("_mcp_github_x", "y", source="mcp:gitlab")) == "_mcp_github_x"
+
+
+def test_only_the_opening_of_long_prose_is_embedded() -> None:
+    text = "Searches tickets by text. " + "Takes a query and a limit and returns matches. " * 5
+    opening = lead(text)
+    assert opening.startswith("Searches tickets by text.")
+    assert len(opening.split()) <= EMBED_WORDS
+    assert lead("word " * 100) == " ".join(["word"] * EMBED_WORDS)
+    many = ToolDoc("t", "s", tuple(f"example phrase number {i}" for i in range(20)))
+    joined = examples_text(many)
+    assert joined.startswith("example phrase number 0; example phrase number 1")
+    assert len(joined.replace(";", " ").split()) <= EXAMPLE_WORDS
 
 
 def test_a_described_action_finds_its_tool_first(index: VectorIndex) -> None:
