@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from chalie.discovery.cascade import MAX_ENTRY_CHARS, FindResult
+from chalie.discovery.cascade import MAX_ENTRY_CHARS, FindResult, QueryError
 from chalie.discovery.types import ToolDoc
 
 EVAL_K: Final = 10
@@ -207,9 +207,15 @@ def evaluate(
     for i, q in enumerate(queries):
         entry, cut = fit_entry(q.query)
         started = time.perf_counter()
-        result = finder.find([entry], k=EVAL_K)
+        try:
+            result = finder.find([entry], k=EVAL_K)
+        except QueryError:
+            # find_tools would refuse this entry (say, nothing printable in it): a miss
+            result = FindResult()
+            rung = "refused"
+        else:
+            rung = result.entries[0].rung if result.entries else "none"
         seconds = time.perf_counter() - started
-        rung = result.entries[0].rung if result.entries else "none"
         outcomes.append(
             QueryOutcome(q.query, q.gold, q.type, tuple(result.names), rung, seconds, cut)
         )

@@ -157,12 +157,14 @@ def test_evaluate_drives_the_real_cascade() -> None:
         EvalQuery("set_timer", ("set_timer",), "single"),  # the exact-name rung
         EvalQuery("will I need an umbrella tomorrow", ("get_weather",), "single"),
         EvalQuery("x" * 300, ("send_email",), "single"),  # too long: cut, still answered
+        EvalQuery("\x00\x01", ("send_email",), "single"),  # find_tools refuses it: a miss
     ]
     report = evaluate(engine, queries, tools=len(docs))
     assert report.rungs.get("exact") == 1
     assert report.outcomes[0].found[0] == "set_timer"
     assert report.outcomes[1].found[0] == "get_weather"
     assert report.truncated == 1
+    assert report.outcomes[3].rung == "refused" and report.outcomes[3].found == ()
     assert report.latency_p50_ms > 0
 
 
