@@ -85,7 +85,7 @@ class MiniLMOnnx:
         )
         try:
             self._tokenizer = Tokenizer.from_str(tok_file.read_text(encoding="utf-8"))
-        except (OSError, Exception) as exc:  # tokenizers raises its own Exception type
+        except Exception as exc:  # tokenizers raises a bare Exception for a bad file
             raise EmbedderError(f"cannot load the MiniLM tokenizer: {exc}") from None
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()
