@@ -15,6 +15,18 @@ paraphrases built from the example phrases in both shapes. The figures
   also shown: a rebuild after 1% of the tools changed (unchanged vectors reused)
 * find_tools p50 ≤ 8 ms and p99 ≤ 25 ms, one entry per call, query embedding included
 * incremental add of 50 tools (embedded, indexed and persisted): ≤ 1 s
+
+Measured 2026-11-30 on the 2-core dev machine at load average ~1.5, default
+embedder (MiniLM int8, 2 onnxruntime threads), vector layout format 2:
+
+    shape    build   build CPU  1% rebuild  find p50/p99     query embed  add 50
+    mcp      39.4 s   77.7 s     1.6 s       3.8 / 6.1 ms    2.9 ms       0.27 s
+    ability  80.6 s  159.7 s     3.1 s       4.7 / 7.2 ms    2.9 ms       0.54 s
+
+The build is embedding-bound and embedding costs per token: the ability shape
+(three texts, ~80 tokens a tool) misses 60 s; the mcp shape (~45 tokens) makes
+it. Under load, two spinning onnxruntime threads lose badly to one (query
+9.7 vs 4.2 ms with one core busy elsewhere): compare ``--threads 1``.
 """
 
 from __future__ import annotations
