@@ -92,6 +92,9 @@ class MiniLMOnnx:
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
+        # Spinning worker threads burn a core between queries and, on a busy
+        # 2-core daemon, starve the other threads (2-2.5x slower under load).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
         self._session = onnxruntime.InferenceSession(
             str(model), sess_options=opts, providers=["CPUExecutionProvider"]
