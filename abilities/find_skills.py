@@ -7,9 +7,11 @@ available and internal; nothing is injected into the turn.
 
 from __future__ import annotations
 
-from abilities.find_tools import FindToolsParams, run_find
+from typing import Any
+
+from abilities.find_tools import FindToolsParams, ask_discovery
 from chalie.ability import Ability
-from chalie.discovery.cascade import FindResult
+from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.result import ToolResult
 
 
@@ -35,12 +37,13 @@ class FindSkills(Ability):
     timeout = 30.0
 
     def run(self, params: FindToolsParams) -> ToolResult:
-        outcome = run_find(self, list(params.query), skills=True)
+        queries = list(params.query)
+        outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
+            self, lambda d: d.find_skills(queries, k=DEFAULT_K)
+        )
         if isinstance(outcome, ToolResult):
             return outcome
-        assert isinstance(outcome, tuple)
         result, skills = outcome
-        assert isinstance(result, FindResult)
         texts = {s.name: s.text for s in skills}
         body = {
             "injected": [

@@ -9,7 +9,8 @@ permission gate) and absent from the roster it searches.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -19,6 +20,7 @@ from chalie.discovery.types import IndexCorruptError
 from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.discovery")
+T = TypeVar("T")
 
 Entry = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ENTRY_CHARS)]
 Entries = Annotated[
@@ -59,19 +61,13 @@ def bad_query(exc: QueryError) -> ToolResult:
     )
 
 
-def run_find(
-    ability: Ability, queries: list[str], skills: bool
-) -> FindResult | tuple[FindResult, list[Any]] | ToolResult:
-    """Ask the discovery service, mapping its failures to error results."""
+def ask_discovery(ability: Ability, ask: Callable[[Any], T]) -> T | ToolResult:
+    """Ask the discovery service; its failures become error results."""
     discovery = getattr(ability.services, "discovery", None)
     if discovery is None:
         return index_error(RuntimeError("no discovery service is attached"))
     try:
-        if skills:
-            found: tuple[FindResult, list[Any]] = discovery.find_skills(queries, k=DEFAULT_K)
-            return found
-        result: FindResult = discovery.find(queries, k=DEFAULT_K)
-        return result
+        return ask(discovery)
     except QueryError as exc:
         return bad_query(exc)
     except IndexCorruptError as exc:
@@ -100,10 +96,12 @@ class FindTools(Ability):
     timeout = 30.0
 
     def run(self, params: FindToolsParams) -> ToolResult:
-        outcome = run_find(self, list(params.query), skills=False)
+        queries = list(params.query)
+        outcome: FindResult | ToolResult = ask_discovery(
+            self, lambda d: d.find(queries, k=DEFAULT_K)
+        )
         if isinstance(outcome, ToolResult):
             return outcome
-        assert isinstance(outcome, FindResult)
         names = outcome.names
         if names and self.context is not None and self.services is not None:
             self.services.turns.inject(self.context.turn_id, names)
