@@ -256,7 +256,12 @@ class DiscoveryEngine:
         if previous is not None:
             held = previous._docs
             vectors = previous._vectors
-            vectors.ceiling = VectorIndex(embedder, ceiling=ceiling).ceiling
+            fresh = VectorIndex(embedder, ceiling=ceiling)
+            vectors.ceiling, vectors.best_margin, vectors.gate = (
+                fresh.ceiling,
+                fresh.best_margin,
+                fresh.gate,
+            )
             gone = [name for name in held if name not in catalogue]
             if gone:
                 vectors.remove(gone)

@@ -9,7 +9,8 @@ examples proposes candidates; a candidate scores
     score = dense + LEXICAL_WEIGHT * bm25_coverage(q, prose)
 
 and is kept only when its distance ``1 - score`` is at or under the ceiling
-(and the entry's best hit under the ceiling less a calibrated margin).
+(and the entry's best hit under the ceiling less a calibrated margin, and the
+request gate of chalie/discovery/intent.py admits the entry).
 The BM25 coverage (0..1: the share of the query's attainable BM25 weight the
 tool's prose reaches) lifts tools that share a query's rare words, which a
 6-layer model underweights. Generic name words ("Tool", "API", "plugin") are
@@ -44,19 +45,23 @@ import numpy as np
 import numpy.typing as npt
 
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix
+from chalie.discovery.intent import RequestGate, request_gate
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger(__name__)
 
-FORMAT = 4
+FORMAT = 5
 # Calibrated through the real cascade (tools/bench/bench_discovery_quality.py).
 # Every hit must be at or under the ceiling, and an entry is answered at all only
-# when its best hit is at or under ``ceiling - best margin``: a confident best hit
-# lets its close runners-up through, a vague one (small talk, trivia) yields
-# nothing. MiniLM: 0.90 / 0.12 keeps MetaTool dev R@5 >= 80 and assistant-40
-# R@3 >= 95 while turning away about three times the no-tool queries a single
-# 0.82 ceiling did (35% against 10%). Another model falls back to
-# DEFAULT_CEILING with no margin (keep the top k) until someone calibrates it.
+# when its best hit is at or under ``ceiling - best margin`` (a vague best hit
+# yields nothing, a confident one lets its close runners-up through) and the
+# request gate admits it (chalie/discovery/intent.py: does the entry read as a
+# request for an action, or is some tool's prose close to it?). MiniLM: 0.90 /
+# 0.12 plus the gate keeps MetaTool dev R@5 >= 80 and assistant-40 R@3 >= 95
+# while answering 80% of assistant-40's no-tool queries with nothing (35%
+# without the gate, 10% with a single 0.82 ceiling). Another model falls back
+# to DEFAULT_CEILING with no margin and no gate (keep the top k) until someone
+# calibrates it.
 CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.90}
 BEST_HIT_MARGINS: dict[str, float] = {MINILM_MODEL_ID: 0.12}
 DEFAULT_CEILING = 1.0
@@ -221,9 +226,11 @@ class VectorIndex:
         # An explicit ceiling is used as given (one cut for every hit); the
         # calibrated one comes with its best-hit margin.
         self.best_margin = 0.0
+        self.gate: RequestGate | None = None
         if ceiling is None:
             ceiling = CEILINGS.get(self.model_id)
             self.best_margin = BEST_HIT_MARGINS.get(self.model_id, 0.0)
+            self.gate = request_gate(embedder)
             if ceiling is None:
                 log.warning("no calibrated ceiling for %s; keeping every top-k hit", self.model_id)
                 ceiling = DEFAULT_CEILING
@@ -427,16 +434,22 @@ class VectorIndex:
             raise ValueError(f"query vector must be {self.dim} finite floats")
         if text is not None:
             text = _check_query(text)
-        scored = self.score(q, text, k)
+        scored, best_similarity = self._rank(q, text, k)
         if not scored or scored[0][1] > self.ceiling - self.best_margin:
+            return []
+        if self.gate is not None and not self.gate.admits(q, best_similarity):
             return []
         return [(n, d) for n, d in scored if d <= self.ceiling][:k]
 
     def score(self, q: Matrix, text: str | None, k: int) -> list[tuple[str, float]]:
-        """Candidates with their fused distance, best first, before the ceiling."""
+        """Candidates with their fused distance, best first, before the ceiling and the gate."""
+        return self._rank(q, text, k)[0]
+
+    def _rank(self, q: Matrix, text: str | None, k: int) -> tuple[list[tuple[str, float]], float]:
+        """As ``score``, plus the best plain cosine of a candidate's prose (for the gate)."""
         live = len(self._slot_owner) - len(self._free)
         if not live:
-            return []
+            return [], 0.0
         want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
         self._hnsw.set_ef(max(HNSW_EF, want))
         try:
@@ -463,7 +476,7 @@ class VectorIndex:
             for name, d in zip(cands, dense, strict=True)
         ]
         out.sort(key=lambda pair: (pair[1], pair[0]))
-        return out
+        return out, float(prose.max())
 
     # -- persistence ------------------------------------------------------
 
@@ -487,6 +500,7 @@ class VectorIndex:
             "dim": self.dim,
             "ceiling": self.ceiling,
             "best_margin": self.best_margin,
+            "gated": self.gate is not None,
             "slots": len(self._slot_owner),
             "capacity": self._hnsw.get_max_elements(),
             "digests": self._digests,
@@ -549,6 +563,10 @@ class VectorIndex:
         if not (0.0 <= margin <= self.ceiling):
             raise IndexCorruptError(f"{directory}/vectors.json: best_margin {margin} out of range")
         self.best_margin = margin
+        gated = meta["gated"]
+        if not isinstance(gated, bool):
+            raise IndexCorruptError(f"{directory}/vectors.json: gated is not a boolean")
+        self.gate = request_gate(embedder) if gated else None
         hnsw = hnswlib.Index(space="cosine", dim=self.dim)
         hnsw.load_index(str(directory / "vectors.hnsw"), max_elements=int(meta["capacity"]))
         hnsw.set_ef(HNSW_EF)
