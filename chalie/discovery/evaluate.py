@@ -273,9 +273,12 @@ def format_report(report: EvalReport, *, title: str = "") -> str:
     lines = [
         f"{head}{report.tools} tools, {report.queries} queries "
         f"({report.tool_queries} with a tool, {report.none_queries} with none)",
-        f"  R@1 {report.recall_at_1:5.1f}   R@3 {report.recall_at_3:5.1f}   "
-        f"R@5 {report.recall_at_5:5.1f}   MRR@10 {report.mrr_at_10:5.1f}",
     ]
+    if report.tool_queries:
+        lines.append(
+            f"  R@1 {report.recall_at_1:5.1f}   R@3 {report.recall_at_3:5.1f}   "
+            f"R@5 {report.recall_at_5:5.1f}   MRR@10 {report.mrr_at_10:5.1f}"
+        )
     if report.none_queries:
         lines.append(f"  no-tool queries answered with nothing: {report.none_empty:5.1f}%")
     lines.append(

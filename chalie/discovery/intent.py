@@ -40,7 +40,7 @@ import numpy.typing as npt
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix
 
 # (tool weight, threshold) per embedding model, calibrated through the real
-# cascade with tools/bench/bench_discovery_quality.py --sweep-gate.
+# cascade with tools/bench/bench_discovery_quality.py --sweep-gate 1.4 1.5 1.6 1.7 1.8.
 CALIBRATED: dict[str, tuple[float, float]] = {MINILM_MODEL_ID: (8.0, 1.6)}
 L2 = 1e-2
 NEWTON_STEPS = 25
