@@ -20,8 +20,9 @@ A message that reads as small talk is still answered when some tool's prose
 is close to it (a catalogue with a ``tell_joke`` tool finds it), and a
 request far from every tool is still answered when it plainly asks for an
 action. The probe is trained when an index is first opened in a process
-(about 300 phrases: ~0.4 s with the default model, then cached per model id);
-it is deterministic (Newton's method from zero), so nothing is persisted.
+(about 470 phrases: ~1 s with the default model), cached per model id and
+saved with the index, which reuses it while the phrase lists and calibration
+are unchanged; training is deterministic (Newton's method from zero).
 
 Weights and threshold are calibrated per embedding model, like the distance
 ceiling; a model with no calibration gets no gate.
@@ -30,6 +31,7 @@ ceiling; a model with no calibration gets no gate.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from dataclasses import dataclass
 from importlib import resources
@@ -97,7 +99,7 @@ class RequestGate:
     bias: float
     tool_weight: float
     threshold: float
-    digest: str  # of the phrase lists and calibration, for diagnostics
+    digest: str  # gate_digest(): the phrase lists and calibration it was made from
 
     def request_score(self, query: npt.NDArray[np.float32]) -> float:
         """The probe's log-odds that the query asks for an action (0 is undecided)."""
@@ -112,20 +114,46 @@ _CACHE: dict[str, RequestGate] = {}
 _LOCK = threading.Lock()
 
 
-def request_gate(embedder: Embedder) -> RequestGate | None:
-    """The gate for this embedder's model, trained once per process; None if uncalibrated."""
-    calibration = CALIBRATED.get(embedder.model_id)
+def gate_digest(model_id: str) -> str | None:
+    """What a gate for this model is made of (phrase lists, calibration); None if uncalibrated.
+
+    Cheap (no embedding): an index saves its trained gate with this digest and
+    reuses it on opening while the digest still matches.
+    """
+    calibration = CALIBRATED.get(model_id)
     if calibration is None:
         return None
+    parts = [model_id, *phrases("request.txt"), "\0", *phrases("no_tool.txt")]
+    parts += [repr(calibration), repr(L2)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def request_gate(embedder: Embedder, *, saved: RequestGate | None = None) -> RequestGate | None:
+    """The gate for this embedder's model, trained once per process; None if uncalibrated.
+
+    ``saved`` (a gate read back from an index) is used instead of training when
+    it was made from the same phrase lists and calibration.
+    """
+    digest = gate_digest(embedder.model_id)
+    if digest is None:
+        return None
+    tool_weight, threshold = CALIBRATED[embedder.model_id]
     with _LOCK:
         gate = _CACHE.get(embedder.model_id)
-        if gate is None:
+        if gate is not None and gate.digest == digest:
+            return gate
+        if (
+            saved is not None
+            and saved.digest == digest
+            and saved.weights.shape == (int(embedder.dim),)
+            and bool(np.all(np.isfinite(saved.weights)))
+            and math.isfinite(saved.bias)
+        ):
+            gate = RequestGate(saved.weights, saved.bias, tool_weight, threshold, digest)
+        else:
             request, no_tool = phrases("request.txt"), phrases("no_tool.txt")
             vectors = embedder.embed(request + no_tool)
-            weights, bias = train_probe(vectors[: len(request)], vectors[len(request) :])
-            digest = hashlib.sha256(
-                "\n".join([*request, "\0", *no_tool, repr(calibration), repr(L2)]).encode()
-            ).hexdigest()[:16]
-            gate = RequestGate(weights, bias, calibration[0], calibration[1], digest)
-            _CACHE[embedder.model_id] = gate
+            weights, bias = train_probe(vectors[: len(request)], vectors[len(request) :], l2=L2)
+            gate = RequestGate(weights, bias, tool_weight, threshold, digest)
+        _CACHE[embedder.model_id] = gate
         return gate

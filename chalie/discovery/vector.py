@@ -84,6 +84,7 @@ MAX_K = 100
 MAX_QUERY_CHARS = 2000
 
 _FILES = ("vectors.hnsw", "vectors.npy", "names.npy", "vectors.json")
+_GATE_FILE = "gate.npy"
 
 _WORD = re.compile(r"[a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -494,13 +495,21 @@ class VectorIndex:
         for fname, matrix in (("vectors.npy", self._vectors), ("names.npy", names_matrix)):
             with open(directory / fname, "wb") as fh:
                 np.save(fh, np.ascontiguousarray(matrix, dtype=np.float32), allow_pickle=False)
+        checked = list(_FILES[:3])
+        if self.gate is not None:
+            probe = np.append(self.gate.weights, self.gate.bias).astype(np.float64)
+            with open(directory / _GATE_FILE, "wb") as fh:
+                np.save(fh, probe, allow_pickle=False)
+            checked.append(_GATE_FILE)
+        else:
+            (directory / _GATE_FILE).unlink(missing_ok=True)
         meta = {
             "format": FORMAT,
             "model_id": self.model_id,
             "dim": self.dim,
             "ceiling": self.ceiling,
             "best_margin": self.best_margin,
-            "gated": self.gate is not None,
+            "gate": None if self.gate is None else {"digest": self.gate.digest},
             "slots": len(self._slot_owner),
             "capacity": self._hnsw.get_max_elements(),
             "digests": self._digests,
@@ -516,7 +525,7 @@ class VectorIndex:
                 }
                 for e in entries
             ],
-            "sha256": {f: _file_sha(directory / f) for f in _FILES[:3]},
+            "sha256": {f: _file_sha(directory / f) for f in checked},
         }
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vectors.", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -544,7 +553,9 @@ class VectorIndex:
                 f"{directory}: built with {meta['model_id']}, the embedder is {embedder.model_id}"
             )
         sums = meta["sha256"]
-        if not isinstance(sums, dict) or sorted(sums) != sorted(_FILES[:3]):
+        saved_gate = meta["gate"]
+        checked = list(_FILES[:3]) + ([] if saved_gate is None else [_GATE_FILE])
+        if not isinstance(sums, dict) or sorted(sums) != sorted(checked):
             raise IndexCorruptError(f"{directory}: checksums missing")
         for fname, want in sums.items():
             if _file_sha(directory / fname) != want:
@@ -563,10 +574,7 @@ class VectorIndex:
         if not (0.0 <= margin <= self.ceiling):
             raise IndexCorruptError(f"{directory}/vectors.json: best_margin {margin} out of range")
         self.best_margin = margin
-        gated = meta["gated"]
-        if not isinstance(gated, bool):
-            raise IndexCorruptError(f"{directory}/vectors.json: gated is not a boolean")
-        self.gate = request_gate(embedder) if gated else None
+        self.gate = None if saved_gate is None else _load_gate(directory, saved_gate, embedder)
         hnsw = hnswlib.Index(space="cosine", dim=self.dim)
         hnsw.load_index(str(directory / "vectors.hnsw"), max_elements=int(meta["capacity"]))
         hnsw.set_ef(HNSW_EF)
@@ -606,6 +614,18 @@ def _load_matrix(path: Path, rows: int, dim: int) -> Matrix:
     if not np.all(np.isfinite(matrix)):
         raise IndexCorruptError(f"{path}: holds non-finite values")
     return np.ascontiguousarray(matrix)
+
+
+def _load_gate(directory: Path, meta: object, embedder: Embedder) -> RequestGate | None:
+    """The saved request gate, or a freshly trained one if its phrase lists changed since."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("digest"), str):
+        raise IndexCorruptError(f"{directory}/vectors.json: gate is not an object with a digest")
+    with open(directory / _GATE_FILE, "rb") as fh:
+        probe = np.load(fh, allow_pickle=False)
+    if probe.dtype != np.float64 or probe.shape != (int(embedder.dim) + 1,):
+        raise IndexCorruptError(f"{directory}/{_GATE_FILE}: shape {probe.shape} does not fit")
+    saved = RequestGate(probe[:-1], float(probe[-1]), 0.0, 0.0, meta["digest"])
+    return request_gate(embedder, saved=saved)
 
 
 def _check_query(query: object) -> str:

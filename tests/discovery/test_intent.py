@@ -124,13 +124,41 @@ def test_the_gate_is_part_of_the_persisted_index(tmp_path: Path, embedder: Embed
     assert DiscoveryEngine.open(plain, embedder).find(["tell me a joke"]).injected != []
 
 
-def test_a_malformed_gate_flag_is_a_corrupt_index(tmp_path: Path, embedder: Embedder) -> None:
+def test_a_malformed_saved_gate_is_a_corrupt_index(tmp_path: Path, embedder: Embedder) -> None:
     index = VectorIndex(embedder)
     index.upsert(CATALOGUE)
     index.save(tmp_path)
     meta_path = tmp_path / "vectors.json"
     meta = json.loads(meta_path.read_text())
-    meta["gated"] = "yes"
-    meta_path.write_text(json.dumps(meta))
-    with pytest.raises(IndexCorruptError, match="gated"):
+    for bad in ("yes", {"digest": 5}):
+        meta["gate"] = bad
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(IndexCorruptError, match="gate"):
+            VectorIndex.load(tmp_path, embedder)
+    index.save(tmp_path)
+    (tmp_path / "gate.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(IndexCorruptError, match=r"gate\.npy"):
         VectorIndex.load(tmp_path, embedder)
+
+
+def test_an_index_reuses_its_saved_gate_until_the_phrase_lists_change(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = VectorIndex(embedder)
+    index.upsert(CATALOGUE)
+    index.save(tmp_path)
+    assert index.gate is not None
+    counting = Counting(embedder)
+    monkeypatch.setattr(intent, "_CACHE", {})  # as in a fresh process
+    reopened = VectorIndex.load(tmp_path, counting)
+    assert counting.texts == []  # nothing embedded: the saved probe was used
+    assert reopened.gate is not None
+    assert np.array_equal(reopened.gate.weights, index.gate.weights)
+    assert reopened.search("tell me a joke") == []
+    # a changed phrase list (or calibration) makes the saved probe stale: trained again
+    monkeypatch.setattr(intent, "_CACHE", {})
+    monkeypatch.setattr(intent, "L2", intent.L2 * 2)
+    counting.texts.clear()
+    retrained = VectorIndex.load(tmp_path, counting)
+    assert retrained.gate is not None and retrained.gate.digest != index.gate.digest
+    assert len(counting.texts) >= len(intent.phrases("request.txt"))
