@@ -47,7 +47,7 @@ from chalie.discovery.embedder import Embedder
 from chalie.discovery.names import NameIndex
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 from chalie.discovery.vector import FORMAT as VECTOR_FORMAT
-from chalie.discovery.vector import VectorIndex
+from chalie.discovery.vector import VectorIndex, cut_settings
 
 log = logging.getLogger("chalie.discovery")
 
@@ -250,18 +250,14 @@ class DiscoveryEngine:
         ordered = sorted(catalogue.values(), key=lambda d: d.name)
         total = len(ordered)
         started = time.monotonic()
-        vectors = VectorIndex(embedder, ceiling=ceiling)
         todo = ordered
         previous = cls._previous(directory, embedder) if reuse and directory else None
-        if previous is not None:
+        if previous is None:
+            vectors = VectorIndex(embedder, ceiling=ceiling)
+        else:
             held = previous._docs
             vectors = previous._vectors
-            fresh = VectorIndex(embedder, ceiling=ceiling)
-            vectors.ceiling, vectors.best_margin, vectors.gate = (
-                fresh.ceiling,
-                fresh.best_margin,
-                fresh.gate,
-            )
+            vectors.calibrate(ceiling)
             gone = [name for name in held if name not in catalogue]
             if gone:
                 vectors.remove(gone)
@@ -418,7 +414,7 @@ class DiscoveryEngine:
         if manifest.get("vector_format") != VECTOR_FORMAT:
             old = manifest.get("vector_format")
             return f"the vector layout changed (format {old} → {VECTOR_FORMAT})"
-        calibrated = float(VectorIndex(embedder).ceiling)
+        calibrated = cut_settings(embedder.model_id)[0]
         if abs(manifest["ceiling"] - calibrated) > 1e-9:
             return f"the distance ceiling changed ({manifest['ceiling']} → {calibrated})"
         if manifest["catalogue_hash"] != catalogue_hash(_unique(docs).values()):

@@ -103,6 +103,20 @@ _STOP = _GENERIC | frozenset(
 )
 
 
+def cut_settings(model_id: str, ceiling: float | None = None) -> tuple[float, float]:
+    """(ceiling, best-hit margin): an explicit ceiling is one plain cut for every hit."""
+    margin = 0.0
+    if ceiling is None:
+        ceiling = CEILINGS.get(model_id)
+        margin = BEST_HIT_MARGINS.get(model_id, 0.0)
+        if ceiling is None:
+            log.warning("no calibrated ceiling for %s; keeping every top-k hit", model_id)
+            ceiling = DEFAULT_CEILING
+    if isinstance(ceiling, bool) or not (0.0 <= float(ceiling) <= 2.0):
+        raise ValueError(f"ceiling must be within [0, 2], got {ceiling}")
+    return float(ceiling), margin
+
+
 def split_name(name: str) -> str:
     """``get_weather`` → ``get weather``; ``ResearchHelper`` → ``Research Helper``."""
     spaced = _CAMEL.sub(" ", name)
@@ -224,20 +238,8 @@ class VectorIndex:
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dim = int(embedder.dim)
-        # An explicit ceiling is used as given (one cut for every hit); the
-        # calibrated one comes with its best-hit margin.
-        self.best_margin = 0.0
         self.gate: RequestGate | None = None
-        if ceiling is None:
-            ceiling = CEILINGS.get(self.model_id)
-            self.best_margin = BEST_HIT_MARGINS.get(self.model_id, 0.0)
-            self.gate = request_gate(embedder)
-            if ceiling is None:
-                log.warning("no calibrated ceiling for %s; keeping every top-k hit", self.model_id)
-                ceiling = DEFAULT_CEILING
-        if isinstance(ceiling, bool) or not (0.0 <= float(ceiling) <= 2.0):
-            raise ValueError(f"ceiling must be within [0, 2], got {ceiling}")
-        self.ceiling = float(ceiling)
+        self.calibrate(ceiling)
         self._entries: dict[str, _Entry] = {}
         self._slot_owner: list[str | None] = []
         self._free: list[int] = []
@@ -248,6 +250,17 @@ class VectorIndex:
         self._name_free: list[int] = []
         self._total_len = 0
         self._hnsw = self._new_hnsw(64)
+
+    def calibrate(self, ceiling: float | None = None) -> None:
+        """Set the cuts: the model's calibrated ceiling, margin and gate, or one explicit ceiling.
+
+        A gate already held (read back with the index) is kept when it is still current.
+        """
+        self.ceiling, self.best_margin = cut_settings(self.model_id, ceiling)
+        if ceiling is not None:
+            self.gate = None
+        else:
+            self.gate = request_gate(self.embedder, saved=self.gate)
 
     # -- building ---------------------------------------------------------
 

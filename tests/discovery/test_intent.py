@@ -162,3 +162,24 @@ def test_an_index_reuses_its_saved_gate_until_the_phrase_lists_change(
     retrained = VectorIndex.load(tmp_path, counting)
     assert retrained.gate is not None and retrained.gate.digest != index.gate.digest
     assert len(counting.texts) >= len(intent.phrases("request.txt"))
+
+
+def test_a_daemon_start_over_an_unchanged_index_embeds_nothing(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "index"
+    DiscoveryEngine.build(CATALOGUE, embedder, directory=directory)
+    monkeypatch.setattr(intent, "_CACHE", {})  # as in a fresh process
+    counting = Counting(embedder)
+    engine = DiscoveryEngine.open_or_build(directory, CATALOGUE, counting)
+    assert counting.texts == []
+    assert engine.find(["tell me a joke"]).injected == []
+    # one tool more: only its texts are embedded, and the saved gate still serves
+    extra = ToolDoc("set_alarm", "Set an alarm clock for a time of day.", ("wake me at 7",))
+    monkeypatch.setattr(intent, "_CACHE", {})
+    counting.texts.clear()
+    engine = DiscoveryEngine.open_or_build(directory, [*CATALOGUE, extra], counting)
+    assert sorted(counting.texts) == sorted(
+        ["set alarm", "set alarm: Set an alarm clock for a time of day.", "wake me at 7"]
+    )
+    assert engine.find(["wake me up at six"]).injected[0].name == "set_alarm"
