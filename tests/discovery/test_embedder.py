@@ -11,12 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chalie.discovery import embedder as embedder_module
 from chalie.discovery.embedder import (
+    BATCH,
     MAX_TEXT_CHARS,
     MINILM_DIM,
     MINILM_MODEL_ID,
     Embedder,
     EmbedderError,
+    MiniLMOnnx,
     OpenAIEmbedder,
     load_embedder,
 )
@@ -67,6 +70,122 @@ def test_over_long_text_is_cut_not_refused(minilm: Embedder) -> None:
     row = minilm.embed(["weather " * (MAX_TEXT_CHARS // 4)])
     assert row.shape == (1, MINILM_DIM)
     assert np.all(np.isfinite(row))
+
+
+def _catalogue_texts(n: int) -> list[str]:
+    """Tool-like texts of many lengths, with bare names that repeat (as in a build)."""
+    verbs = ["create", "list", "archive", "share", "delete", "search"]
+    objects = ["event", "invoice", "playlist", "pull request", "thermostat", "lead"]
+    out: list[str] = []
+    for i in range(n):
+        verb, obj = verbs[i % len(verbs)], objects[(i // len(verbs)) % len(objects)]
+        if i % 3 == 0:
+            out.append(f"{verb} {obj}")
+        elif i % 3 == 1:
+            out.append(f"{verb} {obj}: {verb.capitalize()}s a {obj} in service number {i}.")
+        else:
+            out.append(
+                f"{verb} the {obj} for Maria | {verb} a new {obj} in Berlin | "
+                f"please {verb} my {obj}s from last week, item {i} " + "and more " * (i % 7)
+            )
+    return out
+
+
+@pytest.fixture
+def fresh_minilm() -> MiniLMOnnx:
+    # its own instance: the remembered short texts start empty
+    return MiniLMOnnx()
+
+
+def test_a_big_batch_runs_in_parallel_and_matches_the_serial_path(
+    fresh_minilm: MiniLMOnnx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = _catalogue_texts(150)
+    assert len(set(texts)) > 2 * BATCH and len(set(texts)) < len(texts)
+    threads: set[str] = set()
+    run = fresh_minilm._run
+
+    def spy(*args: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return run(*args)
+
+    monkeypatch.setattr(fresh_minilm, "_run", spy)
+    parallel = fresh_minilm.embed(texts)
+    assert len(threads) == fresh_minilm.threads
+    if fresh_minilm.threads < 2:
+        pytest.skip("one CPU: no parallel path to compare")
+    reference = fresh_minilm._embed_serial(texts)
+    assert parallel.shape == (len(texts), MINILM_DIM) and parallel.dtype == np.float32
+    assert float(np.min(np.sum(parallel * reference, axis=1))) >= 0.9999
+    assert np.allclose(np.linalg.norm(parallel, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_big_batch_keeps_the_input_order(fresh_minilm: MiniLMOnnx) -> None:
+    texts = _catalogue_texts(100)
+    rows = fresh_minilm.embed(texts)
+    perm = np.random.default_rng(5).permutation(len(texts))
+    shuffled = fresh_minilm.embed([texts[i] for i in perm])
+    assert float(np.min(np.sum(shuffled * rows[perm], axis=1))) >= 0.9999
+    # spot checks against one text at a time (the query path)
+    for i in (0, 1, 2, 57, 99):
+        assert float(fresh_minilm.embed([texts[i]])[0] @ rows[i]) >= 0.9999
+
+
+def test_short_texts_of_a_big_batch_are_embedded_once(
+    fresh_minilm: MiniLMOnnx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _catalogue_texts(90)
+    rows = fresh_minilm.embed(first)
+    names = sorted({t for t in first if len(t) <= embedder_module.SHORT_CHARS})
+    assert names
+    computed: list[int] = []
+    run = fresh_minilm._run
+
+    def spy(session: Any, encodings: Any, chunk: Any) -> Any:
+        computed.extend(len(encodings[i].ids) for i in chunk)
+        return run(session, encodings, chunk)
+
+    monkeypatch.setattr(fresh_minilm, "_run", spy)
+    later = [*names, *(f"a new card number {i} for a tool that lists things" for i in range(40))]
+    again = fresh_minilm.embed(later)
+    assert len(computed) == 40  # the names came from memory
+    index = {t: i for i, t in enumerate(first)}
+    for j, name in enumerate(names):
+        assert float(again[j] @ rows[index[name]]) >= 0.9999
+    # a query neither reads nor fills that memory
+    computed.clear()
+    fresh_minilm.embed([names[0]])
+    fresh_minilm.embed(["a query nobody embedded before"])
+    assert len(computed) == 2
+    assert "a query nobody embedded before" not in fresh_minilm._short
+
+
+def test_the_short_text_memory_is_bounded(
+    fresh_minilm: MiniLMOnnx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedder_module, "SHORT_CACHE", 50)
+    fresh_minilm.embed([f"tool number {i}" for i in range(120)])
+    assert len(fresh_minilm._short) == 50
+    assert "tool number 119" in fresh_minilm._short
+
+
+def test_a_failure_on_a_helper_thread_reaches_the_caller(
+    fresh_minilm: MiniLMOnnx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*args: Any) -> Any:
+        raise RuntimeError("onnxruntime failed")
+
+    monkeypatch.setattr(fresh_minilm, "_run", boom)
+    with pytest.raises(RuntimeError, match="onnxruntime failed"):
+        fresh_minilm.embed(_catalogue_texts(80))
+
+
+def test_one_thread_gives_the_same_rows_as_the_default() -> None:
+    texts = _catalogue_texts(70)
+    one = MiniLMOnnx(threads=1)
+    assert one.threads == 1
+    default = load_embedder().embed(texts)
+    assert float(np.min(np.sum(one.embed(texts) * default, axis=1))) >= 0.9999
 
 
 @pytest.mark.parametrize("bad", ["one string", [b"bytes"], ["ok", None], [3]])

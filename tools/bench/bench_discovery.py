@@ -16,17 +16,25 @@ paraphrases built from the example phrases in both shapes. The figures
 * find_tools p50 ≤ 8 ms and p99 ≤ 25 ms, one entry per call, query embedding included
 * incremental add of 50 tools (embedded, indexed and persisted): ≤ 1 s
 
-Measured 2026-11-30 on the 2-core dev machine at load average ~1.5, default
-embedder (MiniLM int8, 2 onnxruntime threads), vector layout format 2:
+Measured 2026-11-30 on the 2-core dev machine, default embedder (MiniLM int8:
+a query runs on one 2-thread onnxruntime session; a big batch runs 16-text
+chunks on two Python threads against a 1-thread session, and remembers the rows
+of short texts such as bare tool names, which a catalogue repeats across
+servers), vector layout format 2, load average ~1.9 (the benchmark's own two
+threads). The old embedder (one 2-thread session for everything), run back to
+back with it, took 105.2 s (ability) and 47.2 s (mcp) to build; earlier the
+same day, on a faster moment of the shared host, it took 80.6 s and 39.4 s:
 
     shape    build   build CPU  1% rebuild  find p50/p99     query embed  add 50
-    mcp      39.4 s   77.7 s     1.6 s       3.8 / 6.1 ms    2.9 ms       0.27 s
-    ability  80.6 s  159.7 s     3.1 s       4.7 / 7.2 ms    2.9 ms       0.54 s
+    mcp      38.0 s   72.2 s     2.2 s       4.5 / 6.8 ms    3.4 ms       0.22 s
+    ability  73.4 s  141.8 s     3.4 s       5.7 / 7.5 ms    4.0 ms       0.42 s
 
-The build is embedding-bound and embedding costs per token: the ability shape
-(three texts, ~80 tokens a tool) misses 60 s; the mcp shape (~45 tokens) makes
-it. Under load, two spinning onnxruntime threads lose badly to one (query
-9.7 vs 4.2 ms with one core busy elsewhere): compare ``--threads 1``.
+The build is embedding-bound and embedding costs per token (~21 MFLOP of fp32
+matrix products each: onnxruntime folds the int8 weights back to float): the
+ability shape (three texts, ~50 word pieces a tool) is 1.43x faster than before but
+still misses 60 s on this host; the mcp shape (~25) makes it. Under
+load, two spinning onnxruntime threads lose badly to one (query 9.7 vs 4.2 ms
+with one core busy elsewhere): compare ``--threads 1``.
 """
 
 from __future__ import annotations
