@@ -21,9 +21,10 @@ a query runs on one 2-thread onnxruntime session; a big batch runs 16-text
 chunks on two Python threads against a 1-thread session, and remembers the rows
 of short texts such as bare tool names, which a catalogue repeats across
 servers), vector layout format 2, load average ~1.9 (the benchmark's own two
-threads). The old embedder (one 2-thread session for everything), run back to
-back with it, took 105.2 s (ability) and 47.2 s (mcp) to build; earlier the
-same day, on a faster moment of the shared host, it took 80.6 s and 39.4 s:
+threads). The shared host's speed drifts, so the old embedder (one 2-thread
+session for everything) was run back to back with it: ability builds of 105.2
+and 91.4 s against 73.4 and 74.9 s (1.2-1.4x), mcp 47.2 against 38.0 s;
+earlier the same day, on a faster moment, the old one took 80.6 s and 39.4 s.
 
     shape    build   build CPU  1% rebuild  find p50/p99     query embed  add 50
     mcp      38.0 s   72.2 s     2.2 s       4.5 / 6.8 ms    3.4 ms       0.22 s
@@ -31,10 +32,10 @@ same day, on a faster moment of the shared host, it took 80.6 s and 39.4 s:
 
 The build is embedding-bound and embedding costs per token (~21 MFLOP of fp32
 matrix products each: onnxruntime folds the int8 weights back to float): the
-ability shape (three texts, ~50 word pieces a tool) is 1.43x faster than before but
-still misses 60 s on this host; the mcp shape (~25) makes it. Under
-load, two spinning onnxruntime threads lose badly to one (query 9.7 vs 4.2 ms
-with one core busy elsewhere): compare ``--threads 1``.
+ability shape (three texts, ~50 word pieces a tool) still misses 60 s on this
+host; the mcp shape (~25) makes it. Under load, two spinning onnxruntime
+threads lose badly to one (query 9.7 vs 4.2 ms with one core busy elsewhere):
+compare ``--threads 1``.
 """
 
 from __future__ import annotations
