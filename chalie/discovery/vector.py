@@ -1,9 +1,9 @@
 """The vector rung: HNSW over each tool's prose, a lexical assist, and a distance ceiling.
 
 Each tool is embedded as up to three texts: its *card* (name and summary), its
-*examples* (the example phrases joined; a tool without examples gets the whole
-name and the summary past the card's opening instead, see ``more_text``) and its
-bare *name*. HNSW over cards and examples proposes candidates; a candidate scores
+*examples* (the example phrases joined; a tool without examples gets its card
+with the whole name instead, generic words kept) and its bare *name*. HNSW over cards and
+examples proposes candidates; a candidate scores
 
     dense = (max(cos(q, card), cos(q, examples)) + NAME_WEIGHT * cos(q, name)) / (1 + NAME_WEIGHT)
     score = dense + LEXICAL_WEIGHT * bm25_coverage(q, prose)
@@ -50,7 +50,7 @@ from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger(__name__)
 
-FORMAT = 6
+FORMAT = 5
 # Calibrated through the real cascade (tools/bench/bench_discovery_quality.py).
 # Every hit must be at or under the ceiling, and an entry is answered at all only
 # when its best hit is at or under ``ceiling - best margin`` (a vague best hit
@@ -94,7 +94,6 @@ _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 # roughly 27 word pieces a remote tool; 16/24 cost nothing measurable in recall.
 EMBED_WORDS = 16
 EXAMPLE_WORDS = 24
-MORE_WORDS = 16
 _GENERIC = frozenset({"tool", "tools", "api", "plugin"})
 _STOP = _GENERIC | frozenset(
     """a an and are as at be but by can could do does for from get give have how i
@@ -191,18 +190,11 @@ def card_text(doc: ToolDoc) -> str:
     return f"{name}: {summary}" if summary else name
 
 
-def more_text(doc: ToolDoc) -> str:
-    """A tool without examples gets, as its second vector, the prose the card left out.
-
-    The whole split name, then up to MORE_WORDS words of the summary past the
-    card's opening (the card's own text again when the summary is that short).
-    Measured on MetaTool dev, whose tools have one-line descriptions and no
-    examples: R@1 +0.7 and R@5 +0.3 against a second copy of the card.
-    """
+def full_card_text(doc: ToolDoc) -> str:
+    """The card with the whole split name: a tool without examples gets it as its second vector."""
+    summary = lead(doc.summary)
     name = split_name(tool_name(doc))
-    words = doc.summary.split()
-    rest = " ".join(words[len(lead(doc.summary).split()) :][:MORE_WORDS])
-    return f"{name}: {rest or lead(doc.summary)}" if words else name
+    return f"{name}: {summary}" if summary else name
 
 
 def examples_text(doc: ToolDoc) -> str:
@@ -349,7 +341,7 @@ class VectorIndex:
         plan: list[tuple[ToolDoc, list[str], str]] = []
         for doc in latest.values():
             prose = [card_text(doc)]
-            second = examples_text(doc) or more_text(doc)
+            second = examples_text(doc) or full_card_text(doc)
             if second not in prose:
                 prose.append(second)
             plan.append((doc, prose, name_text(tool_name(doc))))

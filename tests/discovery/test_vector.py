@@ -25,7 +25,6 @@ from chalie.discovery.vector import (
     card_text,
     examples_text,
     lead,
-    more_text,
     name_text,
     split_name,
     tool_name,
@@ -354,19 +353,3 @@ def test_any_sequence_of_updates_matches_a_plain_dict(ops: list[tuple[str, int, 
 
 def test_the_module_calibrates_the_default_model() -> None:
     assert MINILM_MODEL_ID in vector_module.CEILINGS
-
-
-def test_a_tool_without_examples_gets_the_rest_of_its_summary_as_second_text() -> None:
-    long = ToolDoc(
-        "PDF&URLTool",
-        "Interact with any PDF file and provide page references for fact checking. "
-        "Engage in conversations with websites, fetch linked pages and summarise source code.",
-        (),
-    )
-    card, more = card_text(long), more_text(long)
-    assert card == "PDF URL: Interact with any PDF file and provide page references for fact checking."
-    assert more.startswith("PDF URL Tool: Engage in conversations with websites")
-    assert len(more.split(":", 1)[1].split()) <= vector_module.MORE_WORDS
-    short = ToolDoc("get_time", "Tell the time.", ())
-    assert more_text(short) == "get time: Tell the time."
-    assert more_text(ToolDoc("bare", "", ())) == "bare"
