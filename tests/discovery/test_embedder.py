@@ -208,6 +208,7 @@ def test_load_embedder_caches_one_instance_per_config() -> None:
         {"backend": "openai", "url": "file:///etc/passwd", "model": "m"},
         {"backend": "sentence-transformers"},
         {"backend": "onnx", "threads": 0},
+        {"backend": "e5-multilingual", "threads": "two"},
     ],
 )
 def test_a_bad_config_is_refused(config: dict[str, Any]) -> None:
@@ -282,3 +283,29 @@ def test_the_openai_backend_turns_a_bad_reply_into_an_embedder_error(endpoint: s
 def test_an_unreachable_endpoint_is_an_embedder_error() -> None:
     with pytest.raises(EmbedderError, match="failed"):
         OpenAIEmbedder("http://127.0.0.1:9/v1", "m", timeout=2)
+
+
+def test_the_multilingual_backend_matches_across_languages() -> None:
+    e5 = load_embedder({"backend": "e5-multilingual"})
+    assert e5.model_id == embedder_module.E5_MODEL_ID and e5.dim == 384
+    tools = e5.embed(
+        [
+            "get weather: current weather conditions and the forecast for a city",
+            "send email: compose and send an email message",
+            "set timer: start a countdown timer",
+        ]
+    )
+    queries = e5.embed(
+        [
+            "¿va a llover mañana en Sevilla?",
+            "envoie un courriel à Paul",
+            "stell einen Timer auf 5 Minuten",
+        ]
+    )
+    assert tools.dtype == np.float32 and np.allclose(
+        np.linalg.norm(queries, axis=1), 1.0, atol=1e-5
+    )
+    assert list(np.argmax(queries @ tools.T, axis=1)) == [0, 1, 2]
+    assert e5.embed([]).shape == (0, 384)
+    with pytest.raises(EmbedderError):
+        e5.embed("one string, not a list")

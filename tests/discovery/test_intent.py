@@ -183,3 +183,14 @@ def test_a_daemon_start_over_an_unchanged_index_embeds_nothing(
         ["set alarm", "set alarm: Set an alarm clock for a time of day.", "wake me at 7"]
     )
     assert engine.find(["wake me up at six"]).injected[0].name == "set_alarm"
+
+
+def test_the_multilingual_backend_has_its_own_calibration() -> None:
+    e5 = load_embedder({"backend": "e5-multilingual"})
+    index = VectorIndex(e5)
+    assert index.ceiling == 0.22 and index.best_margin == 0.0
+    assert index.gate is not None and index.gate.tool_weight == intent.CALIBRATED[e5.model_id][0]
+    assert index.lexical_weight < 1.0  # scaled to e5's squeezed cosines
+    index.upsert(CATALOGUE)
+    assert index.search("¿va a llover mañana en Sevilla?")[0][0] == "get_weather"
+    assert index.search("programme une réunion avec Anne lundi")[0][0] == "calendar_create_event"

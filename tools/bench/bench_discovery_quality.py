@@ -29,7 +29,7 @@ from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import evaluate, format_report, load_catalogue, load_queries
 
-SETS = ("metatool-dev", "assistant-40")
+SETS = ("metatool-dev", "assistant-40", "assistant-40-multilingual")
 HELD_OUT = Path(__file__).resolve().parent / "data" / "no_tool_heldout.jsonl"
 
 
@@ -53,6 +53,11 @@ def main() -> int:
     parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--misses", type=int, default=0)
     parser.add_argument(
+        "--embedder",
+        default="onnx",
+        help="embedder backend: onnx (default, MiniLM) or e5-multilingual",
+    )
+    parser.add_argument(
         "--sweep-gate",
         type=float,
         nargs="+",
@@ -61,13 +66,15 @@ def main() -> int:
     )
     args = parser.parse_args()
     started = time.perf_counter()
-    embedder = load_embedder()
+    embedder = load_embedder({"backend": args.embedder})
     print(f"embedder {embedder.model_id} loaded in {time.perf_counter() - started:.2f}s")
     failed = False
     for name in args.sets:
-        root = args.data / name
+        # assistant-40-multilingual: the same 40 tools, the 16 non-English queries
+        root = args.data / name.removesuffix("-multilingual")
+        qfile = "queries-multilingual.jsonl" if name.endswith("-multilingual") else "queries.jsonl"
         docs = load_catalogue(root / "tools.jsonl")
-        queries = load_queries(root / "queries.jsonl", known={d.name for d in docs})
+        queries = load_queries(root / qfile, known={d.name for d in docs})
         t0 = time.perf_counter()
         engine = DiscoveryEngine.build(docs, embedder)
         built = time.perf_counter() - t0
@@ -82,6 +89,8 @@ def main() -> int:
             print(f"  target R@3 >= 95 and none-empty >= 80%: {'met' if ok else 'NOT met'}")
         else:
             ok = True
+        if args.embedder != "onnx":
+            print("  (the issue's targets are set for the default embedder)")
         failed |= not ok
         if name == "assistant-40" and HELD_OUT.exists():
             held = load_queries(HELD_OUT, known={d.name for d in docs})
