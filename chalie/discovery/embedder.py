@@ -370,6 +370,15 @@ _CACHE: dict[str, Embedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
+def _threads(cfg: Mapping[str, Any]) -> int | None:
+    threads = cfg.get("threads")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise EmbedderError("embedder.threads must be a positive integer")
+    return threads
+
+
 def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
     """The embedder the config names (default: MiniLM int8 ONNX), one instance per process.
 
@@ -388,15 +397,9 @@ def load_embedder(config: Mapping[str, Any] | None = None) -> Embedder:
             return cached
         embedder: Embedder
         if backend in ("onnx", "minilm", "default"):
-            threads = cfg.get("threads")
-            if threads is not None and (not isinstance(threads, int) or threads < 1):
-                raise EmbedderError("embedder.threads must be a positive integer")
-            embedder = MiniLMOnnx(threads=threads)
+            embedder = MiniLMOnnx(threads=_threads(cfg))
         elif backend in ("e5-multilingual", "multilingual"):
-            threads = cfg.get("threads")
-            if threads is not None and (not isinstance(threads, int) or threads < 1):
-                raise EmbedderError("embedder.threads must be a positive integer")
-            embedder = E5Multilingual(threads=threads)
+            embedder = E5Multilingual(threads=_threads(cfg))
         elif backend == "sentence-transformers":
             model = cfg.get("model")
             if not isinstance(model, str) or not model:
