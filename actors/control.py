@@ -433,8 +433,7 @@ class ControlActor(SupervisedActor):
         return None
 
     def on_stop(self) -> None:
-        self._endpoint.stop()
-        self._commands.close()
+        self._close()
 
     def on_failure(
         self,
@@ -442,6 +441,9 @@ class ControlActor(SupervisedActor):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._close()
+
+    def _close(self) -> None:
         self._endpoint.stop()
         self._commands.close()
 

@@ -30,6 +30,7 @@ ceiling; a model with no calibration gets no gate.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -54,13 +55,19 @@ _DATA = ("request.txt", "no_tool.txt")
 
 def phrases(name: str) -> list[str]:
     """One phrase list shipped with the package: a phrase a line, ``#`` comments dropped."""
+    return list(_read_phrases(name))
+
+
+@functools.cache
+def _read_phrases(name: str) -> tuple[str, ...]:
+    # Read once a process: every new index asks for the gate's digest.
     if name not in _DATA:
         raise ValueError(f"unknown phrase list {name!r}")
     text = (resources.files("chalie.discovery") / "data" / "intent" / name).read_text(
         encoding="utf-8"
     )
     out = [line.strip() for line in text.splitlines()]
-    return [line for line in out if line and not line.startswith("#")]
+    return tuple(line for line in out if line and not line.startswith("#"))
 
 
 def train_probe(

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from chalie.discovery.embedder import E5_MODEL_ID, MINILM_MODEL_ID, Embedder, Matrix
 from chalie.discovery.intent import RequestGate, request_gate
+from chalie.discovery.names import bare_name
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger(__name__)
@@ -162,15 +163,6 @@ def terms(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(split_name(text).lower()) if w not in _STOP]
 
 
-def tool_name(doc: ToolDoc) -> str:
-    """The tool's own name: a remote tool's ``_mcp_<server>_`` prefix says nothing it does."""
-    if doc.source.startswith("mcp:"):
-        prefix = f"_mcp_{doc.source[4:]}_"
-        if doc.name.startswith(prefix) and len(doc.name) > len(prefix):
-            return doc.name[len(prefix) :]
-    return doc.name
-
-
 def lead(text: str, words: int | None = None) -> str:
     """The opening sentences of ``text``, up to about ``words`` words.
 
@@ -193,14 +185,14 @@ def lead(text: str, words: int | None = None) -> str:
 
 def card_text(doc: ToolDoc) -> str:
     summary = lead(doc.summary)
-    name = name_text(tool_name(doc))
+    name = name_text(bare_name(doc))
     return f"{name}: {summary}" if summary else name
 
 
 def full_card_text(doc: ToolDoc) -> str:
     """The card with the whole split name: a tool without examples gets it as its second vector."""
     summary = lead(doc.summary)
-    name = split_name(tool_name(doc))
+    name = split_name(bare_name(doc))
     return f"{name}: {summary}" if summary else name
 
 
@@ -352,7 +344,7 @@ class VectorIndex:
             second = examples_text(doc) or full_card_text(doc)
             if second not in prose:
                 prose.append(second)
-            plan.append((doc, prose, name_text(tool_name(doc))))
+            plan.append((doc, prose, name_text(bare_name(doc))))
         wanted = {t for _, prose, nm in plan for t in (*prose, nm)}
         todo = sorted(t for t in wanted if _digest(t) not in known)
         if todo:

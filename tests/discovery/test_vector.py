@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from chalie.discovery import vector as vector_module
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix, load_embedder
+from chalie.discovery.names import bare_name as tool_name
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 from chalie.discovery.vector import (
     BEST_HIT_MARGINS,
@@ -27,7 +28,6 @@ from chalie.discovery.vector import (
     lead,
     name_text,
     split_name,
-    tool_name,
 )
 
 DOCS = [
