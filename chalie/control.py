@@ -28,6 +28,7 @@ import msgspec
 import zmq
 
 from chalie.messages import Channel, ControlReply, ControlRequest
+from chalie.wire import SafeDecoder
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
 SOCKET_NAME: Final = "control.sock"
@@ -112,7 +113,7 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "policy.answer": PolicyAnswerArgs,
 }
 
-_request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
+_request_decoder: Final = SafeDecoder[ControlRequest](ControlRequest)  # depth-limited
 _reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)
 _encoder: Final = msgspec.msgpack.Encoder()
 _WHITESPACE: Final = re.compile(r"\s+")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import logging
 import math
 import os
@@ -38,8 +39,12 @@ from chalie.workers import (
     IPC_PATH_MAX,
     BrokerBook,
     broker_endpoint,
+    encode_credentials,
     from_tool_result,
+    new_credentials,
+    read_credentials,
     to_tool_result,
+    worker_proof,
 )
 from tests import sample_abilities
 
@@ -245,10 +250,10 @@ def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
 
 def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
     book = BrokerBook(1, spares=1, heartbeat=0.1)
-    book.add_worker(b"a", 0, 100, 0.0)
-    book.add_worker(b"s", 1, 101, 0.0)
-    book.on_ready(b"a", 100, 0.1)
-    book.on_ready(b"s", 101, 0.1)
+    add(book, b"a", 0, 100, 0.0)
+    add(book, b"s", 1, 101, 0.0)
+    ready(book, b"a", 100, 0.1)
+    ready(book, b"s", 101, 0.1)
     book.submit(job("Echo", "j1"), 10, None, 0.1)
     assert [w.identity for _, w in book.assignments()] == [b"a"]  # never the spare
     book.submit(job("Echo", "j2"), 10, None, 0.1)
@@ -263,9 +268,9 @@ def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
     assert status["spares"][0]["state"] == "down"
     # A spare that becomes ready while a slot is empty fills it.
     book.remove_worker(b"s", 0.3)
-    book.add_worker(b"t", 1, 102, 0.3)
+    add(book, b"t", 1, 102, 0.3)
     assert book.workers[b"t"].slot == 1
-    book.on_ready(b"t", 102, 0.4)
+    ready(book, b"t", 102, 0.4)
     assert book.workers[b"t"].slot == 0
 
 
@@ -509,10 +514,22 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
 # -- the pure bookkeeping, with an injected clock -------------------------------------
 
 
+SECRET = b"s" * 32
+
+
+def add(book: BrokerBook, identity: bytes, slot: int, pid: int, now: float) -> None:
+    book.add_worker(identity, slot, pid, now, secret=SECRET)
+
+
+def ready(book: BrokerBook, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
+    """The worker's WorkerReady, with the proof a worker holding ``secret`` sends."""
+    return book.on_ready(identity, pid, now, worker_proof(secret, identity.decode(), pid))
+
+
 def _book(**kw: Any) -> BrokerBook:
     book = BrokerBook(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
-    book.add_worker(b"a", 0, 100, 0.0)
-    book.add_worker(b"b", 1, 101, 0.0)
+    add(book, b"a", 0, 100, 0.0)
+    add(book, b"b", 1, 101, 0.0)
     return book
 
 
@@ -520,9 +537,13 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
     book = _book()
     assert book.submit(job("Echo", "j1"), 10, None, 0.0) is None
     assert book.assignments() == []
-    assert not book.on_ready(b"a", 999, 0.1)  # impostor: wrong pid
-    assert not book.on_ready(b"zz", 100, 0.1)  # stranger
-    assert book.on_ready(b"a", 100, 0.1)
+    assert not ready(book, b"a", 999, 0.1)  # impostor: wrong pid
+    assert not ready(book, b"zz", 100, 0.1)  # stranger
+    assert not ready(book, b"a", 100, 0.1, secret=b"x" * 32)  # impostor: wrong secret
+    assert not book.on_ready(b"a", 100, 0.1, "")  # no proof at all
+    assert not book.on_ready(b"a", 100, 0.1, "é" * 64)  # non-ASCII proof
+    assert book.assignments() == []
+    assert ready(book, b"a", 100, 0.1)
     pairs = book.assignments()
     assert [(j.job.job_id, w.identity) for j, w in pairs] == [("j1", b"a")]
     assert book.on_result(b"b", "j1") is None  # not the worker running it
@@ -530,9 +551,28 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
     assert book.status()["workers"][0]["jobs_done"] == 1
 
 
+def test_book_never_readies_a_worker_spawned_without_a_secret() -> None:
+    book = BrokerBook(1)
+    book.add_worker(b"a", 0, 100, 0.0, secret=b"")
+    assert not ready(book, b"a", 100, 0.1, secret=b"")
+    assert book.status()["workers"][0]["state"] == "starting"
+
+
+def test_worker_credentials_round_trip_and_malformed_ones_are_refused() -> None:
+    identity, secret = new_credentials(3)
+    assert identity.startswith("w3-") and len(secret) == 32
+    assert read_credentials(io.BytesIO(encode_credentials(identity, secret))) == (
+        identity,
+        secret,
+    )
+    for bad in (b"", b"only-one-line", b"id\nnot-hex\n", b"id\nabcd\n", b"\xff\xfe\n00\n"):
+        with pytest.raises(ValueError):
+            read_credentials(io.BytesIO(bad))
+
+
 def test_book_times_out_queued_and_running_jobs_at_their_deadline() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Echo", "run"), 1.0, None, 0.0)
     book.assignments()
     book.submit(job("Echo", "queued"), 0.5, None, 0.0)
@@ -549,7 +589,7 @@ def test_book_times_out_queued_and_running_jobs_at_their_deadline() -> None:
 
 def test_book_declares_a_silent_worker_hung_after_the_liveness_interval() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Sleep", "s"), 100, None, 0.0)
     book.assignments()
     book.heard(b"a", 1.0)
@@ -574,9 +614,9 @@ def test_book_backs_off_respawning_a_slot_whose_workers_die_before_ready() -> No
         assert 0 not in book.slots_to_spawn(now) or delays[-1] == 0
         now = due
         assert 0 in book.slots_to_spawn(now)
-        book.add_worker(identity, 0, 200 + n, now)
+        add(book, identity, 0, 200 + n, now)
     assert delays == [0.05, 0.1, 0.2, 0.4]
-    book.on_ready(b"x3", 203, now)
+    ready(book, b"x3", 203, now)
     book.remove_worker(b"x3", now)
     assert book.slots[0].spawn_at == now  # died after ready: replaced at once
 
@@ -591,7 +631,7 @@ def test_book_refuses_duplicates_and_overload() -> None:
 
 def test_book_cancel_tells_whether_a_worker_must_be_stopped() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Echo", "run"), 10, None, 0.0)
     book.assignments()
     book.submit(job("Echo", "wait"), 10, None, 0.0)
