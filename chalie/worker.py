@@ -168,9 +168,7 @@ class Runner(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
         sock.connect(self.endpoint)
-        sock.send(
-            encode(WorkerReady(worker_id=self.identity, pid=os.getpid(), proof=self.proof))
-        )
+        sock.send(encode(WorkerReady(worker_id=self.identity, pid=os.getpid(), proof=self.proof)))
 
         while True:
             frame = sock.recv()

@@ -194,6 +194,12 @@ def test_socket_file_is_private_to_the_owner(served: Served) -> None:
         [b"a", b"b", b"c"],
         [msgspec.msgpack.encode(ControlRequest(command="nope"))],
         [b"\xff" * (control.MAX_REQUEST_BYTES + 10)],
+        # args.arguments nested 200,000 levels deep, inside the size limit
+        [
+            control.encode_request("tools.call", {"arguments": None})[:-1]
+            + b"\x91" * 200_000
+            + b"\xc0"
+        ],
     ],
 )
 def test_endpoint_answers_garbage_with_an_error_and_keeps_serving(

@@ -100,9 +100,7 @@ def test_a_typed_decoder_keeps_its_type_and_its_limit() -> None:
     decoder = SafeDecoder[ControlRequest](ControlRequest, max_depth=3)
     ok = msgspec.msgpack.encode({"kind": "control_request", "command": "x", "args": {"a": 1}})
     assert decoder.decode(ok) == ControlRequest(command="x", args={"a": 1})
-    deep = msgspec.msgpack.encode(
-        {"kind": "control_request", "command": "x", "args": {"a": [[1]]}}
-    )
+    deep = msgspec.msgpack.encode({"kind": "control_request", "command": "x", "args": {"a": [[1]]}})
     with pytest.raises(TooDeep):
         decoder.decode(deep)
     with pytest.raises(msgspec.ValidationError):
@@ -132,7 +130,10 @@ def test_the_drop_log_logs_a_burst_then_one_summary_per_interval(
 ) -> None:
     now = [0.0]
     drops = DropLog(
-        logging.getLogger("chalie.test.wire"), "test socket", burst=3, interval=5.0,
+        logging.getLogger("chalie.test.wire"),
+        "test socket",
+        burst=3,
+        interval=5.0,
         clock=lambda: now[0],
     )
     caplog.set_level(logging.WARNING, logger="chalie.test.wire")

@@ -21,8 +21,9 @@ import pykka
 import pytest
 import zmq
 
+from actors import worker_pool
 from actors.supervisor import ChildSpec, Supervisor
-from actors.worker_pool import WorkerPool, WorkerPoolHandle
+from actors.worker_pool import Broker, WorkerPool, WorkerPoolHandle
 from chalie.messages import (
     ControlRequest,
     Heartbeat,
@@ -35,6 +36,7 @@ from chalie.messages import (
 )
 from chalie.registry import Registry, abilities_in
 from chalie.result import ToolResult
+from chalie.wire import MAX_DEPTH
 from chalie.workers import (
     IPC_PATH_MAX,
     BrokerBook,
@@ -50,6 +52,7 @@ from tests import sample_abilities
 
 SAMPLES = "tests.sample_abilities"
 CTX = TurnContext(conversation_id="conv-1", turn_id="turn-1")
+SECRET = b"s" * 32
 
 
 def job(ability: str, job_id: str | None = None, **params: Any) -> WorkerJob:
@@ -204,6 +207,7 @@ def test_parameters_the_ability_rejects_are_an_invalid_param_error(
         ("Raises", "unhandled-exception"),
         ("Unsendable", "internal-error"),
         ("Huge", "internal-error"),
+        ("Deep", "internal-error"),
     ],
 )
 def test_an_ability_failure_in_the_worker_becomes_an_error_result(
@@ -371,6 +375,9 @@ def test_a_job_that_cannot_cross_the_process_boundary_is_refused_up_front(
     assert unsendable.code == "internal-error" and "cannot be sent" in unsendable.body
     oversized = handle.submit(job("Echo", text="x" * (17 * 1024 * 1024)), timeout=5)
     assert oversized.result(timeout=5).code == "invalid-param"
+    for depth in (MAX_DEPTH, 5000):  # past the receiver's limit; past the encoder's
+        deep = handle.submit(job("Echo", text=nested(depth)), timeout=5).result(timeout=5)
+        assert deep.code == "internal-error" and "cannot be sent" in deep.body
     assert call(handle, job("Echo", text="fine")).body == "fine"
 
 
@@ -382,11 +389,26 @@ def test_an_unbound_handle_answers_that_the_pool_is_not_running() -> None:
     loose.cancel("anything")
 
 
-def test_rogue_and_malformed_frames_are_dropped_with_a_log_line(
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+DEEP_FRAME = b"\x91" * 200_000 + b"\xc0"  # 200,000 levels, far inside the frame limit
+
+
+def test_strangers_frames_are_dropped_undecoded_and_the_pool_serves_on(
     handle: WorkerPoolHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="chalie.workers")
+    broker = handle._broker
+    assert broker is not None
+    dropped_before = broker.drops.total
     endpoint = handle.status()["endpoint"]
+    pids = worker_pids(handle)
+    restarts = [w["restarts"] for w in handle.status()["workers"]]
     ctx = zmq.Context()
     rogues = []
     try:
@@ -397,32 +419,187 @@ def test_rogue_and_malformed_frames_are_dropped_with_a_log_line(
             sock.connect(endpoint)
             rogues.append(sock)
         rogue, rogue_control, impostor = rogues
-        rogue.send(b"\x00\xffgarbage")
-        rogue.send(b"")
-        rogue.send(encode(ControlRequest(command="stop")))
-        rogue.send(encode(WorkerResult(job_id="nope", status="success", body="forged")))
-        rogue.send(encode(Heartbeat(worker_id="rogue")))
+        frames = [
+            b"\x00\xffgarbage",
+            b"",
+            encode(ControlRequest(command="stop")),
+            encode(WorkerResult(job_id="nope", status="success", body="forged")),
+            encode(Heartbeat(worker_id="rogue")),
+        ]
+        for frame in frames:
+            rogue.send(frame)
         rogue.send_multipart([b"a", b"b", b"c"])
         rogue_control.send(encode(Heartbeat(worker_id="rogue")))
         rogue_control.send(encode(WorkerResult(job_id="nope", status="success")))
-        impostor.send(encode(WorkerReady(worker_id="w0-fake", pid=os.getpid())))
+        impostor.send(encode(WorkerReady(worker_id="w0-fake", pid=pids[0], proof="0" * 64)))
+        for _ in range(20):  # once took the broker thread down, and then the daemon
+            rogue.send(DEEP_FRAME)
+            rogue_control.send(DEEP_FRAME)
         oversized = ctx.socket(zmq.DEALER)
         oversized.setsockopt(zmq.LINGER, 0)
         oversized.connect(endpoint)
         rogues.append(oversized)
         oversized.send(b"\x00" * (17 * 1024 * 1024))
-        wait_until(lambda: caplog.text.count("dropped a frame") >= 8)
+        wait_until(lambda: broker.drops.total - dropped_before >= 49)
     finally:
         for sock in rogues:
             sock.close(linger=0)
         ctx.term()
-    assert "undecodable" in caplog.text
-    assert "3 payload frames" in caplog.text
-    assert "unexpected ControlRequest" in caplog.text
-    assert "result for a job it does not run" in caplog.text
-    assert "ready from an unexpected worker" in caplog.text
+    assert "not a live worker of this broker" in caplog.text
     assert call(handle, job("Echo", text="unharmed")).body == "unharmed"
-    assert len(worker_pids(handle)) == 2
+    assert handle._broker is broker  # the broker thread never died
+    assert worker_pids(handle) == pids
+    assert [w["restarts"] for w in handle.status()["workers"]] == restarts
+
+
+def test_a_live_workers_malformed_frames_are_dropped_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="chalie.workers")
+    broker = Broker(tmp_path, 1, spares=0)
+    try:
+        me = b"w0-live"
+        add(broker.book, me, 0, 4242, 0.0)
+        sent: list[tuple[list[bytes], bool]] = [
+            ([me, b"\x00\xffgarbage"], False),
+            ([me, DEEP_FRAME], False),
+            ([me + b".c", DEEP_FRAME], True),
+            ([me, b"a", b"b"], False),
+            ([me, encode(ControlRequest(command="stop"))], False),
+            ([me, encode(WorkerResult(job_id="nope", status="success"))], False),
+            ([me + b".c", encode(WorkerResult(job_id="nope", status="success"))], True),
+        ]
+        for frames, control in sent:
+            broker.on_frames(frames, control, 0.1)
+        assert broker.drops.total == len(sent)
+        text = caplog.text
+        assert text.count("undecodable (frame nests deeper than 64 levels)") == 2
+        assert "undecodable (" in text and "2 payload frames" in text
+        assert "unexpected ControlRequest" in text
+        assert "result for a job it does not run" in text
+        assert "unexpected WorkerResult on a control socket" in text
+        # A Ready without the proof: whoever holds the identity is not our
+        # worker, so the slot starts over with a fresh identity.
+        broker.on_frames([me, encode(WorkerReady(worker_id="w0-live", pid=4242))], False, 0.2)
+        assert "without proof" in caplog.text
+        assert me not in broker.book.workers
+        assert broker.book.slots_to_spawn(time.monotonic() + 5) == [0]
+    finally:
+        broker._shutdown()
+
+
+def test_a_workers_identity_and_secret_are_on_neither_its_command_line_nor_its_environment(
+    handle: WorkerPoolHandle,
+) -> None:
+    broker = handle._broker
+    assert broker is not None
+    workers = list(broker.book.workers.values())
+    assert workers
+    for worker in workers:
+        seen = Path(f"/proc/{worker.pid}/cmdline").read_bytes()
+        seen += Path(f"/proc/{worker.pid}/environ").read_bytes()
+        assert worker.identity not in seen
+        assert worker.secret not in seen and worker.secret.hex().encode() not in seen
+
+
+def test_an_impostor_holding_a_new_workers_identity_gets_no_job_and_the_real_worker_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worst case of /proc snooping: the impostor has the identity and connects first."""
+    caplog.set_level(logging.WARNING, logger="chalie.workers")
+    ctx = zmq.Context()
+    handle = WorkerPoolHandle()
+    leaked: list[tuple[str, zmq.Socket[bytes]]] = []
+    issue = worker_pool.new_credentials
+
+    def leaky(slot: int) -> tuple[str, bytes]:
+        identity, secret = issue(slot)
+        if not leaked:
+            broker = handle._broker
+            assert broker is not None
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IDENTITY, identity.encode())
+            monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            sock.connect(broker.endpoint)
+            # Connected before the real worker is even started.
+            assert monitor.poll(5000)
+            sock.disable_monitor()
+            monitor.close(linger=0)
+            leaked.append((identity, sock))
+        return identity, secret
+
+    monkeypatch.setattr(worker_pool, "new_credentials", leaky)
+    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    try:
+        wait_until(lambda: bool(leaked) and bool(worker_pids(handle)))
+        identity, impostor = leaked[0]
+        real_pid = worker_pids(handle)[0]
+        forged = WorkerReady(worker_id=identity, pid=real_pid, proof="0" * 64)
+        impostor.send(encode(forged))
+        wait_until(lambda: "without proof" in caplog.text)
+        answer = call(handle, job("Echo", text="from the real worker"))
+        assert answer.status == "success" and answer.body == "from the real worker"
+        assert answer.meta.get("pid") not in (None, os.getpid())
+        assert impostor.poll(0) == 0  # never sent a job, or anything else
+        assert pid_gone(real_pid) or real_pid not in worker_pids(handle)
+    finally:
+        for _, sock in leaked:
+            sock.close(linger=0)
+        ref.stop(timeout=15)
+        ctx.term()
+
+
+FLOODER = """
+import sys, time, zmq
+endpoint, seconds, peers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+ctx = zmq.Context()
+socks = []
+for i in range(peers):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 100000)
+    s.connect(endpoint)
+    socks.append(s)
+sent, end = 0, time.monotonic() + seconds
+while time.monotonic() < end and sent < 20_000_000:
+    for s in socks:
+        try:
+            s.send(b"x", zmq.NOBLOCK)
+            sent += 1
+        except zmq.Again:
+            pass
+print(sent)
+"""
+
+
+def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_path: Path) -> None:
+    handle = WorkerPoolHandle()
+    # Strict liveness: a worker unheard for 0.3 s is killed, so starvation shows fast.
+    ref = WorkerPool.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=3)
+    try:
+        wait_until(lambda: all_idle(handle), timeout=30)
+        broker = handle._broker
+        assert broker is not None
+        pids = worker_pids(handle)
+        flooder = subprocess.Popen(
+            [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "4", "4"],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            wait_until(lambda: broker.drops.total > 10_000)
+            in_flight = handle.submit(job("Sleep", seconds=1.5), timeout=20)
+            answers = [call(handle, job("Echo", text=f"n{i}")).body for i in range(20)]
+            assert answers == [f"n{i}" for i in range(20)]
+            assert in_flight.result(timeout=20).status == "success"
+            assert flooder.poll() is None, "the flood ended before the calls did"
+        finally:
+            out, _ = flooder.communicate(timeout=30)
+        assert int(out) > 10_000
+        assert worker_pids(handle) == pids  # no worker was killed for missed heartbeats
+        assert all(w["restarts"] == 0 for w in handle.status()["workers"])
+    finally:
+        ref.stop(timeout=15)
 
 
 # -- lifecycle ------------------------------------------------------------------------
@@ -488,20 +665,29 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
             "chalie.worker",
             "--endpoint",
             endpoint,
-            "--identity",
-            "lonely",
             "--heartbeat",
             "0.05",
             "--broker-timeout",
             "0.5",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    assert proc.stdin is not None
+    proc.stdin.write(encode_credentials("lonely", SECRET))
+    proc.stdin.close()
     try:
-        assert router.poll(20_000)
-        _, frame = router.recv_multipart()
-        assert isinstance(decode(frame), (WorkerReady, Heartbeat))
+        ready = None
+        while ready is None:
+            assert router.poll(20_000)
+            peer, frame = router.recv_multipart()
+            msg = decode(frame)
+            assert isinstance(msg, (WorkerReady, Heartbeat))
+            if isinstance(msg, WorkerReady):
+                ready = msg
+        assert peer == b"lonely" and ready.pid == proc.pid
+        assert ready.proof == worker_proof(SECRET, "lonely", proc.pid)
         router.close(linger=0)
         assert proc.wait(timeout=10) == 2
     finally:
@@ -511,10 +697,19 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
         ctx.term()
 
 
+@pytest.mark.parametrize("stdin", [b"", b"just-an-identity\n", b"id\nnot hex\n"])
+def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: bytes) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "chalie.worker", "--endpoint", "ipc:///nonexistent/b.sock"],
+        input=stdin,
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert b"no usable credentials on stdin" in proc.stderr
+
+
 # -- the pure bookkeeping, with an injected clock -------------------------------------
-
-
-SECRET = b"s" * 32
 
 
 def add(book: BrokerBook, identity: bytes, slot: int, pid: int, now: float) -> None:
