@@ -84,8 +84,14 @@ _SNDMORE: Final = int(zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
 # A worker's control socket is its job identity plus this suffix.
 CONTROL: Final = CONTROL_SUFFIX.encode()
-# Frames handled in one turn of the loop: a flood cannot hold off the clock.
+# Frames, and bytes, handled in one turn of the loop: a flood of small or of
+# large frames cannot hold off the clock (deadlines, heartbeats, spawning).
 FRAMES_PER_TURN: Final = 256
+BYTES_PER_TURN: Final = 32 * 1024 * 1024
+# Messages queued per connected peer before ZeroMQ stops reading from it. A
+# worker has at most one result and a few heartbeats in flight; the bound
+# caps what one hostile peer can make the daemon hold in memory.
+RECEIVE_QUEUE: Final = 64
 
 WorkerFuture = concurrent.futures.Future[WorkerResult]
 _NOT_RUNNING: Final[dict[str, Any]] = {
@@ -177,6 +183,7 @@ class Broker:
             self._router.setsockopt(zmq.LINGER, 0)
             self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
+            self._router.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
             self._router.bind(self.endpoint)
         except zmq.ZMQError:
             # A pool that cannot bind must not leak its context and descriptors
@@ -356,6 +363,7 @@ class Broker:
         """Handle at most ``budget`` waiting frames; the poller reports the rest next turn."""
         router = self._router
         workers = self.book.workers
+        size_left = BYTES_PER_TURN
         for _ in range(budget):
             try:
                 identity = router.recv(_NOBLOCK)
@@ -364,13 +372,21 @@ class Broker:
             frames = [identity]
             while router.get(_RCVMORE):
                 frames.append(router.recv(_NOBLOCK))
+                size_left -= len(frames[-1])
             # Strangers first and cheaply: no decoding for a peer that is not
             # one of our live workers.
             control = identity.endswith(CONTROL)
             if (identity[: -len(CONTROL)] if control else identity) not in workers:
                 self.drops.drop(identity, "not a live worker of this broker")
-                continue
-            self.on_frames(frames, control, time.monotonic())
+            else:
+                try:
+                    self.on_frames(frames, control, time.monotonic())
+                except Exception as exc:  # a last line: no frame may end the broker thread
+                    if self.drops.total < self.drops.burst:
+                        log.exception("handling a frame from %r failed", identity[:40])
+                    self.drops.drop(identity, f"handling failed ({type(exc).__name__})")
+            if size_left <= 0:
+                return
 
     def on_frames(self, frames: list[bytes], control: bool, now: float) -> None:
         """One message from a live worker's job (or ``control``) socket."""
