@@ -488,6 +488,33 @@ def test_a_live_workers_malformed_frames_are_dropped_with_a_log_line(
         broker._shutdown()
 
 
+def test_a_frame_whose_handling_fails_is_dropped_and_the_broker_thread_lives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle = WorkerPoolHandle()
+    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    try:
+        wait_until(lambda: all_idle(handle), timeout=30)
+        broker = handle._broker
+        assert broker is not None
+        handled = broker.on_frames
+        failed: list[bytes] = []
+
+        def once_broken(frames: list[bytes], control: bool, now: float) -> None:
+            if not failed:
+                failed.append(frames[0])
+                raise KeyError("a fault in handling")
+            handled(frames, control, now)
+
+        broker.on_frames = once_broken  # type: ignore[method-assign]
+        wait_until(lambda: bool(failed))
+        assert call(handle, job("Echo", text="still here")).body == "still here"
+        assert handle._broker is broker
+        assert "handling failed (KeyError)" in caplog.text
+    finally:
+        ref.stop(timeout=15)
+
+
 def test_a_workers_identity_and_secret_are_on_neither_its_command_line_nor_its_environment(
     handle: WorkerPoolHandle,
 ) -> None:
