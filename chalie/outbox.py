@@ -17,6 +17,7 @@ logged). Pruning runs at open and on every :data:`PRUNE_EVERY`-th put.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -150,11 +151,14 @@ class Outbox:
     def ack(self, ids: Iterable[int]) -> int:
         """Mark results delivered; returns how many were newly marked."""
         try:
-            wanted = sorted({int(i) for i in ids if not isinstance(i, bool) and int(i) == i})
-        except (TypeError, ValueError, OverflowError):
-            raise OutboxError("ids must be integers") from None
-        if len(wanted) > MAX_ACK:
+            items = list(itertools.islice(iter(ids), MAX_ACK + 1))
+        except TypeError:
+            raise OutboxError("ids must be a list of outbox ids") from None
+        if len(items) > MAX_ACK:
             raise OutboxError(f"at most {MAX_ACK} ids may be acknowledged at once")
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in items):
+            raise OutboxError("every id must be a positive integer (an outbox_id)")
+        wanted = sorted(set(items))
         if not wanted:
             return 0
         now = time.time()
