@@ -51,7 +51,7 @@ import itertools
 import logging
 import os
 import queue
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +62,8 @@ import pykka
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
-from actors.policy import PolicyView
-from actors.supervisor import SupervisedActor
+from actors.policy import PolicyActor, PolicyView
+from actors.supervisor import ChildRef, SupervisedActor
 from actors.timers import Timers
 from chalie import dispatch as steps
 from chalie import policy as rules
@@ -154,9 +154,6 @@ def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     return reply
 
 
-PolicyTarget = pykka.ActorRef[Any] | Callable[[], Any] | Any
-
-
 class DispatcherActor(SupervisedActor):
     """The only path from a turn to an ability; see the module docstring for the steps."""
 
@@ -171,7 +168,7 @@ class DispatcherActor(SupervisedActor):
         registry: Any,
         services: Any,
         trail_db_path: Path,
-        policy: PolicyTarget,
+        policy: ChildRef[PolicyActor] | pykka.ActorRef[PolicyActor],
         workers: WorkerPool | None,
         events: EventBus,
         *,
@@ -185,7 +182,7 @@ class DispatcherActor(SupervisedActor):
         self._registry = registry
         self._services = services
         self._trail_path = Path(trail_db_path)
-        self._policy_ref = _policy_resolver(policy)
+        self._policy = policy if isinstance(policy, ChildRef) else ChildRef.to(policy, "policy")
         self._events = events
         env = ExecutorEnv(
             inline_threads=inline_threads,
@@ -477,10 +474,9 @@ class DispatcherActor(SupervisedActor):
         try:
             setting = None
             if not cls.internal:
-                ref = self._policy_ref()
-                if ref is None or not ref.is_alive():
+                if not self._policy.is_alive():
                     return rules.failed_closed("the policy actor is not running")
-                view = self._policy_view(ref)
+                view = self._policy_view(self._policy.current())
                 if view is None:
                     return None
                 setting = view.setting(ctx.channel, state.permission)
@@ -501,7 +497,6 @@ class DispatcherActor(SupervisedActor):
         """Send the call to the PolicyActor; its decision comes back as a GateAnswered message."""
         ctx = state.call.context
         try:
-            ref = self._policy_ref()
             ask = GateAsk(
                 call_id=state.call.call_id,
                 context=ctx,
@@ -512,7 +507,7 @@ class DispatcherActor(SupervisedActor):
                 params_redacted=state.redacted,
             )
             state.ask = ask
-            ref.tell(ask)
+            self._policy.tell(ask)
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)
             self._after_gate(state, rules.failed_closed(type(exc).__name__))
@@ -520,7 +515,7 @@ class DispatcherActor(SupervisedActor):
         me, seq = self.actor_ref, state.seq
         ask.reply.add_done_callback(lambda fut: _tell(me, GateAnswered(seq, fut)))
 
-    def _policy_view(self, ref: Any) -> PolicyView | None:
+    def _policy_view(self, ref: pykka.ActorRef[PolicyActor]) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
         if ref.actor_urn != self._view_urn:
             self._view_urn, self._view = ref.actor_urn, None
@@ -589,7 +584,7 @@ class DispatcherActor(SupervisedActor):
             return 0
         if state.gate is None and state.ask is not None:
             try:  # nobody should be asked about a call that no longer exists
-                self._policy_ref().tell(Withdraw(state.ask.reply))
+                self._policy.tell(Withdraw(state.ask.reply))
             except Exception:
                 log.info("could not withdraw the permission request of %r", state.call.call_id)
         state.instance.cancelled.set()
@@ -688,18 +683,3 @@ def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
         ref.tell(message)
     except pykka.ActorDeadError:
         pass  # the dispatcher stopped; its on_stop already ended the call
-
-
-def _policy_resolver(policy: PolicyTarget) -> Callable[[], Any]:
-    """A callable giving the PolicyActor's current ref, from a ref, a child handle or a callable."""
-    if isinstance(policy, pykka.ActorRef):
-        return lambda: policy
-    current = getattr(policy, "current", None)
-    if callable(current):
-        return current  # type: ignore[no-any-return]
-    if callable(policy):
-        return policy  # type: ignore[no-any-return]
-    raise TypeError(
-        f"the policy must be an actor ref, a child handle or a callable, "
-        f"not {type(policy).__name__}"
-    )

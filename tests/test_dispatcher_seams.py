@@ -324,9 +324,7 @@ def test_executor_done_is_turned_into_a_message_on_the_dispatcher_thread(tmp_pat
             return threading.current_thread().name
 
     bus_rig = Rig(tmp_path)
-    ref = Spy.start(
-        bus_rig.registry, Services(), bus_rig.db, lambda: bus_rig.policy, None, bus_rig.bus
-    )
+    ref = Spy.start(bus_rig.registry, Services(), bus_rig.db, bus_rig.policy, None, bus_rig.bus)
     own = ref.proxy().thread_name().get(timeout=5)
     out: Future[Any] = submit(
         ref, ToolCall(call_id="x", tool="fast", arguments={"act_summary": "s"}, context=ctx())
@@ -344,3 +342,31 @@ def test_the_context_says_restricted_unless_the_runtime_says_otherwise() -> None
         msgspec.convert(
             {"conversation_id": "c", "turn_id": "t", "scope": "everything"}, TurnContext
         )
+
+
+# -- TurnTools: released at the end of a turn, bounded when a turn never ends ----------------
+
+
+def test_turn_tools_are_released_at_the_end_of_a_turn() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    turns.inject("t", ["a", "b"])
+    assert turns.injected("t") == {"a", "b"}
+    turns.forget("t")
+    assert turns.injected("t") == frozenset() and len(turns) == 0
+
+
+def test_turn_tools_stay_bounded_when_turns_never_end() -> None:
+    from chalie.services import TurnTools
+
+    now = [0.0]
+    turns = TurnTools(max_turns=100, max_names=5, max_age=60.0, clock=lambda: now[0])
+    for i in range(1000):
+        turns.inject(f"t{i}", [f"tool{j}" for j in range(50)])
+    assert len(turns) == 100 and turns.injected("t0") == frozenset()
+    assert len(turns.injected("t999")) == 5
+    now[0] = 61.0
+    assert turns.injected("t999") == frozenset()
+    turns.inject("fresh", ["x"])
+    assert len(turns) == 1

@@ -159,7 +159,7 @@ def main() -> None:
     policy = PolicyActor.start(home / "chalie.db", bus)
     policy.proxy().set("chat", "noop", "allow").get()
     dispatcher = DispatcherActor.start(
-        registry, Services(registry=registry), home / "chalie.db", lambda: policy, None, bus
+        registry, Services(registry=registry), home / "chalie.db", policy, None, bus
     )
     echo = Echo.start()
     ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat", injected=("noop",))
@@ -299,7 +299,7 @@ def worker_path(
     handle = WorkerPoolHandle()
     pool = WorkerPool.start(home / "pool", workers=2, handle=handle)
     dispatcher = DispatcherActor.start(
-        registry, Services(), home / "chalie.db", lambda: policy, handle, bus
+        registry, Services(), home / "chalie.db", policy, handle, bus
     )
     ctx = TurnContext(
         conversation_id="bench", turn_id="t2", channel="chat", injected=("proc_noop",)
