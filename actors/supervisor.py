@@ -36,6 +36,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
 import pykka
 
+from chalie.messages import ChildExit, RestartChild, WatchChildren
 from chalie.result import ToolResult
 from chalie.supervision import (
     DEFAULT_BACKOFF_BASE,
@@ -68,28 +69,6 @@ DEFAULT_CALL_TIMEOUT: Final = 30.0
 # How often the supervisor looks for children that are not SupervisedActors and
 # died without telling anyone.
 WATCH_INTERVAL: Final = 0.5
-
-
-# -- messages the supervisor receives ----------------------------------------
-
-
-@dataclass(frozen=True)
-class _ChildExit:
-    child_id: str
-    urn: str
-    abnormal: bool
-    error: str
-
-
-@dataclass(frozen=True)
-class _Restart:
-    child_id: str
-    token: int
-
-
-@dataclass(frozen=True)
-class _Watch:
-    pass
 
 
 # -- the binding a child picks up while the supervisor starts it --------------
@@ -201,7 +180,7 @@ class SupervisedActor(pykka.ThreadingActor):
             return
         try:
             self._binding.supervisor.tell(
-                _ChildExit(self._binding.child_id, self.actor_urn, abnormal, error)
+                ChildExit(self._binding.child_id, self.actor_urn, abnormal, error)
             )
         except pykka.ActorDeadError:
             pass  # the supervisor is stopping the tree; nobody needs the report
@@ -443,7 +422,7 @@ class Supervisor(SupervisedActor):
     def on_start(self) -> None:
         for child in self._children:
             self._start_child(child)
-        self._schedule(WATCH_INTERVAL, _Watch())
+        self._schedule(WATCH_INTERVAL, WatchChildren())
 
     def on_stop(self) -> None:
         self._shutting_down = True
@@ -500,19 +479,19 @@ class Supervisor(SupervisedActor):
 
     # -- messages -------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _ChildExit):
+        if isinstance(message, ChildExit):
             self._child_exited(message)
-        elif isinstance(message, _Restart):
+        elif isinstance(message, RestartChild):
             child = self._by_id.get(message.child_id)
             if child is not None and child.token == message.token and child.ref is None:
                 self._start_child(child)
-        elif isinstance(message, _Watch):
+        elif isinstance(message, WatchChildren):
             self._watch()
         else:
             log.warning("supervisor ignored an unexpected message %r", type(message).__name__)
         return None
 
-    def _child_exited(self, msg: _ChildExit) -> None:
+    def _child_exited(self, msg: ChildExit) -> None:
         child = self._by_id.get(msg.child_id)
         if child is None or child.ref is None or child.ref.actor_urn != msg.urn:
             log.debug("ignored a stale exit report from %s (%s)", msg.child_id, msg.urn)
@@ -543,7 +522,7 @@ class Supervisor(SupervisedActor):
             self._escalate(child)
             return
         log.info("restarting %s in %.3f s", child.spec.id, decision.delay)
-        self._schedule(decision.delay, _Restart(child.spec.id, child.token))
+        self._schedule(decision.delay, RestartChild(child.spec.id, child.token))
 
     def _escalate(self, child: _Child) -> None:
         error = child.last_error or "exited"
@@ -566,7 +545,7 @@ class Supervisor(SupervisedActor):
             if ref is not None and not child.supervised and not ref.is_alive():
                 self._handle_exit(child, abnormal=True, error="actor died without a report")
         if not self._shutting_down:
-            self._schedule(WATCH_INTERVAL, _Watch())
+            self._schedule(WATCH_INTERVAL, WatchChildren())
 
     # -- starting and stopping children -----------------------------------------
     def _start_child(self, child: _Child) -> None:
@@ -597,7 +576,7 @@ class Supervisor(SupervisedActor):
         if decision.action == "escalate":
             self._escalate(child)
         elif decision.action == "restart":
-            self._schedule(decision.delay, _Restart(child.spec.id, child.token))
+            self._schedule(decision.delay, RestartChild(child.spec.id, child.token))
 
     def _stop_child(self, child: _Child) -> None:
         ref, child.ref = child.ref, None

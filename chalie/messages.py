@@ -277,6 +277,29 @@ class ExpireRequest:
     request_id: str
 
 
+@dataclass(frozen=True)
+class ChildExit:
+    """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
+
+    child_id: str
+    urn: str
+    abnormal: bool
+    error: str
+
+
+@dataclass(frozen=True)
+class RestartChild:
+    """Supervisor: restart the child now, unless it exited again since (token)."""
+
+    child_id: str
+    token: int
+
+
+@dataclass(frozen=True)
+class WatchChildren:
+    """Supervisor: look for plain-actor children that died without a report."""
+
+
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(AnyMessage)
 

@@ -17,8 +17,8 @@ from actors.supervisor import (
     ChildUnavailable,
     SupervisedActor,
     Supervisor,
-    _ChildExit,
 )
+from chalie.messages import ChildExit
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -259,8 +259,8 @@ def test_a_stale_failure_report_from_an_old_ref_is_ignored() -> None:
     old.tell("boom")
     wait_until(restarted(sup, "w", 1))
     current = sup.proxy().child("w").get(timeout=5)
-    sup.tell(_ChildExit("w", old.actor_urn, True, "late report"))
-    sup.tell(_ChildExit("nobody", "urn:x", True, "unknown child"))
+    sup.tell(ChildExit("w", old.actor_urn, True, "late report"))
+    sup.tell(ChildExit("nobody", "urn:x", True, "unknown child"))
     time.sleep(0.2)
     s = status_of(sup, "w")
     assert s["restarts"] == 1 and s["alive"]
