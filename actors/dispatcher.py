@@ -69,7 +69,8 @@ from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability
 from chalie.events import EventBus
-from chalie.execution import FAULTS, Executor, Job
+from chalie.execution import Executor, Job
+from chalie.faults import FAULTS
 from chalie.messages import (
     BackgroundResult,
     CancelTurn,
@@ -292,13 +293,19 @@ class DispatcherActor(SupervisedActor):
         return sum(self._abort(s, FAULTS.cancelled(s.tool)) for s in calls)
 
     def in_flight(self) -> dict[str, Any]:
+        """Counts of the calls in flight; ``running``: inside the ability (or its worker) now."""
         calls = list(self._inflight.values())
         inline = self._executors.get("inline")
+        in_run = inline.in_run() if isinstance(inline, InlineExecutor) else frozenset()
         return {
             "calls": len(calls),
             "background": sum(1 for c in calls if c.replied),
             "awaiting_gate": sum(1 for c in calls if c.gate is None),
-            "running": sum(1 for c in calls if c.job is not None),
+            "running": sum(
+                1
+                for c in calls
+                if c.job is not None and (c.executor is not inline or c.job.job_id in in_run)
+            ),
             "lanes": inline.busy() if isinstance(inline, InlineExecutor) else {},
         }
 

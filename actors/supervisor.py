@@ -36,6 +36,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
 import pykka
 
+from chalie.faults import FAULTS
 from chalie.messages import ChildExit, RestartChild, WatchChildren
 from chalie.result import ToolResult
 from chalie.supervision import (
@@ -240,11 +241,7 @@ class ChildUnavailable(RuntimeError):
         self.reason = reason
 
     def result(self) -> ToolResult:
-        return ToolResult.error(
-            self.code,
-            f"The runtime component {self.child_id!r} restarted during the call.",
-            hint="The call did not complete; it is safe to retry it.",
-        )
+        return FAULTS.component_restarted(self.child_id)
 
 
 class Directory:

@@ -378,6 +378,7 @@ def test_ask_without_a_human_is_denied_with_a_hint(rig: Rig, channel: str) -> No
     outcome = rig.run("fast", context=ctx(channel=channel))
     assert outcome.code == "permission-denied"
     assert "human must approve" in outcome.envelope
+    assert "hint: do not retry" in outcome.envelope
     assert rig.events.queue.empty()
     assert [
         (r.channel, r.permission) for r in rig.policy.proxy().list().get() if r.origin == "seen"
