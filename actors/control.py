@@ -277,6 +277,9 @@ class CallDesk:
             entry.subscription.close()
             raise
         entry.future.add_done_callback(lambda _f: entry.news.set())
+        # The CLI call is its own turn: what find_tools injected into it ends with it.
+        turns = self._rt.services.turns
+        entry.future.add_done_callback(lambda _f: turns.forget(call.context.turn_id))
         with self._lock:
             self._calls[call_id] = entry
         return control.success({"call_id": call_id, "conversation_id": conversation})

@@ -85,7 +85,7 @@ from chalie.messages import (
     ViewRequest,
     Withdraw,
 )
-from chalie.outbox import Outbox
+from chalie.outbox import DEFAULT_MAX_AGE, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
@@ -178,6 +178,7 @@ class DispatcherActor(SupervisedActor):
         lane_queue: int = DEFAULT_LANE_QUEUE,
         executors: Mapping[str, Factory] | None = None,
         parts: Mapping[str, Any] | None = None,
+        outbox_max_age: float = DEFAULT_MAX_AGE,
     ) -> None:
         super().__init__()
         self._registry = registry
@@ -205,6 +206,8 @@ class DispatcherActor(SupervisedActor):
         self._flush_due = False
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
+        check_limits(outbox_max_age)
+        self._outbox_max_age = outbox_max_age
         self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -215,7 +218,7 @@ class DispatcherActor(SupervisedActor):
             log.warning(
                 "marked %d call(s) left running by a previous run as interrupted", interrupted
             )
-        self._outbox = Outbox(self._trail_path)
+        self._outbox = Outbox(self._trail_path, max_age=self._outbox_max_age)
         self._timers = Timers(self.actor_ref)
         self.spawn_thread(self._timers.run, "dispatch-timers")
 

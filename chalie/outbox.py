@@ -65,6 +65,18 @@ class OutboxError(ValueError):
     """A bad argument to the outbox; the message names it."""
 
 
+def check_limits(max_age: float, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+    """Raise OutboxError naming a bad limit."""
+    if (
+        isinstance(max_age, bool)
+        or not isinstance(max_age, int | float)
+        or not (math.isfinite(max_age) and max_age > 0)
+    ):
+        raise OutboxError(f"max_age must be a positive number of seconds, not {max_age!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise OutboxError(f"max_rows must be a positive integer, not {max_rows!r}")
+
+
 class Outbox:
     """The outbox table in the daemon's SQLite file; safe to share between threads."""
 
@@ -205,4 +217,4 @@ class Outbox:
         return old + over + delivered
 
 
-__all__ = ["DEFAULT_MAX_AGE", "DEFAULT_MAX_ROWS", "Outbox", "OutboxError"]
+__all__ = ["DEFAULT_MAX_AGE", "DEFAULT_MAX_ROWS", "Outbox", "OutboxError", "check_limits"]

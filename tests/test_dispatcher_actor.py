@@ -758,7 +758,13 @@ def test_a_handle_on_an_actor_of_the_wrong_kind_fails_the_gate_closed(tmp_path: 
 
 
 def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
-    for bad in ({"inline_threads": 0}, {"lane_limit": 0}, {"lane_queue": -1}):
+    for bad in (
+        {"inline_threads": 0},
+        {"lane_limit": 0},
+        {"lane_queue": -1},
+        {"outbox_max_age": -1},
+        {"outbox_max_age": float("nan")},
+    ):
         with pytest.raises(ValueError):
             DispatcherActor(
                 Registry(),
