@@ -63,7 +63,7 @@ from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
 from actors.policy import PolicyActor, PolicyView
-from actors.supervisor import ChildRef, SupervisedActor
+from actors.supervisor import ChildRef, Directory, SupervisedActor
 from actors.timers import Timers
 from chalie import dispatch as steps
 from chalie import policy as rules
@@ -178,6 +178,7 @@ class DispatcherActor(SupervisedActor):
         lane_queue: int = DEFAULT_LANE_QUEUE,
         executors: Mapping[str, Factory] | None = None,
         parts: Mapping[str, Any] | None = None,
+        children: Directory | None = None,
         outbox_max_age: float = DEFAULT_MAX_AGE,
     ) -> None:
         super().__init__()
@@ -193,6 +194,7 @@ class DispatcherActor(SupervisedActor):
             workers=workers,
             services=services,
             parts=dict(parts or {}),
+            children=children if children is not None else Directory(),
         )
         # Built here so bad settings fail the start; the inline threads start on first use.
         self._executors: dict[str, Executor] = build(env, executors or EXECUTORS)

@@ -199,6 +199,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 workers_handle,
                 rt.events,
                 inline_threads=cfg.inline_threads,
+                children=rt.directory,
             ),
         ),
     ]

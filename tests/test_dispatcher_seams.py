@@ -260,12 +260,21 @@ def test_a_third_executor_is_one_row_in_the_table(tmp_path: Path) -> None:
         made.append(EchoExecutor(env))
         return made[-1]
 
-    rig = Rig(tmp_path, executors={**EXECUTORS, "mcp": factory}, parts={"mcp": "conn"})
+    from actors.policy import PolicyActor
+    from actors.supervisor import Directory
+
+    children = Directory()
+    rig = Rig(
+        tmp_path, executors={**EXECUTORS, "mcp": factory}, parts={"mcp": "conn"}, children=children
+    )
+    children.set("policy", rig.policy)
     rig.registry.add(Remote, source="tests")
     rig.policy.proxy().set("chat", "remote", "allow").get()
     outcome = rig.run("remote", {})
     assert outcome.status == "success" and "remote {}" in outcome.envelope
     assert made[0].env.parts == {"mcp": "conn"}
+    # An executor reaches the actor it talks to through the tree's directory, typed.
+    assert made[0].env.children.ref("policy", PolicyActor).current() is rig.policy
     assert rig.run("fast").status == "success"  # the other rows still work
 
 
