@@ -39,8 +39,10 @@ Isolation = Literal["inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
 # Whether a turn may call only the tools it was given, or any registered tool.
 ToolScope = Literal["restricted", "unrestricted"]
+TOOL_SCOPES: Final[tuple[str, ...]] = get_args(ToolScope)
 # Who made the call: the model (must say act_summary), or the runtime/operator.
 Initiator = Literal["model", "framework"]
+INITIATORS: Final[tuple[str, ...]] = get_args(Initiator)
 
 
 class Message(
