@@ -51,7 +51,7 @@ import itertools
 import logging
 import os
 import queue
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,32 +245,40 @@ class DispatcherActor(SupervisedActor):
         if self._outbox is not None:
             self._outbox.close()
 
-    # -- messages ------------------------------------------------------------
+    # -- messages: one table, type -> handler -------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Dispatch):
-            self._dispatch(message.call, message.reply)
-        elif isinstance(message, Executed):
-            state = self._inflight.get(message.seq)
-            if state is not None:
-                self._finish(state, message.result)
-        elif isinstance(message, GateAnswered):
-            state = self._inflight.get(message.seq)
-            if state is not None and state.gate is None:
-                self._after_gate(state, _answer(state, message.answer))
-        elif isinstance(message, Deadline):
-            state = self._inflight.get(message.seq)
-            if state is not None:
-                state.timer = None
-                self._abort(state, FAULTS.timeout(state.tool, state.entry.cls.timeout))
-        elif isinstance(message, FlushTrail):
-            self._flush_starts()
-        elif isinstance(message, ToolCall):
-            return self.dispatch(message)
-        elif isinstance(message, CancelTurn):
-            return self.cancel_turn(message.turn_id)
-        else:
+        handler = _HANDLERS.get(type(message))
+        if handler is None:
             return super().on_receive(message)
-        return None
+        return handler(self, message)
+
+    def _on_dispatch(self, message: Dispatch) -> None:
+        self._dispatch(message.call, message.reply)
+
+    def _on_executed(self, message: Executed) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None:  # else the call already ended (timeout, cancel): ignored
+            self._finish(state, message.result)
+
+    def _on_gate_answered(self, message: GateAnswered) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None and state.gate is None:
+            self._after_gate(state, _answer(state, message.answer))
+
+    def _on_deadline(self, message: Deadline) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None:
+            state.timer = None
+            self._abort(state, FAULTS.timeout(state.tool, state.entry.cls.timeout))
+
+    def _on_flush(self, message: FlushTrail) -> None:
+        self._flush_starts()
+
+    def _on_tool_call(self, message: ToolCall) -> Future[ToolOutcome]:
+        return self.dispatch(message)
+
+    def _on_cancel_turn(self, message: CancelTurn) -> int:
+        return self.cancel_turn(message.turn_id)
 
     # -- the public surface ------------------------------------------------------
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
@@ -677,6 +685,17 @@ class DispatcherActor(SupervisedActor):
                 state.call.call_id,
                 ctx.conversation_id,
             )
+
+
+_HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
+    Dispatch: DispatcherActor._on_dispatch,
+    Executed: DispatcherActor._on_executed,
+    GateAnswered: DispatcherActor._on_gate_answered,
+    Deadline: DispatcherActor._on_deadline,
+    FlushTrail: DispatcherActor._on_flush,
+    ToolCall: DispatcherActor._on_tool_call,
+    CancelTurn: DispatcherActor._on_cancel_turn,
+}
 
 
 def _answer(state: _Call, fut: Future[GateDecision]) -> GateDecision:
