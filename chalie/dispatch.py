@@ -457,6 +457,32 @@ def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> 
     return render(envelope_name(tool), result)
 
 
+MAX_RICH_BYTES: Final = 4 << 20
+
+
+def carried_rich(tool: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
+    """The result and its rich payload as plain data a client can be sent.
+
+    A payload that is not plain JSON-like data (an object, a socket) or that
+    is larger than :data:`MAX_RICH_BYTES` makes the call ``non-canonical-result``:
+    it is a fault in the tool, and dropping the payload silently would lose it.
+    """
+    if result.rich is None:
+        return result, None
+    try:
+        size = len(msgspec.json.encode(result.rich))
+    except (TypeError, ValueError, OverflowError):
+        size = -1
+    if 0 <= size <= MAX_RICH_BYTES:
+        return result, dict(result.rich)
+    why = "is not plain data" if size < 0 else f"is larger than {MAX_RICH_BYTES >> 20} MiB"
+    return ToolResult.error(
+        "non-canonical-result",
+        f"{tool} returned a rich payload that {why}.",
+        hint="This is a fault in the tool; do not retry the same call.",
+    ), None
+
+
 def worker_result(result: WorkerResult) -> ToolResult:
     """A worker's reply as the ToolResult it stands for; a malformed one is an internal error."""
     return to_tool_result(result)
