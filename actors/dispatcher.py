@@ -99,7 +99,7 @@ log = logging.getLogger("chalie.dispatch")
 START_ROW_DELAY: Final = 0.002
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One call in flight; touched only on the dispatcher's thread."""
 
