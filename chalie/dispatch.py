@@ -6,9 +6,11 @@ tool call; each step returns either its product or the error
 
 1. :func:`check_call`: hostile input (a non-object, more than
    :data:`MAX_ARGUMENT_BYTES` of JSON, nesting deeper than :data:`MAX_DEPTH`,
-   a bad channel or id) is refused without being looked at further.
+   a bad channel, scope, initiator or id) is refused without being looked at
+   further.
 2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``
-   (also for a tool the turn may not call: see :func:`available`).
+   (also for a tool the turn may not call: see :func:`available`; a
+   restricted turn reaches only its pins and what find_tools injected).
 3. :func:`framework_fields` takes ``act_summary`` and ``async`` out of the
    arguments; a model's call without a non-blank ``act_summary`` is
    ``missing-params`` (a framework-initiated call gets one supplied).
@@ -20,7 +22,8 @@ tool call; each step returns either its product or the error
    the permission from them and the executor runs exactly them.
 5. :func:`permission` derives ``tool`` or ``tool.action`` with the ability's
    ``classify`` from those params (never from a model-supplied field).
-6. :func:`render_outcome` renders the one envelope.
+6. :func:`carried_rich` checks the rich payload can reach a client, and
+   :func:`render_outcome` renders the one envelope.
 """
 
 from __future__ import annotations
