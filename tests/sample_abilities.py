@@ -146,3 +146,11 @@ class Deep(_Sample):
         for _ in range(100):
             value = {"down": value}
         return ToolResult.success("x", rich=value)
+
+
+class RichCard(_Sample):
+    name = "sample_rich_card"
+    summary = "Return a text body and a rich card payload."
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("a card", rich={"card": {"title": "hi", "n": 2}})
