@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.test_daemon import DaemonProcess, alive, descendants, short_home
+from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
 
 DROPIN = textwrap.dedent(
     '''
