@@ -55,5 +55,5 @@ def params_line(params: Any, limit: int = PARAMS_CHARS) -> str:
     try:
         text = json.dumps(params, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError):
-        text = repr(params)
+        text = f"<{type(params).__name__} that cannot be shown>"
     return one_line(text, limit)

@@ -167,5 +167,3 @@ class DaemonProcess:
             if raw.startswith("{"):
                 lines.append(json.loads(raw))
         return lines
-
-

@@ -119,4 +119,3 @@ class ApprovalPrompt:
             if request_id and not self._still_pending(request_id):
                 return _SETTLED
             next_check = time.monotonic() + self._check_every
-

@@ -114,9 +114,7 @@ def _decode(raw: str) -> tuple[bool, object]:
         return True, _TOO_DEEP
 
 
-def parse_pairs(
-    pairs: tuple[str, ...], schema: dict[str, Any] | None = None
-) -> dict[str, object]:
+def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) -> dict[str, object]:
     """``key=value`` pairs: a parameter the schema types as a string keeps its text;
     any other value that parses as JSON is that JSON, else the string."""
     out: dict[str, object] = {}
