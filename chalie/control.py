@@ -8,7 +8,8 @@ encoding, the command name, and the command's arguments against a Struct.
 A bad request gets ``ControlReply(ok=False, error=<code>, data={"message":
 ...})``; nothing here raises on hostile input.
 
-Commands (arguments in the Structs below): ``status``, ``stop``,
+The daemon's commands (their routing table is in ``actors/control_commands.py``;
+their arguments are the Structs below): ``status``, ``stop``,
 ``tools.call`` / ``tools.poll`` / ``tools.cancel`` (a call runs in the
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
@@ -21,18 +22,21 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import zmq
 
+from chalie.home import CONTROL_SOCKET_NAME, MAX_IPC_PATH
+from chalie.home import LOCK_NAME as LOCK_NAME
+from chalie.home import PID_NAME as PID_NAME
 from chalie.messages import Channel, ControlReply, ControlRequest
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
-SOCKET_NAME: Final = "control.sock"
-PID_NAME: Final = "chalie.pid"
-LOCK_NAME: Final = "chalie.lock"
+# The data directory's layout is chalie.home's; these names are re-exported for clients.
+SOCKET_NAME: Final = CONTROL_SOCKET_NAME
 _SLICE_MS: Final = 200
 
 # Error codes a ControlReply can carry (the ``error`` field).
@@ -98,20 +102,6 @@ class PolicyAnswerArgs(Args):
     answer: Literal["allow_once", "allow_always", "deny"]
 
 
-COMMANDS: Final[dict[str, type[Args]]] = {
-    "status": NoArgs,
-    "stop": NoArgs,
-    "tools.call": ToolsCallArgs,
-    "tools.poll": ToolsPollArgs,
-    "tools.cancel": ToolsCancelArgs,
-    "trail": TrailArgs,
-    "policy.list": NoArgs,
-    "policy.set": PolicySetArgs,
-    "policy.reset": PolicyResetArgs,
-    "policy.pending": NoArgs,
-    "policy.answer": PolicyAnswerArgs,
-}
-
 _request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
 _reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -129,20 +119,23 @@ def success(data: Any = None) -> ControlReply:
     return ControlReply(ok=True, data=data)
 
 
-def parse_request(frame: bytes) -> tuple[str, Args] | ControlReply:
-    """The command and its checked arguments, or the error reply to send back."""
+def parse_request(
+    frame: bytes, commands: Mapping[str, type[Args]]
+) -> tuple[str, Args] | ControlReply:
+    """The command and its arguments checked against ``commands`` (name -> argument
+    type: the routing table's), or the error reply to send back."""
     if len(frame) > MAX_REQUEST_BYTES:
         return failure(OVERSIZED, f"request of {len(frame)} bytes exceeds {MAX_REQUEST_BYTES}")
     try:
         request = _request_decoder.decode(frame)
     except msgspec.DecodeError as exc:
         return failure(MALFORMED, f"not a control request: {exc}")
-    spec = COMMANDS.get(request.command)
+    spec = commands.get(request.command)
     if spec is None:
         return failure(
             UNKNOWN_COMMAND,
             f"unknown command {request.command[:64]!r}",
-            valid_values=sorted(COMMANDS),
+            valid_values=sorted(commands),
         )
     try:
         args = msgspec.convert(request.args, spec, strict=True)
@@ -177,7 +170,7 @@ def socket_path(home: Path) -> Path:
 def endpoint(home: Path) -> str:
     path = socket_path(home)
     # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
-    if len(os.fsencode(path)) > 107:
+    if len(os.fsencode(path)) > MAX_IPC_PATH:
         raise ValueError(f"data directory path too long for an ipc socket: {path}")
     return f"ipc://{path}"
 

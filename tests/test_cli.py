@@ -591,3 +591,17 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
         first.kill()
         second.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_rejected_policy_set_is_one_line_and_logs_no_traceback(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    before = len(d.log_lines())
+    out = d.cli("policy", "set", "chat", "Bad Name!", "allow")
+    assert out.returncode == 1
+    assert out.stderr.startswith("chalie: invalid-args: invalid permission")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert d.cli("status").returncode == 0  # orders the log after the rejected request
+    logged = json.dumps(d.log_lines()[before:])
+    assert "PolicyError" not in logged and "Traceback" not in logged

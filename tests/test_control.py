@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 import zmq
 
-from actors.control import ControlEndpoint
+from actors.control_commands import ControlCommands
+from actors.control_server import ControlEndpoint
 from actors.loop import EventLoopThread
-from chalie import control
+from chalie import control, daemon
 from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
+from chalie.routing import Route, Router
+
+# The daemon's command names and argument types, read from its routing table.
+COMMANDS: dict[str, type[control.Args]] = {
+    route.name: route.args for route in ControlCommands(Any, Any).routes()
+}
 
 
 @pytest.fixture
@@ -40,9 +49,17 @@ class Served:
         self.loop.start()
         self.release = threading.Event()
         self.ran: list[tuple[str, control.Args]] = []
-        self.endpoint = ControlEndpoint(home, self.loop, self.handle)
+        self.endpoint = ControlEndpoint(home, self.loop, self.router())
         self.endpoint.start()
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(daemon.instance_lock(home))  # this process acts as the daemon
         (home / control.PID_NAME).write_text(str(os.getpid()))
+
+    def router(self) -> Router:
+        def route(name: str, args: type[control.Args]) -> Route[Any]:
+            return Route(name, args, lambda a: self.handle(name, a))
+
+        return Router([route(name, args) for name, args in COMMANDS.items()])
 
     def handle(self, command: str, args: control.Args) -> ControlReply:
         self.ran.append((command, args))
@@ -57,6 +74,7 @@ class Served:
         self.release.set()
         self.endpoint.stop()
         self.loop.stop()
+        self._lock.close()
 
 
 @pytest.fixture
@@ -90,7 +108,7 @@ def reply_of(frames: list[bytes]) -> ControlReply:
 
 def test_parse_request_accepts_a_known_command_with_checked_args() -> None:
     frame = control.encode_request("trail", {"tool": "clock", "limit": 5})
-    command, args = control.parse_request(frame)  # type: ignore[misc]
+    command, args = control.parse_request(frame, COMMANDS)  # type: ignore[misc]
     assert command == "trail"
     assert isinstance(args, control.TrailArgs)
     assert (args.tool, args.limit) == ("clock", 5)
@@ -132,7 +150,7 @@ def test_parse_request_accepts_a_known_command_with_checked_args() -> None:
     ],
 )
 def test_parse_request_turns_bad_frames_into_structured_errors(frame: bytes, code: str) -> None:
-    reply = control.parse_request(frame)
+    reply = control.parse_request(frame, COMMANDS)
     assert isinstance(reply, ControlReply)
     assert reply.ok is False
     assert reply.error == code
@@ -140,7 +158,7 @@ def test_parse_request_turns_bad_frames_into_structured_errors(frame: bytes, cod
 
 
 def test_unknown_command_reply_lists_the_valid_commands() -> None:
-    reply = control.parse_request(control.encode_request("statsu"))
+    reply = control.parse_request(control.encode_request("statsu"), COMMANDS)
     assert isinstance(reply, ControlReply)
     assert "status" in reply.data["valid_values"]
 
@@ -167,7 +185,10 @@ def test_client_treats_a_dead_pid_as_no_daemon(home: Path) -> None:
 def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
     (home / control.PID_NAME).write_text(str(os.getpid()))  # alive, but nobody listens
     (home / control.SOCKET_NAME).write_text("")
-    with pytest.raises(control.DaemonNotRunning) as info:
+    with (
+        daemon.instance_lock(home),
+        pytest.raises(control.DaemonNotRunning) as info,
+    ):
         control.ControlClient(home, timeout=0.3).call("status")
     assert "no answer" in info.value.why
 
@@ -293,16 +314,27 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
     from actors.control import ControlActor
     from actors.supervisor import ChildSpec, Supervisor
     from chalie.config import Config
-    from chalie.daemon import Runtime
     from chalie.events import EventBus
     from chalie.registry import Registry
     from chalie.services import Services
+    from chalie_app.root import Runtime
 
     loop = EventLoopThread()
     loop.start()
     rt = Runtime(Config.load(home), Registry(), EventBus(), loop, Services(), home / "chalie.db")
-    rt.supervisor = Supervisor.start([ChildSpec("control", lambda: ControlActor.start(rt))])
+    rt.supervisor = Supervisor.start(
+        [
+            ChildSpec(
+                "control",
+                lambda: ControlActor.start(
+                    rt, home=home, loop=loop, events=rt.events, dispatch=rt.dispatch
+                ),
+            )
+        ]
+    )
     (home / control.PID_NAME).write_text(str(os.getpid()))
+    held = contextlib.ExitStack()
+    held.enter_context(daemon.instance_lock(home))
     try:
         client = control.ControlClient(home, timeout=5)
         assert status_when_up(client).ok
@@ -333,18 +365,20 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
     finally:
         rt.supervisor.stop()
         loop.stop()
+        held.close()
 
 
 def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Path) -> None:
     old = Served(home)
     newer_loop = EventLoopThread()
     newer_loop.start()
-    newer = ControlEndpoint(home, newer_loop, old.handle)
+    newer = ControlEndpoint(home, newer_loop, old.router())
     newer.start()  # binds a fresh socket file over the old one, as a restart does
     try:
         old.close()
         assert control.socket_path(home).exists()
-        assert control.ControlClient(home).call("status").ok
+        with daemon.instance_lock(home):  # the newer endpoint's daemon holds the lock
+            assert control.ControlClient(home).call("status").ok
     finally:
         newer.stop()
         newer_loop.stop()

@@ -55,12 +55,15 @@ def ask_daemon(
 def run_command(ctx: click.Context) -> None:
     """Run the daemon in the foreground (stop it with Ctrl-C, SIGTERM or `chalie stop`)."""
     # Imported here: the actor runtime is heavy, and the other commands never need it.
+    # The composition root sits above the actors; the CLI is the only part of
+    # chalie/ that reaches it, and only to run the daemon.
     from chalie import daemon
+    from chalie_app import root
 
     obj: Ctx = ctx.obj
     verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
     logs.configure(logging.DEBUG if verbose else logging.INFO)
-    daemon.exit_process(daemon.run(obj.config))
+    daemon.exit_process(root.run(obj.config))
 
 
 def _age(seconds: float | None) -> str:
