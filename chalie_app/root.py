@@ -141,9 +141,12 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
+    from chalie.discovery.lazy_embedder import LazyEmbedder
 
     cfg = rt.config
     workers_handle = WorkerPoolHandle()
+    # The local embedding model loads on the first find, not at start (idle memory).
+    embedder = LazyEmbedder.for_config(cfg.embedder.options(), idle_unload=cfg.embedder.idle_unload)
     # Each start runs on the supervisor's thread, so it must not ask the
     # supervisor anything: children find each other later, through ChildRefs.
     rt.services.discovery = DiscoveryHandle(lambda: rt.child("discovery"))
@@ -160,7 +163,10 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ChildSpec(
             "discovery",
             lambda: DiscoveryActor.start(
-                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder.options()
+                registry=rt.registry,
+                home=cfg.home,
+                embedder=embedder,
+                embedder_config=cfg.embedder.options(),
             ),
             shutdown=10.0,
         ),

@@ -44,6 +44,7 @@ def test_an_absent_file_gives_every_default_and_creates_nothing(tmp_path: Path) 
         ("[embedder]\nbackend = 'word2vec'", "embedder.backend", '"word2vec"', '"onnx"'),
         ("[embedder]\nthreads = 0", "embedder.threads", "0", "from 1 to 64"),
         ("[embedder]\nthreads = 1000", "embedder.threads", "1000", "from 1 to 64"),
+        ("[embedder]\nidle_unload = -1", "embedder.idle_unload", "-1", "from 0 to 86400"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_key_value_and_range(
