@@ -275,6 +275,12 @@ class ControlClient:
             self._sock.close()
             self._sock = None
 
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def call(
         self, command: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> ControlReply:
@@ -301,3 +307,11 @@ class ControlClient:
             return decode_reply(frame)
         except msgspec.DecodeError as exc:
             return failure(MALFORMED, f"daemon sent an unreadable reply: {exc}")
+
+
+def request(
+    home: Path, command: str, args: dict[str, Any] | None = None, *, timeout: float = 10.0
+) -> ControlReply:
+    """One request on a client of its own, closed afterwards."""
+    with ControlClient(home, timeout=timeout) as client:
+        return client.call(command, args)

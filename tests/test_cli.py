@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
+from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
 
 DROPIN = textwrap.dedent(
     '''
@@ -315,7 +315,7 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         )
         out, err = caller.communicate("o\n", timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 0, err
     assert envelope_body(out) == {"got": {"k": 1}}
     assert json.loads(d.cli("policy", "list", "--json").stdout)["pending"] == []
@@ -353,9 +353,7 @@ def test_policy_answer_from_another_terminal_releases_the_call_and_ends_the_prom
         assert caller.stdout is not None and caller.stderr is not None
         stdout, stderr = caller.stdout.read(), caller.stderr.read()
     finally:
-        caller.kill()
-        if caller.stdin is not None:
-            caller.stdin.close()
+        reap(caller)
     assert "answered elsewhere" in stderr
     assert "no answer; denying" not in stderr
     assert envelope_body(stdout) == {"got": {}}
@@ -388,7 +386,7 @@ def test_a_forged_prompt_line_in_act_summary_stays_inside_one_escaped_line(
         wait_pending(d)
         _, stderr = caller.communicate("d\n", timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     lines = stderr.splitlines()
     assert sum(line.startswith("  params ") for line in lines) == 1
     assert "\x07" not in stderr
@@ -455,7 +453,7 @@ def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_s
         reply = control.decode_reply(sock.recv_multipart()[-1])
         sock.close()
         assert reply.ok is False and reply.error in (control.MALFORMED, control.OVERSIZED)
-    bad_args = control.ControlClient(live.home).call("tools.call", {"tool": "x", "evil": 1})
+    bad_args = control.request(live.home, "tools.call", {"tool": "x", "evil": 1})
     assert (bad_args.ok, bad_args.error) == (False, control.INVALID_ARGS)
     assert live.cli("status").returncode == 0
 
@@ -497,7 +495,7 @@ def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: Daemo
         caller.send_signal(signal.SIGINT)
         _, err = caller.communicate(timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 130
     assert f"call {row['call_id']} cancelled" in err
     ended = json.loads(d.cli("trail", "--conversation", "ctrl-c", "--json").stdout)[0]
@@ -510,7 +508,7 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
     try:
         d.start()
         assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
-        started = control.ControlClient(home).call(
+        started = control.request(home,
             "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
         )
         assert started.ok
@@ -572,7 +570,7 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
             time.sleep(0.05)
         assert [r["tool"] for r in running] == ["slow_tool"]
         first.kill()  # SIGKILL, mid-call
-        slow.wait(30)
+        slow.communicate(timeout=30)
         assert slow.returncode != 0  # the CLI learns its daemon is gone
         second.start()
         rows = json.loads(second.cli("trail", "--json").stdout)

@@ -22,6 +22,7 @@ from actors.loop import EventLoopThread
 from chalie import control, daemon
 from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
 from chalie.routing import Route, Router
+from tests.conftest import wait_until
 
 # The daemon's command names and argument types, read from its routing table.
 COMMANDS: dict[str, type[control.Args]] = {
@@ -171,7 +172,7 @@ def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error() -> None:
 
 def test_client_says_no_daemon_when_there_is_no_pid_file(home: Path) -> None:
     with pytest.raises(control.DaemonNotRunning) as info:
-        control.ControlClient(home).call("status")
+        control.request(home, "status")
     assert str(info.value) == f"no daemon running on {home} (start it with `chalie run`)"
 
 
@@ -179,7 +180,7 @@ def test_client_treats_a_dead_pid_as_no_daemon(home: Path) -> None:
     (home / control.PID_NAME).write_text("999999999")
     (home / control.SOCKET_NAME).write_text("")
     with pytest.raises(control.DaemonNotRunning):
-        control.ControlClient(home).call("status")
+        control.request(home, "status")
 
 
 def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
@@ -189,7 +190,7 @@ def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
         daemon.instance_lock(home),
         pytest.raises(control.DaemonNotRunning) as info,
     ):
-        control.ControlClient(home, timeout=0.3).call("status")
+        control.request(home, "status", timeout=0.3)
     assert "no answer" in info.value.why
 
 
@@ -197,7 +198,7 @@ def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
 
 
 def test_endpoint_answers_a_client_request(served: Served) -> None:
-    reply = control.ControlClient(served.home).call("status")
+    reply = control.request(served.home, "status")
     assert reply.ok and reply.data == {"command": "status"}
 
 
@@ -223,37 +224,37 @@ def test_endpoint_answers_garbage_with_an_error_and_keeps_serving(
     reply = reply_of(raw(served.home, frames))
     assert reply.ok is False
     assert reply.error in {control.MALFORMED, control.OVERSIZED, control.UNKNOWN_COMMAND}
-    assert control.ControlClient(served.home).call("status").ok
+    assert control.request(served.home, "status").ok
     assert served.ran == [("status", control.NoArgs())]
 
 
 def test_endpoint_survives_garbage_from_a_req_client(served: Served) -> None:
     reply = reply_of(raw(served.home, [b"\x00\x01not msgpack"], kind=zmq.REQ))
     assert (reply.ok, reply.error) == (False, control.MALFORMED)
-    assert control.ControlClient(served.home).call("status").ok
+    assert control.request(served.home, "status").ok
 
 
 def test_a_handler_that_raises_gives_internal_error_and_the_endpoint_lives(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    reply = client.call("policy.list")
-    assert (reply.ok, reply.error) == (False, control.INTERNAL)
-    assert "boom inside a handler" in reply.data["message"]
-    assert client.call("status").ok
+    with control.ControlClient(served.home) as client:
+        reply = client.call("policy.list")
+        assert (reply.ok, reply.error) == (False, control.INTERNAL)
+        assert "boom inside a handler" in reply.data["message"]
+        assert client.call("status").ok
 
 
 def test_a_held_up_command_does_not_stall_status_from_another_client(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    other = control.ControlClient(served.home)  # another terminal
     held: list[ControlReply] = []
-    t = threading.Thread(target=lambda: held.append(other.call("policy.pending", timeout=10)))
-    t.start()
-    deadline = time.monotonic() + 5
-    while not any(c == "policy.pending" for c, _ in served.ran) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert client.call("status", timeout=2).ok  # answered while policy.pending is held
-    assert held == []
-    served.release.set()
-    t.join(5)
+    with (
+        control.ControlClient(served.home) as client,
+        control.ControlClient(served.home) as other,  # another terminal
+    ):
+        t = threading.Thread(target=lambda: held.append(other.call("policy.pending", timeout=10)))
+        t.start()
+        wait_until(lambda: any(c == "policy.pending" for c, _ in served.ran), 5)
+        assert client.call("status", timeout=2).ok  # answered while policy.pending is held
+        assert held == []
+        served.release.set()
+        t.join(5)
     assert held and held[0].data == "released"
 
 
@@ -267,7 +268,7 @@ def test_a_client_that_leaves_before_its_reply_does_not_break_the_endpoint(serve
     sock.close()
     served.release.set()
     time.sleep(0.1)
-    assert control.ControlClient(served.home).call("status").ok
+    assert control.request(served.home, "status").ok
 
 
 def test_stopping_the_endpoint_removes_the_socket_file(home: Path) -> None:
@@ -335,8 +336,8 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
     (home / control.PID_NAME).write_text(str(os.getpid()))
     held = contextlib.ExitStack()
     held.enter_context(daemon.instance_lock(home))
+    client = held.enter_context(control.ControlClient(home, timeout=5))
     try:
-        client = control.ControlClient(home, timeout=5)
         assert status_when_up(client).ok
         first = rt.supervisor.proxy().child("control").get()
 
@@ -378,7 +379,7 @@ def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Pa
         old.close()
         assert control.socket_path(home).exists()
         with daemon.instance_lock(home):  # the newer endpoint's daemon holds the lock
-            assert control.ControlClient(home).call("status").ok
+            assert control.request(home, "status").ok
     finally:
         newer.stop()
         newer_loop.stop()
@@ -386,15 +387,15 @@ def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Pa
 
 
 def test_a_client_reuses_its_socket_and_recovers_after_a_timeout(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    assert client.call("status").ok
-    kept = client._sock
-    assert client.call("status").ok and client._sock is kept
-    with pytest.raises(control.DaemonNotRunning, match="no answer"):
-        client.call("policy.pending", timeout=0.3)  # held by the handler: times out
-    assert client._sock is None
-    served.release.set()
-    assert client.call("status").ok  # a fresh socket; the stale reply is never read
+    with control.ControlClient(served.home) as client:
+        assert client.call("status").ok
+        kept = client._sock
+        assert client.call("status").ok and client._sock is kept
+        with pytest.raises(control.DaemonNotRunning, match="no answer"):
+            client.call("policy.pending", timeout=0.3)  # held by the handler: times out
+        assert client._sock is None
+        served.release.set()
+        assert client.call("status").ok  # a fresh socket; the stale reply is never read
 
 
 def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path: Path) -> None:

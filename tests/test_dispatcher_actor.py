@@ -32,6 +32,7 @@ from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.trail import Trail
 from tests import sample_abilities
+from tests.conftest import wait_until
 
 EX = ("one", "two", "three", "four", "five", "six")
 
@@ -225,13 +226,6 @@ def attrs(outcome: ToolOutcome) -> dict[str, Any]:
     return env.attrs
 
 
-def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- the path of one call --------------------------------------------------------------
