@@ -26,6 +26,9 @@ from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
 from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 DROPIN = textwrap.dedent(
     '''
     """Test abilities dropped into CHALIE_HOME/abilities."""

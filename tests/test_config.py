@@ -128,3 +128,22 @@ def test_an_oversized_value_is_cut_in_the_message(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, f"[embedder]\nbackend = '{'x' * 5000}'\n")
     assert len(str(caught.value)) < len(str(tmp_path)) + 300
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["workers = 0", "inline_threads = 100000000", "approval_expiry = nan", "workers = 500"],
+)
+def test_run_with_a_bad_value_is_one_line_and_exit_1_before_anything_starts(
+    tmp_path: Path, line: str
+) -> None:
+    from click.testing import CliRunner
+
+    from chalie.cli import cli
+
+    (tmp_path / "config.toml").write_text(line + "\n")
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "run"])
+    assert result.exit_code == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert line.split(" = ")[0] in result.stderr and "must be" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing started

@@ -28,6 +28,9 @@ from chalie import control, daemon, logs
 from chalie_app import root
 from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 # -- structured logs ---------------------------------------------------------------
 
 

@@ -34,6 +34,9 @@ from chalie.trail import Trail
 from tests import sample_abilities
 from tests.conftest import wait_until
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 EX = ("one", "two", "three", "four", "five", "six")
 
 
@@ -665,7 +668,7 @@ def test_sigkill_of_a_dispatching_process_loses_no_returned_call(tmp_path: Path)
                 break
     finally:
         proc.kill()
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)  # waits, and closes the pipe
     assert proc.returncode == -signal.SIGKILL and len(returned) == 30
     book = Trail(db)
     assert book.recover() == 1

@@ -101,6 +101,7 @@ def test_a_home_the_daemon_cannot_write_is_a_one_line_start_up_error(tmp_path: P
     assert code == 1 and err.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_run_on_an_unsafe_home_exits_1_with_one_line_and_no_traceback() -> None:
     home = short_home()
     try:

@@ -44,6 +44,9 @@ from chalie.workers import (
 from tests import sample_abilities
 from tests.conftest import wait_until
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 SAMPLES = "tests.sample_abilities"
 CTX = TurnContext(conversation_id="conv-1", turn_id="turn-1")
 

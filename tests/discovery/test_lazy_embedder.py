@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix, load_embedder
 from chalie.discovery.lazy_embedder import LazyEmbedder
@@ -27,6 +28,7 @@ class Counting:
         return np.ones((len(texts), 3), dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_nothing_loads_until_the_first_text_and_the_id_is_known_before() -> None:
     lazy = LazyEmbedder.for_config({"backend": "onnx"})
     assert lazy is not None
