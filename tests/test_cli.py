@@ -511,8 +511,8 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
     try:
         d.start()
         assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
-        started = control.request(home,
-            "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
+        started = control.request(
+            home, "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
         )
         assert started.ok
         wait_for_running(d, "slow_tool")
