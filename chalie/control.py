@@ -35,6 +35,9 @@ from chalie.home import PID_NAME as PID_NAME
 from chalie.messages import Channel, ControlReply, ControlRequest
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
+# Containers in a request's arguments nest at most this deep: deeper ones are
+# refused before anything (validation, the trail, a reply) walks them recursively.
+MAX_ARG_DEPTH: Final = 64
 # The data directory's layout is chalie.home's; these names are re-exported for clients.
 SOCKET_NAME: Final = CONTROL_SOCKET_NAME
 _SLICE_MS: Final = 200
@@ -130,6 +133,10 @@ def parse_request(
         request = _request_decoder.decode(frame)
     except msgspec.DecodeError as exc:
         return failure(MALFORMED, f"not a control request: {exc}")
+    except RecursionError:
+        return failure(MALFORMED, "the request is nested too deeply")
+    if not _nesting_within(request.args, MAX_ARG_DEPTH):
+        return failure(MALFORMED, f"the arguments nest deeper than {MAX_ARG_DEPTH} levels")
     spec = commands.get(request.command)
     if spec is None:
         return failure(
@@ -142,6 +149,23 @@ def parse_request(
     except msgspec.ValidationError as exc:
         return failure(INVALID_ARGS, f"{request.command}: {exc}")
     return request.command, args
+
+
+def _nesting_within(value: Any, limit: int) -> bool:
+    """Whether containers in ``value`` nest at most ``limit`` deep (checked without recursion)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        todo.extend((child, depth + 1) for child in children)
+    return True
 
 
 def encode_reply(reply: ControlReply) -> bytes:

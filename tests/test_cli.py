@@ -303,12 +303,8 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < deadline:
-            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
-            time.sleep(0.05)
-        assert pending and pending[0]["permission"] == "echo_tool"
+        pending = wait_pending(d)
+        assert pending[0]["permission"] == "echo_tool"
         status = d.cli_process("status", "--json", timeout=10)
         assert status.returncode == 0
         listing = d.cli("policy", "list")
@@ -462,14 +458,14 @@ def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_s
 
 
 def wait_for_running(d: DaemonProcess, tool: str) -> dict[str, object]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        rows = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
-        if rows:
-            row: dict[str, object] = rows[0]
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no running {tool} call on the trail")
+    rows: list[dict[str, object]] = []
+
+    def running() -> bool:
+        rows[:] = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
+        return bool(rows)
+
+    wait_until(running, 30, what=f"a running {tool} call on the trail")
+    return rows[0]
 
 
 def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: DaemonProcess) -> None:
@@ -521,10 +517,7 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
         assert d.signal(signal.SIGTERM, timeout=30) == 0
         # The ability sleeps 60 s and ignores cancellation; the daemon does not wait for it.
         assert time.monotonic() - began < 20
-        deadline = time.monotonic() + 5
-        while any(alive(p) for p in below) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in below if alive(p)]
+        wait_until(lambda: not any(alive(p) for p in below), 5, what="no process left")
         d.start()
         rows = json.loads(d.cli("trail", "--tool", "slow_tool", "--json").stdout)
         assert rows[0]["status"] != "running"
@@ -566,12 +559,8 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        running: list[dict[str, object]] = []
-        while not running and time.monotonic() < deadline:
-            running = json.loads(first.cli("trail", "--status", "running", "--json").stdout)
-            time.sleep(0.05)
-        assert [r["tool"] for r in running] == ["slow_tool"]
+        running = wait_for_running(first, "slow_tool")
+        assert running["tool"] == "slow_tool"
         first.kill()  # SIGKILL, mid-call
         slow.communicate(timeout=30)
         assert slow.returncode != 0  # the CLI learns its daemon is gone

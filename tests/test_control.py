@@ -264,10 +264,11 @@ def test_a_client_that_leaves_before_its_reply_does_not_break_the_endpoint(serve
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(control.endpoint(served.home))
     sock.send(control.encode_request("policy.pending"))
-    time.sleep(0.1)
+    wait_until(lambda: any(c == "policy.pending" for c, _ in served.ran), 5)
     sock.close()
     served.release.set()
-    time.sleep(0.1)
+    # served counts a request once its reply was sent (or found nobody to take it).
+    wait_until(lambda: served.endpoint.served >= 1, 5, what="the held request answered")
     assert control.request(served.home, "status").ok
 
 
@@ -285,9 +286,7 @@ def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path
     task = s.endpoint._task
     assert task is not None
     s.loop.call_soon(task.cancel)  # the serving task dies underneath the endpoint
-    deadline = time.monotonic() + 5
-    while not exits and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: exits, 5, what="on_exit called")
     assert exits == [None]
     s.close()
     assert exits == [None]
@@ -295,8 +294,9 @@ def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path
     again = Served(home)
     later: list[BaseException | None] = []
     again.endpoint.on_exit(later.append)
+    # stop() returns once the task ended on the loop, and its done callbacks
+    # (on_exit's among them) run before the awaiting stop() resumes.
     again.close()
-    time.sleep(0.05)
     assert later == []
 
 
@@ -349,15 +349,12 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
             return len(tasks)
 
         assert loop.submit(kill_serving_task()).result(5) == 1
-        deadline = time.monotonic() + 10
-        restarted = None
-        while time.monotonic() < deadline:
+
+        def restarted() -> bool:
             current = rt.supervisor.proxy().child("control").get()
-            if current is not None and current is not first and current.is_alive():
-                restarted = current
-                break
-            time.sleep(0.02)
-        assert restarted is not None
+            return current is not None and current is not first and current.is_alive()
+
+        wait_until(restarted, 10, what="the control child restarted")
         reply = status_when_up(client)
         assert reply.ok
         control_child = next(c for c in reply.data["actors"] if c["id"] == "control")
@@ -446,3 +443,52 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
         holder.stdin.close()
         holder.stdout.close()
     assert control.lock_held(home) is False
+
+
+@pytest.mark.parametrize("depth", [200_000, 5_000, control.MAX_ARG_DEPTH + 1])
+def test_deeply_nested_arguments_are_a_malformed_request_not_a_crash(depth: int) -> None:
+    key = msgspec.msgpack.encode
+    nested = b"\x91" * depth + b"\xc0"  # [[[...[nil]...]]]
+    frame = (
+        b"\x82"
+        + key("command")
+        + key("tools.call")
+        + key("args")
+        + b"\x82"
+        + key("tool")
+        + key("echo")
+        + key("arguments")
+        + b"\x81"
+        + key("x")
+        + nested
+    )
+    assert len(frame) <= control.MAX_REQUEST_BYTES
+    reply = control.parse_request(frame, COMMANDS)
+    assert isinstance(reply, ControlReply) and reply.error == control.MALFORMED
+    assert "nest" in reply.data["message"]
+
+
+def test_arguments_at_the_depth_limit_are_accepted() -> None:
+    args: object = 1
+    for _ in range(control.MAX_ARG_DEPTH - 2):  # the arguments dict and its value add two
+        args = [args]
+    frame = control.encode_request("tools.call", {"tool": "echo", "arguments": {"x": args}})
+    parsed = control.parse_request(frame, COMMANDS)
+    assert not isinstance(parsed, ControlReply), parsed
+
+
+def test_the_live_endpoint_answers_a_deeply_nested_request(served: Served) -> None:
+    key = msgspec.msgpack.encode
+    frame = (
+        b"\x82"
+        + key("command")
+        + key("status")
+        + key("args")
+        + b"\x81"
+        + key("x")
+        + b"\x91" * 100_000
+        + b"\xc0"
+    )
+    reply = reply_of(raw(served.home, [b"", frame], zmq.DEALER))
+    assert reply.error == control.MALFORMED
+    assert control.request(served.home, "status").ok
