@@ -33,6 +33,10 @@ from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.trail import Trail
 from tests import sample_abilities
+from tests.conftest import wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 EX = ("one", "two", "three", "four", "five", "six")
 
@@ -233,13 +237,6 @@ def attrs(outcome: ToolOutcome) -> dict[str, Any]:
     return env.attrs
 
 
-def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- the path of one call --------------------------------------------------------------
@@ -682,7 +679,7 @@ def test_sigkill_of_a_dispatching_process_loses_no_returned_call(tmp_path: Path)
                 break
     finally:
         proc.kill()
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)  # waits, and closes the pipe
     assert proc.returncode == -signal.SIGKILL and len(returned) == 30
     book = Trail(db)
     assert book.recover() == 1

@@ -116,13 +116,14 @@ def test_control_requests_nested_too_deep_get_a_malformed_reply() -> None:
     frame = control.encode_request(
         "tools.call", {"tool": "echo", "arguments": {"v": nested(MAX_DEPTH)}}
     )
-    parsed = control.parse_request(frame)
+    commands = {"tools.call": control.ToolsCallArgs}
+    parsed = control.parse_request(frame, commands)
     assert isinstance(parsed, control.ControlReply)
     assert parsed.error == control.MALFORMED
     assert "deeper than" in parsed.data["message"]
     shallow = control.encode_request("tools.call", {"tool": "echo", "arguments": {"v": [[1]]}})
-    assert parsed != control.parse_request(shallow)
-    assert not isinstance(control.parse_request(shallow), control.ControlReply)
+    assert parsed != control.parse_request(shallow, commands)
+    assert not isinstance(control.parse_request(shallow, commands), control.ControlReply)
 
 
 def test_the_drop_log_logs_a_burst_then_one_summary_per_interval(

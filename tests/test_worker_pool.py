@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,10 @@ from chalie.workers import (
     worker_proof,
 )
 from tests import sample_abilities
+from tests.conftest import wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 SAMPLES = "tests.sample_abilities"
 CTX = TurnContext(conversation_id="conv-1", turn_id="turn-1")
@@ -71,13 +75,6 @@ def sample_registry() -> Registry:
     return registry
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 def pid_gone(pid: int) -> bool:
