@@ -45,8 +45,14 @@ class ControlActor(SupervisedActor):
         super().__init__()
         # The operator may call any registered tool and need not write an act_summary.
         desk = CallDesk(
-            events, dispatch, channel="chat", human_present=True, prefix="cli",
-            scope="unrestricted", initiator="framework", end_turn=end_turn,
+            events,
+            dispatch,
+            channel="chat",
+            human_present=True,
+            prefix="cli",
+            scope="unrestricted",
+            initiator="framework",
+            end_turn=end_turn,
         )
         self._commands = ControlCommands(host, desk)
         self._endpoint = ControlEndpoint(home, loop, Router(self._commands.routes()))

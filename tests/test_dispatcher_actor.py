@@ -237,8 +237,6 @@ def attrs(outcome: ToolOutcome) -> dict[str, Any]:
     return env.attrs
 
 
-
-
 # -- the path of one call --------------------------------------------------------------
 
 
@@ -542,9 +540,7 @@ def test_a_restarted_dispatcher_marks_calls_left_running_interrupted(tmp_path: P
     book = Trail(rig.db)
     assert book.query()[0].status == "running"
     book.close()
-    again = DispatcherActor.start(
-        rig.registry, Services(), rig.db, rig.policy, None, rig.bus
-    )
+    again = DispatcherActor.start(rig.registry, Services(), rig.db, rig.policy, None, rig.bus)
     rows = again.proxy().trail().get()
     assert (rows[0].status, rows[0].code) == ("interrupted", "interrupted")
 

@@ -75,8 +75,6 @@ def sample_registry() -> Registry:
     return registry
 
 
-
-
 def pid_gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
