@@ -378,6 +378,10 @@ class ControlCommands:
                 limit=args.limit,
             )
             return control.success(msgspec.to_builtins(rows))
+        if isinstance(args, control.IndexRebuildArgs):
+            discovery = rt.services.discovery
+            job = discovery.start_rebuild(args.reuse) if args.start else discovery.state.job()
+            return control.success({"job": job, "index": discovery.snapshot()})
         policy = rt.child("policy")
         if command == "policy.list":
             return control.success(

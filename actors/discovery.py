@@ -36,8 +36,9 @@ import pykka
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
-from chalie.discovery.engine import DiscoveryEngine, Progress, registry_docs
+from chalie.discovery.engine import MANIFEST, DiscoveryEngine, Progress, registry_docs
 from chalie.discovery.skills import Skill, SkillLibrary
+from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 
 log = logging.getLogger("chalie.discovery")
@@ -66,8 +67,11 @@ class DiscoveryActor(SupervisedActor):
         docs: Sequence[ToolDoc] | None = None,
         skills: SkillLibrary | None = None,
         readonly: bool = False,
+        state: IndexState | None = None,
     ) -> None:
         super().__init__()
+        # what the index is doing, readable without asking this actor (status, rebuild polls)
+        self._state = state if state is not None else IndexState()
         # A reader beside a running daemon (the CLI) must not replace the
         # daemon's index: it serves a current one and builds a stale one in memory.
         self._readonly = readonly
@@ -81,6 +85,8 @@ class DiscoveryActor(SupervisedActor):
         self._skills: DiscoveryEngine | None = None
         self._error: str | None = None
         self._failed_at = 0.0
+        # a reader (the CLI) says what it fell back to in status(), not in the log
+        self._notices: list[str] = []
 
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
@@ -91,7 +97,8 @@ class DiscoveryActor(SupervisedActor):
             return list(self._fixed_docs)
         return registry_docs(self._registry or ())
 
-    def _load(self, *, rebuild: bool, progress: Progress | None) -> None:
+    def _load(self, *, rebuild: bool, progress: Progress | None, reuse: bool = True) -> None:
+        self._state.loading()
         try:
             if self._embedder is None:
                 self._embedder = load_embedder(self._embedder_config)
@@ -101,43 +108,62 @@ class DiscoveryActor(SupervisedActor):
             tool_docs, skill_docs = self._catalogue(), self._library.docs()
             if self._home is None:
                 self._tools = DiscoveryEngine.build(tool_docs, embedder, progress=progress)
-                self._skills = DiscoveryEngine.build(skill_docs, embedder)
+                self._skills = DiscoveryEngine.build(skill_docs, embedder, kind="skills")
             elif self._readonly:
                 tools_dir, skills_dir = index_dirs(self._home)
                 self._tools = self._open_current(tools_dir, tool_docs, embedder)
-                self._skills = self._open_current(skills_dir, skill_docs, embedder)
+                self._skills = self._open_current(skills_dir, skill_docs, embedder, "skills")
             else:
                 tools_dir, skills_dir = index_dirs(self._home)
                 if rebuild:
                     self._tools = DiscoveryEngine.build(
-                        tool_docs, embedder, directory=tools_dir, progress=progress
+                        tool_docs, embedder, directory=tools_dir, progress=progress, reuse=reuse
                     )
-                    self._skills = DiscoveryEngine.build(skill_docs, embedder, directory=skills_dir)
+                    self._skills = DiscoveryEngine.build(
+                        skill_docs, embedder, directory=skills_dir, reuse=reuse, kind="skills"
+                    )
                 else:
                     self._tools = DiscoveryEngine.open_or_build(
                         tools_dir, tool_docs, embedder, progress=progress
                     )
-                    self._skills = DiscoveryEngine.open_or_build(skills_dir, skill_docs, embedder)
+                    self._skills = DiscoveryEngine.open_or_build(
+                        skills_dir, skill_docs, embedder, kind="skills"
+                    )
             self._error = None
             log.info("discovery ready: %d tools, %d skills", len(self._tools), len(self._skills))
+            self._state.ready(
+                tools=len(self._tools),
+                skills=len(self._skills),
+                model_id=embedder.model_id,
+                ceiling=self._tools.ceiling,
+            )
         except Exception as exc:
             # Stay up and answer every find with the error rather than "nothing found".
-            log.exception("the discovery index could not be loaded")
+            if isinstance(exc, IndexCorruptError):
+                log.log(
+                    logging.INFO if self._readonly else logging.ERROR,
+                    "the discovery index could not be loaded: %s",
+                    exc,
+                )
+            else:
+                log.exception("the discovery index could not be loaded")
             self._tools = self._skills = None
             self._error = f"{type(exc).__name__}: {exc}"
             self._failed_at = time.monotonic()
+            self._state.failed(self._error)
 
-    @staticmethod
     def _open_current(
-        directory: Path, docs: Sequence[ToolDoc], embedder: Embedder
+        self, directory: Path, docs: Sequence[ToolDoc], embedder: Embedder, kind: str = "tools"
     ) -> DiscoveryEngine:
         reason = DiscoveryEngine.stale_reason(directory, docs, embedder)
         if reason is None:
             return DiscoveryEngine.open(directory, embedder)
-        log.warning(
-            "not using the index in %s (%s); searching a fresh in-memory one", directory, reason
-        )
-        return DiscoveryEngine.build(docs, embedder)
+        notice = f"not using the index in {directory} ({reason}); searched a fresh in-memory one"
+        if (directory / MANIFEST).exists():
+            # an index that is there but unusable (corrupt, stale) is worth saying loudly
+            self._notices.append(notice)
+        log.info(notice)
+        return DiscoveryEngine.build(docs, embedder, kind=kind)
 
     def _engine(self, which: str) -> DiscoveryEngine:
         if self._tools is None and time.monotonic() - self._failed_at > RETRY_AFTER:
@@ -165,11 +191,13 @@ class DiscoveryActor(SupervisedActor):
     def status(self) -> dict[str, Any]:
         return {
             "ready": self._tools is not None,
+            "state": self._state.snapshot()["state"],
             "error": self._error,
             "tools": len(self._tools) if self._tools else 0,
             "skills": len(self._skills) if self._skills else 0,
             "model_id": self._embedder.model_id if self._embedder else None,
             "ceiling": self._tools.ceiling if self._tools else None,
+            "notices": list(self._notices),
         }
 
     # -- updates ----------------------------------------------------------
@@ -200,6 +228,25 @@ class DiscoveryActor(SupervisedActor):
             raise IndexCorruptError(f"the discovery index could not be rebuilt: {self._error}")
         return self.status()
 
+    def rebuild_job(self, job_id: str, reuse: bool) -> None:
+        """Run the rebuild ``IndexState.begin_rebuild`` registered, reporting progress there.
+
+        Sent as a tell (``DiscoveryHandle.start_rebuild``), so it never raises:
+        the outcome is the job's phase and error.
+        """
+        error: str | None = None
+        try:
+            self._library = None
+            self._load(
+                rebuild=True,
+                reuse=reuse,
+                progress=lambda done, total: self._state.progress(job_id, done, total),
+            )
+            error = self._error
+        except Exception as exc:  # _load catches its own; this is the last line of defence
+            error = f"{type(exc).__name__}: {exc}"
+        self._state.end_rebuild(job_id, error=error)
+
 
 Target = pykka.ActorRef[Any] | ChildRef
 
@@ -214,16 +261,27 @@ class DiscoveryHandle:
     """
 
     def __init__(
-        self, target: Target | Callable[[], Target], *, timeout: float = DEFAULT_TIMEOUT
+        self,
+        target: Target | Callable[[], Target],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        state: IndexState | None = None,
     ) -> None:
         self._target = target
         self._timeout = timeout
+        # shared with the actor (pass it to DiscoveryActor.start) so status and
+        # rebuild progress are read without waiting behind a build
+        self.state = state if state is not None else IndexState()
+
+    def _resolve(self) -> Target:
+        target = self._target
+        if not isinstance(target, pykka.ActorRef | ChildRef):
+            target = target()
+        return target
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            target = self._target
-            if not isinstance(target, pykka.ActorRef | ChildRef):
-                target = target()
+            target = self._resolve()
             if isinstance(target, pykka.ActorRef):
                 return getattr(target.proxy(), method)(*args, **kwargs).get(timeout=self._timeout)
             return target.call(method, *args, timeout=self._timeout, **kwargs)
@@ -262,3 +320,23 @@ class DiscoveryHandle:
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self._call("status")
         return status
+
+    def snapshot(self) -> dict[str, Any]:
+        """The index state (chalie.discovery.state), without asking the actor."""
+        return self.state.snapshot()
+
+    def start_rebuild(self, reuse: bool = False) -> dict[str, Any]:
+        """Start a rebuild in the actor unless one runs; the job's view plus ``started``.
+
+        Returns at once: poll :meth:`snapshot` (its ``rebuild``) for progress.
+        """
+        job, new = self.state.begin_rebuild(reuse)
+        if new:
+            try:
+                target = self._resolve()
+                ref = target if isinstance(target, pykka.ActorRef) else target.current()
+                ref.proxy().rebuild_job.defer(job.job_id, reuse)
+            except (pykka.ActorDeadError, ChildUnavailable) as exc:
+                self.state.end_rebuild(job.job_id, error=f"tool discovery is not running ({exc})")
+        view = self.state.job() or job.view()
+        return {**view, "started": new}

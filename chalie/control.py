@@ -13,7 +13,8 @@ Commands (arguments in the Structs below): ``status``, ``stop``,
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``.
+``policy.answer``, ``index.rebuild`` (starts the rebuild in the daemon and
+returns at once; the CLI polls it with ``start=False`` for progress).
 """
 
 from __future__ import annotations
@@ -98,6 +99,13 @@ class PolicyAnswerArgs(Args):
     answer: Literal["allow_once", "allow_always", "deny"]
 
 
+class IndexRebuildArgs(Args):
+    """Start a rebuild of the discovery index in the daemon, or (start=False) report on it."""
+
+    start: bool = True
+    reuse: bool = False
+
+
 COMMANDS: Final[dict[str, type[Args]]] = {
     "status": NoArgs,
     "stop": NoArgs,
@@ -110,6 +118,7 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "policy.reset": PolicyResetArgs,
     "policy.pending": NoArgs,
     "policy.answer": PolicyAnswerArgs,
+    "index.rebuild": IndexRebuildArgs,
 }
 
 _request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)

@@ -160,6 +160,7 @@ class Runtime:
             "actors": tree["children"],
             "workers": workers,
             "loop": self.loop.is_alive(),
+            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
         }
 
 
@@ -191,7 +192,10 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ChildSpec(
             "discovery",
             lambda: DiscoveryActor.start(
-                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder
+                registry=rt.registry,
+                home=cfg.home,
+                embedder_config=cfg.embedder,
+                state=rt.services.discovery.state,
             ),
             shutdown=10.0,
         ),

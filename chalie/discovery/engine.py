@@ -239,6 +239,7 @@ class DiscoveryEngine:
         progress: Progress | None = None,
         ceiling: float | None = None,
         reuse: bool = True,
+        kind: str = "tools",
     ) -> DiscoveryEngine:
         """A fresh engine over ``docs``; persisted atomically into ``directory`` if given.
 
@@ -262,7 +263,7 @@ class DiscoveryEngine:
             if gone:
                 vectors.remove(gone)
             todo = [d for d in ordered if held.get(d.name) != d]
-            log.info("rebuilding with %d of %d tools changed", len(todo) + len(gone), total)
+            log.info("rebuilding with %d of %d %s changed", len(todo) + len(gone), total, kind)
         if progress:
             progress(total - len(todo), total)
         for start in range(0, len(todo), BUILD_BATCH):
@@ -274,7 +275,10 @@ class DiscoveryEngine:
             names = NameIndex.create()
             names.upsert(ordered, fresh=True)
             log.info(
-                "built an in-memory index of %d tools in %.1fs", total, time.monotonic() - started
+                "built an in-memory index of %d %s in %.1fs",
+                total,
+                kind,
+                time.monotonic() - started,
             )
             return cls(catalogue, names, vectors, embedder)
 
@@ -314,8 +318,9 @@ class DiscoveryEngine:
         names = NameIndex.open(directory / generation / "names")
         engine = cls(catalogue, names, vectors, embedder, directory=directory, manifest=manifest)
         log.info(
-            "built the index of %d tools in %s in %.1fs",
+            "built the index of %d %s in %s in %.1fs",
             total,
+            kind,
             directory,
             time.monotonic() - started,
         )
@@ -390,8 +395,12 @@ class DiscoveryEngine:
         embedder: Embedder,
         *,
         progress: Progress | None = None,
+        kind: str = "tools",
     ) -> DiscoveryEngine:
-        """Reuse the persisted index when nothing changed; rebuild it otherwise."""
+        """Reuse the persisted index when nothing changed; rebuild it otherwise.
+
+        ``kind`` ("tools", "skills") names what the index holds in its log lines.
+        """
         reason = cls.stale_reason(directory, docs, embedder)
         if reason is None:
             try:
@@ -400,7 +409,7 @@ class DiscoveryEngine:
                 reason = str(exc)
         if reason and (directory / MANIFEST).exists():
             log.warning("rebuilding the discovery index in %s: %s", directory, reason)
-        return cls.build(docs, embedder, directory=directory, progress=progress)
+        return cls.build(docs, embedder, directory=directory, progress=progress, kind=kind)
 
     @staticmethod
     def stale_reason(directory: Path, docs: Sequence[ToolDoc], embedder: Embedder) -> str | None:
