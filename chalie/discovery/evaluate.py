@@ -7,8 +7,11 @@ longer than find_tools accepts are cut at a word boundary, as a caller must, and
 counted in the report.
 
 Files are JSONL. Tools: ``{"name", "description"}`` or ``{"name", "summary",
-"examples"}``. Queries: ``{"query", "gold": [names], "type"}`` where ``type``
-is ``single``, ``multi`` or ``none`` (the right answer is nothing at all).
+"examples"}``; the description may be missing, null or empty (remote MCP tools
+often have none: the name carries them), and prose past MAX_PROSE_CHARS is cut.
+Queries: ``{"query", "gold": [names], "type"}`` where ``type`` is ``single``,
+``multi`` or ``none`` (the right answer is nothing at all); a query of any
+length is accepted and cut to find_tools' entry length when it is sent.
 """
 
 from __future__ import annotations
@@ -118,15 +121,18 @@ def _read_jsonl(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _text(row: dict[str, Any], key: str, where: str, limit: int, *, required: bool) -> str:
+def _text(
+    row: dict[str, Any], key: str, where: str, limit: int, *, required: bool, cut: bool = False
+) -> str:
+    """The field's text, stripped; longer than ``limit``: cut when ``cut``, else refused."""
     value = row.get(key)
     if value is None and not required:
         return ""
     if not isinstance(value, str) or (required and not value.strip()):
-        raise EvalDataError(f"{where}: {key!r} must be a non-empty string")
-    if len(value) > limit:
+        raise EvalDataError(f"{where}: {key!r} must be a{' non-empty' * required} string")
+    if len(value) > limit and not cut:
         raise EvalDataError(f"{where}: {key!r} is longer than {limit} characters")
-    return value.strip()
+    return value.strip()[:limit].strip()
 
 
 def load_catalogue(path: Path) -> list[ToolDoc]:
@@ -139,18 +145,15 @@ def load_catalogue(path: Path) -> list[ToolDoc]:
         if name in seen:
             raise EvalDataError(f"{where}: tool {name!r} appears twice")
         seen.add(name)
-        if "summary" in row:
-            summary = _text(row, "summary", where, MAX_PROSE_CHARS, required=True)
-        else:
-            summary = _text(row, "description", where, MAX_PROSE_CHARS, required=True)
+        key = "summary" if row.get("summary") is not None else "description"
+        summary = _text(row, key, where, MAX_PROSE_CHARS, required=False, cut=True)
         examples = row.get("examples", [])
         if not isinstance(examples, list) or len(examples) > MAX_EXAMPLES:
             raise EvalDataError(f"{where}: 'examples' must be a list of at most {MAX_EXAMPLES}")
-        if not all(
-            isinstance(e, str) and e.strip() and len(e) <= MAX_PROSE_CHARS for e in examples
-        ):
+        if not all(isinstance(e, str) and e.strip() for e in examples):
             raise EvalDataError(f"{where}: every example must be a non-empty string")
-        docs.append(ToolDoc(name, summary, tuple(e.strip() for e in examples), source="eval"))
+        kept = tuple(e.strip()[:MAX_PROSE_CHARS].strip() for e in examples)
+        docs.append(ToolDoc(name, summary, kept, source="eval"))
     return docs
 
 
@@ -159,7 +162,8 @@ def load_queries(path: Path, known: set[str] | None = None) -> list[EvalQuery]:
     out: list[EvalQuery] = []
     for lineno, row in _read_jsonl(Path(path), "queries"):
         where = f"{path}:{lineno}"
-        query = _text(row, "query", where, MAX_PROSE_CHARS, required=True)
+        # any length: fit_entry cuts it as a caller of find_tools must, and the report counts it
+        query = _text(row, "query", where, MAX_FILE_BYTES, required=True)
         gold = row.get("gold", [])
         if not isinstance(gold, list) or not all(isinstance(g, str) and g for g in gold):
             raise EvalDataError(f"{where}: 'gold' must be a list of tool names")

@@ -13,6 +13,7 @@ from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import (
+    MAX_PROSE_CHARS,
     EvalDataError,
     EvalQuery,
     QueryOutcome,
@@ -57,7 +58,7 @@ def test_a_catalogue_takes_both_shapes(tmp_path: Path) -> None:
         (['{"name": "a", "description": "x"', ""], ":1: not JSON"),
         ([{"name": "a", "description": "x"}, [1, 2]], ":2: expected a JSON object"),
         ([{"description": "x"}], "'name' must be a non-empty string"),
-        ([{"name": "a"}], "'description' must be a non-empty string"),
+        ([{"name": "a", "description": 7}], "'description' must be a string"),
         ([{"name": "a", "summary": "x"}, {"name": "a", "summary": "y"}], "appears twice"),
         ([{"name": "a", "summary": "x", "examples": "one"}], "'examples' must be a list"),
         ([{"name": "a", "summary": "x", "examples": [""]}], "every example"),
@@ -70,6 +71,32 @@ def test_a_malformed_catalogue_names_the_problem(
 ) -> None:
     with pytest.raises(EvalDataError, match=message):
         load_catalogue(write(tmp_path / "tools.jsonl", rows))
+
+
+def test_a_tool_without_a_description_is_found_by_its_name(tmp_path: Path) -> None:
+    tools = write(
+        tmp_path / "tools.jsonl",
+        [
+            {"name": "get_weather_forecast"},
+            {"name": "send_email", "description": None},
+            {"name": "set_timer", "description": ""},
+            {"name": "translate_text", "description": "Translate " + "text " * 2000},
+        ],
+    )
+    docs = load_catalogue(tools)
+    assert [d.summary for d in docs[:3]] == ["", "", ""]
+    assert len(docs[3].summary) <= MAX_PROSE_CHARS
+    queries = write(
+        tmp_path / "q.jsonl",
+        [
+            {"query": "weather forecast for tomorrow", "gold": ["get_weather_forecast"]},
+            {"query": "send an email to Bob " + "please " * 1000, "gold": ["send_email"]},
+        ],
+    )
+    loaded = load_queries(queries, known={d.name for d in docs})
+    report = evaluate(DiscoveryEngine.build(docs, load_embedder()), loaded, tools=len(docs))
+    assert report.truncated == 1
+    assert report.recall_at_1 == 100.0
 
 
 def test_a_missing_file_is_an_eval_data_error(tmp_path: Path) -> None:
