@@ -36,6 +36,7 @@ import pykka
 import zmq
 import zmq.asyncio
 
+from actors.discovery import examples_command
 from actors.loop import EventLoopThread
 from actors.supervisor import ChildUnavailable, SupervisedActor
 from chalie import control
@@ -382,6 +383,8 @@ class ControlCommands:
             discovery = rt.services.discovery
             job = discovery.start_rebuild(args.reuse) if args.start else discovery.state.job()
             return control.success({"job": job, "index": discovery.snapshot()})
+        if isinstance(args, control.DiscoveryExamplesArgs):
+            return control.success(examples_command(rt.services.discovery, args))
         policy = rt.child("policy")
         if command == "policy.list":
             return control.success(

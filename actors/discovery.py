@@ -34,9 +34,11 @@ from typing import Any, Final
 import pykka
 
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST, DiscoveryEngine, Progress, registry_docs
+from chalie.discovery.learning import Example, LearnedExamples, Learner, LearnResult
 from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
@@ -68,8 +70,15 @@ class DiscoveryActor(SupervisedActor):
         skills: SkillLibrary | None = None,
         readonly: bool = False,
         state: IndexState | None = None,
+        db_path: Path | None = None,
+        learning: DiscoveryConfig | None = None,
     ) -> None:
         super().__init__()
+        # learned examples live in the daemon's database (None: no learning, e.g. the CLI)
+        self._db_path = db_path
+        self._learning = learning if learning is not None else DiscoveryConfig()
+        self._store: LearnedExamples | None = None
+        self._learner: Learner | None = None
         # what the index is doing, readable without asking this actor (status, rebuild polls)
         self._state = state if state is not None else IndexState()
         # A reader beside a running daemon (the CLI) must not replace the
@@ -91,6 +100,53 @@ class DiscoveryActor(SupervisedActor):
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
         self._load(rebuild=False, progress=None)
+
+    def on_stop(self) -> None:
+        self._close_store()
+
+    def on_failure(self, *exc: Any) -> None:
+        self._close_store()
+
+    def _close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+            self._learner = None
+
+    def _open_learning(self) -> None:
+        """The learned-examples store and the path onto the tool index; a failure only logs."""
+        if self._db_path is None or self._readonly or self._tools is None:
+            return
+        try:
+            if self._store is None:
+                self._store = LearnedExamples(
+                    self._db_path, per_tool=self._learning.examples_per_tool
+                )
+            self._learner = Learner(
+                self._store,
+                self._tools,
+                enabled=self._learning.learn,
+                channels=self._learning.learn_channels,
+            )
+            counts = self._learner.sync()
+            if any(counts.values()):
+                log.info("learned examples brought into the index: %s", counts)
+        except Exception:
+            log.exception("learned examples unavailable; discovery runs without them")
+            self._learner = None
+
+    def _learned_phrases(self) -> dict[str, list[str]] | None:
+        if self._db_path is None or self._readonly:
+            return None
+        try:
+            if self._store is None:
+                self._store = LearnedExamples(
+                    self._db_path, per_tool=self._learning.examples_per_tool
+                )
+            return self._store.phrases()
+        except Exception:
+            log.exception("learned examples unreadable; rebuilding without them")
+            return None
 
     def _catalogue(self) -> list[ToolDoc]:
         if self._fixed_docs is not None:
@@ -117,7 +173,12 @@ class DiscoveryActor(SupervisedActor):
                 tools_dir, skills_dir = index_dirs(self._home)
                 if rebuild:
                     self._tools = DiscoveryEngine.build(
-                        tool_docs, embedder, directory=tools_dir, progress=progress, reuse=reuse
+                        tool_docs,
+                        embedder,
+                        directory=tools_dir,
+                        progress=progress,
+                        reuse=reuse,
+                        learned=self._learned_phrases(),
                     )
                     self._skills = DiscoveryEngine.build(
                         skill_docs, embedder, directory=skills_dir, reuse=reuse, kind="skills"
@@ -130,6 +191,7 @@ class DiscoveryActor(SupervisedActor):
                         skills_dir, skill_docs, embedder, kind="skills"
                     )
             self._error = None
+            self._open_learning()
             log.info("discovery ready: %d tools, %d skills", len(self._tools), len(self._skills))
             self._state.ready(
                 tools=len(self._tools),
@@ -202,10 +264,55 @@ class DiscoveryActor(SupervisedActor):
 
     # -- updates ----------------------------------------------------------
     def add(self, docs: Sequence[ToolDoc]) -> None:
-        self._engine("tools").add(docs)
+        engine = self._engine("tools")
+        held = engine.docs
+        changed = [d.name for d in docs if d.name in held and held[d.name] != d]
+        engine.add(docs)
+        if changed and self._learner is not None:
+            # examples learned for the old definition say nothing about the new one
+            self._learner.tool_changed(changed)
 
     def remove(self, names: Iterable[str]) -> None:
-        self._engine("tools").remove(list(names))
+        gone = list(names)
+        self._engine("tools").remove(gone)
+        if self._learner is not None:
+            self._learner.tool_changed(gone)
+
+    # -- learning from use (chalie/discovery/learning.py) -------------------
+    def learn(
+        self, entry: str, tool: str, channel: str, definition: str | None = None
+    ) -> LearnResult:
+        self._engine("tools")
+        if self._learner is None:
+            return LearnResult(False, "learning-off", message="no learned-examples store")
+        return self._learner.learn(entry, tool, channel, definition=definition)
+
+    def learn_quietly(
+        self, entry: str, tool: str, channel: str, definition: str | None = None
+    ) -> None:
+        """``learn`` for a tell: never raises (a raise would fail the actor)."""
+        try:
+            result = self.learn(entry, tool, channel, definition)
+            log.debug("learn %s: %s", tool, result.reason)
+        except Exception as exc:
+            log.info("not learned for %s: %s", tool, exc)
+
+    def examples(self, tool: str | None = None) -> list[Example]:
+        if self._store is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._store.examples(tool)
+
+    def forget(self, target: str | int) -> int:
+        self._engine("tools")
+        if self._learner is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._learner.forget(target)
+
+    def clear_examples(self) -> int:
+        self._engine("tools")
+        if self._learner is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._learner.clear()
 
     def sync(self) -> dict[str, int]:
         """Bring the tool index in line with the registry: add, replace and drop the difference."""
@@ -218,6 +325,8 @@ class DiscoveryActor(SupervisedActor):
             engine.add(changed)
         if gone:
             engine.remove(gone)
+        if self._learner is not None:
+            self._learner.tool_changed([d.name for d in changed if d.name in held] + gone)
         return {"added": len(changed), "removed": len(gone)}
 
     def rebuild(self) -> dict[str, Any]:
@@ -317,6 +426,42 @@ class DiscoveryHandle:
         status: dict[str, Any] = self._call("rebuild")
         return status
 
+    def learn(
+        self, entry: str, tool: str, channel: str, *, definition: str | None = None
+    ) -> LearnResult:
+        """Record that ``entry`` (a find_tools entry) led to a successful call of ``tool``.
+
+        The conversations code calls this when a turn ends: for each entry of a
+        find_tools call whose injected ``tool`` was then called with success and
+        not denied, pass the entry, the tool, the turn's channel and
+        ``FindResult.definitions[tool]``. The index has the phrase when this returns.
+        """
+        result: LearnResult = self._call("learn", entry, tool, channel, definition)
+        return result
+
+    def learn_soon(
+        self, entry: str, tool: str, channel: str, *, definition: str | None = None
+    ) -> None:
+        """As :meth:`learn`, without waiting (a tell); outcomes are only logged."""
+        try:
+            target = self._resolve()
+            ref = target if isinstance(target, pykka.ActorRef) else target.current()
+            ref.proxy().learn_quietly.defer(entry, tool, channel, definition)
+        except (pykka.ActorDeadError, ChildUnavailable) as exc:
+            log.info("not learned (%s): discovery is not running", exc)
+
+    def examples(self, tool: str | None = None) -> list[Example]:
+        found: list[Example] = self._call("examples", tool)
+        return found
+
+    def forget(self, target: str | int) -> int:
+        count: int = self._call("forget", target)
+        return count
+
+    def clear_examples(self) -> int:
+        count: int = self._call("clear_examples")
+        return count
+
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self._call("status")
         return status
@@ -340,3 +485,24 @@ class DiscoveryHandle:
                 self.state.end_rebuild(job.job_id, error=f"tool discovery is not running ({exc})")
         view = self.state.job() or job.view()
         return {**view, "started": new}
+
+
+def example_view(example: Example) -> dict[str, Any]:
+    return {
+        "id": example.id,
+        "tool": example.tool,
+        "text": example.text,
+        "channel": example.channel,
+        "created": example.created,
+    }
+
+
+def examples_command(handle: DiscoveryHandle, args: Any) -> dict[str, Any]:
+    """The ``discovery.examples`` control command (chalie.control.DiscoveryExamplesArgs)."""
+    if args.action == "list":
+        return {"examples": [example_view(e) for e in handle.examples(args.tool)]}
+    if args.action == "forget":
+        if (args.tool is None) == (args.id is None):
+            raise ValueError("forget takes a tool or an id")
+        return {"forgotten": handle.forget(args.tool if args.id is None else args.id)}
+    return {"forgotten": handle.clear_examples()}

@@ -10,9 +10,12 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import platformdirs
+
+from chalie.messages import Channel
 
 
 class ConfigError(ValueError):
@@ -27,6 +30,17 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+class DiscoveryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
+
+    # record the find_tools entries that led to a successful call as examples
+    learn: bool = True
+    # only where a human is present by default: an external agent must not teach
+    # discovery to route other people's requests
+    learn_channels: tuple[Channel, ...] = ("chat",)
+    examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+
+
 @dataclass(frozen=True)
 class Config:
     home: Path
@@ -35,6 +49,7 @@ class Config:
     approval_expiry: float = 300.0
     inline_threads: int = 16
     embedder: dict[str, Any] = field(default_factory=dict)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -56,7 +71,10 @@ class Config:
                 approval_expiry=float(raw.get("approval_expiry", 300.0)),
                 inline_threads=int(raw.get("inline_threads", 16)),
                 embedder=dict(raw.get("embedder", {})),
+                discovery=msgspec.convert(raw.get("discovery", {}), DiscoveryConfig),
                 raw=raw,
             )
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{path}: [discovery] {exc}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}") from None

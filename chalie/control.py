@@ -14,7 +14,8 @@ daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
 ``policy.answer``, ``index.rebuild`` (starts the rebuild in the daemon and
-returns at once; the CLI polls it with ``start=False`` for progress).
+returns at once; the CLI polls it with ``start=False`` for progress),
+``discovery.examples`` (list, forget or clear learned examples).
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class PolicyAnswerArgs(Args):
     answer: Literal["allow_once", "allow_always", "deny"]
 
 
+class DiscoveryExamplesArgs(Args):
+    """The learned examples: list (one tool's or all), forget a tool's or one, clear all."""
+
+    action: Literal["list", "forget", "clear"]
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
 class IndexRebuildArgs(Args):
     """Start a rebuild of the discovery index in the daemon, or (start=False) report on it."""
 
@@ -119,6 +128,7 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "policy.pending": NoArgs,
     "policy.answer": PolicyAnswerArgs,
     "index.rebuild": IndexRebuildArgs,
+    "discovery.examples": DiscoveryExamplesArgs,
 }
 
 _request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)

@@ -196,6 +196,8 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 home=cfg.home,
                 embedder_config=cfg.embedder,
                 state=rt.services.discovery.state,
+                db_path=rt.db_path,
+                learning=cfg.discovery,
             ),
             shutdown=10.0,
         ),
