@@ -82,6 +82,11 @@ def test_index_rebuild_beside_a_running_daemon_is_done_by_the_daemon(
     assert status["discovery"]["state"] == "ready"
     assert status["discovery"]["rebuild"]["phase"] == "done"
     assert "discovery index: ready" in daemon.cli("status").stdout
+    # learned examples go through the daemon while it runs (its index follows them)
+    listed = daemon.cli("discovery", "examples", "list")
+    assert listed.returncode == 0 and "no learned examples" in listed.stdout
+    forgot = daemon.cli("discovery", "examples", "forget", "clock")
+    assert forgot.returncode == 0 and "forgot 0 examples" in forgot.stdout
 
 
 def test_the_offline_rebuild_is_refused_while_another_process_holds_the_lock() -> None:
