@@ -26,7 +26,9 @@ holds. Wiring in the daemon::
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +51,8 @@ log = logging.getLogger("chalie.discovery")
 # so the model hears "the index is still building" rather than a bare timeout.
 DEFAULT_TIMEOUT: Final = 20.0
 RETRY_AFTER: Final = 60.0
+# Turns whose find_tools results are remembered for learn_turn, newest kept.
+REMEMBERED_TURNS: Final = 1024
 
 
 def index_dirs(home: Path) -> tuple[Path, Path]:
@@ -378,6 +382,9 @@ class DiscoveryHandle:
     ) -> None:
         self._target = target
         self._timeout = timeout
+        # turn id -> (entry, tool, definition) of what its find_tools calls found
+        self._finds: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
+        self._finds_lock = threading.Lock()
         # shared with the actor (pass it to DiscoveryActor.start) so status and
         # rebuild progress are read without waiting behind a build
         self.state = state if state is not None else IndexState()
@@ -438,6 +445,43 @@ class DiscoveryHandle:
         """
         result: LearnResult = self._call("learn", entry, tool, channel, definition)
         return result
+
+    def remember(self, turn_id: str, result: FindResult) -> None:
+        """Note which entry of a turn's find_tools found which tool (find_tools calls this).
+
+        Only entries the vector rung answered are kept: an entry that was a tool's
+        name teaches nothing about how people ask for it. Bounded: the oldest
+        turns are dropped past REMEMBERED_TURNS, so a turn that never ends costs
+        nothing for long.
+        """
+        found = [
+            (outcome.query, name, result.definitions.get(name, ""))
+            for outcome in result.entries
+            if outcome.rung == "vector"
+            for name in outcome.names
+        ]
+        if not found:
+            return
+        with self._finds_lock:
+            self._finds.setdefault(turn_id, []).extend(found)
+            self._finds.move_to_end(turn_id)
+            while len(self._finds) > REMEMBERED_TURNS:
+                self._finds.popitem(last=False)
+
+    def learn_turn(self, turn_id: str, channel: str, used: Iterable[str]) -> list[LearnResult]:
+        """At the end of a turn: learn each find_tools entry whose tool was then used.
+
+        ``used`` names the tools the turn called with success and the user did not
+        deny. What the turn's finds found is forgotten either way.
+        """
+        with self._finds_lock:
+            found = self._finds.pop(turn_id, [])
+        wanted = set(used)
+        results: list[LearnResult] = []
+        for entry, tool, definition in dict.fromkeys(found):
+            if tool in wanted:
+                results.append(self.learn(entry, tool, channel, definition=definition or None))
+        return results
 
     def learn_soon(
         self, entry: str, tool: str, channel: str, *, definition: str | None = None

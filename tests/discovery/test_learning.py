@@ -297,3 +297,42 @@ def test_cli_examples_forget_and_clear_offline(tmp_path: Path) -> None:
     assert "forgot 1 example" in runner.invoke(cli, [*base, "clear"]).stdout
     assert runner.invoke(cli, [*base, "forget", "x" * 300]).exit_code == 2
     assert "no learned examples" in runner.invoke(cli, [*base, "list"]).stdout
+
+
+def test_a_turn_learns_the_entry_that_led_to_the_tool_it_used(
+    actor: pykka.ActorRef[Any],
+) -> None:
+    from abilities.find_tools import FindTools
+    from chalie.invoke import coerce_params, invoke
+    from chalie.messages import TurnContext
+    from chalie.services import Services
+
+    handle = DiscoveryHandle(actor)
+    registry = Registry.collect(entry_points=False)
+    services = Services(registry=registry, discovery=handle)
+    context = TurnContext(conversation_id="c", turn_id="turn-9")
+    entries = ["what's the hour over in Lima", "calculator", "square root of 1764 please"]
+    result = invoke(FindTools(context, services), coerce_params(FindTools, {"query": entries}))
+    assert result.ok
+    # the turn then used the clock only; the calculator's name entry teaches nothing
+    learned = handle.learn_turn("turn-9", "chat", ["clock"])
+    assert [(r.learned, r.example.tool if r.example else None) for r in learned] == [
+        (True, "clock")
+    ]
+    assert [e.text for e in handle.examples()] == ["what's the hour over in Lima"]
+    assert handle.learn_turn("turn-9", "chat", ["clock"]) == []  # forgotten after its end
+    # an external agent's turn teaches nothing by default
+    invoke(FindTools(context, services), coerce_params(FindTools, {"query": entries}))
+    refused = handle.learn_turn("turn-9", "external_agent", ["calculator"])
+    assert refused and not any(r.learned for r in refused)
+
+
+def test_remembered_turns_are_bounded(actor: pykka.ActorRef[Any]) -> None:
+    from actors import discovery as module
+
+    handle = DiscoveryHandle(actor)
+    result = handle.find(["what's the hour over in Lima"])
+    for i in range(module.REMEMBERED_TURNS + 10):
+        handle.remember(f"t{i}", result)
+    assert len(handle._finds) == module.REMEMBERED_TURNS
+    assert "t0" not in handle._finds
