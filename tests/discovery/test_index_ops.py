@@ -202,3 +202,25 @@ def test_the_skills_index_logs_say_skills(
         DiscoveryEngine.build(docs, embedder, kind="skills")
     built = [r.getMessage() for r in caplog.records if "built" in r.getMessage()]
     assert built and all("1 skills" in m and "tools" not in m for m in built)
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("index.rebuild", {"start": "yes"}),
+        ("index.rebuild", {"reuse": 1}),
+        ("index.rebuild", {"force": True}),
+        ("discovery.examples", {"action": "drop"}),
+        ("discovery.examples", {"action": "forget", "id": 0}),
+        ("discovery.examples", {"action": "forget", "tool": "x" * 300}),
+        ("discovery.examples", {}),
+    ],
+)
+def test_malformed_discovery_control_requests_are_invalid_args(
+    command: str, args: dict[str, Any]
+) -> None:
+    from chalie import control
+
+    reply = control.parse_request(control.encode_request(command, args))
+    assert isinstance(reply, control.ControlReply)
+    assert reply.error == control.INVALID_ARGS

@@ -336,3 +336,32 @@ def test_remembered_turns_are_bounded(actor: pykka.ActorRef[Any]) -> None:
         handle.remember(f"t{i}", result)
     assert len(handle._finds) == module.REMEMBERED_TURNS
     assert "t0" not in handle._finds
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[discovery]\nlearn_channels = ["everyone"]\n', "learn_channels"),
+        ("[discovery]\nexamples_per_tool = 0\n", "examples_per_tool"),
+        ('[discovery]\nlearn = "yes"\n', "learn"),
+        ("[discovery]\nforget_everything = true\n", "forget_everything"),
+    ],
+)
+def test_a_bad_discovery_section_is_one_config_error(
+    tmp_path: Path, toml: str, message: str
+) -> None:
+    from chalie.config import Config, ConfigError
+
+    (tmp_path / "config.toml").write_text(toml)
+    with pytest.raises(ConfigError, match=message):
+        Config.load(tmp_path)
+
+
+def test_the_discovery_section_is_read(tmp_path: Path) -> None:
+    from chalie.config import Config
+
+    (tmp_path / "config.toml").write_text(
+        '[discovery]\nlearn = false\nlearn_channels = ["chat", "subconscious"]\n'
+    )
+    cfg = Config.load(tmp_path).discovery
+    assert cfg == DiscoveryConfig(learn=False, learn_channels=("chat", "subconscious"))
