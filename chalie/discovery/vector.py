@@ -24,6 +24,13 @@ assist adds about a point of R@5.
 
 Ceilings are model specific (e5 squeezes every distance into 0.06-0.22), so
 the ceiling is calibrated per model id and stored with the index.
+
+Learned phrases (chalie/discovery/learning.py: requests that led to a tool's
+successful use) are each one more vector of their tool, counted only at
+PHRASE_MIN_SIMILARITY or closer, and train the learned head of
+chalie/discovery/head.py, whose view of a tool (projected query against the
+centroid of its phrases, fused with the name the same way) is taken when it is
+better. The head ranks; the best-hit cut reads the score without it.
 """
 
 from __future__ import annotations

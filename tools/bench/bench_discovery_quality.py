@@ -8,6 +8,13 @@ keyboard mash, lorem ipsum, pasted code) is run against each catalogue.
 Targets: MetaTool dev R@5 >= 80 and R@1 >= 56; assistant-40 R@3 >= 95 and
 no-tool queries answered with nothing >= 80%.
 
+``--folds 5`` adds learning from use (the same path as real turns): MetaTool
+dev 5-fold cross-validated R@1 71.2, R@3 87.4, R@5 90.7, MRR@10 80.4 (targets
+R@5 >= 90, R@1 >= 70; catalogue-only unchanged at 57.6 / 80.1); assistant-40
+5-fold unchanged (68.8 / 96.2 / 98.8, no-tool 80.0%: ~1.6 paraphrases a tool
+teach nothing its cards do not); gibberish after learning every query
+unchanged (94.0% / 97.0%). Measured 2026-12-01, load average ~9.
+
 Measured 2026-12-01 after the word check and a 0.84 ceiling (margin 0.06):
 MetaTool dev R@1 57.6, R@5 80.1; assistant-40 R@3 96.2, no-tool 80.0%;
 gibberish answered with nothing 94.0% against MetaTool (40.3% before) and
