@@ -365,3 +365,23 @@ def test_the_discovery_section_is_read(tmp_path: Path) -> None:
     )
     cfg = Config.load(tmp_path).discovery
     assert cfg == DiscoveryConfig(learn=False, learn_channels=("chat", "subconscious"))
+
+
+def test_learned_phrases_survive_journal_compaction(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chalie.discovery import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "COMPACT_AFTER", 2)
+    directory = tmp_path / "index"
+    engine = DiscoveryEngine.build(DOCS, embedder, directory=directory)
+    phrases = ["stars for leo", "reading for my sign", "what about virgo", "cancer this week"]
+    for i in range(1, len(phrases) + 1):
+        assert engine.set_learned("horoscope", phrases[:i])
+    assert not engine.set_learned("horoscope", phrases)  # unchanged: nothing written
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["vectors"] != "vectors-0"  # saved whole at least once
+    reopened = DiscoveryEngine.open(directory, embedder)
+    assert reopened.learned() == {"horoscope": tuple(phrases)}
+    assert reopened._vectors.head.active
+    assert reopened.find(["what about virgo"]).names[0] == "horoscope"
