@@ -106,6 +106,21 @@ def _rebuild_in_daemon(obj: Ctx, reuse: bool) -> None:
     )
 
 
+def _learned_phrases(obj: Ctx) -> dict[str, list[str]] | None:
+    """The learned examples in chalie.db, so the new index holds them (None: none kept yet)."""
+    from chalie.daemon import DB_NAME
+    from chalie.discovery.learning import LearnedExamples
+
+    path = obj.config.home / DB_NAME
+    if not path.exists():
+        return None
+    store = LearnedExamples(path, per_tool=obj.config.discovery.examples_per_tool)
+    try:
+        return store.phrases()
+    finally:
+        store.close()
+
+
 def _rebuild_here(obj: Ctx, reuse: bool) -> None:
     registry = load_registry(obj)
     docs = registry_docs(registry)
@@ -121,7 +136,12 @@ def _rebuild_here(obj: Ctx, reuse: bool) -> None:
                 done[0] = n
 
             engine = DiscoveryEngine.build(
-                docs, embedder, directory=tools_dir, progress=progress, reuse=reuse
+                docs,
+                embedder,
+                directory=tools_dir,
+                progress=progress,
+                reuse=reuse,
+                learned=_learned_phrases(obj),
             )
         skills = DiscoveryEngine.build(
             library.docs(), embedder, directory=skills_dir, reuse=reuse, kind="skills"

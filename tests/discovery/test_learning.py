@@ -385,3 +385,13 @@ def test_learned_phrases_survive_journal_compaction(
     assert reopened.learned() == {"horoscope": tuple(phrases)}
     assert reopened._vectors.head.active
     assert reopened.find(["what about virgo"]).names[0] == "horoscope"
+
+
+def test_an_offline_rebuild_keeps_the_learned_examples(tmp_path: Path, embedder: Embedder) -> None:
+    store = LearnedExamples(tmp_path / "chalie.db")
+    store.add("what's the hour over in Lima", "clock", "chat")
+    store.close()
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "index", "rebuild"])
+    assert result.exit_code == 0, result.output
+    engine = DiscoveryEngine.open(tmp_path / "index" / "tools", embedder)
+    assert engine.learned() == {"clock": ("what's the hour over in Lima",)}
