@@ -116,6 +116,17 @@ LEXICAL_LEARNED = False
 # A learned phrase counts only at this cosine or closer (MetaTool dev 5-fold: R@5
 # 92.8 at 0, 92.9 at 0.6, 92.8 at 0.7; it keeps loose resemblances from admitting small talk).
 PHRASE_MIN_SIMILARITY = 0.6
+# Learned tools pull queries meant for tools nobody used yet (MetaTool's queries
+# share one machine-written style). Measured by learning the queries of half the
+# tools and scoring the other half (bench_discovery_quality.py --folds): the
+# head's view, unrestricted, costs those queries the most; letting it speak
+# only for a tool with a phrase at HEAD_PHRASE_GATE or closer, less
+# HEAD_OFFSET, trades learned recall for it (numpy study, MetaTool dev:
+# gate off: 5-fold R@5 92.8, unlearned-half R@5 52.9 (catalogue 78.0);
+# 0.45 / 0.05: 91.5 and 73.0; 0.5 / 0.05: 90.0 and 75.2). Off by default:
+# the targets are the 5-fold figures; see the discovery notes.
+HEAD_PHRASE_GATE: float | None = None
+HEAD_OFFSET = 0.0
 HEAD_CANDIDATES = 32
 # Learned phrases kept per tool in the index (the store bounds them first).
 MAX_PHRASES = 64
@@ -659,10 +670,14 @@ class VectorIndex:
         entries = [self._entries[n] for n in cands]
         widths = [len(e.slots) for e in entries]
         sims = self._vectors[[s for e in entries for s in e.slots]] @ q
+        phrase_best: npt.NDArray[np.float32] | None = None
         if any(len(e.slots) > e.catalogue_slots for e in entries):
             # a learned phrase speaks only when it is close: a loose resemblance to
             # one past request is weaker evidence than the tool's own description
             phrase = np.concatenate([np.arange(len(e.slots)) >= e.catalogue_slots for e in entries])
+            phrase_best = np.maximum.reduceat(
+                np.where(phrase, sims, -1.0), np.cumsum([0, *widths[:-1]])
+            )
             sims = np.where(phrase & (sims < PHRASE_MIN_SIMILARITY), -1.0, sims)
         prose = np.maximum.reduceat(sims, np.cumsum([0, *widths[:-1]]))
         named = NAME_WEIGHT * (self._name_vecs[[e.name_row for e in entries]] @ q)
@@ -674,6 +689,9 @@ class VectorIndex:
         if head:
             # the learned head's view of a tool that holds phrases, fused the same way
             projected = np.array([head.get(n, -1.0) for n in cands], dtype=np.float32)
+            projected -= HEAD_OFFSET
+            if HEAD_PHRASE_GATE is not None and phrase_best is not None:
+                projected = np.where(phrase_best >= HEAD_PHRASE_GATE, projected, -1.0)
             dense = np.maximum(dense, (projected + named) / (1 + NAME_WEIGHT))
         out = [
             (name, max(0.0, 1.0 - float(d) - self.lexical_weight * lex.get(name, 0.0)))
