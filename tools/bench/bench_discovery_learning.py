@@ -13,12 +13,17 @@ the discovery-that-learns issue:
   indexed, journal, head updated) until find_tools returns it: <= 1 s
 * retraining the head from every learned phrase (20,000 vectors): <= 10 s
 
-Measured 2026-12-01 on the shared 2-core machine at load average ~6.5 (the
-integrator re-runs it on a quiet one): build with the phrases 136.7 s, reopen
-1.26 s, find p50 12.66 / p99 32.86 ms, learn-to-visible p50 168 / max 709 ms,
-head retrained from scratch 4.57 s, after one tool's change 5.9 ms. The find
-figures miss their targets at that load; bench_discovery.py measured 4.5 / 6.8
-ms without learned phrases on a quiet moment.
+Measured 2026-12-01 on the shared 2-core machine (the integrator re-runs it on
+a quiet one), two runs:
+
+    load  build   reopen  find p50/p99      embed p50  learn->found p50/max  head retrain  one tool
+    ~6.5  136.7s  1.26s   12.66 / 32.86 ms  -          168 / 709 ms          4.57 s        5.9 ms
+    ~5    81.8s   1.45s    6.55 / 29.16 ms  4.09 ms    140 / 289 ms          6.07 s        136 ms
+
+The find p99 misses 25 ms under that load (p50 is 2.5 ms above the embedding
+floor); bench_discovery.py measured 4.5 / 6.8 ms without learned phrases on a
+quiet moment. The head is retrained here tool by tool through the incremental
+path (one small product a tool); a bulk product would be faster still.
 """
 
 from __future__ import annotations
