@@ -29,8 +29,16 @@ import msgspec
 import msgspec.inspect as mi
 
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
+from chalie.messages import Channel
 
-__all__ = ["Config", "ConfigError", "EmbedderBackend", "EmbedderConfig", "Section"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DiscoveryConfig",
+    "EmbedderBackend",
+    "EmbedderConfig",
+    "Section",
+]
 
 
 CONFIG_SOURCE: Final = "config.toml"
@@ -80,6 +88,17 @@ class EmbedderConfig(Section, frozen=True):
         }
 
 
+class DiscoveryConfig(Section, frozen=True):
+    """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
+
+    # Record the find_tools entries that led to a successful call as examples.
+    learn: bool = True
+    # Only where a human is present by default: an external agent must not teach
+    # discovery to route other people's requests.
+    learn_channels: tuple[Channel, ...] = ("chat",)
+    examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -96,6 +115,7 @@ class Config(Section, frozen=True):
     # The drop-in folder (default: CHALIE_ABILITIES_DIR, else <home>/abilities).
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

@@ -123,6 +123,7 @@ class Runtime:
             "actors": tree["children"],
             "workers": workers,
             "loop": self.loop.is_alive(),
+            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
         }
 
 
@@ -161,6 +162,9 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 home=cfg.home,
                 embedder=embedder,
                 embedder_config=cfg.embedder.options(),
+                state=rt.services.discovery.state,
+                db_path=rt.db_path,
+                learning=cfg.discovery,
             ),
             shutdown=10.0,
         ),
