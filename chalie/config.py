@@ -30,6 +30,7 @@ import msgspec.inspect as mi
 
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
 from chalie.messages import Channel
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 
 __all__ = [
     "Config",
@@ -37,6 +38,7 @@ __all__ = [
     "DiscoveryConfig",
     "EmbedderBackend",
     "EmbedderConfig",
+    "OutboxConfig",
     "Section",
 ]
 
@@ -99,6 +101,15 @@ class DiscoveryConfig(Section, frozen=True):
     examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
 
 
+class OutboxConfig(Section, frozen=True):
+    """``[outbox]``: background results kept until their conversation acknowledges them."""
+
+    # Seconds an undelivered result is kept (1 minute to 90 days).
+    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = DEFAULT_MAX_AGE
+    # Undelivered results kept at most; past it the oldest are dropped first.
+    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -116,6 +127,7 @@ class Config(Section, frozen=True):
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
+    outbox: OutboxConfig = OutboxConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:
@@ -231,12 +243,17 @@ def _unwrap(info: mi.Type) -> mi.Type:
     return info
 
 
+def _bound(value: float) -> str:
+    """A range end as an operator writes it: 7776000, not 7.776e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _allowed(info: mi.Type) -> str:
     if isinstance(info, mi.IntType | mi.FloatType):
         what = "an integer" if isinstance(info, mi.IntType) else "a number"
         low, high = info.ge, info.le
         if low is not None and high is not None:
-            return f"{what} from {low:g} to {high:g}"
+            return f"{what} from {_bound(low)} to {_bound(high)}"
         return what
     if isinstance(info, mi.LiteralType):
         return "one of " + ", ".join(f'"{v}"' for v in info.values)

@@ -179,6 +179,8 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 rt.events,
                 inline_threads=cfg.inline_threads,
                 children=rt.directory,
+                outbox_max_age=cfg.outbox.max_age,
+                outbox_max_rows=cfg.outbox.max_rows,
             ),
         ),
     ]
