@@ -433,7 +433,14 @@ class FakeModelServer:
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = uvicorn.Server(
-            uvicorn.Config(self.app, log_level="critical", lifespan="off", access_log=False)
+            uvicorn.Config(
+                self.app,
+                log_level="critical",
+                lifespan="off",
+                access_log=False,
+                ws="none",
+                http="h11",
+            )
         )
         self._thread: threading.Thread | None = None
 
