@@ -1,4 +1,4 @@
-"""A real daemon in this process with the scripted model server on loopback, for conversation tests."""
+"""A real daemon in this process and the scripted model server on loopback, for turn tests."""
 
 from __future__ import annotations
 
