@@ -1,4 +1,4 @@
-"""kill -9 of the daemon in the middle of a turn, then a restart: the history every provider accepts."""
+"""kill -9 of the daemon mid-turn, then a restart: a history every provider accepts."""
 
 from __future__ import annotations
 
