@@ -84,6 +84,7 @@ def config_toml(server: FakeModelServer) -> str:
     channel("tokens", model="default", pinned=["calculator"], token_budget=30)
     channel("hang", model="impatient", pinned=["calculator"])
     channel("tiny", model="tiny", pinned=["calculator"])
+    channel("async", model="default", pinned=["clock"], async_offered=True)
     lines.append("[conversations]")
     lines.append("idle_stop = 1.0")
     lines.append("max_queued = 2")

@@ -441,3 +441,51 @@ def test_events_pages_and_bounds(h: Harness) -> None:
     assert len(h.conversations.call("events", cid, -5, 10**9, timeout=10)) == len(everything)
     with pytest.raises(ConversationError):
         h.conversations.call("events", "bad id!", 0, 10, timeout=10)
+
+
+def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged(
+    h: Harness,
+) -> None:
+    from chalie.conversation.events import BackgroundDelivered
+    from chalie.outbox import Outbox
+
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "a1",
+                            "name": "clock",
+                            "arguments": {
+                                "zone": "UTC",
+                                "async": True,
+                                "act_summary": "reading the clock later",
+                            },
+                        }
+                    ]
+                },
+                {"text": "started it"},
+                {"text": "seen it"},
+            ]
+        }
+    )
+    first = h.send("time, in the background", "async")
+    cid = first.conversation_id
+    assert h.finished(first).text == "started it"
+    delivered = wait_until(lambda: h.of(cid, BackgroundDelivered), what="the background result")
+    assert delivered[0].tool == "clock" and delivered[0].status == "success"
+    wait_until(
+        lambda: any(m.role == "background" for m in h.history(cid)),
+        what="the result in the history",
+    )
+    outbox = Outbox(h.rt.db_path)
+    try:
+        assert outbox.pending(cid) == []  # acknowledged once stored
+    finally:
+        outbox.close()
+    second = h.send("and?", "async", conversation_id=cid)
+    assert h.finished(second).text == "seen it"
+    texts = json.dumps(h.server.requests[-1]["body"]["messages"])
+    assert "background result of clock" in texts
+    assert_valid_history(h.history(cid))
