@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -124,7 +125,7 @@ def test_the_request_carries_native_tool_results_and_the_key_header(
             "content": "[clock(status=success)]\nx",
         } in blocks
         roles = [m["role"] for m in body["messages"]]
-        assert all(a != b for a, b in zip(roles, roles[1:], strict=False))  # alternating
+        assert all(a != b for a, b in itertools.pairwise(roles))  # alternating
     else:
         assert headers["authorization"] == "Bearer sk-test-123"
         tool = next(m for m in body["messages"] if m["role"] == "tool")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_a_step_is_written_all_or_nothing(tmp_path: Path) -> None:
         )
     )
     clash = TextDelta(conversation_id="c1", seq=1, ts=0.0, turn_id="t1", text="x")  # seq taken
-    with pytest.raises(Exception):
+    with pytest.raises(sqlite3.IntegrityError):
         store.write(Batch("c1", messages=[(1, "t1", calls("a"))], events=[clash]))
     loaded = store.load("c1")
     assert loaded is not None and loaded.messages == [user("hi")]  # the failed step left nothing
