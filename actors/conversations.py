@@ -242,13 +242,13 @@ class Conversations(SupervisedActor):
         cid = msg.conversation_id
         if cid is None:
             cid = new_id("c")
-        info = store.info(cid)
-        if info is None:
+        channel = store.channel_of(cid)
+        if channel is None:
             store.create(cid, msg.channel, msg.origin, title=" ".join(msg.text.split())[:80])
-        elif info.channel != msg.channel:
+        elif channel != msg.channel:
             raise ConversationError(
                 "invalid-message",
-                f"conversation {cid} is on channel {info.channel!r}, not {msg.channel[:64]!r}",
+                f"conversation {cid} is on channel {channel!r}, not {msg.channel[:64]!r}",
             )
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
@@ -367,7 +367,7 @@ class Conversations(SupervisedActor):
 
     def _route(self, event: PermissionRequest | BackgroundResult) -> None:
         cid = event.conversation_id
-        if self._store is None or self._store.info(cid) is None:
+        if self._store is None or self._store.channel_of(cid) is None:
             return  # a call made outside any conversation (the CLI's tools call)
         if isinstance(event, PermissionRequest):
             self._requests[event.request_id] = cid

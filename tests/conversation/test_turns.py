@@ -489,3 +489,16 @@ def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged
     texts = json.dumps(h.server.requests[-1]["body"]["messages"])
     assert "background result of clock" in texts
     assert_valid_history(h.history(cid))
+
+
+def test_a_flood_of_tool_calls_in_one_response_is_capped(h: Harness) -> None:
+    h.script(
+        {"steps": [{"tool_calls": [calc(f"{i}+1", f"f{i}") for i in range(40)]}, {"text": "done"}]}
+    )
+    accepted = h.send("flood", "bg-openai")
+    assert h.finished(accepted).reason == "final"
+    results = tool_results("openai", h.server.requests[1]["body"])
+    assert len(results) == 40
+    assert all("status=success" in r for _, r in results[:32])
+    assert all("code=overloaded" in r for _, r in results[32:])
+    assert_valid_history(h.history(accepted.conversation_id))
