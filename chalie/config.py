@@ -244,7 +244,9 @@ def _explain_named(source: str, raw: dict[str, Any], message: str) -> str | None
     if found is None:
         return None
     section = found["section"]
-    field = next((f for f in mi.type_info(Config).fields if f.encode_name == section), None)
+    config_type = mi.type_info(Config)
+    assert isinstance(config_type, mi.StructType)
+    field = next((f for f in config_type.fields if f.encode_name == section), None)
     if field is None or not isinstance(field.type, mi.DictType):
         return None
     value_type = field.type.value_type
