@@ -15,6 +15,13 @@ The daemon runs in this process (real supervisor tree, dispatcher, policy,
 SQLite file); clients call the Conversations actor as a chat bridge would.
 
 Run: ``python tools/bench/bench_turns.py [--steps N] [--seconds S] [--idle N]``
+
+Measured on the shared 2-core machine (load average 2.2, other sessions running):
+step p50 2.02 ms (p95 10.5); 50 conversations 179 turns/s, 0 errors, RSS +12 MB;
+1,000 idle conversations +34.3 MB. Of the step, the TurnActor and the dispatcher
+take about 0.6 ms (answer handled 0.14, dispatch to result 0.32, result to next
+request handed to the loop 0.15); the rest is the two HTTP stacks on loopback
+(httpx2 in the daemon, uvicorn/h11 in the scripted server) and thread hand-offs.
 """
 
 from __future__ import annotations
