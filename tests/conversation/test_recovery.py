@@ -138,6 +138,8 @@ def test_ask_answers_and_refuses_bad_requests_and_conversations_list_show_delete
         assert hostile.returncode == 1 and "invalid-args" in hostile.stderr
         empty = d.cli("ask", "   ")
         assert empty.returncode != 0
+        huge = d.cli("ask", "x" * 100_001)
+        assert huge.returncode == 1 and "invalid-args" in huge.stderr
     finally:
         d.kill()
         model.stop()
