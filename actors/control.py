@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,7 +24,7 @@ from actors.loop import EventLoopThread
 from actors.supervisor import SupervisedActor
 from chalie.call_desk import CallDesk
 from chalie.events import EventBus
-from chalie.messages import ToolCall, ToolOutcome
+from chalie.messages import EndpointDied, ToolCall, ToolOutcome
 from chalie.routing import Route, Router
 
 
@@ -67,10 +66,10 @@ class ControlActor(SupervisedActor):
         # Runs on the loop thread: hand the failure to the actor, whose
         # on_receive raising under a tell fails it, and the supervisor restarts it.
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_EndpointDied(error))
+            self.actor_ref.tell(EndpointDied(error))
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _EndpointDied):
+        if isinstance(message, EndpointDied):
             raise RuntimeError(f"control endpoint stopped serving: {message.error!r}")
         return None
 
@@ -88,8 +87,3 @@ class ControlActor(SupervisedActor):
     def _close(self) -> None:
         self._endpoint.stop()
         self._commands.close()
-
-
-@dataclass(frozen=True)
-class _EndpointDied:
-    error: BaseException | None

@@ -18,12 +18,15 @@ from typing import Any, Final, Protocol, TypeVar
 import msgspec
 import pykka
 
+from actors.discovery import examples_command
 from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
 from actors.supervisor import ChildRef, ChildUnavailable
 from chalie import control
 from chalie.call_desk import CallDesk, UnknownCall
 from chalie.control import (
+    DiscoveryExamplesArgs,
+    IndexRebuildArgs,
     NoArgs,
     PolicyAnswerArgs,
     PolicyResetArgs,
@@ -36,6 +39,7 @@ from chalie.control import (
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
 from chalie.routing import Route
+from chalie.services import Services
 from chalie.trail import Trail
 
 log = logging.getLogger("chalie.control")
@@ -52,6 +56,9 @@ class ControlHost(Protocol):
     def db_path(self) -> Path: ...
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
+
+    @property
+    def services(self) -> Services: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -81,6 +88,8 @@ class ControlCommands:
             Route("policy.reset", PolicyResetArgs, self.policy_reset),
             Route("policy.pending", NoArgs, self.policy_pending),
             Route("policy.answer", PolicyAnswerArgs, self.policy_answer),
+            Route("index.rebuild", IndexRebuildArgs, self.index_rebuild),
+            Route("discovery.examples", DiscoveryExamplesArgs, self.discovery_examples),
         ]
         return [answer_errors(row) for row in rows]
 
@@ -188,6 +197,15 @@ class ControlCommands:
                 control.NOT_FOUND, f"no pending permission request {args.request_id!r}"
             )
         return control.success({"request_id": args.request_id, "answer": args.answer})
+
+    # -- discovery ----------------------------------------------------------------------
+    def index_rebuild(self, args: IndexRebuildArgs) -> ControlReply:
+        discovery: Any = self._host.services.discovery
+        job = discovery.start_rebuild(args.reuse) if args.start else discovery.state.job()
+        return control.success({"job": job, "index": discovery.snapshot()})
+
+    def discovery_examples(self, args: DiscoveryExamplesArgs) -> ControlReply:
+        return control.success(examples_command(self._host.services.discovery, args))
 
     # -- reaching the children ----------------------------------------------------------
     # ChildUnavailable and PolicyError raised through these become replies (answer_errors).

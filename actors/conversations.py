@@ -154,7 +154,9 @@ class Conversations(SupervisedActor):
         rt = self._rt
         store = ConversationStore(rt.db_path)
         self._store = store
-        outbox = Outbox(rt.db_path)
+        outbox = Outbox(
+            rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
+        )
         self._outbox = outbox
         for cid in store.interrupted_conversations():
             for event in store.recover(cid):

@@ -29,8 +29,18 @@ import msgspec
 import msgspec.inspect as mi
 
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
+from chalie.messages import Channel
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 
-__all__ = ["Config", "ConfigError", "EmbedderBackend", "EmbedderConfig", "Section"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DiscoveryConfig",
+    "EmbedderBackend",
+    "EmbedderConfig",
+    "OutboxConfig",
+    "Section",
+]
 
 
 CONFIG_SOURCE: Final = "config.toml"
@@ -131,6 +141,26 @@ class ConversationsConfig(Section, frozen=True):
     max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
 
 
+class DiscoveryConfig(Section, frozen=True):
+    """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
+
+    # Record the find_tools entries that led to a successful call as examples.
+    learn: bool = True
+    # Only where a human is present by default: an external agent must not teach
+    # discovery to route other people's requests.
+    learn_channels: tuple[Channel, ...] = ("chat",)
+    examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+
+
+class OutboxConfig(Section, frozen=True):
+    """``[outbox]``: background results kept until their conversation acknowledges them."""
+
+    # Seconds an undelivered result is kept (1 minute to 90 days).
+    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = DEFAULT_MAX_AGE
+    # Undelivered results kept at most; past it the oldest are dropped first.
+    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -150,6 +180,8 @@ class Config(Section, frozen=True):
     models: dict[str, ModelConfig] = {}
     channels: dict[str, ChannelConfig] = {}
     conversations: ConversationsConfig = ConversationsConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    outbox: OutboxConfig = OutboxConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:
@@ -313,12 +345,17 @@ def _unwrap(info: mi.Type) -> mi.Type:
     return info
 
 
+def _bound(value: float) -> str:
+    """A range end as an operator writes it: 7776000, not 7.776e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _allowed(info: mi.Type) -> str:
     if isinstance(info, mi.IntType | mi.FloatType):
         what = "an integer" if isinstance(info, mi.IntType) else "a number"
         low, high = info.ge, info.le
         if low is not None and high is not None:
-            return f"{what} from {low:g} to {high:g}"
+            return f"{what} from {_bound(low)} to {_bound(high)}"
         return what
     if isinstance(info, mi.LiteralType):
         return "one of " + ", ".join(f'"{v}"' for v in info.values)

@@ -106,6 +106,21 @@ class PolicyAnswerArgs(Args):
     answer: Answer
 
 
+class DiscoveryExamplesArgs(Args):
+    """The learned examples: list (one tool's or all), forget a tool's or one, clear all."""
+
+    action: Literal["list", "forget", "clear"]
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class IndexRebuildArgs(Args):
+    """Start a rebuild of the discovery index in the daemon, or (start=False) report on it."""
+
+    start: bool = True
+    reuse: bool = False
+
+
 # The frame's own levels (request, args, arguments) sit above the arguments' limit.
 _request_decoder: Final = SafeDecoder[ControlRequest](ControlRequest, max_depth=MAX_ARG_DEPTH + 8)
 _reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)

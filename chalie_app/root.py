@@ -123,6 +123,7 @@ class Runtime:
             "actors": tree["children"],
             "workers": workers,
             "loop": self.loop.is_alive(),
+            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
         }
 
 
@@ -162,6 +163,9 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 home=cfg.home,
                 embedder=embedder,
                 embedder_config=cfg.embedder.options(),
+                state=rt.services.discovery.state,
+                db_path=rt.db_path,
+                learning=cfg.discovery,
             ),
             shutdown=10.0,
         ),
@@ -176,6 +180,8 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 rt.events,
                 inline_threads=cfg.inline_threads,
                 children=rt.directory,
+                outbox_max_age=cfg.outbox.max_age,
+                outbox_max_rows=cfg.outbox.max_rows,
             ),
         ),
     ]

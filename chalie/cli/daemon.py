@@ -17,6 +17,7 @@ import click
 
 from chalie import control, logs
 from chalie.cli import Ctx, cli
+from chalie.discovery.state import describe
 
 EXIT_NO_DAEMON = 1
 EXIT_ERROR_REPLY = 1
@@ -122,6 +123,7 @@ def status_command(obj: Ctx, as_json: bool) -> None:
     elif workers is not None:
         click.echo(f"workers: {_scalar(workers)}")
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
+    click.echo(describe(data.get("discovery")))
 
 
 @cli.command("stop")

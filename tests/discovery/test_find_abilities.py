@@ -72,6 +72,16 @@ def test_both_abilities_are_internal_always_available_and_not_in_the_roster(
         assert schema["properties"]["query"]["type"] == "array"
 
 
+def test_each_meta_tool_describes_itself_in_its_own_words() -> None:
+    tools_schema = FindTools.descriptor()["input_schema"]
+    skills_schema = FindSkills.descriptor()["input_schema"]
+    skills_text = json.dumps(skills_schema).lower()
+    assert "activate" not in skills_text and "playbook" in skills_text
+    assert "activate" in json.dumps(tools_schema).lower()
+    tools_query = tools_schema["properties"]["query"]["description"]
+    assert skills_schema["properties"]["query"]["description"] != tools_query
+
+
 def test_find_tools_injects_what_it_found_into_the_calling_turn(
     actor: pykka.ActorRef[Any], registry: Registry
 ) -> None:
