@@ -10,7 +10,7 @@ serving, and closes all three when it stops.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +25,7 @@ from actors.supervisor import SupervisedActor
 from chalie.call_desk import CallDesk
 from chalie.events import EventBus
 from chalie.messages import EndpointDied, ToolCall, ToolOutcome
-from chalie.routing import Router
+from chalie.routing import Route, Router
 
 
 class ControlActor(SupervisedActor):
@@ -40,6 +40,7 @@ class ControlActor(SupervisedActor):
         events: EventBus,
         dispatch: Callable[[ToolCall], Future[ToolOutcome]],
         end_turn: Callable[[str], None] | None = None,
+        routes: Sequence[Route[Any]] = (),
     ) -> None:
         super().__init__()
         # The operator may call any registered tool and need not write an act_summary.
@@ -54,7 +55,8 @@ class ControlActor(SupervisedActor):
             end_turn=end_turn,
         )
         self._commands = ControlCommands(host, desk)
-        self._endpoint = ControlEndpoint(home, loop, Router(self._commands.routes()))
+        # ``routes``: other children's commands (conversations), rows beside ours.
+        self._endpoint = ControlEndpoint(home, loop, Router([*self._commands.routes(), *routes]))
 
     def on_start(self) -> None:
         self._endpoint.start()

@@ -132,6 +132,7 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors.conversations import ConversationCommands, Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
@@ -184,6 +185,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
             ),
         ),
     ]
+    specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
     specs.extend(make(rt) for make in extra)
     specs.append(
         ChildSpec(
@@ -195,6 +197,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 events=rt.events,
                 dispatch=rt.dispatch,
                 end_turn=rt.services.turns.forget,
+                routes=ConversationCommands(rt).routes(),
             ),
         )
     )
