@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import platformdirs
 
 
@@ -27,6 +28,43 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+class McpServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """``[mcp_server]``: the inbound MCP server (talk_to_chalie) and its per-token limits."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8462  # 0 picks a free port (tests)
+    # Binding beyond loopback needs this too, and is logged as a warning.
+    allow_remote: bool = False
+    # Extra Host / Origin values the DNS-rebinding guard accepts (for a remote bind).
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    max_concurrent_turns: int = 4  # per token
+    requests_per_minute: int = 600  # per token, every HTTP request counts
+    max_body_bytes: int = 262_144  # per request
+    max_sessions: int = 1_000  # stateful (2025-11-25) sessions, all tokens
+    session_idle_timeout: float = 600.0
+    # A turn that never reports its end is given up after this long.
+    turn_wait: float = 900.0
+    # loop_in_human: with a human connected, an ask becomes their permission request.
+    loop_in_human_asks: bool = False
+
+    def __post_init__(self) -> None:
+        checks = (
+            (0 <= self.port <= 65535, "port must be 0..65535"),
+            (1 <= self.max_concurrent_turns <= 10_000, "max_concurrent_turns must be 1..10000"),
+            (1 <= self.requests_per_minute <= 1_000_000, "requests_per_minute must be 1..1000000"),
+            (1_024 <= self.max_body_bytes <= 16_777_216, "max_body_bytes must be 1024..16777216"),
+            (1 <= self.max_sessions <= 100_000, "max_sessions must be 1..100000"),
+            (1.0 <= self.session_idle_timeout <= 86_400.0, "session_idle_timeout must be 1..86400"),
+            (1.0 <= self.turn_wait <= 86_400.0, "turn_wait must be 1..86400"),
+            (bool(self.host.strip()), "host must not be empty"),
+        )
+        for ok, why in checks:
+            if not ok:
+                raise ValueError(f"[mcp_server] {why}")
+
+
 @dataclass(frozen=True)
 class Config:
     home: Path
@@ -35,6 +73,7 @@ class Config:
     approval_expiry: float = 300.0
     inline_threads: int = 16
     embedder: dict[str, Any] = field(default_factory=dict)
+    mcp_server: McpServerConfig = field(default_factory=McpServerConfig)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -56,7 +95,8 @@ class Config:
                 approval_expiry=float(raw.get("approval_expiry", 300.0)),
                 inline_threads=int(raw.get("inline_threads", 16)),
                 embedder=dict(raw.get("embedder", {})),
+                mcp_server=msgspec.convert(raw.get("mcp_server", {}), McpServerConfig),
                 raw=raw,
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, msgspec.ValidationError) as exc:
             raise ConfigError(f"{path}: {exc}") from None

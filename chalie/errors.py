@@ -109,6 +109,31 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "The runtime refused the call because a queue is full.",
         "Too many calls in flight; retry later.",
     ),
+    ErrorCode(
+        "unauthorized",
+        "The request carried no valid bearer token.",
+        "Inbound MCP: the Authorization header was missing, malformed, unknown or revoked (HTTP 401).",
+    ),
+    ErrorCode(
+        "rate-limited",
+        "A per-token limit was reached; retry after the time given.",
+        "Inbound MCP: requests per minute or concurrent turns past the token's limit (HTTP 429).",
+    ),
+    ErrorCode(
+        "body-too-large",
+        "The request body is over the size limit.",
+        "Inbound MCP: a body over mcp_server.max_body_bytes (HTTP 413).",
+    ),
+    ErrorCode(
+        "invalid-arguments",
+        "Arguments of an inbound call are invalid; every bad field is listed.",
+        "talk_to_chalie with missing, mistyped or out-of-range fields.",
+    ),
+    ErrorCode(
+        "unknown-conversation",
+        "No conversation with that id belongs to this caller.",
+        "talk_to_chalie continuing a conversation its token did not start.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)
