@@ -45,6 +45,7 @@ from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, Supervisor
 from chalie import control
 from chalie.config import Config
 from chalie.events import EventBus
+from chalie.home import HomeError
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
 
@@ -73,7 +74,10 @@ class AlreadyRunning(StartupError):
 def instance_lock(home: Path) -> Iterator[None]:
     """Hold the data directory's lock for the block; AlreadyRunning when another daemon has it."""
     # os.open gives a non-inheritable fd: worker subprocesses never hold the lock.
-    fd = os.open(home / control.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(home / control.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StartupError(f"cannot use data directory {home}: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -191,7 +195,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ChildSpec(
             "discovery",
             lambda: DiscoveryActor.start(
-                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder
+                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder.options()
             ),
             shutdown=10.0,
         ),
@@ -265,16 +269,17 @@ def run(
 ) -> int:
     """Run the daemon in the foreground until it is stopped; returns the exit code."""
     home = config.home
-    os.chmod(home, 0o700)
     try:
+        config.layout.create()
         with instance_lock(home):
             return _run_locked(config, extra_children, ready)
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return EXIT_ALREADY_RUNNING
-    except StartupError as exc:
+    except (StartupError, HomeError) as exc:
         log.error("start-up failed: %s", exc)
         return EXIT_STARTUP_FAILED
+
 
 
 def _run_locked(

@@ -8,6 +8,7 @@ import sys
 import click
 
 from chalie.config import Config, ConfigError
+from chalie.home import HomeError
 
 
 class Ctx:
@@ -22,7 +23,7 @@ class Ctx:
         if self._config is None:
             try:
                 self._config = Config.load(self._home)
-            except ConfigError as exc:
+            except (ConfigError, HomeError) as exc:
                 raise click.ClickException(str(exc)) from None
         return self._config
 

@@ -31,7 +31,7 @@ from chalie.services import Services
 
 def _embedder(obj: Ctx) -> Embedder:
     try:
-        return load_embedder(obj.config.embedder)
+        return load_embedder(obj.config.embedder.options())
     except EmbedderError as exc:
         raise click.ClickException(f"embedder: {exc}") from None
 

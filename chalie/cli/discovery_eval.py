@@ -71,7 +71,7 @@ def discovery_eval(
     except EvalDataError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        embedder = load_embedder(obj.config.embedder)
+        embedder = load_embedder(obj.config.embedder.options())
     except EmbedderError as exc:
         raise click.ClickException(f"embedder: {exc}") from None
     started = time.perf_counter()
