@@ -19,11 +19,10 @@ import click
 from chalie.cli import Ctx, cli
 from chalie.tokens import TokenError, TokenStore
 
-DB_NAME = "chalie.db"
 
 
 def _store(obj: Ctx) -> TokenStore:
-    return TokenStore(obj.config.home / DB_NAME)
+    return TokenStore(obj.config.layout.db)
 
 
 def _when(ts: float | None) -> str:
