@@ -31,6 +31,7 @@ import msgspec.inspect as mi
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
 
 __all__ = [
+    "ChatConfig",
     "Config",
     "ConfigError",
     "EmbedderBackend",
@@ -80,6 +81,45 @@ class EmbedderConfig(Section, frozen=True):
         return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
+# -- [chat] ------------------------------------------------------------------------------
+
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "::1", "localhost")
+Z85Key = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")]
+
+
+class ChatConfig(Section, frozen=True):
+    """The chat bridges: WebSocket (bearer token) and ZeroMQ (local ipc; TCP only with CURVE)."""
+
+    enabled: bool = True
+    websocket: bool = True
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8461
+    path: Annotated[str, msgspec.Meta(pattern=r"^/[A-Za-z0-9/_-]{0,99}$")] = "/chat"
+    # A host beyond loopback must be allowed explicitly (and is logged as a warning).
+    allow_remote: bool = False
+    # Browser origins that may connect; a client sending no Origin is not a browser.
+    origins: list[Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$")]] = []
+    # Optional ZeroMQ over TCP (e.g. "tcp://0.0.0.0:8463"): only with CURVE.
+    zmq_tcp: Annotated[str, msgspec.Meta(pattern=r"^tcp://\S+$")] | None = None
+    curve_secret_key_file: Path | None = None  # a zmq.auth secret certificate file
+    curve_authorized_keys: list[Z85Key] = []  # clients' public keys (Z85)
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 256 * 1024
+    send_queue: Annotated[int, msgspec.Meta(ge=4, le=100_000)] = 1024
+    max_clients: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2048
+    max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    # A ZeroMQ client silent this long is forgotten (`chalie chat` pings well within it).
+    idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
+
+    def __post_init__(self) -> None:
+        if self.host not in LOOPBACK_HOSTS and not self.allow_remote:
+            raise ValueError(f"chat.host {self.host} is not loopback: set chat.allow_remote = true")
+        if self.zmq_tcp is not None and (
+            self.curve_secret_key_file is None or not self.curve_authorized_keys
+        ):
+            raise ValueError(
+                "chat.zmq_tcp needs chat.curve_secret_key_file and chat.curve_authorized_keys"
+                " (no TCP without CURVE)"
+            )
 # -- [mcp_server] ------------------------------------------------------------------------
 
 HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")]
@@ -125,6 +165,7 @@ class Config(Section, frozen=True):
     # The drop-in folder (default: CHALIE_ABILITIES_DIR, else <home>/abilities).
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
+    chat: ChatConfig = ChatConfig()
     mcp_server: McpServerConfig = McpServerConfig()
 
     @classmethod
