@@ -1,18 +1,15 @@
-"""In-process doubles of seams #3 (Conversations) and #4 (TokenStore) for the inbound MCP tests.
+"""An in-process double of seam #3 (Conversations) and of the chat desk for the inbound MCP tests.
 
-They follow the seams' published shapes (events tagged by ``type`` with
-``conversation_id``/``seq``/``ts``; ``verify`` answering a named token or
-None), play turns on their own thread as the real actor does, and record
-what they were asked so tests can prove what did not happen.
+The conversations double publishes the seam's event shapes (tagged by
+``type``, with ``conversation_id``/``seq``/``ts``), plays turns on its own
+thread as the real actor does, and records what it was asked so tests can
+prove what did not happen.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import itertools
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -66,37 +63,6 @@ class TurnFinished(_Ev, tag="turn_finished"):
     turn_id: str
     reason: str
     text: str
-
-
-@dataclass
-class TokenInfo:
-    name: str
-    created: float = 0.0
-
-
-class FakeTokenStore:
-    """Seam #4: named tokens stored as sha256 hashes, compared in constant time."""
-
-    def __init__(self) -> None:
-        self._hashes: dict[str, str] = {}
-        self.verify_calls = 0
-
-    def create(self, name: str) -> str:
-        secret = secrets.token_urlsafe(32)
-        self._hashes[name] = hashlib.sha256(secret.encode()).hexdigest()
-        return secret
-
-    def revoke(self, name: str) -> bool:
-        return self._hashes.pop(name, None) is not None
-
-    def verify(self, secret: str) -> TokenInfo | None:
-        self.verify_calls += 1
-        digest = hashlib.sha256(secret.encode()).hexdigest()
-        found = None
-        for name, stored in self._hashes.items():
-            if hmac.compare_digest(stored, digest):
-                found = name
-        return TokenInfo(found) if found else None
 
 
 @dataclass

@@ -22,7 +22,8 @@ from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.mcp_server.turns import ConversationsPort
-from tests.mcp_server.doubles import FakeConversations, FakeDesk, FakeTokenStore
+from chalie.tokens import TokenStore
+from tests.mcp_server.doubles import FakeConversations, FakeDesk
 
 MODES = ("auto", "legacy")
 
@@ -61,11 +62,12 @@ def running(
 ) -> Iterator[Running]:
     """Start a server on port 0 on its own loop thread; stop both afterwards."""
     cfg = McpServerConfig(port=0, **config)
-    store = tokens if tokens is not None else FakeTokenStore()
     port = convs if convs is not None else FakeConversations()
     people = desk if desk is not None else FakeDesk()
     with tempfile.TemporaryDirectory() as tmp:
-        owners = ConversationOwners(db_path or Path(tmp) / "chalie.db")
+        db = db_path or Path(tmp) / "chalie.db"
+        store = tokens if tokens is not None else TokenStore(db)
+        owners = ConversationOwners(db)
         talk = TalkToChalie(port, owners, people, turn_wait=cfg.turn_wait)
         server = McpHttpServer(cfg, talk, lambda: store)
         loop = EventLoopThread("mcp-test-loop")
@@ -78,6 +80,8 @@ def running(
                 loop.submit(server.stop()).result(10)
             loop.stop()
             owners.close()
+            if tokens is None and isinstance(store, TokenStore):
+                store.close()
 
 
 @contextlib.asynccontextmanager
