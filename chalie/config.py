@@ -120,9 +120,13 @@ class ChatConfig(Section, frozen=True):
                 "chat.zmq_tcp needs chat.curve_secret_key_file and chat.curve_authorized_keys"
                 " (no TCP without CURVE)"
             )
+
+
 # -- [mcp_server] ------------------------------------------------------------------------
 
-HostName = Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")]
+HostName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+]
 
 
 class McpServerConfig(Section, frozen=True):

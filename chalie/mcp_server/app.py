@@ -79,7 +79,7 @@ def bind(config: McpServerConfig) -> socket.socket:
                 f"[mcp_server] host {host!r} is not loopback; set allow_remote = true to bind it"
             )
         log.warning(
-            "the MCP server binds beyond loopback (%s:%d): any host that can reach it may try tokens",
+            "the MCP server binds beyond loopback (%s:%d): any host that reaches it may try tokens",
             host,
             config.port,
         )
@@ -96,7 +96,9 @@ def bind(config: McpServerConfig) -> socket.socket:
                 f"MCP server not started: {host}:{config.port} is already in use "
                 "(another Chalie, or set [mcp_server] port)"
             ) from None
-        raise PortInUse(f"MCP server not started: cannot bind {host}:{config.port}: {exc.strerror}") from None
+        raise PortInUse(
+            f"MCP server not started: cannot bind {host}:{config.port}: {exc.strerror}"
+        ) from None
     sock.setblocking(False)
     return sock
 
@@ -195,9 +197,8 @@ class McpHttpServer:
             limit_concurrency=None,
             server_header=False,
         )
+        # Off the main thread uvicorn installs no signal handlers: the daemon keeps its own.
         server = uvicorn.Server(cfg)
-        # uvicorn would install signal handlers on the daemon's loop thread.
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._uvicorn = server
         loop = asyncio.get_running_loop()
         self.done = loop.create_task(server.serve(sockets=[sock]), name="mcp-server")

@@ -12,7 +12,7 @@ Order for every HTTP request, each step answering itself when it refuses:
    reads the token's name there) and a replayed body; a client that goes away
    sets ``Caller.gone``, which the tool turns into a cancelled turn.
 
-Nothing reaches the MCP app, and so no turn starts, before steps 1–4 passed.
+Nothing reaches the MCP app, and so no turn starts, before steps 1 to 4 passed.
 Runs on the event-loop thread only.
 """
 
@@ -181,14 +181,16 @@ class Gate:
     async def _authenticate(self, scope: Scope, send: Send) -> str | None:
         raw = _header(scope, b"authorization")
         if raw is None:
-            return await self._unauthorized(send, REALM, "a bearer token is required")
+            await self._unauthorized(send, REALM, "a bearer token is required")
+            return None
         match = _BEARER.match(raw.decode("latin-1"))
         if match is None:
-            return await self._unauthorized(
+            await self._unauthorized(
                 send,
                 f'{REALM}, error="invalid_request"',
                 "the Authorization header is not 'Bearer <token>'",
             )
+            return None
         try:
             info = self.verifier.verify(match.group(1))
         except Exception:
@@ -198,9 +200,10 @@ class Gate:
             await refuse(send, 503, "internal-error", "the token store is unavailable")
             return None
         if info is None:
-            return await self._unauthorized(
+            await self._unauthorized(
                 send, f'{REALM}, error="invalid_token"', "the token is unknown or revoked"
             )
+            return None
         return info.name
 
     async def _unauthorized(self, send: Send, challenge: str, message: str) -> None:
@@ -227,7 +230,8 @@ class Gate:
                 await refuse(send, 400, "invalid-arguments", "Content-Length is not a number")
                 return None
             if size > self.max_body:
-                return await self._too_large(send)
+                await self._too_large(send)
+                return None
         chunks: list[bytes] = []
         total = 0
         while True:
@@ -237,7 +241,8 @@ class Gate:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.max_body:
-                return await self._too_large(send)
+                await self._too_large(send)
+                return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)

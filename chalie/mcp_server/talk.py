@@ -181,7 +181,9 @@ class TalkToChalie:
             # A legacy client whose response stream closed: nobody reads this answer.
             self.stats.cancelled += 1
             self._cancel_later(cid)
-            raise ToolCallError("cancelled", "the client went away; the turn was cancelled") from None
+            raise ToolCallError(
+                "cancelled", "the client went away; the turn was cancelled"
+            ) from None
         except TimeoutError:
             with contextlib.suppress(Exception):
                 await self.port.cancel(cid)

@@ -18,7 +18,14 @@ CONVERSATION_ID_MAX: Final = 128
 # Letters (any script), digits, space and ``_ - . : /``.
 _SAFE_CHAR: Final = re.compile(r"[\w \-.:/]")
 _CONVERSATION_ID: Final = re.compile(r"^[A-Za-z0-9_\-.:]+$")
-FIELDS: Final = ("message", "agent_name", "project_or_task_name", "loop_in_human", "conversation_id")
+SAFE: Final = "letters, digits, space and _ - . : /"
+FIELDS: Final = (
+    "message",
+    "agent_name",
+    "project_or_task_name",
+    "loop_in_human",
+    "conversation_id",
+)
 
 
 class FieldError(msgspec.Struct, frozen=True):
@@ -71,11 +78,11 @@ def input_schema() -> dict[str, Any]:
             },
             "agent_name": {
                 **name_rule,
-                "description": "Who is asking (your agent's name): letters, digits, space, _ - . : /",
+                "description": "Who is asking (your agent's name). Safe characters: " + SAFE,
             },
             "project_or_task_name": {
                 **name_rule,
-                "description": "The project or task this is about: letters, digits, space, _ - . : /",
+                "description": "The project or task this is about. Safe characters: " + SAFE,
             },
             "loop_in_human": {
                 "type": "boolean",
@@ -88,7 +95,9 @@ def input_schema() -> dict[str, Any]:
             "conversation_id": {
                 "type": "string",
                 "maxLength": CONVERSATION_ID_MAX,
-                "description": "Continue an earlier exchange: the conversation_id a previous answer returned.",
+                "description": (
+                    "Continue an earlier exchange: the conversation_id a previous answer returned."
+                ),
             },
         },
         "required": ["message", "agent_name", "project_or_task_name"],
@@ -108,7 +117,7 @@ def _name_problem(value: Any) -> str | None:
     bad = sorted({c for c in value if not _SAFE_CHAR.fullmatch(c)})
     if bad:
         shown = ", ".join(repr(c) for c in bad[:5])
-        return f"only letters, digits, space and _ - . : / are allowed (found {shown})"
+        return f"only {SAFE} are allowed (found {shown})"
     return None
 
 

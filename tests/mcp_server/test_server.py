@@ -103,9 +103,7 @@ def test_an_exchange_continues_only_for_the_token_that_started_it(mode: str) -> 
                 cid = first.structured_content["conversation_id"]
                 again = await client.call_tool("talk_to_chalie", {**ARGS, "conversation_id": cid})
             async with connect(r.url, theirs, mode) as client:
-                stolen = await client.call_tool(
-                    "talk_to_chalie", {**ARGS, "conversation_id": cid}
-                )
+                stolen = await client.call_tool("talk_to_chalie", {**ARGS, "conversation_id": cid})
             return first, again, stolen
 
         first, again, stolen = asyncio.run(go())
@@ -242,7 +240,9 @@ def test_turns_past_the_concurrent_limit_get_429_and_never_queue(mode: str) -> N
                         await hanging
                     await asyncio.to_thread(wait_until, lambda: len(r.convs.cancelled) == 1)
                     # The slot is free again once the first call ended.
-                    await asyncio.to_thread(wait_until, lambda: r.server.gate.limits.turns("one") == 0)  # type: ignore[union-attr]
+                    await asyncio.to_thread(
+                        wait_until, lambda: r.server.gate.limits.turns("one") == 0
+                    )  # type: ignore[union-attr]
                     return await c.call_tool("talk_to_chalie", ARGS)
 
         last = asyncio.run(go())
@@ -273,7 +273,11 @@ def test_an_oversized_body_gets_413_before_the_mcp_app() -> None:
             streamed = http.post(
                 r.url,
                 content=chunks(),
-                headers={"authorization": auth, "accept": ACCEPT, "content-type": "application/json"},
+                headers={
+                    "authorization": auth,
+                    "accept": ACCEPT,
+                    "content-type": "application/json",
+                },
             )
         assert streamed.status_code == 413
         assert r.convs.sent == []
@@ -304,14 +308,19 @@ def test_wrong_host_or_origin_is_refused() -> None:
     with running() as r:
         secret = r.tokens.create("web")
         auth = f"Bearer {secret}"
-        assert raw_post(r, initialize_body(), authorization=auth, host="evil.example").status_code == 421
-        assert raw_post(r, initialize_body(), authorization=auth, host="localhost").status_code == 421
-        wrong_origin = raw_post(r, initialize_body(), authorization=auth, origin="http://evil.example")
+        assert (
+            raw_post(r, initialize_body(), authorization=auth, host="evil.example").status_code
+            == 421
+        )
+        assert (
+            raw_post(r, initialize_body(), authorization=auth, host="localhost").status_code == 421
+        )
+        wrong_origin = raw_post(
+            r, initialize_body(), authorization=auth, origin="http://evil.example"
+        )
         assert wrong_origin.status_code == 403
         port = r.server.port
-        good = raw_post(
-            r, initialize_body(), authorization=auth, origin=f"http://localhost:{port}"
-        )
+        good = raw_post(r, initialize_body(), authorization=auth, origin=f"http://localhost:{port}")
         assert good.status_code == 200
 
 
