@@ -17,24 +17,96 @@ loop thread, reached by ``loop.submit``.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pykka
 
 from actors.loop import EventLoopThread
-from actors.supervisor import SupervisedActor
+from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import McpServerConfig
+from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.events import EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
-from chalie.mcp_server.exchange import HumanDesk
+from chalie.mcp_server.exchange import HumanDesk, NoHumans
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
-from chalie.mcp_server.turns import ConversationsPort
+from chalie.mcp_server.turns import (
+    CHANNEL,
+    Closeable,
+    ConversationsPort,
+    Sent,
+    TurnRefused,
+)
+from chalie.tokens import TokenStore
+
+if TYPE_CHECKING:
+    from chalie.daemon import Runtime
 
 log = logging.getLogger("chalie.mcp_server")
 
 START_TIMEOUT = 15.0
+CALL_TIMEOUT = 15.0
+# Threads that wait on the Conversations actor for the loop (asks are short).
+BRIDGE_THREADS = 16
+
+
+class ActorConversations:
+    """Seam #3 for the loop: the Conversations actor's proxy methods and the event bus.
+
+    Async code never waits on a pykka future (DESIGN.md): each call runs on a
+    small thread pool and the loop awaits that thread's future.
+    """
+
+    def __init__(self, conversations: Callable[[], ChildRef], bus: EventBus) -> None:
+        self._child = conversations
+        self._bus = bus
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            BRIDGE_THREADS, thread_name_prefix="mcp-conversations"
+        )
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        def call() -> Any:
+            try:
+                return self._child().call(method, *args, timeout=CALL_TIMEOUT)
+            except ConversationError as exc:
+                raise TurnRefused(exc.code, str(exc)) from None
+            except ChildUnavailable as exc:
+                raise TurnRefused(
+                    "internal-error", f"the conversations are unavailable: {exc}"
+                ) from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def send(
+        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+    ) -> Sent:
+        msg = SendMessage(
+            conversation_id=conversation_id,
+            channel=CHANNEL,
+            text=text,
+            client_msg_id=client_msg_id,
+            origin=origin,
+        )
+        accepted: Accepted = await self._call("send", msg)
+        return Sent(accepted.conversation_id, accepted.turn_id)
+
+    async def cancel(self, conversation_id: str) -> bool:
+        return bool(await self._call("cancel", conversation_id))
+
+    async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
+        return list(await self._call("events", conversation_id, after_seq, limit))
+
+    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
+        return self._bus.subscribe(conversation_id, callback)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _ServerDied:
@@ -53,8 +125,10 @@ class McpServerActor(SupervisedActor):
         conversations: ConversationsPort,
         tokens: Callable[[], TokenVerifier],
         desk: HumanDesk,
+        closers: tuple[Callable[[], None], ...] = (),
     ) -> None:
         super().__init__()
+        self.closers = closers
         self.config = config
         self.loop = loop
         self.db_path = db_path
@@ -111,6 +185,8 @@ class McpServerActor(SupervisedActor):
         if self.owners is not None:
             self.owners.close()
             self.owners = None
+        for close in self.closers:
+            close()
 
     def status(self) -> dict[str, Any]:
         server = self.server
@@ -132,3 +208,18 @@ class McpServerActor(SupervisedActor):
                 "failed": talk.failed,
             }
         return out
+
+
+def start_for(rt: Runtime) -> pykka.ActorRef[McpServerActor]:
+    """The daemon's McpServerActor: the real conversations, token store and event bus."""
+    conversations = ActorConversations(lambda: rt.child("conversations"), rt.events)
+    store = TokenStore(rt.db_path)
+    return McpServerActor.start(
+        rt.config.mcp_server,
+        rt.loop,
+        rt.db_path,
+        conversations,
+        lambda: store,
+        NoHumans(),
+        closers=(conversations.close, store.close),
+    )

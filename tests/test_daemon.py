@@ -212,7 +212,10 @@ def short_home() -> Path:
     # ipc socket paths are capped at 107 bytes; pytest's tmp paths can be longer.
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
+    # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.
+    (path / "config.toml").write_text("[mcp_server]\nport = 0\n")
+    return path
 
 
 def descendants(pid: int) -> set[int]:

@@ -29,7 +29,7 @@ from mcp_types import CallToolResult, TextContent
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
-from chalie.mcp_server.turns import ConversationsPort, TurnEvent, origin, view
+from chalie.mcp_server.turns import ConversationsPort, TurnEvent, TurnRefused, origin, view
 from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
 
 log = logging.getLogger("chalie.mcp_server")
@@ -146,6 +146,8 @@ class TalkToChalie:
                     client_msg_id=follow.client_msg_id,
                     origin=origin(caller.token_name),
                 )
+            except TurnRefused as exc:
+                raise ToolCallError(exc.code, str(exc)) from None
             except Exception as exc:
                 log.warning("conversations refused an inbound message: %s", exc)
                 raise ToolCallError(

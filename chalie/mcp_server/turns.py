@@ -32,6 +32,14 @@ EVENT_KINDS: Final = frozenset(
 )
 
 
+class TurnRefused(Exception):
+    """The conversations refused the message; ``code`` is a stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Sent(NamedTuple):
     conversation_id: str
     turn_id: str | None

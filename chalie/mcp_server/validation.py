@@ -11,13 +11,14 @@ from typing import Any, Final
 
 import msgspec
 
+from chalie.conversation.requests import ID_PATTERN
+
 TOOL_NAME: Final = "talk_to_chalie"
 MESSAGE_MAX: Final = 32_000
 NAME_MAX: Final = 100
-CONVERSATION_ID_MAX: Final = 128
+CONVERSATION_ID_MAX: Final = 64
 # Letters (any script), digits, space and ``_ - . : /``.
 _SAFE_CHAR: Final = re.compile(r"[\w \-.:/]")
-_CONVERSATION_ID: Final = re.compile(r"^[A-Za-z0-9_\-.:]+$")
 SAFE: Final = "letters, digits, space and _ - . : /"
 FIELDS: Final = (
     "message",
@@ -168,7 +169,7 @@ def check(arguments: dict[str, Any]) -> TalkRequest:
             errors.append(FieldError("conversation_id", f"must be a string, not {_kind(conv)}"))
         elif not conv:
             conv = None  # an empty id means "a new exchange", as clients often send ""
-        elif len(conv) > CONVERSATION_ID_MAX or not _CONVERSATION_ID.match(conv):
+        elif not ID_PATTERN.match(conv):
             errors.append(FieldError("conversation_id", "is not a conversation id Chalie returned"))
     unknown = sorted(k for k in arguments if k not in FIELDS)
     for key in unknown[:10]:

@@ -90,7 +90,7 @@ def test_blank_and_nul_messages_are_refused() -> None:
 def test_a_conversation_id_must_look_like_one() -> None:
     assert "conversation_id" in bad_fields({**GOOD, "conversation_id": "../../etc"})
     assert check({**GOOD, "conversation_id": ""}).conversation_id is None
-    assert check({**GOOD, "conversation_id": "c-12_ab"}).conversation_id == "c-12_ab"
+    assert check({**GOOD, "conversation_id": "c_12-ab"}).conversation_id == "c_12-ab"
 
 
 def test_unknown_parameters_are_named() -> None:
