@@ -60,6 +60,7 @@ from chalie.dispatch import envelope_name
 from chalie.envelope import render
 from chalie.events import Subscription
 from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome
+from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ class Conversations(SupervisedActor):
         self._requests: dict[str, str] = {}  # permission request id -> conversation id
         self._send_no = 0
         self._store: ConversationStore | None = None
+        self._outbox: Outbox | None = None
         self._sub: Subscription | None = None
         self._deps: TurnDeps | None = None
 
@@ -108,11 +110,15 @@ class Conversations(SupervisedActor):
         rt = self._rt
         store = ConversationStore(rt.db_path)
         self._store = store
+        outbox = Outbox(rt.db_path)
+        self._outbox = outbox
         for cid in store.interrupted_conversations():
             for event in store.recover(cid):
                 rt.events.publish(cid, event)
-            log.warning("a turn left running at the last stop ended interrupted",
-                        extra={"conversation_id": cid})
+            log.warning(
+                "a turn left running at the last stop ended interrupted",
+                extra={"conversation_id": cid},
+            )
         self._deps = TurnDeps(
             store=store,
             channels=self._channels,
@@ -123,6 +129,8 @@ class Conversations(SupervisedActor):
             descriptors=self._descriptors,
             injected=rt.services.turns.injected,
             forget=rt.services.turns.forget,
+            pending_background=lambda cid: outbox.pending(cid),
+            ack_background=outbox.ack,
             bus=rt.events,
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
@@ -161,6 +169,9 @@ class Conversations(SupervisedActor):
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
 
     # -- what the TurnActors share ------------------------------------------------------
     def _model(self, name: str) -> ModelClient:
@@ -214,7 +225,8 @@ class Conversations(SupervisedActor):
     def send(self, msg: SendMessage) -> Accepted:
         """Store the message and start (or queue) its turn; raises ConversationError."""
         check_send(
-            msg, channels=self._channel_names,
+            msg,
+            channels=self._channel_names,
             max_chars=self._rt.config.conversations.max_message_chars,
         )
         store = self.store
@@ -331,8 +343,10 @@ class Conversations(SupervisedActor):
             self._route(message.event)
         elif isinstance(message, Idle):
             live = self._live.get(message.conversation_id)
-            if live is not None and live.ref.actor_urn == message.urn and (
-                live.send_no <= message.send_no
+            if (
+                live is not None
+                and live.ref.actor_urn == message.urn
+                and (live.send_no <= message.send_no)
             ):
                 del self._live[message.conversation_id]
                 live.ref.stop(block=False)
@@ -365,8 +379,10 @@ class Conversations(SupervisedActor):
         times = self._crashes.setdefault(cid, deque(maxlen=MAX_CRASHES))
         times.append(now)
         if len(times) == MAX_CRASHES and now - times[0] < CRASH_PERIOD:
-            log.error("turn actor keeps failing; left stopped until the next message",
-                      extra={"conversation_id": cid})
+            log.error(
+                "turn actor keeps failing; left stopped until the next message",
+                extra={"conversation_id": cid},
+            )
             return
         # The new actor ends the crashed turn as interrupted while it starts.
         self._actor(cid)
@@ -374,4 +390,3 @@ class Conversations(SupervisedActor):
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-

@@ -65,8 +65,6 @@ from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, Pro
 
 log = logging.getLogger("chalie.turn")
 
-# A restricted context needs a non-empty tool list: this name matches no tool.
-NO_PINNED_TOOLS: Final = ("-",)
 CANCELLED_LINE: Final = "The turn was cancelled."
 
 
@@ -91,6 +89,8 @@ class TurnDeps:
     descriptors: Callable[[tuple[str, ...], bool], list[dict[str, Any]]]
     injected: Callable[[str], frozenset[str]]  # what find_tools injected into a turn
     forget: Callable[[str], None]  # release a finished turn's injections
+    pending_background: Callable[[str], list[BackgroundResult]]  # the outbox, after a restart
+    ack_background: Callable[[list[int]], object]  # results now stored in the history
     bus: Publisher
     idle_stop: float = 600.0
     max_queued: int = 16
@@ -216,7 +216,7 @@ class _Turn:
 
 
 class TurnActor(pykka.ThreadingActor):
-    """The turns of one conversation; created on demand by :class:`actors.conversations.Conversations`."""
+    """The turns of one conversation; started on demand by the Conversations actor."""
 
     def __init__(
         self, conversation_id: str, deps: TurnDeps, parent: pykka.ActorRef[Any] | None = None
@@ -230,7 +230,9 @@ class TurnActor(pykka.ThreadingActor):
         self._gen = 0
         self._turn: _Turn | None = None
         self._queue: deque[StartTurn] = deque()
-        self._held: list[ChatMessage] = []  # background results waiting for the tool step
+        # Background results waiting for the tool step, with their outbox ids.
+        self._held: list[tuple[ChatMessage, int]] = []
+        self._delivered: set[str] = set()
         self._send_no = 0
         self._channel: Channel | None = None
         self._idle_timer: list[asyncio.TimerHandle] = []
@@ -246,6 +248,11 @@ class TurnActor(pykka.ThreadingActor):
         self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
         self._messages = loaded.messages
         self._seq = loaded.info.last_seq
+        for message in self._messages:
+            if message.role == "background":
+                self._delivered.add(message.call_id)
+        for result in deps.pending_background(self.conversation_id):
+            self._background(result)
         for row in loaded.queued:
             self._queue.append(StartTurn(row.turn_id, row.client_msg_id, row.text))
         self._next_or_idle()
@@ -357,15 +364,15 @@ class TurnActor(pykka.ThreadingActor):
                 self._start(start)
                 return False
         if len(self._queue) >= self._deps.max_queued:
-            self._refuse(start, "queue-full", "Too many messages are waiting; this one was not run.")
+            self._refuse(
+                start, "queue-full", "Too many messages are waiting; this one was not run."
+            )
             return False
         self._queue.append(start)
         return True
 
     def _refuse(self, start: StartTurn, code: str, line: str) -> None:
-        event = self._event(
-            TurnFinished, turn_id=start.turn_id, reason="cancelled", text=line
-        )
+        event = self._event(TurnFinished, turn_id=start.turn_id, reason="cancelled", text=line)
         self._deps.store.write(
             Batch(
                 self.conversation_id,
@@ -385,7 +392,9 @@ class TurnActor(pykka.ThreadingActor):
         self._append(batch, start.turn_id, ChatMessage(role="user", text=start.text))
         batch.events.append(
             self._event(
-                TurnStarted, turn_id=start.turn_id, client_msg_id=start.client_msg_id,
+                TurnStarted,
+                turn_id=start.turn_id,
+                client_msg_id=start.client_msg_id,
                 text=start.text,
             )
         )
@@ -406,10 +415,10 @@ class TurnActor(pykka.ThreadingActor):
         assert turn is not None and channel is not None
         if self._held:
             batch = Batch(self.conversation_id)
-            for message in self._held:
+            for message, _ in self._held:
                 self._append(batch, turn.turn_id, message)
-            self._held.clear()
             self._deps.store.write(batch)
+            self._ack_held()
         stop = turn.guards.before_step()
         if stop is not None:
             self._finish(stop, turn.guards.line(stop))
@@ -461,9 +470,7 @@ class TurnActor(pykka.ThreadingActor):
             self._finish("model-error", f"The model could not answer: {err.message}")
             return
         turn.guards.steps += 1
-        turn.guards.tokens += response.usage.total or (
-            act.estimate_tokens(response.text) + 1
-        )
+        turn.guards.tokens += response.usage.total or (act.estimate_tokens(response.text) + 1)
         batch = Batch(
             self.conversation_id,
             turn=TurnUpdate(turn.turn_id, steps=turn.guards.steps, tokens=turn.guards.tokens),
@@ -485,7 +492,9 @@ class TurnActor(pykka.ThreadingActor):
             channel=channel.policy_channel,
             human_present=channel.human_present,
             allow_async=channel.async_offered,
-            injected=channel.tools() or NO_PINNED_TOOLS,
+            injected=channel.tools(),
+            scope="restricted",
+            initiator="model",
         )
         del names
         turn.calls = []
@@ -498,7 +507,10 @@ class TurnActor(pykka.ThreadingActor):
                 summary = raw_summary[:200] if isinstance(raw_summary, str) else ""
             batch.events.append(
                 self._event(
-                    ToolStarted, turn_id=turn.turn_id, call_id=part.id, tool=part.name[:128],
+                    ToolStarted,
+                    turn_id=turn.turn_id,
+                    call_id=part.id,
+                    tool=part.name[:128],
                     act_summary=summary,
                 )
             )
@@ -508,14 +520,22 @@ class TurnActor(pykka.ThreadingActor):
                 call.result = act.malformed_arguments(part)
                 batch.events.append(
                     self._event(
-                        ToolFinished, turn_id=turn.turn_id, call_id=part.id, tool=part.name[:128],
-                        status="error", code="invalid-param",
+                        ToolFinished,
+                        turn_id=turn.turn_id,
+                        call_id=part.id,
+                        tool=part.name[:128],
+                        status="error",
+                        code="invalid-param",
                     )
                 )
                 continue
             to_run.append(
-                (call, ToolCall(call_id=part.id, tool=part.name, arguments=part.arguments,
-                                context=context))
+                (
+                    call,
+                    ToolCall(
+                        call_id=part.id, tool=part.name, arguments=part.arguments, context=context
+                    ),
+                )
             )
         self._deps.store.write(batch)
         self._publish(batch.events)
@@ -526,10 +546,7 @@ class TurnActor(pykka.ThreadingActor):
         ref = self.actor_ref
         for call, tool_call in to_run:
             future = self._deps.dispatch(tool_call)
-            index = call.index
-            future.add_done_callback(
-                lambda f, index=index: _tell_quietly(ref, _ToolDone(gen, index, f.result()))
-            )
+            future.add_done_callback(_tool_callback(ref, gen, call.index))
         self._maybe_next_step()
 
     # -- tool results -------------------------------------------------------------------
@@ -541,15 +558,22 @@ class TurnActor(pykka.ThreadingActor):
         call.result = outcome.envelope
         events: list[ConversationEvent] = [
             self._event(
-                ToolFinished, turn_id=turn.turn_id, call_id=call.call_id, tool=call.tool[:128],
-                status=outcome.status, code=outcome.code,
+                ToolFinished,
+                turn_id=turn.turn_id,
+                call_id=call.call_id,
+                tool=call.tool[:128],
+                status=outcome.status,
+                code=outcome.code,
             )
         ]
         rich = getattr(outcome, "rich", None)
         if isinstance(rich, dict):
             events.append(
                 self._event(
-                    RichPayload, turn_id=turn.turn_id, call_id=call.call_id, tool=call.tool,
+                    RichPayload,
+                    turn_id=turn.turn_id,
+                    call_id=call.call_id,
+                    tool=call.tool,
                     payload=rich,
                 )
             )
@@ -564,8 +588,11 @@ class TurnActor(pykka.ThreadingActor):
         batch = Batch(self.conversation_id)
         for call in turn.calls:
             self._append(
-                batch, turn.turn_id,
-                ChatMessage(role="tool", call_id=call.call_id, tool=call.tool, text=call.result or ""),
+                batch,
+                turn.turn_id,
+                ChatMessage(
+                    role="tool", call_id=call.call_id, tool=call.tool, text=call.result or ""
+                ),
             )
         turn.calls = []
         self._deps.store.write(batch)
@@ -594,23 +621,35 @@ class TurnActor(pykka.ThreadingActor):
         self._emit(PermissionSettled, request_id=request_id, answer=answer)
 
     def _background(self, result: BackgroundResult) -> None:
+        if result.call_id in self._delivered:
+            if result.outbox_id:
+                self._deps.ack_background([result.outbox_id])
+            return
+        self._delivered.add(result.call_id)
+        if len(self._delivered) > 10_000:
+            self._delivered.clear()
         message = ChatMessage(
             role="background", call_id=result.call_id, tool=result.tool, text=result.envelope
         )
         event = self._event(
-            BackgroundDelivered, call_id=result.call_id, tool=result.tool, status=result.status,
+            BackgroundDelivered,
+            call_id=result.call_id,
+            tool=result.tool,
+            status=result.status,
             envelope=result.envelope,
         )
         turn = self._turn
         if turn is not None and (turn.calls or turn.model is not None):
             # Between a tool call and its result no message may stand: the model
             # sees it at its next step.
-            self._held.append(message)
+            self._held.append((message, result.outbox_id))
             self._deps.store.write(Batch(self.conversation_id, events=[event]))
         else:
             batch = Batch(self.conversation_id, events=[event])
             self._append(batch, turn.turn_id if turn else "", message)
             self._deps.store.write(batch)
+            if result.outbox_id:
+                self._deps.ack_background([result.outbox_id])
         self._publish([event])
 
     def _cancel(self) -> bool:
@@ -636,8 +675,12 @@ class TurnActor(pykka.ThreadingActor):
         batch = Batch(
             self.conversation_id,
             turn=TurnUpdate(
-                turn.turn_id, state="done", reason=reason, steps=turn.guards.steps,
-                tokens=turn.guards.tokens, notes=turn.notes,
+                turn.turn_id,
+                state="done",
+                reason=reason,
+                steps=turn.guards.steps,
+                tokens=turn.guards.tokens,
+                notes=turn.notes,
             ),
         )
         code = "interrupted" if reason == "interrupted" else "cancelled"
@@ -646,19 +689,30 @@ class TurnActor(pykka.ThreadingActor):
                 call.tool, code, f"The turn ended ({reason}) before this call finished."
             )
             self._append(
-                batch, turn.turn_id,
+                batch,
+                turn.turn_id,
                 ChatMessage(role="tool", call_id=call.call_id, tool=call.tool, text=result),
             )
-        for message in self._held:
+        for message, _ in self._held:
             self._append(batch, turn.turn_id, message)
-        self._held.clear()
         for request_id in sorted(turn.requests):
-            batch.events.append(self._event(PermissionSettled, request_id=request_id, answer="withdrawn"))
-        batch.events.append(self._event(TurnFinished, turn_id=turn.turn_id, reason=reason, text=text))
+            batch.events.append(
+                self._event(PermissionSettled, request_id=request_id, answer="withdrawn")
+            )
+        batch.events.append(
+            self._event(TurnFinished, turn_id=turn.turn_id, reason=reason, text=text)
+        )
         self._deps.store.write(batch)
+        self._ack_held()
         self._publish(batch.events)
         self._deps.forget(turn.turn_id)
         self._next_or_idle()
+
+    def _ack_held(self) -> None:
+        ids = [outbox_id for _, outbox_id in self._held if outbox_id]
+        self._held.clear()
+        if ids:
+            self._deps.ack_background(ids)
 
     def _next_or_idle(self) -> None:
         if self._queue:
@@ -699,6 +753,15 @@ def _cancel_timers(box: list[asyncio.TimerHandle]) -> None:
 def _tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> None:
     with contextlib.suppress(pykka.ActorDeadError):
         ref.tell(message)
+
+
+def _tool_callback(
+    ref: pykka.ActorRef[Any], gen: int, index: int
+) -> Callable[[concurrent.futures.Future[ToolOutcome]], None]:
+    def done(future: concurrent.futures.Future[ToolOutcome]) -> None:
+        _tell_quietly(ref, _ToolDone(gen, index, future.result()))
+
+    return done
 
 
 def _model_result(gen: int, future: concurrent.futures.Future[ModelResponse]) -> _ModelDone:

@@ -1,4 +1,4 @@
-"""The act loop's pure rules: the context budget, the guards, and the checks on a model's tool calls.
+"""The act loop's pure rules: the context budget, the guards, the checks on a model's tool calls.
 
 The TurnActor (actors/turn.py) sequences a turn; every decision it makes
 about what to send and when to stop is a function here, tested without actors.
@@ -56,10 +56,8 @@ class Fitted:
     notes: list[str] = field(default_factory=list)
 
 
-def fit_context(
-    messages: Sequence[ChatMessage], current_start: int, budget: int
-) -> Fitted:
-    """The history within ``budget`` tokens; never touches the current turn (from ``current_start``).
+def fit_context(messages: Sequence[ChatMessage], current_start: int, budget: int) -> Fitted:
+    """The history within ``budget`` tokens; the current turn (from ``current_start``) is kept.
 
     First the oldest tool results are shortened, then the oldest whole turns
     (a user message up to the next one) are dropped. Dropping whole turns keeps
@@ -77,7 +75,9 @@ def fit_context(
             break
         m = out[i]
         if m.role in ("tool", "background") and m.text != DROPPED_RESULT:
-            replacement = ChatMessage(role=m.role, call_id=m.call_id, tool=m.tool, text=DROPPED_RESULT)
+            replacement = ChatMessage(
+                role=m.role, call_id=m.call_id, tool=m.tool, text=DROPPED_RESULT
+            )
             new = message_tokens(replacement)
             total -= sizes[i] - new
             sizes[i] = new

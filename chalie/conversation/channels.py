@@ -60,17 +60,26 @@ class Channel:
 
 SHIPPED: Final[Mapping[str, Channel]] = {
     "chat": Channel(
-        "chat", human_present=True, policy_channel="chat", system_prompt=CHAT_PROMPT,
+        "chat",
+        human_present=True,
+        policy_channel="chat",
+        system_prompt=CHAT_PROMPT,
         async_offered=True,
     ),
     "subconscious": Channel("subconscious"),
     "external_agent": Channel("external_agent", policy_channel="external_agent"),
     "web-search": Channel(
-        "web-search", find_tools=False, max_steps=8, system_prompt=DELEGATE_PROMPT,
+        "web-search",
+        find_tools=False,
+        max_steps=8,
+        system_prompt=DELEGATE_PROMPT,
         pinned=("web_search",),
     ),
     "web-browse": Channel(
-        "web-browse", find_tools=False, max_steps=8, system_prompt=DELEGATE_PROMPT,
+        "web-browse",
+        find_tools=False,
+        max_steps=8,
+        system_prompt=DELEGATE_PROMPT,
         pinned=("web_fetch",),
     ),
 }
@@ -85,7 +94,9 @@ def resolve_channels(overrides: Mapping[str, ChannelConfig]) -> dict[str, Channe
     out = dict(SHIPPED)
     for name, override in overrides.items():
         if not CHANNEL_NAME.match(name):
-            raise ValueError(f"channels.{name}: a channel name is lowercase letters, digits, - or _")
+            raise ValueError(
+                f"channels.{name}: a channel name is lowercase letters, digits, - or _"
+            )
         base = out.get(name, Channel(name))
         changes = {
             f.name: getattr(override, f.name)

@@ -69,7 +69,8 @@ def check_send(msg: SendMessage, *, channels: frozenset[str], max_chars: int) ->
         raise ConversationError("invalid-message", "the message text is empty")
     if len(msg.text) > max_chars:
         raise ConversationError(
-            "invalid-message", f"the message is {len(msg.text)} characters; the limit is {max_chars}"
+            "invalid-message",
+            f"the message is {len(msg.text)} characters; the limit is {max_chars}",
         )
     if "\x00" in msg.text:
         raise ConversationError("invalid-message", "the message holds a NUL character")

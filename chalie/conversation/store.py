@@ -12,6 +12,7 @@ it (SQLite takes one writer at a time anyway; WAL lets readers in).
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import threading
@@ -201,7 +202,7 @@ class ConversationStore:
             ).fetchone()
         return _info(row) if row else None
 
-    def list(self, limit: int = 100) -> list[ConversationInfo]:
+    def list(self, limit: int = 100) -> builtins.list[ConversationInfo]:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, channel, origin, created, updated, title, "
@@ -271,7 +272,7 @@ class ConversationStore:
             ).fetchone()
         return _turn(row) if row else None
 
-    def turns(self, conversation_id: str) -> list[TurnRow]:
+    def turns(self, conversation_id: str) -> builtins.list[TurnRow]:
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns WHERE conversation_id = ? "
@@ -324,7 +325,9 @@ class ConversationStore:
             c.execute("UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), cid))
 
     # -- events -------------------------------------------------------------------------
-    def events(self, conversation_id: str, after_seq: int = 0, limit: int = 200) -> list[Event]:
+    def events(
+        self, conversation_id: str, after_seq: int = 0, limit: int = 200
+    ) -> builtins.list[Event]:
         limit = max(1, min(int(limit), MAX_EVENTS_PAGE))
         with self._lock:
             rows = self._conn.execute(
@@ -343,7 +346,7 @@ class ConversationStore:
         return int(row[0])
 
     # -- recovery -------------------------------------------------------------------------
-    def interrupted_conversations(self) -> list[str]:
+    def interrupted_conversations(self) -> builtins.list[str]:
         """Conversations with a turn left running (the daemon or its actor died mid-turn)."""
         with self._lock:
             rows = self._conn.execute(
@@ -351,13 +354,13 @@ class ConversationStore:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def recover(self, conversation_id: str) -> list[Event]:
+    def recover(self, conversation_id: str) -> builtins.list[Event]:
         """Close what a crash left open, in one transaction; returns the events it wrote.
 
         Every tool call without a result gets an ``interrupted`` result, and
         every turn left ``running`` ends ``interrupted`` with a line for the user.
         """
-        written: list[Event] = []
+        written: builtins.list[Event] = []
         with self._tx() as c:
             running = c.execute(
                 "SELECT turn_id FROM conversation_turns "
@@ -459,4 +462,3 @@ def _info(row: tuple[Any, ...]) -> ConversationInfo:
         messages=int(row[6]),
         last_seq=int(row[7]),
     )
-

@@ -114,8 +114,13 @@ class ModelClient:
                     on_retry(attempt, exc, delay)
                 log.warning(
                     "model request failed; retrying",
-                    extra={"model": self.name, "attempt": attempt, "delay": delay,
-                           "code": exc.code, "status": exc.status},
+                    extra={
+                        "model": self.name,
+                        "attempt": attempt,
+                        "delay": delay,
+                        "code": exc.code,
+                        "status": exc.status,
+                    },
                 )
                 await asyncio.sleep(delay)
 
@@ -138,7 +143,8 @@ class ModelClient:
                         data = json.loads(raw)
                     except ValueError:
                         raise ProviderError(
-                            "model-bad-response", "the model server sent a body that is not JSON",
+                            "model-bad-response",
+                            "the model server sent a body that is not JSON",
                             retryable=False,
                         ) from None
                     result = self.wire.parse(data)
@@ -171,7 +177,8 @@ class ModelClient:
         async for line in response.aiter_lines():
             if len(line) > MAX_LINE:
                 raise ProviderError(
-                    "model-bad-response", "the model server sent an oversized line",
+                    "model-bad-response",
+                    "the model server sent an oversized line",
                     retryable=False,
                 )
             if self.wire.framing == "ndjson":
@@ -205,12 +212,14 @@ def _json_line(text: str) -> dict[str, Any]:
         value = json.loads(text)
     except ValueError:
         raise ProviderError(
-            "model-bad-response", "the model server sent a stream line that is not JSON",
+            "model-bad-response",
+            "the model server sent a stream line that is not JSON",
             retryable=False,
         ) from None
     if not isinstance(value, dict):
         raise ProviderError(
-            "model-bad-response", "the model server sent a stream line that is not an object",
+            "model-bad-response",
+            "the model server sent a stream line that is not an object",
             retryable=False,
         )
     return value

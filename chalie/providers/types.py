@@ -52,7 +52,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """What one model step sends: system prompt, history, descriptors (name/description/input_schema)."""
+    """One model step: system prompt, history, descriptors (name, description, input_schema)."""
 
     system: str
     messages: tuple[ChatMessage, ...]

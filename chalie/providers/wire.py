@@ -168,7 +168,10 @@ class OpenAIWire:
                 args, text = parse_arguments(fn.get("arguments"))
                 calls.append(
                     ToolCallPart(
-                        id=raw.get("id") or _new_call_id(), name=fn["name"], arguments=args, raw=text
+                        id=raw.get("id") or _new_call_id(),
+                        name=fn["name"],
+                        arguments=args,
+                        raw=text,
                     )
                 )
             usage = data.get("usage") or {}
@@ -324,7 +327,8 @@ class _OllamaAssembler:
         try:
             if chunk.get("error"):
                 raise ProviderError(
-                    "model-rejected", f"the model server said: {str(chunk['error'])[:300]}",
+                    "model-rejected",
+                    f"the model server said: {str(chunk['error'])[:300]}",
                     retryable=False,
                 )
             message = chunk.get("message") or {}

@@ -1,4 +1,7 @@
-"""A scripted language-model server for tests and development: ``python -m tools.fake_llm SCRIPT``."""
+"""A scripted language-model server for tests and development.
+
+Run it with ``python -m tools.fake_llm SCRIPT``.
+"""
 
 from tools.fake_llm.script import Script, Step, load_script
 from tools.fake_llm.server import FakeModelServer

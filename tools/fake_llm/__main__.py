@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     server = FakeModelServer(script, host=args.host, port=args.port)
     print(f"scripted model listening on {server.url}", flush=True)
-    print(f"  openai:    base_url = \"{server.url}/v1\"", flush=True)
-    print(f"  ollama:    base_url = \"{server.url}\"", flush=True)
-    print(f"  anthropic: base_url = \"{server.url}\"", flush=True)
+    print(f'  openai:    base_url = "{server.url}/v1"', flush=True)
+    print(f'  ollama:    base_url = "{server.url}"', flush=True)
+    print(f'  anthropic: base_url = "{server.url}"', flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

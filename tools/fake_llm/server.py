@@ -55,18 +55,54 @@ def _openai_chunks(step: Step, text: str, model: str) -> list[bytes]:
     for i, tc in enumerate(step.tool_calls):
         args = tc.arguments_text()
         half = len(args) // 2
-        out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
-            {"index": i, "id": tc.id or call_id(), "type": "function",
-             "function": {"name": tc.name, "arguments": ""}}]}}]})
+        out.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": tc.id or call_id(),
+                                    "type": "function",
+                                    "function": {"name": tc.name, "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ],
+            }
+        )
         for part in (args[:half], args[half:]):
             if part:
-                out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
-                    {"index": i, "function": {"arguments": part}}]}}]})
+                out.append(
+                    {
+                        **base,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "delta": {
+                                    "tool_calls": [{"index": i, "function": {"arguments": part}}]
+                                },
+                            }
+                        ],
+                    }
+                )
     reason = "tool_calls" if step.tool_calls else "stop"
     out.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
-    out.append({**base, "choices": [], "usage": {
-        "prompt_tokens": step.input_tokens, "completion_tokens": step.output_tokens,
-        "total_tokens": step.input_tokens + step.output_tokens}})
+    out.append(
+        {
+            **base,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": step.input_tokens,
+                "completion_tokens": step.output_tokens,
+                "total_tokens": step.input_tokens + step.output_tokens,
+            },
+        }
+    )
     frames = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in out]
     frames.append(b"data: [DONE]\n\n")
     return frames
@@ -76,16 +112,30 @@ def _openai_whole(step: Step, text: str, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if step.tool_calls:
         message["tool_calls"] = [
-            {"id": tc.id or call_id(), "type": "function",
-             "function": {"name": tc.name, "arguments": tc.arguments_text()}}
+            {
+                "id": tc.id or call_id(),
+                "type": "function",
+                "function": {"name": tc.name, "arguments": tc.arguments_text()},
+            }
             for tc in step.tool_calls
         ]
     return {
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
-        "usage": {"prompt_tokens": step.input_tokens, "completion_tokens": step.output_tokens,
-                  "total_tokens": step.input_tokens + step.output_tokens},
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if step.tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": step.input_tokens,
+            "completion_tokens": step.output_tokens,
+            "total_tokens": step.input_tokens + step.output_tokens,
+        },
     }
 
 
@@ -97,15 +147,34 @@ def _ollama_args(tc: Any) -> Any:
 def _ollama_chunks(step: Step, text: str, model: str) -> list[bytes]:
     out: list[dict[str, Any]] = []
     for piece in _pieces(text, step.chunk):
-        out.append({"model": model, "message": {"role": "assistant", "content": piece},
-                    "done": False})
+        out.append(
+            {"model": model, "message": {"role": "assistant", "content": piece}, "done": False}
+        )
     if step.tool_calls:
-        out.append({"model": model, "message": {"role": "assistant", "content": "", "tool_calls": [
-            {"function": {"name": tc.name, "arguments": _ollama_args(tc)}}
-            for tc in step.tool_calls]}, "done": False})
-    out.append({"model": model, "message": {"role": "assistant", "content": ""}, "done": True,
-                "done_reason": "stop", "prompt_eval_count": step.input_tokens,
-                "eval_count": step.output_tokens})
+        out.append(
+            {
+                "model": model,
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"function": {"name": tc.name, "arguments": _ollama_args(tc)}}
+                        for tc in step.tool_calls
+                    ],
+                },
+                "done": False,
+            }
+        )
+    out.append(
+        {
+            "model": model,
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": step.input_tokens,
+            "eval_count": step.output_tokens,
+        }
+    )
     return [json.dumps(c).encode() + b"\n" for c in out]
 
 
@@ -113,44 +182,103 @@ def _ollama_whole(step: Step, text: str, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if step.tool_calls:
         message["tool_calls"] = [
-            {"function": {"name": tc.name, "arguments": _ollama_args(tc)}}
-            for tc in step.tool_calls
+            {"function": {"name": tc.name, "arguments": _ollama_args(tc)}} for tc in step.tool_calls
         ]
-    return {"model": model, "message": message, "done": True, "done_reason": "stop",
-            "prompt_eval_count": step.input_tokens, "eval_count": step.output_tokens}
+    return {
+        "model": model,
+        "message": message,
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": step.input_tokens,
+        "eval_count": step.output_tokens,
+    }
 
 
 def _anthropic_chunks(step: Step, text: str, model: str) -> list[bytes]:
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", {
-        "type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": None,
-            "usage": {"input_tokens": step.input_tokens, "output_tokens": 0}}})]
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": step.input_tokens, "output_tokens": 0},
+                },
+            },
+        )
+    ]
     index = 0
     if text:
-        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                               "content_block": {"type": "text", "text": ""}}))
+        events.append(
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            )
+        )
         for piece in _pieces(text, step.chunk):
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                   "delta": {"type": "text_delta", "text": piece}}))
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": piece},
+                    },
+                )
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for tc in step.tool_calls:
-        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                       "content_block": {"type": "tool_use", "id": tc.id or call_id(),
-                                         "name": tc.name, "input": {}}}))
+        events.append(
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": tc.id or call_id(),
+                        "name": tc.name,
+                        "input": {},
+                    },
+                },
+            )
+        )
         args = tc.arguments_text()
         half = len(args) // 2
         for part in (args[:half], args[half:]):
             if part:
-                events.append(("content_block_delta", {
-                    "type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": part}}))
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": part},
+                        },
+                    )
+                )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
-    events.append(("message_delta", {"type": "message_delta", "delta": {
-        "stop_reason": "tool_use" if step.tool_calls else "end_turn"},
-        "usage": {"output_tokens": step.output_tokens}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use" if step.tool_calls else "end_turn"},
+                "usage": {"output_tokens": step.output_tokens},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return [f"event: {name}\ndata: {json.dumps(body)}\n\n".encode() for name, body in events]
 
@@ -164,17 +292,27 @@ def _anthropic_whole(step: Step, text: str, model: str) -> dict[str, Any]:
             value: Any = json.loads(tc.arguments_text())
         except ValueError:
             value = tc.arguments_text()  # malformed: the fake sends what it was told
-        content.append({"type": "tool_use", "id": tc.id or call_id(), "name": tc.name,
-                        "input": value})
-    return {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": "tool_use" if step.tool_calls else "end_turn",
-            "usage": {"input_tokens": step.input_tokens, "output_tokens": step.output_tokens}}
+        content.append(
+            {"type": "tool_use", "id": tc.id or call_id(), "name": tc.name, "input": value}
+        )
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if step.tool_calls else "end_turn",
+        "usage": {"input_tokens": step.input_tokens, "output_tokens": step.output_tokens},
+    }
 
 
 STREAMS = {"openai": _openai_chunks, "ollama": _ollama_chunks, "anthropic": _anthropic_chunks}
 WHOLES = {"openai": _openai_whole, "ollama": _ollama_whole, "anthropic": _anthropic_whole}
-CONTENT_TYPES = {"openai": b"text/event-stream", "ollama": b"application/x-ndjson",
-                 "anthropic": b"text/event-stream"}
+CONTENT_TYPES = {
+    "openai": b"text/event-stream",
+    "ollama": b"application/x-ndjson",
+    "anthropic": b"text/event-stream",
+}
 
 
 class FakeModelApp:
@@ -239,11 +377,19 @@ class FakeModelApp:
             return
         if step.status is not None:
             extra = [(b"retry-after", step.retry_after.encode())] if step.retry_after else []
-            payload = (step.body or json.dumps(
-                {"error": {"type": "error", "message": f"scripted status {step.status}"}}
-            )).encode()
-            await send({"type": "http.response.start", "status": step.status,
-                        "headers": [(b"content-type", b"application/json"), *extra]})
+            payload = (
+                step.body
+                or json.dumps(
+                    {"error": {"type": "error", "message": f"scripted status {step.status}"}}
+                )
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": step.status,
+                    "headers": [(b"content-type", b"application/json"), *extra],
+                }
+            )
             await send({"type": "http.response.body", "body": payload})
             return
         text = step.text.replace("{last_user}", last_user_text(fmt, body))
@@ -252,9 +398,13 @@ class FakeModelApp:
             await self._json(send, 200, WHOLES[fmt](step, text, model))
             return
         frames = STREAMS[fmt](step, text, model)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", CONTENT_TYPES[fmt]),
-                                (b"cache-control", b"no-cache")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", CONTENT_TYPES[fmt]), (b"cache-control", b"no-cache")],
+            }
+        )
         for i, frame in enumerate(frames):
             if step.drop_after is not None and i >= step.drop_after:
                 raise _Drop("scripted drop")
@@ -263,8 +413,13 @@ class FakeModelApp:
 
     @staticmethod
     async def _json(send: Send, status: int, value: Any) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": json.dumps(value).encode()})
 
 
