@@ -1,4 +1,4 @@
-"""A whole daemon in-process (real actors, real SQLite, real workers) with a scripted model on loopback."""
+"""A whole daemon in-process (real actors, SQLite, workers) with a scripted model on loopback."""
 
 from __future__ import annotations
 

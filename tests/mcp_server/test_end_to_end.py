@@ -78,9 +78,8 @@ def test_a_full_exchange_through_the_real_daemon(mode: str) -> None:
         ]
         cid = data["conversation_id"]
         # The conversation is stored like any other, with the token as its origin.
-        assert rows(rt.db_path, f"SELECT channel, origin FROM conversations WHERE id = '{cid}'") == [
-            ("external_agent", "mcp:coder")
-        ]
+        stored = rows(rt.db_path, f"SELECT channel, origin FROM conversations WHERE id = '{cid}'")
+        assert stored == [("external_agent", "mcp:coder")]
         trail = rows(
             rt.db_path,
             f"SELECT tool, channel, status FROM trail WHERE conversation_id = '{cid}' ORDER BY id",
