@@ -274,9 +274,8 @@ def main() -> int:
         print(f"  latency p50        {p50:8.1f} ms")
         print(f"  latency p99        {p99:8.1f} ms")
         per_call = out["cpu"] / calls * 1000 if calls else float("nan")
-        print(
-            f"  daemon CPU         {out['cpu'] / out['elapsed']:8.2f} cores, {per_call:.1f} ms a call"
-        )
+        cores = out["cpu"] / out["elapsed"]
+        print(f"  daemon CPU         {cores:8.2f} cores, {per_call:.1f} ms a call")
         rss = out["rss"] or [0.0]
         print(
             f"  daemon RSS MB      start {rss_start:.0f}, warm {out['rss_warm']:.0f}, "
