@@ -407,6 +407,10 @@ class ControlCommands:
                     control.NOT_FOUND, f"no pending permission request {args.request_id!r}"
                 )
             return control.success({"request_id": args.request_id, "answer": args.answer})
+        if command == "ask" or command.startswith("conversations."):
+            from actors.conversations import control_command
+
+            return control_command(rt, command, args)
         return control.failure(control.UNKNOWN_COMMAND, f"no handler for {command!r}")
 
 

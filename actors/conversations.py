@@ -25,12 +25,14 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import queue
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import pykka
 
 from actors.supervisor import ChildUnavailable, SupervisedActor
@@ -45,9 +47,10 @@ from actors.turn import (
     TurnActor,
     TurnDeps,
 )
+from chalie import control
 from chalie.config import ModelConfig
 from chalie.conversation.channels import Channel, resolve_channels
-from chalie.conversation.events import Event
+from chalie.conversation.events import Event, ToolFinished, TurnFinished
 from chalie.conversation.requests import (
     Accepted,
     ConversationError,
@@ -59,7 +62,13 @@ from chalie.conversation.store import ConversationInfo, ConversationStore, TurnR
 from chalie.dispatch import envelope_name
 from chalie.envelope import render
 from chalie.events import Subscription
-from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome
+from chalie.messages import (
+    BackgroundResult,
+    ControlReply,
+    PermissionRequest,
+    ToolCall,
+    ToolOutcome,
+)
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 
@@ -390,3 +399,96 @@ class Conversations(SupervisedActor):
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+# -- the control commands (chalie ask, chalie conversations ...) --------------------------
+
+
+def control_command(rt: Runtime, command: str, args: control.Args) -> ControlReply:
+    """Serve ``ask`` and ``conversations.*`` on a control handler thread (it may block)."""
+    conversations = rt.child("conversations")
+    try:
+        if isinstance(args, control.AskArgs):
+            return _ask(rt, args)
+        if isinstance(args, control.ConversationsListArgs):
+            rows = conversations.call("list", args.limit, timeout=ASK_TIMEOUT)
+            return control.success(msgspec.to_builtins(rows))
+        if isinstance(args, control.ConversationArgs):
+            cid = args.conversation_id
+            if command == "conversations.delete":
+                if not conversations.call("delete", cid, timeout=ASK_TIMEOUT):
+                    return control.failure("unknown-conversation", f"no conversation {cid!r}")
+                return control.success({"conversation_id": cid, "deleted": True})
+            found: Any = conversations.call("show", cid, timeout=ASK_TIMEOUT)
+            if found is None:
+                return control.failure("unknown-conversation", f"no conversation {cid!r}")
+            return control.success(msgspec.to_builtins(found))
+    except ConversationError as exc:
+        return control.failure(exc.code, exc.message)
+    return control.failure(control.UNKNOWN_COMMAND, f"no handler for {command!r}")
+
+
+def _ask(rt: Runtime, args: control.AskArgs) -> ControlReply:
+    """Run one turn without a human and wait for its end (the caller's thread blocks)."""
+    conversations = rt.child("conversations")
+    channels: dict[str, Channel] = conversations.call("channels", timeout=ASK_TIMEOUT)
+    channel = channels.get(args.channel)
+    if channel is None:
+        return control.failure(
+            "unknown-channel",
+            f"no channel {args.channel!r}; known: {', '.join(sorted(channels))}",
+        )
+    if channel.human_present:
+        return control.failure(
+            "invalid-message",
+            f"ask runs without a human, and channel {args.channel!r} expects one; "
+            "use a channel such as subconscious",
+        )
+    cid = args.conversation_id or new_id("c")
+    finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
+    tools: list[dict[str, Any]] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, TurnFinished):
+            finished.put(event)
+        elif isinstance(event, ToolFinished):
+            tools.append({"tool": event.tool, "status": event.status, "code": event.code})
+
+    with rt.events.subscribe(cid, on_event):
+        accepted: Accepted = conversations.call(
+            "send",
+            SendMessage(
+                conversation_id=cid,
+                channel=args.channel,
+                text=args.text,
+                client_msg_id=new_id("ask"),
+                origin="cli-ask",
+            ),
+            timeout=ASK_TIMEOUT,
+        )
+        deadline = time.monotonic() + args.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                with contextlib.suppress(Exception):
+                    conversations.call("cancel", cid, timeout=ASK_TIMEOUT)
+                return control.failure(
+                    "tool-timeout",
+                    f"the turn did not finish within {args.timeout:g} s",
+                    conversation_id=cid,
+                )
+            try:
+                event = finished.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if event.turn_id == accepted.turn_id:
+                break
+    return control.success(
+        {
+            "conversation_id": cid,
+            "turn_id": accepted.turn_id,
+            "reason": event.reason,
+            "text": event.text,
+            "tools": tools,
+        }
+    )

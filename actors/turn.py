@@ -577,15 +577,23 @@ class TurnActor(pykka.ThreadingActor):
                     payload=rich,
                 )
             )
-        self._deps.store.write(Batch(self.conversation_id, events=events))
-        self._publish(events)
-        self._maybe_next_step()
+        batch = Batch(self.conversation_id, events=events)
+        if any(c.result is None for c in turn.calls):
+            self._deps.store.write(batch)
+            self._publish(events)
+            return
+        self._next_step(batch)  # the last result: its events and all results in one write
 
     def _maybe_next_step(self) -> None:
         turn = self._turn
         if turn is None or any(c.result is None for c in turn.calls):
             return
-        batch = Batch(self.conversation_id)
+        self._next_step(Batch(self.conversation_id))
+
+    def _next_step(self, batch: Batch) -> None:
+        """Store every result of the step in call order, then ask the model again."""
+        turn = self._turn
+        assert turn is not None
         for call in turn.calls:
             self._append(
                 batch,
@@ -596,6 +604,7 @@ class TurnActor(pykka.ThreadingActor):
             )
         turn.calls = []
         self._deps.store.write(batch)
+        self._publish(batch.events)
         self._step()
 
     # -- mid-turn arrivals --------------------------------------------------------------

@@ -102,8 +102,11 @@ def last_is_tool(fmt: str, body: dict[str, Any]) -> bool:
     if last.get("role") == "tool":
         return True
     content = last.get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and isinstance(content[-1], dict)
+        and content[-1].get("type") == "tool_result"
     )
 
 

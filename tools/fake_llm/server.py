@@ -3,7 +3,8 @@
 Routes: ``POST /v1/chat/completions`` and ``/chat/completions`` (OpenAI),
 ``POST /api/chat`` (Ollama), ``POST /v1/messages`` (Anthropic), each
 streaming or not as the request's ``stream`` says; ``GET /_requests`` lists
-the request bodies received (tests read what the model saw). Bound to
+the request bodies received (tests read what the model saw), ``GET /_timings``
+when each request arrived and each answer was sent (monotonic). Bound to
 127.0.0.1 on an ephemeral port unless told otherwise.
 """
 
@@ -341,6 +342,9 @@ class FakeModelApp:
         if scope["method"] == "GET" and path == "/_requests":
             await self._json(send, 200, self.requests)
             return
+        if scope["method"] == "GET" and path == "/_timings":
+            await self._json(send, 200, {"received": self.received, "answered": self.answered})
+            return
         fmt = ROUTES.get(path)
         chunks: list[bytes] = []
         while True:
@@ -433,7 +437,14 @@ class FakeModelServer:
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = uvicorn.Server(
-            uvicorn.Config(self.app, log_level="critical", lifespan="off", access_log=False)
+            uvicorn.Config(
+                self.app,
+                log_level="critical",
+                lifespan="off",
+                access_log=False,
+                ws="none",
+                http="h11",
+            )
         )
         self._thread: threading.Thread | None = None
 
