@@ -264,6 +264,8 @@ class CallDesk:
                 turn_id=f"{call_id}-turn",
                 channel="chat",
                 human_present=True,
+                scope="unrestricted",  # the operator may call any registered tool
+                initiator="framework",  # the operator need not write an act_summary
             ),
         )
         entry = _CliCall(call_id, conversation, concurrent.futures.Future())
@@ -405,6 +407,10 @@ class ControlCommands:
                     control.NOT_FOUND, f"no pending permission request {args.request_id!r}"
                 )
             return control.success({"request_id": args.request_id, "answer": args.answer})
+        if command == "ask" or command.startswith("conversations."):
+            from actors.conversations import control_command
+
+            return control_command(rt, command, args)
         return control.failure(control.UNKNOWN_COMMAND, f"no handler for {command!r}")
 
 

@@ -114,6 +114,57 @@ class ChatConfig(Section, frozen=True):
             )
 
 
+# -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------
+
+Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=86400.0)]
+
+
+class ModelConfig(Section, frozen=True):
+    """One language model, ``[models.NAME]``; ``[models.default]`` serves unnamed channels."""
+
+    provider: Literal["openai", "ollama", "anthropic"] = "openai"
+    base_url: HttpUrl = "http://127.0.0.1:11434/v1"
+    model: ModelName = "llama3.1"
+    # The NAME of the environment variable holding the key; the key itself is never stored.
+    api_key_env: EnvName | None = None
+    context_window: Annotated[int, msgspec.Meta(ge=256, le=100_000_000)] = 32768
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
+    stream: bool = True
+    connect_timeout: Seconds = 10.0
+    # Seconds without a byte from the model before the request counts as hung.
+    read_timeout: Seconds = 120.0
+    # Retries of a 429, 5xx, refused or dropped request, with exponential backoff.
+    retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    backoff: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 0.5
+
+
+ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class ChannelConfig(Section, frozen=True):
+    """Overrides of one channel, ``[channels.NAME]``; an unset key keeps the shipped value."""
+
+    human_present: bool | None = None
+    policy_channel: Literal["chat", "subconscious", "external_agent"] | None = None
+    pinned: tuple[ToolName, ...] | None = None
+    find_tools: bool | None = None
+    async_offered: bool | None = None
+    max_steps: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    max_repeat: Annotated[int, msgspec.Meta(ge=2, le=100)] | None = None
+    wall_clock: Seconds | None = None
+    token_budget: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+    system_prompt: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+
+
+class ConversationsConfig(Section, frozen=True):
+    # Seconds a conversation's actor stays after its last activity.
+    idle_stop: Seconds = 600.0
+    max_message_chars: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
+    # User messages waiting behind a running turn, per conversation.
+    max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -131,6 +182,9 @@ class Config(Section, frozen=True):
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
     chat: ChatConfig = ChatConfig()
+    models: dict[str, ModelConfig] = {}
+    channels: dict[str, ChannelConfig] = {}
+    conversations: ConversationsConfig = ConversationsConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

@@ -98,6 +98,23 @@ class PolicyAnswerArgs(Args):
     answer: Literal["allow_once", "allow_always", "deny"]
 
 
+class AskArgs(Args):
+    """A one-shot turn without a human (``chalie ask``)."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    channel: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "subconscious"
+    conversation_id: Id | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
+
+
+class ConversationsListArgs(Args):
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 50
+
+
+class ConversationArgs(Args):
+    conversation_id: Id
+
+
 COMMANDS: Final[dict[str, type[Args]]] = {
     "status": NoArgs,
     "stop": NoArgs,
@@ -110,6 +127,10 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "policy.reset": PolicyResetArgs,
     "policy.pending": NoArgs,
     "policy.answer": PolicyAnswerArgs,
+    "ask": AskArgs,
+    "conversations.list": ConversationsListArgs,
+    "conversations.show": ConversationArgs,
+    "conversations.delete": ConversationArgs,
 }
 
 _request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
