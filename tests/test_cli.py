@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.test_daemon import DaemonProcess, alive, descendants, short_home
+from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
 
 DROPIN = textwrap.dedent(
     '''
@@ -320,7 +320,20 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
     assert json.loads(d.cli("policy", "list", "--json").stdout)["pending"] == []
 
 
-def test_policy_answer_from_another_terminal_releases_the_call(clean_policy: DaemonProcess) -> None:
+def wait_pending(d: DaemonProcess) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+
+    def pending() -> bool:
+        found[:] = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
+        return bool(found)
+
+    wait_until(pending, 30, what="a pending permission request")
+    return found
+
+
+def test_policy_answer_from_another_terminal_releases_the_call_and_ends_the_prompt(
+    clean_policy: DaemonProcess,
+) -> None:
     d = clean_policy
     caller = subprocess.Popen(
         [sys.executable, "-m", "chalie", "--home", str(d.home), "tools", "call", "echo_tool"],
@@ -330,19 +343,73 @@ def test_policy_answer_from_another_terminal_releases_the_call(clean_policy: Dae
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < deadline:
-            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
-            time.sleep(0.05)
-        assert pending
+        pending = wait_pending(d)
         out = d.cli("policy", "answer", str(pending[0]["request_id"]), "once")
         assert out.returncode == 0
-        stdout, _ = caller.communicate("d\n", timeout=30)  # the prompt's answer arrives too late
+        # Nobody types at the first terminal, and its stdin stays open: the
+        # prompt must notice the answer by itself and the call must finish.
+        assert caller.wait(timeout=30) == 0
+        assert caller.stdout is not None and caller.stderr is not None
+        stdout, stderr = caller.stdout.read(), caller.stderr.read()
     finally:
         caller.kill()
-    assert caller.returncode == 0
+        if caller.stdin is not None:
+            caller.stdin.close()
+    assert "answered elsewhere" in stderr
+    assert "no answer; denying" not in stderr
     assert envelope_body(stdout) == {"got": {}}
+
+
+def test_a_forged_prompt_line_in_act_summary_stays_inside_one_escaped_line(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    # Within the descriptor's 200 characters, so validation lets it through to the gate.
+    forged = 'copy\n  params {"safe": true}\u0007' + "z" * 150
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chalie",
+            "--home",
+            str(d.home),
+            "tools",
+            "call",
+            "echo_tool",
+            f"act_summary={forged}",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_pending(d)
+        _, stderr = caller.communicate("d\n", timeout=30)
+    finally:
+        caller.kill()
+    lines = stderr.splitlines()
+    assert sum(line.startswith("  params ") for line in lines) == 1
+    assert "\x07" not in stderr
+    summary = next(line for line in lines if line.startswith("  copy"))
+    assert len(summary) <= 2 + 200
+
+
+def test_a_string_parameter_given_digits_reaches_the_tool_as_a_string(
+    live: DaemonProcess,
+) -> None:
+    assert live.cli("policy", "set", "chat", "calculator", "allow").returncode == 0
+    out = live.cli_process("tools", "call", "calculator", "expression=42")
+    assert out.returncode == 0, out.stderr
+    body = json.loads("\n".join(out.stdout.strip().splitlines()[1:-1]))
+    assert body == {"expression": "42", "result": "42"}
+    big = live.cli_process("tools", "call", "calculator", "expression=99999999999999999999")
+    assert big.returncode == 0, big.stderr
+    deep = live.cli_process("tools", "call", "echo_tool", "x=" + "[" * 5000 + "]" * 5000)
+    assert deep.returncode == 2 and "Traceback" not in deep.stderr
+    assert len(deep.stderr.strip().splitlines()) <= 4  # click's usage error, no traceback
+    zero = live.cli_process("tools", "call", "calculator", "expression=0**-1")
+    assert zero.returncode == 1 and "invalid-param" in zero.stdout
 
 
 def test_trail_lists_calls_newest_first_and_filters(clean_policy: DaemonProcess) -> None:

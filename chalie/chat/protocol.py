@@ -57,12 +57,12 @@ class ClientFrame(
     id: Id | None = None
 
 
-class Open(ClientFrame, tag="open"):
+class Open(ClientFrame, tag="open", kw_only=True):
     conversation_id: Id
     after_seq: Seq = 0
 
 
-class Send(ClientFrame, tag="send"):
+class Send(ClientFrame, tag="send", kw_only=True):
     conversation_id: Id | None = None  # None starts a new conversation
     channel: ChannelName = "chat"
     text: Text
@@ -70,20 +70,20 @@ class Send(ClientFrame, tag="send"):
     busy: Busy = "queue"
 
 
-class Cancel(ClientFrame, tag="cancel"):
+class Cancel(ClientFrame, tag="cancel", kw_only=True):
     conversation_id: Id
 
 
-class Answer(ClientFrame, tag="answer"):
+class Answer(ClientFrame, tag="answer", kw_only=True):
     request_id: Id
     answer: PermissionAnswer
 
 
-class Close(ClientFrame, tag="close"):
+class Close(ClientFrame, tag="close", kw_only=True):
     conversation_id: Id
 
 
-class Ping(ClientFrame, tag="ping"):
+class Ping(ClientFrame, tag="ping", kw_only=True):
     pass
 
 
@@ -98,18 +98,18 @@ class ServerFrame(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
     id: str | None = None
 
 
-class Hello(ServerFrame, tag="hello"):
+class Hello(ServerFrame, tag="hello", kw_only=True):
     protocol: int = PROTOCOL_VERSION
     max_frame_bytes: int
     kinds: tuple[str, ...] = KINDS
 
 
-class Opened(ServerFrame, tag="opened"):
+class Opened(ServerFrame, tag="opened", kw_only=True):
     conversation_id: str
     last_seq: int  # every event up to here has been sent
 
 
-class Accepted(ServerFrame, tag="accepted"):
+class Accepted(ServerFrame, tag="accepted", kw_only=True):
     client_msg_id: str
     conversation_id: str
     turn_id: str | None
@@ -117,25 +117,25 @@ class Accepted(ServerFrame, tag="accepted"):
     duplicate: bool
 
 
-class Cancelled(ServerFrame, tag="cancelled"):
+class Cancelled(ServerFrame, tag="cancelled", kw_only=True):
     conversation_id: str
     cancelled: bool
 
 
-class Answered(ServerFrame, tag="answered"):
+class Answered(ServerFrame, tag="answered", kw_only=True):
     request_id: str
     found: bool
 
 
-class Closed(ServerFrame, tag="closed"):
+class Closed(ServerFrame, tag="closed", kw_only=True):
     conversation_id: str
 
 
-class Pong(ServerFrame, tag="pong"):
+class Pong(ServerFrame, tag="pong", kw_only=True):
     pass
 
 
-class Rejected(ServerFrame, tag="rejected"):
+class Rejected(ServerFrame, tag="rejected", kw_only=True):
     """The error frame: a stable code and one line for a person."""
 
     code: str

@@ -29,7 +29,13 @@ class Ctx:
 
 
 @click.group()
-@click.option("--home", envvar="CHALIE_HOME", help="Data directory (default: the platform's).")
+@click.option(
+    "--home",
+    envvar="CHALIE_HOME",
+    metavar="DIR",
+    help="Data directory; env CHALIE_HOME; default: the platform's user data dir. "
+    "Give it before the command: chalie --home DIR run.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug lines to stderr.")
 @click.pass_context
 def cli(ctx: click.Context, home: str | None, verbose: bool) -> None:
