@@ -30,9 +30,9 @@ from actors.loop import EventLoopThread
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import McpServerConfig
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
-from chalie.events import EventBus
+from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
-from chalie.mcp_server.exchange import HumanDesk, NoHumans
+from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
@@ -107,6 +107,19 @@ class ActorConversations:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class BusDesk:
+    """The people at a screen: every chat session subscribes to the bus's HUMANS key."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+
+    def humans_connected(self) -> int:
+        return self._bus.subscribed(HUMANS)
+
+    def surface(self, exchange: AgentExchange) -> int:
+        return self._bus.publish(HUMANS, exchange)
 
 
 class _ServerDied:
@@ -220,6 +233,6 @@ def start_for(rt: Runtime) -> pykka.ActorRef[McpServerActor]:
         rt.db_path,
         conversations,
         lambda: store,
-        NoHumans(),
+        BusDesk(rt.events),
         closers=(conversations.close, store.close),
     )

@@ -149,8 +149,6 @@ class McpServerConfig(Section, frozen=True):
     session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
     # A turn that never reports its end is given up (and cancelled) after this long.
     turn_wait: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 900.0
-    # loop_in_human: with a human connected, an ask becomes their permission request.
-    loop_in_human_asks: bool = False
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------

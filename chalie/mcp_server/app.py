@@ -223,3 +223,6 @@ class McpHttpServer:
             done.cancel()
             with contextlib.suppress(BaseException):
                 await done
+        if self.gate is not None:
+            self.gate.close()
+        self.talk.close()

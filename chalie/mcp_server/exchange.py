@@ -34,15 +34,5 @@ class HumanDesk(Protocol):
     def humans_connected(self) -> int: ...
 
     def surface(self, exchange: AgentExchange) -> int:
-        """Show the exchange to every connected chat client; how many got it."""
+        """Show the exchange to every connected chat client; how many deliveries were made."""
         ...
-
-
-class NoHumans:
-    """A desk with nobody at it (the daemon without a chat bridge)."""
-
-    def humans_connected(self) -> int:
-        return 0
-
-    def surface(self, exchange: AgentExchange) -> int:
-        return 0

@@ -13,12 +13,13 @@ Order for every HTTP request, each step answering itself when it refuses:
    sets ``Caller.gone``, which the tool turns into a cancelled turn.
 
 Nothing reaches the MCP app, and so no turn starts, before steps 1 to 4 passed.
-Runs on the event-loop thread only.
+Runs on the event-loop thread; only the token store is read on a small pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -40,6 +41,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CALLER_KEY: Final = "chalie.caller"
 REALM: Final = 'Bearer realm="chalie"'
+# Token checks read (and stamp) SQLite, which may wait on another writer: never on the loop.
+VERIFY_THREADS: Final = 4
 # RFC 6750 b64token, bounded.
 _BEARER: Final = re.compile(r"^Bearer ([A-Za-z0-9\-._~+/]{8,512}=*)$")
 
@@ -131,14 +134,17 @@ class Gate:
         self.limits = limits
         self.max_body = max_body_bytes
         self.stats = GateStats()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            VERIFY_THREADS, thread_name_prefix="mcp-auth"
+        )
 
-    @property
-    def verifier(self) -> TokenVerifier:
-        # Built on first use, on the loop thread: an SQLite-backed store is
-        # then used by the thread that opened it.
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _verify(self, secret: str) -> NamedToken | None:
         if self._verifier is None:
             self._verifier = self._verifier_factory()
-        return self._verifier
+        return self._verifier.verify(secret)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -192,7 +198,8 @@ class Gate:
             )
             return None
         try:
-            info = self.verifier.verify(match.group(1))
+            loop = asyncio.get_running_loop()
+            info = await loop.run_in_executor(self._pool, self._verify, match.group(1))
         except Exception:
             # Fail closed: a broken store admits nobody.
             log.exception("token store failed; request refused")

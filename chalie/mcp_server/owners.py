@@ -8,6 +8,7 @@ only for the token that received it; any other token gets
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -25,25 +26,29 @@ CREATE TABLE IF NOT EXISTS mcp_conversations (
 
 
 class ConversationOwners:
-    """conversation id → the token name that owns it (one connection, one thread at a time)."""
+    """conversation id → the token name that owns it (one connection, any thread)."""
 
     def __init__(self, db_path: Path) -> None:
         self._conn: sqlite3.Connection = connect(db_path)
+        self._lock = threading.Lock()
         self._conn.execute(_SCHEMA)
 
     def owner(self, conversation_id: str) -> str | None:
-        row = self._conn.execute(
-            "SELECT token_name FROM mcp_conversations WHERE conversation_id = ?",
-            (conversation_id,),
-        ).fetchone()
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT token_name FROM mcp_conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
         return str(row[0]) if row else None
 
     def record(self, conversation_id: str, token_name: str, agent_name: str, project: str) -> None:
         # First owner wins: an id is never handed from one token to another.
-        self._conn.execute(
-            "INSERT OR IGNORE INTO mcp_conversations VALUES (?, ?, ?, ?, ?)",
-            (conversation_id, token_name, agent_name, project, time.time()),
-        )
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO mcp_conversations VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, token_name, agent_name, project, time.time()),
+            )
 
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._conn.close()

@@ -17,6 +17,7 @@ Lifecycle of one call (all on the event-loop thread):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import uuid
@@ -93,6 +94,11 @@ class TalkToChalie:
         self.turn_wait = turn_wait
         self.stats = TalkStats()
         self._pending: set[asyncio.Task[bool]] = set()
+        # The ownership table is SQLite: read and written off the loop.
+        self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="mcp-owners")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def __call__(
         self,
@@ -127,14 +133,16 @@ class TalkToChalie:
             return error_result(exc.code, str(exc), exc.data)
 
     async def _run(self, ctx: Context, caller: Caller, req: TalkRequest) -> CallToolResult:
+        loop = asyncio.get_running_loop()
         if req.conversation_id is not None:
-            if self.owners.owner(req.conversation_id) != caller.token_name:
+            owner = await loop.run_in_executor(self._pool, self.owners.owner, req.conversation_id)
+            if owner != caller.token_name:
                 raise ToolCallError(
                     "unknown-conversation",
                     f"no conversation {req.conversation_id!r} belongs to this token; "
                     "omit conversation_id to start a new one",
                 )
-        follow = _Follow(asyncio.get_running_loop(), uuid.uuid4().hex)
+        follow = _Follow(loop, uuid.uuid4().hex)
         sub = None
         if req.conversation_id is not None:
             sub = self.port.subscribe(req.conversation_id, follow.push)
@@ -156,7 +164,14 @@ class TalkToChalie:
             cid = sent.conversation_id
             follow.turn_id = sent.turn_id
             if req.conversation_id is None:
-                self.owners.record(cid, caller.token_name, req.agent_name, req.project_or_task_name)
+                await loop.run_in_executor(
+                    self._pool,
+                    self.owners.record,
+                    cid,
+                    caller.token_name,
+                    req.agent_name,
+                    req.project_or_task_name,
+                )
                 sub = self.port.subscribe(cid, follow.push)
                 for event in await self.port.events(cid, 0, BACKFILL_LIMIT):
                     follow.push(event)
