@@ -35,10 +35,7 @@ def short_home() -> Path:
     # ipc socket paths are capped at 107 bytes; pytest's tmp paths can be longer.
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
-    # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.
-    (path / "config.toml").write_text("[mcp_server]\nport = 0\n")
-    return path
+    return Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
 
 
 def descendants(pid: int) -> set[int]:
@@ -85,6 +82,10 @@ class DaemonProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
+        config = self.home / "config.toml"
+        if self.home.is_dir() and not config.exists():
+            # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.
+            config.write_text("[mcp_server]\nport = 0\n")
         env = {**os.environ, "CHALIE_HOME": str(self.home)}
         env.pop("CHALIE_ABILITIES_DIR", None)
         with open(self.log_path, "ab") as log_file:

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from tests.mcp_server.daemon_harness import live_daemon
-from tests.mcp_server.harness import MODES, connect
+from tests.mcp_server.harness import MODES, connect, wait_until
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
 ARGS: dict[str, Any] = {
@@ -109,3 +109,26 @@ def test_an_auth_failure_starts_no_turn_and_writes_no_trail_row() -> None:
         assert rows(rt.db_path, "SELECT count(*) FROM trail") == [(0,)]
         assert rows(rt.db_path, "SELECT count(*) FROM conversations") == [(0,)]
         assert not rt.child("conversations").call("live", timeout=5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cancelling_the_request_cancels_the_real_turn(mode: str) -> None:
+    script = Script(steps=[Step(hang=True)], on_user=Step(text="later"))
+    with live_daemon(script) as (rt, url):
+        from chalie.tokens import TokenStore
+
+        with TokenStore(rt.db_path) as store:
+            secret = store.create("impatient")
+
+        async def go() -> None:
+            async with connect(url, secret, mode) as client:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await client.call_tool("talk_to_chalie", ARGS)
+
+        asyncio.run(go())
+
+        def ended() -> list[tuple[Any, ...]]:
+            return rows(rt.db_path, "SELECT reason FROM conversation_turns")
+
+        wait_until(lambda: ended() == [("cancelled",)], timeout=20)

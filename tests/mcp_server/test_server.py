@@ -426,3 +426,20 @@ def test_a_slow_turn_keeps_reporting_progress_until_it_ends() -> None:
 
         assert not asyncio.run(go()).is_error
         assert seen == sorted(seen) and len(seen) == 2
+
+
+def test_a_method_header_that_disagrees_with_the_body_does_not_dodge_the_turn_limit() -> None:
+    with running(max_concurrent_turns=1, convs=FakeConversations()) as r:
+        secret = r.tokens.create("sly")
+        auth = f"Bearer {secret}"
+        r.server.gate.limits.begin_turn("sly")  # type: ignore[union-attr]  # one turn running
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "talk_to_chalie", "arguments": ARGS},
+        }
+        for header in ("tools/list", "ping"):
+            resp = raw_post(r, call, authorization=auth, mcp_method=header)
+            assert resp.status_code == 429
+        assert r.convs.sent == []
