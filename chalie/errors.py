@@ -169,6 +169,11 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "Arguments of an inbound call are invalid; every bad field is listed.",
         "talk_to_chalie with missing, mistyped or out-of-range fields.",
     ),
+    ErrorCode(
+        "unknown-session",
+        "No MCP session with that id belongs to this token.",
+        "Inbound MCP: a session id another token opened, or one already reaped (HTTP 404).",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

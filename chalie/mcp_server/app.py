@@ -143,7 +143,13 @@ def build_app(
         requests_per_minute=config.requests_per_minute,
         max_concurrent_turns=config.max_concurrent_turns,
     )
-    gate = Gate(mcp_app, verifier, limits, max_body_bytes=config.max_body_bytes)
+    gate = Gate(
+        mcp_app,
+        verifier,
+        limits,
+        max_body_bytes=config.max_body_bytes,
+        max_sessions=config.max_sessions,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

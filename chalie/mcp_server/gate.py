@@ -6,13 +6,15 @@ Order for every HTTP request, each step answering itself when it refuses:
    store: missing, malformed, unknown or revoked → 401 with ``WWW-Authenticate``.
 2. The token's requests-per-minute bucket → 429 with ``Retry-After``.
 3. A body over the limit (by ``Content-Length`` or as it streams) → 413.
-4. A ``tools/call`` takes one of the token's turn slots for as long as its
+4. A stateful session belongs to the token that opened it: a request naming
+   another token's ``mcp-session-id`` gets 404, as an unknown session would.
+5. A ``tools/call`` takes one of the token's turn slots for as long as its
    response runs → 429 with ``Retry-After`` when all are in use.
-5. The request goes on with a :class:`Caller` in ``scope["state"]`` (the tool
+6. The request goes on with a :class:`Caller` in ``scope["state"]`` (the tool
    reads the token's name there) and a replayed body; a client that goes away
    sets ``Caller.gone``, which the tool turns into a cancelled turn.
 
-Nothing reaches the MCP app, and so no turn starts, before steps 1 to 4 passed.
+Nothing reaches the MCP app, and so no turn starts, before steps 1 to 5 passed.
 Runs on the event-loop thread; only the token store is read on a small pool.
 """
 
@@ -127,12 +129,14 @@ class Gate:
         limits: TokenLimits,
         *,
         max_body_bytes: int,
+        max_sessions: int = 1_000,
     ) -> None:
         self.app = app
         self._verifier_factory = verifier
         self._verifier: TokenVerifier | None = None
         self.limits = limits
         self.max_body = max_body_bytes
+        self.sessions = SessionOwners(max_sessions)
         self.stats = GateStats()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             VERIFY_THREADS, thread_name_prefix="mcp-auth"
@@ -159,6 +163,12 @@ class Gate:
             self.stats.limited += 1
             await self._too_many(send, exc)
             return
+        session = _header(scope, b"mcp-session-id")
+        if session is not None and not self.sessions.allows(session, name):
+            self.stats.unauthorized += 1
+            await refuse(send, 404, "unknown-session", "Session not found")
+            return
+        send = self.sessions.recorder(name, send)
         if scope.get("method") != "POST":
             scope.setdefault("state", {})[CALLER_KEY] = Caller(name)
             self.stats.admitted += 1
@@ -291,6 +301,41 @@ class Gate:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+
+class SessionOwners:
+    """mcp-session-id → the token that opened it, learnt from the responses that create one.
+
+    Bounded: past ``2 * max_sessions`` entries the oldest are forgotten (the MCP
+    app holds at most ``max_sessions`` sessions; a forgotten one is re-bound to
+    the next token that presents it, which the app itself will have reaped).
+    """
+
+    def __init__(self, max_sessions: int) -> None:
+        self._owners: dict[bytes, str] = {}
+        self._cap = 2 * max_sessions
+
+    def allows(self, session: bytes, token_name: str) -> bool:
+        owner = self._owners.get(session)
+        return owner is None or owner == token_name
+
+    def recorder(self, token_name: str, send: Send) -> Send:
+        async def recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers", ()):
+                    if key.lower() == b"mcp-session-id":
+                        self._bind(bytes(value), token_name)
+            await send(message)
+
+        return recording
+
+    def _bind(self, session: bytes, token_name: str) -> None:
+        self._owners.setdefault(session, token_name)
+        while len(self._owners) > self._cap:
+            del self._owners[next(iter(self._owners))]
+
+    def __len__(self) -> int:
+        return len(self._owners)
 
 
 def _is_tool_call(scope: Scope, body: bytes) -> bool:

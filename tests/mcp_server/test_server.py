@@ -443,3 +443,33 @@ def test_a_method_header_that_disagrees_with_the_body_does_not_dodge_the_turn_li
             resp = raw_post(r, call, authorization=auth, mcp_method=header)
             assert resp.status_code == 429
         assert r.convs.sent == []
+
+
+def test_a_session_belongs_to_the_token_that_opened_it() -> None:
+    with running() as r:
+        owner, other = r.tokens.create("owner"), r.tokens.create("other")
+        init = raw_post(r, initialize_body(), authorization=f"Bearer {owner}")
+        session = init.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        versions = {"mcp_session_id": session, "mcp_protocol_version": "2025-11-25"}
+        stolen = raw_post(r, listing, authorization=f"Bearer {other}", **versions)
+        assert stolen.status_code == 404
+        assert stolen.json()["error"]["data"]["code"] == "unknown-session"
+        with httpx2.Client(timeout=10) as http:
+            hijack = http.get(
+                r.url,
+                headers={
+                    "authorization": f"Bearer {other}",
+                    "accept": "text/event-stream",
+                    "mcp-session-id": session,
+                },
+            )
+        assert hijack.status_code == 404
+        raw_post(
+            r,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            authorization=f"Bearer {owner}",
+            **versions,
+        )
+        mine = raw_post(r, listing, authorization=f"Bearer {owner}", **versions)
+        assert mine.status_code == 200 and "talk_to_chalie" in mine.text
