@@ -152,7 +152,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "unauthorized",
         "The request carried no valid bearer token.",
-        "Inbound MCP: the Authorization header was missing, malformed, unknown or revoked (HTTP 401).",
+        "Inbound MCP: no, a malformed, an unknown or a revoked bearer token (HTTP 401).",
     ),
     ErrorCode(
         "rate-limited",
