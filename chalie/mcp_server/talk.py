@@ -219,7 +219,13 @@ class TalkToChalie:
         return _answer(cid, follow, answer, reason)
 
     async def _until_finished(self, ctx: Context, follow: _Follow) -> TurnEvent:
-        step = 0
+        sent = 0  # MCP progress must increase: one count per notification
+
+        async def progress(message: str) -> None:
+            nonlocal sent
+            sent += 1
+            await ctx.report_progress(sent, None, message)
+
         while True:
             item = await follow.queue.get()
             if item is _GONE:
@@ -228,19 +234,15 @@ class TalkToChalie:
             if event is None:
                 continue
             if event.kind == "tool_started":
-                step += 1
                 summary = event.act_summary or ""
-                await ctx.report_progress(
-                    step, None, f"{event.tool}: {summary}" if summary else str(event.tool)
-                )
+                await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
             elif event.kind == "tool_finished":
                 follow.tools.append(event)
             elif event.kind == "permission_request":
-                await ctx.report_progress(
-                    step + 0.5, None, f"waiting for a person to approve {event.tool}"
-                )
+                await progress(f"waiting for a person to approve {event.tool}")
             elif event.kind == "error":
                 follow.errors.append(event)
+                await progress(f"{event.code}: {event.message}")
             elif event.kind == "turn_finished":
                 return event
 
@@ -343,6 +345,7 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
             "finish_reason": reason,
             "tools": [{"tool": t.tool, "status": t.status, "code": t.code} for t in follow.tools],
             "could_not": could_not,
+            "errors": [{"code": e.code, "message": e.message} for e in follow.errors],
         },
         is_error=reason == "model-error",
     )

@@ -132,3 +132,21 @@ def test_cancelling_the_request_cancels_the_real_turn(mode: str) -> None:
             return rows(rt.db_path, "SELECT reason FROM conversation_turns")
 
         wait_until(lambda: ended() == [("cancelled",)], timeout=20)
+
+
+def test_a_model_failure_comes_back_as_an_error_result_with_its_code() -> None:
+    with live_daemon(Script(steps=[Step(status=500, body="boom")])) as (rt, url):
+        from chalie.tokens import TokenStore
+
+        with TokenStore(rt.db_path) as store:
+            secret = store.create("unlucky")
+
+        async def go() -> Any:
+            async with connect(url, secret, "auto") as client:
+                return await client.call_tool("talk_to_chalie", ARGS)
+
+        result = asyncio.run(go())
+        data = result.structured_content
+        assert result.is_error and data["finish_reason"] == "model-error"
+        assert "The turn ended early: model-error" in result.content[0].text
+        assert data["errors"] and all(e["code"] for e in data["errors"])
