@@ -153,6 +153,7 @@ def client_process(
 ) -> dict[str, Any]:
     """One load process: its share of the agents, each with its own token and session."""
     out: dict[str, Any] = {"latencies": [], "warm_errors": 0, "run_errors": 0, "samples": []}
+    cpu_began = time.process_time()
 
     async def run() -> None:
         await asyncio.gather(
@@ -163,11 +164,12 @@ def client_process(
         )
 
     asyncio.run(run())
+    out["cpu"] = time.process_time() - cpu_began
     return out
 
 
 def load(
-    url: str, secrets: list[str], mode: str, seconds: float, pid: int, procs: int
+    url: str, secrets: list[str], mode: str, seconds: float, pid: int, procs: int, model_pid: int
 ) -> dict[str, Any]:
     warm = min(5.0, max(1.0, seconds / 3))
     warm_until = time.time() + 3.0 + warm  # 3 s for the load processes to start
@@ -185,17 +187,20 @@ def load(
         while time.time() < warm_until:
             time.sleep(0.05)
         out: dict[str, Any] = {"rss_warm": rss_mb(pid), "rss": []}
-        cpu_began = cpu_seconds(pid)
+        cpu_began, model_began = cpu_seconds(pid), cpu_seconds(model_pid)
         while time.time() < until:
             out["rss"].append(rss_mb(pid))
             time.sleep(1.0)
         out["cpu"] = cpu_seconds(pid) - cpu_began
+        out["model_cpu"] = cpu_seconds(model_pid) - model_began
         results = [part.get(timeout=seconds + 120) for part in parts]
     out["elapsed"] = seconds
     out["latencies"] = [x for r in results for x in r["latencies"]]
     out["errors"] = sum(r["run_errors"] for r in results)
     out["warm_errors"] = sum(r["warm_errors"] for r in results)
     out["samples"] = [x for r in results for x in r["samples"]]
+    # Whole-life CPU of the load processes (warm-up included), per second measured.
+    out["client_cpu"] = sum(r["cpu"] for r in results) * seconds / (until - warm_until + warm)
     return out
 
 
@@ -259,7 +264,7 @@ def main() -> int:
         model, model_url = start_model(home)
         daemon, url = start_daemon(home, model_url, args.agents)
         rss_start = rss_mb(daemon.pid)
-        out = load(url, secrets, args.mode, args.seconds, daemon.pid, args.procs)
+        out = load(url, secrets, args.mode, args.seconds, daemon.pid, args.procs, model.pid)
         lat = sorted(out["latencies"])
         calls = len(lat)
         rate = calls / out["elapsed"]
@@ -276,6 +281,9 @@ def main() -> int:
         per_call = out["cpu"] / calls * 1000 if calls else float("nan")
         cores = out["cpu"] / out["elapsed"]
         print(f"  daemon CPU         {cores:8.2f} cores, {per_call:.1f} ms a call")
+        model_cores = out["model_cpu"] / out["elapsed"]
+        client_cores = out["client_cpu"] / out["elapsed"]
+        print(f"  model / clients    {model_cores:8.2f} / {client_cores:.2f} cores (same machine)")
         rss = out["rss"] or [0.0]
         print(
             f"  daemon RSS MB      start {rss_start:.0f}, warm {out['rss_warm']:.0f}, "
