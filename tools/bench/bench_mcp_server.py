@@ -124,8 +124,11 @@ async def agent(
     warm_until: float,
     until: float,
     out: dict[str, Any],
+    per_conversation: int,
 ) -> None:
     headers = {"Authorization": f"Bearer {secret}"}
+    conversation: str | None = None
+    made = 0
     async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(url, http_client=http)
         async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
@@ -133,9 +136,14 @@ async def agent(
                 phase = "warm" if now < warm_until else "run"
                 began = time.perf_counter()
                 result = None
+                args: dict[str, Any] = {**ARGS, "agent_name": name}
+                if conversation is not None and made % per_conversation:
+                    args["conversation_id"] = conversation
+                made += 1
                 try:
-                    result = await client.call_tool("talk_to_chalie", {**ARGS, "agent_name": name})
+                    result = await client.call_tool("talk_to_chalie", args)
                     ok = not result.is_error and "4" in result.structured_content["answer"]
+                    conversation = result.structured_content.get("conversation_id")
                 except Exception as exc:
                     ok = False
                     out["samples"].append(repr(exc)[:200])
@@ -149,7 +157,13 @@ async def agent(
 
 
 def client_process(
-    url: str, secrets: list[str], first: int, mode: str, warm_until: float, until: float
+    url: str,
+    secrets: list[str],
+    first: int,
+    mode: str,
+    warm_until: float,
+    until: float,
+    per_conversation: int,
 ) -> dict[str, Any]:
     """One load process: its share of the agents, each with its own token and session."""
     out: dict[str, Any] = {"latencies": [], "warm_errors": 0, "run_errors": 0, "samples": []}
@@ -158,7 +172,7 @@ def client_process(
     async def run() -> None:
         await asyncio.gather(
             *(
-                agent(url, s, f"agent-{first + i}", mode, warm_until, until, out)
+                agent(url, s, f"agent-{first + i}", mode, warm_until, until, out, per_conversation)
                 for i, s in enumerate(secrets)
             )
         )
@@ -169,7 +183,14 @@ def client_process(
 
 
 def load(
-    url: str, secrets: list[str], mode: str, seconds: float, pid: int, procs: int, model_pid: int
+    url: str,
+    secrets: list[str],
+    mode: str,
+    seconds: float,
+    pid: int,
+    procs: int,
+    model_pid: int,
+    per_conversation: int,
 ) -> dict[str, Any]:
     warm = min(5.0, max(1.0, seconds / 3))
     warm_until = time.time() + 3.0 + warm  # 3 s for the load processes to start
@@ -180,7 +201,7 @@ def load(
         parts = [
             pool.apply_async(
                 client_process,
-                (url, secrets[i : i + share], i, mode, warm_until, until),
+                (url, secrets[i : i + share], i, mode, warm_until, until, per_conversation),
             )
             for i in range(0, len(secrets), share)
         ]
@@ -255,6 +276,12 @@ def main() -> int:
     parser.add_argument("--auth-seconds", type=float, default=5.0)
     parser.add_argument("--mode", choices=("auto", "legacy"), default="auto")
     parser.add_argument("--procs", type=int, default=2, help="client processes")
+    parser.add_argument(
+        "--calls-per-conversation",
+        type=int,
+        default=10,
+        help="an agent continues its conversation this many calls, then starts a new one",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="chb-", dir="/tmp"))
     model = daemon = None
@@ -264,7 +291,16 @@ def main() -> int:
         model, model_url = start_model(home)
         daemon, url = start_daemon(home, model_url, args.agents)
         rss_start = rss_mb(daemon.pid)
-        out = load(url, secrets, args.mode, args.seconds, daemon.pid, args.procs, model.pid)
+        out = load(
+            url,
+            secrets,
+            args.mode,
+            args.seconds,
+            daemon.pid,
+            args.procs,
+            model.pid,
+            args.calls_per_conversation,
+        )
         lat = sorted(out["latencies"])
         calls = len(lat)
         rate = calls / out["elapsed"]
@@ -272,7 +308,8 @@ def main() -> int:
         p99 = lat[int(len(lat) * 0.99) - 1] * 1000 if lat else float("nan")
         print(
             f"inbound MCP, {args.agents} agents in {args.procs} client processes, "
-            f"mode={args.mode}, {out['elapsed']:.1f} s measured after warm-up:"
+            f"mode={args.mode}, {args.calls_per_conversation} calls a conversation, "
+            f"{out['elapsed']:.1f} s measured after warm-up:"
         )
         print(f"  calls/s            {rate:8.1f}   (floor {FLOOR_CALLS:.0f})")
         print(f"  errors             {out['errors']:8d}   (floor 0; warm-up {out['warm_errors']})")
