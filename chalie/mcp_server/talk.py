@@ -30,7 +30,14 @@ from mcp_types import CallToolResult, TextContent
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
-from chalie.mcp_server.turns import ConversationsPort, TurnEvent, TurnRefused, origin, view
+from chalie.mcp_server.turns import (
+    ConversationsPort,
+    Sent,
+    TurnEvent,
+    TurnRefused,
+    origin,
+    view,
+)
 from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
 
 log = logging.getLogger("chalie.mcp_server")
@@ -147,13 +154,22 @@ class TalkToChalie:
         if req.conversation_id is not None:
             sub = self.port.subscribe(req.conversation_id, follow.push)
         try:
-            try:
-                sent = await self.port.send(
+            sending = asyncio.ensure_future(
+                self.port.send(
                     conversation_id=req.conversation_id,
                     text=framed(req),
                     client_msg_id=follow.client_msg_id,
                     origin=origin(caller.token_name),
                 )
+            )
+            try:
+                # Shielded: a request cancelled while the message is being stored
+                # still cancels the turn that message starts.
+                sent = await asyncio.shield(sending)
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                sending.add_done_callback(self._cancel_once_sent)
+                raise
             except TurnRefused as exc:
                 raise ToolCallError(exc.code, str(exc)) from None
             except Exception as exc:
@@ -164,17 +180,22 @@ class TalkToChalie:
             cid = sent.conversation_id
             follow.turn_id = sent.turn_id
             if req.conversation_id is None:
-                await loop.run_in_executor(
-                    self._pool,
-                    self.owners.record,
-                    cid,
-                    caller.token_name,
-                    req.agent_name,
-                    req.project_or_task_name,
-                )
-                sub = self.port.subscribe(cid, follow.push)
-                for event in await self.port.events(cid, 0, BACKFILL_LIMIT):
-                    follow.push(event)
+                try:
+                    await loop.run_in_executor(
+                        self._pool,
+                        self.owners.record,
+                        cid,
+                        caller.token_name,
+                        req.agent_name,
+                        req.project_or_task_name,
+                    )
+                    sub = self.port.subscribe(cid, follow.push)
+                    for event in await self.port.events(cid, 0, BACKFILL_LIMIT):
+                        follow.push(event)
+                except asyncio.CancelledError:
+                    self.stats.cancelled += 1
+                    self._cancel_later(cid)
+                    raise
             if req.loop_in_human:
                 self._surface(cid, caller, req, "asked")
             return await self._follow(ctx, caller, req, cid, follow)
@@ -245,6 +266,10 @@ class TalkToChalie:
                 await progress(f"{event.code}: {event.message}")
             elif event.kind == "turn_finished":
                 return event
+
+    def _cancel_once_sent(self, sending: asyncio.Future[Sent]) -> None:
+        if not sending.cancelled() and sending.exception() is None:
+            self._cancel_later(sending.result().conversation_id)
 
     def _cancel_later(self, cid: str) -> None:
         task = asyncio.get_running_loop().create_task(self.port.cancel(cid))

@@ -99,8 +99,9 @@ class FakeConversations:
     otherwise find_tools then an allowed tool call, then the answer.
     """
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, send_delay: float = 0.0) -> None:
         self.delay = delay
+        self.send_delay = send_delay
         self.sent: list[SentMessage] = []
         self.cancelled: list[str] = []
         self.convs: dict[str, _Conv] = {}
@@ -121,6 +122,8 @@ class FakeConversations:
         threading.Thread(
             target=self._play, args=(cid, turn_id, text, client_msg_id), daemon=True
         ).start()
+        if self.send_delay:  # a slow store: the turn runs before the caller hears back
+            await asyncio.get_running_loop().run_in_executor(None, time.sleep, self.send_delay)
         return Sent(cid, None)
 
     async def cancel(self, conversation_id: str) -> bool:

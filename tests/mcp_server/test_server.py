@@ -473,3 +473,18 @@ def test_a_session_belongs_to_the_token_that_opened_it() -> None:
         )
         mine = raw_post(r, listing, authorization=f"Bearer {owner}", **versions)
         assert mine.status_code == 200 and "talk_to_chalie" in mine.text
+
+
+def test_a_request_cancelled_while_its_message_is_stored_still_cancels_the_turn() -> None:
+    with running(convs=FakeConversations(send_delay=1.0)) as r:
+        secret = r.tokens.create("hasty")
+
+        async def go() -> None:
+            async with connect(r.url, secret, "auto") as client:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.3):
+                        await client.call_tool("talk_to_chalie", {**ARGS, "message": "hang"})
+
+        asyncio.run(go())
+        wait_until(lambda: len(r.convs.cancelled) == 1)
+        assert r.convs.cancelled == [r.convs.sent[0].conversation_id]
