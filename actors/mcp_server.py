@@ -22,14 +22,15 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
 
+from actors.conversations import Conversations
 from actors.loop import EventLoopThread
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import McpServerConfig
-from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
@@ -54,6 +55,7 @@ START_TIMEOUT = 15.0
 CALL_TIMEOUT = 15.0
 # Threads that wait on the Conversations actor for the loop (asks are short).
 BRIDGE_THREADS = 16
+T = TypeVar("T")
 
 
 class ActorConversations:
@@ -63,17 +65,17 @@ class ActorConversations:
     small thread pool and the loop awaits that thread's future.
     """
 
-    def __init__(self, conversations: Callable[[], ChildRef], bus: EventBus) -> None:
-        self._child = conversations
+    def __init__(self, conversations: ChildRef[Conversations], bus: EventBus) -> None:
+        self._child = conversations.within(CALL_TIMEOUT)
         self._bus = bus
         self._pool = concurrent.futures.ThreadPoolExecutor(
             BRIDGE_THREADS, thread_name_prefix="mcp-conversations"
         )
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        def call() -> Any:
+    async def _call(self, call: Callable[[], T]) -> T:
+        def guarded() -> T:
             try:
-                return self._child().call(method, *args, timeout=CALL_TIMEOUT)
+                return call()
             except ConversationError as exc:
                 raise TurnRefused(exc.code, str(exc)) from None
             except ChildUnavailable as exc:
@@ -81,7 +83,7 @@ class ActorConversations:
                     "internal-error", f"the conversations are unavailable: {exc}"
                 ) from None
 
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, guarded)
 
     async def send(
         self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
@@ -93,14 +95,20 @@ class ActorConversations:
             client_msg_id=client_msg_id,
             origin=origin,
         )
-        accepted: Accepted = await self._call("send", msg)
+        child = self._child
+        accepted = await self._call(lambda: child.call(Conversations.send, msg))
         return Sent(accepted.conversation_id, accepted.turn_id)
 
     async def cancel(self, conversation_id: str) -> bool:
-        return bool(await self._call("cancel", conversation_id))
+        child = self._child
+        return await self._call(lambda: child.call(Conversations.cancel, conversation_id))
 
     async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
-        return list(await self._call("events", conversation_id, after_seq, limit))
+        child = self._child
+        found = await self._call(
+            lambda: child.call(Conversations.events, conversation_id, after_seq, limit)
+        )
+        return list(found)
 
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
         return self._bus.subscribe(conversation_id, callback)
@@ -225,7 +233,7 @@ class McpServerActor(SupervisedActor):
 
 def start_for(rt: Runtime) -> pykka.ActorRef[McpServerActor]:
     """The daemon's McpServerActor: the real conversations, token store and event bus."""
-    conversations = ActorConversations(lambda: rt.child("conversations"), rt.events)
+    conversations = ActorConversations(rt.child("conversations", Conversations), rt.events)
     store = TokenStore(rt.db_path)
     return McpServerActor.start(
         rt.config.mcp_server,

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from actors.mcp_server import McpServerActor
+from actors.supervisor import ChildUnavailable
 from chalie import daemon
 from chalie.config import Config
 from chalie.daemon import Runtime
@@ -46,7 +48,11 @@ def live_daemon(script: Script, extra_toml: str = "") -> Iterator[tuple[Runtime,
         rt = ready[0]
 
         def url() -> Any:
-            return rt.child("mcp_server").call("status", timeout=5).get("url")
+            try:
+                server = rt.child("mcp_server", McpServerActor)
+                return server.call(McpServerActor.status).get("url")
+            except ChildUnavailable:
+                return None  # the tree is still starting
 
         wait_until(lambda: bool(url()), timeout=30)
         yield rt, str(url())

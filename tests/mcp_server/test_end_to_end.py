@@ -10,6 +10,8 @@ from typing import Any
 import httpx2
 import pytest
 
+from actors.conversations import Conversations
+from actors.policy import PolicyActor
 from tests.mcp_server.daemon_harness import live_daemon
 from tests.mcp_server.harness import MODES, connect, wait_until
 from tools.fake_llm.script import Script, Step, ToolCallStep
@@ -46,7 +48,9 @@ def rows(db: Any, sql: str) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("mode", MODES)
 def test_a_full_exchange_through_the_real_daemon(mode: str) -> None:
     with live_daemon(exchange_script()) as (rt, url):
-        rt.child("policy").call("set", "external_agent", "calculator", "allow", timeout=5)
+        rt.child("policy", PolicyActor).call(
+            PolicyActor.set, "external_agent", "calculator", "allow"
+        )
         from chalie.tokens import TokenStore
 
         with TokenStore(rt.db_path) as store:
@@ -108,7 +112,7 @@ def test_an_auth_failure_starts_no_turn_and_writes_no_trail_row() -> None:
             assert resp.status_code == 401 and "www-authenticate" in resp.headers
         assert rows(rt.db_path, "SELECT count(*) FROM trail") == [(0,)]
         assert rows(rt.db_path, "SELECT count(*) FROM conversations") == [(0,)]
-        assert not rt.child("conversations").call("live", timeout=5)
+        assert not rt.child("conversations", Conversations).call(Conversations.live)
 
 
 @pytest.mark.parametrize("mode", MODES)
