@@ -39,6 +39,7 @@ from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine, Progress, registry_docs
 from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 
 log = logging.getLogger("chalie.discovery")
 
@@ -46,11 +47,6 @@ log = logging.getLogger("chalie.discovery")
 # so the model hears "the index is still building" rather than a bare timeout.
 DEFAULT_TIMEOUT: Final = 20.0
 RETRY_AFTER: Final = 60.0
-
-
-def index_dirs(home: Path) -> tuple[Path, Path]:
-    """Where the tool and the skill indexes live in a data directory."""
-    return home / "index" / "tools", home / "index" / "skills"
 
 
 class DiscoveryActor(SupervisedActor):

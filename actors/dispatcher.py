@@ -99,7 +99,7 @@ log = logging.getLogger("chalie.dispatch")
 START_ROW_DELAY: Final = 0.002
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One call in flight; touched only on the dispatcher's thread."""
 
@@ -623,6 +623,7 @@ class DispatcherActor(SupervisedActor):
         if state.timer is not None and self._timers is not None:
             self._timers.cancel(state.timer)
             state.timer = None
+        result, rich = steps.carried_rich(state.tool, result)
         try:
             envelope = steps.render_outcome(state.tool, result, state.pre.action)
         except Exception:
@@ -641,7 +642,6 @@ class DispatcherActor(SupervisedActor):
             )
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
-        rich = dict(result.rich) if result.rich is not None else None
         if state.replied:
             self._deliver_background(state, result, envelope, rich)
         else:

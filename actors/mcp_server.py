@@ -8,8 +8,8 @@ Lifecycle, in order:
    stays up, idle, reporting it in :meth:`status`: no restart loop.
 2. While it runs, an unexpected end of the uvicorn task is told to the actor
    as :class:`_ServerDied`; the actor fails and its supervisor restarts it.
-3. ``on_stop``: stop uvicorn (open requests end; their turns are cancelled)
-   and close the ownership table.
+3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
+   turns are cancelled), close its listeners and the ownership table.
 
 The actor's own state is touched on its thread only; the server lives on the
 loop thread, reached by ``loop.submit``.
@@ -22,6 +22,7 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
@@ -47,7 +48,7 @@ from chalie.mcp_server.turns import (
 from chalie.tokens import TokenStore
 
 if TYPE_CHECKING:
-    from chalie.daemon import Runtime
+    from chalie_app.root import Runtime
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -197,6 +198,18 @@ class McpServerActor(SupervisedActor):
         return None
 
     def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # pykka runs on_failure, not on_stop, after a failed message: close here too.
+        self._close()
+
+    def _close(self) -> None:
         server, self.server = self.server, None
         if server is not None:
             try:
@@ -206,7 +219,8 @@ class McpServerActor(SupervisedActor):
         if self.owners is not None:
             self.owners.close()
             self.owners = None
-        for close in self.closers:
+        closers, self.closers = self.closers, ()
+        for close in closers:
             close()
 
     def status(self) -> dict[str, Any]:

@@ -69,6 +69,9 @@ class EmbedderConfig(Section, frozen=True):
     model: ModelName | None = None  # sentence-transformers: a path or name; openai: the model
     url: HttpUrl | None = None  # openai: the endpoint's base URL
     api_key_env: EnvName | None = None  # openai: the NAME of the variable holding the key
+    # A local model is loaded on the first find and released after this many
+    # seconds without one (0: kept once loaded).
+    idle_unload: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 600.0
 
     def __post_init__(self) -> None:
         if self.backend == "sentence-transformers" and self.model is None:
@@ -77,8 +80,12 @@ class EmbedderConfig(Section, frozen=True):
             raise ValueError("the openai backend needs embedder.url and embedder.model")
 
     def options(self) -> dict[str, Any]:
-        """The set keys as a plain mapping, as ``load_embedder`` takes them."""
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        """The model's set keys as a plain mapping, as ``load_embedder`` takes them."""
+        return {
+            k: v
+            for k, v in msgspec.structs.asdict(self).items()
+            if v is not None and k != "idle_unload"
+        }
 
 
 # -- [chat] ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "non-canonical-result",
         "The ability returned something other than a ToolResult.",
-        "An ability's run() returned a string, dict, None or any other value.",
+        "run() returned a non-ToolResult, or a rich payload that is not plain data.",
     ),
     ErrorCode(
         "unhandled-exception",

@@ -16,7 +16,7 @@ import click
 import pykka
 
 from abilities.find_tools import FindTools
-from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
+from actors.discovery import DiscoveryActor, DiscoveryHandle
 from chalie.cli import Ctx, cli
 from chalie.cli.tools import load_registry, tools
 from chalie.discovery.embedder import Embedder, EmbedderError, load_embedder
@@ -24,6 +24,7 @@ from chalie.discovery.engine import DiscoveryEngine, registry_docs
 from chalie.discovery.skills import SkillLibrary
 from chalie.discovery.types import IndexCorruptError
 from chalie.envelope import render
+from chalie.home import index_dirs
 from chalie.invoke import coerce_params, invoke
 from chalie.messages import TurnContext
 from chalie.services import Services

@@ -177,6 +177,7 @@ class McpHttpServer:
         self.gate: Gate | None = None
         self.done: asyncio.Future[Any] | None = None
         self._uvicorn: uvicorn.Server | None = None
+        self._sock: socket.socket | None = None
         self._stopping = False
 
     @property
@@ -191,6 +192,7 @@ class McpHttpServer:
 
     async def start(self) -> str:
         sock = bind(self.config)
+        self._sock = sock
         self.port = int(sock.getsockname()[1])
         app, self.gate, _ = build_app(self.config, self.port, self.talk, self._verifier)
         cfg = uvicorn.Config(
@@ -222,13 +224,21 @@ class McpHttpServer:
         if server is None or done is None:
             return
         server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(done), 5.0)
-        except (TimeoutError, Exception):
-            server.force_exit = True
-            done.cancel()
-            with contextlib.suppress(BaseException):
-                await done
+        if not done.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(done), 5.0)
+            except (TimeoutError, Exception):
+                server.force_exit = True
+                done.cancel()
+                with contextlib.suppress(BaseException):
+                    await done
+        # A uvicorn task that died (or was cancelled) never closed its listeners.
+        for listener in getattr(server, "servers", ()):
+            listener.close()
+            with contextlib.suppress(Exception):
+                await listener.wait_closed()
+        if self._sock is not None:
+            self._sock.close()
         if self.gate is not None:
             self.gate.close()
         self.talk.close()

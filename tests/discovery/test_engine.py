@@ -18,6 +18,9 @@ from chalie.discovery.engine import MANIFEST, DiscoveryEngine, read_manifest, re
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 from chalie.registry import Registry
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 DOCS = [
     ToolDoc(
         "get_weather",

@@ -25,6 +25,9 @@ from chalie.discovery.evaluate import (
 )
 from chalie.discovery.types import ToolDoc
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "discovery"
 if not DATA.is_dir():
     DATA = Path("/work/shared/data/discovery")

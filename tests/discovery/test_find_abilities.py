@@ -29,6 +29,9 @@ from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 CONTEXT = TurnContext(conversation_id="conv", turn_id="turn-1")
 
 

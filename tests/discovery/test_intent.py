@@ -16,6 +16,9 @@ from chalie.discovery.vector import VectorIndex
 
 from .test_vector import Counting, Hashing
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 CATALOGUE = [
     ToolDoc(
         "get_weather",

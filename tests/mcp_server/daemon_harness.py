@@ -12,9 +12,9 @@ from typing import Any
 
 from actors.mcp_server import McpServerActor
 from actors.supervisor import ChildUnavailable
-from chalie import daemon
 from chalie.config import Config
-from chalie.daemon import Runtime
+from chalie_app import root
+from chalie_app.root import Runtime
 from tests.mcp_server.harness import wait_until
 from tools.fake_llm.script import Script
 from tools.fake_llm.server import FakeModelServer
@@ -38,7 +38,7 @@ def live_daemon(script: Script, extra_toml: str = "") -> Iterator[tuple[Runtime,
     result: list[int] = []
 
     def run() -> None:
-        result.append(daemon.run(config, ready=ready.append))
+        result.append(root.run(config, ready=ready.append))
 
     thread = threading.Thread(target=run, name="daemon-under-test", daemon=True)
     thread.start()

@@ -35,11 +35,11 @@ import httpx2
 
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
-from chalie import daemon
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import SendMessage
-from chalie.daemon import Runtime
+from chalie_app import root
+from chalie_app.root import Runtime
 
 SCRIPT = {
     "on_user": {
@@ -145,7 +145,7 @@ def main() -> int:
         ready.set()
 
     thread = threading.Thread(
-        target=daemon.run, args=(Config.load(work),), kwargs={"ready": on_ready}, daemon=True
+        target=root.run, args=(Config.load(work),), kwargs={"ready": on_ready}, daemon=True
     )
     thread.start()
     assert ready.wait(120), "daemon did not start"
@@ -229,6 +229,8 @@ def main() -> int:
         thread.join(60)
         model.terminate()
         model.wait(10)
+        if model.stdout is not None:
+            model.stdout.close()
     return 0
 
 
