@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pykka
 
@@ -46,9 +46,6 @@ from chalie.mcp_server.turns import (
     TurnRefused,
 )
 from chalie.tokens import TokenStore
-
-if TYPE_CHECKING:
-    from chalie_app.root import Runtime
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -245,16 +242,22 @@ class McpServerActor(SupervisedActor):
         return out
 
 
-def start_for(rt: Runtime) -> pykka.ActorRef[McpServerActor]:
+def start_for(
+    config: McpServerConfig,
+    loop: EventLoopThread,
+    db_path: Path,
+    conversations: ChildRef[Conversations],
+    events: EventBus,
+) -> pykka.ActorRef[McpServerActor]:
     """The daemon's McpServerActor: the real conversations, token store and event bus."""
-    conversations = ActorConversations(rt.child("conversations", Conversations), rt.events)
-    store = TokenStore(rt.db_path)
+    port = ActorConversations(conversations, events)
+    store = TokenStore(db_path)
     return McpServerActor.start(
-        rt.config.mcp_server,
-        rt.loop,
-        rt.db_path,
-        conversations,
+        config,
+        loop,
+        db_path,
+        port,
         lambda: store,
-        BusDesk(rt.events),
-        closers=(conversations.close, store.close),
+        BusDesk(events),
+        closers=(port.close, store.close),
     )

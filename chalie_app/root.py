@@ -181,7 +181,19 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ),
     ]
     specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
-    specs.append(ChildSpec("mcp_server", lambda: mcp_server.start_for(rt), shutdown=10.0))
+    specs.append(
+        ChildSpec(
+            "mcp_server",
+            lambda: mcp_server.start_for(
+                cfg.mcp_server,
+                rt.loop,
+                rt.db_path,
+                rt.child("conversations", Conversations),
+                rt.events,
+            ),
+            shutdown=10.0,
+        )
+    )
     specs.extend(make(rt) for make in extra)
     specs.append(
         ChildSpec(
