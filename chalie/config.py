@@ -33,11 +33,13 @@ from chalie.messages import Channel
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 
 __all__ = [
+    "ChatConfig",
     "Config",
     "ConfigError",
     "DiscoveryConfig",
     "EmbedderBackend",
     "EmbedderConfig",
+    "McpServerConfig",
     "OutboxConfig",
     "Section",
 ]
@@ -88,6 +90,76 @@ class EmbedderConfig(Section, frozen=True):
             for k, v in msgspec.structs.asdict(self).items()
             if v is not None and k != "idle_unload"
         }
+
+
+# -- [chat] ------------------------------------------------------------------------------
+
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "::1", "localhost")
+Z85Key = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")]
+
+
+class ChatConfig(Section, frozen=True):
+    """The chat bridges: WebSocket (bearer token) and ZeroMQ (local ipc; TCP only with CURVE)."""
+
+    enabled: bool = True
+    websocket: bool = True
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8461
+    path: Annotated[str, msgspec.Meta(pattern=r"^/[A-Za-z0-9/_-]{0,99}$")] = "/chat"
+    # A host beyond loopback must be allowed explicitly (and is logged as a warning).
+    allow_remote: bool = False
+    # Browser origins that may connect; a client sending no Origin is not a browser.
+    origins: list[Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$")]] = []
+    # Optional ZeroMQ over TCP (e.g. "tcp://0.0.0.0:8463"): only with CURVE.
+    zmq_tcp: Annotated[str, msgspec.Meta(pattern=r"^tcp://\S+$")] | None = None
+    curve_secret_key_file: Path | None = None  # a zmq.auth secret certificate file
+    curve_authorized_keys: list[Z85Key] = []  # clients' public keys (Z85)
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 256 * 1024
+    send_queue: Annotated[int, msgspec.Meta(ge=4, le=100_000)] = 1024
+    max_clients: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2048
+    max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    # A ZeroMQ client silent this long is forgotten (`chalie chat` pings well within it).
+    idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
+
+    def __post_init__(self) -> None:
+        if self.host not in LOOPBACK_HOSTS and not self.allow_remote:
+            raise ValueError(f"chat.host {self.host} is not loopback: set chat.allow_remote = true")
+        if self.zmq_tcp is not None and (
+            self.curve_secret_key_file is None or not self.curve_authorized_keys
+        ):
+            raise ValueError(
+                "chat.zmq_tcp needs chat.curve_secret_key_file and chat.curve_authorized_keys"
+                " (no TCP without CURVE)"
+            )
+
+
+# -- [mcp_server] ------------------------------------------------------------------------
+
+HostName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+]
+
+
+class McpServerConfig(Section, frozen=True):
+    """The inbound MCP server (talk_to_chalie) and its per-token limits."""
+
+    enabled: bool = True
+    host: HostName = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8462  # 0: any free port
+    # Binding beyond loopback needs this too, and is logged as a warning.
+    allow_remote: bool = False
+    # Extra Host / Origin values the DNS-rebinding guard accepts (for a remote bind).
+    allowed_hosts: tuple[HostName, ...] = ()
+    allowed_origins: tuple[Annotated[str, msgspec.Meta(max_length=2048)], ...] = ()
+    # Per token: turns running at once, HTTP requests per minute, bytes per request.
+    max_concurrent_turns: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+    requests_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 600
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1_024, le=16_777_216)] = 262_144
+    # Stateful (2025-11-25) sessions, all tokens together, and their idle reaping.
+    max_sessions: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1_000
+    session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
+    # A turn that never reports its end is given up (and cancelled) after this long.
+    turn_wait: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 900.0
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------
@@ -177,6 +249,8 @@ class Config(Section, frozen=True):
     # The drop-in folder (default: CHALIE_ABILITIES_DIR, else <home>/abilities).
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
+    chat: ChatConfig = ChatConfig()
+    mcp_server: McpServerConfig = McpServerConfig()
     models: dict[str, ModelConfig] = {}
     channels: dict[str, ChannelConfig] = {}
     conversations: ConversationsConfig = ConversationsConfig()

@@ -149,6 +149,31 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "A conversation request is malformed, oversized or hostile.",
         "An empty or oversized text, a bad id, a channel mismatch, an unknown answer.",
     ),
+    ErrorCode(
+        "unauthorized",
+        "The request carried no valid bearer token.",
+        "Inbound MCP: no, a malformed, an unknown or a revoked bearer token (HTTP 401).",
+    ),
+    ErrorCode(
+        "rate-limited",
+        "A per-token limit was reached; retry after the time given.",
+        "Inbound MCP: requests per minute or concurrent turns past the token's limit (HTTP 429).",
+    ),
+    ErrorCode(
+        "body-too-large",
+        "The request body is over the size limit.",
+        "Inbound MCP: a body over mcp_server.max_body_bytes (HTTP 413).",
+    ),
+    ErrorCode(
+        "invalid-arguments",
+        "Arguments of an inbound call are invalid; every bad field is listed.",
+        "talk_to_chalie with missing, mistyped or out-of-range fields.",
+    ),
+    ErrorCode(
+        "unknown-session",
+        "No MCP session with that id belongs to this token.",
+        "Inbound MCP: a session id another token opened, or one already reaped (HTTP 404).",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

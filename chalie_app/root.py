@@ -132,6 +132,7 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors import mcp_server
     from actors.conversations import ConversationCommands, Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
@@ -186,6 +187,19 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ),
     ]
     specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
+    specs.append(
+        ChildSpec(
+            "mcp_server",
+            lambda: mcp_server.start_for(
+                cfg.mcp_server,
+                rt.loop,
+                rt.db_path,
+                rt.child("conversations", Conversations),
+                rt.events,
+            ),
+            shutdown=10.0,
+        )
+    )
     specs.extend(make(rt) for make in extra)
     specs.append(
         ChildSpec(

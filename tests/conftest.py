@@ -93,6 +93,10 @@ class DaemonProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
+        config = self.home / "config.toml"
+        if self.home.is_dir() and not config.exists():
+            # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.
+            config.write_text("[mcp_server]\nport = 0\n")
         env = {**os.environ, "CHALIE_HOME": str(self.home)}
         env.pop("CHALIE_ABILITIES_DIR", None)
         with open(self.log_path, "ab") as log_file:

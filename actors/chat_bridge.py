@@ -1,0 +1,242 @@
+"""The ChatBridge actor: starts the WebSocket and ZeroMQ chat transports on the loop, and stops them.
+
+Lifecycle, in order:
+
+1. ``on_start`` opens the token store and, when no token exists at all,
+   writes the first one to ``<home>/first-token`` (0600) and logs where.
+2. It starts both transports on the daemon's :class:`~actors.loop.EventLoopThread`;
+   a bind failure fails the start (the supervisor sees it).
+3. If a transport stops serving on its own, the actor fails, and the
+   supervisor restarts it (new sockets, same token store).
+4. ``on_stop`` closes every client session, both sockets and the store.
+
+The transports reach the conversations service (seam #3) through
+:class:`ActorConversations`, which turns each pykka future into an awaitable
+without blocking the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import pykka
+
+from actors.loop import EventLoopThread
+from actors.supervisor import ChildUnavailable, SupervisedActor
+from chalie.chat import protocol as p
+from chalie.chat.router import ZmqBridge
+from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable
+from chalie.chat.websocket import WebSocketBridge
+from chalie.config import ChatConfig
+from chalie.events import EventBus
+from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
+
+log = logging.getLogger("chalie.chat")
+
+CALL_TIMEOUT: Final = 10.0
+START_TIMEOUT: Final = 10.0
+WAITER_THREADS: Final = 16
+
+# Builds the conversations service's SendMessage from the frame's fields (seam #3).
+SendMessageFactory = Callable[..., Any]
+ConversationsRef = Callable[[], pykka.ActorRef[Any]]
+
+
+class ActorConversations:
+    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations actor."""
+
+    def __init__(
+        self,
+        conversations: ConversationsRef,
+        events: EventBus,
+        send_message: SendMessageFactory,
+        *,
+        timeout: float = CALL_TIMEOUT,
+    ) -> None:
+        self._resolve = conversations
+        self._events = events
+        self._send_message = send_message
+        self._timeout = timeout
+        self._proxy: tuple[pykka.ActorRef[Any], Any] | None = None
+        self._waiters = concurrent.futures.ThreadPoolExecutor(
+            WAITER_THREADS, thread_name_prefix="chalie-chat-wait"
+        )
+
+    def close(self) -> None:
+        self._waiters.shutdown(wait=False, cancel_futures=True)
+
+    async def send(self, frame: p.Send, origin: str) -> AcceptedLike:
+        msg = self._send_message(
+            conversation_id=frame.conversation_id,
+            channel=frame.channel,
+            text=frame.text,
+            client_msg_id=frame.client_msg_id,
+            busy=frame.busy,
+            origin=origin,
+        )
+        accepted: AcceptedLike = await self._call("send", msg)
+        return accepted
+
+    async def cancel(self, conversation_id: str) -> bool:
+        return bool(await self._call("cancel", conversation_id))
+
+    async def events(self, conversation_id: str, after_seq: int, limit: int) -> Sequence[Any]:
+        found: Sequence[Any] = await self._call("events", conversation_id, after_seq, limit)
+        return found
+
+    async def answer(self, request_id: str, answer: str) -> bool:
+        return await self._call("answer", request_id, answer) is not False
+
+    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closable:
+        return self._events.subscribe(conversation_id, callback)
+
+    def _actor(self) -> Any:
+        try:
+            ref = self._resolve()
+        except ChildUnavailable as exc:
+            raise ConversationsUnavailable(str(exc)) from None
+        cached = self._proxy
+        if cached is None or cached[0] is not ref:
+            cached = (ref, ref.proxy())  # building a proxy introspects: once per incarnation
+            self._proxy = cached
+        return cached[1]
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            value: Any = getattr(self._actor(), method)(*args)
+            # A method may answer with a future it completes later: follow it.
+            while isinstance(value, pykka.Future):
+                # A pykka future has no callback: a waiter thread holds the get().
+                value = await loop.run_in_executor(
+                    self._waiters, functools.partial(value.get, timeout=self._timeout)
+                )
+        except pykka.ActorDeadError:
+            raise ConversationsUnavailable("the conversations service is restarting") from None
+        except pykka.Timeout:
+            raise ConversationsUnavailable(
+                f"the conversations service did not answer {method} in {self._timeout:g} s"
+            ) from None
+        return value
+
+
+class ChatBridge(SupervisedActor):
+    """The tree's child for the chat transports."""
+
+    def __init__(
+        self,
+        config: ChatConfig,
+        home: Path,
+        db_path: Path,
+        loop: EventLoopThread,
+        events: EventBus,
+        conversations: ConversationsRef,
+        send_message: SendMessageFactory,
+    ) -> None:
+        super().__init__()
+        self._config = config
+        self._home = home
+        self._db_path = db_path
+        self._loop = loop
+        self._port = ActorConversations(conversations, events, send_message)
+        self._tokens: TokenStore | None = None
+        self._ws: WebSocketBridge | None = None
+        self._zmq: ZmqBridge | None = None
+        self._stopping = False
+
+    def on_start(self) -> None:
+        self._tokens = TokenStore(self._db_path)
+        written = ensure_first_token(self._tokens, self._home)
+        if written is not None:
+            log.warning(
+                "no chat token existed: one was created and written once to a 0600 file",
+                extra={"path": str(written)},
+            )
+        self._loop.submit(self._start_transports()).result(START_TIMEOUT)
+
+    async def _start_transports(self) -> None:
+        if self._config.websocket:
+            self._ws = WebSocketBridge(self._config, self._port, self._verify)
+            await self._ws.start()
+            self._watch(self._ws.task)
+        self._zmq = ZmqBridge(self._config, self._port, self._home)
+        await self._zmq.start()
+        for task in self._zmq.tasks:
+            self._watch(task)
+
+    def _watch(self, task: asyncio.Task[Any] | None) -> None:
+        if task is not None:
+            task.add_done_callback(self._transport_ended)
+
+    def _transport_ended(self, task: asyncio.Task[Any]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if self._stopping:
+            return
+        log.error("chat transport stopped serving: %r", error)
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_TransportDied(repr(error)))
+
+    async def _verify(self, secret: str | None) -> TokenInfo | None:
+        store = self._tokens
+        if store is None or secret is None:
+            return None
+        # SQLite may wait on another writer: never on the loop thread.
+        return await asyncio.get_running_loop().run_in_executor(None, store.verify, secret)
+
+    def addresses(self) -> dict[str, Any]:
+        """Where the transports listen (the WebSocket port is resolved when configured 0)."""
+        ws = self._ws.address if self._ws is not None else None
+        return {
+            "websocket": None if ws is None else f"ws://{ws[0]}:{ws[1]}{self._config.path}",
+            "zmq_tcp": self._zmq.tcp_endpoint if self._zmq is not None else None,
+            "websocket_clients": self._ws.clients if self._ws is not None else 0,
+            "zmq_clients": self._zmq.clients if self._zmq is not None else 0,
+        }
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _TransportDied):
+            raise RuntimeError(f"chat transport stopped serving: {message.error}")
+        return None
+
+    def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        self._stopping = True
+        if self._loop.is_alive():
+            try:
+                self._loop.submit(self._stop_transports()).result(START_TIMEOUT)
+            except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+                log.error("chat transports did not stop: %s", exc)
+        self._port.close()
+        if self._tokens is not None:
+            self._tokens.close()
+            self._tokens = None
+
+    async def _stop_transports(self) -> None:
+        if self._ws is not None:
+            await self._ws.stop()
+        if self._zmq is not None:
+            await self._zmq.stop()
+
+
+@dataclass(frozen=True)
+class _TransportDied:
+    error: str

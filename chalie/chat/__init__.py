@@ -1,0 +1,1 @@
+"""Chat bridges: the protocol, the session, and the WebSocket and ZeroMQ transports."""

@@ -1,0 +1,94 @@
+"""``chalie token create|list|revoke``: the bearer tokens of network clients.
+
+These commands open ``chalie.db`` directly, whether or not a daemon runs:
+the token store has no state but its table (SQLite in WAL mode serialises
+the two processes), and the daemon reads the table at every check, so a
+token created or revoked here takes effect at the next connection without
+telling the daemon. The database is 0600 in the 0700 home, so whoever may
+use the control socket may open it too: going through the daemon would add
+no protection.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import click
+
+from chalie.cli import Ctx, cli
+from chalie.tokens import TokenError, TokenStore
+
+
+
+def _store(obj: Ctx) -> TokenStore:
+    return TokenStore(obj.config.layout.db)
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+@cli.group()
+def token() -> None:
+    """Bearer tokens for the WebSocket chat and the inbound MCP server."""
+
+
+@token.command("create")
+@click.argument("name")
+@click.pass_obj
+def token_create(obj: Ctx, name: str) -> None:
+    """Create a token NAME and print its secret (shown this once only)."""
+    try:
+        with _store(obj) as store:
+            secret = store.create(name)
+    except TokenError as exc:
+        raise click.ClickException(f"{exc} [{exc.code}]") from None
+    click.echo(secret)
+    click.echo(f"token {name!r} created; this is the only time it is shown.", err=True)
+
+
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the tokens as JSON.")
+@click.pass_obj
+def token_list(obj: Ctx, as_json: bool) -> None:
+    """List tokens by name (never their secrets)."""
+    with _store(obj) as store:
+        infos = store.list()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": t.name,
+                        "created": t.created,
+                        "revoked": t.revoked,
+                        "last_used": t.last_used,
+                    }
+                    for t in infos
+                ]
+            )
+        )
+        return
+    if not infos:
+        click.echo("no tokens")
+        return
+    click.echo(f"{'NAME':<24} {'STATE':<8} {'CREATED':<17} LAST USED")
+    for t in infos:
+        state = "active" if t.active else "revoked"
+        click.echo(f"{t.name:<24} {state:<8} {_when(t.created):<17} {_when(t.last_used)}")
+
+
+@token.command("revoke")
+@click.argument("name")
+@click.pass_obj
+def token_revoke(obj: Ctx, name: str) -> None:
+    """Revoke the token NAME: it stops working at the next connection."""
+    try:
+        with _store(obj) as store:
+            done = store.revoke(name)
+    except TokenError as exc:
+        raise click.ClickException(f"{exc} [{exc.code}]") from None
+    if not done:
+        raise click.ClickException(f"no active token named {name!r} [unknown-token]")
+    click.echo(f"token {name!r} revoked")

@@ -1,0 +1,206 @@
+"""The token store: named bearer tokens for every client that is not a local socket.
+
+A token is ``chalie_`` plus 32 random bytes (url-safe base64). Only its
+sha256 is stored, in the ``tokens`` table of ``chalie.db``; the secret is
+returned once, by :meth:`TokenStore.create`, and never again. Because the
+secret is high-entropy, a plain sha256 is enough (no slow KDF: there is
+nothing to brute-force). :meth:`TokenStore.verify` looks the hash up and
+compares it in constant time; a revoked token never verifies. Every call
+reads the database, so a revocation from another process (``chalie token
+revoke`` while the daemon runs) takes effect at the next check.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from chalie.db import connect
+
+PREFIX: Final = "chalie_"
+SECRET_BYTES: Final = 32
+MAX_SECRET_CHARS: Final = 256
+NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+FIRST_TOKEN_NAME: Final = "first"
+FIRST_TOKEN_FILE: Final = "first-token"
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS tokens (
+    name       TEXT PRIMARY KEY,
+    hash       TEXT NOT NULL UNIQUE,
+    created    REAL NOT NULL,
+    revoked    REAL,
+    last_used  REAL
+)
+"""
+
+
+class TokenError(ValueError):
+    """A token command that cannot be done; ``code`` is stable, the message is for a person."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What may be shown about a token: never the secret, never its hash."""
+
+    name: str
+    created: float
+    revoked: float | None = None
+    last_used: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked is None
+
+
+def check_name(name: object) -> str:
+    """The name if it is one a token may have, else TokenError(invalid-token-name)."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        shown = repr(name)[:80]
+        raise TokenError(
+            "invalid-token-name",
+            f"token name {shown} must be 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit",
+        )
+    return name
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_secret() -> str:
+    raw = base64.urlsafe_b64encode(secrets.token_bytes(SECRET_BYTES)).rstrip(b"=")
+    return PREFIX + raw.decode("ascii")
+
+
+class TokenStore:
+    """Named tokens in one SQLite file; safe to use from several threads and processes."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = Path(db_path)
+        self._conn = connect(self.path)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.execute(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> TokenStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self, name: str) -> str:
+        """A new token named ``name``; returns its secret, which is stored nowhere.
+
+        A revoked token's name may be reused; an active one's may not.
+        """
+        check_name(name)
+        secret = new_secret()
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "DELETE FROM tokens WHERE name = ? AND revoked IS NOT NULL", (name,)
+                )
+                self._conn.execute(
+                    "INSERT INTO tokens (name, hash, created) VALUES (?, ?, ?)",
+                    (name, digest(secret), time.time()),
+                )
+                self._conn.execute("COMMIT")
+            except sqlite3.IntegrityError:
+                self._conn.execute("ROLLBACK")
+                raise TokenError("token-exists", f"a token named {name!r} exists") from None
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                raise
+        return secret
+
+    def list(self) -> list[TokenInfo]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT name, created, revoked, last_used FROM tokens ORDER BY name"
+            ).fetchall()
+        return [TokenInfo(name=r[0], created=r[1], revoked=r[2], last_used=r[3]) for r in rows]
+
+    def count(self) -> int:
+        """How many tokens exist, revoked ones included."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM tokens").fetchone()[0])
+
+    def revoke(self, name: str) -> bool:
+        """Revoke the active token ``name``; False when there is none."""
+        check_name(name)
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE tokens SET revoked = ? WHERE name = ? AND revoked IS NULL",
+                (time.time(), name),
+            )
+        return cur.rowcount == 1
+
+    def verify(self, secret: object) -> TokenInfo | None:
+        """The active token whose secret this is, else None (never raises on hostile input)."""
+        if not isinstance(secret, str) or not secret or len(secret) > MAX_SECRET_CHARS:
+            return None
+        wanted = digest(secret)
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT name, hash, created, revoked FROM tokens WHERE hash = ?", (wanted,)
+            ).fetchone()
+            if row is None or not hmac.compare_digest(row[1], wanted) or row[3] is not None:
+                return None
+            now = time.time()
+            self._conn.execute("UPDATE tokens SET last_used = ? WHERE name = ?", (now, row[0]))
+        return TokenInfo(name=row[0], created=row[2], last_used=now)
+
+
+def bearer(header: str | None) -> str | None:
+    """The token in an ``Authorization: Bearer ...`` header value, or None."""
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def ensure_first_token(store: TokenStore, home: Path) -> Path | None:
+    """On a store with no token at all, create one and write it once to a 0600 file in ``home``.
+
+    Returns the file's path when it was written, None when tokens already
+    existed (the operator's choice stands, even if every one is revoked).
+    """
+    if store.count() > 0:
+        return None
+    path = home / FIRST_TOKEN_FILE
+    try:
+        secret = store.create(FIRST_TOKEN_NAME)
+    except TokenError:
+        return None  # another process created it between the count and now
+    # O_EXCL: never follow or overwrite a file someone placed there.
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return path

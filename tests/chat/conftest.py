@@ -1,0 +1,85 @@
+"""Fixtures for the chat bridges: a real ChatBridge actor on a real loop, over the seam #3 double."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pykka
+import pytest
+
+from actors.chat_bridge import ChatBridge
+from actors.loop import EventLoopThread
+from chalie.chat.client import ChatClient
+from chalie.config import ChatConfig
+from chalie.events import EventBus
+from chalie.tokens import FIRST_TOKEN_FILE
+from tests.chat.conversations_double import FakeConversations, SendMessage
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+@dataclass
+class Bridge:
+    home: Path
+    ref: pykka.ActorRef[Any]
+    convs: pykka.ActorRef[Any]
+    bus: EventBus
+    loop: EventLoopThread
+    token: str
+
+    @property
+    def ws_url(self) -> str:
+        return str(self.ref.proxy().addresses().get()["websocket"])
+
+    def addresses(self) -> dict[str, Any]:
+        return dict(self.ref.proxy().addresses().get())
+
+    def zmq(self) -> ChatClient:
+        return ChatClient.local(self.home)
+
+
+def start_bridge(home: Path, **config: Any) -> Bridge:
+    loop = EventLoopThread()
+    loop.start()
+    bus = EventBus()
+    convs = FakeConversations.start(bus)
+    cfg = msgspec.convert({"port": 0, **config}, ChatConfig)
+    ref = ChatBridge.start(cfg, home, home / "chalie.db", loop, bus, lambda: convs, SendMessage)
+    ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
+    token = (home / FIRST_TOKEN_FILE).read_text().strip()
+    return Bridge(home, ref, convs, bus, loop, token)
+
+
+def stop_bridge(b: Bridge) -> None:
+    b.ref.stop()
+    b.convs.stop()
+    b.loop.stop()
+
+
+@pytest.fixture
+def short_home() -> Iterator[Path]:
+    # ipc socket paths are capped at 107 bytes: stay short.
+    path = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
+    path.chmod(0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def bridge(short_home: Path) -> Iterator[Bridge]:
+    b = start_bridge(short_home)
+    yield b
+    stop_bridge(b)
