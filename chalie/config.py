@@ -10,8 +10,9 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import platformdirs
 
 
@@ -27,6 +28,18 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+class McpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[mcp]``: outbound MCP connections (per-server values in a connection override these)."""
+
+    heartbeat_interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 30.0
+    probe_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
+    connect_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    list_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 60.0
+    backoff_base: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    backoff_cap: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
+
+
 @dataclass(frozen=True)
 class Config:
     home: Path
@@ -35,6 +48,7 @@ class Config:
     approval_expiry: float = 300.0
     inline_threads: int = 16
     embedder: dict[str, Any] = field(default_factory=dict)
+    mcp: McpConfig = field(default_factory=McpConfig)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -56,7 +70,8 @@ class Config:
                 approval_expiry=float(raw.get("approval_expiry", 300.0)),
                 inline_threads=int(raw.get("inline_threads", 16)),
                 embedder=dict(raw.get("embedder", {})),
+                mcp=msgspec.convert(raw.get("mcp", {}), McpConfig),
                 raw=raw,
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, msgspec.ValidationError) as exc:
             raise ConfigError(f"{path}: {exc}") from None

@@ -16,9 +16,12 @@ unregisters its names.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from chalie.ability import Ability
+from chalie.registry import Entry, Registry
 from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
 from chalie.result import ToolResult
 
@@ -86,3 +89,54 @@ def proxy_class(row: ToolRow, *, enabled: bool = True, timeout: float = 60.0) ->
 
 def is_proxy(cls: type[Ability]) -> bool:
     return isinstance(cls, type) and issubclass(cls, McpProxy)
+
+
+def signature(cls: type[Ability]) -> tuple[Any, ...]:
+    """What makes two proxy classes interchangeable (same state, prose, schema, timeout)."""
+    return (
+        getattr(cls, "mcp_state", None), cls.summary, cls.discoverable, cls.timeout,
+        repr(sorted(dict(cls.parameters).items(), key=lambda kv: kv[0])),
+    )
+
+
+@dataclass
+class Installed:
+    """What an install changed for discovery: entries to (re)index, names to drop."""
+
+    index: list[Entry] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+
+
+def install(
+    registry: Registry, rows: Iterable[ToolRow], *, enabled: bool, timeout: float
+) -> Installed:
+    """Register (or replace) the proxy of every row; unchanged classes are left alone."""
+    out = Installed()
+    for row in rows:
+        cls = proxy_class(row, enabled=enabled, timeout=timeout)
+        old = registry.get(row.proxy)
+        old_cls = old.cls if old is not None else None
+        if old_cls is not None and is_proxy(old_cls) and signature(old_cls) == signature(cls):
+            continue
+        if old_cls is not None and not is_proxy(old_cls):
+            continue  # a built-in owns the name: never shadow it
+        if old is not None:
+            registry.remove(row.proxy)
+        entry = registry.add(cls, source=f"mcp:{row.server}", ref=f"mcp:{row.server}:{row.proxy}")
+        if cls.discoverable:
+            out.index.append(entry)
+        elif old_cls is not None and old_cls.discoverable:
+            out.drop.append(row.proxy)
+    return out
+
+
+def uninstall(registry: Registry, names: Iterable[str]) -> list[str]:
+    """Unregister proxies (a removed server); the names that were discoverable."""
+    dropped = []
+    for name in names:
+        entry = registry.get(name)
+        if entry is not None and is_proxy(entry.cls):
+            registry.remove(name)
+            if entry.cls.discoverable:
+                dropped.append(name)
+    return dropped
