@@ -264,6 +264,8 @@ class CallDesk:
                 turn_id=f"{call_id}-turn",
                 channel="chat",
                 human_present=True,
+                scope="unrestricted",  # the operator may call any registered tool
+                initiator="framework",  # the operator need not write an act_summary
             ),
         )
         entry = _CliCall(call_id, conversation, concurrent.futures.Future())

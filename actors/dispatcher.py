@@ -1,117 +1,105 @@
 """DispatcherActor: the single chokepoint from a turn to an ability.
 
-Lifecycle of one call (the steps live in :mod:`chalie.dispatch`; this actor
-only sequences them and owns the calls in flight):
+Lifecycle of one call (the pure steps live in :mod:`chalie.dispatch`; this
+actor sequences them and owns the calls in flight, on its own thread only):
 
-1. On the actor's thread: check the call's shape, resolve a fresh per-call
-   instance bound to the turn, split off ``act_summary``/``async``,
-   pre-validate (action map, JSON Schema, Params), derive the permission with
-   the ability's ``classify``, and write the trail row (``running``).
-2. Gate: internal abilities bypass it; an ``allow``/``deny``/``internal``
-   setting is read from the PolicyActor's lock-free :class:`PolicyView`;
-   everything else (``ask``, unseen) goes to the PolicyActor with ``tell``,
-   and its decision arrives on a future callback, so a pending approval
-   holds up nothing.
-3. Execute: inline on a bounded thread pool, in per-tool lanes (one tool may
-   use at most ``lane_limit`` threads, so 50 slow calls to one tool cannot
-   starve another tool); ``isolation="process"`` through the worker pool;
-   with ``async`` on a channel that allows it, the turn gets an immediate
-   success envelope naming the call id and the final envelope is published
-   as a :class:`BackgroundResult` to the conversation.
-4. Finish, exactly once, from whichever thread gets there first (the pool
-   thread, the worker future, the deadline thread, a cancel): render the one
-   envelope, complete the trail row, then reply. The trail is written before
-   the reply, so an outcome the turn saw is on disk.
+1. :class:`~chalie.messages.Dispatch`: check the call's shape, resolve a
+   fresh per-call instance bound to the turn, split off ``act_summary`` /
+   ``async``, pre-validate (defaults applied, action map, JSON Schema,
+   Params), derive the permission with the ability's ``classify`` from those
+   validated params, and prepare the trail row.
+2. Gate: the one rule (:func:`chalie.policy.gate_rule`) applied to the
+   operator's setting, read from the PolicyActor's lock-free view; a call
+   that needs the PolicyActor (``ask``, or a permission never seen) is sent
+   there with ``tell`` and its decision comes back as a
+   :class:`~chalie.messages.GateAnswered` message.
+3. Execute: a :class:`~chalie.execution.Job` (exactly the params the gate
+   saw) goes to the executor registered for the ability's ``isolation``
+   (:data:`actors.executors.EXECUTORS`); its result comes back as an
+   :class:`~chalie.messages.Executed` message and its deadline as a
+   :class:`~chalie.messages.Deadline` message. With ``async`` on a channel
+   that allows it, the turn gets an immediate success envelope naming the
+   call id; the final envelope goes to the outbox (stored until a consumer
+   acknowledges it) and is published to the conversation.
+4. Finish, exactly once, here: render the one envelope, complete the trail
+   row, then reply (the trail is written before the reply, so an outcome the
+   turn saw is on disk). A late result of a call that already ended (timed
+   out, cancelled) is ignored.
 
 The trail row of a call decided at once is written ``running`` at most
-:data:`START_ROW_DELAY` (2 ms) after the call starts, in a batch, by the
-deadline thread; a call that ends sooner (most do) is written as one complete
-row. Calls waiting for a human are written ``running`` before they are asked.
-So a SIGKILL loses no call whose outcome was returned, and every call in
-flight for more than 2 ms is marked ``interrupted`` at the next start; a call
-killed in its first 2 ms, which returned nothing, may leave no row. The
-benchmark (tools/bench/bench_dispatch.py) shows why: a separate start write
-on the hot path roughly doubled the dispatcher's overhead.
+:data:`START_ROW_DELAY` (2 ms) after the call starts, in a batch (a
+:class:`~chalie.messages.FlushTrail` timer message); a call that ends sooner
+(most do) is written as one complete row. Calls waiting for a human are
+written ``running`` before they are asked. So a SIGKILL loses no call whose
+outcome was returned, and every call in flight for more than 2 ms is marked
+``interrupted`` at the next start.
 
 Timeouts and cancellation: the per-ability timeout runs from the gate's
 allow; on expiry (or on ``cancel_turn``) the call ends with ``tool-timeout``
-(or ``cancelled``) at once and the instance's ``cancelled`` event is set.
-Python threads cannot be killed, so an inline ability stops only when it
-checks ``self.cancelled``; its pool thread stays counted in its lane until
-then. A worker-process call is cancelled in the worker pool.
+(or ``cancelled``) at once, the instance's ``cancelled`` event is set and the
+executor is asked to cancel the job.
 
 Replies are ``concurrent.futures.Future[ToolOutcome]``: ``submit(ref, call)``
 sends the call with ``tell`` and returns the future; through a proxy,
-``proxy.dispatch(call).get()`` returns the same kind of future (it never
-resolves to the outcome itself, because the actor does not wait for it).
-Nothing raises out of dispatch: every failure is an error envelope.
+``proxy.dispatch(call).get()`` returns the same kind of future. Nothing raises
+out of dispatch: every failure is an error envelope.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
-import queue
-import threading
-import time
 import uuid
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final
 
 import pykka
 
-from actors.policy import GateAsk, PolicyView, ViewRequest, Withdraw
+from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
+from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
+from actors.executors.process import WorkerPool
+from actors.policy import PolicyView
 from actors.supervisor import SupervisedActor
+from actors.timers import Timers
 from chalie import dispatch as steps
 from chalie import policy as rules
-from chalie.ability import Ability, split_framework_fields
+from chalie.ability import Ability
 from chalie.events import EventBus
-from chalie.invoke import invoke
+from chalie.execution import FAULTS, Executor, Job
 from chalie.messages import (
     BackgroundResult,
     CancelTurn,
+    Deadline,
+    Dispatch,
+    Executed,
+    FlushTrail,
+    GateAnswered,
+    GateAsk,
     ToolCall,
     ToolOutcome,
-    WorkerJob,
-    WorkerResult,
+    ViewRequest,
+    Withdraw,
 )
+from chalie.outbox import Outbox
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
 from chalie.trail import CallRecord, Trail, TrailRow, params_json, redact
 
+__all__ = ["DEFAULT_LANE_QUEUE", "DispatcherActor", "WorkerPool", "submit"]
+
 log = logging.getLogger("chalie.dispatch")
 
-DEFAULT_LANE_QUEUE = 1000
 # How long a call may run before its ``running`` trail row must be on disk.
-START_ROW_DELAY = 0.002
-FLUSH = 0
-# A worker-process call is timed out by the pool; ours is only a backstop.
-PROCESS_BACKSTOP = 5.0
-
-
-class WorkerPool(Protocol):
-    """What the dispatcher needs from the worker pool (actors/worker_pool.py)."""
-
-    def submit(self, job: WorkerJob, *, timeout: float) -> Future[WorkerResult]: ...
-
-    def cancel(self, job_id: str) -> Any: ...
-
-
-@dataclass(frozen=True)
-class _Dispatch:
-    call: ToolCall
-    reply: Future[ToolOutcome]
+START_ROW_DELAY: Final = 0.002
 
 
 @dataclass(eq=False)
 class _Call:
-    """One call in flight; ``done`` flips once, under the dispatcher's lock."""
+    """One call in flight; touched only on the dispatcher's thread."""
 
     seq: int
     call: ToolCall
@@ -123,143 +111,17 @@ class _Call:
     redacted: dict[str, Any]
     background: bool
     reply: Future[ToolOutcome]
-    rec: CallRecord | None = None
+    rec: CallRecord
     gate: GateDecision | None = None
-    job_id: str | None = None
+    job: Job | None = None
+    executor: Executor | None = None
+    timer: int | None = None
     ask: GateAsk | None = None
     replied: bool = False
-    running: bool = False
-    done: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tool(self) -> str:
         return self.entry.name
-
-
-class _Deadlines:
-    """One thread that fires timed work: a heap of (when, seq), checked lazily.
-
-    A positive seq is a call's timeout; :data:`FLUSH` asks for the trail's
-    deferred start rows to be written.
-    """
-
-    COMPACT_EVERY = 8192
-
-    def __init__(self, fire: Callable[[int], None], pending: Callable[[int], bool]) -> None:
-        self._fire = fire
-        self._pending = pending
-        self._heap: list[tuple[float, int]] = []
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._adds = 0
-
-    def add(self, seconds: float, seq: int) -> None:
-        entry = (time.monotonic() + seconds, seq)
-        with self._cond:
-            self._adds += 1
-            if self._adds % self.COMPACT_EVERY == 0:
-                # Entries of calls that already ended would otherwise stay for a
-                # whole timeout (60 s by default): thousands at a high call rate.
-                self._heap = [e for e in self._heap if e[1] == FLUSH or self._pending(e[1])]
-                heapq.heapify(self._heap)
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:
-                self._cond.notify()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-
-    def run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._stopped:
-                        return
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    delay = self._heap[0][0] - time.monotonic()
-                    if delay <= 0:
-                        _, seq = heapq.heappop(self._heap)
-                        break
-                    self._cond.wait(delay)
-            self._fire(seq)
-
-
-class _InlinePool:
-    """A bounded pool of threads shared fairly: each tool runs at most ``limit`` calls at once.
-
-    The threads are daemon threads on purpose: a Python thread cannot be
-    killed, and an ability that ignores its ``cancelled`` event must not keep
-    the daemon from exiting (ThreadPoolExecutor joins its threads at exit).
-    """
-
-    def __init__(self, size: int, limit: int, queue_limit: int) -> None:
-        self._limit = limit
-        self._queue_limit = queue_limit
-        self._lock = threading.Lock()
-        self._running: dict[str, int] = {}
-        self._waiting: dict[str, deque[Callable[[], None]]] = {}
-        self._queue: queue.SimpleQueue[tuple[str, Callable[[], None]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"chalie-inline-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, tool: str, work: Callable[[], None]) -> bool:
-        """Queue work in the tool's lane; False when the lane is full (overloaded)."""
-        with self._lock:
-            running = self._running.get(tool, 0)
-            if running >= self._limit:
-                waiting = self._waiting.setdefault(tool, deque())
-                if len(waiting) >= self._queue_limit:
-                    return False
-                waiting.append(work)
-                return True
-            self._running[tool] = running + 1
-        self._queue.put((tool, work))
-        return True
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
-
-    def _serve(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            self._run(*item)
-
-    def _run(self, tool: str, work: Callable[[], None]) -> None:
-        while True:
-            try:
-                work()
-            except Exception:
-                log.exception("inline call in lane %s failed outside the ability", tool)
-            with self._lock:
-                waiting = self._waiting.get(tool)
-                if not waiting:
-                    self._waiting.pop(tool, None)
-                    self._running[tool] -= 1
-                    if not self._running[tool]:
-                        del self._running[tool]
-                    return
-                work = waiting.popleft()
-
-    def busy(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._running)
 
 
 def _resolved(outcome: ToolOutcome) -> Future[ToolOutcome]:
@@ -285,13 +147,13 @@ def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     """Send one call to the dispatcher; the future resolves to its ToolOutcome, never raises."""
     reply: Future[ToolOutcome] = Future()
     try:
-        ref.tell(_Dispatch(call, reply))
+        ref.tell(Dispatch(call, reply))
     except pykka.ActorDeadError:
-        return _resolved(_error_outcome(call, ToolResult.error(
-            "internal-error", "The dispatcher is restarting; the call did not run.",
-            hint="it is safe to retry the call.",
-        )))
+        return _resolved(_error_outcome(call, FAULTS.dispatcher_restarting()))
     return reply
+
+
+PolicyTarget = pykka.ActorRef[Any] | Callable[[], Any] | Any
 
 
 class DispatcherActor(SupervisedActor):
@@ -302,38 +164,32 @@ class DispatcherActor(SupervisedActor):
         registry: Any,
         services: Any,
         trail_db_path: Path,
-        policy: Callable[[], Any] | Any,
+        policy: PolicyTarget,
         workers: WorkerPool | None,
         events: EventBus,
         *,
         inline_threads: int = 16,
         lane_limit: int | None = None,
         lane_queue: int = DEFAULT_LANE_QUEUE,
+        executors: Mapping[str, Factory] | None = None,
+        parts: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(inline_threads, int) or inline_threads < 1:
-            raise ValueError("inline_threads must be a positive integer")
-        if lane_limit is not None and (not isinstance(lane_limit, int) or lane_limit < 1):
-            raise ValueError("lane_limit must be a positive integer")
-        if not isinstance(lane_queue, int) or lane_queue < 0:
-            raise ValueError("lane_queue must be a non-negative integer")
         self._registry = registry
         self._services = services
         self._trail_path = Path(trail_db_path)
-        # A ChildRef (actors.supervisor), a callable returning the current ref, or a ref.
-        current = getattr(policy, "current", None)
-        if isinstance(policy, pykka.ActorRef):
-            self._policy_ref: Callable[[], Any] = lambda: policy
-        elif callable(current):
-            self._policy_ref = current
-        else:
-            self._policy_ref = policy
-        self._workers = workers
+        self._policy_ref = _policy_resolver(policy)
         self._events = events
-        self._threads = inline_threads
-        self._lane_limit = lane_limit if lane_limit is not None else max(1, inline_threads // 2)
-        self._lane_queue = lane_queue
-        self._lock = threading.Lock()
+        env = ExecutorEnv(
+            inline_threads=inline_threads,
+            lane_limit=lane_limit,
+            lane_queue=lane_queue,
+            workers=workers,
+            services=services,
+            parts=dict(parts or {}),
+        )
+        # Built here so bad settings fail the start; the inline threads start on first use.
+        self._executors: dict[str, Executor] = build(env, executors or EXECUTORS)
         self._inflight: dict[int, _Call] = {}
         self._seq = itertools.count(1)
         self._view_urn: str | None = None
@@ -341,18 +197,20 @@ class DispatcherActor(SupervisedActor):
         self._view_future: pykka.Future[Any] | None = None
         self._flush_due = False
         self._trail: Trail | None = None
-        self._pool: _InlinePool | None = None
+        self._outbox: Outbox | None = None
+        self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
         self._trail = Trail(self._trail_path)
         interrupted = self._trail.recover()
         if interrupted:
-            log.warning("marked %d call(s) left running by a previous run as interrupted",
-                        interrupted)
-        self._pool = _InlinePool(self._threads, self._lane_limit, self._lane_queue)
-        self._deadlines = _Deadlines(self._on_deadline, self._inflight.__contains__)
-        self.spawn_thread(self._deadlines.run, "dispatch-deadlines")
+            log.warning(
+                "marked %d call(s) left running by a previous run as interrupted", interrupted
+            )
+        self._outbox = Outbox(self._trail_path)
+        self._timers = Timers(self.actor_ref)
+        self.spawn_thread(self._timers.run, "dispatch-timers")
 
     def on_stop(self) -> None:
         self._shutdown("the dispatcher stopped during the call")
@@ -361,30 +219,46 @@ class DispatcherActor(SupervisedActor):
         self._shutdown("the dispatcher failed during the call")
 
     def _shutdown(self, reason: str) -> None:
-        with self._lock:
-            calls = list(self._inflight.values())
-        for state in calls:
-            self._abort(state, ToolResult.error(
-                "internal-error", f"{reason[:1].upper()}{reason[1:]}.",
-                hint="the call did not complete; it is safe to retry it.",
-            ))
-        if getattr(self, "_deadlines", None) is not None:
-            self._deadlines.stop()
-        if self._pool is not None:
-            self._pool.shutdown()
+        for state in list(self._inflight.values()):
+            self._abort(state, FAULTS.stopped(reason))
+        if self._timers is not None:
+            self._timers.stop()
+        for executor in self._executors.values():
+            try:
+                executor.close()
+            except Exception:
+                log.exception("closing an executor failed")
         if self._trail is not None:
             self._trail.close()
+        if self._outbox is not None:
+            self._outbox.close()
 
     # -- messages ------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Dispatch):
+        if isinstance(message, Dispatch):
             self._dispatch(message.call, message.reply)
-            return None
-        if isinstance(message, ToolCall):
+        elif isinstance(message, Executed):
+            state = self._inflight.get(message.seq)
+            if state is not None:
+                self._finish(state, message.result)
+        elif isinstance(message, GateAnswered):
+            state = self._inflight.get(message.seq)
+            if state is not None and state.gate is None:
+                self._after_gate(state, _answer(state, message.answer))
+        elif isinstance(message, Deadline):
+            state = self._inflight.get(message.seq)
+            if state is not None:
+                state.timer = None
+                self._abort(state, FAULTS.timeout(state.tool, state.entry.cls.timeout))
+        elif isinstance(message, FlushTrail):
+            self._flush_starts()
+        elif isinstance(message, ToolCall):
             return self.dispatch(message)
-        if isinstance(message, CancelTurn):
+        elif isinstance(message, CancelTurn):
             return self.cancel_turn(message.turn_id)
-        return super().on_receive(message)
+        else:
+            return super().on_receive(message)
+        return None
 
     # -- the public surface ------------------------------------------------------
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
@@ -399,26 +273,27 @@ class DispatcherActor(SupervisedActor):
         Background calls belong to the conversation, not the turn: they outlive
         it and are cancelled only with :meth:`cancel_call`.
         """
-        with self._lock:
-            calls = [s for s in self._inflight.values()
-                     if s.call.context.turn_id == turn_id and not s.replied]
-        return sum(self._cancel(state) for state in calls)
+        calls = [
+            s
+            for s in self._inflight.values()
+            if s.call.context.turn_id == turn_id and not s.replied
+        ]
+        return sum(self._abort(s, FAULTS.cancelled(s.tool)) for s in calls)
 
     def cancel_call(self, call_id: str) -> int:
         """Cancel every call in flight with this call id (foreground or background)."""
-        with self._lock:
-            calls = [s for s in self._inflight.values() if s.call.call_id == call_id]
-        return sum(self._cancel(state) for state in calls)
+        calls = [s for s in self._inflight.values() if s.call.call_id == call_id]
+        return sum(self._abort(s, FAULTS.cancelled(s.tool)) for s in calls)
 
     def in_flight(self) -> dict[str, Any]:
-        with self._lock:
-            calls = list(self._inflight.values())
+        calls = list(self._inflight.values())
+        inline = self._executors.get("inline")
         return {
             "calls": len(calls),
             "background": sum(1 for c in calls if c.replied),
             "awaiting_gate": sum(1 for c in calls if c.gate is None),
-            "running": sum(1 for c in calls if c.running),
-            "lanes": self._pool.busy() if self._pool else {},
+            "running": sum(1 for c in calls if c.job is not None),
+            "lanes": inline.busy() if isinstance(inline, InlineExecutor) else {},
         }
 
     def trail(self, **filters: Any) -> list[TrailRow]:
@@ -426,50 +301,64 @@ class DispatcherActor(SupervisedActor):
         assert self._trail is not None
         return self._trail.query(**filters)
 
-    # -- step 1: on the actor's thread ---------------------------------------------
+    # -- step 1: check, resolve, pre-validate, classify --------------------------------
     def _dispatch(self, call: ToolCall, reply: Future[ToolOutcome]) -> None:
         try:
             self._begin(call, reply)
         except Exception:
-            log.exception("dispatching call %r failed in the runtime",
-                          getattr(call, "call_id", "?"))
+            log.exception(
+                "dispatching call %r failed in the runtime", getattr(call, "call_id", "?")
+            )
             if not reply.done():
-                reply.set_result(_error_outcome(call, ToolResult.error(
-                    "internal-error", "The runtime failed while dispatching the call.",
-                    hint="this is a fault in the runtime, not in your call; try again.",
-                )))
+                reply.set_result(_error_outcome(call, FAULTS.dispatch_failed()))
 
     def _begin(self, call: ToolCall, reply: Future[ToolOutcome]) -> None:
         if not isinstance(call, ToolCall):
-            reply.set_result(_error_outcome(call, ToolResult.error(
-                "invalid-param", "a dispatch needs a ToolCall.", hint="fault in the caller.",
-            )))
+            reply.set_result(
+                _error_outcome(
+                    call,
+                    ToolResult.error(
+                        "invalid-param",
+                        "a dispatch needs a ToolCall.",
+                        hint="fault in the caller.",
+                    ),
+                )
+            )
             return
         bad = steps.check_call(call)
         if bad is not None:
             self._end_early(call, reply, bad)
             return
-        entry = steps.resolve(self._registry, call.tool, call.context,
-                              getattr(self._services, "turns", None))
+        entry = steps.resolve(
+            self._registry, call.tool, call.context, getattr(self._services, "turns", None)
+        )
         if isinstance(entry, ToolResult):
             self._end_early(call, reply, entry)
             return
         cls = entry.cls
-        params, act_summary, run_async = split_framework_fields(call.arguments)
+        fields = steps.framework_fields(call.arguments, call.context, cls.name)
+        if isinstance(fields, ToolResult):
+            self._end_early(call, reply, fields, cls=cls)
+            return
+        params, act_summary, run_async = fields
         try:
             instance = cls(call.context, self._services)
         except Exception as exc:
             log.exception("constructing %s failed", cls.name)
-            self._end_early(call, reply, ToolResult.error(
-                "unhandled-exception", f"{cls.name} failed to start ({type(exc).__name__}).",
-                hint="This is a fault in the tool, not in your call; try another way or report it.",
-            ), act_summary=act_summary, params=params, cls=cls)
+            self._end_early(
+                call,
+                reply,
+                FAULTS.construct_failed(cls.name, exc),
+                act_summary=act_summary,
+                params=params,
+                cls=cls,
+            )
             return
         pre = steps.prevalidate(cls, params)
         if isinstance(pre, ToolResult):
             self._end_early(call, reply, pre, act_summary=act_summary, params=params, cls=cls)
             return
-        redacted = redact(params, cls.sensitive)
+        redacted = redact(pre.params, cls.sensitive)
         gate: GateDecision | None = None
         try:
             permission = steps.permission(instance, pre.params)
@@ -477,52 +366,60 @@ class DispatcherActor(SupervisedActor):
             log.exception("classify() of %s failed; the gate fails closed", cls.name)
             permission = cls.name
             gate = rules.failed_closed(f"classify raised {type(exc).__name__}")
-        state = _Call(
-            seq=next(self._seq), call=call, entry=entry, instance=instance, pre=pre,
-            permission=permission, act_summary=act_summary, redacted=redacted,
-            background=run_async and call.context.allow_async, reply=reply,
-        )
         assert self._trail is not None
-        rec = state.rec = self._trail.record_for(
-            call_id=call.call_id, turn_id=call.context.turn_id,
-            conversation_id=call.context.conversation_id, channel=call.context.channel,
-            tool=cls.name, permission=permission, params=params_json(redacted),
-            act_summary=act_summary, background=state.background,
+        ctx = call.context
+        background = run_async and ctx.allow_async
+        rec = self._trail.record_for(
+            call_id=call.call_id,
+            turn_id=ctx.turn_id,
+            conversation_id=ctx.conversation_id,
+            channel=ctx.channel,
+            tool=cls.name,
+            permission=permission,
+            params=params_json(redacted),
+            act_summary=act_summary,
+            background=background,
         )
-        with self._lock:
-            self._inflight[state.seq] = state
+        state = _Call(
+            seq=next(self._seq),
+            call=call,
+            entry=entry,
+            instance=instance,
+            pre=pre,
+            permission=permission,
+            act_summary=act_summary,
+            redacted=redacted,
+            background=background,
+            reply=reply,
+            rec=rec,
+        )
+        self._inflight[state.seq] = state
         if gate is None:
             gate = self._gate_now(state)
         if gate is not None:
-            # Decided without waiting: start the work, and let the trail write the
-            # running row within START_ROW_DELAY, or one whole row if the call
-            # ends first (most do, in microseconds). Either way the end is on
-            # disk before the reply.
+            # Decided without waiting: the running row is written within
+            # START_ROW_DELAY, or as one whole row if the call ends first.
             self._trail_start(rec, defer=True)
-            # Last, so this thread goes back to its mailbox as the pool thread wakes.
             self._after_gate(state, gate)
         else:
             self._trail_start(rec, defer=False)
             self._ask_policy(state)
 
     def _trail_start(self, rec: CallRecord, *, defer: bool) -> None:
+        assert self._trail is not None and self._timers is not None
         try:
-            assert self._trail is not None
             if not defer:
                 self._trail.start(rec)
                 return
             self._trail.defer_start(rec)
-            with self._lock:
-                if self._flush_due:
-                    return
+            if not self._flush_due:
                 self._flush_due = True
-            self._deadlines.add(START_ROW_DELAY, FLUSH)
+                self._timers.add(START_ROW_DELAY, FlushTrail())
         except Exception:
             log.exception("writing trail row %d failed", rec.id)
 
     def _flush_starts(self) -> None:
-        with self._lock:
-            self._flush_due = False
+        self._flush_due = False
         try:
             assert self._trail is not None
             self._trail.flush_starts()
@@ -545,15 +442,20 @@ class DispatcherActor(SupervisedActor):
         try:
             assert self._trail is not None
             rec = self._trail.record_for(
-                call_id=str(call.call_id), turn_id=str(ctx.turn_id),
-                conversation_id=str(ctx.conversation_id), channel=str(ctx.channel)[:40],
-                tool=str(call.tool), permission=None,
-                params=params_json(redact(params, cls.sensitive if cls else ())) if params
+                call_id=str(call.call_id),
+                turn_id=str(ctx.turn_id),
+                conversation_id=str(ctx.conversation_id),
+                channel=str(ctx.channel)[:40],
+                tool=str(call.tool),
+                permission=None,
+                params=params_json(redact(params, cls.sensitive if cls else ()))
+                if params
                 else "{}",
                 act_summary=act_summary,
             )
-            self._trail.finish(rec, status="error", code=result.code, decision=None,
-                               decided_by=None, started=False)
+            self._trail.finish(
+                rec, status="error", code=result.code, decision=None, decided_by=None, started=False
+            )
         except Exception:
             log.exception("recording a refused call on the trail failed")
         reply.set_result(outcome)
@@ -561,33 +463,43 @@ class DispatcherActor(SupervisedActor):
     # -- step 2: the gate --------------------------------------------------------------
     def _gate_now(self, state: _Call) -> GateDecision | None:
         """The decision when it needs no PolicyActor round trip, else None."""
-        if state.entry.cls.internal:
-            return rules.allowed("internal")
+        cls = state.entry.cls
         ctx = state.call.context
         try:
-            ref = self._policy_ref()
-            if ref is None or not ref.is_alive():
-                return rules.failed_closed("the policy actor is not running")
-            view = self._policy_view(ref)
-            if view is not None:
+            setting = None
+            if not cls.internal:
+                ref = self._policy_ref()
+                if ref is None or not ref.is_alive():
+                    return rules.failed_closed("the policy actor is not running")
+                view = self._policy_view(ref)
+                if view is None:
+                    return None
                 setting = view.setting(ctx.channel, state.permission)
-                if setting in ("allow", "internal"):
-                    return rules.allowed("internal" if setting == "internal" else "policy")
-                if setting == "deny":
-                    return rules.denied_by_policy(state.permission, ctx.channel)
+                if setting is None:
+                    return None  # never seen: the PolicyActor records it, then decides
+            return rules.gate_rule(
+                setting,
+                permission=state.permission,
+                channel=ctx.channel,
+                human_present=ctx.human_present,
+                internal=cls.internal,
+            )
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)
             return rules.failed_closed(type(exc).__name__)
-        return None
 
     def _ask_policy(self, state: _Call) -> None:
-        """Send the call to the PolicyActor; its decision arrives on a future callback."""
+        """Send the call to the PolicyActor; its decision comes back as a GateAnswered message."""
         ctx = state.call.context
         try:
             ref = self._policy_ref()
             ask = GateAsk(
-                call_id=state.call.call_id, context=ctx, tool=state.tool,
-                permission=state.permission, internal=False, act_summary=state.act_summary,
+                call_id=state.call.call_id,
+                context=ctx,
+                tool=state.tool,
+                permission=state.permission,
+                internal=False,
+                act_summary=state.act_summary,
                 params_redacted=state.redacted,
             )
             state.ask = ask
@@ -596,7 +508,8 @@ class DispatcherActor(SupervisedActor):
             log.exception("gating call %r failed; denying", state.call.call_id)
             self._after_gate(state, rules.failed_closed(type(exc).__name__))
             return
-        ask.reply.add_done_callback(lambda fut: self._gate_answered(state, fut))
+        me, seq = self.actor_ref, state.seq
+        ask.reply.add_done_callback(lambda fut: _tell(me, GateAnswered(seq, fut)))
 
     def _policy_view(self, ref: Any) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
@@ -614,21 +527,9 @@ class DispatcherActor(SupervisedActor):
             self._view = found if isinstance(found, PolicyView) else None
         return self._view
 
-    def _gate_answered(self, state: _Call, fut: Future[GateDecision]) -> None:
-        try:
-            decision = fut.result()
-            if not isinstance(decision, GateDecision):
-                raise TypeError(f"the gate answered {type(decision).__name__}")
-        except Exception as exc:
-            log.exception("the gate's answer for call %r is unusable; denying", state.call.call_id)
-            decision = rules.failed_closed(type(exc).__name__)
-        self._after_gate(state, decision)
-
     # -- step 3: execution ---------------------------------------------------------------
     def _after_gate(self, state: _Call, decision: GateDecision) -> None:
         state.gate = decision
-        if state.done:
-            return
         if not decision.allowed:
             self._finish(state, steps.denial(decision))
             return
@@ -636,93 +537,45 @@ class DispatcherActor(SupervisedActor):
             self._execute(state)
         except Exception:
             log.exception("starting call %r failed", state.call.call_id)
-            self._finish(state, ToolResult.error(
-                "internal-error", "The runtime could not start the call.",
-                hint="this is a fault in the runtime, not in your call; try again.",
-            ))
+            self._finish(state, FAULTS.start_failed())
 
     def _execute(self, state: _Call) -> None:
         cls = state.entry.cls
+        executor = self._executors.get(cls.isolation)
+        if executor is None:
+            self._finish(state, FAULTS.no_executor(state.tool, cls.isolation))
+            return
         if state.background:
             state.replied = True
             result = steps.accepted(state.call.call_id)
-            state.reply.set_result(ToolOutcome(
-                call_id=state.call.call_id, tool=state.tool, status="success",
-                envelope=steps.render_outcome(state.tool, result), background=True,
-            ))
-        if cls.isolation == "process":
-            self._execute_in_worker(state)
-            return
-        self._deadlines.add(cls.timeout, state.seq)
-        assert self._pool is not None
-        if not self._pool.submit(state.tool, lambda: self._run_inline(state)):
-            self._finish(state, ToolResult.error(
-                "overloaded", f"Too many calls to {state.tool} are waiting.",
-                hint="wait for earlier calls to finish before calling it again.",
-            ))
-
-    def _run_inline(self, state: _Call) -> None:
-        if state.done:
-            return
-        state.running = True
-        self._finish(state, invoke(state.instance, state.pre.value))
-
-    def _execute_in_worker(self, state: _Call) -> None:
-        cls = state.entry.cls
-        if self._workers is None:
-            self._finish(state, ToolResult.error(
-                "internal-error", f"{state.tool} runs in a worker process and none is available.",
-                hint="this is a fault in the runtime's set-up, not in your call.",
-            ))
-            return
-        state.job_id = uuid.uuid4().hex
-        job = WorkerJob(
-            job_id=state.job_id, ability=state.entry.ref, params=state.pre.params,
-            context=state.call.context, deadline=time.time() + cls.timeout,
-        )
-        self._deadlines.add(cls.timeout + PROCESS_BACKSTOP, state.seq)
-        state.running = True
-        fut = self._workers.submit(job, timeout=cls.timeout)
-        fut.add_done_callback(lambda f: self._worker_done(state, f))
-
-    def _worker_done(self, state: _Call, fut: Future[WorkerResult]) -> None:
-        try:
-            result = steps.worker_result(fut.result())
-        except Exception as exc:
-            log.exception("the worker pool failed call %r", state.call.call_id)
-            result = ToolResult.error(
-                "internal-error", f"The worker pool failed the call ({type(exc).__name__}).",
-                hint="this is a fault in the runtime, not in your call; try again.",
+            state.reply.set_result(
+                ToolOutcome(
+                    call_id=state.call.call_id,
+                    tool=state.tool,
+                    status="success",
+                    envelope=steps.render_outcome(state.tool, result),
+                    background=True,
+                )
             )
-        self._finish(state, result)
+        job = Job(
+            job_id=uuid.uuid4().hex,
+            call_id=state.call.call_id,
+            entry=state.entry,
+            instance=state.instance,
+            params=state.pre.params,
+            value=state.pre.value,
+            context=state.call.context,
+            timeout=cls.timeout,
+        )
+        state.job, state.executor = job, executor
+        assert self._timers is not None
+        state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
+        me, seq = self.actor_ref, state.seq
+        executor.start(job, lambda result: _tell(me, Executed(seq, result)))
 
     # -- timeouts and cancellation -----------------------------------------------------------
-    def _on_deadline(self, seq: int) -> None:
-        if seq == FLUSH:
-            self._flush_starts()
-            return
-        with self._lock:
-            state = self._inflight.get(seq)
-        if state is None or state.done:
-            return
-        timeout = state.entry.cls.timeout
-        self._abort(state, ToolResult.error(
-            "tool-timeout", f"{state.tool} did not finish within {timeout:g} s.",
-            hint="try a smaller request, or do without this tool.",
-        ))
-
-    def _cancel(self, state: _Call) -> int:
-        return self._abort(state, ToolResult.error(
-            "cancelled", f"The call to {state.tool} was cancelled.",
-            hint="the turn was cancelled; do not continue with this call's result.",
-        ))
-
     def _abort(self, state: _Call, result: ToolResult) -> int:
-        """End a call from outside its execution, then signal the ability and stop its job.
-
-        The outcome is settled first: a worker pool may resolve the job's future
-        synchronously inside ``cancel``, and that must not win the race.
-        """
+        """End a call from outside its execution, then signal the ability and stop its job."""
         if not self._finish(state, result):
             return 0
         if state.gate is None and state.ask is not None:
@@ -731,54 +584,113 @@ class DispatcherActor(SupervisedActor):
             except Exception:
                 log.info("could not withdraw the permission request of %r", state.call.call_id)
         state.instance.cancelled.set()
-        if state.job_id is not None and self._workers is not None:
+        if state.job is not None and state.executor is not None:
             try:
-                self._workers.cancel(state.job_id)
+                state.executor.cancel(state.job.job_id)
             except Exception:
-                log.exception("cancelling worker job %s failed", state.job_id)
+                log.exception("cancelling job %s failed", state.job.job_id)
         return 1
 
     # -- step 4: the one envelope -------------------------------------------------------------
     def _finish(self, state: _Call, result: ToolResult) -> bool:
-        """Render, record, reply; only the first caller for a call does anything."""
-        with self._lock:
-            if state.done:
-                return False
-            state.done = True
-            self._inflight.pop(state.seq, None)
+        """Render, record, reply; only the first end of a call does anything."""
+        if self._inflight.pop(state.seq, None) is None:
+            return False
+        if state.timer is not None and self._timers is not None:
+            self._timers.cancel(state.timer)
+            state.timer = None
         try:
             envelope = steps.render_outcome(state.tool, result, state.pre.action)
         except Exception:
             log.exception("rendering the result of %s failed", state.tool)
-            result = ToolResult.error(
-                "internal-error", f"The result of {state.tool} could not be rendered.",
-                hint="this is a fault in the tool or the runtime; try another way.",
-            )
+            result = FAULTS.render_failed(state.tool)
             envelope = steps.render_outcome(state.tool, result)
         gate = state.gate
         try:
-            assert self._trail is not None and state.rec is not None
+            assert self._trail is not None
             self._trail.finish(
-                state.rec, status=result.status, code=result.code,
+                state.rec,
+                status=result.status,
+                code=result.code,
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
-        ctx = state.call.context
+        rich = dict(result.rich) if result.rich is not None else None
         if state.replied:
-            delivered = self._events.publish(ctx.conversation_id, BackgroundResult(
-                call_id=state.call.call_id, conversation_id=ctx.conversation_id, tool=state.tool,
-                envelope=envelope, status=result.status,
-            ))
-            if not delivered:
-                log.info("background call %r ended with nobody listening to conversation %r; "
-                         "its outcome is on the trail", state.call.call_id, ctx.conversation_id)
+            self._deliver_background(state, result, envelope, rich)
         else:
             state.replied = True
             if not state.reply.done():
-                state.reply.set_result(ToolOutcome(
-                    call_id=state.call.call_id, tool=state.tool, status=result.status,
-                    envelope=envelope, code=result.code,
-                ))
+                state.reply.set_result(
+                    ToolOutcome(
+                        call_id=state.call.call_id,
+                        tool=state.tool,
+                        status=result.status,
+                        envelope=envelope,
+                        code=result.code,
+                        rich=rich,
+                    )
+                )
         return True
+
+    def _deliver_background(
+        self, state: _Call, result: ToolResult, envelope: str, rich: dict[str, Any] | None
+    ) -> None:
+        """Store the final envelope in the outbox, then publish it to the conversation."""
+        ctx = state.call.context
+        event = BackgroundResult(
+            call_id=state.call.call_id,
+            conversation_id=ctx.conversation_id,
+            tool=state.tool,
+            envelope=envelope,
+            status=result.status,
+            code=result.code,
+            rich=rich,
+        )
+        try:
+            assert self._outbox is not None
+            event = self._outbox.put(event)
+        except Exception:
+            log.exception("storing background result %r in the outbox failed", state.call.call_id)
+        if not self._events.publish(ctx.conversation_id, event):
+            log.info(
+                "background call %r ended with nobody listening to conversation %r; "
+                "it waits in the outbox",
+                state.call.call_id,
+                ctx.conversation_id,
+            )
+
+
+def _answer(state: _Call, fut: Future[GateDecision]) -> GateDecision:
+    try:
+        decision = fut.result(timeout=0)
+        if not isinstance(decision, GateDecision):
+            raise TypeError(f"the gate answered {type(decision).__name__}")
+    except Exception as exc:
+        log.exception("the gate's answer for call %r is unusable; denying", state.call.call_id)
+        decision = rules.failed_closed(type(exc).__name__)
+    return decision
+
+
+def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        pass  # the dispatcher stopped; its on_stop already ended the call
+
+
+def _policy_resolver(policy: PolicyTarget) -> Callable[[], Any]:
+    """A callable giving the PolicyActor's current ref, from a ref, a child handle or a callable."""
+    if isinstance(policy, pykka.ActorRef):
+        return lambda: policy
+    current = getattr(policy, "current", None)
+    if callable(current):
+        return current  # type: ignore[no-any-return]
+    if callable(policy):
+        return policy  # type: ignore[no-any-return]
+    raise TypeError(
+        f"the policy must be an actor ref, a child handle or a callable, "
+        f"not {type(policy).__name__}"
+    )

@@ -32,15 +32,25 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actors.supervisor import SupervisedActor
 from chalie import policy as rules
 from chalie.events import EventBus
-from chalie.messages import Decision, PermissionRequest, TurnContext
+from chalie.messages import (
+    Decision,
+    ExpireRequest,
+    GateAsk,
+    PermissionRequest,
+    TurnContext,
+    ViewRequest,
+    Withdraw,
+)
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
+
+__all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
 
 log = logging.getLogger("chalie.policy")
 
@@ -56,36 +66,10 @@ class PolicyView:
 
 
 @dataclass
-class GateAsk:
-    """A gate request sent with ``tell``; the decision completes ``reply``."""
-
-    call_id: str
-    context: TurnContext
-    tool: str
-    permission: str
-    internal: bool
-    act_summary: str
-    params_redacted: dict[str, Any]
-    reply: Future[GateDecision] = field(default_factory=Future)
-
-
-@dataclass
 class _Pending:
     request: PermissionRequest
     reply: Future[GateDecision]
     timer: threading.Timer
-
-
-@dataclass(frozen=True)
-class _Expire:
-    request_id: str
-
-
-@dataclass(frozen=True)
-class Withdraw:
-    """The caller no longer wants the decision (its call was cancelled): drop the request."""
-
-    reply: Future[GateDecision]
 
 
 def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
@@ -138,13 +122,18 @@ class PolicyActor(SupervisedActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GateAsk):
             return self.gate(
-                message.call_id, message.context, message.tool, message.permission,
-                message.internal, message.act_summary, message.params_redacted,
+                message.call_id,
+                message.context,
+                message.tool,
+                message.permission,
+                message.internal,
+                message.act_summary,
+                message.params_redacted,
                 reply=message.reply,
             )
         if isinstance(message, ViewRequest):
             return self._view
-        if isinstance(message, _Expire):
+        if isinstance(message, ExpireRequest):
             self._expire(message.request_id)
             return None
         if isinstance(message, Withdraw):
@@ -168,8 +157,9 @@ class PolicyActor(SupervisedActor):
         """Decide one call; the returned future completes now, or when a human answers."""
         reply = reply if reply is not None else Future()
         try:
-            decision = self._decide(call_id, context, tool, permission, internal, act_summary,
-                                    params_redacted, reply)
+            decision = self._decide(
+                call_id, context, tool, permission, internal, act_summary, params_redacted, reply
+            )
         except Exception as exc:
             log.exception("the permission gate failed for call %r; denying", call_id)
             decision = rules.failed_closed(type(exc).__name__)
@@ -188,21 +178,23 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
     ) -> GateDecision | None:
-        if internal is True:
-            return rules.allowed("internal")
-        channel = rules.check_channel(context.channel)
-        rules.check_permission(permission)
-        setting = rules.resolve(self.store.table, channel, permission)
-        if setting is None:
-            if self.store.record_seen(channel, permission):
+        channel = str(context.channel)
+        setting: Decision | None = None
+        if internal is not True:
+            channel = rules.check_channel(context.channel)
+            rules.check_permission(permission)
+            setting = rules.resolve(self.store.table, channel, permission)
+            if setting is None and self.store.record_seen(channel, permission):
                 log.info("unseen permission %s on %s recorded as ask", permission, channel)
-        verdict = rules.decide(setting, channel=channel, human_present=context.human_present)
-        if verdict == "allow":
-            return rules.allowed("internal" if setting == "internal" else "policy")
-        if verdict == "deny":
-            if setting == "deny":
-                return rules.denied_by_policy(permission, channel)
-            return rules.denied_without_human(permission, channel)
+        decision = rules.gate_rule(
+            setting,
+            permission=permission,
+            channel=channel,
+            human_present=context.human_present,
+            internal=internal is True,
+        )
+        if decision is not None:
+            return decision
         self._ask_human(call_id, context, tool, permission, act_summary, params_redacted, reply)
         return None
 
@@ -228,12 +220,17 @@ class PolicyActor(SupervisedActor):
             expires_at=time.time() + self._expiry,
         )
         ref = self.actor_ref
-        timer = threading.Timer(self._expiry, _tell_quietly, args=(ref, _Expire(request_id)))
+        timer = threading.Timer(self._expiry, _tell_quietly, args=(ref, ExpireRequest(request_id)))
         timer.daemon = True
         self._pending[request_id] = _Pending(request, reply, timer)
         timer.start()
-        log.info("asking conversation %s to allow %s (request %s, call %s)",
-                 context.conversation_id, permission, request_id, call_id)
+        log.info(
+            "asking conversation %s to allow %s (request %s, call %s)",
+            context.conversation_id,
+            permission,
+            request_id,
+            call_id,
+        )
         self._events.publish(context.conversation_id, request)
 
     def _expire(self, request_id: str) -> None:
@@ -292,8 +289,3 @@ def _tell_quietly(ref: Any, message: Any) -> None:
         ref.tell(message)
     except Exception:  # the actor is gone; its on_stop already denied the request
         pass
-
-
-@dataclass(frozen=True)
-class ViewRequest:
-    """Ask (with ``ask``) for the actor's :class:`PolicyView`."""

@@ -22,12 +22,12 @@ import copy
 import re
 import threading
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final
 
 import jsonschema
 import msgspec
 
-from chalie.messages import TurnContext
+from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
 
@@ -39,8 +39,6 @@ MAX_EXAMPLES: Final = 8
 FRAMEWORK_FIELDS: Final = ("act_summary", "async")
 # Names a subclass may not define: the assembler and everything it relies on.
 SEALED: Final = frozenset({"descriptor", "input_schema", "_inject_framework_fields"})
-
-Isolation = Literal["inline", "process"]
 
 
 class AbilityDefinitionError(TypeError):
@@ -66,15 +64,21 @@ class AbilityMeta(type):
     """Seals the assembler and validates concrete abilities as they are created."""
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kw: Any) -> type:
-        if any(isinstance(b, AbilityMeta) for b in bases):
-            broken = SEALED.intersection(ns)
-            if broken:
-                raise AbilityDefinitionError(
-                    f"ability class {ns.get('__qualname__', name)} redefines the sealed "
-                    f"descriptor assembler ({', '.join(sorted(broken))}); descriptors are "
-                    "assembled only by Ability.descriptor"
-                )
         cls = super().__new__(mcls, name, bases, ns, **kw)
+        if any(isinstance(b, AbilityMeta) for b in bases):
+            # The whole MRO, not just this class's body: a mixin listed before
+            # Ability must not slip its own assembler in.
+            for klass in cls.__mro__:
+                if klass is object or klass is globals().get("Ability"):
+                    continue
+                broken = SEALED.intersection(vars(klass))
+                if broken:
+                    where = "" if klass is cls else f" (through {klass.__qualname__})"
+                    raise AbilityDefinitionError(
+                        f"ability class {ns.get('__qualname__', name)} redefines the sealed "
+                        f"descriptor assembler{where} ({', '.join(sorted(broken))}); "
+                        "descriptors are assembled only by Ability.descriptor"
+                    )
         if "Params" in ns and ns["Params"] is not None and "parameters" not in ns:
             cls.parameters = struct_schema(ns["Params"])  # type: ignore[attr-defined]
         if not ns.get("abstract", False) and any(isinstance(b, AbilityMeta) for b in bases):
@@ -123,8 +127,8 @@ def validate_ability(cls: type[Ability]) -> None:
     clash = [f for f in FRAMEWORK_FIELDS if f in props]
     if clash:
         fail(f"parameters may not declare framework fields {clash}")
-    if cls.isolation not in ("inline", "process"):
-        fail("isolation must be 'inline' or 'process'")
+    if cls.isolation not in ISOLATIONS:
+        fail(f"isolation must be one of {', '.join(repr(i) for i in ISOLATIONS)}")
     if not isinstance(cls.timeout, int | float) or not 0 < cls.timeout <= 86400:
         fail("timeout must be a positive number of seconds")
     if not isinstance(cls.actions, Mapping):
@@ -226,6 +230,13 @@ class Ability(metaclass=AbilityMeta):
             "description": cls.summary,
             "input_schema": cls.input_schema(allow_async=allow_async),
         }
+
+
+def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str, Any]:
+    """``Ability.descriptor`` for ``cls``, called through Ability itself: nothing can shadow it."""
+    assemble: Any = vars(Ability)["descriptor"].__func__
+    found: dict[str, Any] = assemble(cls, allow_async=allow_async)
+    return found
 
 
 def split_framework_fields(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str, bool]:

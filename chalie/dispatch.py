@@ -9,14 +9,17 @@ tool call; each step returns either its product or the error
    a bad channel or id) is refused without being looked at further.
 2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``
    (also for a tool the turn may not call: see :func:`available`).
-3. :func:`split_framework_fields` (chalie.ability) takes ``act_summary`` and
-   ``async`` out of the arguments.
-4. :func:`prevalidate`: the action map (``unknown-action`` with the valid
-   actions, ``missing-params`` naming them), then the JSON Schema
-   (``invalid-param`` naming the field, with the enum's values), then the
-   ``Params`` Struct; all before the gate.
+3. :func:`framework_fields` takes ``act_summary`` and ``async`` out of the
+   arguments; a model's call without a non-blank ``act_summary`` is
+   ``missing-params`` (a framework-initiated call gets one supplied).
+4. :func:`prevalidate`: every declared default applied first, then the action
+   map (``unknown-action`` with the valid actions, ``missing-params`` naming
+   them), then the JSON Schema (``invalid-param`` naming the field, with the
+   enum's values), then the ``Params`` Struct; all before the gate. Its
+   ``params`` are the arguments with every default applied: the gate derives
+   the permission from them and the executor runs exactly them.
 5. :func:`permission` derives ``tool`` or ``tool.action`` with the ability's
-   ``classify`` (never from a model-supplied field).
+   ``classify`` from those params (never from a model-supplied field).
 6. :func:`render_outcome` renders the one envelope.
 """
 
@@ -33,7 +36,7 @@ import msgspec
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
-from chalie.ability import Ability, struct_schema
+from chalie.ability import FRAMEWORK_FIELDS, Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.messages import CHANNELS, ToolCall, TurnContext, WorkerResult
@@ -47,6 +50,9 @@ MAX_DEPTH: Final = 32
 MAX_ID: Final = 128
 MAX_VALID_VALUES: Final = 50
 FALLBACK_TOOL: Final = "tool"
+MAX_SUMMARY: Final = 200
+# What the trail and the prompt show for a framework-initiated call that says nothing.
+FRAMEWORK_SUMMARY: Final = "called directly by the operator or the runtime"
 
 _validators: dict[type[Ability], jsonschema.protocols.Validator] = {}
 _validators_lock = threading.Lock()
@@ -55,7 +61,11 @@ _derived: dict[type[Ability], bool] = {}
 
 @dataclass(frozen=True)
 class Prevalidated:
-    """Parameters that passed every check: the dict (workers, classify, trail) and the run value."""
+    """Parameters that passed every check, every default applied.
+
+    ``params`` is what the gate classifies, the trail records and a worker
+    receives; ``value`` is what ``run`` receives, converted from ``params``.
+    """
 
     params: dict[str, Any]
     value: Any
@@ -100,32 +110,42 @@ def check_call(call: ToolCall) -> ToolResult | None:
     ctx = call.context
     if ctx.channel not in CHANNELS:
         return ToolResult.error(
-            "invalid-param", f"unknown channel {str(ctx.channel)[:40]!r}.",
-            hint="the caller must use one of the policy channels.", valid_values=CHANNELS,
+            "invalid-param",
+            f"unknown channel {str(ctx.channel)[:40]!r}.",
+            hint="the caller must use one of the policy channels.",
+            valid_values=CHANNELS,
             meta={"param": "channel"},
         )
-    for field, value in (("call_id", call.call_id), ("turn_id", ctx.turn_id),
-                         ("conversation_id", ctx.conversation_id)):
+    for field, value in (
+        ("call_id", call.call_id),
+        ("turn_id", ctx.turn_id),
+        ("conversation_id", ctx.conversation_id),
+    ):
         if not isinstance(value, str) or not value or len(value) > MAX_ID:
             return ToolResult.error(
                 "invalid-param",
                 f"{field} must be a non-empty string of at most {MAX_ID} characters.",
-                hint="this is a fault in the caller, not in the tool.", meta={"param": field},
+                hint="this is a fault in the caller, not in the tool.",
+                meta={"param": field},
             )
     args = call.arguments
     if not isinstance(args, Mapping):
         return ToolResult.error(
-            "invalid-param", f"the arguments must be a JSON object, not {type(args).__name__}.",
+            "invalid-param",
+            f"the arguments must be a JSON object, not {type(args).__name__}.",
             hint='pass the parameters as an object, e.g. {"name": "value"}.',
         )
     if not all(isinstance(k, str) for k in args):
         return ToolResult.error(
-            "invalid-param", "every argument name must be a string.", hint="use string keys only.",
+            "invalid-param",
+            "every argument name must be a string.",
+            hint="use string keys only.",
         )
     why = _oversized(args)
     if why:
         return ToolResult.error(
-            "invalid-param", f"{why}; the call was not processed.",
+            "invalid-param",
+            f"{why}; the call was not processed.",
             hint="pass smaller arguments; put large content in a file or split the work.",
         )
     return None
@@ -143,13 +163,14 @@ def envelope_name(tool: object) -> str:
 
 
 def available(tool: str, context: TurnContext, turns: Any = None) -> bool:
-    """Whether the turn may call the tool: its channel's pins plus what find_tools injected.
+    """Whether the turn may call the tool.
 
-    A turn that declares no tools at all (``context.injected`` empty: a direct
-    call from the CLI, a scheduled job naming its tool) may call any
-    registered tool; a turn that declares its tools may call only those.
+    An ``unrestricted`` context (the CLI, operator calls) may call any
+    registered tool. A ``restricted`` one (the default) may call only its
+    channel's pins (``context.injected``) and what find_tools injected into
+    this turn; with neither, nothing.
     """
-    if not context.injected or tool in context.injected:
+    if context.scope == "unrestricted" or tool in context.injected:
         return True
     injected = getattr(turns, "injected", None)
     return callable(injected) and tool in injected(context.turn_id)
@@ -166,13 +187,65 @@ def resolve(
     if not isinstance(entry, Entry):
         shown = str(tool)[:80]
         return ToolResult.error(
-            "unknown-tool", f"no tool named {shown!r} is available.",
+            "unknown-tool",
+            f"no tool named {shown!r} is available.",
             hint="call find_tools with what you want to do to get the right tool for this turn.",
         )
     return entry
 
 
+# -- 3. framework fields ----------------------------------------------------------
+
+
+def framework_fields(
+    arguments: Mapping[str, Any], context: TurnContext, tool: str
+) -> tuple[dict[str, Any], str, bool] | ToolResult:
+    """(ability params, act_summary, async), or the error for a missing ``act_summary``.
+
+    A model must say what the call is for: no ``act_summary``, an empty or a
+    blank one is ``missing-params`` naming it. A framework-initiated call
+    (``context.initiator == "framework"``) may omit it; the runtime supplies
+    :data:`FRAMEWORK_SUMMARY`.
+    """
+    params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
+    act = arguments.get("act_summary")
+    run_async = arguments.get("async") is True
+    if act is not None and not isinstance(act, str):
+        return ToolResult.error(
+            "invalid-param",
+            "act_summary must be a string.",
+            hint="pass act_summary as a short sentence saying what this call does.",
+            meta={"param": "act_summary"},
+        )
+    if act is None or not act.strip():
+        if context.initiator != "framework":
+            return ToolResult.error(
+                "missing-params",
+                f"{tool} needs act_summary.",
+                hint="pass act_summary: a short sentence telling the user what this call does.",
+                meta={"param": "act_summary"},
+            )
+        act = FRAMEWORK_SUMMARY
+    return params, act.strip()[:MAX_SUMMARY], run_async
+
+
 # -- 4. pre-validation -----------------------------------------------------------
+
+
+def with_defaults(cls: type[Ability], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments with every top-level default the schema declares filled in."""
+    out = dict(params)
+    for name, spec in cls.parameters.get("properties", {}).items():
+        if name not in out and isinstance(spec, Mapping) and "default" in spec:
+            out[name] = _copy_default(spec["default"])
+    return out
+
+
+def _copy_default(value: Any) -> Any:
+    # A default must not be shared between calls: an ability could mutate it.
+    if isinstance(value, dict | list):
+        return msgspec.json.decode(msgspec.json.encode(value))
+    return value
 
 
 def validator_for(cls: type[Ability]) -> jsonschema.protocols.Validator:
@@ -199,17 +272,21 @@ def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
         missing = [m for m in re.findall(r"'([^']+)' is a required property", error.message)]
         names = ", ".join(missing) or "a required parameter"
         return ToolResult.error(
-            "missing-params", f"{cls.name} needs {names}.",
-            hint=f"pass {names} and call again.", meta={"param": missing[0] if missing else ""},
+            "missing-params",
+            f"{cls.name} needs {names}.",
+            hint=f"pass {names} and call again.",
+            meta={"param": missing[0] if missing else ""},
         )
     if error.validator == "additionalProperties" and not path:
         instance = error.instance
         extra = sorted(set(instance) - set(props)) if isinstance(instance, Mapping) else []
         name = extra[0] if extra else "?"
         return ToolResult.error(
-            "invalid-param", f"{cls.name} has no parameter {name[:64]!r}.",
+            "invalid-param",
+            f"{cls.name} has no parameter {name[:64]!r}.",
             hint="use only the parameters the tool declares.",
-            valid_values=_values(sorted(props)), meta={"param": name[:64]},
+            valid_values=_values(sorted(props)),
+            meta={"param": name[:64]},
         )
     field = path or "arguments"
     valid: list[Scalar] | None = None
@@ -227,9 +304,11 @@ def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
     if valid is not None and error.validator in ("anyOf", "oneOf"):
         message = f"{str(error.instance)[:80]!r} is not one of the valid values"
     return ToolResult.error(
-        "invalid-param", f"parameter {field!r} is invalid: {message}",
+        "invalid-param",
+        f"parameter {field!r} is invalid: {message}",
         hint=f"fix {field} to match the tool's schema and call again.",
-        valid_values=valid, meta={"param": field[:64]},
+        valid_values=valid,
+        meta={"param": field[:64]},
     )
 
 
@@ -242,23 +321,29 @@ def _check_actions(cls: type[Ability], params: Mapping[str, Any]) -> ToolResult 
         default = cls.parameters.get("properties", {}).get(key, {}).get("default")
         if default is None:
             return ToolResult.error(
-                "missing-params", f"{cls.name} needs {key}.",
+                "missing-params",
+                f"{cls.name} needs {key}.",
                 hint=f"pass {key}, one of: {', '.join(cls.actions)}.",
-                valid_values=_values(cls.actions), meta={"param": key},
+                valid_values=_values(cls.actions),
+                meta={"param": key},
             )
         action = default
     if not isinstance(action, str) or action not in cls.actions:
         return ToolResult.error(
-            "unknown-action", f"{cls.name} has no action {str(action)[:64]!r}.",
+            "unknown-action",
+            f"{cls.name} has no action {str(action)[:64]!r}.",
             hint=f"use one of the listed values for {key}.",
-            valid_values=_values(cls.actions), meta={"param": key},
+            valid_values=_values(cls.actions),
+            meta={"param": key},
         )
     missing = [p for p in cls.actions[action] if params.get(p) is None]
     if missing:
         names = ", ".join(missing)
         return ToolResult.error(
-            "missing-params", f"{cls.name} {action} needs {names}.",
-            hint=f"pass {names} with {key}={action}.", meta={"action": action, "param": missing[0]},
+            "missing-params",
+            f"{cls.name} {action} needs {names}.",
+            hint=f"pass {names} with {key}={action}.",
+            meta={"action": action, "param": missing[0]},
         )
     return action
 
@@ -273,19 +358,23 @@ def _schema_is_the_struct(cls: type[Ability]) -> bool:
 
 
 def prevalidate(cls: type[Ability], params: dict[str, Any]) -> Prevalidated | ToolResult:
-    """The action map, then the JSON Schema, then the Params Struct.
+    """Defaults, then the action map, then the JSON Schema, then the Params Struct.
 
     When the schema was derived from the ``Params`` Struct, the Struct is the
     schema (msgspec's conversion enforces the same types, enums, bounds and
     unknown-field rule, ~10x faster), so it is tried first and the JSON Schema
     is consulted only to explain a failure with the field and its valid values.
+    The returned ``params`` carry every default (a Struct's default factories
+    too), so the permission is derived from exactly what will run.
     """
+    params = with_defaults(cls, params)
     action = _check_actions(cls, params)
     if isinstance(action, ToolResult):
         return action
     if _schema_is_the_struct(cls):
         try:
-            return Prevalidated(params, coerce_params(cls, params), action)
+            value = coerce_params(cls, params)
+            return Prevalidated(_builtins(value, params), value, action)
         except msgspec.ValidationError:
             pass  # explained below, by the schema when it can name the field
     validator = validator_for(cls)
@@ -297,10 +386,19 @@ def prevalidate(cls: type[Ability], params: dict[str, Any]) -> Prevalidated | To
         value = coerce_params(cls, params)
     except msgspec.ValidationError as exc:
         return ToolResult.error(
-            "invalid-param", f"the parameters are invalid: {str(exc)[:200]}",
+            "invalid-param",
+            f"the parameters are invalid: {str(exc)[:200]}",
             hint="fix the named parameter to match the tool's schema and call again.",
         )
-    return Prevalidated(params, value, action)
+    return Prevalidated(_builtins(value, params), value, action)
+
+
+def _builtins(value: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The dict form of the run value: a Struct's fields (defaults included), else the dict."""
+    if isinstance(value, msgspec.Struct):
+        found: dict[str, Any] = msgspec.to_builtins(value)
+        return found
+    return params
 
 
 # -- 5. the permission -----------------------------------------------------------

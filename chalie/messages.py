@@ -7,14 +7,40 @@ raises :class:`msgspec.ValidationError` naming the field (``at `$.channel```).
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 import msgspec
 
+if TYPE_CHECKING:
+    from chalie.policy import GateDecision
+    from chalie.result import ToolResult
+
+# -- the enumerations, each defined once (the tuples are derived, never restated) --
+
 Channel = Literal["chat", "subconscious", "external_agent"]
-CHANNELS: Final[tuple[str, ...]] = ("chat", "subconscious", "external_agent")
+CHANNELS: Final[tuple[str, ...]] = get_args(Channel)
+# An operator's setting for a (channel, permission).
 Decision = Literal["allow", "ask", "deny", "internal"]
+DECISIONS: Final[tuple[str, ...]] = get_args(Decision)
+# A human's answer to a permission request.
+Answer = Literal["allow_once", "allow_always", "deny"]
+ANSWERS: Final[tuple[str, ...]] = get_args(Answer)
+# Who decided a gate question.
+DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
+# How a call ended.
 Status = Literal["success", "error"]
+# A trail row's status: a call's status, or still running, or cut off by a stop.
+TrailStatus = Literal["running", "success", "error", "interrupted"]
+TRAIL_STATUSES: Final[tuple[str, ...]] = get_args(TrailStatus)
+# Where an ability runs: the key of the executor table (actors/executors).
+Isolation = Literal["inline", "process", "mcp"]
+ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
+# Whether a turn may call only the tools it was given, or any registered tool.
+ToolScope = Literal["restricted", "unrestricted"]
+# Who made the call: the model (must say act_summary), or the runtime/operator.
+Initiator = Literal["model", "framework"]
 
 
 class Message(
@@ -24,15 +50,27 @@ class Message(
 
 
 class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
-    """Who is calling: the conversation, the channel, and whether a human can answer."""
+    """Who is calling: the conversation, the channel, and whether a human can answer.
+
+    Only the runtime builds a TurnContext (the model controls the arguments,
+    never the context). ``scope`` says which tools the turn may call:
+    ``restricted`` (the default: fail closed) allows only ``injected`` (the
+    channel's pins) and what find_tools injected into this turn;
+    ``unrestricted`` (the CLI, operator calls) allows every registered tool.
+    ``initiator`` says who made the call: a ``model`` call must carry an
+    ``act_summary``; a ``framework`` call (operator, scheduler) may omit it and
+    the runtime supplies one.
+    """
 
     conversation_id: str
     turn_id: str
     channel: Channel = "chat"
     human_present: bool = True
     allow_async: bool = False
-    # Tool names injected into this turn (by find_tools or the channel's pins).
+    # Tool names pinned to this turn's channel.
     injected: tuple[str, ...] = ()
+    scope: ToolScope = "restricted"
+    initiator: Initiator = "model"
 
 
 class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):
@@ -45,7 +83,7 @@ class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):
 
 
 class ToolOutcome(Message, tag="tool_outcome", kw_only=True, frozen=True):
-    """The answer to a ToolCall: the rendered envelope and what the trail records."""
+    """The answer to a ToolCall: the envelope for the model, the rich payload for the client."""
 
     call_id: str
     tool: str
@@ -53,6 +91,8 @@ class ToolOutcome(Message, tag="tool_outcome", kw_only=True, frozen=True):
     envelope: str
     code: str | None = None
     background: bool = False
+    # The ability's rich-media payload (ToolResult.rich), never shown to the model.
+    rich: dict[str, Any] | None = None
 
 
 class CancelTurn(Message, tag="cancel_turn", kw_only=True, frozen=True):
@@ -74,7 +114,7 @@ class PermissionRequest(Message, tag="permission_request", kw_only=True, frozen=
 
 class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=True):
     request_id: str
-    answer: Literal["allow_once", "allow_always", "deny"]
+    answer: Answer
 
 
 class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=True):
@@ -85,6 +125,10 @@ class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=Tr
     tool: str
     envelope: str
     status: Status
+    code: str | None = None
+    rich: dict[str, Any] | None = None
+    # The outbox row holding it until a consumer acknowledges it (0: not stored).
+    outbox_id: int = 0
 
 
 # -- worker protocol (broker <-> ability worker processes) -------------------
@@ -160,6 +204,78 @@ AnyMessage = (
     | ControlRequest
     | ControlReply
 )
+
+# -- in-process actor messages (never on a wire: they carry futures and results) --
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """DispatcherActor: run one call; its outcome completes ``reply``."""
+
+    call: ToolCall
+    reply: Future[ToolOutcome]
+
+
+@dataclass(frozen=True)
+class GateAnswered:
+    """DispatcherActor: the PolicyActor's answer for call ``seq`` (a completed future)."""
+
+    seq: int
+    answer: Future[GateDecision]
+
+
+@dataclass(frozen=True)
+class Executed:
+    """DispatcherActor: an executor's result for call ``seq``."""
+
+    seq: int
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """DispatcherActor: call ``seq`` ran out of time."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class FlushTrail:
+    """DispatcherActor: write the trail's deferred ``running`` rows now."""
+
+
+@dataclass
+class GateAsk:
+    """PolicyActor: decide one call (sent with ``tell``); the decision completes ``reply``."""
+
+    call_id: str
+    context: TurnContext
+    tool: str
+    permission: str
+    internal: bool
+    act_summary: str
+    params_redacted: dict[str, Any]
+    reply: Future[GateDecision] = field(default_factory=Future)
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """PolicyActor: the caller no longer wants the decision (its call was cancelled)."""
+
+    reply: Future[GateDecision]
+
+
+@dataclass(frozen=True)
+class ViewRequest:
+    """PolicyActor: ask (with ``ask``) for the actor's lock-free PolicyView."""
+
+
+@dataclass(frozen=True)
+class ExpireRequest:
+    """PolicyActor: a permission request's time is up."""
+
+    request_id: str
+
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(AnyMessage)

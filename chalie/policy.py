@@ -31,16 +31,13 @@ from typing import Final, Literal
 import msgspec
 
 from chalie.db import connect
-from chalie.messages import CHANNELS, Channel, Decision
+from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 
-DECISIONS: Final[tuple[str, ...]] = ("allow", "ask", "deny", "internal")
-ANSWERS: Final[tuple[str, ...]] = ("allow_once", "allow_always", "deny")
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
 ACTION: Final = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
 
 Origin = Literal["set", "seen"]
-DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
 Verdict = Literal["allow", "deny", "ask-human"]
 Table = Mapping[tuple[str, str], Decision]
 
@@ -129,6 +126,33 @@ def decide(setting: Decision | None, *, channel: str, human_present: bool) -> Ve
     return "deny"
 
 
+def gate_rule(
+    setting: Decision | None,
+    *,
+    permission: str,
+    channel: str,
+    human_present: bool,
+    internal: bool,
+) -> GateDecision | None:
+    """The one gate rule: the decision for a call, or None when a human must be asked.
+
+    Both the PolicyActor and the dispatcher's fast path call this; neither
+    restates it. ``internal`` abilities run without a setting; otherwise the
+    operator's setting (``None``: never configured, so ``ask``) is turned into
+    a verdict by :func:`decide`.
+    """
+    if internal:
+        return allowed("internal")
+    verdict = decide(setting, channel=channel, human_present=human_present)
+    if verdict == "allow":
+        return allowed("internal" if setting == "internal" else "policy")
+    if verdict == "deny":
+        if setting == "deny":
+            return denied_by_policy(permission, channel)
+        return denied_without_human(permission, channel)
+    return None
+
+
 # -- the decisions the gate hands back -----------------------------------------
 
 
@@ -138,7 +162,9 @@ def allowed(by: DecidedBy) -> GateDecision:
 
 def denied_by_policy(permission: str, channel: str) -> GateDecision:
     return GateDecision(
-        decision="deny", decided_by="policy", code="permission-denied",
+        decision="deny",
+        decided_by="policy",
+        code="permission-denied",
         message=f"The policy denies {permission} on the {channel} channel.",
         hint="do not retry this call; tell the user it is blocked by policy.",
     )
@@ -146,17 +172,21 @@ def denied_by_policy(permission: str, channel: str) -> GateDecision:
 
 def denied_without_human(permission: str, channel: str) -> GateDecision:
     return GateDecision(
-        decision="deny", decided_by="policy", code="permission-denied",
+        decision="deny",
+        decided_by="policy",
+        code="permission-denied",
         message=f"{permission} needs a human's approval, and none can answer on the "
         f"{channel} channel.",
-        hint="a human must approve this action; ask the user to allow it in the policy, "
-        "or do without it.",
+        hint="do not retry this call; a human must approve this action: ask the user to "
+        "allow it in the policy, or do without it.",
     )
 
 
 def denied_by_human(permission: str) -> GateDecision:
     return GateDecision(
-        decision="deny", decided_by="human", code="permission-denied",
+        decision="deny",
+        decided_by="human",
+        code="permission-denied",
         message=f"The user declined {permission}.",
         hint="do not retry this call; ask the user what they want instead.",
     )
@@ -164,7 +194,9 @@ def denied_by_human(permission: str) -> GateDecision:
 
 def approval_expired(permission: str, after: float) -> GateDecision:
     return GateDecision(
-        decision="deny", decided_by="policy", code="approval-expired",
+        decision="deny",
+        decided_by="policy",
+        code="approval-expired",
         message=f"Nobody answered the request to allow {permission} within {after:g} s.",
         hint="ask the user whether to try again before repeating the call.",
     )
@@ -172,7 +204,9 @@ def approval_expired(permission: str, after: float) -> GateDecision:
 
 def failed_closed(reason: str) -> GateDecision:
     return GateDecision(
-        decision="deny", decided_by="fail-closed", code="permission-denied",
+        decision="deny",
+        decided_by="fail-closed",
+        code="permission-denied",
         message=f"The permission gate failed ({reason[:200]}), so the call is refused.",
         hint="this is a fault in the runtime, not in your call; try again later.",
     )
@@ -283,8 +317,24 @@ class PolicyStore:
 
 
 __all__ = [
-    "ANSWERS", "DECISIONS", "GateDecision", "PolicyError", "PolicyRow", "PolicyStore",
-    "allowed", "answer_decision", "approval_expired", "check_channel", "check_decision",
-    "check_permission", "decide", "denied_by_human", "denied_by_policy", "denied_without_human",
-    "failed_closed", "permission_for", "resolve",
+    "ANSWERS",
+    "DECISIONS",
+    "GateDecision",
+    "PolicyError",
+    "PolicyRow",
+    "PolicyStore",
+    "allowed",
+    "answer_decision",
+    "approval_expired",
+    "check_channel",
+    "check_decision",
+    "check_permission",
+    "decide",
+    "denied_by_human",
+    "denied_by_policy",
+    "denied_without_human",
+    "failed_closed",
+    "gate_rule",
+    "permission_for",
+    "resolve",
 ]

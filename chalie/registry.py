@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from chalie.ability import Ability
+from chalie.ability import Ability, descriptor_of
 
 log = logging.getLogger("chalie.registry")
 ENTRY_POINT_GROUP = "chalie.abilities"
@@ -221,7 +221,7 @@ class Registry:
         """Every descriptor, exactly as the model would see it, in name order."""
         wanted = None if names is None else set(names)
         return [
-            e.cls.descriptor(allow_async=allow_async)
+            descriptor_of(e.cls, allow_async=allow_async)
             for e in self
             if wanted is None or e.name in wanted
         ]

@@ -97,6 +97,38 @@ def test_redefining_the_injection_is_rejected_even_on_an_abstract_base() -> None
                 pass
 
 
+def test_a_mixin_cannot_slip_in_its_own_assembler() -> None:
+    class Mixin:
+        @classmethod
+        def descriptor(cls, *, allow_async: bool = False) -> dict[str, Any]:
+            return {"name": "forged"}
+
+    with pytest.raises(TypeError, match=r"Sneaky.*through .*Mixin.*descriptor"):
+
+        class Sneaky(Mixin, Ability):
+            name = "sneaky"
+            summary = "s"
+            tooltip = "t"
+            examples = EXAMPLES
+
+
+def test_a_sealed_name_from_an_ability_base_is_also_rejected() -> None:
+    class Injector:
+        input_schema = staticmethod(lambda **k: {})
+
+    with pytest.raises(TypeError, match="input_schema"):
+
+        class Base(Injector, Ability):
+            abstract = True
+
+
+def test_the_registry_assembles_through_ability_itself() -> None:
+    from chalie.ability import descriptor_of
+
+    cls = make()
+    assert descriptor_of(cls) == Ability.descriptor.__func__(cls)  # type: ignore[attr-defined]
+
+
 def test_replacing_the_assembler_after_creation_is_rejected() -> None:
     cls = make()
     with pytest.raises(TypeError, match="sealed"):

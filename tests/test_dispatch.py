@@ -355,8 +355,10 @@ def test_a_turn_that_declares_its_tools_may_call_only_those_and_what_find_tools_
     assert code_of(steps.resolve(registry(), "plain", pinned, turns)) == "unknown-tool"
     other_turn = ctx(turn_id="turn-2", injected=("find_tools",))
     assert code_of(steps.resolve(registry(), "mail", other_turn, turns)) == "unknown-tool"
-    # A turn that declares nothing (a direct call) may call any registered tool.
-    assert not isinstance(steps.resolve(registry(), "plain", ctx(), turns), ToolResult)
+    # Only an unrestricted context (the CLI, an operator) may call any registered tool.
+    assert not isinstance(
+        steps.resolve(registry(), "plain", ctx(scope="unrestricted"), turns), ToolResult
+    )
     assert not isinstance(
         steps.resolve(
             registry(),
@@ -366,3 +368,90 @@ def test_a_turn_that_declares_its_tools_may_call_only_those_and_what_find_tools_
         ),
         ToolResult,
     )
+
+
+# -- issue 8 section 1: the defects a review found -------------------------------------
+
+
+def test_a_restricted_turn_with_an_empty_tool_list_can_call_nothing() -> None:
+    from chalie.services import TurnTools
+
+    empty = ctx()  # restricted is the default: fail closed
+    assert empty.scope == "restricted"
+    assert code_of(steps.resolve(registry(), "plain", empty, TurnTools())) == "unknown-tool"
+    assert code_of(steps.resolve(registry(), "plain", empty, None)) == "unknown-tool"
+
+
+class DefaultAction(Ability):
+    """An action parameter whose default is the dangerous one."""
+
+    name = "files"
+    summary = "Files."
+    tooltip = "Files"
+    examples = EX
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["list", "delete_all"], "default": "delete_all"},
+            "path": {"type": "string", "default": "/"},
+        },
+        "additionalProperties": False,
+    }
+    actions = {"list": (), "delete_all": ()}
+
+    def run(self, params: dict[str, Any]) -> ToolResult:
+        return ToolResult.success(str(params["action"]))
+
+
+class DefaultActionParams(msgspec.Struct, forbid_unknown_fields=True):
+    action: Literal["list", "delete_all"] = "delete_all"
+
+
+class DefaultActionStruct(Ability):
+    name = "files_struct"
+    summary = "Files."
+    tooltip = "Files"
+    examples = EX
+    Params = DefaultActionParams
+    actions = {"list": (), "delete_all": ()}
+
+    def run(self, params: DefaultActionParams) -> ToolResult:
+        return ToolResult.success(params.action)
+
+
+@pytest.mark.parametrize("cls", [DefaultAction, DefaultActionStruct])
+def test_the_permission_comes_from_the_arguments_with_their_defaults(
+    cls: type[Ability],
+) -> None:
+    pre = steps.prevalidate(cls, {})
+    assert isinstance(pre, steps.Prevalidated)
+    assert pre.params["action"] == "delete_all" and pre.action == "delete_all"
+    assert steps.permission(cls(), pre.params) == f"{cls.name}.delete_all"
+
+
+def test_the_tool_runs_with_exactly_the_params_the_gate_saw() -> None:
+    pre = steps.prevalidate(DefaultAction, {})
+    assert isinstance(pre, steps.Prevalidated)
+    assert pre.value == pre.params == {"action": "delete_all", "path": "/"}
+
+
+@pytest.mark.parametrize("summary", [None, "", "   ", "\n\t"])
+def test_a_model_call_without_act_summary_is_missing_params(summary: str | None) -> None:
+    args: dict[str, Any] = {"action": "read"}
+    if summary is not None:
+        args["act_summary"] = summary
+    result = steps.framework_fields(args, ctx(), "mail")
+    assert code_of(result) == "missing-params"
+    assert isinstance(result, ToolResult) and "act_summary" in result.body
+    assert result.meta["param"] == "act_summary"
+
+
+def test_a_framework_call_gets_its_act_summary_supplied() -> None:
+    found = steps.framework_fields({"action": "read"}, ctx(initiator="framework"), "mail")
+    assert found == ({"action": "read"}, steps.FRAMEWORK_SUMMARY, False)
+    kept = steps.framework_fields({"act_summary": " mine "}, ctx(initiator="framework"), "mail")
+    assert not isinstance(kept, ToolResult) and kept[1] == "mine"
+
+
+def test_a_non_string_act_summary_is_invalid() -> None:
+    assert code_of(steps.framework_fields({"act_summary": 5}, ctx(), "mail")) == "invalid-param"

@@ -140,7 +140,11 @@ def _no_leftover_actors() -> Iterator[None]:
     pykka.ActorRegistry.stop_all()
 
 
+ARGS: dict[str, Any] = {"act_summary": "a test call"}
+
+
 def ctx(turn: str = "t1", channel: str = "chat", **over: Any) -> TurnContext:
+    over.setdefault("scope", "unrestricted")
     return TurnContext(
         conversation_id=over.pop("conversation", "conv"), turn_id=turn, channel=channel, **over
     )  # type: ignore[arg-type]
@@ -197,9 +201,11 @@ class Rig:
         call_id: str = "c1",
         context: TurnContext | None = None,
     ) -> Future[ToolOutcome]:
+        arguments = dict(args or {})
+        arguments.setdefault("act_summary", "a test call")
         return submit(
             self.ref,
-            ToolCall(call_id=call_id, tool=tool, arguments=args or {}, context=context or ctx()),
+            ToolCall(call_id=call_id, tool=tool, arguments=arguments, context=context or ctx()),
         )
 
     def run(self, *a: Any, **kw: Any) -> ToolOutcome:
@@ -329,7 +335,7 @@ def test_hostile_calls_get_structured_errors(rig: Rig) -> None:
 
 
 def test_proxy_and_ask_return_futures_of_the_outcome(rig: Rig) -> None:
-    call = ToolCall(call_id="p", tool="fast", context=ctx())
+    call = ToolCall(call_id="p", tool="fast", arguments=ARGS, context=ctx())
     via_proxy = rig.ref.proxy().dispatch(call).get(timeout=5)
     via_ask = rig.ref.ask(call, timeout=5)
     assert via_proxy.result(5).status == via_ask.result(5).status == "success"
@@ -519,9 +525,9 @@ def test_stopping_the_dispatcher_fails_its_calls_in_flight(rig: Rig) -> None:
     rig.ref.stop()
     outcome = fut.result(5)
     assert outcome.code == "internal-error"
-    assert submit(rig.ref, ToolCall(call_id="x", tool="fast", context=ctx())).result(5).code == (
-        "internal-error"
-    )
+    assert submit(
+        rig.ref, ToolCall(call_id="x", tool="fast", arguments=ARGS, context=ctx())
+    ).result(5).code == ("internal-error")
     book = Trail(rig.db)
     assert book.query()[0].code == "internal-error"
     book.close()
@@ -635,12 +641,14 @@ policy = PolicyActor.start(db, bus)
 policy.proxy().set("chat", "fast", "allow").get()
 policy.proxy().set("chat", "slow", "allow").get()
 disp = DispatcherActor.start(reg, Services(), db, lambda: policy, None, bus)
-ctx = TurnContext(conversation_id="k", turn_id="t")
+ctx = TurnContext(conversation_id="k", turn_id="t", scope="unrestricted")
 for i in range(30):
-    out = submit(disp, ToolCall(call_id=f"c{i}", tool="fast", context=ctx)).result(10)
+    call = ToolCall(call_id=f"c{i}", tool="fast", arguments={"act_summary": "x"}, context=ctx)
+    out = submit(disp, call).result(10)
     assert out.status == "success"
     print(f"returned c{i}", flush=True)
-submit(disp, ToolCall(call_id="in-flight", tool="slow", arguments={"seconds": 60}, context=ctx))
+args = {"seconds": 60, "act_summary": "x"}
+submit(disp, ToolCall(call_id="in-flight", tool="slow", arguments=args, context=ctx))
 time.sleep(0.2)
 print("in flight", flush=True)
 time.sleep(60)
@@ -692,22 +700,34 @@ def test_cancelling_a_call_that_awaits_approval_withdraws_the_request(rig: Rig) 
 
 
 def test_timeouts_of_ended_calls_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    from actors.dispatcher import _Deadlines
+    from actors.timers import Timers
 
-    monkeypatch.setattr(_Deadlines, "COMPACT_EVERY", 100)
-    live = {5}
-    fired: list[int] = []
-    deadlines = _Deadlines(fired.append, live.__contains__)
-    for seq in range(1, 1000):
-        deadlines.add(60.0, seq)
-    assert len(deadlines) < 200  # only the live call and the latest entries remain
-    deadlines.add(0.01, 5)
-    thread = threading.Thread(target=deadlines.run)
+    class Sink(pykka.ThreadingActor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.got: list[Any] = []
+
+        def on_receive(self, message: Any) -> Any:
+            if message == "got":
+                return list(self.got)
+            self.got.append(message)
+            return None
+
+    monkeypatch.setattr(Timers, "COMPACT_AFTER", 100)
+    sink = Sink.start()
+    timers = Timers(sink)
+    handles = [timers.add(60.0, ("late", n)) for n in range(1, 1000)]
+    for handle in handles:
+        timers.cancel(handle)
+    assert len(timers._heap) < 200  # cancelled entries do not stay for a whole timeout
+    timers.add(0.01, "due")
+    thread = threading.Thread(target=timers.run)
     thread.start()
-    wait_until(lambda: fired == [5])
-    deadlines.stop()
+    wait_until(lambda: sink.ask("got") == ["due"])
+    timers.stop()
     thread.join(2)
     assert not thread.is_alive()
+    sink.stop()
 
 
 def test_the_policy_can_be_given_as_a_ref_a_callable_or_a_child_handle(tmp_path: Path) -> None:
@@ -719,7 +739,9 @@ def test_the_policy_can_be_given_as_a_ref_a_callable_or_a_child_handle(tmp_path:
 
     for policy in (rig.policy, Handle(), lambda: rig.policy):
         ref = DispatcherActor.start(rig.registry, Services(), rig.db, policy, None, rig.bus)
-        outcome = submit(ref, ToolCall(call_id="x", tool="fast", context=ctx())).result(5)
+        outcome = submit(
+            ref, ToolCall(call_id="x", tool="fast", arguments=ARGS, context=ctx())
+        ).result(5)
         assert outcome.status == "success"
         ref.stop()
 
@@ -740,7 +762,7 @@ def test_an_ability_that_fails_to_construct_is_an_error_on_the_trail(rig: Rig) -
 
 
 def test_a_turn_calls_only_its_pinned_and_injected_tools(rig: Rig) -> None:
-    pinned = ctx("t-pins", injected=("lookup",))
+    pinned = ctx("t-pins", injected=("lookup",), scope="restricted")
     assert rig.run("lookup", context=pinned).status == "success"
     refused = rig.run("fast", context=pinned)
     assert refused.code == "unknown-tool" and "find_tools" in refused.envelope

@@ -232,6 +232,7 @@ def test_unseen_permission_is_recorded_and_denied_without_a_human(
     decision = g.gate("email.send", ctx(channel)).result(1)
     assert (decision.decision, decision.code) == ("deny", "permission-denied")
     assert "human must approve" in decision.hint
+    assert decision.hint.startswith("do not retry")
     rows = g.proxy.list().get()
     assert [(r.channel, r.permission, r.decision) for r in rows] == [(channel, "email.send", "ask")]
     assert g.events.queue.empty()
@@ -436,3 +437,22 @@ def test_closing_a_subscription_stops_delivery() -> None:
     sub.close()  # idempotent
     assert bus.publish("a", _request("a")) == 0
     assert sub.queue.empty() and bus.subscribers("a") == 0
+
+
+def test_the_one_gate_rule_decides_every_setting() -> None:
+    from chalie.policy import gate_rule
+
+    def rule(
+        setting: Any, channel: str = "chat", human: bool = True, internal: bool = False
+    ) -> Any:
+        return gate_rule(
+            setting, permission="mail.send", channel=channel, human_present=human, internal=internal
+        )
+
+    assert rule(None, internal=True).decided_by == "internal"
+    assert rule("allow").allowed and rule("internal").decided_by == "internal"
+    assert rule("deny").code == "permission-denied" and "policy denies" in rule("deny").message
+    assert rule("ask") is None and rule(None) is None  # a human is asked
+    for channel, human in (("chat", False), ("subconscious", True), ("external_agent", True)):
+        denied = rule("ask", channel, human)
+        assert not denied.allowed and denied.hint.startswith("do not retry")

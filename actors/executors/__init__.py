@@ -1,0 +1,47 @@
+"""The executors, one module each, and the one table that picks one per ability's ``isolation``.
+
+A new way to run tools is one module here and one row in :data:`EXECUTORS`:
+the dispatcher builds every registered executor at start from an
+:class:`ExecutorEnv` and never branches on the isolation itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
+from actors.executors.process import ProcessExecutor, WorkerPool
+from chalie.execution import Executor
+from chalie.services import Services
+
+
+@dataclass(frozen=True)
+class ExecutorEnv:
+    """What an executor may need to start: settings and the runtime parts it talks to."""
+
+    inline_threads: int = 16
+    lane_limit: int | None = None
+    lane_queue: int = DEFAULT_LANE_QUEUE
+    workers: WorkerPool | None = None
+    services: Services = field(default_factory=Services)
+    # Runtime parts a future executor needs (e.g. "mcp": the McpConnections ref).
+    parts: Mapping[str, Any] = field(default_factory=dict)
+
+
+Factory = Callable[[ExecutorEnv], Executor]
+
+# isolation -> factory. The one table: add a row to add a way to run tools.
+EXECUTORS: Final[dict[str, Factory]] = {
+    "inline": lambda env: InlineExecutor(env.inline_threads, env.lane_limit, env.lane_queue),
+    "process": lambda env: ProcessExecutor(env.workers),
+}
+
+
+def build(env: ExecutorEnv, table: Mapping[str, Factory] | None = None) -> dict[str, Executor]:
+    """One executor per registered isolation."""
+    return {isolation: make(env) for isolation, make in (table or EXECUTORS).items()}
+
+
+__all__ = ["EXECUTORS", "ExecutorEnv", "Factory", "build"]
