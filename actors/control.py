@@ -380,6 +380,8 @@ class ControlCommands:
                 limit=args.limit,
             )
             return control.success(msgspec.to_builtins(rows))
+        if command == "mcp.reload":
+            return control.success(rt.child("mcp").call("reload", timeout=60))
         policy = rt.child("policy")
         if command == "policy.list":
             return control.success(

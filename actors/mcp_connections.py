@@ -713,3 +713,39 @@ class McpHandle:
             return found
         except (ChildUnavailable, pykka.Timeout):
             return None
+
+
+class McpWiring:
+    """The composition root's piece for MCP outbound, built inside ``child_specs``.
+
+    Building it registers every cached proxy (so the discovery actor, which
+    starts later, indexes them from its first build, offline), makes the
+    handle the MCP executor uses (``parts={"mcp": wiring.handle}``), puts the
+    management operations in ``services.extra["mcp"]`` for the mcp_manager
+    ability, and gives the tree its child spec (``wiring.spec``).
+    """
+
+    def __init__(self, rt: Any) -> None:
+        from actors.supervisor import _Directory
+        from chalie.mcp.admin import McpAdmin
+
+        self.directory = _Directory()
+        self.handle = McpHandle(self.directory)
+        deps = McpDeps(
+            db_path=rt.db_path, home=rt.config.home, config=rt.config.mcp, loop=rt.loop,
+            registry=rt.registry, discovery=rt.services.discovery,
+            policy=lambda: rt.child("policy"), errlog_dir=rt.config.home / "logs",
+        )
+        self.deps = deps
+        preload(deps)
+
+        def reload() -> None:
+            with contextlib.suppress(Exception):
+                rt.child("mcp").call("reload", timeout=30)
+
+        rt.services.extra["mcp"] = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
+        rt.services.extra["mcp_loop"] = rt.loop
+        directory = self.directory
+        self.spec = ChildSpec(
+            "mcp", lambda: McpConnections.start(deps, directory=directory), shutdown=60.0
+        )

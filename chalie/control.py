@@ -13,7 +13,7 @@ Commands (arguments in the Structs below): ``status``, ``stop``,
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``.
+``policy.answer``, ``mcp.reload`` (reconcile MCP connections with the store).
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ COMMANDS: Final[dict[str, type[Args]]] = {
     "policy.reset": PolicyResetArgs,
     "policy.pending": NoArgs,
     "policy.answer": PolicyAnswerArgs,
+    "mcp.reload": NoArgs,
 }
 
 _request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)

@@ -170,6 +170,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     """The tree's children in start order; the supervisor stops them in reverse."""
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
+    from actors.mcp_connections import McpWiring
     from actors.policy import PolicyActor
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
 
@@ -178,6 +179,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     # Each start runs on the supervisor's thread, so it must not ask the
     # supervisor anything: children find each other later, through ChildRefs.
     rt.services.discovery = DiscoveryHandle(lambda: rt.child("discovery"))
+    mcp = McpWiring(rt)  # registers cached MCP proxies before discovery starts
     specs = [
         ChildSpec(
             "policy",
@@ -205,8 +207,10 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 workers_handle,
                 rt.events,
                 inline_threads=cfg.inline_threads,
+                parts={"mcp": mcp.handle},
             ),
         ),
+        mcp.spec,
     ]
     specs.extend(make(rt) for make in extra)
     specs.append(ChildSpec("control", lambda: ControlActor.start(rt)))

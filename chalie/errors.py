@@ -109,6 +109,17 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "The runtime refused the call because a queue is full.",
         "Too many calls in flight; retry later.",
     ),
+    ErrorCode(
+        "mcp-auth-failed",
+        "A remote MCP server refused Chalie's credentials.",
+        "The named server answered HTTP 401 or 403 (a missing, wrong or revoked token).",
+    ),
+    ErrorCode(
+        "mcp-tool-quarantined",
+        "A remote MCP tool changed its definition since it was approved.",
+        "Its name, description or input schema differs from the pinned one; the operator "
+        "must run chalie mcp approve.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)
