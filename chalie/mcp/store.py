@@ -64,6 +64,19 @@ _json = msgspec.json.Encoder()
 _remote = msgspec.json.Decoder(RemoteTool)
 
 
+def _connect(path: Path, attempts: int = 100) -> sqlite3.Connection:
+    """chalie.db.connect, retried: switching a fresh file to WAL while another connection does
+    the same answers "database is locked" at once (SQLite's busy handler does not cover it)."""
+    for attempt in range(attempts):
+        try:
+            return connect(path)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
 class ServerExists(ValueError):
     pass
 
@@ -88,7 +101,7 @@ class McpStore:
     """The two tables, for any thread of one process (one lock around the connection)."""
 
     def __init__(self, path: Path) -> None:
-        self._conn = connect(Path(path))
+        self._conn = _connect(Path(path))
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(_SCHEMA)

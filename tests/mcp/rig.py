@@ -108,6 +108,7 @@ class Rig:
         self.loop.start()
         self.bus = EventBus()
         self.policy = PolicyActor.start(self.db, self.bus, approval_expiry=30)
+        self.policy.proxy().list().get(timeout=10)  # its store exists before ours opens
         self.admin = McpAdmin(self.db, home)
         self.directory = _Directory()
         self.handle = McpHandle(self.directory)
@@ -143,8 +144,10 @@ class Rig:
         wait_until(lambda: self.status(name) == "online", timeout, f"{name} online")
 
     def wait_tools(self, name: str, count: int, timeout: float = 20.0) -> None:
+        prefix = f"_mcp_{name}_"
         wait_until(
-            lambda: sum(1 for t in self.admin.store.tools(name) if t.state == "active") >= count,
+            lambda: sum(1 for e in self.registry
+                        if e.name.startswith(prefix) and e.cls.discoverable) >= count,
             timeout, f"{name} has {count} tools",
         )
 
