@@ -339,10 +339,12 @@ class McpConnectionActor(SupervisedActor):
         self._status, self._reason = status, reason
         if self._store is None:
             return
-        with contextlib.suppress(Exception):
+        try:
             self._store.set_status(
                 self.name, status, reason=reason, since=time.time() if changed else None, **extra
             )
+        except Exception:
+            log.exception("mcp server %s: recording its status failed", self.name)
         if changed:
             log.info("mcp server %s is %s%s", self.name, status, f" ({reason})" if reason else "")
 

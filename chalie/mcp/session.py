@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -52,6 +53,9 @@ import chalie
 from chalie.mcp.spec import ServerSpec
 
 log = logging.getLogger("chalie.mcp")
+# httpx2 logs every request at INFO with its full URL: one line per heartbeat per server, and
+# a URL may carry a credential in its query. Only its warnings reach our log.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 MAX_PAGES: Final = 200
 CLOSE_GRACE: Final = 6.0
@@ -128,6 +132,7 @@ class Link:
         self._stop: asyncio.Event | None = None
         self.auth_status: int | None = None
         self._reported_lost = False
+        self._devnull: IO[str] | None = None
         self.info: LinkInfo | None = None
         self._secrets = sorted(
             {v for v in (*spec.headers.values(), *spec.env.values(), spec.url) if len(v) >= 4},
@@ -160,7 +165,7 @@ class Link:
                 command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
                 cwd=spec.cwd or None,
             )
-            return stdio_client(params, errlog=self._errlog or sys.stderr)
+            return stdio_client(params, errlog=self._errlog or self._stderr())
         if spec.transport == "http":
             http = httpx2.AsyncClient(
                 headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0),
@@ -180,6 +185,16 @@ class Link:
             )
 
         return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=factory)
+
+    def _stderr(self) -> IO[str]:
+        """Our stderr for a stdio child, or /dev/null when it has no file descriptor."""
+        try:
+            sys.stderr.fileno()
+            return sys.stderr
+        except (AttributeError, OSError, ValueError):
+            if self._devnull is None:
+                self._devnull = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
+            return self._devnull
 
     def _failure(self, exc: BaseException) -> ConnectFailure:
         if self.auth_status is not None:
@@ -322,10 +337,12 @@ class Link:
         if self._stop is not None:
             self._stop.set()
         owner = self._owner
-        if owner is None or owner.done():
-            return
-        done, _ = await asyncio.wait({owner}, timeout=grace)
-        if not done:
-            owner.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait({owner}, timeout=2.0)
+        if owner is not None and not owner.done():
+            done, _ = await asyncio.wait({owner}, timeout=grace)
+            if not done:
+                owner.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait({owner}, timeout=2.0)
+        if self._devnull is not None:
+            self._devnull.close()
+            self._devnull = None
