@@ -53,8 +53,9 @@ from chalie.discovery.engine import registry_docs
 from chalie.mcp import results
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
+from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
-from chalie.mcp.session import ConnectFailure, Link, LinkInfo, NotConnected, describe
+from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
@@ -76,20 +77,10 @@ def child_id(server: str) -> str:
 
 
 @dataclass(frozen=True)
-class RemoteCall:
-    """Run one tool call on this connection; ``done`` gets the ToolResult exactly once."""
+class Suspect:
+    """A call met a broken connection: probe it now rather than at the next heartbeat."""
 
-    job_id: str
-    proxy: str
-    tool: str
-    arguments: dict[str, Any]
-    timeout: float
-    done: Callable[[ToolResult], None]
-
-
-@dataclass(frozen=True)
-class CancelRemoteCall:
-    job_id: str
+    gen: int
 
 
 @dataclass(frozen=True)
@@ -134,11 +125,6 @@ class _Listed:
 @dataclass(frozen=True)
 class _Reconnect:
     gen: int
-
-
-@dataclass(frozen=True)
-class _CallEnded:
-    job_id: str
 
 
 # -- what the actors share ---------------------------------------------------------------
@@ -197,6 +183,8 @@ class McpDeps:
     policy: Callable[[], Any] | None = None  # gives the PolicyActor's ChildRef / ref
     side: SideWork = field(default_factory=SideWork)
     errlog_dir: Path | None = None
+    # server → the Route its actor last published (read by the MCP executor, lock-free)
+    routes: dict[str, Route] = field(default_factory=dict)
 
     def timeout(self, spec: ServerSpec) -> float:
         return spec.call_timeout or self.config.call_timeout
@@ -272,7 +260,6 @@ class McpConnectionActor(SupervisedActor):
         self._attempt = 0
         self._syncing = False
         self._dirty = False
-        self._inflight: dict[str, concurrent.futures.Future[Any]] = {}
         self._errlog: IO[str] | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
@@ -301,9 +288,7 @@ class McpConnectionActor(SupervisedActor):
         self._close_all("the connection actor failed")
 
     def _close_all(self, reason: str) -> None:
-        for fut in list(self._inflight.values()):
-            fut.cancel()
-        self._inflight.clear()
+        self._deps.routes.pop(self.name, None)
         link, self._link = self._link, None
         if link is not None:
             with contextlib.suppress(Exception):
@@ -337,6 +322,7 @@ class McpConnectionActor(SupervisedActor):
     def _set_status(self, status: Status, reason: str = "", **extra: Any) -> None:
         changed = status != self._status
         self._status, self._reason = status, reason
+        self._publish()
         if self._store is None:
             return
         try:
@@ -478,6 +464,7 @@ class McpConnectionActor(SupervisedActor):
             self._store.write_tools(change.rows)
             for row in change.rows:
                 self._rows[row.proxy] = row
+            self._publish()
         installed = install(
             self._deps.registry, change.rows, enabled=True, timeout=self._deps.timeout(self._spec)
         )
@@ -494,79 +481,21 @@ class McpConnectionActor(SupervisedActor):
     def _on_refresh(self) -> None:
         old = self._rows
         self._load_rows()
+        self._publish()
         changed = [r for p, r in self._rows.items() if old.get(p) != r]
         announce(self._deps, install(
             self._deps.registry, changed, enabled=True, timeout=self._deps.timeout(self._spec)
         ))
         self._resync()
 
-    # -- calls ---------------------------------------------------------------------------
-    def _refuse(self, msg: RemoteCall) -> ToolResult | None:
-        row = self._rows.get(msg.proxy)
-        if row is None or row.remote != msg.tool or row.state in ("gone", "incompatible"):
-            why = row.problem if row is not None and row.problem else ""
-            return results.unknown_tool(self.name, msg.tool, why)
-        if row.state == "quarantined":
-            return results.quarantined(self.name, msg.tool, row.changed)
-        if self._status != "online" or self._link is None:
-            if self._auth_status is not None:
-                return results.auth_failed(self.name, msg.tool, self._auth_status)
-            return results.unreachable(self.name, msg.tool, self._reason or self._status)
-        return None
-
-    def _call(self, msg: RemoteCall) -> None:
-        refused = self._refuse(msg)
-        if refused is not None:
-            msg.done(refused)
-            return
-        assert self._link is not None
-        link, gen = self._link, self._gen
-        fut = self._deps.loop.submit(link.call(msg.tool, msg.arguments, msg.timeout))
-        self._inflight[msg.job_id] = fut
-
-        def finished(f: concurrent.futures.Future[Any]) -> None:
-            result, suspect = self._outcome(msg, link, f)
-            try:
-                msg.done(result)
-            finally:
-                self._tell(_CallEnded(msg.job_id))
-                if suspect:
-                    self._tell(_Beat(gen))  # check the connection now, not at the next beat
-
-        fut.add_done_callback(finished)
-
-    def _outcome(
-        self, msg: RemoteCall, link: Link, fut: concurrent.futures.Future[Any]
-    ) -> tuple[ToolResult, bool]:
-        """The call's ToolResult, and whether the connection itself looks broken (loop thread)."""
-        if fut.cancelled():
-            return ToolResult.error(
-                "cancelled", f"The call to {msg.proxy} was cancelled.",
-                hint="the call was cancelled; do not continue with its result.",
-            ), False
-        error = fut.exception()
-        if error is None:
-            try:
-                return results.call_result(self.name, msg.tool, fut.result()), False
-            except Exception as exc:
-                log.exception("mapping the result of %s failed", msg.proxy)
-                return results.remote_error(self.name, msg.tool, -32603, type(exc).__name__), False
-        from mcp import MCPError
-
-        if link.auth_status is not None:
-            return results.auth_failed(self.name, msg.tool, link.auth_status), True
-        if isinstance(error, NotConnected):
-            return results.unreachable(self.name, msg.tool, "not connected"), True
-        if isinstance(error, TimeoutError):
-            return results.timed_out(self.name, msg.tool, msg.timeout), False
-        if isinstance(error, MCPError):
-            mapped = results.remote_error(self.name, msg.tool, error.error.code, error.error.message)
-            return mapped, mapped.code == "mcp-unreachable"
-        return results.unreachable(self.name, msg.tool, link.scrub(describe(error))), True
-
-    def _cancel(self, job_id: str) -> bool:
-        fut = self._inflight.pop(job_id, None)
-        return fut.cancel() if fut is not None else False
+    # -- the call path's snapshot -------------------------------------------------------
+    def _publish(self) -> None:
+        """Publish what a call needs to know now (see chalie.mcp.route)."""
+        self._deps.routes[self.name] = Route(
+            server=self.name, gen=self._gen, status=self._status, reason=self._reason,
+            link=self._link if self._status == "online" else None,
+            auth_status=self._auth_status, rows=dict(self._rows),
+        )
 
     # -- the public surface -----------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -574,16 +503,12 @@ class McpConnectionActor(SupervisedActor):
             "name": self.name, "status": self._status, "reason": self._reason,
             "protocol": self._link.info.protocol if self._link and self._link.info else "",
             "tools": sum(1 for r in self._rows.values() if r.state == "active"),
-            "in_flight": len(self._inflight), "last_sync": dict(self.last_sync),
+            "last_sync": dict(self.last_sync),
         }
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, RemoteCall):
-            self._call(message)
-        elif isinstance(message, CancelRemoteCall):
-            return self._cancel(message.job_id)
-        elif isinstance(message, _CallEnded):
-            self._inflight.pop(message.job_id, None)
+        if isinstance(message, Suspect):
+            self._on_beat(_Beat(message.gen))
         elif isinstance(message, _Connected):
             self._on_connected(message)
         elif isinstance(message, _Beat):
@@ -697,10 +622,12 @@ class McpConnections(Supervisor):
 
 
 class McpHandle:
-    """Reaching a server's connection actor from any thread (the executor, the ability)."""
+    """What the MCP executor needs: the published routes, the loop, the connection actors."""
 
-    def __init__(self, directory: Any) -> None:
+    def __init__(self, directory: Any, routes: dict[str, Route], loop: EventLoopThread) -> None:
         self.directory = directory
+        self.routes = routes
+        self.loop = loop
 
     def connection(self, server: str) -> ChildRef:
         return ChildRef(self.directory, child_id(server))
@@ -732,13 +659,13 @@ class McpWiring:
         from chalie.mcp.admin import McpAdmin
 
         self.directory = _Directory()
-        self.handle = McpHandle(self.directory)
         deps = McpDeps(
             db_path=rt.db_path, home=rt.config.home, config=rt.config.mcp, loop=rt.loop,
             registry=rt.registry, discovery=rt.services.discovery,
             policy=lambda: rt.child("policy"), errlog_dir=rt.config.home / "logs",
         )
         self.deps = deps
+        self.handle = McpHandle(self.directory, deps.routes, rt.loop)
         preload(deps)
 
         def reload() -> None:

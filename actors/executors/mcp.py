@@ -1,83 +1,100 @@
-"""The MCP executor: abilities with ``isolation = "mcp"`` (remote tool proxies) run through
-their server's McpConnectionActor.
+"""The MCP executor: abilities with ``isolation = "mcp"`` (remote tool proxies) run over their
+server's one persistent session.
 
-``start`` tells the server's connection actor a :class:`RemoteCall` and
-returns; the actor runs the call on the event loop over its one persistent
-session with the job's timeout, maps the outcome and calls ``done`` (once).
-A proxy that cannot run (quarantined, gone, on a disabled server) is
-answered here at once with its own code; a server with no running
-connection is ``mcp-unreachable`` naming it. ``cancel`` reaches the remote
-server as an MCP cancellation.
+``start`` reads the Route its server's McpConnectionActor last published
+(:mod:`chalie.mcp.route`): a proxy that cannot run (quarantined, gone, on a
+disabled server, its server offline or refusing our credentials) is answered
+at once with its own code; otherwise the call is submitted to the session on
+the event loop with the job's timeout, and the mapped result reaches
+``done`` from the loop thread, exactly once. A call that finds the
+connection broken asks the actor to probe it now. ``cancel`` cancels the
+call's task, which the SDK turns into an MCP ``notifications/cancelled``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import threading
+from typing import Any
 
-from actors.mcp_connections import CancelRemoteCall, McpHandle, RemoteCall
+from actors.mcp_connections import McpHandle, Suspect
 from actors.supervisor import ChildUnavailable
 from chalie.execution import FAULTS, Done, Job
 from chalie.mcp import results
-from chalie.mcp.proxy import is_proxy
-from chalie.result import ToolResult
+from chalie.mcp.proxy import McpProxy, is_proxy
+from chalie.mcp.route import outcome, refusal
 
 log = logging.getLogger("chalie.dispatch")
 
 
 class McpExecutor:
-    """Sends proxy calls to their connection actors; see the module docstring."""
+    """Runs proxy calls on their servers' sessions; see the module docstring."""
 
     def __init__(self, handle: McpHandle | None) -> None:
         self._handle = handle
         self._lock = threading.Lock()
-        self._servers: dict[str, str] = {}  # job id → server, for cancel
+        self._calls: dict[str, concurrent.futures.Future[Any]] = {}
 
     def start(self, job: Job, done: Done) -> None:
         cls = job.entry.cls
         if not is_proxy(cls):
             done(FAULTS.no_executor(job.tool, "mcp"))
             return
-        server, tool = cls.mcp_server, cls.mcp_tool  # type: ignore[attr-defined]
-        state = cls.mcp_state  # type: ignore[attr-defined]
-        if state == "quarantined":
-            done(results.quarantined(server, tool, cls.mcp_changed))  # type: ignore[attr-defined]
+        assert issubclass(cls, McpProxy)
+        server, tool = cls.mcp_server, cls.mcp_tool
+        if cls.mcp_state == "quarantined":
+            done(results.quarantined(server, tool, cls.mcp_changed))
             return
-        if state != "active":
-            why = "its server is disabled" if state == "disabled" else ""
-            done(results.unknown_tool(server, tool, why))
+        if cls.mcp_state != "active":
+            done(results.unknown_tool(
+                server, tool, "its server is disabled" if cls.mcp_state == "disabled" else ""
+            ))
             return
-        if self._handle is None:
+        handle = self._handle
+        if handle is None:
             done(results.unreachable(server, tool, "MCP connections are not running"))
             return
-        with self._lock:
-            self._servers[job.job_id] = server
-
-        def finished(result: ToolResult) -> None:
-            with self._lock:
-                self._servers.pop(job.job_id, None)
-            done(result)
-
+        route = handle.routes.get(server)
+        refused = refusal(route, server, job.tool, tool)
+        if refused is not None:
+            done(refused)
+            return
+        assert route is not None and route.link is not None
+        link, gen = route.link, route.gen
         try:
-            self._handle.tell(
-                server,
-                RemoteCall(job.job_id, job.tool, tool, dict(job.params), job.timeout, finished),
-            )
-        except ChildUnavailable:
-            finished(results.unreachable(server, tool, "not connected"))
+            fut = handle.loop.submit(link.call(tool, dict(job.params), job.timeout))
         except Exception as exc:
-            log.exception("sending %s to its MCP connection failed", job.tool)
-            finished(FAULTS.executor_failed(job.tool, type(exc).__name__))
+            log.exception("submitting %s to its MCP session failed", job.tool)
+            done(FAULTS.executor_failed(job.tool, type(exc).__name__))
+            return
+        with self._lock:
+            self._calls[job.job_id] = fut
+
+        def finished(f: concurrent.futures.Future[Any]) -> None:
+            with self._lock:
+                self._calls.pop(job.job_id, None)
+            try:
+                result, suspect = outcome(server, job.tool, tool, job.timeout, link, f)
+            except Exception as exc:
+                log.exception("mapping the result of %s failed", job.tool)
+                result, suspect = FAULTS.executor_failed(job.tool, type(exc).__name__), False
+            done(result)
+            if suspect:
+                with contextlib.suppress(ChildUnavailable):
+                    handle.connection(server).tell(Suspect(gen))
+
+        fut.add_done_callback(finished)
 
     def cancel(self, job_id: str) -> None:
         with self._lock:
-            server = self._servers.get(job_id)
-        if server is None or self._handle is None:
-            return
-        try:
-            self._handle.tell(server, CancelRemoteCall(job_id))
-        except ChildUnavailable:
-            pass
+            fut = self._calls.get(job_id)
+        if fut is not None:
+            fut.cancel()
 
     def close(self) -> None:
-        pass  # the connections are supervised actors of their own
+        with self._lock:
+            calls = list(self._calls.values())
+        for fut in calls:
+            fut.cancel()

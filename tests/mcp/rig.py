@@ -111,11 +111,11 @@ class Rig:
         self.policy.proxy().list().get(timeout=10)  # its store exists before ours opens
         self.admin = McpAdmin(self.db, home)
         self.directory = _Directory()
-        self.handle = McpHandle(self.directory)
         self.deps = McpDeps(db_path=self.db, home=home, config=config, loop=self.loop,
                             registry=self.registry, discovery=discovery,
                             policy=lambda: self.policy, side=SideWork(),
                             errlog_dir=home / "logs")
+        self.handle = McpHandle(self.directory, self.deps.routes, self.loop)
         self.mcp: pykka.ActorRef[Any] | None = None
         self.dispatcher: pykka.ActorRef[Any] | None = None
         if dispatcher:
