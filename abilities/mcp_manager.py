@@ -20,8 +20,12 @@ from chalie.ability import Ability
 from chalie.result import ToolResult
 
 RISKY: Final = frozenset({"add", "remove", "enable"})
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64,
-                                   description="the connection's name, e.g. task-tracker")]
+Name = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=64, description="the connection's name, e.g. task-tracker"
+    ),
+]
 
 
 class McpManagerParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -29,15 +33,23 @@ class McpManagerParams(msgspec.Struct, forbid_unknown_fields=True):
 
     action: Literal["list", "add", "enable", "disable", "test", "remove"] = "list"
     name: Name | None = None
-    url: Annotated[str, msgspec.Meta(max_length=2048,
-                                     description="the server's http(s) URL (add)")] | None = None
+    url: (
+        Annotated[str, msgspec.Meta(max_length=2048, description="the server's http(s) URL (add)")]
+        | None
+    ) = None
     transport: Literal["http", "sse"] | None = None
-    command: Annotated[str, msgspec.Meta(max_length=4096,
-                                         description="a local stdio server's command (add)")] | None = None
-    args: Annotated[list[Annotated[str, msgspec.Meta(max_length=4096)]],
-                    msgspec.Meta(max_length=128)] = []
-    headers: Annotated[dict[str, Annotated[str, msgspec.Meta(max_length=8192)]],
-                       msgspec.Meta(max_length=64)] = {}
+    command: (
+        Annotated[
+            str, msgspec.Meta(max_length=4096, description="a local stdio server's command (add)")
+        ]
+        | None
+    ) = None
+    args: Annotated[
+        list[Annotated[str, msgspec.Meta(max_length=4096)]], msgspec.Meta(max_length=128)
+    ] = []
+    headers: Annotated[
+        dict[str, Annotated[str, msgspec.Meta(max_length=8192)]], msgspec.Meta(max_length=64)
+    ] = {}
 
 
 class McpManager(Ability):
@@ -72,10 +84,11 @@ class McpManager(Ability):
         return action if action in RISKY else None
 
     def run(self, params: McpManagerParams) -> ToolResult:
-        admin = (self.services.extra.get("mcp") if self.services is not None else None)
+        admin = self.services.extra.get("mcp") if self.services is not None else None
         if admin is None:
             return ToolResult.error(
-                "internal-error", "MCP connections are not available in this runtime.",
+                "internal-error",
+                "MCP connections are not available in this runtime.",
                 hint="this is a fault in the runtime's set-up, not in your call.",
             )
         from chalie.mcp.admin import McpAdminError
@@ -89,28 +102,39 @@ class McpManager(Ability):
             if params.action == "add":
                 if params.url is None and params.command is None:
                     return ToolResult.error(
-                        "missing-params", "mcp_manager add needs url or command.",
+                        "missing-params",
+                        "mcp_manager add needs url or command.",
                         hint="pass the server's url (or a local command) with the name.",
                         meta={"param": "url"},
                     )
                 spec = spec_from_options(
-                    name, command=params.command, args=params.args, url=params.url,
+                    name,
+                    command=params.command,
+                    args=params.args,
+                    url=params.url,
                     transport=params.transport,
                     headers=[f"{k}: {v}" for k, v in params.headers.items()],
                 )
                 shown = admin.add(spec)
-                return ToolResult.success({"added": shown["name"], "transport": shown["transport"],
-                                           "note": "it connects in the background; its tools "
-                                           "appear when it is online"})
+                return ToolResult.success(
+                    {
+                        "added": shown["name"],
+                        "transport": shown["transport"],
+                        "note": "it connects in the background; its tools appear when it is online",
+                    }
+                )
             if params.action in ("enable", "disable"):
                 return ToolResult.success(admin.set_enabled(name, params.action == "enable"))
             if params.action == "remove":
                 return ToolResult.success(admin.remove(name))
             return self._test(admin, name)
         except (McpAdminError, SpecError) as exc:
-            return ToolResult.error("invalid-param", str(exc)[:300],
-                                    hint="check the name (action list shows them) and the url.",
-                                    meta={"param": "name"})
+            return ToolResult.error(
+                "invalid-param",
+                str(exc)[:300],
+                hint="check the name (action list shows them) and the url.",
+                meta={"param": "name"},
+            )
 
     def _test(self, admin: Any, name: str) -> ToolResult:
         from chalie.mcp.probe import test_server
@@ -120,18 +144,26 @@ class McpManager(Ability):
         try:
             resolved = resolve(admin.spec(name), admin.secrets)
         except MissingSecret as exc:
-            return ToolResult.error("mcp-unreachable", str(exc)[:300],
-                                    hint="the operator must provide the missing secret.")
+            return ToolResult.error(
+                "mcp-unreachable",
+                str(exc)[:300],
+                hint="the operator must provide the missing secret.",
+            )
         if loop is None:
-            return ToolResult.error("internal-error", "no event loop to test the connection on.",
-                                    hint="this is a fault in the runtime's set-up.")
+            return ToolResult.error(
+                "internal-error",
+                "no event loop to test the connection on.",
+                hint="this is a fault in the runtime's set-up.",
+            )
         report = loop.submit(test_server(resolved, timeout=min(self.timeout - 5, 30.0))).result(
             self.timeout
         )
         if not report["ok"]:
             code = "mcp-auth-failed" if report["kind"] == "auth" else "mcp-unreachable"
-            return ToolResult.error(code, f"{name}: {report['error']}",
-                                    hint=f"the server {name} could not be reached; check its "
-                                    "address or credentials.")
+            return ToolResult.error(
+                code,
+                f"{name}: {report['error']}",
+                hint=f"the server {name} could not be reached; check its address or credentials.",
+            )
         report["tools"] = len(report["tools"])
         return ToolResult.success(report)

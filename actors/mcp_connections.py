@@ -40,17 +40,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final, TextIO
 
 import pykka
 
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, SupervisedActor, Supervisor
-from actors.supervisor import _Child  # the supervisor's own child record (dynamic children)
+from actors.supervisor import (
+    ChildRef,
+    ChildSpec,
+    ChildUnavailable,
+    SupervisedActor,
+    Supervisor,
+    _Child,  # the supervisor's own child record (dynamic children)
+)
 from chalie import messages
 from chalie.config import McpConfig
 from chalie.discovery.engine import registry_docs
-from chalie.mcp import results
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
 from chalie.mcp.route import Route
@@ -60,7 +65,6 @@ from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
 from chalie.registry import Registry
-from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.mcp")
 
@@ -231,8 +235,10 @@ def preload(deps: McpDeps) -> None:
         rows = store.tools()
         for server in store.servers():
             install(
-                deps.registry, [r for r in rows if r.server == server.name],
-                enabled=server.spec.enabled, timeout=deps.timeout(server.spec),
+                deps.registry,
+                [r for r in rows if r.server == server.name],
+                enabled=server.spec.enabled,
+                timeout=deps.timeout(server.spec),
             )
     finally:
         store.close()
@@ -260,7 +266,7 @@ class McpConnectionActor(SupervisedActor):
         self._attempt = 0
         self._syncing = False
         self._dirty = False
-        self._errlog: IO[str] | None = None
+        self._errlog: TextIO | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
 
@@ -274,7 +280,7 @@ class McpConnectionActor(SupervisedActor):
         self._load_rows()
         if self._deps.errlog_dir is not None:
             self._deps.errlog_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._errlog = open(  # noqa: SIM115 - lives as long as the actor
+            self._errlog = open(
                 self._deps.errlog_dir / f"mcp-{self.name}.log", "a", encoding="utf-8"
             )
         self._connect()
@@ -448,8 +454,12 @@ class McpConnectionActor(SupervisedActor):
             reason = describe(error)
             log.warning("mcp server %s: listing its tools failed: %s", self.name, reason)
             if self._store is not None:
-                self._store.set_status(self.name, self._status, reason=self._reason,
-                                       error=f"tools/list failed: {reason}")
+                self._store.set_status(
+                    self.name,
+                    self._status,
+                    reason=self._reason,
+                    error=f"tools/list failed: {reason}",
+                )
         else:
             self._apply(msg.future.result())
         if self._dirty:
@@ -471,8 +481,11 @@ class McpConnectionActor(SupervisedActor):
         announce(self._deps, installed)
         back_to_ask(self._deps, change.quarantined)
         self.last_sync = {
-            "at": time.time(), "listed": len(listed), "added": len(change.added),
-            "removed": len(change.removed), "quarantined": len(change.quarantined),
+            "at": time.time(),
+            "listed": len(listed),
+            "added": len(change.added),
+            "removed": len(change.removed),
+            "quarantined": len(change.quarantined),
             "skipped": len(change.skipped),
         }
         if not change.empty:
@@ -483,24 +496,33 @@ class McpConnectionActor(SupervisedActor):
         self._load_rows()
         self._publish()
         changed = [r for p, r in self._rows.items() if old.get(p) != r]
-        announce(self._deps, install(
-            self._deps.registry, changed, enabled=True, timeout=self._deps.timeout(self._spec)
-        ))
+        announce(
+            self._deps,
+            install(
+                self._deps.registry, changed, enabled=True, timeout=self._deps.timeout(self._spec)
+            ),
+        )
         self._resync()
 
     # -- the call path's snapshot -------------------------------------------------------
     def _publish(self) -> None:
         """Publish what a call needs to know now (see chalie.mcp.route)."""
         self._deps.routes[self.name] = Route(
-            server=self.name, gen=self._gen, status=self._status, reason=self._reason,
+            server=self.name,
+            gen=self._gen,
+            status=self._status,
+            reason=self._reason,
             link=self._link if self._status == "online" else None,
-            auth_status=self._auth_status, rows=dict(self._rows),
+            auth_status=self._auth_status,
+            rows=dict(self._rows),
         )
 
     # -- the public surface -----------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         return {
-            "name": self.name, "status": self._status, "reason": self._reason,
+            "name": self.name,
+            "status": self._status,
+            "reason": self._reason,
             "protocol": self._link.info.protocol if self._link and self._link.info else "",
             "tools": sum(1 for r in self._rows.values() if r.state == "active"),
             "last_sync": dict(self.last_sync),
@@ -565,8 +587,13 @@ class McpConnections(Supervisor):
     # -- dynamic children ---------------------------------------------------------------
     def _add(self, spec: ServerSpec) -> None:
         deps = self._deps
-        child = _Child(ChildSpec(child_id(spec.name), lambda: McpConnectionActor.start(spec, deps),
-                                 shutdown=STOP_GRACE + 1))
+        child = _Child(
+            ChildSpec(
+                child_id(spec.name),
+                lambda: McpConnectionActor.start(spec, deps),
+                shutdown=STOP_GRACE + 1,
+            )
+        )
         self._children.append(child)
         self._by_id[child.spec.id] = child
         self._specs[spec.name] = spec
@@ -598,10 +625,15 @@ class McpConnections(Supervisor):
         for name, spec in servers.items():
             if name in self._specs:
                 continue  # a running child owns its server's proxies (it re-reads on Refresh)
-            announce(deps, install(
-                deps.registry, [r for r in rows if r.server == name], enabled=spec.enabled,
-                timeout=deps.timeout(spec),
-            ))
+            announce(
+                deps,
+                install(
+                    deps.registry,
+                    [r for r in rows if r.server == name],
+                    enabled=spec.enabled,
+                    timeout=deps.timeout(spec),
+                ),
+            )
             if spec.enabled:
                 self._add(spec)
                 started.append(name)
@@ -660,9 +692,14 @@ class McpWiring:
 
         self.directory = _Directory()
         deps = McpDeps(
-            db_path=rt.db_path, home=rt.config.home, config=rt.config.mcp, loop=rt.loop,
-            registry=rt.registry, discovery=rt.services.discovery,
-            policy=lambda: rt.child("policy"), errlog_dir=rt.config.home / "logs",
+            db_path=rt.db_path,
+            home=rt.config.home,
+            config=rt.config.mcp,
+            loop=rt.loop,
+            registry=rt.registry,
+            discovery=rt.services.discovery,
+            policy=lambda: rt.child("policy"),
+            errlog_dir=rt.config.home / "logs",
         )
         self.deps = deps
         self.handle = McpHandle(self.directory, deps.routes, rt.loop)

@@ -48,9 +48,11 @@ class McpExecutor:
             done(results.quarantined(server, tool, cls.mcp_changed))
             return
         if cls.mcp_state != "active":
-            done(results.unknown_tool(
-                server, tool, "its server is disabled" if cls.mcp_state == "disabled" else ""
-            ))
+            done(
+                results.unknown_tool(
+                    server, tool, "its server is disabled" if cls.mcp_state == "disabled" else ""
+                )
+            )
             return
         handle = self._handle
         if handle is None:

@@ -125,14 +125,31 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--header", "headers", multiple=True, help="'Name: value' for --url (repeatable).")
 @click.option("--disabled", is_flag=True, help="Add it without connecting.")
 @click.pass_obj
-def mcp_add(obj: Ctx, name: str, command: str | None, args: tuple[str, ...],
-            env: tuple[str, ...], cwd: str, url: str | None, transport: str | None,
-            headers: tuple[str, ...], disabled: bool) -> None:
+def mcp_add(
+    obj: Ctx,
+    name: str,
+    command: str | None,
+    args: tuple[str, ...],
+    env: tuple[str, ...],
+    cwd: str,
+    url: str | None,
+    transport: str | None,
+    headers: tuple[str, ...],
+    disabled: bool,
+) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
     write ${VAR} to read one from the daemon's environment instead."""
     try:
-        spec = spec_from_options(name, command=command, args=args, url=url, transport=transport,
-                                 headers=headers, env=env, cwd=cwd)
+        spec = spec_from_options(
+            name,
+            command=command,
+            args=args,
+            url=url,
+            transport=transport,
+            headers=headers,
+            env=env,
+            cwd=cwd,
+        )
     except SpecError as exc:
         fail(str(exc))
     if disabled:

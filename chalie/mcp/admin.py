@@ -9,6 +9,7 @@ Views never contain a secret: specs are shown with references only
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,10 +95,13 @@ class McpAdmin:
     def show(self, name: str) -> dict[str, Any]:
         row = self._require(name)
         tools = self.store.tools(row.name)
-        return {**server_view(row, tools), "spec": shown(row.spec),
-                "tool_list": [tool_view(t) for t in tools]}
+        return {
+            **server_view(row, tools),
+            "spec": shown(row.spec),
+            "tool_list": [tool_view(t) for t in tools],
+        }
 
-    def tools(self, name: str) -> list[dict[str, Any]]:
+    def tools(self, name: str) -> builtins.list[dict[str, Any]]:
         return [tool_view(t) for t in self.store.tools(self._require(name).name)]
 
     # -- changes -----------------------------------------------------------------------

@@ -118,18 +118,24 @@ def spec_from_entry(name: str, entry: Any, *, enabled: bool = True) -> ServerSpe
         if not isinstance(cwd, str):
             raise SpecError("cwd must be a string")
         spec = ServerSpec(
-            transport="stdio", command=command, args=tuple(_strings("args", entry.get("args"))),
-            env=env, cwd=cwd, **common,
+            transport="stdio",
+            command=command,
+            args=tuple(_strings("args", entry.get("args"))),
+            env=env,
+            cwd=cwd,
+            **common,
         )
     else:
         if not isinstance(url, str):
             raise SpecError(f"an {transport} server needs a url")
-        spec = ServerSpec(transport=transport, url=url, headers=entry.get("headers") or {}, **common)
+        spec = ServerSpec(
+            transport=transport, url=url, headers=entry.get("headers") or {}, **common
+        )
     return check_spec(spec)
 
 
 def parse_servers(text: str | bytes) -> Parsed:
-    """Every server of an ``mcpServers`` file; ImportFileError only when the whole file is unusable."""
+    """Every server of an ``mcpServers`` file; ImportFileError only for an unusable file."""
     if len(text) > MAX_FILE_BYTES:
         raise ImportFileError(f"the file is larger than {MAX_FILE_BYTES // 1024} KiB")
     try:
@@ -184,12 +190,20 @@ def spec_from_options(
     if command is not None:
         if transport not in (None, "stdio"):
             raise SpecError("--command makes a stdio server; --transport must be stdio")
-        entry = {"command": command, "args": list(args), "env": pairs("--env", env, "="),
-                 "cwd": cwd}
+        entry = {
+            "command": command,
+            "args": list(args),
+            "env": pairs("--env", env, "="),
+            "cwd": cwd,
+        }
         if headers:
             raise SpecError("--header applies to --url servers only")
     else:
         if args or env or cwd:
             raise SpecError("--arg, --env and --cwd apply to --command servers only")
-        entry = {"url": url, "type": transport or "http", "headers": pairs("--header", headers, ":")}
+        entry = {
+            "url": url,
+            "type": transport or "http",
+            "headers": pairs("--header", headers, ":"),
+        }
     return spec_from_entry(name, entry)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import IO, Any
+from typing import Any, TextIO
 
 from chalie.mcp.session import ConnectFailure, Link, describe
 from chalie.mcp.spec import ServerSpec
 
 
 async def test_server(
-    resolved: ServerSpec, *, timeout: float = 30.0, errlog: IO[str] | None = None
+    resolved: ServerSpec, *, timeout: float = 30.0, errlog: TextIO | None = None
 ) -> dict[str, Any]:
     """A report: ok, protocol version, connect/list/probe latency, tool names (or the error)."""
     link = Link(resolved, errlog=errlog)
@@ -35,7 +35,11 @@ async def test_server(
             "tools": [str(getattr(t, "name", ""))[:120] for t in tools],
         }
     except Exception as exc:
-        return {"name": resolved.name, "ok": False, "kind": "unreachable",
-                "error": link.scrub(describe(exc))}
+        return {
+            "name": resolved.name,
+            "ok": False,
+            "kind": "unreachable",
+            "error": link.scrub(describe(exc)),
+        }
     finally:
         await link.close(grace=3.0)

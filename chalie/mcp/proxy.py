@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from chalie.ability import Ability
-from chalie.registry import Entry, Registry
 from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
+from chalie.registry import Entry, Registry
 from chalie.result import ToolResult
 
 TOOLTIP_MAX: Final = 120
@@ -41,8 +41,9 @@ class McpProxy(Ability):
 
     def run(self, params: Any) -> ToolResult:
         return ToolResult.error(
-            "internal-error", f"{self.name} is a remote MCP tool and runs only through the MCP "
-            "executor.", hint="this is a fault in the runtime's set-up, not in your call.",
+            "internal-error",
+            f"{self.name} is a remote MCP tool and runs only through the MCP executor.",
+            hint="this is a fault in the runtime's set-up, not in your call.",
         )
 
 
@@ -94,7 +95,10 @@ def is_proxy(cls: type[Ability]) -> bool:
 def signature(cls: type[Ability]) -> tuple[Any, ...]:
     """What makes two proxy classes interchangeable (same state, prose, schema, timeout)."""
     return (
-        getattr(cls, "mcp_state", None), cls.summary, cls.discoverable, cls.timeout,
+        getattr(cls, "mcp_state", None),
+        cls.summary,
+        cls.discoverable,
+        cls.timeout,
         repr(sorted(dict(cls.parameters).items(), key=lambda kv: kv[0])),
     )
 

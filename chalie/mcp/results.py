@@ -158,7 +158,8 @@ def unknown_tool(server: str, tool: str, why: str = "") -> ToolResult:
 def quarantined(server: str, tool: str, changed: str) -> ToolResult:
     return ToolResult.error(
         "mcp-tool-quarantined",
-        f"The definition of {tool[:120]} on MCP server {server} changed ({changed or 'definition'}) "
+        f"The definition of {tool[:120]} on MCP server {server} changed "
+        f"({changed or 'definition'}) "
         "since it was approved; it is quarantined.",
         hint=f"the operator must review and approve it (chalie mcp approve {server} {tool[:80]}); "
         "do not retry.",

@@ -51,13 +51,18 @@ def refusal(route: Route | None, server: str, proxy: str, tool: str) -> ToolResu
 
 
 def outcome(
-    server: str, proxy: str, tool: str, timeout: float, link: Link,
+    server: str,
+    proxy: str,
+    tool: str,
+    timeout: float,
+    link: Link,
     fut: concurrent.futures.Future[Any],
 ) -> tuple[ToolResult, bool]:
     """A finished call's ToolResult, and whether the connection itself looks broken."""
     if fut.cancelled():
         return ToolResult.error(
-            "cancelled", f"The call to {proxy} was cancelled.",
+            "cancelled",
+            f"The call to {proxy} was cancelled.",
             hint="the call was cancelled; do not continue with its result.",
         ), False
     error = fut.exception()

@@ -53,7 +53,9 @@ class SecretFile:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            raise MissingSecret(f"the MCP secrets file {self.path} is unreadable ({type(exc).__name__})")
+            raise MissingSecret(
+                f"the MCP secrets file {self.path} is unreadable ({type(exc).__name__})"
+            ) from None
         return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
     def _write(self, data: Mapping[str, str]) -> None:
@@ -139,7 +141,9 @@ def _substitute(value: str, secrets: SecretFile, environ: Mapping[str, str], whe
         if m.group(1):
             found = secrets.get(m.group(2))
             if found is None:
-                raise MissingSecret(f"{where}: the secret {m.group(2)!r} is not in the secrets file")
+                raise MissingSecret(
+                    f"{where}: the secret {m.group(2)!r} is not in the secrets file"
+                )
             return found
         env = environ.get(m.group(2))
         if env is None:

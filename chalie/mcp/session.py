@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import IO, Any, Final, Literal
+from typing import Any, Final, Literal, TextIO
 
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
@@ -118,7 +118,7 @@ class Link:
         *,
         on_change: Callable[[], None] = lambda: None,
         on_lost: Callable[[str], None] = lambda reason: None,
-        errlog: IO[str] | None = None,
+        errlog: TextIO | None = None,
         read_timeout: float = 60.0,
     ) -> None:
         self._spec = spec  # resolved: never log it
@@ -132,11 +132,12 @@ class Link:
         self._stop: asyncio.Event | None = None
         self.auth_status: int | None = None
         self._reported_lost = False
-        self._devnull: IO[str] | None = None
+        self._devnull: TextIO | None = None
         self.info: LinkInfo | None = None
         self._secrets = sorted(
             {v for v in (*spec.headers.values(), *spec.env.values(), spec.url) if len(v) >= 4},
-            key=len, reverse=True,
+            key=len,
+            reverse=True,
         )
 
     # -- safety ------------------------------------------------------------------
@@ -162,13 +163,16 @@ class Link:
         hooks: dict[str, list[Callable[..., Any]]] = {"response": [self._on_response]}
         if spec.transport == "stdio":
             params = StdioServerParameters(
-                command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
+                command=spec.command,
+                args=list(spec.args),
+                env=dict(spec.env) or None,
                 cwd=spec.cwd or None,
             )
             return stdio_client(params, errlog=self._errlog or self._stderr())
         if spec.transport == "http":
             http = httpx2.AsyncClient(
-                headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0),
+                headers=dict(spec.headers),
+                timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks=hooks,
             )
             stack_http.append(http)
@@ -180,31 +184,36 @@ class Link:
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
             return httpx2.AsyncClient(
-                headers=headers, timeout=timeout or httpx2.Timeout(30.0, read=300.0), auth=auth,
+                headers=headers,
+                timeout=timeout or httpx2.Timeout(30.0, read=300.0),
+                auth=auth,
                 event_hooks=hooks,
             )
 
         return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=factory)
 
-    def _stderr(self) -> IO[str]:
+    def _stderr(self) -> TextIO:
         """Our stderr for a stdio child, or /dev/null when it has no file descriptor."""
         try:
             sys.stderr.fileno()
             return sys.stderr
         except (AttributeError, OSError, ValueError):
             if self._devnull is None:
-                self._devnull = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
+                self._devnull = open(os.devnull, "w")
             return self._devnull
 
     def _failure(self, exc: BaseException) -> ConnectFailure:
         if self.auth_status is not None:
             return ConnectFailure(
-                "auth", f"the server refused our credentials (HTTP {self.auth_status})",
+                "auth",
+                f"the server refused our credentials (HTTP {self.auth_status})",
                 self.auth_status,
             )
         for leaf in leaves(exc):
             if isinstance(leaf, FileNotFoundError):
-                return ConnectFailure("config", self.scrub(f"command not found: {self._spec.command}"))
+                return ConnectFailure(
+                    "config", self.scrub(f"command not found: {self._spec.command}")
+                )
             if isinstance(leaf, PermissionError):
                 return ConnectFailure("config", self.scrub(f"cannot run {self._spec.command}"))
         return ConnectFailure("unreachable", self.scrub(describe(exc)))
@@ -217,8 +226,11 @@ class Link:
                 for client in http:
                     await stack.enter_async_context(client)
                 session = Client(
-                    transport, mode="auto", read_timeout_seconds=self._read_timeout,
-                    message_handler=self._on_message, cache=None,
+                    transport,
+                    mode="auto",
+                    read_timeout_seconds=self._read_timeout,
+                    message_handler=self._on_message,
+                    cache=None,
                     client_info=Implementation(name="chalie", version=chalie.__version__),
                 )
                 client_ = await stack.enter_async_context(session)
@@ -244,7 +256,7 @@ class Link:
                     ConnectFailure("unreachable", "the connection attempt was cancelled")
                 )
             raise
-        except BaseException as exc:  # noqa: BLE001 - groups of anything end the session
+        except BaseException as exc:
             failure = self._failure(exc)
             if not ready.done():
                 ready.set_exception(failure)
@@ -270,7 +282,9 @@ class Link:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.info("%s: no tools/list_changed stream (%s)", self._spec.name, self.scrub(describe(exc)))
+            log.info(
+                "%s: no tools/list_changed stream (%s)", self._spec.name, self.scrub(describe(exc))
+            )
 
     # -- the public surface (on the loop) ---------------------------------------------
     async def open(self, timeout: float) -> LinkInfo:
@@ -280,7 +294,9 @@ class Link:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[LinkInfo] = loop.create_future()
         self._stop = asyncio.Event()
-        self._owner = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-{self._spec.name}")
+        self._owner = asyncio.create_task(
+            self._own(ready, self._stop), name=f"mcp-{self._spec.name}"
+        )
         try:
             return await asyncio.wait_for(asyncio.shield(ready), timeout)
         except TimeoutError:

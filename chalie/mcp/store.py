@@ -124,8 +124,14 @@ class McpStore:
     def _server(row: Any) -> ServerRow:
         spec, created, status, since, reason, beat, proto, latency, error = row
         return ServerRow(
-            spec=decode_spec(spec), created_at=created, status=status, status_since=since,
-            status_reason=reason, last_heartbeat=beat, protocol=proto, latency_ms=latency,
+            spec=decode_spec(spec),
+            created_at=created,
+            status=status,
+            status_since=since,
+            status_reason=reason,
+            last_heartbeat=beat,
+            protocol=proto,
+            latency_ms=latency,
             last_error=error,
         )
 
@@ -152,8 +158,13 @@ class McpStore:
                 self._conn.execute(
                     "INSERT INTO mcp_servers (name, spec, created_at, status, status_since) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (spec.name, encode_spec(spec), now,
-                     "offline" if spec.enabled else "disabled", now),
+                    (
+                        spec.name,
+                        encode_spec(spec),
+                        now,
+                        "offline" if spec.enabled else "disabled",
+                        now,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise ServerExists(f"an MCP server named {spec.name!r} already exists") from None
@@ -167,8 +178,13 @@ class McpStore:
             self._conn.execute(
                 "UPDATE mcp_servers SET spec = ?, status = ?, status_since = ?, status_reason = ? "
                 "WHERE name = ?",
-                (encode_spec(spec), "offline" if enabled else "disabled", time.time(),
-                 "" if enabled else "disabled by the operator", name),
+                (
+                    encode_spec(spec),
+                    "offline" if enabled else "disabled",
+                    time.time(),
+                    "" if enabled else "disabled by the operator",
+                    name,
+                ),
             )
         return True
 
@@ -199,8 +215,11 @@ class McpStore:
         sets = ["status = ?", "status_reason = ?"]
         args: list[Any] = [status, reason[:500]]
         for column, value in (
-            ("status_since", since), ("protocol", protocol), ("latency_ms", latency_ms),
-            ("last_heartbeat", heartbeat), ("last_error", None if error is None else error[:500]),
+            ("status_since", since),
+            ("protocol", protocol),
+            ("latency_ms", latency_ms),
+            ("last_heartbeat", heartbeat),
+            ("last_error", None if error is None else error[:500]),
         ):
             if value is not None:
                 sets.append(f"{column} = ?")
@@ -218,13 +237,33 @@ class McpStore:
 
     @staticmethod
     def _tool(row: Any) -> ToolRow:
-        (server, remote, proxy, description, schema, pin, state, changed, pending, first,
-         updated, problem) = row
+        (
+            server,
+            remote,
+            proxy,
+            description,
+            schema,
+            pin,
+            state,
+            changed,
+            pending,
+            first,
+            updated,
+            problem,
+        ) = row
         return ToolRow(
-            server=server, remote=remote, proxy=proxy, description=description,
-            schema=msgspec.json.decode(schema), pin=pin, state=state, changed=changed,
-            pending=_remote.decode(pending) if pending else None, first_seen=first,
-            updated_at=updated, problem=problem,
+            server=server,
+            remote=remote,
+            proxy=proxy,
+            description=description,
+            schema=msgspec.json.decode(schema),
+            pin=pin,
+            state=state,
+            changed=changed,
+            pending=_remote.decode(pending) if pending else None,
+            first_seen=first,
+            updated_at=updated,
+            problem=problem,
         )
 
     def tools(self, server: str | None = None) -> list[ToolRow]:
@@ -243,16 +282,26 @@ class McpStore:
 
     def taken_names(self) -> dict[str, str]:
         """proxy → ``server/remote`` for every name ever assigned (the persisted mapping)."""
-        return {p: f"{s}/{r}" for s, r, p in self._rows("SELECT server, remote, proxy FROM mcp_tools")}
+        return {
+            p: f"{s}/{r}" for s, r, p in self._rows("SELECT server, remote, proxy FROM mcp_tools")
+        }
 
     def write_tools(self, rows: Iterable[ToolRow]) -> int:
         """Insert or replace rows, in one transaction."""
         values = [
             (
-                r.server, r.remote, r.proxy, r.description, _json.encode(r.schema).decode(),
-                r.pin, r.state, r.changed,
+                r.server,
+                r.remote,
+                r.proxy,
+                r.description,
+                _json.encode(r.schema).decode(),
+                r.pin,
+                r.state,
+                r.changed,
                 _json.encode(r.pending).decode() if r.pending is not None else None,
-                r.first_seen, r.updated_at, r.problem,
+                r.first_seen,
+                r.updated_at,
+                r.problem,
             )
             for r in rows
         ]

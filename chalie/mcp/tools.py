@@ -37,7 +37,9 @@ State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024
 MAX_SCHEMA_BYTES: Final = 64 * 1024
 MAX_REMOTE_NAME: Final = 512
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]")
+_CONTROL: Final = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]"
+)
 _SPACE: Final = re.compile(r"\s+")
 # Anything that looks like an envelope tag ([name(...)] or [end:name]) loses its bracket.
 _TAG: Final = re.compile(r"\[(?=\s*(?:end\s*:|_?[A-Za-z][A-Za-z0-9_]*\s*\())")
@@ -84,8 +86,11 @@ def clean_text(text: object, limit: int = MAX_DESCRIPTION) -> str:
 def definition_hash(tool: RemoteTool) -> str:
     """sha256 over the name, the description and the canonical JSON of the schema."""
     doc = json.dumps(
-        [tool.name, tool.description, tool.schema], sort_keys=True, ensure_ascii=False,
-        separators=(",", ":"), default=str,
+        [tool.name, tool.description, tool.schema],
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
     )
     return hashlib.sha256(doc.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -139,7 +144,7 @@ def proxy_parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def remote_tool(raw: Any) -> RemoteTool | None:
-    """A listed tool (an SDK ``Tool`` or a dict) as a RemoteTool; None when it has no usable name."""
+    """A listed tool (an SDK ``Tool`` or a dict) as a RemoteTool; None without a usable name."""
     name = getattr(raw, "name", None) if not isinstance(raw, dict) else raw.get("name")
     if not isinstance(name, str) or not name or len(name) > MAX_REMOTE_NAME:
         return None
@@ -202,9 +207,16 @@ def plan(
             proxy = proxy_name(server, tool.name, names)
             names[proxy] = f"{server}/{tool.name}"
             new = ToolRow(
-                server=server, remote=tool.name, proxy=proxy, description=tool.description,
-                schema=tool.schema, pin=digest, state="incompatible" if problem else "active",
-                first_seen=now, updated_at=now, problem=problem or "",
+                server=server,
+                remote=tool.name,
+                proxy=proxy,
+                description=tool.description,
+                schema=tool.schema,
+                pin=digest,
+                state="incompatible" if problem else "active",
+                first_seen=now,
+                updated_at=now,
+                problem=problem or "",
             )
             out.rows.append(new)
             if not problem:
@@ -215,8 +227,15 @@ def plan(
             # never callable before, or broken now: no pin to defend, take it as listed
             state: State = "incompatible" if problem else "active"
             new = msgspec.structs.replace(
-                row, description=tool.description, schema=tool.schema, pin=digest, state=state,
-                changed="", pending=None, updated_at=now, problem=problem or "",
+                row,
+                description=tool.description,
+                schema=tool.schema,
+                pin=digest,
+                state=state,
+                changed="",
+                pending=None,
+                updated_at=now,
+                problem=problem or "",
             )
         elif digest == row.pin:
             new = msgspec.structs.replace(row, state="active", changed="", pending=None)
@@ -224,19 +243,27 @@ def plan(
                 new = msgspec.structs.replace(new, updated_at=now)
         else:
             pending = row.pending
-            if pending is not None and definition_hash(pending) == digest and row.state == "quarantined":
+            if (
+                pending is not None
+                and definition_hash(pending) == digest
+                and row.state == "quarantined"
+            ):
                 continue  # the same change we already hold in quarantine
             new = msgspec.structs.replace(
-                row, state="quarantined", changed=what_changed(_as_remote(row), tool),
-                pending=tool, updated_at=now,
+                row,
+                state="quarantined",
+                changed=what_changed(_as_remote(row), tool),
+                pending=tool,
+                updated_at=now,
             )
             if row.state != "quarantined":
                 out.quarantined.append(row.proxy)
         if new != row:
             out.rows.append(new)
         callable_now = new.state == "active"
-        if callable_now and (not callable_before or new.schema != row.schema
-                             or new.description != row.description):
+        if callable_now and (
+            not callable_before or new.schema != row.schema or new.description != row.description
+        ):
             out.added.append(new.proxy)
         elif callable_before and not callable_now:
             out.removed.append(new.proxy)
@@ -254,6 +281,12 @@ def approve(row: ToolRow, *, now: float | None = None) -> ToolRow:
         return row
     tool = row.pending
     return msgspec.structs.replace(
-        row, description=tool.description, schema=tool.schema, pin=definition_hash(tool),
-        state="active", changed="", pending=None, updated_at=time.time() if now is None else now,
+        row,
+        description=tool.description,
+        schema=tool.schema,
+        pin=definition_hash(tool),
+        state="active",
+        changed="",
+        pending=None,
+        updated_at=time.time() if now is None else now,
     )

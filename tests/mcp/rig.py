@@ -28,8 +28,15 @@ from chalie.registry import Registry
 from chalie.services import Services
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = McpConfig(heartbeat_interval=1.0, probe_timeout=1.0, connect_timeout=15.0,
-                 list_timeout=10.0, call_timeout=10.0, backoff_base=0.2, backoff_cap=1.0)
+FAST = McpConfig(
+    heartbeat_interval=1.0,
+    probe_timeout=1.0,
+    connect_timeout=15.0,
+    list_timeout=10.0,
+    call_timeout=10.0,
+    backoff_base=0.2,
+    backoff_cap=1.0,
+)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
@@ -53,11 +60,25 @@ class FixtureServer:
         self.start()
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "tests.mcp_fixtures.server", "--transport", self.transport,
-               "--port", str(self.port), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.mcp_fixtures.server",
+            "--transport",
+            self.transport,
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("PORT "), line
@@ -86,21 +107,36 @@ class FixtureServer:
 
 
 def stdio_spec(name: str, *args: str, **kw: Any) -> ServerSpec:
-    return ServerSpec(name=name, transport="stdio", command=sys.executable,
-                      args=("-m", "tests.mcp_fixtures.server", "--transport", "stdio", *args),
-                      cwd=str(ROOT), **kw)
+    return ServerSpec(
+        name=name,
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "tests.mcp_fixtures.server", "--transport", "stdio", *args),
+        cwd=str(ROOT),
+        **kw,
+    )
 
 
 def ctx(turn: str = "t1", channel: str = "chat") -> TurnContext:
-    return TurnContext(conversation_id="conv", turn_id=turn, channel=channel,  # type: ignore[arg-type]
-                       scope="unrestricted")
+    return TurnContext(
+        conversation_id="conv",
+        turn_id=turn,
+        channel=channel,  # type: ignore[arg-type]
+        scope="unrestricted",
+    )
 
 
 class Rig:
     """A home directory with the MCP slice of the daemon running on it."""
 
-    def __init__(self, home: Path, *, config: McpConfig = FAST, discovery: Any = None,
-                 dispatcher: bool = True) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        config: McpConfig = FAST,
+        discovery: Any = None,
+        dispatcher: bool = True,
+    ) -> None:
         self.home = home
         self.db = home / "chalie.db"
         self.registry = Registry()
@@ -111,17 +147,29 @@ class Rig:
         self.policy.proxy().list().get(timeout=10)  # its store exists before ours opens
         self.admin = McpAdmin(self.db, home)
         self.directory = _Directory()
-        self.deps = McpDeps(db_path=self.db, home=home, config=config, loop=self.loop,
-                            registry=self.registry, discovery=discovery,
-                            policy=lambda: self.policy, side=SideWork(),
-                            errlog_dir=home / "logs")
+        self.deps = McpDeps(
+            db_path=self.db,
+            home=home,
+            config=config,
+            loop=self.loop,
+            registry=self.registry,
+            discovery=discovery,
+            policy=lambda: self.policy,
+            side=SideWork(),
+            errlog_dir=home / "logs",
+        )
         self.handle = McpHandle(self.directory, self.deps.routes, self.loop)
         self.mcp: pykka.ActorRef[Any] | None = None
         self.dispatcher: pykka.ActorRef[Any] | None = None
         if dispatcher:
             self.dispatcher = DispatcherActor.start(
-                self.registry, Services(registry=self.registry), self.db, lambda: self.policy,
-                None, self.bus, parts={"mcp": self.handle},
+                self.registry,
+                Services(registry=self.registry),
+                self.db,
+                lambda: self.policy,
+                None,
+                self.bus,
+                parts={"mcp": self.handle},
             )
 
     def add(self, spec: ServerSpec) -> None:
@@ -146,21 +194,32 @@ class Rig:
     def wait_tools(self, name: str, count: int, timeout: float = 20.0) -> None:
         prefix = f"_mcp_{name}_"
         wait_until(
-            lambda: sum(1 for e in self.registry
-                        if e.name.startswith(prefix) and e.cls.discoverable) >= count,
-            timeout, f"{name} has {count} tools",
+            lambda: (
+                sum(1 for e in self.registry if e.name.startswith(prefix) and e.cls.discoverable)
+                >= count
+            ),
+            timeout,
+            f"{name} has {count} tools",
         )
 
     def allow(self, permission: str) -> None:
         for channel in ("chat", "subconscious", "external_agent"):
             self.policy.proxy().set(channel, permission, "allow").get(timeout=5)
 
-    def call(self, tool: str, args: dict[str, Any] | None = None, *, call_id: str = "c1",
-             context: TurnContext | None = None) -> Future[ToolOutcome]:
+    def call(
+        self,
+        tool: str,
+        args: dict[str, Any] | None = None,
+        *,
+        call_id: str = "c1",
+        context: TurnContext | None = None,
+    ) -> Future[ToolOutcome]:
         assert self.dispatcher is not None
         arguments = {"act_summary": "a test call", **(args or {})}
-        return submit(self.dispatcher, ToolCall(call_id=call_id, tool=tool, arguments=arguments,
-                                                context=context or ctx()))
+        return submit(
+            self.dispatcher,
+            ToolCall(call_id=call_id, tool=tool, arguments=arguments, context=context or ctx()),
+        )
 
     def run(self, tool: str, args: dict[str, Any] | None = None, **kw: Any) -> ToolOutcome:
         return self.call(tool, args, **kw).result(30)

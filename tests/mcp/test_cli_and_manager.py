@@ -15,7 +15,7 @@ from abilities.mcp_manager import McpManager
 from chalie.cli import cli
 from chalie.mcp.admin import McpAdmin
 from chalie.services import Services
-from tests.mcp.rig import FixtureServer, Rig, stdio_spec, wait_until
+from tests.mcp.rig import FixtureServer, Rig, wait_until
 
 
 def run(home: Path, *args: str) -> Any:
@@ -23,15 +23,38 @@ def run(home: Path, *args: str) -> Any:
 
 
 def test_add_list_show_enable_disable_remove(tmp_path: Path) -> None:
-    r = run(tmp_path, "mcp", "add", "task-tracker", "--url", "https://mcp.example.com/mcp",
-            "--header", "Authorization: Bearer tok-zzz-999")
+    r = run(
+        tmp_path,
+        "mcp",
+        "add",
+        "task-tracker",
+        "--url",
+        "https://mcp.example.com/mcp",
+        "--header",
+        "Authorization: Bearer tok-zzz-999",
+    )
     assert r.exit_code == 0 and "added tasktracker (http)" in r.output
-    r = run(tmp_path, "mcp", "add", "loc", "--command", sys.executable, "--arg", "-m",
-            "--arg", "mcp_server_time", "--env", "API_TOKEN=abc123456", "--disabled")
+    r = run(
+        tmp_path,
+        "mcp",
+        "add",
+        "loc",
+        "--command",
+        sys.executable,
+        "--arg",
+        "-m",
+        "--arg",
+        "mcp_server_time",
+        "--env",
+        "API_TOKEN=abc123456",
+        "--disabled",
+    )
     assert r.exit_code == 0
     listing = json.loads(run(tmp_path, "mcp", "list", "--json").output)
-    assert {s["name"]: s["status"] for s in listing} == {"loc": "disabled",
-                                                        "tasktracker": "offline"}
+    assert {s["name"]: s["status"] for s in listing} == {
+        "loc": "disabled",
+        "tasktracker": "offline",
+    }
     shown = run(tmp_path, "mcp", "show", "tasktracker").output
     assert "tok-zzz" not in shown and "${secret:tasktracker.header.authorization}" in shown
     assert "abc123456" not in run(tmp_path, "mcp", "show", "loc").output
@@ -42,24 +65,36 @@ def test_add_list_show_enable_disable_remove(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and "no MCP server" in bad.output + (bad.stderr or "")
 
 
-@pytest.mark.parametrize("args", [
-    ("mcp", "add", "x"),
-    ("mcp", "add", "x", "--url", "ftp://h/mcp"),
-    ("mcp", "add", "x_y", "--url", "https://h/mcp", "--header", "nocolon"),
-    ("mcp", "add", "x", "--command", "c", "--url", "https://h"),
-    ("mcp", "approve", "nobody"),
-    ("mcp", "test", "nobody"),
-])
-def test_bad_cli_input_is_one_line_and_a_nonzero_exit(tmp_path: Path, args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("mcp", "add", "x"),
+        ("mcp", "add", "x", "--url", "ftp://h/mcp"),
+        ("mcp", "add", "x_y", "--url", "https://h/mcp", "--header", "nocolon"),
+        ("mcp", "add", "x", "--command", "c", "--url", "https://h"),
+        ("mcp", "approve", "nobody"),
+        ("mcp", "test", "nobody"),
+    ],
+)
+def test_bad_cli_input_is_one_line_and_a_nonzero_exit(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
     r = run(tmp_path, *args)
-    assert r.exit_code != 0 and r.exception is None or isinstance(r.exception, SystemExit)
+    assert (r.exit_code != 0 and r.exception is None) or isinstance(r.exception, SystemExit)
 
 
 def test_import_reports_added_skipped_and_refused(tmp_path: Path) -> None:
     f = tmp_path / "claude.json"
-    f.write_text(json.dumps({"mcpServers": {
-        "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
-        "bad": {"type": "smoke-signal"}}}))
+    f.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": sys.executable, "args": ["-m", "mcp_server_time"]},
+                    "bad": {"type": "smoke-signal"},
+                }
+            }
+        )
+    )
     r = run(tmp_path, "mcp", "import", str(f))
     assert "added time" in r.output and "refused bad" in (r.stderr or r.output)
     r = run(tmp_path, "mcp", "import", str(f))
@@ -69,8 +104,18 @@ def test_import_reports_added_skipped_and_refused(tmp_path: Path) -> None:
 
 
 def test_mcp_test_reports_protocol_latency_and_tools(tmp_path: Path) -> None:
-    run(tmp_path, "mcp", "add", "time", "--command", sys.executable, "--arg", "-m",
-        "--arg", "mcp_server_time")
+    run(
+        tmp_path,
+        "mcp",
+        "add",
+        "time",
+        "--command",
+        sys.executable,
+        "--arg",
+        "-m",
+        "--arg",
+        "mcp_server_time",
+    )
     r = run(tmp_path, "mcp", "test", "time")
     assert r.exit_code == 0, r.output
     assert "protocol 2026-07-28" in r.output and "2 tools" in r.output
@@ -96,8 +141,9 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
         services.extra.update(mcp=admin, mcp_loop=rig.loop)
         ability = McpManager(None, services)
         P = McpManager.Params
-        added = ability.run(P(action="add", name="task-tracker", url=srv.url,
-                              headers={"X-Api-Key": "k-123-secret"}))
+        added = ability.run(
+            P(action="add", name="task-tracker", url=srv.url, headers={"X-Api-Key": "k-123-secret"})
+        )
         assert added.ok, added.body
         rig.wait_tools("tasktracker", 8)
         listed = ability.run(P(action="list"))
@@ -121,12 +167,23 @@ def test_daemon_is_ready_before_servers_connect_and_calls_a_remote_tool(tmp_path
     d = DaemonProcess(home, tmp_path / "daemon.log")
     try:
         run(home, "mcp", "add", "fx", "--url", srv.url)
-        run(home, "mcp", "add", "slowpoke", "--command", sys.executable, "--arg", "-c",
-            "--arg", "import time; time.sleep(60)")
+        run(
+            home,
+            "mcp",
+            "add",
+            "slowpoke",
+            "--command",
+            sys.executable,
+            "--arg",
+            "-c",
+            "--arg",
+            "import time; time.sleep(60)",
+        )
         started = time.monotonic()
         d.start()
         assert time.monotonic() - started < 30
         assert json.loads(run(home, "mcp", "list", "--json").stdout)[1]["status"] != "online"
+
         def tools() -> int:
             r = run(home, "mcp", "list", "--json")
             return int(json.loads(r.stdout)[0]["tools"])

@@ -31,8 +31,14 @@ def attrs(outcome: object) -> dict:
 
 
 def test_reference_time_server_over_stdio_is_called_through_the_dispatcher(rig: Rig) -> None:
-    rig.add(ServerSpec(name="time", transport="stdio", command=sys.executable,
-                       args=("-m", "mcp_server_time", "--local-timezone", "UTC")))
+    rig.add(
+        ServerSpec(
+            name="time",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
+        )
+    )
     rig.start()
     rig.wait_online("time", 30)
     rig.wait_tools("time", 2)
@@ -49,10 +55,19 @@ def test_reference_fetch_and_git_servers_list_their_tools(rig: Rig, tmp_path: Pa
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    rig.add(ServerSpec(name="fetch", transport="stdio", command=sys.executable,
-                       args=("-m", "mcp_server_fetch")))
-    rig.add(ServerSpec(name="git", transport="stdio", command=sys.executable,
-                       args=("-m", "mcp_server_git", "-r", str(repo))))
+    rig.add(
+        ServerSpec(
+            name="fetch", transport="stdio", command=sys.executable, args=("-m", "mcp_server_fetch")
+        )
+    )
+    rig.add(
+        ServerSpec(
+            name="git",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "mcp_server_git", "-r", str(repo)),
+        )
+    )
     rig.start()
     rig.wait_tools("fetch", 1, 40)
     rig.wait_tools("git", 10, 40)
@@ -110,10 +125,22 @@ def test_a_cancel_ends_the_call_and_the_session_stays_usable(rig: Rig, http: Fix
 def test_bearer_protected_sse_server_401_then_the_right_token(rig: Rig) -> None:
     srv = FixtureServer("--token", "s3cret-token", transport="sse")
     try:
-        rig.add(ServerSpec(name="bad", transport="sse", url=srv.url,
-                           headers={"Authorization": "Bearer wrong-token"}))
-        rig.add(ServerSpec(name="good", transport="sse", url=srv.url,
-                           headers={"Authorization": "Bearer s3cret-token"}))
+        rig.add(
+            ServerSpec(
+                name="bad",
+                transport="sse",
+                url=srv.url,
+                headers={"Authorization": "Bearer wrong-token"},
+            )
+        )
+        rig.add(
+            ServerSpec(
+                name="good",
+                transport="sse",
+                url=srv.url,
+                headers={"Authorization": "Bearer s3cret-token"},
+            )
+        )
         rig.start()
         rig.wait_online("good")
         wait_until(lambda: "401" in rig.admin.store.server("bad").status_reason, 20, "401 seen")
@@ -124,8 +151,11 @@ def test_bearer_protected_sse_server_401_then_the_right_token(rig: Rig) -> None:
         assert rig.run("_mcp_good_echo", {"text": "sse"}).status == "success"
         # the bad server's tools were never listed: a direct call finds no tool
         assert "_mcp_bad_echo" not in rig.registry
-        logs = b"".join(p.read_bytes() for p in (rig.home / "logs").glob("*")) if (
-            rig.home / "logs").exists() else b""
+        logs = (
+            b"".join(p.read_bytes() for p in (rig.home / "logs").glob("*"))
+            if (rig.home / "logs").exists()
+            else b""
+        )
         assert b"s3cret-token" not in logs
     finally:
         srv.kill()
@@ -134,16 +164,25 @@ def test_bearer_protected_sse_server_401_then_the_right_token(rig: Rig) -> None:
 def test_a_401_on_a_known_tool_is_mcp_auth_failed(rig: Rig, http: FixtureServer) -> None:
     srv = FixtureServer("--token", "tok-one")
     try:
-        rig.add(ServerSpec(name="auth", transport="http", url=srv.url,
-                           headers={"Authorization": "Bearer tok-one"}))
+        rig.add(
+            ServerSpec(
+                name="auth",
+                transport="http",
+                url=srv.url,
+                headers={"Authorization": "Bearer tok-one"},
+            )
+        )
         rig.start()
         rig.wait_tools("auth", FIXTURE_TOOLS)
         rig.allow("_mcp_auth_*")
         srv.kill()
         srv.args = ("--token", "tok-two")  # the token was revoked: same port, new token
         srv.restart()
-        out = wait_until(lambda: (o := rig.run("_mcp_auth_echo", {"text": "x"})).code ==
-                         "mcp-auth-failed" and o, 30, "auth failure")
+        out = wait_until(
+            lambda: (o := rig.run("_mcp_auth_echo", {"text": "x"})).code == "mcp-auth-failed" and o,
+            30,
+            "auth failure",
+        )
         assert "auth" in out.envelope
     finally:
         srv.kill()
@@ -217,8 +256,6 @@ def test_a_server_killed_mid_call_is_unreachable_then_picked_up_again(
     assert rig.run("_mcp_fx_echo", {"text": "back"}).status == "success"
 
 
-
-
 def test_one_hung_server_delays_nobody(rig: Rig, http: FixtureServer) -> None:
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
@@ -236,8 +273,14 @@ def test_one_hung_server_delays_nobody(rig: Rig, http: FixtureServer) -> None:
 
     threading.Thread(target=accept, daemon=True).start()
     try:
-        rig.add(ServerSpec(name="hung", transport="http",
-                           url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp", connect_timeout=2))
+        rig.add(
+            ServerSpec(
+                name="hung",
+                transport="http",
+                url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp",
+                connect_timeout=2,
+            )
+        )
         rig.add(ServerSpec(name="fx", transport="http", url=http.url))
         rig.start()
         rig.wait_tools("fx", FIXTURE_TOOLS)
@@ -272,8 +315,10 @@ def test_hostile_names_and_descriptions_become_safe_proxies(rig: Rig) -> None:
         names = [n for n in rig.registry.names() if n.startswith("_mcp_evil_")]
         assert all(len(n) <= 64 for n in names)
         assert "_mcp_evil_get_user_profile" in names
-        assert "_mcp_evil_search_issues" in names and len(
-            [n for n in names if n.startswith("_mcp_evil_search_issues")]) == 2
+        assert (
+            "_mcp_evil_search_issues" in names
+            and len([n for n in names if n.startswith("_mcp_evil_search_issues")]) == 2
+        )
         summary = rig.registry.get("_mcp_evil_get_user_profile").cls.summary
         assert "\n" not in summary and "[end:" not in summary and "\x1b" not in summary
         rig.allow("_mcp_evil_*")

@@ -20,8 +20,19 @@ from chalie.mcp.names import (
 from chalie.policy import PERMISSION
 
 HOSTILE = [
-    "Get.User/Profile", "x" * 300, "searchIssues", "search-issues", "über-tool", "", "---",
-    "a\x00b", "DROP TABLE;", "[end:_mcp_a_b]", "HTTPServerList", "123start", "\u202eevil",
+    "Get.User/Profile",
+    "x" * 300,
+    "searchIssues",
+    "search-issues",
+    "über-tool",
+    "",
+    "---",
+    "a\x00b",
+    "DROP TABLE;",
+    "[end:_mcp_a_b]",
+    "HTTPServerList",
+    "123start",
+    "\u202eevil",
 ]
 
 

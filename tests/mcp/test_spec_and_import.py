@@ -16,10 +16,16 @@ from chalie.mcp.spec import ServerSpec, SpecError, check_spec
 
 CLAUDE = {
     "mcpServers": {
-        "filesystem": {"command": "npx", "args": ["-y", "@x/server-fs", "/tmp"],
-                       "env": {"GITHUB_TOKEN": "ghp_secretvalue123", "LOG_LEVEL": "debug"}},
-        "task-tracker": {"type": "http", "url": "https://mcp.example.com/mcp",
-                         "headers": {"Authorization": "Bearer tok-abcdef-123456"}},
+        "filesystem": {
+            "command": "npx",
+            "args": ["-y", "@x/server-fs", "/tmp"],
+            "env": {"GITHUB_TOKEN": "ghp_secretvalue123", "LOG_LEVEL": "debug"},
+        },
+        "task-tracker": {
+            "type": "http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer tok-abcdef-123456"},
+        },
         "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
         "envref": {"url": "https://x.example/mcp", "headers": {"X-Key": "${API_KEY}"}},
         "broken": {"type": "carrier-pigeon"},
@@ -43,8 +49,11 @@ def test_claude_desktop_file_imports_the_good_entries_and_names_the_bad() -> Non
 
 
 def test_vscode_layouts_and_env_syntax_are_read() -> None:
-    doc = {"servers": {"gh": {"type": "stdio", "command": "gh-mcp",
-                              "env": {"TOKEN": "${env:GH_TOKEN}"}}}}
+    doc = {
+        "servers": {
+            "gh": {"type": "stdio", "command": "gh-mcp", "env": {"TOKEN": "${env:GH_TOKEN}"}}
+        }
+    }
     (spec,) = parse_servers(json.dumps(doc)).specs
     assert spec.env == {"TOKEN": "${GH_TOKEN}"}
     nested = {"mcp": {"servers": {"a": {"type": "streamable-http", "url": "http://h/mcp"}}}}
@@ -53,25 +62,34 @@ def test_vscode_layouts_and_env_syntax_are_read() -> None:
     assert "unsupported reference" in parse_servers(json.dumps(unsupported)).problems[0]
 
 
-@pytest.mark.parametrize("text", [
-    "not json", "[]", '{"other": 1}', '{"mcpServers": []}', "{" * 100_000,
-    json.dumps({"mcpServers": {f"s{i}": {"command": "x"} for i in range(600)}}),
-    "x" * (2 << 20),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"other": 1}',
+        '{"mcpServers": []}',
+        "{" * 100_000,
+        json.dumps({"mcpServers": {f"s{i}": {"command": "x"} for i in range(600)}}),
+        "x" * (2 << 20),
+    ],
+)
 def test_an_unusable_file_is_refused_whole_with_a_reason(text: str) -> None:
     with pytest.raises(ImportFileError):
         parse_servers(text)
 
 
 def test_hostile_entries_are_refused_one_by_one() -> None:
-    doc = {"mcpServers": {
-        "huge": {"command": "x", "args": ["a" * 10_000]},
-        "many": {"command": "x", "args": ["a"] * 1000},
-        "nul": {"command": "x\x00y"},
-        "types": {"command": ["x"]},
-        "envname": {"command": "x", "env": {"1BAD": "v"}},
-        "ok": {"command": "x"},
-    }}
+    doc = {
+        "mcpServers": {
+            "huge": {"command": "x", "args": ["a" * 10_000]},
+            "many": {"command": "x", "args": ["a"] * 1000},
+            "nul": {"command": "x\x00y"},
+            "types": {"command": ["x"]},
+            "envname": {"command": "x", "env": {"1BAD": "v"}},
+            "ok": {"command": "x"},
+        }
+    }
     parsed = parse_servers(json.dumps(doc))
     assert [s.name for s in parsed.specs] == ["ok"] and len(parsed.problems) == 5
 
@@ -116,8 +134,12 @@ def test_secrets_never_reach_the_database_and_are_never_shown(tmp_path: Path) ->
 
 
 def test_a_missing_reference_names_itself_not_a_value(tmp_path: Path) -> None:
-    spec = ServerSpec(name="x", transport="http", url="https://h/mcp",
-                      headers={"Authorization": "Bearer ${CHALIE_TEST_UNSET_VAR}"})
+    spec = ServerSpec(
+        name="x",
+        transport="http",
+        url="https://h/mcp",
+        headers={"Authorization": "Bearer ${CHALIE_TEST_UNSET_VAR}"},
+    )
     with pytest.raises(MissingSecret, match="CHALIE_TEST_UNSET_VAR"):
         resolve(spec, SecretFile(tmp_path), environ={})
     ok = resolve(spec, SecretFile(tmp_path), environ={"CHALIE_TEST_UNSET_VAR": "v"})

@@ -91,8 +91,10 @@ def build(args: argparse.Namespace) -> Fixture:
     @srv.tool()
     def picture() -> list[Any]:
         """Return a small picture."""
-        return [TextContent(type="text", text="a picture"),
-                ImageContent(type="image", data=PNG, mime_type="image/png")]
+        return [
+            TextContent(type="text", text="a picture"),
+            ImageContent(type="image", data=PNG, mime_type="image/png"),
+        ]
 
     @srv.tool()
     def fail(reason: str = "broken") -> str:
@@ -112,7 +114,9 @@ def build(args: argparse.Namespace) -> Fixture:
             state["grown"] += 1
             n = state["grown"]
 
-            srv.add_tool(numbered("grown", n), name=f"grown_{n}", description=f"Grown tool number {n}.")
+            srv.add_tool(
+                numbered("grown", n), name=f"grown_{n}", description=f"Grown tool number {n}."
+            )
         await announce(ctx)
         return f"now {state['grown']} grown tools"
 
@@ -145,9 +149,17 @@ class Bearer:
         self.app, self.expected = app, f"Bearer {token}".encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != self.expected:
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"www-authenticate", b'Bearer error="invalid_token"')]})
+        if (
+            scope["type"] == "http"
+            and dict(scope["headers"]).get(b"authorization") != self.expected
+        ):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"www-authenticate", b'Bearer error="invalid_token"')],
+                }
+            )
             await send({"type": "http.response.body", "body": b"unauthorized"})
             return
         await self.app(scope, receive, send)

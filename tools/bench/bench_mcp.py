@@ -65,11 +65,21 @@ def bench_call(calls: int, transport: str) -> None:
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     rig = Rig(home, config=McpConfig(heartbeat_interval=3600))
-    spec = (ServerSpec(name="fx", transport="http", url=srv.url) if transport == "http"
-            else stdio_spec("fx"))
-    target: Any = srv.url if transport == "http" else StdioServerParameters(
-        command=spec.command, args=list(spec.args), cwd=spec.cwd,
-        env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")})
+    spec = (
+        ServerSpec(name="fx", transport="http", url=srv.url)
+        if transport == "http"
+        else stdio_spec("fx")
+    )
+    target: Any = (
+        srv.url
+        if transport == "http"
+        else StdioServerParameters(
+            command=spec.command,
+            args=list(spec.args),
+            cwd=spec.cwd,
+            env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")},
+        )
+    )
     try:
         rig.add(spec)
         rig.start()
@@ -98,9 +108,11 @@ def bench_call(calls: int, transport: str) -> None:
                 chalie_t.append(time.perf_counter() - t0)
                 assert out.status == "success", out.envelope
         d, c = statistics.median(direct_t), statistics.median(chalie_t)
-        print(f"call ({transport})  direct SDK median {ms(d)} (p95 {ms(pct(direct_t, .95))}); "
-              f"through Chalie median {ms(c)} (p95 {ms(pct(chalie_t, .95))}); "
-              f"ratio {c / d:.2f}x  [floor <= 1.20x]  n={len(chalie_t)}")
+        print(
+            f"call ({transport})  direct SDK median {ms(d)} (p95 {ms(pct(direct_t, 0.95))}); "
+            f"through Chalie median {ms(c)} (p95 {ms(pct(chalie_t, 0.95))}); "
+            f"ratio {c / d:.2f}x  [floor <= 1.20x]  n={len(chalie_t)}"
+        )
     finally:
         rig.close()
         srv.kill()
@@ -114,8 +126,9 @@ def bench_idle(servers: int, window: float) -> None:
     srv = FixtureServer("--extra", "12")  # 8 + 12 = 20 tools
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     interval = 5.0
-    rig = Rig(home, config=McpConfig(heartbeat_interval=interval, probe_timeout=5),
-              dispatcher=False)
+    rig = Rig(
+        home, config=McpConfig(heartbeat_interval=interval, probe_timeout=5), dispatcher=False
+    )
     try:
         for i in range(servers):
             rig.add(ServerSpec(name=f"s{i}", transport="http", url=srv.url))
@@ -129,13 +142,18 @@ def bench_idle(servers: int, window: float) -> None:
         time.sleep(window)
         cpu = time.process_time() - cpu0
         wall = time.monotonic() - wall0
-        beats = sum(1 for r in rig.admin.store.servers() if r.last_heartbeat and r.last_heartbeat
-                    > time.time() - window)
+        beats = sum(
+            1
+            for r in rig.admin.store.servers()
+            if r.last_heartbeat and r.last_heartbeat > time.time() - window
+        )
         share = cpu / wall * 100
         scaled = share * interval / 30.0
-        print(f"idle  {servers} servers x 20 tools online in {up:.1f} s; {window:.0f} s idle at a "
-              f"{interval:g} s heartbeat: {share:.2f} % of a core ({beats} servers beat); scaled "
-              f"to the 30 s default: {scaled:.2f} %  [floor < 1 %]")
+        print(
+            f"idle  {servers} servers x 20 tools online in {up:.1f} s; {window:.0f} s idle at a "
+            f"{interval:g} s heartbeat: {share:.2f} % of a core ({beats} servers beat); scaled "
+            f"to the 30 s default: {scaled:.2f} %  [floor < 1 %]"
+        )
     finally:
         rig.close()
         srv.kill()
@@ -167,9 +185,11 @@ def bench_changed() -> None:
         wait_until(lambda: "_mcp_fx_grown_50" in handle.find(["_mcp_fx_grown_50"]).names, 30)
         seen = time.perf_counter() - t0
         by_meaning = handle.find(["grown tool number 37"]).names
-        print(f"changed  50 tools added: the 50th is in find_tools {ms(seen)} after the server "
-              f"announced list_changed  [floor < 1000 ms]; 'grown tool number 37' finds "
-              f"{'_mcp_fx_grown_37' in by_meaning}")
+        print(
+            f"changed  50 tools added: the 50th is in find_tools {ms(seen)} after the server "
+            f"announced list_changed  [floor < 1000 ms]; 'grown tool number 37' finds "
+            f"{'_mcp_fx_grown_37' in by_meaning}"
+        )
     finally:
         discovery.stop()
         rig.close()
@@ -183,8 +203,17 @@ def bench_changed() -> None:
 def bench_hung(calls: int) -> None:
     good, stuck = FixtureServer(), FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
-    rig = Rig(home, config=McpConfig(heartbeat_interval=1, probe_timeout=1, connect_timeout=2,
-                                     backoff_base=0.2, backoff_cap=1, call_timeout=120))
+    rig = Rig(
+        home,
+        config=McpConfig(
+            heartbeat_interval=1,
+            probe_timeout=1,
+            connect_timeout=2,
+            backoff_base=0.2,
+            backoff_cap=1,
+            call_timeout=120,
+        ),
+    )
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(64)
@@ -214,26 +243,31 @@ def bench_hung(calls: int) -> None:
             for i in range(calls):
                 t0 = time.perf_counter()
                 assert rig.run("_mcp_good_echo", {"text": "x"}, call_id=f"{tag}{i}").status == (
-                    "success")
+                    "success"
+                )
                 out.append(time.perf_counter() - t0)
             return out
 
         measure("w")
         alone = measure("a")
-        spec = ServerSpec(name="hung", transport="http",
-                          url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp")
+        spec = ServerSpec(
+            name="hung", transport="http", url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp"
+        )
         rig.admin.add(spec)
         rig.reload()
-        stuck_calls = [rig.call("_mcp_stuck_slow", {"seconds": 600}, call_id=f"s{i}")
-                       for i in range(20)]
+        stuck_calls = [
+            rig.call("_mcp_stuck_slow", {"seconds": 600}, call_id=f"s{i}") for i in range(20)
+        ]
         time.sleep(1)
         with_hung = measure("h")
         assert not any(f.done() for f in stuck_calls)
-        a99, h99 = pct(alone, .99), pct(with_hung, .99)
-        print(f"hung  calls to a healthy server: p99 alone {ms(a99)} (median "
-              f"{ms(statistics.median(alone))}); with a hung server reconnecting and 20 calls "
-              f"stuck on a third: p99 {ms(h99)} (median {ms(statistics.median(with_hung))}); "
-              f"ratio {h99 / a99:.2f}  [floor: unchanged]  n={calls}")
+        a99, h99 = pct(alone, 0.99), pct(with_hung, 0.99)
+        print(
+            f"hung  calls to a healthy server: p99 alone {ms(a99)} (median "
+            f"{ms(statistics.median(alone))}); with a hung server reconnecting and 20 calls "
+            f"stuck on a third: p99 {ms(h99)} (median {ms(statistics.median(with_hung))}); "
+            f"ratio {h99 / a99:.2f}  [floor: unchanged]  n={calls}"
+        )
     finally:
         stop.set()
         hung.close()
@@ -256,13 +290,23 @@ def ready_time(servers: int) -> float:
     try:
         admin = McpAdmin(home / "chalie.db", home)
         for i in range(servers):
-            admin.add(ServerSpec(name=f"s{i}", transport="stdio", command=sys.executable,
-                                 args=("-c", "import time; time.sleep(120)")))
+            admin.add(
+                ServerSpec(
+                    name=f"s{i}",
+                    transport="stdio",
+                    command=sys.executable,
+                    args=("-c", "import time; time.sleep(120)"),
+                )
+            )
         admin.close()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CHALIE_HOME": str(home)}
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "chalie", "--home", str(home), "run"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chalie", "--home", str(home), "run"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         try:
             while True:
                 try:
@@ -288,8 +332,10 @@ def bench_ready(runs: int) -> None:
     none = [ready_time(0) for _ in range(runs)]
     twenty = [ready_time(20) for _ in range(runs)]
     n, t = statistics.median(none), statistics.median(twenty)
-    print(f"ready  chalie run until every actor is alive: no servers {n:.2f} s, 20 servers "
-          f"(none answering) {t:.2f} s (medians of {runs}); ratio {t / n:.2f}  [floor: the same]")
+    print(
+        f"ready  chalie run until every actor is alive: no servers {n:.2f} s, 20 servers "
+        f"(none answering) {t:.2f} s (medians of {runs}); ratio {t / n:.2f}  [floor: the same]"
+    )
 
 
 def main() -> None:
