@@ -16,6 +16,16 @@ from chalie.messages import CHANNELS
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
 
 
+def _provenance(obj: Ctx, permission: str) -> str:
+    """Where a remote MCP proxy comes from (``  [remote tool 'x' on MCP server s]``)."""
+    if not permission.startswith("_mcp_"):
+        return ""
+    from chalie.mcp.provenance import provenance
+
+    found = provenance(obj.config.home / "chalie.db", permission)
+    return f"  [{found}]" if found else ""
+
+
 @cli.group()
 def policy() -> None:
     """The permission gate's table: (channel, permission) -> allow | ask | deny."""
@@ -36,6 +46,7 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         for r in rules:
             when = dt.datetime.fromtimestamp(r["updated_at"]).strftime("%Y-%m-%d %H:%M")
             origin = "" if r.get("origin", "set") == "set" else f"  ({r['origin']}, not configured)"
+            origin += _provenance(obj, r["permission"])
             click.echo(
                 f"  {r['channel']:<15} {r['permission']:<32} {r['decision']:<6} {when}{origin}"
             )
