@@ -293,6 +293,8 @@ class Link:
             raise RuntimeError("a Link opens once; make a new one to reconnect")
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[LinkInfo] = loop.create_future()
+        # After a timeout nobody awaits it any more: its late failure is retrieved here.
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._stop = asyncio.Event()
         self._owner = asyncio.create_task(
             self._own(ready, self._stop), name=f"mcp-{self._spec.name}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -110,7 +112,9 @@ def test_a_timeout_is_tool_timeout_and_the_session_survives(rig: Rig, http: Fixt
     assert rig.run("_mcp_fx_echo", {"text": "after"}).status == "success"
 
 
-def test_a_cancel_ends_the_call_and_the_session_stays_usable(rig: Rig, http: FixtureServer) -> None:
+def test_a_cancel_reaches_the_server_and_the_session_stays_usable(rig: Rig, tmp_path: Path) -> None:
+    log = tmp_path / "cancelled.log"
+    http = FixtureServer("--cancel-log", str(log))
     rig.add(ServerSpec(name="fx", transport="http", url=http.url))
     rig.start()
     rig.wait_tools("fx", FIXTURE_TOOLS)
@@ -119,7 +123,37 @@ def test_a_cancel_ends_the_call_and_the_session_stays_usable(rig: Rig, http: Fix
     wait_until(lambda: rig.dispatcher.proxy().in_flight().get()["running"] == 1, 10)
     rig.dispatcher.proxy().cancel_turn("turn-9").get(timeout=5)
     assert fut.result(5).code == "cancelled"
+    wait_until(lambda: log.exists() and "cancelled 20" in log.read_text(), 10, "remote cancel")
     assert rig.run("_mcp_fx_echo", {"text": "still"}).status == "success"
+    http.kill()
+
+
+def children_running(marker: str) -> list[int]:
+    """Our descendant processes whose command line holds ``marker`` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if marker in cmd and ppid == os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_stdio_child_is_found_by_the_heartbeat_and_restarted(rig: Rig) -> None:
+    rig.add(stdio_spec("kid"))
+    rig.start()
+    rig.wait_online("kid", 30)
+    (pid,) = wait_until(lambda: children_running("mcp_fixtures.server"), 10, "the child")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: rig.status("kid") == "offline", 15, "offline after the kill")
+    assert "heartbeat" in rig.admin.store.server("kid").status_reason
+    rig.wait_online("kid", 30)  # a new child: recovered on its own
+    assert children_running("mcp_fixtures.server") != [pid]
 
 
 def test_bearer_protected_sse_server_401_then_the_right_token(rig: Rig) -> None:

@@ -104,7 +104,13 @@ def build(args: argparse.Namespace) -> Fixture:
     @srv.tool()
     async def slow(seconds: float) -> str:
         """Sleep, then answer."""
-        await asyncio.sleep(seconds)
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            if args.cancel_log:
+                with open(args.cancel_log, "a") as f:
+                    f.write(f"cancelled {seconds}\n")
+            raise
         return f"slept {seconds}"
 
     @srv.tool()
@@ -185,6 +191,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--extra", type=int, default=0)
     parser.add_argument("--hostile", action="store_true")
+    parser.add_argument("--cancel-log", default="", help="append a line when slow is cancelled")
     parser.add_argument("--junk", action="store_true", help="print junk on stdout first (stdio)")
     args = parser.parse_args()
     srv = build(args)

@@ -12,7 +12,7 @@
 3. ``changed``: a server adds 50 tools and announces list_changed; the time
    until find_tools (a real DiscoveryActor with the default embedder) finds
    the 50th. Floor: < 1 s.
-4. ``hung``: p99 of calls to a healthy server, alone and then while another
+4. ``hung``: p99 of calls to a healthy (stdio) server, alone and then while another
    server hangs (accepts TCP, never answers) and a third has 20 calls stuck
    in flight. Floor: p99 unchanged (ratio ~1).
 5. ``ready``: ``chalie run`` until every actor is alive, with 0 and with 20
@@ -201,14 +201,16 @@ def bench_changed() -> None:
 
 
 def bench_hung(calls: int) -> None:
-    good, stuck = FixtureServer(), FixtureServer()
+    from tests.mcp.rig import stdio_spec
+
+    stuck = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     rig = Rig(
         home,
         config=McpConfig(
             heartbeat_interval=1,
             probe_timeout=1,
-            connect_timeout=2,
+            connect_timeout=20,
             backoff_base=0.2,
             backoff_cap=1,
             call_timeout=120,
@@ -230,7 +232,7 @@ def bench_hung(calls: int) -> None:
 
     threading.Thread(target=accept, daemon=True).start()
     try:
-        rig.add(ServerSpec(name="good", transport="http", url=good.url))
+        rig.add(stdio_spec("good"))
         rig.add(ServerSpec(name="stuck", transport="http", url=stuck.url))
         rig.start()
         rig.wait_tools("good", 8)
@@ -251,7 +253,10 @@ def bench_hung(calls: int) -> None:
         measure("w")
         alone = measure("a")
         spec = ServerSpec(
-            name="hung", transport="http", url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp"
+            name="hung",
+            transport="http",
+            url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp",
+            connect_timeout=2,
         )
         rig.admin.add(spec)
         rig.reload()
@@ -274,7 +279,6 @@ def bench_hung(calls: int) -> None:
         for s in held:
             s.close()
         rig.close()
-        good.kill()
         stuck.kill()
         shutil.rmtree(home, ignore_errors=True)
 
