@@ -71,6 +71,8 @@ log = logging.getLogger("chalie.mcp")
 CHILD_PREFIX: Final = "mcp:"
 JITTER: Final = 0.1
 STOP_GRACE: Final = 3.0
+ANNOUNCE_ATTEMPTS: Final = 10
+ANNOUNCE_RETRY: Final = 3.0
 
 
 def child_id(server: str) -> str:
@@ -202,10 +204,19 @@ def announce(deps: McpDeps, change: Installed) -> None:
     drop = list(change.drop)
 
     def work() -> None:
-        if drop:
-            deps.discovery.remove(drop)
-        if docs:
-            deps.discovery.add(docs)
+        # The index may still be building at start-up (the handle then times out): retry.
+        for attempt in range(ANNOUNCE_ATTEMPTS):
+            try:
+                if drop:
+                    deps.discovery.remove(drop)
+                if docs:
+                    deps.discovery.add(docs)
+                return
+            except Exception as exc:
+                if attempt == ANNOUNCE_ATTEMPTS - 1:
+                    raise
+                log.info("discovery did not take the MCP update yet (%s); retrying", exc)
+                time.sleep(ANNOUNCE_RETRY)
 
     deps.side.submit(work)
 
