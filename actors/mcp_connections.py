@@ -401,13 +401,18 @@ class McpConnectionActor(SupervisedActor):
                 self._auth_status = error.status if error.kind == "auth" else None
                 self._offline(error.message)
             else:
-                self._offline(describe(error))
+                self._offline(self._why(error))
             return
         info = msg.future.result()
         self._attempt = 0
         self._set_status("online", "", protocol=info.protocol, heartbeat=time.time())
         self._resync()
         self._schedule_beat()
+
+    def _why(self, error: BaseException) -> str:
+        """One line about an error, with every resolved secret of this server scrubbed."""
+        text = describe(error)
+        return self._link.scrub(text) if self._link is not None else text[:500]
 
     # -- heartbeat -----------------------------------------------------------------------
     def _interval(self) -> float:
@@ -429,7 +434,7 @@ class McpConnectionActor(SupervisedActor):
             return
         error = msg.future.exception()
         if error is not None:
-            why = "no heartbeat answer" if isinstance(error, TimeoutError) else describe(error)
+            why = "no heartbeat answer" if isinstance(error, TimeoutError) else self._why(error)
             self._offline(f"heartbeat failed: {why}")
             return
         latency = msg.future.result()
@@ -442,7 +447,7 @@ class McpConnectionActor(SupervisedActor):
 
     def _on_lost(self, msg: _Lost) -> None:
         if msg.gen == self._gen and self._status in ("online", "connecting"):
-            self._offline(f"connection lost: {msg.reason}")
+            self._offline(f"connection lost: {msg.reason}")  # already scrubbed by the link
 
     # -- re-sync -------------------------------------------------------------------------
     def _resync(self) -> None:
@@ -462,7 +467,7 @@ class McpConnectionActor(SupervisedActor):
             return
         error = msg.future.exception()
         if error is not None:
-            reason = describe(error)
+            reason = self._why(error)
             log.warning("mcp server %s: listing its tools failed: %s", self.name, reason)
             if self._store is not None:
                 self._store.set_status(

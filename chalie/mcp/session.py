@@ -56,6 +56,8 @@ log = logging.getLogger("chalie.mcp")
 # httpx2 logs every request at INFO with its full URL: one line per heartbeat per server, and
 # a URL may carry a credential in its query. Only its warnings reach our log.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
+# The SDK's client debug lines carry the endpoint URL and every message: never below INFO.
+logging.getLogger("mcp.client").setLevel(logging.INFO)
 
 MAX_PAGES: Final = 200
 CLOSE_GRACE: Final = 6.0
@@ -219,6 +221,7 @@ class Link:
         return ConnectFailure("unreachable", self.scrub(describe(exc)))
 
     async def _own(self, ready: asyncio.Future[LinkInfo], stop: asyncio.Event) -> None:
+        opened = False
         try:
             async with AsyncExitStack() as stack:
                 http: list[httpx2.AsyncClient] = []
@@ -245,6 +248,7 @@ class Link:
                     self._listener = asyncio.create_task(self._listen(client_))
                 if not ready.done():
                     ready.set_result(self.info)
+                opened = True
                 await stop.wait()
                 self._client = None
                 if self._listener is not None:
@@ -258,15 +262,16 @@ class Link:
             raise
         except BaseException as exc:
             failure = self._failure(exc)
-            if not ready.done():
-                ready.set_exception(failure)
+            if not opened:
+                if not ready.done():
+                    ready.set_exception(failure)
             elif not stop.is_set():
                 self._lost(failure.message)
         finally:
             self._client = None
             if not ready.done():
                 ready.set_exception(ConnectFailure("unreachable", "the session ended at once"))
-            elif not stop.is_set():
+            elif opened and not stop.is_set():
                 self._lost("the session ended")
 
     def _lost(self, reason: str) -> None:

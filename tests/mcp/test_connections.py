@@ -401,3 +401,25 @@ def test_cached_tools_are_registered_while_the_server_is_offline(tmp_path: Path)
         assert second.run("_mcp_fx_add", {"a": 1, "b": 2}).code == "mcp-unreachable"
     finally:
         second.close()
+
+
+def test_a_secret_in_the_url_never_reaches_the_status_or_the_log(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens there: connection refused
+    rig.add(
+        ServerSpec(
+            name="leak",
+            transport="http",
+            url=f"http://127.0.0.1:{port}/mcp?api_key=sup3r-s3cret-value",
+        )
+    )
+    with caplog.at_level("DEBUG"):
+        rig.start()
+        wait_until(lambda: rig.admin.store.server("leak").last_error, 20, "an error recorded")
+    row = rig.admin.store.server("leak")
+    assert "sup3r" not in row.status_reason + row.last_error + row.spec.url
+    assert "sup3r" not in caplog.text
