@@ -133,6 +133,11 @@ class _Reconnect:
     gen: int
 
 
+@dataclass(frozen=True)
+class _FirstConnect:
+    pass
+
+
 # -- what the actors share ---------------------------------------------------------------
 
 
@@ -261,8 +266,9 @@ def preload(deps: McpDeps) -> None:
 class McpConnectionActor(SupervisedActor):
     """Owns one server's session, heartbeat, re-sync and calls (see the module doc)."""
 
-    def __init__(self, spec: ServerSpec, deps: McpDeps) -> None:
+    def __init__(self, spec: ServerSpec, deps: McpDeps, *, delay: float = 0.0) -> None:
         super().__init__()
+        self._delay = delay
         self._spec = spec
         self._deps = deps
         self._cfg = deps.config
@@ -294,7 +300,11 @@ class McpConnectionActor(SupervisedActor):
             self._errlog = open(
                 self._deps.errlog_dir / f"mcp-{self.name}.log", "a", encoding="utf-8"
             )
-        self._connect()
+        if self._delay > 0:
+            self._set_status("connecting", "waiting for the daemon's start to settle")
+            self._later(self._delay, _FirstConnect())
+        else:
+            self._connect()
 
     def on_stop(self) -> None:
         self._stopping = True
@@ -565,6 +575,9 @@ class McpConnectionActor(SupervisedActor):
                 self._connect()
         elif isinstance(message, Refresh):
             self._on_refresh()
+        elif isinstance(message, _FirstConnect):
+            if self._link is None and not self._stopping:
+                self._connect()
         else:
             return super().on_receive(message)
         return None
@@ -593,7 +606,7 @@ class McpConnections(Supervisor):
     def on_start(self) -> None:
         super().on_start()
         self._store = McpStore(self._deps.db_path)
-        self._reconcile()
+        self._reconcile(starting=True)
 
     def on_stop(self) -> None:
         super().on_stop()
@@ -601,12 +614,12 @@ class McpConnections(Supervisor):
             self._store.close()
 
     # -- dynamic children ---------------------------------------------------------------
-    def _add(self, spec: ServerSpec) -> None:
+    def _add(self, spec: ServerSpec, delay: float = 0.0) -> None:
         deps = self._deps
         child = _Child(
             ChildSpec(
                 child_id(spec.name),
-                lambda: McpConnectionActor.start(spec, deps),
+                lambda: McpConnectionActor.start(spec, deps, delay=delay),
                 shutdown=STOP_GRACE + 1,
             )
         )
@@ -622,7 +635,7 @@ class McpConnections(Supervisor):
             self._children.remove(child)
             self._stop_child(child)
 
-    def _reconcile(self) -> dict[str, Any]:
+    def _reconcile(self, *, starting: bool = False) -> dict[str, Any]:
         assert self._store is not None
         deps = self._deps
         rows = self._store.tools()
@@ -651,7 +664,8 @@ class McpConnections(Supervisor):
                 ),
             )
             if spec.enabled:
-                self._add(spec)
+                base = deps.config.start_delay if starting else 0.0
+                self._add(spec, random.uniform(base, 2 * base))
                 started.append(name)
         for name in self._specs:
             if name not in started:

@@ -38,6 +38,9 @@ class McpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 60.0
     backoff_base: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
     backoff_cap: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
+    # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
+    # so spawning stdio servers never competes with the daemon's own start.
+    start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ FAST = McpConfig(
     call_timeout=10.0,
     backoff_base=0.2,
     backoff_cap=1.0,
+    start_delay=0.0,
 )
 
 

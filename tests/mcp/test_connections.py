@@ -236,7 +236,7 @@ def test_pagination_lists_every_page(rig: Rig) -> None:
 def test_list_changed_adds_tools_without_waiting_for_the_heartbeat(tmp_path: Path) -> None:
     from chalie.config import McpConfig
 
-    rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=3600))
+    rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=3600, start_delay=0))
     srv = FixtureServer()
     try:
         rig.add(ServerSpec(name="fx", transport="http", url=srv.url))

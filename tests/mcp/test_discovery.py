@@ -16,7 +16,7 @@ from tests.mcp.rig import FixtureServer, Rig, wait_until
 
 @pytest.fixture
 def found(tmp_path: Path) -> Iterator[tuple[Rig, DiscoveryHandle, FixtureServer]]:
-    rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=3600))
+    rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=3600, start_delay=0))
     actor = DiscoveryActor.start(registry=rig.registry, home=None)
     handle = DiscoveryHandle(actor, timeout=60)
     rig.deps.discovery = handle

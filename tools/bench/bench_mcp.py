@@ -64,7 +64,7 @@ def bench_call(calls: int, transport: str) -> None:
 
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
-    rig = Rig(home, config=McpConfig(heartbeat_interval=3600))
+    rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
     spec = (
         ServerSpec(name="fx", transport="http", url=srv.url)
         if transport == "http"
@@ -127,7 +127,9 @@ def bench_idle(servers: int, window: float) -> None:
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     interval = 5.0
     rig = Rig(
-        home, config=McpConfig(heartbeat_interval=interval, probe_timeout=5), dispatcher=False
+        home,
+        config=McpConfig(heartbeat_interval=interval, probe_timeout=5, start_delay=0),
+        dispatcher=False,
     )
     try:
         for i in range(servers):
@@ -168,7 +170,7 @@ def bench_changed() -> None:
 
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
-    rig = Rig(home, config=McpConfig(heartbeat_interval=3600))
+    rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
     discovery = DiscoveryActor.start(registry=rig.registry, home=None)
     handle = DiscoveryHandle(discovery, timeout=60)
     rig.deps.discovery = handle
@@ -214,6 +216,7 @@ def bench_hung(calls: int) -> None:
             backoff_base=0.2,
             backoff_cap=1,
             call_timeout=120,
+            start_delay=0,
         ),
     )
     hung = socket.socket()
