@@ -45,10 +45,12 @@ from typing import Any, Final, TextIO
 import pykka
 
 from actors.loop import EventLoopThread
+from actors.policy import PolicyActor
 from actors.supervisor import (
     ChildRef,
     ChildSpec,
     ChildUnavailable,
+    Directory,
     SupervisedActor,
     Supervisor,
     _Child,  # the supervisor's own child record (dynamic children)
@@ -191,7 +193,7 @@ class McpDeps:
     loop: EventLoopThread
     registry: Registry
     discovery: Any = None  # actors.discovery.DiscoveryHandle
-    policy: Callable[[], Any] | None = None  # gives the PolicyActor's ChildRef / ref
+    policy: ChildRef[PolicyActor] | None = None
     side: SideWork = field(default_factory=SideWork)
     errlog_dir: Path | None = None
     # server → the Route its actor last published (read by the MCP executor, lock-free)
@@ -228,18 +230,14 @@ def announce(deps: McpDeps, change: Installed) -> None:
 
 def back_to_ask(deps: McpDeps, proxies: list[str]) -> None:
     """A quarantined tool's policy returns to ask on every channel (explicit rows beat ``*``)."""
-    if deps.policy is None or not proxies:
-        return
     policy = deps.policy
+    if policy is None or not proxies:
+        return
 
     def work() -> None:
-        target = policy()
         for proxy in proxies:
             for channel in messages.CHANNELS:
-                if isinstance(target, ChildRef):
-                    target.call("set", channel, proxy, "ask", timeout=10)
-                else:
-                    target.proxy().set(channel, proxy, "ask").get(timeout=10)
+                policy.within(10).call(PolicyActor.set, channel, proxy, "ask")
 
     deps.side.submit(work)
 
@@ -595,11 +593,10 @@ class McpConnections(Supervisor):
     restarts it, and every child re-reads its rows (approvals).
     """
 
-    def __init__(self, deps: McpDeps, *, directory: Any = None, **kwargs: Any) -> None:
-        super().__init__([], **kwargs)
+    def __init__(self, deps: McpDeps, *, directory: Directory | None = None, **kwargs: Any) -> None:
+        # the directory is shared across restarts: the executor keeps it
+        super().__init__([], directory=directory, **kwargs)
         self._deps = deps
-        if directory is not None:
-            self.directory = directory  # shared across restarts: the executor keeps it
         self._specs: dict[str, ServerSpec] = {}
         self._store: McpStore | None = None
 
@@ -686,13 +683,15 @@ class McpConnections(Supervisor):
 class McpHandle:
     """What the MCP executor needs: the published routes, the loop, the connection actors."""
 
-    def __init__(self, directory: Any, routes: dict[str, Route], loop: EventLoopThread) -> None:
+    def __init__(
+        self, directory: Directory, routes: dict[str, Route], loop: EventLoopThread
+    ) -> None:
         self.directory = directory
         self.routes = routes
         self.loop = loop
 
-    def connection(self, server: str) -> ChildRef:
-        return ChildRef(self.directory, child_id(server))
+    def connection(self, server: str) -> ChildRef[McpConnectionActor]:
+        return self.directory.ref(child_id(server), McpConnectionActor)
 
     def tell(self, server: str, message: Any) -> None:
         """Raises ChildUnavailable when the server has no running connection."""
@@ -700,8 +699,7 @@ class McpHandle:
 
     def status(self, server: str, timeout: float = 5.0) -> dict[str, Any] | None:
         try:
-            found: dict[str, Any] = self.connection(server).call("status", timeout=timeout)
-            return found
+            return self.connection(server).within(timeout).call(McpConnectionActor.status)
         except (ChildUnavailable, pykka.Timeout):
             return None
 
@@ -717,10 +715,9 @@ class McpWiring:
     """
 
     def __init__(self, rt: Any) -> None:
-        from actors.supervisor import _Directory
         from chalie.mcp.admin import McpAdmin
 
-        self.directory = _Directory()
+        self.directory = Directory()
         deps = McpDeps(
             db_path=rt.db_path,
             home=rt.config.home,
@@ -728,7 +725,7 @@ class McpWiring:
             loop=rt.loop,
             registry=rt.registry,
             discovery=rt.services.discovery,
-            policy=lambda: rt.child("policy"),
+            policy=rt.child("policy", PolicyActor),
             errlog_dir=rt.config.home / "logs",
         )
         self.deps = deps
@@ -737,7 +734,7 @@ class McpWiring:
 
         def reload() -> None:
             with contextlib.suppress(Exception):
-                rt.child("mcp").call("reload", timeout=30)
+                rt.child("mcp", McpConnections).within(30).call(McpConnections.reload)
 
         rt.services.extra["mcp"] = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
         rt.services.extra["mcp_loop"] = rt.loop

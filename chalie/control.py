@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import zmq
 
-from chalie.messages import Channel, ControlReply, ControlRequest
+from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
 SOCKET_NAME: Final = "control.sock"
@@ -77,7 +77,7 @@ class ToolsCancelArgs(Args):
 
 class TrailArgs(Args):
     tool: ToolName | None = None
-    status: Literal["running", "success", "error", "interrupted"] | None = None
+    status: TrailStatus | None = None
     conversation: Id | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
 
@@ -95,7 +95,7 @@ class PolicyResetArgs(Args):
 
 class PolicyAnswerArgs(Args):
     request_id: Id
-    answer: Literal["allow_once", "allow_always", "deny"]
+    answer: Answer
 
 
 COMMANDS: Final[dict[str, type[Args]]] = {

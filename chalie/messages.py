@@ -39,8 +39,10 @@ Isolation = Literal["inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
 # Whether a turn may call only the tools it was given, or any registered tool.
 ToolScope = Literal["restricted", "unrestricted"]
+TOOL_SCOPES: Final[tuple[str, ...]] = get_args(ToolScope)
 # Who made the call: the model (must say act_summary), or the runtime/operator.
 Initiator = Literal["model", "framework"]
+INITIATORS: Final[tuple[str, ...]] = get_args(Initiator)
 
 
 class Message(
@@ -208,7 +210,7 @@ AnyMessage = (
 # -- in-process actor messages (never on a wire: they carry futures and results) --
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Dispatch:
     """DispatcherActor: run one call; its outcome completes ``reply``."""
 
@@ -216,7 +218,7 @@ class Dispatch:
     reply: Future[ToolOutcome]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateAnswered:
     """DispatcherActor: the PolicyActor's answer for call ``seq`` (a completed future)."""
 
@@ -224,7 +226,7 @@ class GateAnswered:
     answer: Future[GateDecision]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Executed:
     """DispatcherActor: an executor's result for call ``seq``."""
 
@@ -232,19 +234,19 @@ class Executed:
     result: ToolResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Deadline:
     """DispatcherActor: call ``seq`` ran out of time."""
 
     seq: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlushTrail:
     """DispatcherActor: write the trail's deferred ``running`` rows now."""
 
 
-@dataclass
+@dataclass(slots=True)
 class GateAsk:
     """PolicyActor: decide one call (sent with ``tell``); the decision completes ``reply``."""
 
@@ -258,23 +260,46 @@ class GateAsk:
     reply: Future[GateDecision] = field(default_factory=Future)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Withdraw:
     """PolicyActor: the caller no longer wants the decision (its call was cancelled)."""
 
     reply: Future[GateDecision]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ViewRequest:
     """PolicyActor: ask (with ``ask``) for the actor's lock-free PolicyView."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExpireRequest:
     """PolicyActor: a permission request's time is up."""
 
     request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExit:
+    """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
+
+    child_id: str
+    urn: str
+    abnormal: bool
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestartChild:
+    """Supervisor: restart the child now, unless it exited again since (token)."""
+
+    child_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchChildren:
+    """Supervisor: look for plain-actor children that died without a report."""
 
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -10,8 +10,7 @@ import click
 
 from chalie.cli import Ctx, cli
 from chalie.cli.daemon import ask_daemon
-
-STATUSES = ("running", "success", "error", "interrupted")
+from chalie.messages import TRAIL_STATUSES as STATUSES
 
 
 def _when(ts: float | None) -> str:

@@ -18,7 +18,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections, McpDeps, McpHandle, SideWork, preload
 from actors.policy import PolicyActor
-from actors.supervisor import _Directory
+from actors.supervisor import ChildRef, Directory
 from chalie.config import McpConfig
 from chalie.events import EventBus
 from chalie.mcp.admin import McpAdmin
@@ -147,7 +147,7 @@ class Rig:
         self.policy = PolicyActor.start(self.db, self.bus, approval_expiry=30)
         self.policy.proxy().list().get(timeout=10)  # its store exists before ours opens
         self.admin = McpAdmin(self.db, home)
-        self.directory = _Directory()
+        self.directory = Directory()
         self.deps = McpDeps(
             db_path=self.db,
             home=home,
@@ -155,7 +155,7 @@ class Rig:
             loop=self.loop,
             registry=self.registry,
             discovery=discovery,
-            policy=lambda: self.policy,
+            policy=ChildRef.to(self.policy, "policy"),
             side=SideWork(),
             errlog_dir=home / "logs",
         )
@@ -167,7 +167,7 @@ class Rig:
                 self.registry,
                 Services(registry=self.registry),
                 self.db,
-                lambda: self.policy,
+                self.policy,
                 None,
                 self.bus,
                 parts={"mcp": self.handle},
