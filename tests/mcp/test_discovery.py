@@ -43,3 +43,23 @@ def test_remote_tools_are_found_and_quarantine_hides_them(
     wait_until(lambda: "_mcp_fx_grown_3" in handle.find(["_mcp_fx_grown_3"]).names, 20, "grown")
     assert rig.run("_mcp_fx_mutate").status == "success"
     wait_until(lambda: "_mcp_fx_echo" not in handle.find(["_mcp_fx_echo"]).names, 20, "hidden")
+
+
+def test_a_bare_name_two_servers_offer_is_refused_as_ambiguous(
+    found: tuple[Rig, DiscoveryHandle, FixtureServer],
+) -> None:
+    rig, handle, srv = found
+    rig.add(ServerSpec(name="one", transport="http", url=srv.url))
+    rig.add(ServerSpec(name="two", transport="http", url=srv.url))
+    rig.start()
+    rig.wait_tools("one", 8)
+    rig.wait_tools("two", 8)
+
+    def refused() -> list[str]:
+        for entry in handle.find(["structured"]).not_found:
+            if entry.get("reason") == "ambiguous":
+                return sorted(entry["candidates"])
+        return []
+
+    assert wait_until(refused, 30, "ambiguity") == ["_mcp_one_structured", "_mcp_two_structured"]
+    assert handle.find(["_mcp_two_structured"]).names[:1] == ["_mcp_two_structured"]
