@@ -18,12 +18,9 @@ ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
 
 def _provenance(obj: Ctx, permission: str) -> str:
     """Where a remote MCP proxy comes from (``  [remote tool 'x' on MCP server s]``)."""
-    if not permission.startswith("_mcp_"):
-        return ""
-    from chalie.mcp.provenance import provenance
+    from chalie.mcp.provenance import suffix
 
-    found = provenance(obj.config.home / "chalie.db", permission)
-    return f"  [{found}]" if found else ""
+    return suffix(obj.config.home, permission)
 
 
 @cli.group()

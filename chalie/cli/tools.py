@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -74,9 +75,14 @@ def parse_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     return out
 
 
-def _prompt(request: dict[str, object]) -> str:
+def _prompt(request: dict[str, object], home: Path | None = None) -> str:
+    from chalie.mcp.provenance import suffix
+
     params = json.dumps(request.get("params") or {}, ensure_ascii=False)
-    click.echo(f"permission requested: {request['permission']} on {request['channel']}", err=True)
+    where = suffix(home, str(request["permission"])) if home is not None else ""
+    click.echo(
+        f"permission requested: {request['permission']} on {request['channel']}{where}", err=True
+    )
     if request.get("act_summary"):
         click.echo(f"  {request['act_summary']}", err=True)
     click.echo(f"  params {params}", err=True)
@@ -132,7 +138,7 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
-            answer = _prompt(request)
+            answer = _prompt(request, obj.config.home)
             sent = {"request_id": request["request_id"], "answer": answer}
             try:
                 reply = _client(obj.config.home).call("policy.answer", sent)

@@ -62,7 +62,9 @@ def trail_command(
             f"{_when(row['started_at'])}  {row['tool']:<16} {outcome:<28} {_took(row):>7}  "
             f"gate {gate:<16} {row['channel']:<10} {row['conversation_id']}  {row['call_id']}"
         )
+        from chalie.mcp.provenance import suffix
+
         click.echo(
-            f"    params {row['params']}"
+            f"    params {row['params']}{suffix(obj.config.home, row['tool'])}"
             + (f"  — {row['act_summary']}" if row.get("act_summary") else "")
         )

@@ -26,3 +26,14 @@ def provenance(db_path: Path, name: str) -> str | None:
     if row is None:
         return f"a tool of MCP server {server}"
     return f"remote tool {row.remote[:80]!r} on MCP server {row.server}"
+
+
+def suffix(home: Path, name: str) -> str:
+    """``  [remote tool 'x' on MCP server s]`` for a proxy name, else "" (CLI displays)."""
+    if not name.startswith(PREFIX):
+        return ""
+    try:
+        found = provenance(home / "chalie.db", name)
+    except Exception:  # a display aid: an unreadable store shows nothing rather than failing
+        return ""
+    return f"  [{found}]" if found else ""

@@ -64,3 +64,50 @@ def test_policy_list_shows_provenance(tmp_path: Path, monkeypatch: pytest.Monkey
 
     out = CliRunner().invoke(cli, ["--home", str(tmp_path), "policy", "list"]).output
     assert "[remote tool 'Search.Issues' on MCP server gh]" in out
+
+
+def seeded(home: Path) -> None:
+    store = McpStore(home / "chalie.db")
+    store.add_server(ServerSpec(name="gh", transport="http", url="https://h/mcp"))
+    store.write_tools(plan("gh", [], [{"name": "Search.Issues", "inputSchema": {}}], {}).rows)
+    store.close()
+
+
+def test_the_trail_shows_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalie.cli import cli
+    from chalie.cli import trail as trail_cli
+
+    seeded(tmp_path)
+    row = {
+        "started_at": 0.0,
+        "ended_at": 1.0,
+        "tool": "_mcp_gh_search_issues",
+        "status": "success",
+        "code": None,
+        "decision": "allow",
+        "decided_by": "policy",
+        "channel": "chat",
+        "conversation_id": "c",
+        "call_id": "k",
+        "params": "{}",
+        "act_summary": "look",
+    }
+    monkeypatch.setattr(trail_cli, "ask_daemon", lambda *a, **k: [row])
+    out = CliRunner().invoke(cli, ["--home", str(tmp_path), "trail"]).output
+    assert "[remote tool 'Search.Issues' on MCP server gh]" in out
+
+
+def test_the_approval_prompt_shows_provenance(tmp_path: Path) -> None:
+    import click
+
+    from chalie.cli.tools import _prompt
+
+    seeded(tmp_path)
+    request = {"permission": "_mcp_gh_search_issues", "channel": "chat", "params": {}}
+
+    @click.command()
+    def prompt() -> None:
+        click.echo(_prompt(request, tmp_path))
+
+    result = CliRunner().invoke(prompt, input="d\n")
+    assert "[remote tool 'Search.Issues' on MCP server gh]" in result.output + result.stderr
