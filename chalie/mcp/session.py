@@ -62,6 +62,7 @@ logging.getLogger("httpx2").setLevel(logging.WARNING)
 logging.getLogger("mcp.client").setLevel(logging.INFO)
 
 MAX_PAGES: Final = 200
+MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
 CLOSE_GRACE: Final = 6.0
 FailureKind = Literal["auth", "unreachable", "config"]
 
@@ -347,6 +348,14 @@ class Link:
                 page = await client.list_tools(cursor=cursor)
                 out.extend(page.tools)
                 cursor = page.next_cursor
+                if len(out) >= MAX_TOOLS:
+                    log.warning(
+                        "%s lists more than %d tools; the rest are ignored",
+                        self._spec.name,
+                        MAX_TOOLS,
+                    )
+                    del out[MAX_TOOLS:]
+                    break
                 if not cursor or cursor in seen:
                     break
                 seen.add(cursor)

@@ -37,6 +37,8 @@ State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024
 MAX_SCHEMA_BYTES: Final = 64 * 1024
 MAX_REMOTE_NAME: Final = 512
+# A longer description is hostile on its face: it is cut before hashing and storing.
+MAX_REMOTE_DESCRIPTION: Final = 64 * 1024
 _CONTROL: Final = re.compile(
     r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]"
 )
@@ -154,7 +156,7 @@ def remote_tool(raw: Any) -> RemoteTool | None:
         description, schema = getattr(raw, "description", None), getattr(raw, "input_schema", None)
     return RemoteTool(
         name=name,
-        description=description if isinstance(description, str) else "",
+        description=description[:MAX_REMOTE_DESCRIPTION] if isinstance(description, str) else "",
         schema=schema if isinstance(schema, dict) else {},
     )
 

@@ -195,3 +195,11 @@ def test_a_huge_body_is_cut() -> None:
 def test_remote_tool_struct_round_trips() -> None:
     t = RemoteTool(name="a", description="b", schema=S)
     assert msgspec.json.decode(msgspec.json.encode(t), type=RemoteTool) == t
+
+
+def test_an_enormous_description_is_cut_before_it_is_pinned_or_stored() -> None:
+    from chalie.mcp.tools import MAX_REMOTE_DESCRIPTION, remote_tool
+
+    t = remote_tool({"name": "a", "description": "x" * (4 << 20), "inputSchema": S})
+    assert t is not None and len(t.description) == MAX_REMOTE_DESCRIPTION
+    assert remote_tool({"name": 5}) is None and remote_tool({"description": "no name"}) is None
