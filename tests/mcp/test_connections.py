@@ -396,6 +396,9 @@ def test_cached_tools_are_registered_while_the_server_is_offline(tmp_path: Path)
         second.start()
         cls = second.registry.get("_mcp_fx_add").cls
         assert cls.discoverable and "a" in cls.parameters["properties"]
+        described = cls.descriptor(allow_async=True)
+        assert {"a", "b", "act_summary", "async"} <= set(described["input_schema"]["properties"])
+        assert "act_summary" in described["input_schema"]["required"]
         wait_until(lambda: second.status("fx") == "offline", 20)
         second.allow("_mcp_fx_add")
         assert second.run("_mcp_fx_add", {"a": 1, "b": 2}).code == "mcp-unreachable"
