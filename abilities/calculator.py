@@ -24,6 +24,8 @@ MAX_DEPTH: Final = 40
 MAX_EXPONENT: Final = 10_000
 MAX_INT_BITS: Final = 4_096
 MAX_FACTORIAL: Final = 500
+MAX_ROUND_DIGITS: Final = 400
+SHOWN_ARG_CHARS: Final = 40
 
 Number = int | float
 
@@ -60,10 +62,36 @@ def _pow(a: Number, b: Number) -> Number:
             raise CalcError(
                 f"{a}**{b} would exceed {MAX_INT_BITS} bits", "use a float base, e.g. 2.0**5000"
             )
+    if a == 0 and b < 0:
+        raise CalcError(
+            "0 cannot be raised to a negative power (it divides by zero)",
+            "use a non-zero base or a non-negative exponent",
+        )
+    if a < 0 and isinstance(b, float) and not b.is_integer():
+        raise CalcError(
+            "a negative number to a fractional power has no real value",
+            "use a whole exponent, or abs() of the base",
+        )
     try:
         return _check(operator.pow(a, b))
     except OverflowError:
         raise CalcError("the result overflows a float", "use smaller numbers") from None
+
+
+def _round(x: Number, ndigits: Number | None = None) -> Number:
+    if ndigits is None:
+        return round(x)
+    if isinstance(ndigits, bool) or not isinstance(ndigits, int):
+        raise CalcError("round() takes a whole number of digits", "e.g. round(3.14159, 2)")
+    if abs(ndigits) > MAX_ROUND_DIGITS:
+        # round(5, -10**20) would compute 10**(10**20): refuse before trying.
+        raise CalcError(f"round() digits are capped at +/-{MAX_ROUND_DIGITS}", "use fewer digits")
+    return round(x, ndigits)
+
+
+def _short(value: Number) -> str:
+    text = str(value)
+    return text if len(text) <= SHOWN_ARG_CHARS else f"{text[:20]}...({len(text)} digits)"
 
 
 def _factorial(n: Number) -> Number:
@@ -76,6 +104,11 @@ def _factorial(n: Number) -> Number:
     if n > MAX_FACTORIAL:
         raise CalcError(f"factorial is capped at {MAX_FACTORIAL}", "use a smaller argument")
     return math.factorial(n)
+
+
+def _short_text(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= 2 * SHOWN_ARG_CHARS else text[: 2 * SHOWN_ARG_CHARS] + "..."
 
 
 def _div(a: Number, b: Number) -> Number:
@@ -130,7 +163,7 @@ FUNCTIONS: Final[dict[str, Callable[..., Number]]] = {
     "degrees": math.degrees,
     "radians": math.radians,
     "abs": abs,
-    "round": round,
+    "round": _round,
     "floor": math.floor,
     "ceil": math.ceil,
     "min": min,
@@ -162,7 +195,7 @@ def evaluate(expression: str) -> Number:
         raise CalcError("the expression is empty", "pass an expression such as 2*(3+4)")
     try:
         tree = ast.parse(_normalise(expression), mode="eval")
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise CalcError(
             "the expression is not valid arithmetic",
             "use numbers, + - * / // % ** ( ), and functions like sqrt(2)",
@@ -190,6 +223,8 @@ def _eval(node: ast.AST, depth: int) -> Number:
             return _check(BINARY[type(node.op)](left, right))
         except OverflowError:
             raise CalcError("the result overflows a float", "use smaller numbers") from None
+        except ZeroDivisionError:
+            raise CalcError("division by zero", "check the divisor") from None
     if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
         return _check(UNARY[type(node.op)](_eval(node.operand, depth + 1)))
     if isinstance(node, ast.Name) and node.id in CONSTANTS:
@@ -207,7 +242,7 @@ def _eval(node: ast.AST, depth: int) -> Number:
         except (ValueError, TypeError, OverflowError) as exc:
             raise CalcError(
                 f"{node.func.id}() cannot take "
-                f"{', '.join(map(str, args)) or 'no arguments'}: {exc}",
+                f"{', '.join(map(_short, args)) or 'no arguments'}: {_short_text(exc)}",
                 "check the function's domain and argument count",
             ) from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):

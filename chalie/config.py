@@ -1,35 +1,121 @@
-"""Configuration: the data directory and ``config.toml`` inside it.
+"""The configuration: one msgspec type, :class:`Config`, whose fields are the keys of config.toml.
 
-``CHALIE_HOME`` names the data directory (default: the platform's user data
-dir). The directory is created 0700: it holds sockets and the database.
+Every key has a type and a range, and its default lives here only. A key the
+type does not know, a value of the wrong type or out of range, is one line
+naming the file, the key, the value and what is allowed (:class:`ConfigError`),
+raised before anything starts.
+
+A feature adds its own ``[section]`` as one nested :class:`Section` subclass
+with defaults, defined in this module, and one field on :class:`Config`::
+
+    class McpServerConfig(Section, frozen=True):
+        port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+
+    class Config(Section, frozen=True):
+        ...
+        mcp_server: McpServerConfig = McpServerConfig()
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
-import platformdirs
+import msgspec.inspect as mi
+
+from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
+from chalie.messages import Channel
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DiscoveryConfig",
+    "EmbedderBackend",
+    "EmbedderConfig",
+    "McpConfig",
+    "OutboxConfig",
+    "Section",
+]
+
+
+CONFIG_SOURCE: Final = "config.toml"
 
 
 class ConfigError(ValueError):
-    pass
+    """``config.toml`` cannot be used; the message is the one line the operator sees."""
 
 
-def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    raw = explicit or os.environ.get("CHALIE_HOME") or platformdirs.user_data_dir("chalie")
-    path = Path(raw).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    return path
+class Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of the configuration and of each of its ``[sections]``: unknown keys are errors."""
 
 
-class McpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[mcp]``: outbound MCP connections (per-server values in a connection override these)."""
+# -- [embedder] --------------------------------------------------------------------------
+
+EmbedderBackend = Literal["onnx", "e5-multilingual", "sentence-transformers", "openai"]
+EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+HttpUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://\S+$", max_length=2048)]
+ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+
+
+class EmbedderConfig(Section, frozen=True):
+    """Discovery's embedding model (default: MiniLM int8 ONNX, offline)."""
+
+    backend: EmbedderBackend = "onnx"
+    # Threads for one query inside the local model (default: up to 2).
+    threads: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    model: ModelName | None = None  # sentence-transformers: a path or name; openai: the model
+    url: HttpUrl | None = None  # openai: the endpoint's base URL
+    api_key_env: EnvName | None = None  # openai: the NAME of the variable holding the key
+    # A local model is loaded on the first find and released after this many
+    # seconds without one (0: kept once loaded).
+    idle_unload: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 600.0
+
+    def __post_init__(self) -> None:
+        if self.backend == "sentence-transformers" and self.model is None:
+            raise ValueError("the sentence-transformers backend needs embedder.model")
+        if self.backend == "openai" and (self.url is None or self.model is None):
+            raise ValueError("the openai backend needs embedder.url and embedder.model")
+
+    def options(self) -> dict[str, Any]:
+        """The model's set keys as a plain mapping, as ``load_embedder`` takes them."""
+        return {
+            k: v
+            for k, v in msgspec.structs.asdict(self).items()
+            if v is not None and k != "idle_unload"
+        }
+
+
+class DiscoveryConfig(Section, frozen=True):
+    """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
+
+    # Record the find_tools entries that led to a successful call as examples.
+    learn: bool = True
+    # Only where a human is present by default: an external agent must not teach
+    # discovery to route other people's requests.
+    learn_channels: tuple[Channel, ...] = ("chat",)
+    examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+
+
+class OutboxConfig(Section, frozen=True):
+    """``[outbox]``: background results kept until their conversation acknowledges them."""
+
+    # Seconds an undelivered result is kept (1 minute to 90 days).
+    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = DEFAULT_MAX_AGE
+    # Undelivered results kept at most; past it the oldest are dropped first.
+    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
+
+
+# -- the whole file ----------------------------------------------------------------------
+
+
+class McpConfig(Section, frozen=True):
+    """``[mcp]``: outbound MCP connections (a connection's own values override these)."""
 
     heartbeat_interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 30.0
     probe_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
@@ -43,38 +129,178 @@ class McpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Section, frozen=True):
+    """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
+
     home: Path
+    # Ability worker processes (isolation = "process"); each is a Python process.
+    workers: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
+    # The thread pool that runs inline abilities.
+    inline_threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
+    # Seconds a permission request waits for a human before it counts as denied.
+    approval_expiry: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 300.0
+    # The drop-in folder (default: CHALIE_ABILITIES_DIR, else <home>/abilities).
     abilities_dir: Path | None = None
-    workers: int = 2
-    approval_expiry: float = 300.0
-    inline_threads: int = 16
-    embedder: dict[str, Any] = field(default_factory=dict)
-    mcp: McpConfig = field(default_factory=McpConfig)
-    raw: dict[str, Any] = field(default_factory=dict)
+    embedder: EmbedderConfig = EmbedderConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    mcp: McpConfig = McpConfig()
+    outbox: OutboxConfig = OutboxConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:
-        root = data_dir(home)
-        path = root / "config.toml"
+        """Read ``<home>/config.toml`` (absent: every default); creates nothing on disk."""
+        where = Home.locate(home)
+        where.check()
+        path = where.config_file
         raw: dict[str, Any] = {}
-        if path.exists():
-            try:
-                raw = tomllib.loads(path.read_text())
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"{path}: {exc}") from None
-        drop = raw.get("abilities_dir") or os.environ.get("CHALIE_ABILITIES_DIR")
         try:
-            return cls(
-                home=root,
-                abilities_dir=Path(drop).expanduser() if drop else root / "abilities",
-                workers=int(raw.get("workers", 2)),
-                approval_expiry=float(raw.get("approval_expiry", 300.0)),
-                inline_threads=int(raw.get("inline_threads", 16)),
-                embedder=dict(raw.get("embedder", {})),
-                mcp=msgspec.convert(raw.get("mcp", {}), McpConfig),
-                raw=raw,
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read it: {_reason(exc)}") from None
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        return cls.from_mapping(raw, home=where.root, source=str(path))
+
+    @classmethod
+    def from_mapping(
+        cls, raw: dict[str, Any], *, home: Path, source: str = CONFIG_SOURCE
+    ) -> Config:
+        """The configuration the mapping (a parsed ``config.toml``) describes, or ConfigError."""
+        if "home" in raw:
+            raise ConfigError(
+                f"{source}: unknown key 'home' (choose the data directory with --home or {ENV_VAR})"
             )
-        except (TypeError, ValueError, msgspec.ValidationError) as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+        data = {**raw, "home": str(home)}
+        if "abilities_dir" not in raw and os.environ.get(ABILITIES_ENV_VAR):
+            data["abilities_dir"] = os.environ[ABILITIES_ENV_VAR]
+        try:
+            config = msgspec.convert(data, cls, strict=True, dec_hook=_decode_path)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(_explain(source, raw, str(exc))) from None
+        if config.abilities_dir is None:
+            return msgspec.structs.replace(config, abilities_dir=Home(home).abilities_dir)
+        # A relative drop-in folder is relative to the data directory.
+        return msgspec.structs.replace(config, abilities_dir=home / config.abilities_dir)
+
+    @property
+    def layout(self) -> Home:
+        """Every path in the data directory."""
+        return Home(self.home)
+
+
+def _decode_path(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str) and value and "\x00" not in value:
+        return Path(value).expanduser()
+    raise TypeError("not a path")  # msgspec turns it into a ValidationError at the key
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+# -- one line for a bad key ---------------------------------------------------------------
+
+_AT: Final = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>(?:\.[^`]*)?)`)?$", re.S)
+_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(?P<key>.*)`$", re.S)
+
+
+def _explain(source: str, raw: dict[str, Any], message: str) -> str:
+    found = _AT.match(message)
+    assert found is not None  # the pattern matches any text
+    msg, where = found["msg"], found["path"] or ""
+    keys = [k for k in where.split(".") if k]
+    unknown = _UNKNOWN.match(msg)
+    if unknown:
+        table = _struct_at(keys)
+        known = ", ".join(f.name for f in table.fields if f.name != "home") if table else ""
+        name = ".".join([*keys, unknown["key"]])
+        return f"{source}: unknown key {name!r} (known keys here: {known})"
+    if not keys:
+        return f"{source}: {msg}"
+    name = ".".join(keys)
+    value = _lookup(raw, keys)
+    info = _field_type(keys)
+    if info is None or (isinstance(info, mi.StructType) and not isinstance(value, dict)):
+        allowed = "a table" if info is not None else msg
+        return f"{source}: {name} = {_show(value)}: must be {allowed}"
+    if isinstance(info, mi.StructType):
+        return f"{source}: [{name}]: {msg}"
+    return f"{source}: {name} = {_show(value)}: must be {_allowed(info)}"
+
+
+def _struct_at(keys: list[str]) -> mi.StructType | None:
+    info: mi.Type = mi.type_info(Config)
+    for key in keys:
+        if not isinstance(info, mi.StructType):
+            return None
+        match = next((f for f in info.fields if f.encode_name == key), None)
+        if match is None:
+            return None
+        info = _unwrap(match.type)
+    return info if isinstance(info, mi.StructType) else None
+
+
+def _field_type(keys: list[str]) -> mi.Type | None:
+    parent = _struct_at(keys[:-1]) if len(keys) > 1 else mi.type_info(Config)
+    if not isinstance(parent, mi.StructType):
+        return None
+    match = next((f for f in parent.fields if f.encode_name == keys[-1]), None)
+    return None if match is None else _unwrap(match.type)
+
+
+def _unwrap(info: mi.Type) -> mi.Type:
+    if isinstance(info, mi.UnionType):
+        rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
+        if len(rest) == 1:
+            return rest[0]
+    return info
+
+
+def _bound(value: float) -> str:
+    """A range end as an operator writes it: 7776000, not 7.776e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _allowed(info: mi.Type) -> str:
+    if isinstance(info, mi.IntType | mi.FloatType):
+        what = "an integer" if isinstance(info, mi.IntType) else "a number"
+        low, high = info.ge, info.le
+        if low is not None and high is not None:
+            return f"{what} from {_bound(low)} to {_bound(high)}"
+        return what
+    if isinstance(info, mi.LiteralType):
+        return "one of " + ", ".join(f'"{v}"' for v in info.values)
+    if isinstance(info, mi.StrType):
+        return "a string" + (f" matching {info.pattern}" if info.pattern else "")
+    if isinstance(info, mi.BoolType):
+        return "true or false"
+    if isinstance(info, mi.CustomType) and info.cls is Path:
+        return "a path (a non-empty string)"
+    return str(info)
+
+
+def _lookup(raw: Any, keys: list[str]) -> Any:
+    for key in keys:
+        if not isinstance(raw, dict) or key not in raw:
+            return None
+        raw = raw[key]
+    return raw
+
+
+def _show(value: Any) -> str:
+    """The value as the operator wrote it in TOML, cut to one short line."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, float) and not math.isfinite(value):
+        text = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    elif isinstance(value, str):
+        text = '"' + value.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+    elif isinstance(value, dict):
+        text = "a table"
+    else:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

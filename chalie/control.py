@@ -8,12 +8,13 @@ encoding, the command name, and the command's arguments against a Struct.
 A bad request gets ``ControlReply(ok=False, error=<code>, data={"message":
 ...})``; nothing here raises on hostile input.
 
-Commands (arguments in the Structs below): ``status``, ``stop``,
+The daemon's commands (their routing table is in ``actors/control_commands.py``;
+their arguments are the Structs below): ``status``, ``stop``,
 ``tools.call`` / ``tools.poll`` / ``tools.cancel`` (a call runs in the
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``, ``mcp.reload`` (reconcile MCP connections with the store).
+``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db).
 """
 
 from __future__ import annotations
@@ -21,18 +22,25 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import zmq
 
+from chalie.home import CONTROL_SOCKET_NAME, MAX_IPC_PATH
+from chalie.home import LOCK_NAME as LOCK_NAME
+from chalie.home import PID_NAME as PID_NAME
 from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
+from chalie.wire import SafeDecoder
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
-SOCKET_NAME: Final = "control.sock"
-PID_NAME: Final = "chalie.pid"
-LOCK_NAME: Final = "chalie.lock"
+# Containers in a request's arguments nest at most this deep: deeper ones are
+# refused before anything (validation, the trail, a reply) walks them recursively.
+MAX_ARG_DEPTH: Final = 64
+# The data directory's layout is chalie.home's; these names are re-exported for clients.
+SOCKET_NAME: Final = CONTROL_SOCKET_NAME
 _SLICE_MS: Final = 200
 
 # Error codes a ControlReply can carry (the ``error`` field).
@@ -98,22 +106,23 @@ class PolicyAnswerArgs(Args):
     answer: Answer
 
 
-COMMANDS: Final[dict[str, type[Args]]] = {
-    "status": NoArgs,
-    "stop": NoArgs,
-    "tools.call": ToolsCallArgs,
-    "tools.poll": ToolsPollArgs,
-    "tools.cancel": ToolsCancelArgs,
-    "trail": TrailArgs,
-    "policy.list": NoArgs,
-    "policy.set": PolicySetArgs,
-    "policy.reset": PolicyResetArgs,
-    "policy.pending": NoArgs,
-    "policy.answer": PolicyAnswerArgs,
-    "mcp.reload": NoArgs,
-}
+class DiscoveryExamplesArgs(Args):
+    """The learned examples: list (one tool's or all), forget a tool's or one, clear all."""
 
-_request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
+    action: Literal["list", "forget", "clear"]
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class IndexRebuildArgs(Args):
+    """Start a rebuild of the discovery index in the daemon, or (start=False) report on it."""
+
+    start: bool = True
+    reuse: bool = False
+
+
+# The frame's own levels (request, args, arguments) sit above the arguments' limit.
+_request_decoder: Final = SafeDecoder[ControlRequest](ControlRequest, max_depth=MAX_ARG_DEPTH + 8)
 _reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)
 _encoder: Final = msgspec.msgpack.Encoder()
 _WHITESPACE: Final = re.compile(r"\s+")
@@ -130,26 +139,50 @@ def success(data: Any = None) -> ControlReply:
     return ControlReply(ok=True, data=data)
 
 
-def parse_request(frame: bytes) -> tuple[str, Args] | ControlReply:
-    """The command and its checked arguments, or the error reply to send back."""
+def parse_request(
+    frame: bytes, commands: Mapping[str, type[Args]]
+) -> tuple[str, Args] | ControlReply:
+    """The command and its arguments checked against ``commands`` (name -> argument
+    type: the routing table's), or the error reply to send back."""
     if len(frame) > MAX_REQUEST_BYTES:
         return failure(OVERSIZED, f"request of {len(frame)} bytes exceeds {MAX_REQUEST_BYTES}")
     try:
         request = _request_decoder.decode(frame)
     except msgspec.DecodeError as exc:
         return failure(MALFORMED, f"not a control request: {exc}")
-    spec = COMMANDS.get(request.command)
+    except RecursionError:
+        return failure(MALFORMED, "the request is nested too deeply")
+    if not _nesting_within(request.args, MAX_ARG_DEPTH):
+        return failure(MALFORMED, f"the arguments nest deeper than {MAX_ARG_DEPTH} levels")
+    spec = commands.get(request.command)
     if spec is None:
         return failure(
             UNKNOWN_COMMAND,
             f"unknown command {request.command[:64]!r}",
-            valid_values=sorted(COMMANDS),
+            valid_values=sorted(commands),
         )
     try:
         args = msgspec.convert(request.args, spec, strict=True)
     except msgspec.ValidationError as exc:
         return failure(INVALID_ARGS, f"{request.command}: {exc}")
     return request.command, args
+
+
+def _nesting_within(value: Any, limit: int) -> bool:
+    """Whether containers in ``value`` nest at most ``limit`` deep (checked without recursion)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        todo.extend((child, depth + 1) for child in children)
+    return True
 
 
 def encode_reply(reply: ControlReply) -> bytes:
@@ -178,7 +211,7 @@ def socket_path(home: Path) -> Path:
 def endpoint(home: Path) -> str:
     path = socket_path(home)
     # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
-    if len(os.fsencode(path)) > 107:
+    if len(os.fsencode(path)) > MAX_IPC_PATH:
         raise ValueError(f"data directory path too long for an ipc socket: {path}")
     return f"ipc://{path}"
 
@@ -198,13 +231,42 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def lock_held(home: Path) -> bool | None:
+    """Whether a process holds the data directory's lock (read from /proc/locks, which
+    changes nothing); None where that cannot be told."""
+    try:
+        st = os.stat(home / LOCK_NAME)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"; a blocked waiter has "->".
+        if len(parts) >= 6 and parts[1] == "FLOCK" and "->" not in parts and parts[5] == inode:
+            return True
+    return False
+
+
 def read_pid(home: Path) -> int | None:
-    """The pid in the pid file if that process is alive, else None."""
+    """The daemon's pid: the pid file's process if it is alive and the lock is held, else None.
+
+    A pid file left by a killed daemon may name an unrelated live process
+    (pids are reused); the lock, which the kernel drops with its holder, says
+    whether a daemon really runs.
+    """
     try:
         pid = int((home / PID_NAME).read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if pid > 0 and process_alive(pid) else None
+    if pid <= 0 or not process_alive(pid) or lock_held(home) is False:
+        return None
+    return pid
 
 
 # -- the client ---------------------------------------------------------------
@@ -254,6 +316,12 @@ class ControlClient:
             self._sock.close()
             self._sock = None
 
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def call(
         self, command: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> ControlReply:
@@ -280,3 +348,11 @@ class ControlClient:
             return decode_reply(frame)
         except msgspec.DecodeError as exc:
             return failure(MALFORMED, f"daemon sent an unreadable reply: {exc}")
+
+
+def request(
+    home: Path, command: str, args: dict[str, Any] | None = None, *, timeout: float = 10.0
+) -> ControlReply:
+    """One request on a client of its own, closed afterwards."""
+    with ControlClient(home, timeout=timeout) as client:
+        return client.call(command, args)

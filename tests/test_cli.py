@@ -24,7 +24,10 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.test_daemon import DaemonProcess, alive, descendants, short_home
+from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 DROPIN = textwrap.dedent(
     '''
@@ -168,6 +171,7 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     out = live.cli_process("status")
     assert out.returncode == 0, out.stderr
     assert f"pid {live.pid}" in out.stdout and "chalie 0.1.0" in out.stdout
+    assert "[{" not in out.stdout and "{'" not in out.stdout  # no raw Python structures
     for child in ("policy", "workers", "dispatcher", "control"):
         assert any(line.split()[0] == child for line in out.stdout.splitlines() if line.strip())
     data = json.loads(live.cli("status", "--json").stdout)
@@ -299,12 +303,8 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < deadline:
-            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
-            time.sleep(0.05)
-        assert pending and pending[0]["permission"] == "echo_tool"
+        pending = wait_pending(d)
+        assert pending[0]["permission"] == "echo_tool"
         status = d.cli_process("status", "--json", timeout=10)
         assert status.returncode == 0
         listing = d.cli("policy", "list")
@@ -314,13 +314,26 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         )
         out, err = caller.communicate("o\n", timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 0, err
     assert envelope_body(out) == {"got": {"k": 1}}
     assert json.loads(d.cli("policy", "list", "--json").stdout)["pending"] == []
 
 
-def test_policy_answer_from_another_terminal_releases_the_call(clean_policy: DaemonProcess) -> None:
+def wait_pending(d: DaemonProcess) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+
+    def pending() -> bool:
+        found[:] = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
+        return bool(found)
+
+    wait_until(pending, 30, what="a pending permission request")
+    return found
+
+
+def test_policy_answer_from_another_terminal_releases_the_call_and_ends_the_prompt(
+    clean_policy: DaemonProcess,
+) -> None:
     d = clean_policy
     caller = subprocess.Popen(
         [sys.executable, "-m", "chalie", "--home", str(d.home), "tools", "call", "echo_tool"],
@@ -330,19 +343,71 @@ def test_policy_answer_from_another_terminal_releases_the_call(clean_policy: Dae
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < deadline:
-            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
-            time.sleep(0.05)
-        assert pending
+        pending = wait_pending(d)
         out = d.cli("policy", "answer", str(pending[0]["request_id"]), "once")
         assert out.returncode == 0
-        stdout, _ = caller.communicate("d\n", timeout=30)  # the prompt's answer arrives too late
+        # Nobody types at the first terminal, and its stdin stays open: the
+        # prompt must notice the answer by itself and the call must finish.
+        assert caller.wait(timeout=30) == 0
+        assert caller.stdout is not None and caller.stderr is not None
+        stdout, stderr = caller.stdout.read(), caller.stderr.read()
     finally:
-        caller.kill()
-    assert caller.returncode == 0
+        reap(caller)
+    assert "answered elsewhere" in stderr
+    assert "no answer; denying" not in stderr
     assert envelope_body(stdout) == {"got": {}}
+
+
+def test_a_forged_prompt_line_in_act_summary_stays_inside_one_escaped_line(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    # Within the descriptor's 200 characters, so validation lets it through to the gate.
+    forged = 'copy\n  params {"safe": true}\u0007' + "z" * 150
+    caller = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chalie",
+            "--home",
+            str(d.home),
+            "tools",
+            "call",
+            "echo_tool",
+            f"act_summary={forged}",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_pending(d)
+        _, stderr = caller.communicate("d\n", timeout=30)
+    finally:
+        reap(caller)
+    lines = stderr.splitlines()
+    assert sum(line.startswith("  params ") for line in lines) == 1
+    assert "\x07" not in stderr
+    summary = next(line for line in lines if line.startswith("  copy"))
+    assert len(summary) <= 2 + 200
+
+
+def test_a_string_parameter_given_digits_reaches_the_tool_as_a_string(
+    live: DaemonProcess,
+) -> None:
+    assert live.cli("policy", "set", "chat", "calculator", "allow").returncode == 0
+    out = live.cli_process("tools", "call", "calculator", "expression=42")
+    assert out.returncode == 0, out.stderr
+    body = json.loads("\n".join(out.stdout.strip().splitlines()[1:-1]))
+    assert body == {"expression": "42", "result": "42"}
+    big = live.cli_process("tools", "call", "calculator", "expression=99999999999999999999")
+    assert big.returncode == 0, big.stderr
+    deep = live.cli_process("tools", "call", "echo_tool", "x=" + "[" * 5000 + "]" * 5000)
+    assert deep.returncode == 2 and "Traceback" not in deep.stderr
+    assert len(deep.stderr.strip().splitlines()) <= 4  # click's usage error, no traceback
+    zero = live.cli_process("tools", "call", "calculator", "expression=0**-1")
+    assert zero.returncode == 1 and "invalid-param" in zero.stdout
 
 
 def test_trail_lists_calls_newest_first_and_filters(clean_policy: DaemonProcess) -> None:
@@ -387,20 +452,20 @@ def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_s
         reply = control.decode_reply(sock.recv_multipart()[-1])
         sock.close()
         assert reply.ok is False and reply.error in (control.MALFORMED, control.OVERSIZED)
-    bad_args = control.ControlClient(live.home).call("tools.call", {"tool": "x", "evil": 1})
+    bad_args = control.request(live.home, "tools.call", {"tool": "x", "evil": 1})
     assert (bad_args.ok, bad_args.error) == (False, control.INVALID_ARGS)
     assert live.cli("status").returncode == 0
 
 
 def wait_for_running(d: DaemonProcess, tool: str) -> dict[str, object]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        rows = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
-        if rows:
-            row: dict[str, object] = rows[0]
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no running {tool} call on the trail")
+    rows: list[dict[str, object]] = []
+
+    def running() -> bool:
+        rows[:] = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
+        return bool(rows)
+
+    wait_until(running, 30, what=f"a running {tool} call on the trail")
+    return rows[0]
 
 
 def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: DaemonProcess) -> None:
@@ -429,7 +494,7 @@ def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: Daemo
         caller.send_signal(signal.SIGINT)
         _, err = caller.communicate(timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 130
     assert f"call {row['call_id']} cancelled" in err
     ended = json.loads(d.cli("trail", "--conversation", "ctrl-c", "--json").stdout)[0]
@@ -442,8 +507,8 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
     try:
         d.start()
         assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
-        started = control.ControlClient(home).call(
-            "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
+        started = control.request(
+            home, "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
         )
         assert started.ok
         wait_for_running(d, "slow_tool")
@@ -452,10 +517,7 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
         assert d.signal(signal.SIGTERM, timeout=30) == 0
         # The ability sleeps 60 s and ignores cancellation; the daemon does not wait for it.
         assert time.monotonic() - began < 20
-        deadline = time.monotonic() + 5
-        while any(alive(p) for p in below) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in below if alive(p)]
+        wait_until(lambda: not any(alive(p) for p in below), 5, what="no process left")
         d.start()
         rows = json.loads(d.cli("trail", "--tool", "slow_tool", "--json").stdout)
         assert rows[0]["status"] != "running"
@@ -497,14 +559,10 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        running: list[dict[str, object]] = []
-        while not running and time.monotonic() < deadline:
-            running = json.loads(first.cli("trail", "--status", "running", "--json").stdout)
-            time.sleep(0.05)
-        assert [r["tool"] for r in running] == ["slow_tool"]
+        running = wait_for_running(first, "slow_tool")
+        assert running["tool"] == "slow_tool"
         first.kill()  # SIGKILL, mid-call
-        slow.wait(30)
+        slow.communicate(timeout=30)
         assert slow.returncode != 0  # the CLI learns its daemon is gone
         second.start()
         rows = json.loads(second.cli("trail", "--json").stdout)
@@ -515,8 +573,25 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
         assert by_conv["in-flight"]["code"] == "interrupted"
         shown = second.cli("trail", "--status", "interrupted")
         assert "slow_tool" in shown.stdout and "interrupted" in shown.stdout
+        # Its duration is unknown (the restart is not when it stopped), so none is shown.
+        row_line = next(line for line in shown.stdout.splitlines() if "slow_tool" in line)
+        assert row_line.split("  gate ")[0].split()[-1] == "-"
         assert second.signal(signal.SIGTERM) == 0
     finally:
         first.kill()
         second.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_rejected_policy_set_is_one_line_and_logs_no_traceback(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    before = len(d.log_lines())
+    out = d.cli("policy", "set", "chat", "Bad Name!", "allow")
+    assert out.returncode == 1
+    assert out.stderr.startswith("chalie: invalid-args: invalid permission")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert d.cli("status").returncode == 0  # orders the log after the rejected request
+    logged = json.dumps(d.log_lines()[before:])
+    assert "PolicyError" not in logged and "Traceback" not in logged

@@ -25,6 +25,11 @@ import pytest
 
 from actors.loop import EventLoopThread, LoopNotRunning
 from chalie import control, daemon, logs
+from chalie_app import root
+from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 # -- structured logs ---------------------------------------------------------------
 
@@ -120,8 +125,10 @@ def test_stopping_the_loop_cancels_pending_tasks_and_joins_the_thread() -> None:
     lt = EventLoopThread()
     lt.start()
     cancelled = threading.Event()
+    running = threading.Event()
 
     async def forever() -> None:
+        running.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
@@ -129,7 +136,7 @@ def test_stopping_the_loop_cancels_pending_tasks_and_joins_the_thread() -> None:
             raise
 
     fut = lt.submit(forever())
-    time.sleep(0.05)
+    assert running.wait(5)  # the task is parked in its sleep, not merely scheduled
     assert lt.stop(timeout=5)
     assert cancelled.is_set()
     assert fut.cancelled()
@@ -196,7 +203,9 @@ def test_pid_file_is_written_atomically_and_removed_only_by_its_owner(tmp_path: 
     path = daemon.write_pid_file(tmp_path)
     assert int(path.read_text()) == os.getpid()
     assert (path.stat().st_mode & 0o777) == 0o600
-    assert control.read_pid(tmp_path) == os.getpid()
+    assert control.read_pid(tmp_path) is None  # no lock held: the pid file alone proves nothing
+    with daemon.instance_lock(tmp_path):
+        assert control.read_pid(tmp_path) == os.getpid()
     path.write_text("1\n")  # another daemon's pid file
     daemon.remove_pid_file(tmp_path)
     assert path.exists()
@@ -206,144 +215,6 @@ def test_pid_file_is_written_atomically_and_removed_only_by_its_owner(tmp_path: 
 
 
 # -- `chalie run` as a real process ------------------------------------------------------
-
-
-def short_home() -> Path:
-    # ipc socket paths are capped at 107 bytes; pytest's tmp paths can be longer.
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid``, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purpose once reaped by init.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-class DaemonProcess:
-    """One real daemon process on one data directory, driven like an operator would."""
-
-    def __init__(self, home: Path, log_path: Path, argv: list[str] | None = None) -> None:
-        self.home = home
-        self.log_path = log_path
-        self.argv = argv or [sys.executable, "-m", "chalie", "--home", str(home), "run"]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *, wait: bool = True) -> DaemonProcess:
-        env = {**os.environ, "CHALIE_HOME": str(self.home)}
-        env.pop("CHALIE_ABILITIES_DIR", None)
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
-            )
-        if wait:
-            self.wait_ready()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def wait_ready(self, timeout: float = 60.0) -> dict[str, object]:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                reply = control.ControlClient(self.home, timeout=2).call("status")
-            except control.DaemonNotRunning:
-                time.sleep(0.05)
-                continue
-            if reply.ok and all(c["alive"] for c in reply.data["actors"]):
-                data: dict[str, object] = reply.data
-                return data
-            time.sleep(0.05)
-        raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
-
-    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run a chalie command in this process (CliRunner), against the real daemon."""
-        from click.testing import CliRunner
-
-        from chalie.cli import cli
-
-        result = CliRunner().invoke(cli, ["--home", str(self.home), *args], input=input)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
-
-    def cli_process(
-        self, *args: str, input: str | None = None, timeout: float = 60.0
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a chalie command as its own process, as an operator would."""
-        return subprocess.run(
-            [sys.executable, "-m", "chalie", "--home", str(self.home), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def status(self) -> dict[str, object]:
-        reply = control.ControlClient(self.home, timeout=10).call("status")
-        assert reply.ok, reply
-        data: dict[str, object] = reply.data
-        return data
-
-    def signal(self, signum: int, timeout: float = 60.0) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signum)
-        return self.proc.wait(timeout)
-
-    def wait(self, timeout: float = 60.0) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def log_lines(self) -> list[dict[str, object]]:
-        lines = []
-        for raw in self.log().splitlines():
-            if raw.startswith("{"):
-                lines.append(json.loads(raw))
-        return lines
 
 
 @pytest.fixture
@@ -401,10 +272,7 @@ def test_run_stops_cleanly_on_a_signal_and_leaves_no_process_behind(
     below = descendants(d.pid)
     assert pids <= below
     assert d.signal(signum) == 0
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in below) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in below if alive(p)], "orphan processes left"
+    wait_until(lambda: not any(alive(p) for p in below), 5, what="no orphan processes left")
     assert not (home / control.PID_NAME).exists()
     assert not control.socket_path(home).exists()
     lines = d.log_lines()
@@ -433,10 +301,7 @@ def test_a_stale_pid_file_from_a_killed_daemon_does_not_block_the_next_start(
     assert second.status()["pid"] == second.pid
     assert second.signal(signal.SIGTERM) == 0
     # Workers of the killed daemon notice their broker is gone and exit.
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in below) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in below if alive(p)]
+    wait_until(lambda: not any(alive(p) for p in below), 10, what="old workers gone")
 
 
 def test_chalie_stop_stops_the_daemon_over_the_control_socket(spawn: type[DaemonProcess]) -> None:
@@ -451,8 +316,9 @@ ESCALATING_DAEMON = textwrap.dedent(
     """
     import sys
     from actors.supervisor import ChildSpec, SupervisedActor
-    from chalie import daemon, logs
+    from chalie import logs
     from chalie.config import Config
+    from chalie_app import root
 
     class Doomed(SupervisedActor):
         def on_start(self):
@@ -460,7 +326,7 @@ ESCALATING_DAEMON = textwrap.dedent(
 
     logs.configure()
     spec = lambda rt: ChildSpec("doomed", Doomed.start)
-    sys.exit(daemon.run(Config.load(sys.argv[1]), extra_children=[spec]))
+    sys.exit(root.run(Config.load(sys.argv[1]), extra_children=[spec]))
     """
 )
 
@@ -526,7 +392,7 @@ def test_a_data_directory_too_deep_for_an_ipc_socket_is_a_start_up_error(tmp_pat
     from chalie.config import Config
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    result = daemon.run(Config.load(deep))
+    result = root.run(Config.load(deep))
     assert result == daemon.EXIT_STARTUP_FAILED
     assert not (deep / control.PID_NAME).exists()
 

@@ -215,6 +215,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
     path = tmp_path / "chalie.db"
     proc = subprocess.Popen(
@@ -233,7 +234,7 @@ def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
         if line.startswith("started in-flight"):
             break
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+    proc.communicate(timeout=10)  # waits, and closes the pipes
     assert proc.returncode == -signal.SIGKILL
     assert len(returned) == 40
 

@@ -11,6 +11,7 @@ import click
 
 from chalie.cli import Ctx, cli
 from chalie.cli.daemon import ask_daemon
+from chalie.display import NAME_CHARS, one_line
 from chalie.messages import CHANNELS
 
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
@@ -56,9 +57,9 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         for p in pending:
             left = max(0, int(p["expires_at"] - now))
             click.echo(
-                f"  {p['request_id']}  {p['channel']} {p['permission']}  conversation "
-                f"{p['conversation_id']}  expires in {left}s"
-                + (f"  — {p['act_summary']}" if p.get("act_summary") else "")
+                f"  {p['request_id']}  {p['channel']} {one_line(p['permission'], NAME_CHARS)}  "
+                f"conversation {one_line(p['conversation_id'], NAME_CHARS)}  expires in {left}s"
+                + (f"  — {one_line(p['act_summary'])}" if p.get("act_summary") else "")
             )
     else:
         click.echo("pending requests: none")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
+from chalie.ability import FRAMEWORK_FIELDS
 from chalie.cli import Ctx, cli
+from chalie.cli.prompt import ApprovalPrompt
 from chalie.registry import DuplicateAbilityError, Registry
 
 
@@ -56,11 +57,66 @@ def tools_list(obj: Ctx, as_json: bool, async_channel: bool) -> None:
 
 # -- chalie tools call: a real call through the running daemon ----------------------------
 
-PROMPT_ANSWERS = {"o": "allow_once", "a": "allow_always", "d": "deny"}
+# A CLI value is JSON nested at most this deep, with integers msgpack can carry.
+MAX_VALUE_DEPTH = 32
+INT_RANGE = (-(2**63), 2**64 - 1)
 
 
-def parse_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
-    """``key=value`` pairs; a value that parses as JSON is that JSON, else the string."""
+def _string_typed(schema: dict[str, Any] | None, key: str) -> bool:
+    """Whether the tool's schema says ``key`` is a string and nothing else."""
+    if schema is None:
+        return False
+    prop = (schema.get("properties") or {}).get(key)
+    if not isinstance(prop, dict):
+        return False
+    kind = prop.get("type")
+    if kind == "string" or kind == ["string"]:
+        return True
+    values = prop.get("enum")
+    return isinstance(values, list) and bool(values) and all(isinstance(v, str) for v in values)
+
+
+def _check_value(key: str, value: object) -> None:
+    """BadParameter when a decoded value nests too deep or holds an integer out of range."""
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > MAX_VALUE_DEPTH:
+            raise click.BadParameter(
+                f"the value of {key!r} nests deeper than {MAX_VALUE_DEPTH} levels",
+                param_hint="PARAMS",
+            )
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not INT_RANGE[0] <= item <= INT_RANGE[1]:
+                raise click.BadParameter(
+                    f"the integer in {key!r} is out of range (-2**63 .. 2**64-1); "
+                    "quote it to pass it as a string",
+                    param_hint="PARAMS",
+                )
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+
+
+_TOO_DEEP = object()
+
+
+def _decode(raw: str) -> tuple[bool, object]:
+    """(True, value) when ``raw`` is JSON, else (False, None); too deep gives _TOO_DEEP."""
+    import msgspec
+
+    try:
+        return True, msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False, None
+    except RecursionError:
+        return True, _TOO_DEEP
+
+
+def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) -> dict[str, object]:
+    """``key=value`` pairs: a parameter the schema types as a string keeps its text;
+    any other value that parses as JSON is that JSON, else the string."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -68,34 +124,30 @@ def parse_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
             raise click.BadParameter(f"{pair!r} is not key=value", param_hint="PARAMS")
         if key in out:
             raise click.BadParameter(f"{key!r} is given twice", param_hint="PARAMS")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
+        if (key in FRAMEWORK_FIELDS and key != "async") or _string_typed(schema, key):
             out[key] = raw
+            continue
+        parsed, value = _decode(raw)
+        if value is _TOO_DEEP:
+            raise click.BadParameter(
+                f"the value of {key!r} nests deeper than {MAX_VALUE_DEPTH} levels",
+                param_hint="PARAMS",
+            )
+        if not parsed:
+            out[key] = raw
+            continue
+        _check_value(key, value)
+        out[key] = value
     return out
 
 
-def _prompt(request: dict[str, object], home: Path | None = None) -> str:
-    from chalie.mcp.provenance import suffix
-
-    params = json.dumps(request.get("params") or {}, ensure_ascii=False)
-    where = suffix(home, str(request["permission"])) if home is not None else ""
-    click.echo(
-        f"permission requested: {request['permission']} on {request['channel']}{where}", err=True
-    )
-    if request.get("act_summary"):
-        click.echo(f"  {request['act_summary']}", err=True)
-    click.echo(f"  params {params}", err=True)
+def _schema_of(obj: Ctx, name: str) -> dict[str, Any] | None:
+    """The tool's input schema from the local registry (the daemon's may differ; it validates)."""
     try:
-        choice = click.prompt(
-            "allow [o]nce, [a]lways, or [d]eny?",
-            type=click.Choice(tuple(PROMPT_ANSWERS)),
-            err=True,
-        )
-    except click.Abort:
-        click.echo("no answer; denying", err=True)  # fail closed: no human, no allow
-        return "deny"
-    return PROMPT_ANSWERS[str(choice)]
+        entry = load_registry(obj).get(name)
+    except click.ClickException:
+        return None
+    return None if entry is None else entry.cls.input_schema(allow_async=True)
 
 
 @tools.command("call")
@@ -106,12 +158,15 @@ def _prompt(request: dict[str, object], home: Path | None = None) -> str:
 def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str | None) -> None:
     """Call NAME through the daemon's dispatcher on the chat channel, with key=value PARAMS.
 
-    When the permission gate asks, answer in the terminal. Prints the envelope;
-    exits non-zero when it is an error envelope.
+    A value is JSON (42, true, [1,2], {"a":1}) unless the tool's parameter is a
+    string, which keeps the text as typed. When the permission gate asks,
+    answer in the terminal; an answer given elsewhere (`chalie policy
+    answer`) ends the prompt. Prints the envelope; exits non-zero when it is
+    an error envelope.
     """
     from chalie.cli.daemon import ask_daemon
 
-    arguments = parse_pairs(params)
+    arguments = parse_pairs(params, _schema_of(obj, name) if params else None)
     arguments.setdefault("act_summary", f"{name} called from the chalie CLI")
     args: dict[str, object] = {"tool": name, "arguments": arguments}
     if conversation:
@@ -133,15 +188,26 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
 def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
     from chalie import control
-    from chalie.cli.daemon import _client, ask_daemon, fail
+    from chalie.cli.daemon import ask_daemon, fail
 
+    def still_pending(request_id: str) -> bool:
+        pending = ask_daemon(obj, "policy.pending")
+        return any(p.get("request_id") == request_id for p in pending or [])
+
+    prompt = ApprovalPrompt(still_pending)
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
-            answer = _prompt(request, obj.config.home)
+            from chalie.mcp.provenance import suffix  # a remote tool names its server
+
+            where = suffix(obj.config.home, str(request.get("permission", "")))
+            answer = prompt.ask({**request, "provenance": where.strip(" []")} if where else request)
+            if answer is None:
+                click.echo("chalie: that request was answered elsewhere", err=True)
+                continue
             sent = {"request_id": request["request_id"], "answer": answer}
             try:
-                reply = _client(obj.config.home).call("policy.answer", sent)
+                reply = obj.client.call("policy.answer", sent)
             except control.DaemonNotRunning as exc:
                 fail(str(exc))
             if reply.error == control.NOT_FOUND:

@@ -29,6 +29,9 @@ from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 CONTEXT = TurnContext(conversation_id="conv", turn_id="turn-1")
 
 
@@ -67,6 +70,16 @@ def test_both_abilities_are_internal_always_available_and_not_in_the_roster(
         assert registry.get(ability.name) is not None
         schema = ability.descriptor()["input_schema"]
         assert schema["properties"]["query"]["type"] == "array"
+
+
+def test_each_meta_tool_describes_itself_in_its_own_words() -> None:
+    tools_schema = FindTools.descriptor()["input_schema"]
+    skills_schema = FindSkills.descriptor()["input_schema"]
+    skills_text = json.dumps(skills_schema).lower()
+    assert "activate" not in skills_text and "playbook" in skills_text
+    assert "activate" in json.dumps(tools_schema).lower()
+    tools_query = tools_schema["properties"]["query"]["description"]
+    assert skills_schema["properties"]["query"]["description"] != tools_query
 
 
 def test_find_tools_injects_what_it_found_into_the_calling_turn(

@@ -98,16 +98,16 @@ def test_the_trail_shows_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_the_approval_prompt_shows_provenance(tmp_path: Path) -> None:
-    import click
-
-    from chalie.cli.tools import _prompt
+    from chalie.cli.prompt import render
+    from chalie.mcp.provenance import suffix
 
     seeded(tmp_path)
-    request = {"permission": "_mcp_gh_search_issues", "channel": "chat", "params": {}}
-
-    @click.command()
-    def prompt() -> None:
-        click.echo(_prompt(request, tmp_path))
-
-    result = CliRunner().invoke(prompt, input="d\n")
-    assert "[remote tool 'Search.Issues' on MCP server gh]" in result.output + result.stderr
+    where = suffix(tmp_path, "_mcp_gh_search_issues")
+    request = {
+        "permission": "_mcp_gh_search_issues",
+        "channel": "chat",
+        "params": {},
+        "provenance": where.strip(" []"),
+    }
+    shown = "\n".join(render(request))
+    assert "remote tool 'Search.Issues' on MCP server gh" in shown

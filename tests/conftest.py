@@ -1,0 +1,180 @@
+"""Helpers shared by the test modules: waiting on a condition, and a real daemon process.
+
+Markers (``setup.cfg``): ``slow`` marks tests that start a daemon, worker
+processes or build an index; ``pytest -m "not slow"`` runs the fast unit tests
+alone in seconds. A test module whose every test is slow says so with
+``pytestmark = pytest.mark.slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chalie import control
+
+
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 10.0, *, what: str = "condition"
+) -> None:
+    """Return once ``predicate()`` is true; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{what} not reached within {timeout:g} s")
+
+
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` if it still runs, wait for it, and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(30)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def short_home() -> Path:
+    # ipc socket paths are capped at 107 bytes; pytest's tmp paths can be longer.
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="chd-", dir="/tmp"))
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is dead for our purpose once reaped by init.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class DaemonProcess:
+    """One real daemon process on one data directory, driven like an operator would."""
+
+    def __init__(self, home: Path, log_path: Path, argv: list[str] | None = None) -> None:
+        self.home = home
+        self.log_path = log_path
+        self.argv = argv or [sys.executable, "-m", "chalie", "--home", str(home), "run"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, wait: bool = True) -> DaemonProcess:
+        env = {**os.environ, "CHALIE_HOME": str(self.home)}
+        env.pop("CHALIE_ABILITIES_DIR", None)
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env
+            )
+        if wait:
+            self.wait_ready()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[str, object]:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                reply = control.request(self.home, "status", timeout=2)
+            except control.DaemonNotRunning:
+                time.sleep(0.05)
+                continue
+            if reply.ok and all(c["alive"] for c in reply.data["actors"]):
+                data: dict[str, object] = reply.data
+                return data
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not ready within {timeout} s:\n{self.log()}")
+
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a chalie command in this process (CliRunner), against the real daemon."""
+        from click.testing import CliRunner
+
+        from chalie.cli import cli
+
+        result = CliRunner().invoke(cli, ["--home", str(self.home), *args], input=input)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+    def cli_process(
+        self, *args: str, input: str | None = None, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a chalie command as its own process, as an operator would."""
+        return subprocess.run(
+            [sys.executable, "-m", "chalie", "--home", str(self.home), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def status(self) -> dict[str, object]:
+        reply = control.request(self.home, "status", timeout=10)
+        assert reply.ok, reply
+        data: dict[str, object] = reply.data
+        return data
+
+    def signal(self, signum: int, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+        return self.proc.wait(timeout)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for raw in self.log().splitlines():
+            if raw.startswith("{"):
+                lines.append(json.loads(raw))
+        return lines
