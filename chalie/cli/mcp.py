@@ -25,12 +25,10 @@ from chalie.mcp.probe import test_server
 from chalie.mcp.secrets import MissingSecret, resolve
 from chalie.mcp.spec import SpecError
 
-DB_NAME = "chalie.db"
-
 
 def _admin(obj: Ctx) -> McpAdmin:
     home = obj.config.home
-    return McpAdmin(home / DB_NAME, home, on_change=lambda: _poke(home))
+    return McpAdmin(obj.config.layout.db, home, on_change=lambda: _poke(home))
 
 
 def _poke(home: Path) -> None:

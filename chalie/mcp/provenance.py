@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chalie.home import Home
 from chalie.mcp.names import PREFIX, server_of
 from chalie.mcp.store import McpStore
 from chalie.policy import SERVER_WILDCARD
@@ -33,7 +34,7 @@ def suffix(home: Path, name: str) -> str:
     if not name.startswith(PREFIX):
         return ""
     try:
-        found = provenance(home / "chalie.db", name)
+        found = provenance(Home(home).db, name)
     except Exception:  # a display aid: an unreadable store shows nothing rather than failing
         return ""
     return f"  [{found}]" if found else ""
