@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
 from chalie import control
 from chalie.cli import Ctx, cli
@@ -122,6 +123,12 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--transport", type=click.Choice(("stdio", "http", "sse")))
 @click.option("--header", "headers", multiple=True, help="'Name: value' for --url (repeatable).")
 @click.option("--disabled", is_flag=True, help="Add it without connecting.")
+@click.option(
+    "--protocol",
+    type=click.Choice(("auto", "legacy")),
+    default="auto",
+    help="auto: 2026-07-28 when the server offers it; legacy: always the 2025-11-25 handshake.",
+)
 @click.pass_obj
 def mcp_add(
     obj: Ctx,
@@ -134,6 +141,7 @@ def mcp_add(
     transport: str | None,
     headers: tuple[str, ...],
     disabled: bool,
+    protocol: str,
 ) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
     write ${VAR} to read one from the daemon's environment instead."""
@@ -150,10 +158,7 @@ def mcp_add(
         )
     except SpecError as exc:
         fail(str(exc))
-    if disabled:
-        import msgspec
-
-        spec = msgspec.structs.replace(spec, enabled=False)
+    spec = msgspec.structs.replace(spec, enabled=not disabled, protocol=protocol)
     _run(obj, "add", spec)
     click.echo(f"added {spec.name} ({spec.transport})")
 

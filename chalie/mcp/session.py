@@ -244,7 +244,7 @@ class Link:
                     await stack.enter_async_context(client)
                 session = Client(
                     transport,
-                    mode="auto",
+                    mode=self._spec.protocol,
                     read_timeout_seconds=self._read_timeout,
                     message_handler=self._on_message,
                     cache=None,

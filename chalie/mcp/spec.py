@@ -19,6 +19,9 @@ from chalie.mcp.names import BadSlug, check_slug
 
 Transport = Literal["stdio", "http", "sse"]
 TRANSPORTS: Final[tuple[str, ...]] = ("stdio", "http", "sse")
+# "auto": 2026-07-28 with peers that offer it, else the 2025-11-25 handshake; "legacy": always
+# the handshake (an operator's choice for a peer whose modern path misbehaves).
+Protocol = Literal["auto", "legacy"]
 
 MAX_ARGS: Final = 128
 MAX_ARG: Final = 4096
@@ -52,6 +55,7 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     url: str = ""
     headers: dict[str, str] = {}
     enabled: bool = True
+    protocol: Protocol = "auto"
     # None: the [mcp] config's default.
     connect_timeout: float | None = None
     call_timeout: float | None = None
@@ -107,6 +111,8 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
         raise SpecError(str(exc)) from None
     if spec.transport not in TRANSPORTS:
         raise SpecError(f"transport must be one of {', '.join(TRANSPORTS)}")
+    if spec.protocol not in ("auto", "legacy"):
+        raise SpecError("protocol must be auto or legacy")
     env = _mapping("env", spec.env, ENV_NAME)
     headers = _mapping("headers", spec.headers, HEADER_NAME)
     if spec.transport == "stdio":

@@ -426,3 +426,24 @@ def test_a_secret_in_the_url_never_reaches_the_status_or_the_log(
     row = rig.admin.store.server("leak")
     assert "sup3r" not in row.status_reason + row.last_error + row.spec.url
     assert "sup3r" not in caplog.text
+
+
+def test_a_legacy_session_pings_and_hears_list_changed(tmp_path: Path) -> None:
+    from chalie.config import McpConfig
+
+    rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=1, probe_timeout=2, start_delay=0))
+    srv = FixtureServer()
+    try:
+        rig.add(ServerSpec(name="old", transport="http", url=srv.url, protocol="legacy"))
+        rig.start()
+        rig.wait_tools("old", FIXTURE_TOOLS)
+        assert rig.admin.store.server("old").protocol == "2025-11-25"
+        first = rig.admin.store.server("old").last_heartbeat
+        wait_until(lambda: rig.admin.store.server("old").last_heartbeat != first, 10, "a ping")
+        rig.allow("_mcp_old_grow")
+        assert rig.run("_mcp_old_grow", {"count": 2}).status == "success"
+        wait_until(lambda: "_mcp_old_grown_2" in rig.registry, 10, "list_changed on legacy")
+        assert rig.status("old") == "online"
+    finally:
+        srv.kill()
+        rig.close()
