@@ -5,7 +5,8 @@ with ``run_coroutine_threadsafe``):
 
 1. :meth:`Link.open` starts the owner task, which enters the transport and
    ``mcp.Client`` (``mode="auto"``: 2026-07-28 with mcp 2.3 peers, the
-   2025-11-25 handshake with older ones; ``legacy`` when the connection says so) and then waits for the stop event;
+   2025-11-25 handshake with older ones; ``legacy`` when the connection says
+   so) and then waits for the stop event;
    anyio needs the enter and the exit in that same task. ``open`` returns the
    negotiated :class:`LinkInfo` or raises :class:`ConnectFailure` (``auth``
    for HTTP 401/403, ``config`` for a missing command, else ``unreachable``),
