@@ -10,9 +10,8 @@ serving, and closes all three when it stops.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,8 +24,8 @@ from actors.loop import EventLoopThread
 from actors.supervisor import SupervisedActor
 from chalie.call_desk import CallDesk
 from chalie.events import EventBus
-from chalie.messages import ToolCall, ToolOutcome
-from chalie.routing import Router
+from chalie.messages import EndpointDied, ToolCall, ToolOutcome
+from chalie.routing import Route, Router
 
 
 class ControlActor(SupervisedActor):
@@ -41,6 +40,7 @@ class ControlActor(SupervisedActor):
         events: EventBus,
         dispatch: Callable[[ToolCall], Future[ToolOutcome]],
         end_turn: Callable[[str], None] | None = None,
+        routes: Sequence[Route[Any]] = (),
     ) -> None:
         super().__init__()
         # The operator may call any registered tool and need not write an act_summary.
@@ -55,7 +55,8 @@ class ControlActor(SupervisedActor):
             end_turn=end_turn,
         )
         self._commands = ControlCommands(host, desk)
-        self._endpoint = ControlEndpoint(home, loop, Router(self._commands.routes()))
+        # ``routes``: other children's commands (conversations), rows beside ours.
+        self._endpoint = ControlEndpoint(home, loop, Router([*self._commands.routes(), *routes]))
 
     def on_start(self) -> None:
         self._endpoint.start()
@@ -65,10 +66,10 @@ class ControlActor(SupervisedActor):
         # Runs on the loop thread: hand the failure to the actor, whose
         # on_receive raising under a tell fails it, and the supervisor restarts it.
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_EndpointDied(error))
+            self.actor_ref.tell(EndpointDied(error))
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _EndpointDied):
+        if isinstance(message, EndpointDied):
             raise RuntimeError(f"control endpoint stopped serving: {message.error!r}")
         return None
 
@@ -86,8 +87,3 @@ class ControlActor(SupervisedActor):
     def _close(self) -> None:
         self._endpoint.stop()
         self._commands.close()
-
-
-@dataclass(frozen=True)
-class _EndpointDied:
-    error: BaseException | None

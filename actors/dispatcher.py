@@ -85,7 +85,7 @@ from chalie.messages import (
     ViewRequest,
     Withdraw,
 )
-from chalie.outbox import DEFAULT_MAX_AGE, Outbox, check_limits
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
@@ -180,6 +180,7 @@ class DispatcherActor(SupervisedActor):
         parts: Mapping[str, Any] | None = None,
         children: Directory | None = None,
         outbox_max_age: float = DEFAULT_MAX_AGE,
+        outbox_max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
         super().__init__()
         self._registry = registry
@@ -208,8 +209,9 @@ class DispatcherActor(SupervisedActor):
         self._flush_due = False
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
-        check_limits(outbox_max_age)
+        check_limits(outbox_max_age, outbox_max_rows)
         self._outbox_max_age = outbox_max_age
+        self._outbox_max_rows = outbox_max_rows
         self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -220,7 +222,9 @@ class DispatcherActor(SupervisedActor):
             log.warning(
                 "marked %d call(s) left running by a previous run as interrupted", interrupted
             )
-        self._outbox = Outbox(self._trail_path, max_age=self._outbox_max_age)
+        self._outbox = Outbox(
+            self._trail_path, max_age=self._outbox_max_age, max_rows=self._outbox_max_rows
+        )
         self._timers = Timers(self.actor_ref)
         self.spawn_thread(self._timers.run, "dispatch-timers")
 

@@ -91,6 +91,57 @@ class EmbedderConfig(Section, frozen=True):
         }
 
 
+# -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------
+
+Seconds = Annotated[float, msgspec.Meta(ge=0.001, le=86400.0)]
+
+
+class ModelConfig(Section, frozen=True):
+    """One language model, ``[models.NAME]``; ``[models.default]`` serves unnamed channels."""
+
+    provider: Literal["openai", "ollama", "anthropic"] = "openai"
+    base_url: HttpUrl = "http://127.0.0.1:11434/v1"
+    model: ModelName = "llama3.1"
+    # The NAME of the environment variable holding the key; the key itself is never stored.
+    api_key_env: EnvName | None = None
+    context_window: Annotated[int, msgspec.Meta(ge=256, le=100_000_000)] = 32768
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
+    stream: bool = True
+    connect_timeout: Seconds = 10.0
+    # Seconds without a byte from the model before the request counts as hung.
+    read_timeout: Seconds = 120.0
+    # Retries of a 429, 5xx, refused or dropped request, with exponential backoff.
+    retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    backoff: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 0.5
+
+
+ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class ChannelConfig(Section, frozen=True):
+    """Overrides of one channel, ``[channels.NAME]``; an unset key keeps the shipped value."""
+
+    human_present: bool | None = None
+    policy_channel: Literal["chat", "subconscious", "external_agent"] | None = None
+    pinned: tuple[ToolName, ...] | None = None
+    find_tools: bool | None = None
+    async_offered: bool | None = None
+    max_steps: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    max_repeat: Annotated[int, msgspec.Meta(ge=2, le=100)] | None = None
+    wall_clock: Seconds | None = None
+    token_budget: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+    system_prompt: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+
+
+class ConversationsConfig(Section, frozen=True):
+    # Seconds a conversation's actor stays after its last activity.
+    idle_stop: Seconds = 600.0
+    max_message_chars: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
+    # User messages waiting behind a running turn, per conversation.
+    max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
+
+
 class DiscoveryConfig(Section, frozen=True):
     """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
 
@@ -142,6 +193,9 @@ class Config(Section, frozen=True):
     # The drop-in folder (default: CHALIE_ABILITIES_DIR, else <home>/abilities).
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
+    models: dict[str, ModelConfig] = {}
+    channels: dict[str, ChannelConfig] = {}
+    conversations: ConversationsConfig = ConversationsConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     mcp: McpConfig = McpConfig()
     outbox: OutboxConfig = OutboxConfig()
@@ -180,7 +234,8 @@ class Config(Section, frozen=True):
         try:
             config = msgspec.convert(data, cls, strict=True, dec_hook=_decode_path)
         except msgspec.ValidationError as exc:
-            raise ConfigError(_explain(source, raw, str(exc))) from None
+            message = _explain_named(source, raw, str(exc)) or _explain(source, raw, str(exc))
+            raise ConfigError(message) from None
         if config.abilities_dir is None:
             return msgspec.structs.replace(config, abilities_dir=Home(home).abilities_dir)
         # A relative drop-in folder is relative to the data directory.
@@ -232,6 +287,53 @@ def _explain(source: str, raw: dict[str, Any], message: str) -> str:
     return f"{source}: {name} = {_show(value)}: must be {_allowed(info)}"
 
 
+_NAMED: Final = re.compile(r" - at `\$\.(?P<section>\w+)\[\.\.\.\]")
+
+
+def _explain_named(source: str, raw: dict[str, Any], message: str) -> str | None:
+    """The one line for a bad key inside a named table (``[models.NAME]``, ``[channels.NAME]``).
+
+    msgspec names such a place ``$.models[...]``; each table is checked again
+    on its own to find which name holds the bad key.
+    """
+    found = _NAMED.search(message)
+    if found is None:
+        return None
+    section = found["section"]
+    config_type = mi.type_info(Config)
+    assert isinstance(config_type, mi.StructType)
+    field = next((f for f in config_type.fields if f.encode_name == section), None)
+    if field is None or not isinstance(field.type, mi.DictType):
+        return None
+    value_type = field.type.value_type
+    if not isinstance(value_type, mi.StructType):
+        return None
+    tables = raw.get(section)
+    if not isinstance(tables, dict):
+        return None
+    for name, table in tables.items():
+        try:
+            msgspec.convert(table, value_type.cls, strict=True)
+        except msgspec.ValidationError as exc:
+            at = _AT.match(str(exc))
+            assert at is not None
+            msg, keys = at["msg"], [k for k in (at["path"] or "").split(".") if k]
+            where = f"{section}.{name}"
+            unknown = _UNKNOWN.match(msg)
+            if unknown:
+                known = ", ".join(f.name for f in value_type.fields)
+                return (
+                    f"{source}: unknown key '{where}.{unknown['key']}' (known keys here: {known})"
+                )
+            match = next((f for f in value_type.fields if keys and f.encode_name == keys[0]), None)
+            if match is None:
+                return f"{source}: [{where}]: {msg}"
+            value = _lookup(table, keys)
+            allowed = _allowed(_unwrap(match.type))
+            return f"{source}: {where}.{keys[0]} = {_show(value)}: must be {allowed}"
+    return None
+
+
 def _struct_at(keys: list[str]) -> mi.StructType | None:
     info: mi.Type = mi.type_info(Config)
     for key in keys:
@@ -280,6 +382,10 @@ def _allowed(info: mi.Type) -> str:
         return "true or false"
     if isinstance(info, mi.CustomType) and info.cls is Path:
         return "a path (a non-empty string)"
+    if isinstance(info, mi.DictType):
+        return "a table of named tables"
+    if isinstance(info, mi.VarTupleType | mi.ListType):
+        return "a list of " + _allowed(info.item_type).removeprefix("a ").removeprefix("an ") + "s"
     return str(info)
 
 

@@ -110,6 +110,46 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "Too many calls in flight; retry later.",
     ),
     ErrorCode(
+        "model-unreachable",
+        "The language model could not be reached or was overloaded.",
+        "Connection refused or dropped, a timeout, HTTP 429 or 5xx; retried with backoff first.",
+    ),
+    ErrorCode(
+        "model-rejected",
+        "The language model's server refused the request.",
+        "An HTTP 4xx other than 429 (a bad key, an unknown model, a request too large).",
+    ),
+    ErrorCode(
+        "model-bad-response",
+        "The language model's server answered with something that is not its wire format.",
+        "A body or stream line that is not JSON or lacks the expected fields.",
+    ),
+    ErrorCode(
+        "model-retry",
+        "A model request failed and is being retried.",
+        "Shown to the user while a 429, 5xx or dropped connection is retried.",
+    ),
+    ErrorCode(
+        "queue-full",
+        "Too many messages wait behind the running turn.",
+        "A message sent while conversations.max_queued others wait; it is not run.",
+    ),
+    ErrorCode(
+        "unknown-conversation",
+        "No conversation has that id.",
+        "show, delete or events named a conversation that does not exist.",
+    ),
+    ErrorCode(
+        "unknown-channel",
+        "No channel has that name.",
+        "A message named a channel neither shipped nor configured.",
+    ),
+    ErrorCode(
+        "invalid-message",
+        "A conversation request is malformed, oversized or hostile.",
+        "An empty or oversized text, a bad id, a channel mismatch, an unknown answer.",
+    ),
+    ErrorCode(
         "mcp-auth-failed",
         "A remote MCP server refused Chalie's credentials.",
         "The named server answered HTTP 401 or 403 (a missing, wrong or revoked token).",

@@ -18,11 +18,13 @@ import queue
 import threading
 from collections.abc import Callable
 
+from chalie.conversation.events import ConversationEvent
 from chalie.messages import BackgroundResult, PermissionRequest
 
 log = logging.getLogger("chalie.events")
 
-Event = PermissionRequest | BackgroundResult
+# A conversation's numbered events (chalie.conversation.events) travel on the same bus.
+Event = PermissionRequest | BackgroundResult | ConversationEvent
 Callback = Callable[[Event], None]
 
 

@@ -281,6 +281,13 @@ class ExpireRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointDied:
+    """Control actor: its socket server stopped serving (the actor fails, and is restarted)."""
+
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExit:
     """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
 

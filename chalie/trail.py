@@ -184,12 +184,15 @@ class Trail:
             self._conn.close()
 
     def recover(self) -> int:
-        """Mark calls a dead daemon left running as ``interrupted``; returns how many."""
+        """Mark calls a dead daemon left running as ``interrupted``; returns how many.
+
+        Their end is unknown (the daemon died somewhere in between), so ``ended_at``
+        stays empty rather than holding the time of the restart.
+        """
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
-                "ended_at = ? WHERE status = 'running'",
-                (time.time(),),
+                "ended_at = NULL WHERE status = 'running'"
             )
             return cur.rowcount
 

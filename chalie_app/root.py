@@ -132,6 +132,7 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors.conversations import ConversationCommands, Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
     from actors.mcp_connections import McpWiring
@@ -181,11 +182,14 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 rt.events,
                 inline_threads=cfg.inline_threads,
                 children=rt.directory,
+                outbox_max_age=cfg.outbox.max_age,
+                outbox_max_rows=cfg.outbox.max_rows,
                 parts={"mcp": mcp.handle},
             ),
         ),
         mcp.spec,
     ]
+    specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
     specs.extend(make(rt) for make in extra)
     specs.append(
         ChildSpec(
@@ -197,6 +201,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 events=rt.events,
                 dispatch=rt.dispatch,
                 end_turn=rt.services.turns.forget,
+                routes=ConversationCommands(rt).routes(),
             ),
         )
     )

@@ -73,6 +73,7 @@ def main() -> None:
 
 
 # Command families register themselves on the group when imported.
+from chalie.cli import conversations as _conversations  # noqa: E402,F401
 from chalie.cli import daemon as _daemon  # noqa: E402,F401
 from chalie.cli import discovery as _discovery  # noqa: E402,F401
 from chalie.cli import discovery_eval as _discovery_eval  # noqa: E402,F401

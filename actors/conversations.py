@@ -1,0 +1,555 @@
+"""Conversations: the supervisor of one TurnActor per conversation, and the seam clients call.
+
+Lifecycle, in order:
+
+1. ``on_start``: open the conversation tables in ``chalie.db``, close what a
+   crash left open (turns left running end ``interrupted``; tool calls left
+   without a result get an ``interrupted`` result), and subscribe to the
+   event bus for permission requests and background results, which it
+   routes to the conversation's actor.
+2. :meth:`send` validates and stores the message (a seen ``client_msg_id``
+   starts nothing), creates the conversation's TurnActor on demand (it loads
+   the history from storage) and hands it the turn.
+3. A TurnActor idle for ``conversations.idle_stop`` seconds reports it and is
+   stopped, unless a message was sent to it meanwhile.
+4. A TurnActor that crashes reports it and is started again at once; the new
+   one ends the crashed turn ``interrupted`` with a line the user sees. Past
+   :data:`MAX_CRASHES` in :data:`CRASH_PERIOD` seconds it is left stopped
+   until the next message.
+5. ``on_stop``: stop every TurnActor (a running turn ends ``interrupted``),
+   close the model clients on the loop, close the store.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
+
+import msgspec
+import pykka
+
+from actors.control_commands import answer_errors
+from actors.dispatcher import DispatcherActor, submit
+from actors.loop import EventLoopThread
+from actors.policy import PolicyActor
+from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from actors.turn import (
+    Background,
+    Cancel,
+    Crashed,
+    Idle,
+    Permission,
+    Settled,
+    StartTurn,
+    TurnActor,
+    TurnDeps,
+)
+from chalie import control
+from chalie.config import Config, ModelConfig
+from chalie.conversation.channels import Channel, resolve_channels
+from chalie.conversation.events import Event, ToolFinished, TurnFinished
+from chalie.conversation.requests import (
+    Accepted,
+    AskArgs,
+    ConversationArgs,
+    ConversationError,
+    ConversationsListArgs,
+    SendMessage,
+    check_id,
+    check_send,
+)
+from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
+from chalie.dispatch import envelope_name
+from chalie.envelope import render
+from chalie.events import EventBus, Subscription
+from chalie.messages import (
+    BackgroundResult,
+    CancelTurn,
+    ControlReply,
+    PermissionRequest,
+    ToolCall,
+    ToolOutcome,
+)
+from chalie.outbox import Outbox
+from chalie.providers.client import ModelClient
+from chalie.registry import Registry
+from chalie.routing import Route
+from chalie.services import Services
+
+
+class ConversationsHost(Protocol):
+    """What the conversations need of the running daemon (the composition root's Runtime)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def events(self) -> EventBus: ...
+
+    @property
+    def loop(self) -> EventLoopThread: ...
+
+    @property
+    def services(self) -> Services: ...
+
+    @property
+    def db_path(self) -> Path: ...
+
+    def child(self, child_id: str, kind: type[K]) -> ChildRef[K]: ...
+
+
+log = logging.getLogger("chalie.conversations")
+K = TypeVar("K", bound=pykka.Actor)
+
+MAX_CRASHES: Final = 3
+CRASH_PERIOD: Final = 30.0
+ASK_TIMEOUT: Final = 10.0
+ANSWERS: Final = frozenset({"allow_once", "allow_always", "deny"})
+
+
+@dataclass(frozen=True)
+class _Route:
+    event: PermissionRequest | BackgroundResult
+
+
+@dataclass
+class _Live:
+    ref: pykka.ActorRef[TurnActor]
+    send_no: int = 0
+
+
+class Conversations(SupervisedActor):
+    """One TurnActor per conversation, on demand; the API chat clients and MCP build on."""
+
+    def __init__(self, rt: ConversationsHost) -> None:
+        super().__init__()
+        self._rt = rt
+        cfg = rt.config
+        self._channels: dict[str, Channel] = resolve_channels(cfg.channels)
+        self._channel_names = frozenset(self._channels)
+        self._model_configs: dict[str, ModelConfig] = dict(cfg.models)
+        self._models: dict[str, ModelClient] = {}
+        self._live: dict[str, _Live] = {}
+        self._crashes: dict[str, deque[float]] = {}
+        self._requests: dict[str, str] = {}  # permission request id -> conversation id
+        self._send_no = 0
+        self._store: ConversationStore | None = None
+        self._outbox: Outbox | None = None
+        self._sub: Subscription | None = None
+        self._deps: TurnDeps | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def on_start(self) -> None:
+        rt = self._rt
+        store = ConversationStore(rt.db_path)
+        self._store = store
+        outbox = Outbox(
+            rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
+        )
+        self._outbox = outbox
+        for cid in store.interrupted_conversations():
+            for event in store.recover(cid):
+                rt.events.publish(cid, event)
+            log.warning(
+                "a turn left running at the last stop ended interrupted",
+                extra={"conversation_id": cid},
+            )
+        self._deps = TurnDeps(
+            store=store,
+            channels=self._channels,
+            models=self._model,
+            loop=rt.loop,
+            dispatch=self._dispatch,
+            cancel_calls=self._cancel_calls,
+            descriptors=self._descriptors,
+            injected=rt.services.turns.injected,
+            forget=rt.services.turns.forget,
+            pending_background=lambda cid: outbox.pending(cid),
+            ack_background=outbox.ack,
+            bus=rt.events,
+            idle_stop=rt.config.conversations.idle_stop,
+            max_queued=rt.config.conversations.max_queued,
+        )
+        ref = self.actor_ref
+
+        def route(event: Any) -> None:
+            if isinstance(event, (PermissionRequest, BackgroundResult)):
+                with contextlib.suppress(pykka.ActorDeadError):
+                    ref.tell(_Route(event))
+
+        self._sub = rt.events.subscribe(None, route)
+
+    def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(self, *exc: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+        live, self._live = self._live, {}
+        stops = []
+        for entry in live.values():
+            with contextlib.suppress(pykka.ActorDeadError):
+                stops.append(entry.ref.stop(block=False))
+        for stop in stops:
+            with contextlib.suppress(pykka.Timeout, pykka.ActorDeadError):
+                stop.get(timeout=5)
+        models, self._models = self._models, {}
+        for client in models.values():
+            with contextlib.suppress(Exception):
+                self._rt.loop.submit(client.aclose()).result(5)
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
+
+    # -- what the TurnActors share ------------------------------------------------------
+    def _model(self, name: str) -> ModelClient:
+        # Called from TurnActor threads: a dict read, and a benign race on first use.
+        client = self._models.get(name)
+        if client is None:
+            config = self._model_configs.get(name) or self._model_configs.get("default")
+            client = ModelClient(name, config or ModelConfig())
+            client = self._models.setdefault(name, client)
+        return client
+
+    def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
+
+        try:
+            ref = self._rt.child("dispatcher", DispatcherActor).current()
+        except ChildUnavailable as exc:
+            future: concurrent.futures.Future[ToolOutcome] = concurrent.futures.Future()
+            future.set_result(
+                ToolOutcome(
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    status="error",
+                    code=exc.code,
+                    envelope=render(envelope_name(call.tool), exc.result()),
+                )
+            )
+            return future
+        return submit(ref, call)
+
+    def _cancel_calls(self, turn_id: str) -> None:
+        # A tell: the TurnActor calling this never waits on the dispatcher.
+        with contextlib.suppress(ChildUnavailable):
+            self._rt.child("dispatcher", DispatcherActor).tell(CancelTurn(turn_id=turn_id))
+
+    def _descriptors(self, names: tuple[str, ...], allow_async: bool) -> list[dict[str, Any]]:
+        registry = self._rt.registry
+        out = []
+        for name in names:
+            entry = registry.get(name)
+            if entry is not None:
+                out.append(entry.cls.descriptor(allow_async=allow_async))
+        return out
+
+    @property
+    def store(self) -> ConversationStore:
+        if self._store is None:
+            raise ConversationError("unavailable", "the conversations are not running")
+        return self._store
+
+    # -- the seam -------------------------------------------------------------------------
+    def send(self, msg: SendMessage) -> Accepted:
+        """Store the message and start (or queue) its turn; raises ConversationError."""
+        check_send(
+            msg,
+            channels=self._channel_names,
+            max_chars=self._rt.config.conversations.max_message_chars,
+        )
+        store = self.store
+        cid = msg.conversation_id
+        if cid is None:
+            cid = new_id("c")
+        channel = store.channel_of(cid)
+        if channel is None:
+            store.create(cid, msg.channel, msg.origin, title=" ".join(msg.text.split())[:80])
+        elif channel != msg.channel:
+            raise ConversationError(
+                "invalid-message",
+                f"conversation {cid} is on channel {channel!r}, not {msg.channel[:64]!r}",
+            )
+        client_msg_id = msg.client_msg_id or new_id("m")
+        turn_id = new_id("t")
+        seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
+        if seen is not None:
+            return Accepted(conversation_id=cid, turn_id=seen.turn_id, queued=False, duplicate=True)
+        self._send_no += 1
+        live = self._actor(cid)
+        live.send_no = self._send_no
+        queued = live.ref.ask(
+            StartTurn(turn_id, client_msg_id, msg.text, msg.busy, self._send_no),
+            timeout=ASK_TIMEOUT,
+        )
+        return Accepted(conversation_id=cid, turn_id=turn_id, queued=bool(queued), duplicate=False)
+
+    def cancel(self, conversation_id: str) -> bool:
+        """Cancel the conversation's running turn; False when none runs."""
+        check_id(conversation_id)
+        live = self._live.get(conversation_id)
+        if live is None:
+            return False
+        try:
+            return bool(live.ref.ask(Cancel(), timeout=ASK_TIMEOUT))
+        except pykka.ActorDeadError:
+            return False
+
+    def events(self, conversation_id: str, after_seq: int = 0, limit: int = 200) -> list[Event]:
+        check_id(conversation_id)
+        return self.store.events(conversation_id, after_seq, limit)
+
+    def answer(self, request_id: str, answer: str) -> bool:
+        """Forward a permission answer to the gate; False when no such request is pending."""
+        if answer not in ANSWERS:
+            raise ConversationError(
+                "invalid-message", f"answer must be one of {', '.join(sorted(ANSWERS))}"
+            )
+        if not isinstance(request_id, str) or len(request_id) > 128:
+            raise ConversationError("invalid-message", "request_id is not a request id")
+        policy = self._rt.child("policy", PolicyActor).within(ASK_TIMEOUT)
+        found = policy.call(PolicyActor.answer, request_id, answer)
+        if found is False:
+            return False
+        cid = self._requests.pop(request_id, None)
+        if cid is not None:
+            live = self._live.get(cid)
+            if live is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    live.ref.tell(Settled(request_id, answer))
+        return True
+
+    def list(self, limit: int = 100) -> list[ConversationInfo]:
+        return self.store.list(limit)
+
+    def show(self, conversation_id: str) -> dict[str, Any] | None:
+        check_id(conversation_id)
+        loaded = self.store.load(conversation_id)
+        if loaded is None:
+            return None
+        turns: list[TurnRow] = self.store.turns(conversation_id)
+        return {
+            "info": loaded.info,
+            "messages": loaded.messages,
+            "turns": turns,
+            "live": conversation_id in self._live,
+        }
+
+    def delete(self, conversation_id: str) -> bool:
+        check_id(conversation_id)
+        live = self._live.pop(conversation_id, None)
+        if live is not None:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                live.ref.stop(block=True, timeout=5)
+        return self.store.delete(conversation_id)
+
+    def live(self) -> int:
+        """How many TurnActors run now."""
+        return len(self._live)
+
+    def channels(self) -> dict[str, Channel]:
+        return dict(self._channels)
+
+    def crash(self, conversation_id: str) -> None:
+        """Tests: make the conversation's TurnActor fail."""
+        live = self._live.get(conversation_id)
+        if live is not None:
+            live.ref.tell("crash")
+
+    # -- children ---------------------------------------------------------------------------
+    def _actor(self, cid: str) -> _Live:
+        live = self._live.get(cid)
+        if live is not None and live.ref.is_alive():
+            return live
+        deps = self._deps
+        assert deps is not None
+        ref = TurnActor.start(cid, deps, self.actor_ref)
+        live = _Live(ref)
+        self._live[cid] = live
+        return live
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Route):
+            self._route(message.event)
+        elif isinstance(message, Idle):
+            live = self._live.get(message.conversation_id)
+            if (
+                live is not None
+                and live.ref.actor_urn == message.urn
+                and (live.send_no <= message.send_no)
+            ):
+                del self._live[message.conversation_id]
+                live.ref.stop(block=False)
+        elif isinstance(message, Crashed):
+            self._crashed(message)
+        else:
+            return super().on_receive(message)
+        return None
+
+    def _route(self, event: PermissionRequest | BackgroundResult) -> None:
+        cid = event.conversation_id
+        if self._store is None or self._store.channel_of(cid) is None:
+            return  # a call made outside any conversation (the CLI's tools call)
+        if isinstance(event, PermissionRequest):
+            self._requests[event.request_id] = cid
+            if len(self._requests) > 10_000:
+                self._requests.pop(next(iter(self._requests)))
+            self._actor(cid).ref.tell(Permission(event))
+        else:
+            self._actor(cid).ref.tell(Background(event))
+
+    def _crashed(self, message: Crashed) -> None:
+        cid = message.conversation_id
+        live = self._live.get(cid)
+        if live is None or live.ref.actor_urn != message.urn:
+            return
+        del self._live[cid]
+        log.error("turn actor failed", extra={"conversation_id": cid, "error": message.error})
+        now = time.monotonic()
+        times = self._crashes.setdefault(cid, deque(maxlen=MAX_CRASHES))
+        times.append(now)
+        if len(times) == MAX_CRASHES and now - times[0] < CRASH_PERIOD:
+            log.error(
+                "turn actor keeps failing; left stopped until the next message",
+                extra={"conversation_id": cid},
+            )
+            return
+        # The new actor ends the crashed turn as interrupted while it starts.
+        self._actor(cid)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+# -- the control commands (chalie ask, chalie conversations ...) --------------------------
+
+
+class ConversationCommands:
+    """The control socket's conversation commands: one routing-table row each."""
+
+    def __init__(self, host: ConversationsHost) -> None:
+        self._host = host
+
+    def routes(self) -> list[Route[Any]]:
+        rows: list[Route[Any]] = [
+            Route("ask", AskArgs, self.ask),
+            Route("conversations.list", ConversationsListArgs, self.list),
+            Route("conversations.show", ConversationArgs, self.show),
+            Route("conversations.delete", ConversationArgs, self.delete),
+        ]
+        return [answer_errors(_conversation_errors(row)) for row in rows]
+
+    def _conversations(self) -> ChildRef[Conversations]:
+        return self._host.child("conversations", Conversations).within(ASK_TIMEOUT)
+
+    def list(self, args: ConversationsListArgs) -> ControlReply:
+        rows = self._conversations().call(Conversations.list, args.limit)
+        return control.success(msgspec.to_builtins(rows))
+
+    def show(self, args: ConversationArgs) -> ControlReply:
+        found = self._conversations().call(Conversations.show, args.conversation_id)
+        if found is None:
+            return control.failure(
+                "unknown-conversation", f"no conversation {args.conversation_id!r}"
+            )
+        return control.success(msgspec.to_builtins(found))
+
+    def delete(self, args: ConversationArgs) -> ControlReply:
+        cid = args.conversation_id
+        if not self._conversations().call(Conversations.delete, cid):
+            return control.failure("unknown-conversation", f"no conversation {cid!r}")
+        return control.success({"conversation_id": cid, "deleted": True})
+
+    def ask(self, args: AskArgs) -> ControlReply:
+        """Run one turn without a human and wait for its end (this handler thread blocks)."""
+        conversations = self._conversations()
+        channels = conversations.call(Conversations.channels)
+        channel = channels.get(args.channel)
+        if channel is None:
+            return control.failure(
+                "unknown-channel",
+                f"no channel {args.channel!r}; known: {', '.join(sorted(channels))}",
+            )
+        if channel.human_present:
+            return control.failure(
+                "invalid-message",
+                f"ask runs without a human, and channel {args.channel!r} expects one; "
+                "use a channel such as subconscious",
+            )
+        cid = args.conversation_id or new_id("c")
+        finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
+        tools: list[dict[str, Any]] = []
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, TurnFinished):
+                finished.put(event)
+            elif isinstance(event, ToolFinished):
+                tools.append({"tool": event.tool, "status": event.status, "code": event.code})
+
+        with self._host.events.subscribe(cid, on_event):
+            accepted = conversations.call(
+                Conversations.send,
+                SendMessage(
+                    conversation_id=cid,
+                    channel=args.channel,
+                    text=args.text,
+                    client_msg_id=new_id("ask"),
+                    origin="cli-ask",
+                ),
+            )
+            deadline = time.monotonic() + args.timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    with contextlib.suppress(Exception):
+                        conversations.call(Conversations.cancel, cid)
+                    return control.failure(
+                        "tool-timeout",
+                        f"the turn did not finish within {args.timeout:g} s",
+                        conversation_id=cid,
+                    )
+                try:
+                    event = finished.get(timeout=min(left, 1.0))
+                except queue.Empty:
+                    continue
+                if event.turn_id == accepted.turn_id:
+                    break
+        return control.success(
+            {
+                "conversation_id": cid,
+                "turn_id": accepted.turn_id,
+                "reason": event.reason,
+                "text": event.text,
+                "tools": tools,
+            }
+        )
+
+
+def _conversation_errors(route: Route[Any]) -> Route[Any]:
+    """A ConversationError from the actor becomes a reply with its code."""
+
+    def run(args: Any) -> ControlReply:
+        try:
+            return route.handler(args)
+        except ConversationError as exc:
+            return control.failure(exc.code, exc.message)
+
+    return Route(route.name, route.args, run)

@@ -1,0 +1,814 @@
+"""TurnActor: one conversation's turns, as a message-driven state machine.
+
+A turn, in order (each arrow is a message to this actor, never a wait):
+
+1. ``StartTurn``: the user's message is stored with ``turn_started`` and the
+   turn row marked running, in one transaction, before the model is called.
+2. A model step: guards checked (steps, tokens, wall clock), the request built
+   (system prompt, history fitted to the model's window, the channel's pinned
+   descriptors plus what find_tools injected this turn) and handed to the
+   daemon's event loop. Text deltas come back as ``_Delta``; the answer as
+   ``_ModelDone``; a retry as ``_Retry`` (shown to the user).
+3. No tool calls: the answer is stored with ``turn_finished(final)``. Tool
+   calls: stored with the assistant message, then each dispatched at once
+   (concurrently); each outcome comes back as ``_ToolDone`` via the
+   dispatcher future's done-callback. When all are in, their results are
+   stored in call order as native tool-result messages, and step 2 runs again.
+4. Any time: ``CancelTurn`` (cancels the model stream and the turn's calls),
+   a permission request or its settlement, a background result, another user
+   message (queued, or cancelling the turn when the client asks for that).
+5. The turn ends (final, cancelled, a guard, a model error): every call left
+   without a result gets an error result, so the history stays valid for every
+   provider; then the next queued message starts, or an idle timer runs.
+
+A message from an older step or turn carries an older generation number and is
+ignored. The actor never blocks on I/O: model requests run on the loop,
+tool calls in the dispatcher, and SQLite writes are a few hundred microseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+import pykka
+
+from actors.loop import EventLoopThread
+from chalie.conversation import act
+from chalie.conversation.channels import Channel
+from chalie.conversation.events import (
+    BackgroundDelivered,
+    ConversationEvent,
+    ErrorEvent,
+    FinishReason,
+    PermissionRequested,
+    PermissionSettled,
+    RichPayload,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
+from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome, TurnContext
+from chalie.providers.client import ModelClient
+from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
+
+log = logging.getLogger("chalie.turn")
+
+CANCELLED_LINE: Final = "The turn was cancelled."
+# How a permission request ended when its call's outcome tells it (answered elsewhere).
+SETTLED_BY_CODE: Final = {"permission-denied": "deny", "approval-expired": "expired"}
+# Tool calls one model response may start; the rest get an error result.
+MAX_CALLS_PER_STEP: Final = 32
+
+
+class Publisher(Protocol):
+    def publish(self, conversation_id: str, event: Any) -> int: ...
+
+
+class Dispatch(Protocol):
+    def __call__(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]: ...
+
+
+@dataclass
+class TurnDeps:
+    """What every TurnActor of the daemon shares."""
+
+    store: ConversationStore
+    channels: dict[str, Channel]
+    models: Callable[[str], ModelClient]
+    loop: EventLoopThread
+    dispatch: Dispatch
+    cancel_calls: Callable[[str], None]  # the dispatcher's cancel_turn(turn_id)
+    descriptors: Callable[[tuple[str, ...], bool], list[dict[str, Any]]]
+    injected: Callable[[str], frozenset[str]]  # what find_tools injected into a turn
+    forget: Callable[[str], None]  # release a finished turn's injections
+    pending_background: Callable[[str], list[BackgroundResult]]  # the outbox, after a restart
+    ack_background: Callable[[list[int]], object]  # results now stored in the history
+    bus: Publisher
+    idle_stop: float = 600.0
+    max_queued: int = 16
+
+
+# -- messages (all private to this actor and its parent) ----------------------------------
+
+
+@dataclass(frozen=True)
+class StartTurn:
+    turn_id: str
+    client_msg_id: str
+    text: str
+    busy: Literal["queue", "cancel"] = "queue"
+    send_no: int = 0
+
+
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True)
+class Permission:
+    request: PermissionRequest
+
+
+@dataclass(frozen=True)
+class Settled:
+    request_id: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Background:
+    result: BackgroundResult
+
+
+@dataclass(frozen=True)
+class Idle:
+    """Told to the parent: nothing ran for idle_stop seconds and no send is in flight."""
+
+    conversation_id: str
+    urn: str
+    send_no: int
+
+
+@dataclass(frozen=True)
+class Crashed:
+    conversation_id: str
+    urn: str
+    error: str
+
+
+@dataclass(frozen=True)
+class State:
+    """A snapshot for tests and ``conversations show``."""
+
+    conversation_id: str
+    turn_id: str | None
+    queued: int
+    messages: int
+    last_seq: int
+
+
+@dataclass(frozen=True)
+class _Delta:
+    gen: int
+    text: str
+
+
+@dataclass(frozen=True)
+class _ModelDone:
+    gen: int
+    response: ModelResponse | None
+    error: ProviderError | None
+
+
+@dataclass(frozen=True)
+class _Retry:
+    gen: int
+    attempt: int
+    error: ProviderError
+    delay: float
+
+
+@dataclass(frozen=True)
+class _ToolDone:
+    gen: int
+    index: int
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    gen: int
+
+
+@dataclass(frozen=True)
+class _IdleCheck:
+    gen: int
+
+
+@dataclass
+class _Call:
+    index: int
+    call_id: str
+    tool: str
+    result: str | None = None
+
+
+@dataclass
+class _Turn:
+    turn_id: str
+    client_msg_id: str
+    start_idx: int
+    guards: act.Guards
+    notes: list[str] = field(default_factory=list)
+    calls: list[_Call] = field(default_factory=list)
+    model: concurrent.futures.Future[ModelResponse] | None = None
+    requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
+    deadline: list[asyncio.TimerHandle] = field(default_factory=list)
+
+
+class TurnActor(pykka.ThreadingActor):
+    """The turns of one conversation; started on demand by the Conversations actor."""
+
+    def __init__(
+        self, conversation_id: str, deps: TurnDeps, parent: pykka.ActorRef[Any] | None = None
+    ) -> None:
+        super().__init__()
+        self.conversation_id = conversation_id
+        self._deps = deps
+        self._parent = parent
+        self._messages: list[ChatMessage] = []
+        self._seq = 0
+        self._gen = 0
+        self._turn: _Turn | None = None
+        self._queue: deque[StartTurn] = deque()
+        # Background results waiting for the tool step, with their outbox ids.
+        self._held: list[tuple[ChatMessage, int]] = []
+        self._delivered: set[str] = set()
+        self._send_no = 0
+        self._channel: Channel | None = None
+        self._idle_timer: list[asyncio.TimerHandle] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+    def on_start(self) -> None:
+        deps = self._deps
+        for event in deps.store.recover(self.conversation_id):
+            deps.bus.publish(self.conversation_id, event)
+        loaded = deps.store.load(self.conversation_id)
+        if loaded is None:
+            raise LookupError(f"no conversation {self.conversation_id!r}")
+        self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
+        self._messages = loaded.messages
+        self._seq = loaded.info.last_seq
+        for message in self._messages:
+            if message.role == "background":
+                self._delivered.add(message.call_id)
+        for result in deps.pending_background(self.conversation_id):
+            self._background(result)
+        for row in loaded.queued:
+            self._queue.append(StartTurn(row.turn_id, row.client_msg_id, row.text))
+        self._next_or_idle()
+
+    def on_stop(self) -> None:
+        self._unschedule(self._idle_timer)
+        if self._turn is not None:
+            self._finish("interrupted", "The conversation was stopped during the turn.")
+
+    def on_failure(self, *exc: Any) -> None:
+        self._gen += 1
+        turn = self._turn
+        if turn is not None and turn.model is not None:
+            turn.model.cancel()
+        if self._parent is not None:
+            err = exc[1] if len(exc) > 1 else None
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._parent.tell(Crashed(self.conversation_id, self.actor_urn, repr(err)))
+
+    # -- the mailbox ----------------------------------------------------------------
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Delta):
+            if message.gen == self._gen and self._turn is not None:
+                self._emit(TextDelta, turn_id=self._turn.turn_id, text=message.text)
+        elif isinstance(message, _ToolDone):
+            if message.gen == self._gen:
+                self._tool_done(message.index, message.outcome)
+        elif isinstance(message, _ModelDone):
+            if message.gen == self._gen:
+                self._model_done(message.response, message.error)
+        elif isinstance(message, StartTurn):
+            self._send_no = max(self._send_no, message.send_no)
+            return self._start_or_queue(message)
+        elif isinstance(message, _Retry):
+            if message.gen == self._gen and self._turn is not None:
+                self._emit(
+                    ErrorEvent,
+                    turn_id=self._turn.turn_id,
+                    code="model-retry",
+                    message=(
+                        f"{message.error.message}; retrying in {message.delay:.1f} s "
+                        f"(attempt {message.attempt})"
+                    ),
+                )
+        elif isinstance(message, Cancel):
+            return self._cancel()
+        elif isinstance(message, Permission):
+            self._permission(message.request)
+        elif isinstance(message, Settled):
+            self._settled(message.request_id, message.answer)
+        elif isinstance(message, Background):
+            self._background(message.result)
+        elif isinstance(message, _Deadline):
+            if message.gen == self._gen and self._turn is not None:
+                self._finish("guard-time", self._turn.guards.line("guard-time"))
+        elif isinstance(message, _IdleCheck):
+            if message.gen == self._gen and self._turn is None and not self._queue:
+                if self._parent is not None:
+                    with contextlib.suppress(pykka.ActorDeadError):
+                        self._parent.tell(Idle(self.conversation_id, self.actor_urn, self._send_no))
+        elif message == "state":
+            return self.state()
+        elif message == "crash":  # tests: a fault inside the actor
+            raise RuntimeError("crash requested")
+        return None
+
+    def state(self) -> State:
+        return State(
+            conversation_id=self.conversation_id,
+            turn_id=self._turn.turn_id if self._turn else None,
+            queued=len(self._queue),
+            messages=len(self._messages),
+            last_seq=self._seq,
+        )
+
+    # -- events -----------------------------------------------------------------------
+    def _event(self, cls: type[ConversationEvent], **fields: Any) -> ConversationEvent:
+        self._seq += 1
+        return cls(conversation_id=self.conversation_id, seq=self._seq, ts=time.time(), **fields)
+
+    def _publish(self, events: list[ConversationEvent]) -> None:
+        for event in events:
+            self._deps.bus.publish(self.conversation_id, event)
+
+    def _emit(self, cls: type[ConversationEvent], **fields: Any) -> None:
+        """One event on its own: stored, then published."""
+        event = self._event(cls, **fields)
+        self._deps.store.write(Batch(self.conversation_id, events=[event]))
+        self._publish([event])
+
+    def _append(self, batch: Batch, turn_id: str, message: ChatMessage) -> None:
+        batch.messages.append((len(self._messages), turn_id, message))
+        self._messages.append(message)
+
+    # -- starting a turn ----------------------------------------------------------------
+    def _start_or_queue(self, start: StartTurn) -> bool:
+        """Start the turn or queue it; True when it waits behind another."""
+        turn = self._turn
+        if turn is not None and turn.turn_id == start.turn_id:
+            return False  # loaded from storage as queued when this actor started
+        if any(q.turn_id == start.turn_id for q in self._queue):
+            return True
+        if turn is None:
+            self._start(start)
+            return False
+        if start.busy == "cancel":
+            self._finish("cancelled", CANCELLED_LINE)
+            if self._turn is None:
+                self._start(start)
+                return False
+        if len(self._queue) >= self._deps.max_queued:
+            self._refuse(
+                start, "queue-full", "Too many messages are waiting; this one was not run."
+            )
+            return False
+        self._queue.append(start)
+        return True
+
+    def _refuse(self, start: StartTurn, code: str, line: str) -> None:
+        event = self._event(TurnFinished, turn_id=start.turn_id, reason="cancelled", text=line)
+        self._deps.store.write(
+            Batch(
+                self.conversation_id,
+                events=[event],
+                turn=TurnUpdate(start.turn_id, state="done", reason="cancelled", notes=[code]),
+            )
+        )
+        self._publish([event])
+
+    def _start(self, start: StartTurn) -> None:
+        channel = self._channel
+        assert channel is not None
+        self._gen += 1
+        turn = _Turn(start.turn_id, start.client_msg_id, len(self._messages), act.Guards(channel))
+        self._turn = turn
+        batch = Batch(self.conversation_id, turn=TurnUpdate(start.turn_id, state="running"))
+        self._append(batch, start.turn_id, ChatMessage(role="user", text=start.text))
+        batch.events.append(
+            self._event(
+                TurnStarted,
+                turn_id=start.turn_id,
+                client_msg_id=start.client_msg_id,
+                text=start.text,
+            )
+        )
+        self._deps.store.write(batch)
+        self._publish(batch.events)
+        self._schedule(channel.wall_clock, _Deadline(self._gen), turn.deadline)
+        self._step()
+
+    # -- a model step -------------------------------------------------------------------
+    def _tool_names(self, turn: _Turn) -> tuple[str, ...]:
+        channel = self._channel
+        assert channel is not None
+        return tuple(dict.fromkeys((*channel.tools(), *sorted(self._deps.injected(turn.turn_id)))))
+
+    def _step(self) -> None:
+        turn = self._turn
+        channel = self._channel
+        assert turn is not None and channel is not None
+        if self._held:
+            batch = Batch(self.conversation_id)
+            for message, _ in self._held:
+                self._append(batch, turn.turn_id, message)
+            self._deps.store.write(batch)
+            self._ack_held()
+        stop = turn.guards.before_step()
+        if stop is not None:
+            self._finish(stop, turn.guards.line(stop))
+            return
+        client = self._deps.models(channel.model)
+        tools = tuple(self._deps.descriptors(self._tool_names(turn), channel.async_offered))
+        cfg = client.config
+        budget = (
+            cfg.context_window
+            - cfg.max_output_tokens
+            - act.estimate_tokens(channel.system_prompt)
+            - act.tools_tokens(tools)
+        )
+        fitted = act.fit_context(self._messages, turn.start_idx, max(budget, 0))
+        for note in fitted.notes:
+            if note not in turn.notes:
+                turn.notes.append(note)
+        request = ModelRequest(
+            system=channel.system_prompt,
+            messages=tuple(fitted.messages),
+            tools=tools,
+            max_tokens=cfg.max_output_tokens,
+        )
+        gen = self._gen
+        ref = self.actor_ref
+
+        def on_delta(text: str) -> None:
+            ref.tell(_Delta(gen, text))
+
+        def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
+            ref.tell(_Retry(gen, attempt, error, delay))
+
+        try:
+            future = self._deps.loop.submit(client.complete(request, on_delta, on_retry))
+        except RuntimeError as exc:
+            self._model_done(None, ProviderError("model-unreachable", str(exc), retryable=False))
+            return
+        turn.model = future
+        future.add_done_callback(lambda f: _tell_quietly(ref, _model_result(gen, f)))
+
+    def _model_done(self, response: ModelResponse | None, error: ProviderError | None) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        turn.model = None
+        if error is not None or response is None:
+            err = error or ProviderError("model-bad-response", "no response", retryable=False)
+            self._emit(ErrorEvent, turn_id=turn.turn_id, code=err.code, message=err.message)
+            self._finish("model-error", f"The model could not answer: {err.message}")
+            return
+        turn.guards.steps += 1
+        turn.guards.tokens += response.usage.total or (act.estimate_tokens(response.text) + 1)
+        batch = Batch(
+            self.conversation_id,
+            turn=TurnUpdate(turn.turn_id, steps=turn.guards.steps, tokens=turn.guards.tokens),
+        )
+        message = ChatMessage(role="assistant", text=response.text, tool_calls=response.tool_calls)
+        self._append(batch, turn.turn_id, message)
+        if not response.tool_calls:
+            self._deps.store.write(batch)
+            self._finish("final", response.text)
+            return
+        channel = self._channel
+        assert channel is not None
+        repeat = False
+        to_run: list[tuple[_Call, ToolCall]] = []
+        names = self._tool_names(turn)
+        context = TurnContext(
+            conversation_id=self.conversation_id,
+            turn_id=turn.turn_id,
+            channel=channel.policy_channel,
+            human_present=channel.human_present,
+            allow_async=channel.async_offered,
+            injected=channel.tools(),
+            scope="restricted",
+            initiator="model",
+        )
+        del names
+        turn.calls = []
+        for index, part in enumerate(response.tool_calls):
+            call = _Call(index, part.id, part.name)
+            turn.calls.append(call)
+            if index >= MAX_CALLS_PER_STEP:
+                call.result = act.closed_call(
+                    part.name,
+                    "overloaded",
+                    f"Only {MAX_CALLS_PER_STEP} tool calls run per step; this one did not.",
+                )
+                continue
+            summary = ""
+            if part.arguments is not None:
+                raw_summary = part.arguments.get("act_summary")
+                summary = raw_summary[:200] if isinstance(raw_summary, str) else ""
+            batch.events.append(
+                self._event(
+                    ToolStarted,
+                    turn_id=turn.turn_id,
+                    call_id=part.id,
+                    tool=part.name[:128],
+                    act_summary=summary,
+                )
+            )
+            if turn.guards.record_call(part):
+                repeat = True
+            if part.arguments is None:
+                call.result = act.malformed_arguments(part)
+                batch.events.append(
+                    self._event(
+                        ToolFinished,
+                        turn_id=turn.turn_id,
+                        call_id=part.id,
+                        tool=part.name[:128],
+                        status="error",
+                        code="invalid-param",
+                    )
+                )
+                continue
+            to_run.append(
+                (
+                    call,
+                    ToolCall(
+                        call_id=part.id, tool=part.name, arguments=part.arguments, context=context
+                    ),
+                )
+            )
+        self._deps.store.write(batch)
+        if repeat:
+            self._publish(batch.events)
+            self._finish("guard-repeat", turn.guards.line("guard-repeat"))
+            return
+        gen = self._gen
+        ref = self.actor_ref
+        for call, tool_call in to_run:
+            future = self._deps.dispatch(tool_call)
+            future.add_done_callback(_tool_callback(ref, gen, call.index))
+        self._publish(batch.events)  # stored before the calls start, shown after they left
+        self._maybe_next_step()
+
+    # -- tool results -------------------------------------------------------------------
+    def _tool_done(self, index: int, outcome: ToolOutcome) -> None:
+        turn = self._turn
+        if turn is None or index >= len(turn.calls) or turn.calls[index].result is not None:
+            return
+        call = turn.calls[index]
+        call.result = outcome.envelope
+        events: list[ConversationEvent] = self._settled_by(turn, call.tool, outcome)
+        events.append(
+            self._event(
+                ToolFinished,
+                turn_id=turn.turn_id,
+                call_id=call.call_id,
+                tool=call.tool[:128],
+                status=outcome.status,
+                code=outcome.code,
+            )
+        )
+        rich = getattr(outcome, "rich", None)
+        if isinstance(rich, dict):
+            events.append(
+                self._event(
+                    RichPayload,
+                    turn_id=turn.turn_id,
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    payload=rich,
+                )
+            )
+        batch = Batch(self.conversation_id, events=events)
+        if any(c.result is None for c in turn.calls):
+            self._deps.store.write(batch)
+            self._publish(events)
+            return
+        self._next_step(batch)  # the last result: its events and all results in one write
+
+    def _maybe_next_step(self) -> None:
+        turn = self._turn
+        if turn is None or any(c.result is None for c in turn.calls):
+            return
+        self._next_step(Batch(self.conversation_id))
+
+    def _next_step(self, batch: Batch) -> None:
+        """Store every result of the step in call order, then ask the model again."""
+        turn = self._turn
+        assert turn is not None
+        for call in turn.calls:
+            self._append(
+                batch,
+                turn.turn_id,
+                ChatMessage(
+                    role="tool", call_id=call.call_id, tool=call.tool, text=call.result or ""
+                ),
+            )
+        turn.calls = []
+        self._deps.store.write(batch)
+        self._publish(batch.events)
+        self._step()
+
+    # -- mid-turn arrivals --------------------------------------------------------------
+    def _permission(self, request: PermissionRequest) -> None:
+        turn = self._turn
+        turn_id = turn.turn_id if turn is not None else ""
+        if turn is not None:
+            turn.requests[request.request_id] = request.tool
+        self._emit(
+            PermissionRequested,
+            request_id=request.request_id,
+            turn_id=turn_id,
+            tool=request.tool,
+            permission=request.permission,
+            act_summary=request.act_summary,
+            params=request.params,
+            expires_at=request.expires_at,
+        )
+
+    def _settled(self, request_id: str, answer: str) -> None:
+        turn = self._turn
+        if turn is None or turn.requests.pop(request_id, None) is None:
+            return  # already settled by the call's outcome, or withdrawn with its turn
+        self._emit(PermissionSettled, request_id=request_id, answer=answer)
+
+    def _settled_by(self, turn: _Turn, tool: str, outcome: ToolOutcome) -> list[ConversationEvent]:
+        """A call that asked ended: its request was answered (here or elsewhere) or expired."""
+        request_id = next((r for r, t in turn.requests.items() if t == tool), None)
+        if request_id is None:
+            return []
+        del turn.requests[request_id]
+        answer = SETTLED_BY_CODE.get(outcome.code or "", "allowed")
+        return [self._event(PermissionSettled, request_id=request_id, answer=answer)]
+
+    def _background(self, result: BackgroundResult) -> None:
+        if result.call_id in self._delivered:
+            if result.outbox_id:
+                self._deps.ack_background([result.outbox_id])
+            return
+        self._delivered.add(result.call_id)
+        if len(self._delivered) > 10_000:
+            self._delivered.clear()
+        message = ChatMessage(
+            role="background", call_id=result.call_id, tool=result.tool, text=result.envelope
+        )
+        event = self._event(
+            BackgroundDelivered,
+            call_id=result.call_id,
+            tool=result.tool,
+            status=result.status,
+            envelope=result.envelope,
+        )
+        turn = self._turn
+        if turn is not None and (turn.calls or turn.model is not None):
+            # Between a tool call and its result no message may stand: the model
+            # sees it at its next step.
+            self._held.append((message, result.outbox_id))
+            self._deps.store.write(Batch(self.conversation_id, events=[event]))
+        else:
+            batch = Batch(self.conversation_id, events=[event])
+            self._append(batch, turn.turn_id if turn else "", message)
+            self._deps.store.write(batch)
+            if result.outbox_id:
+                self._deps.ack_background([result.outbox_id])
+        self._publish([event])
+
+    def _cancel(self) -> bool:
+        if self._turn is None:
+            return False
+        self._finish("cancelled", CANCELLED_LINE)
+        return True
+
+    # -- the end of a turn ----------------------------------------------------------------
+    def _finish(self, reason: FinishReason, text: str) -> None:
+        turn = self._turn
+        if turn is None:
+            return
+        self._gen += 1
+        self._turn = None
+        if turn.model is not None:
+            turn.model.cancel()  # closes the HTTP stream on the loop
+        self._unschedule(turn.deadline)
+        open_calls = [c for c in turn.calls if c.result is None]
+        if open_calls or reason in ("cancelled", "interrupted"):
+            with contextlib.suppress(Exception):
+                self._deps.cancel_calls(turn.turn_id)
+        batch = Batch(
+            self.conversation_id,
+            turn=TurnUpdate(
+                turn.turn_id,
+                state="done",
+                reason=reason,
+                steps=turn.guards.steps,
+                tokens=turn.guards.tokens,
+                notes=turn.notes,
+            ),
+        )
+        code = "interrupted" if reason == "interrupted" else "cancelled"
+        for call in turn.calls:
+            result = call.result or act.closed_call(
+                call.tool, code, f"The turn ended ({reason}) before this call finished."
+            )
+            self._append(
+                batch,
+                turn.turn_id,
+                ChatMessage(role="tool", call_id=call.call_id, tool=call.tool, text=result),
+            )
+        for message, _ in self._held:
+            self._append(batch, turn.turn_id, message)
+        for request_id in sorted(turn.requests):
+            batch.events.append(
+                self._event(PermissionSettled, request_id=request_id, answer="withdrawn")
+            )
+        batch.events.append(
+            self._event(TurnFinished, turn_id=turn.turn_id, reason=reason, text=text)
+        )
+        self._deps.store.write(batch)
+        self._ack_held()
+        self._publish(batch.events)
+        self._deps.forget(turn.turn_id)
+        self._next_or_idle()
+
+    def _ack_held(self) -> None:
+        ids = [outbox_id for _, outbox_id in self._held if outbox_id]
+        self._held.clear()
+        if ids:
+            self._deps.ack_background(ids)
+
+    def _next_or_idle(self) -> None:
+        if self._queue:
+            self._start(self._queue.popleft())
+            return
+        self._unschedule(self._idle_timer)
+        self._idle_timer = []
+        self._schedule(self._deps.idle_stop, _IdleCheck(self._gen), self._idle_timer)
+
+    # -- timers on the loop (a thread per timer would cost a thread per conversation) ----
+    def _schedule(self, delay: float, message: Any, box: list[asyncio.TimerHandle]) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop = self._deps.loop.loop
+            loop.call_soon_threadsafe(_later, loop, delay, self.actor_ref, message, box)
+
+    def _unschedule(self, box: list[asyncio.TimerHandle]) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop = self._deps.loop.loop
+            loop.call_soon_threadsafe(_cancel_timers, box)
+
+
+def _later(
+    loop: asyncio.AbstractEventLoop,
+    delay: float,
+    ref: pykka.ActorRef[Any],
+    msg: Any,
+    box: list[asyncio.TimerHandle],
+) -> None:
+    box.append(loop.call_later(delay, _tell_quietly, ref, msg))
+
+
+def _cancel_timers(box: list[asyncio.TimerHandle]) -> None:
+    for handle in box:
+        handle.cancel()
+    box.clear()
+
+
+def _tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> None:
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(message)
+
+
+def _tool_callback(
+    ref: pykka.ActorRef[Any], gen: int, index: int
+) -> Callable[[concurrent.futures.Future[ToolOutcome]], None]:
+    def done(future: concurrent.futures.Future[ToolOutcome]) -> None:
+        _tell_quietly(ref, _ToolDone(gen, index, future.result()))
+
+    return done
+
+
+def _model_result(gen: int, future: concurrent.futures.Future[ModelResponse]) -> _ModelDone:
+    if future.cancelled():
+        return _ModelDone(gen, None, ProviderError("cancelled", "cancelled", retryable=False))
+    error = future.exception()
+    if error is None:
+        return _ModelDone(gen, future.result(), None)
+    if isinstance(error, ProviderError):
+        return _ModelDone(gen, None, error)
+    log.error("model request failed unexpectedly: %r", error)
+    return _ModelDone(
+        gen, None, ProviderError("model-bad-response", type(error).__name__, retryable=False)
+    )
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"

@@ -1,0 +1,1 @@
+"""Conversations: events, storage, channels and the act loop's pure rules."""

@@ -1,0 +1,158 @@
+"""The act loop's pure rules: the context budget, the guards, the checks on a model's tool calls.
+
+The TurnActor (actors/turn.py) sequences a turn; every decision it makes
+about what to send and when to stop is a function here, tested without actors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from chalie.conversation.channels import Channel
+from chalie.conversation.events import FinishReason
+from chalie.dispatch import envelope_name
+from chalie.envelope import render
+from chalie.providers.types import ChatMessage, ToolCallPart
+from chalie.result import ToolResult
+
+# A rough, tokenizer-free estimate: about four characters a token, plus framing.
+CHARS_PER_TOKEN: Final = 4
+MESSAGE_OVERHEAD: Final = 4
+DROPPED_RESULT: Final = "[tool result dropped to fit the model's context window]"
+
+GUARD_LINES: Final[dict[str, str]] = {
+    "guard-steps": "I stopped: this turn reached its limit of {limit} model steps.",
+    "guard-repeat": "I stopped: the same tool call with the same arguments came {limit} times.",
+    "guard-time": "I stopped: this turn ran past its time budget of {limit:g} seconds.",
+    "guard-tokens": "I stopped: this turn used up its budget of {limit} tokens.",
+}
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN + 1
+
+
+def message_tokens(m: ChatMessage) -> int:
+    n = MESSAGE_OVERHEAD + estimate_tokens(m.text)
+    for call in m.tool_calls:
+        n += estimate_tokens(call.name) + estimate_tokens(
+            call.raw if call.arguments is None else json.dumps(call.arguments)
+        )
+    return n
+
+
+def tools_tokens(tools: Sequence[dict[str, Any]]) -> int:
+    return sum(estimate_tokens(json.dumps(t)) for t in tools)
+
+
+@dataclass
+class Fitted:
+    messages: list[ChatMessage]
+    notes: list[str] = field(default_factory=list)
+
+
+def fit_context(messages: Sequence[ChatMessage], current_start: int, budget: int) -> Fitted:
+    """The history within ``budget`` tokens; the current turn (from ``current_start``) is kept.
+
+    First the oldest tool results are shortened, then the oldest whole turns
+    (a user message up to the next one) are dropped. Dropping whole turns keeps
+    every tool call beside its result.
+    """
+    out = list(messages)
+    sizes = [message_tokens(m) for m in out]
+    total = sum(sizes)
+    if total <= budget:
+        return Fitted(out)
+    notes: list[str] = []
+    shortened = 0
+    for i in range(min(current_start, len(out))):
+        if total <= budget:
+            break
+        m = out[i]
+        if m.role in ("tool", "background") and m.text != DROPPED_RESULT:
+            replacement = ChatMessage(
+                role=m.role, call_id=m.call_id, tool=m.tool, text=DROPPED_RESULT
+            )
+            new = message_tokens(replacement)
+            total -= sizes[i] - new
+            sizes[i] = new
+            out[i] = replacement
+            shortened += 1
+    if shortened:
+        notes.append(f"context: shortened {shortened} old tool result(s)")
+    dropped_turns = 0
+    start = 0
+    limit = min(current_start, len(out))
+    while total > budget and start < limit:
+        end = start + 1
+        while end < limit and out[end].role != "user":
+            end += 1
+        total -= sum(sizes[start:end])
+        start = end
+        dropped_turns += 1
+    if dropped_turns:
+        notes.append(f"context: dropped the {dropped_turns} oldest turn(s)")
+        out = out[start:]
+    if total > budget:
+        notes.append("context: the current turn alone exceeds the model's window")
+    return Fitted(out, notes)
+
+
+@dataclass
+class Guards:
+    """One turn's counters against its channel's limits."""
+
+    channel: Channel
+    started: float = field(default_factory=time.monotonic)
+    steps: int = 0
+    tokens: int = 0
+    seen: Counter[str] = field(default_factory=Counter)
+
+    def before_step(self, now: float | None = None) -> FinishReason | None:
+        """Whether the turn must stop before asking the model again."""
+        now = time.monotonic() if now is None else now
+        if now - self.started >= self.channel.wall_clock:
+            return "guard-time"
+        if self.tokens >= self.channel.token_budget:
+            return "guard-tokens"
+        if self.steps >= self.channel.max_steps:
+            return "guard-steps"
+        return None
+
+    def record_call(self, call: ToolCallPart) -> bool:
+        """Count a tool call; True when it is the Nth identical one (the repeat guard trips)."""
+        args = call.raw if call.arguments is None else json.dumps(call.arguments, sort_keys=True)
+        key = f"{call.name}\x00{args}"
+        self.seen[key] += 1
+        return self.seen[key] >= self.channel.max_repeat
+
+    def line(self, reason: FinishReason) -> str:
+        limit: Any = {
+            "guard-steps": self.channel.max_steps,
+            "guard-repeat": self.channel.max_repeat,
+            "guard-time": self.channel.wall_clock,
+            "guard-tokens": self.channel.token_budget,
+        }.get(reason, 0)
+        return GUARD_LINES.get(reason, "The turn ended.").format(limit=limit)
+
+
+def malformed_arguments(call: ToolCallPart) -> str:
+    """The error envelope the model gets for a call whose arguments are not a JSON object."""
+    return render(
+        envelope_name(call.name),
+        ToolResult.error(
+            "invalid-param",
+            "The arguments of this call are not a valid JSON object.",
+            hint="Call the tool again with arguments as one JSON object matching its schema.",
+        ),
+    )
+
+
+def closed_call(tool: str, code: str, message: str) -> str:
+    """The result a call gets when its turn ends before it does (cancel, guard, crash)."""
+    return render(envelope_name(tool), ToolResult.error(code, message))

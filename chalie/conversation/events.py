@@ -1,0 +1,143 @@
+"""The events of a conversation: numbered per conversation from 1, gapless, stored, published.
+
+msgspec Structs tagged by ``type``. Every event carries ``conversation_id``,
+``seq`` and ``ts``. A client subscribes to the live bus first, then backfills
+with ``events(after_seq)`` and drops duplicates by ``seq``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+FinishReason = Literal[
+    "final",
+    "cancelled",
+    "interrupted",
+    "guard-steps",
+    "guard-repeat",
+    "guard-time",
+    "guard-tokens",
+    "model-error",
+]
+FINISH_REASONS: Final[tuple[str, ...]] = (
+    "final",
+    "cancelled",
+    "interrupted",
+    "guard-steps",
+    "guard-repeat",
+    "guard-time",
+    "guard-tokens",
+    "model-error",
+)
+Answer = Literal["allow_once", "allow_always", "deny"]
+
+
+class ConversationEvent(
+    msgspec.Struct, tag_field="type", frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    conversation_id: str
+    seq: int
+    ts: float
+
+
+class TurnStarted(ConversationEvent, tag="turn_started", frozen=True, kw_only=True):
+    turn_id: str
+    client_msg_id: str
+    text: str
+
+
+class TextDelta(ConversationEvent, tag="text_delta", frozen=True, kw_only=True):
+    turn_id: str
+    text: str
+
+
+class ToolStarted(ConversationEvent, tag="tool_started", frozen=True, kw_only=True):
+    turn_id: str
+    call_id: str
+    tool: str
+    act_summary: str
+
+
+class ToolFinished(ConversationEvent, tag="tool_finished", frozen=True, kw_only=True):
+    turn_id: str
+    call_id: str
+    tool: str
+    status: str
+    code: str | None = None
+
+
+class PermissionRequested(ConversationEvent, tag="permission_request", frozen=True, kw_only=True):
+    request_id: str
+    turn_id: str
+    tool: str
+    permission: str
+    act_summary: str
+    params: dict[str, Any]
+    expires_at: float
+
+
+class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):
+    """``answer``: allow_once | allow_always | deny (answered through the conversations),
+    allowed (answered elsewhere, e.g. ``chalie policy answer``), expired, or withdrawn
+    (the turn ended first)."""
+
+    request_id: str
+    answer: str
+
+
+class BackgroundDelivered(ConversationEvent, tag="background_result", frozen=True, kw_only=True):
+    call_id: str
+    tool: str
+    status: str
+    envelope: str
+
+
+class RichPayload(ConversationEvent, tag="rich_payload", frozen=True, kw_only=True):
+    turn_id: str
+    call_id: str
+    tool: str
+    payload: dict[str, Any]
+
+
+class TurnFinished(ConversationEvent, tag="turn_finished", frozen=True, kw_only=True):
+    turn_id: str
+    reason: FinishReason
+    text: str
+
+
+class ErrorEvent(ConversationEvent, tag="error", frozen=True, kw_only=True):
+    turn_id: str | None
+    code: str
+    message: str
+
+
+Event = (
+    TurnStarted
+    | TextDelta
+    | ToolStarted
+    | ToolFinished
+    | PermissionRequested
+    | PermissionSettled
+    | BackgroundDelivered
+    | RichPayload
+    | TurnFinished
+    | ErrorEvent
+)
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(Event)
+
+
+def encode_event(event: ConversationEvent) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    return _decoder.decode(data)
+
+
+def to_dict(event: ConversationEvent) -> dict[str, Any]:
+    value: dict[str, Any] = msgspec.to_builtins(event)
+    return value

@@ -1,0 +1,1 @@
+"""Language-model providers: the neutral exchange types, three wire formats, one HTTP client."""

@@ -1,0 +1,187 @@
+"""Storage, crash recovery and the act loop's pure rules, on a real SQLite file."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from chalie.config import ChannelConfig
+from chalie.conversation import act
+from chalie.conversation.channels import SHIPPED, Channel, resolve_channels
+from chalie.conversation.events import TextDelta, TurnStarted, decode_event, encode_event
+from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
+from chalie.providers.types import ChatMessage, ToolCallPart
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", text=text)
+
+
+def calls(*ids: str) -> ChatMessage:
+    return ChatMessage(
+        role="assistant",
+        tool_calls=tuple(ToolCallPart(id=i, name="clock", arguments={}) for i in ids),
+    )
+
+
+def result(call_id: str, text: str = "ok") -> ChatMessage:
+    return ChatMessage(role="tool", call_id=call_id, tool="clock", text=text)
+
+
+def test_a_step_is_written_all_or_nothing(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "chalie.db")
+    store.create("c1", "chat")
+    store.queue_turn("c1", "t1", "m1", "hi")
+    good = TurnStarted(
+        conversation_id="c1", seq=1, ts=0.0, turn_id="t1", client_msg_id="m1", text="hi"
+    )
+    store.write(
+        Batch(
+            "c1",
+            messages=[(0, "t1", user("hi"))],
+            events=[good],
+            turn=TurnUpdate("t1", state="running"),
+        )
+    )
+    clash = TextDelta(conversation_id="c1", seq=1, ts=0.0, turn_id="t1", text="x")  # seq taken
+    with pytest.raises(sqlite3.IntegrityError):
+        store.write(Batch("c1", messages=[(1, "t1", calls("a"))], events=[clash]))
+    loaded = store.load("c1")
+    assert loaded is not None and loaded.messages == [user("hi")]  # the failed step left nothing
+    assert [e.seq for e in store.events("c1")] == [1]
+    store.close()
+
+
+def test_recovery_answers_open_calls_and_ends_running_turns(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "chalie.db")
+    store.create("c1", "chat")
+    store.queue_turn("c1", "t1", "m1", "hi")
+    store.write(
+        Batch(
+            "c1",
+            messages=[(0, "t1", user("hi")), (1, "t1", calls("a", "b")), (2, "t1", result("a"))],
+            events=[
+                TurnStarted(
+                    conversation_id="c1", seq=1, ts=0.0, turn_id="t1", client_msg_id="m1", text="hi"
+                )
+            ],
+            turn=TurnUpdate("t1", state="running"),
+        )
+    )
+    assert store.interrupted_conversations() == ["c1"]
+    events = store.recover("c1")
+    assert [(type(e).__name__, e.seq) for e in events] == [("TurnFinished", 2)]
+    loaded = store.load("c1")
+    assert loaded is not None
+    assert [m.role for m in loaded.messages] == ["user", "assistant", "tool", "tool"]
+    assert loaded.messages[3].call_id == "b" and "code=interrupted" in loaded.messages[3].text
+    assert store.turn("t1").reason == "interrupted"  # type: ignore[union-attr]
+    assert store.recover("c1") == [] and store.interrupted_conversations() == []
+    store.close()
+    again = ConversationStore(tmp_path / "chalie.db")  # reopening keeps everything
+    assert [e.seq for e in again.events("c1")] == [1, 2]
+    again.close()
+
+
+def test_a_seen_client_message_id_returns_the_earlier_turn(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path / "chalie.db")
+    store.create("c1", "chat")
+    assert store.queue_turn("c1", "t1", "m1", "hi") is None
+    seen = store.queue_turn("c1", "t2", "m1", "hi again")
+    assert seen is not None and seen.turn_id == "t1"
+    assert store.delete("c1") and not store.delete("c1")
+    assert store.load("c1") is None and store.events("c1") == []
+    store.close()
+
+
+def test_events_round_trip_through_their_json() -> None:
+    event = TextDelta(conversation_id="c", seq=3, ts=1.5, turn_id="t", text="héllo")
+    assert decode_event(encode_event(event)) == event
+
+
+def test_context_trimming_shortens_old_results_first_then_drops_old_turns() -> None:
+    history = [
+        user("old question"),
+        calls("a"),
+        result("a", "x" * 4000),
+        ChatMessage(role="assistant", text="old answer"),
+        user("q2"),
+        ChatMessage(role="assistant", text="a2"),
+        user("current"),
+    ]
+    full = sum(act.message_tokens(m) for m in history)
+    fitted = act.fit_context(history, current_start=6, budget=full - 500)
+    assert fitted.messages[2].text == act.DROPPED_RESULT and len(fitted.messages) == 7
+    assert fitted.notes == ["context: shortened 1 old tool result(s)"]
+    tight = act.fit_context(history, current_start=6, budget=20)
+    assert tight.messages[-1] == user("current")
+    assert tight.messages[0].role == "user"  # whole turns go: no call loses its result
+    assert any("dropped" in n for n in tight.notes)
+    assert act.fit_context(history, 6, 10**9).notes == []
+
+
+def test_guards_count_steps_tokens_time_and_repeats() -> None:
+    channel = Channel("t", max_steps=2, max_repeat=3, wall_clock=10.0, token_budget=100)
+    g = act.Guards(channel, started=0.0)
+    assert g.before_step(now=1.0) is None
+    g.steps = 2
+    assert g.before_step(now=1.0) == "guard-steps"
+    g.steps, g.tokens = 0, 100
+    assert g.before_step(now=1.0) == "guard-tokens"
+    assert g.before_step(now=11.0) == "guard-time"
+    call = ToolCallPart(id="1", name="clock", arguments={"b": 1, "a": 2})
+    same = ToolCallPart(id="2", name="clock", arguments={"a": 2, "b": 1})
+    assert [g.record_call(call), g.record_call(same), g.record_call(call)] == [False, False, True]
+    assert "3 times" in g.line("guard-repeat")
+
+
+def test_operators_override_shipped_channels_and_add_their_own() -> None:
+    channels = resolve_channels(
+        {
+            "chat": ChannelConfig(max_steps=20),
+            "research": ChannelConfig(pinned=("calculator",), find_tools=False),
+        }
+    )
+    assert channels["chat"].max_steps == 20 and channels["chat"].human_present
+    assert channels["research"].tools() == ("calculator",)
+    assert channels["subconscious"] == SHIPPED["subconscious"]
+    assert not channels["subconscious"].human_present
+    assert channels["web-search"].find_tools is False
+    with pytest.raises(ValueError):
+        resolve_channels({"Bad Name!": ChannelConfig()})
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        (
+            {"models": {"default": {"provider": "x"}}},
+            'models.default.provider = "x": must be one of "anthropic", "ollama", "openai"',
+        ),
+        (
+            {"models": {"fast": {"retries": 99}}},
+            "models.fast.retries = 99: must be an integer from 0 to 10",
+        ),
+        ({"models": {"m": {"api_key": "sk-123"}}}, "unknown key 'models.m.api_key'"),
+        ({"channels": {"chat": {"max_stepz": 3}}}, "unknown key 'channels.chat.max_stepz'"),
+        (
+            {"channels": {"c": {"pinned": "calculator"}}},
+            'channels.c.pinned = "calculator": must be a list of strings',
+        ),
+        (
+            {"conversations": {"idle_stop": 0}},
+            "conversations.idle_stop = 0: must be a number from 0.001 to 86400",
+        ),
+        ({"models": 5}, "models = 5: must be a table of named tables"),
+    ],
+)
+def test_a_bad_model_channel_or_conversations_key_is_one_line_naming_it(
+    raw: dict[str, object], line: str, tmp_path: Path
+) -> None:
+    from chalie.config import Config, ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Config.from_mapping(raw, home=tmp_path)
+    assert line in str(err.value) and "\n" not in str(err.value)
