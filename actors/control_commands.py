@@ -90,6 +90,7 @@ class ControlCommands:
             Route("policy.answer", PolicyAnswerArgs, self.policy_answer),
             Route("index.rebuild", IndexRebuildArgs, self.index_rebuild),
             Route("discovery.examples", DiscoveryExamplesArgs, self.discovery_examples),
+            Route("mcp.reload", NoArgs, self.mcp_reload),
         ]
         return [answer_errors(row) for row in rows]
 
@@ -99,6 +100,14 @@ class ControlCommands:
             if self._book is not None:
                 self._book.close()
                 self._book = None
+
+    # -- MCP connections ------------------------------------------------------------------
+    def mcp_reload(self, _args: NoArgs) -> ControlReply:
+        """Reconcile the MCP connection actors with chalie.db (after a ``chalie mcp`` change)."""
+        from actors.mcp_connections import McpConnections
+
+        mcp = self._host.child("mcp", McpConnections).within(60)
+        return control.success(mcp.call(McpConnections.reload))
 
     # -- the daemon ---------------------------------------------------------------------
     def status(self, _args: NoArgs) -> ControlReply:

@@ -39,6 +39,7 @@ __all__ = [
     "DiscoveryConfig",
     "EmbedderBackend",
     "EmbedderConfig",
+    "McpConfig",
     "McpServerConfig",
     "OutboxConfig",
     "Section",
@@ -236,6 +237,21 @@ class OutboxConfig(Section, frozen=True):
 # -- the whole file ----------------------------------------------------------------------
 
 
+class McpConfig(Section, frozen=True):
+    """``[mcp]``: outbound MCP connections (a connection's own values override these)."""
+
+    heartbeat_interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 30.0
+    probe_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
+    connect_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    list_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 60.0
+    backoff_base: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    backoff_cap: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
+    # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
+    # so spawning stdio servers never competes with the daemon's own start.
+    start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
+
+
 class Config(Section, frozen=True):
     """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
 
@@ -255,6 +271,7 @@ class Config(Section, frozen=True):
     channels: dict[str, ChannelConfig] = {}
     conversations: ConversationsConfig = ConversationsConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
+    mcp: McpConfig = McpConfig()
     outbox: OutboxConfig = OutboxConfig()
 
     @classmethod

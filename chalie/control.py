@@ -14,7 +14,7 @@ their arguments are the Structs below): ``status``, ``stop``,
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``.
+``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db).
 """
 
 from __future__ import annotations

@@ -174,6 +174,17 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "No MCP session with that id belongs to this token.",
         "Inbound MCP: a session id another token opened, or one already reaped (HTTP 404).",
     ),
+    ErrorCode(
+        "mcp-auth-failed",
+        "A remote MCP server refused Chalie's credentials.",
+        "The named server answered HTTP 401 or 403 (a missing, wrong or revoked token).",
+    ),
+    ErrorCode(
+        "mcp-tool-quarantined",
+        "A remote MCP tool changed its definition since it was approved.",
+        "Its name, description or input schema differs from the pinned one; the operator "
+        "must run chalie mcp approve.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -136,6 +136,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     from actors.conversations import ConversationCommands, Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
+    from actors.mcp_connections import McpWiring
     from actors.policy import PolicyActor
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
     from chalie.discovery.lazy_embedder import LazyEmbedder
@@ -147,6 +148,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     # Each start runs on the supervisor's thread, so it must not ask the
     # supervisor anything: children find each other later, through ChildRefs.
     rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+    mcp = McpWiring(rt)  # registers cached MCP proxies before discovery starts
     specs = [
         ChildSpec(
             "policy",
@@ -183,8 +185,10 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 children=rt.directory,
                 outbox_max_age=cfg.outbox.max_age,
                 outbox_max_rows=cfg.outbox.max_rows,
+                parts={"mcp": mcp.handle},
             ),
         ),
+        mcp.spec,
     ]
     specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
     specs.append(

@@ -17,6 +17,13 @@ from chalie.messages import CHANNELS
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
 
 
+def _provenance(obj: Ctx, permission: str) -> str:
+    """Where a remote MCP proxy comes from (``  [remote tool 'x' on MCP server s]``)."""
+    from chalie.mcp.provenance import suffix
+
+    return suffix(obj.config.home, permission)
+
+
 @cli.group()
 def policy() -> None:
     """The permission gate's table: (channel, permission) -> allow | ask | deny."""
@@ -37,6 +44,7 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         for r in rules:
             when = dt.datetime.fromtimestamp(r["updated_at"]).strftime("%Y-%m-%d %H:%M")
             origin = "" if r.get("origin", "set") == "set" else f"  ({r['origin']}, not configured)"
+            origin += _provenance(obj, r["permission"])
             click.echo(
                 f"  {r['channel']:<15} {r['permission']:<32} {r['decision']:<6} {when}{origin}"
             )

@@ -198,7 +198,10 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
-            answer = prompt.ask(request)
+            from chalie.mcp.provenance import suffix  # a remote tool names its server
+
+            where = suffix(obj.config.home, str(request.get("permission", "")))
+            answer = prompt.ask({**request, "provenance": where.strip(" []")} if where else request)
             if answer is None:
                 click.echo("chalie: that request was answered elsewhere", err=True)
                 continue

@@ -65,7 +65,10 @@ def trail_command(
             f"gate {gate:<16} {row['channel']:<10} {one_line(row['conversation_id'], NAME_CHARS)}"
             f"  {row['call_id']}"
         )
+        from chalie.mcp.provenance import suffix
+
+        where = suffix(obj.config.home, row["tool"])  # a remote MCP tool names its server
         click.echo(
-            f"    params {one_line(row['params'], PARAMS_CHARS)}"
+            f"    params {one_line(row['params'], PARAMS_CHARS)}{where}"
             + (f"  — {one_line(row['act_summary'])}" if row.get("act_summary") else "")
         )
