@@ -481,6 +481,24 @@ class DiscoveryHandle:
                 results.append(self.learn(entry, tool, channel, definition=definition or None))
         return results
 
+    def learn_turn_soon(self, turn_id: str, channel: str, used: Iterable[str]) -> int:
+        """:meth:`learn_turn` without waiting: what the TurnActor calls when a turn ends.
+
+        Each entry whose tool was used is sent as a tell (:meth:`learn_soon`), so
+        the caller's mailbox never waits on the index; an empty ``used`` only
+        drops the turn's finds (a turn that ended otherwise teaches nothing).
+        Returns how many examples were sent.
+        """
+        with self._finds_lock:
+            found = self._finds.pop(turn_id, [])
+        wanted = set(used)
+        sent = 0
+        for entry, tool, definition in dict.fromkeys(found):
+            if tool in wanted:
+                self.learn_soon(entry, tool, channel, definition=definition or None)
+                sent += 1
+        return sent
+
     def learn_soon(
         self, entry: str, tool: str, channel: str, *, definition: str | None = None
     ) -> None:

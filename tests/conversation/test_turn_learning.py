@@ -1,0 +1,153 @@
+"""Learning from use, end to end: a real daemon and turn, the scripted model, the CLI's list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.conversations import Conversations
+from actors.policy import PolicyActor
+from chalie.conversation.events import PermissionRequested
+from tests.conversation.harness import Harness, wait_until
+
+ENTRY = "how late is it over in Osaka right now"
+
+
+@pytest.fixture(scope="module")
+def h() -> Iterator[Harness]:
+    harness = Harness(extra_toml='[channels.agent]\npolicy_channel = "external_agent"\n')
+    policy = harness.rt.child("policy", PolicyActor)
+    policy.call(PolicyActor.set, "external_agent", "clock", "allow")
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture(autouse=True)
+def no_examples(h: Harness) -> None:
+    h.rt.services.discovery.clear_examples()
+
+
+def find_then_clock(entry: str, zone: str = "Asia/Tokyo") -> dict[str, Any]:
+    return {
+        "steps": [
+            {
+                "tool_calls": [
+                    {
+                        "name": "find_tools",
+                        "arguments": {"query": [entry], "act_summary": "finding"},
+                    }
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"name": "clock", "arguments": {"zone": zone, "act_summary": "the time"}}
+                ]
+            },
+            {"text": "done"},
+        ]
+    }
+
+
+def run_turn(h: Harness, channel: str, answer: str | None = "allow_once") -> str:
+    accepted = h.send(ENTRY, channel)
+    if answer is not None:
+        cid = accepted.conversation_id
+        request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+        h.conversations.call(Conversations.answer, request[0].request_id, answer)
+    end = h.finished(accepted)
+    assert end.reason == "final"
+    return accepted.turn_id or ""
+
+
+def cli_examples(home: Path) -> list[dict[str, Any]]:
+    env = {**os.environ, "CHALIE_HOME": str(home)}
+    out = subprocess.run(
+        [sys.executable, "-m", "chalie", "discovery", "examples", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows: list[dict[str, Any]] = json.loads(out.stdout)
+    return rows
+
+
+def learned(h: Harness) -> list[str]:
+    # an ask of the actor: the store and the index change together inside one learn
+    return [e.text for e in h.rt.services.discovery.examples("clock")]
+
+
+def test_a_chat_turn_that_found_and_used_a_tool_teaches_its_entry(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    run_turn(h, "chat")
+    ended = time.monotonic()
+    wait_until(lambda: ENTRY in learned(h), 1.0, "the entry to be learned")
+    assert time.monotonic() - ended <= 1.0
+    result = h.rt.services.discovery.find([ENTRY])
+    assert "clock" in result.names
+    rows = cli_examples(h.home)
+    assert [(r["tool"], r["text"], r["channel"]) for r in rows] == [("clock", ENTRY, "chat")]
+
+
+def test_a_denied_call_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    turn_id = run_turn(h, "chat", answer="deny")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds  # the record was dropped
+
+
+def test_a_failed_call_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY, zone="Mars/Olympus_Mons"))
+    turn_id = run_turn(h, "chat")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
+def test_an_external_agent_turn_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    turn_id = run_turn(h, "agent", answer=None)
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
+def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "find_tools",
+                            "arguments": {"query": [ENTRY], "act_summary": "finding"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "clock", "arguments": {"zone": "Asia/Tokyo", "act_summary": "t"}}
+                    ]
+                },
+                {"hang": True},
+            ]
+        }
+    )
+    accepted = h.send(ENTRY, "chat")
+    cid = accepted.conversation_id
+    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once")
+    wait_until(lambda: len(h.server.requests) >= 3, what="the third model request")
+    assert h.conversations.call(Conversations.cancel, cid) is True
+    assert h.finished(accepted).reason == "cancelled"
+    wait_until(lambda: accepted.turn_id not in h.rt.services.discovery._finds, 1.0)
+    assert not h.rt.services.discovery.examples()
