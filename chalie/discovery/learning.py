@@ -367,6 +367,30 @@ class Learner:
                 changed += 1
         return {"tools_changed": changed, "stale_tools": len(dropped)}
 
+    def write(self, tool: str, phrases: Iterable[str], *, source: str) -> int:
+        """Store phrases not learned from use (model-written) as ``source`` rows; how many were new.
+
+        They take the same path as learned ones (deduplicated, bounded, dropped
+        when the tool changes or leaves, listed, forgotten and cleared the same way).
+        """
+        current = self.engine.definition(tool)
+        if current is None:
+            return 0
+        held = [word_key(e.text) for e in self.store.examples(tool)]
+        added = 0
+        for phrase in phrases:
+            try:
+                key = word_key(clean_text(phrase))
+            except ExampleError:
+                continue
+            if any(k == key or overlap(k, key) >= NEAR_IDENTICAL for k in held):
+                continue  # a row already says it (a learned one keeps its source)
+            outcome = self.store.add(phrase, tool, source, definition=current)
+            held.append(key)
+            added += outcome.status == "added"
+        self.engine.set_learned(tool, self.store.phrases_of(tool))
+        return added
+
     def tool_changed(self, tools: Iterable[str]) -> None:
         """Tools whose definition changed or that left: their examples go."""
         for tool in tools:
