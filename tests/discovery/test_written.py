@@ -1,4 +1,4 @@
-"""Examples written by the model: validation, cache, budget, and the whole path with the scripted model."""
+"""Examples written by the model: the checks, the cache, the budget, and the whole path."""
 
 from __future__ import annotations
 
