@@ -16,6 +16,7 @@ import pytest
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
 from chalie.conversation.events import PermissionRequested
+from chalie.discovery.types import ToolDoc
 from tests.conversation.harness import Harness, wait_until
 
 ENTRY = "how late is it over in Osaka right now"
@@ -151,3 +152,29 @@ def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
     assert h.finished(accepted).reason == "cancelled"
     wait_until(lambda: accepted.turn_id not in h.rt.services.discovery._finds, 1.0)
     assert not h.rt.services.discovery.examples()
+
+
+def test_the_daemon_has_the_default_model_write_examples_for_a_tool_without_any(
+    h: Harness,
+) -> None:
+    phrases = [
+        "will it rain in Paris tomorrow",
+        "what's the weather forecast for this weekend",
+        "do I need an umbrella today",
+        "how hot will it get on Friday",
+    ]
+    h.script({"steps": [{"text": json.dumps(phrases)}]})
+    doc = ToolDoc("_mcp_acme_op_7", "Runs operation 7 on the Acme backend.", source="mcp:acme")
+    discovery = h.rt.services.discovery
+    discovery.add([doc])
+    try:
+        wait_until(lambda: len(discovery.examples(doc.name)) == len(phrases), 10)
+        rows = cli_examples(h.home)
+        assert {(r["tool"], r["channel"]) for r in rows} == {(doc.name, "model")}
+        assert doc.name in discovery.find(["weather forecast for Oslo this weekend"]).names
+        # the request went to [models.default], with no tools offered
+        body = h.server.requests[0]["body"]
+        assert doc.name in json.dumps(body["messages"]) and not body.get("tools")
+    finally:
+        discovery.remove([doc.name])
+    assert discovery.examples(doc.name) == []
