@@ -45,7 +45,7 @@ from chalie.discovery.learning import Example, LearnedExamples, Learner, LearnRe
 from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
-from chalie.discovery.written import WRITTEN_SOURCE
+from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
 from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 
 log = logging.getLogger("chalie.discovery")
@@ -282,6 +282,7 @@ class DiscoveryActor(SupervisedActor):
             "model_id": self._embedder.model_id if self._embedder else None,
             "ceiling": self._tools.ceiling if self._tools else None,
             "notices": list(self._notices),
+            "examples_to_write": self._writer.pending() if self._writer else 0,
         }
 
     # -- updates ----------------------------------------------------------
@@ -306,7 +307,8 @@ class DiscoveryActor(SupervisedActor):
             engine = self._engine("tools")
             if self._learner is None or engine.get(doc.name) != doc:
                 return  # the tool changed or left while the model wrote
-            added = self._learner.write(doc.name, phrases, source=WRITTEN_SOURCE)
+            checked = check_phrases(list(phrases))  # whoever sent them, the same rules
+            added = self._learner.write(doc.name, checked, source=WRITTEN_SOURCE)
             log.info("model-written examples for %s: %d new", doc.name, added)
         except Exception as exc:  # a tell: a raise would fail the actor
             log.info("model-written examples for %s not stored: %s", doc.name, exc)

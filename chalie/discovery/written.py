@@ -127,6 +127,13 @@ def validate_phrases(answer: object) -> list[str]:
         raise WrittenError("the answer is not JSON") from None
     if not isinstance(items, list):
         raise WrittenError("the answer is not a JSON list")
+    return check_phrases(items)
+
+
+def check_phrases(items: list[Any]) -> list[str]:
+    """The phrases of a decoded answer (or of a cache row), checked and deduplicated."""
+    if len(items) > MAX_ANSWER_CHARS:
+        raise WrittenError("too many items")
     phrases: list[str] = []
     keys: list[str] = []
     for index, item in enumerate(items):

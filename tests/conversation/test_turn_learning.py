@@ -99,6 +99,9 @@ def test_a_chat_turn_that_found_and_used_a_tool_teaches_its_entry(h: Harness) ->
     assert "clock" in result.names
     rows = cli_examples(h.home)
     assert [(r["tool"], r["text"], r["channel"]) for r in rows] == [("clock", ENTRY, "chat")]
+    # a turn nobody knows (ended twice, or forged) teaches nothing
+    assert h.rt.services.discovery.learn_turn_soon("t_unknown", "chat", ["clock"]) == 0
+    assert h.rt.services.discovery.learn_turn_soon("x" * 100_000, "chat", ["y"] * 10_000) == 0
 
 
 def test_a_denied_call_teaches_nothing(h: Harness) -> None:
