@@ -10,8 +10,9 @@ Rules, all applied here:
   long token-like strings), whitespace folded and cut to a find_tools entry;
 - near-identical text (the same words, or word sets that overlap at least
   NEAR_IDENTICAL) is stored once: a repeat refreshes the row's time;
-- at most ``per_tool`` rows a tool: past that, the most redundant row goes
-  first (the one closest to another row of that tool), the oldest among equals;
+- at most ``per_tool`` rows a tool: past that, model-written rows go first,
+  then the most redundant row (the one closest to another row of that tool),
+  the oldest among equals;
 - rows whose tool definition changed since are dropped (``drop_changed``), and
   so are the rows of a tool that leaves (``forget_tool``).
 
@@ -36,6 +37,8 @@ from chalie.trail import REDACTED, SECRET_KEY
 DEFAULT_PER_TOOL: Final = 20
 MAX_PER_TOOL: Final = 200
 NEAR_IDENTICAL: Final = 0.8
+# The source (channel column) of rows the model wrote (chalie/discovery/written.py).
+WRITTEN_SOURCE: Final = "model"
 MAX_TOOL_CHARS: Final = 256
 MAX_CHANNEL_CHARS: Final = 64
 MAX_DEFINITION_CHARS: Final = 128
@@ -193,7 +196,8 @@ class LearnedExamples:
     def _bound(self, tool: str) -> list[int]:
         """Drop the tool's most redundant rows (oldest first among equals) past per_tool."""
         rows = self._db.execute(
-            "SELECT id, words, created FROM discovery_examples WHERE tool = ? ORDER BY created, id",
+            "SELECT id, words, created, channel FROM discovery_examples WHERE tool = ? "
+            "ORDER BY created, id",
             (tool,),
         ).fetchall()
         dropped: list[int] = []
@@ -208,7 +212,11 @@ class LearnedExamples:
 
             # the newest row is the one just learned: it stays
             candidates = [i for i in range(len(rows)) if rows[i][0] != newest]
-            victim = max(candidates, key=lambda i: (round(redundancy(i), 1), -i))
+            # model-written rows go before anything learned from real use
+            victim = max(
+                candidates,
+                key=lambda i: (rows[i][3] == WRITTEN_SOURCE, round(redundancy(i), 1), -i),
+            )
             dropped.append(int(rows[victim][0]))
             del rows[victim]
         if dropped:

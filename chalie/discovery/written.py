@@ -32,10 +32,9 @@ from typing import Any, Final
 
 from chalie.db import connect
 from chalie.discovery.learning import NEAR_IDENTICAL, overlap, word_key
+from chalie.discovery.learning import WRITTEN_SOURCE as WRITTEN_SOURCE
 from chalie.providers.types import ChatMessage, ModelRequest
 
-# The source (the ``channel`` column of the examples table) of model-written rows.
-WRITTEN_SOURCE: Final = "model"
 MIN_PHRASES: Final = 3
 MAX_PHRASES: Final = 10
 MAX_PHRASE_CHARS: Final = 160

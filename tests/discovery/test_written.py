@@ -317,3 +317,24 @@ def test_phrases_handed_to_the_actor_pass_the_same_checks(rig: Rig) -> None:
     assert rig.handle.examples(doc.name) == []
     proxy.store_written(doc, WEATHER).get(timeout=10)
     assert rig.written(doc.name) == WEATHER
+
+
+def test_past_the_bound_model_written_rows_go_before_learned_ones(tmp_path: Path) -> None:
+    from chalie.discovery.learning import LearnedExamples
+
+    store = LearnedExamples(tmp_path / "chalie.db", per_tool=3)
+    try:
+        for i, text in enumerate(["weather in paris", "rain forecast berlin"]):
+            store.add(text, "t", WRITTEN_SOURCE, now=float(i))
+        for i, text in enumerate(["umbrella needed today", "storm tonight in oslo"]):
+            store.add(text, "t", "chat", now=10.0 + i)
+        kept = [(e.channel, e.text) for e in store.examples("t")]
+        assert kept == [
+            (WRITTEN_SOURCE, "rain forecast berlin"),
+            ("chat", "umbrella needed today"),
+            ("chat", "storm tonight in oslo"),
+        ]
+        store.add("snow on sunday in rome", "t", "chat", now=20.0)
+        assert {e.channel for e in store.examples("t")} == {"chat"}
+    finally:
+        store.close()
