@@ -573,7 +573,8 @@ class TurnActor(pykka.ThreadingActor):
             return
         call = turn.calls[index]
         call.result = outcome.envelope
-        if outcome.status == "success":
+        if outcome.status == "success" and not outcome.background:
+            # a call sent to the background has not succeeded yet: it teaches nothing
             turn.succeeded.add(call.tool)
         elif outcome.code in SETTLED_BY_CODE:
             turn.denied.add(call.tool)

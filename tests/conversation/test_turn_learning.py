@@ -118,6 +118,15 @@ def test_a_failed_call_teaches_nothing(h: Harness) -> None:
     assert turn_id not in h.rt.services.discovery._finds
 
 
+def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
+    script = find_then_clock(ENTRY)
+    script["steps"][1]["tool_calls"][0]["arguments"]["async"] = True
+    h.script(script)
+    turn_id = run_turn(h, "chat")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
 def test_an_external_agent_turn_teaches_nothing(h: Harness) -> None:
     h.script(find_then_clock(ENTRY))
     turn_id = run_turn(h, "agent", answer=None)
