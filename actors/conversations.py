@@ -180,6 +180,7 @@ class Conversations(SupervisedActor):
             bus=rt.events,
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
+            learn=self._learn,
         )
         ref = self.actor_ref
 
@@ -228,6 +229,19 @@ class Conversations(SupervisedActor):
             client = ModelClient(name, config or ModelConfig())
             client = self._models.setdefault(name, client)
         return client
+
+    def _learn(self, turn_id: str, channel: str, used: frozenset[str]) -> None:
+        """A turn ended (TurnActor threads): learn what it used, where learning is on.
+
+        Never waits: the examples go to discovery as tells. Elsewhere (an external
+        agent, learning off) only the turn's find_tools record is dropped.
+        """
+        learning = self._rt.config.discovery
+        if not learning.learn or channel not in learning.learn_channels:
+            used = frozenset()
+        learn_turn_soon = getattr(self._rt.services.discovery, "learn_turn_soon", None)
+        if callable(learn_turn_soon):
+            learn_turn_soon(turn_id, channel, used)
 
     def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
 

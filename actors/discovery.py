@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import pykka
 
+from actors.example_writer import Deliver, ExampleWriter
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
@@ -44,6 +45,7 @@ from chalie.discovery.learning import Example, LearnedExamples, Learner, LearnRe
 from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
 from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 
 log = logging.getLogger("chalie.discovery")
@@ -54,6 +56,9 @@ DEFAULT_TIMEOUT: Final = 20.0
 RETRY_AFTER: Final = 60.0
 # Turns whose find_tools results are remembered for learn_turn, newest kept.
 REMEMBERED_TURNS: Final = 1024
+
+# Builds the writer of model-written examples, given where it delivers them.
+WriterFactory = Callable[[Deliver], ExampleWriter]
 
 
 class DiscoveryActor(SupervisedActor):
@@ -72,8 +77,12 @@ class DiscoveryActor(SupervisedActor):
         state: IndexState | None = None,
         db_path: Path | None = None,
         learning: DiscoveryConfig | None = None,
+        writer: WriterFactory | None = None,
     ) -> None:
         super().__init__()
+        # examples written by the model for tools that arrive without any (None: off)
+        self._make_writer = writer
+        self._writer: ExampleWriter | None = None
         # learned examples live in the daemon's database (None: no learning, e.g. the CLI)
         self._db_path = db_path
         self._learning = learning if learning is not None else DiscoveryConfig()
@@ -99,6 +108,16 @@ class DiscoveryActor(SupervisedActor):
 
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
+        if self._make_writer is not None and not self._readonly:
+            proxy = self.actor_ref.proxy()
+
+            def deliver(doc: ToolDoc, phrases: list[str]) -> None:
+                proxy.store_written.defer(doc, phrases)
+
+            try:
+                self._writer = self._make_writer(deliver)
+            except Exception:
+                log.exception("model-written examples unavailable")
         self._load(rebuild=False, progress=None)
 
     def on_stop(self) -> None:
@@ -108,6 +127,9 @@ class DiscoveryActor(SupervisedActor):
         self._close_store()
 
     def _close_store(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -260,6 +282,7 @@ class DiscoveryActor(SupervisedActor):
             "model_id": self._embedder.model_id if self._embedder else None,
             "ceiling": self._tools.ceiling if self._tools else None,
             "notices": list(self._notices),
+            "examples_to_write": self._writer.pending() if self._writer else 0,
         }
 
     # -- updates ----------------------------------------------------------
@@ -271,6 +294,24 @@ class DiscoveryActor(SupervisedActor):
         if changed and self._learner is not None:
             # examples learned for the old definition say nothing about the new one
             self._learner.tool_changed(changed)
+        self._ask_for_examples(docs)
+
+    def _ask_for_examples(self, docs: Sequence[ToolDoc]) -> None:
+        """Tools without examples get some written by the model, later (never waited on)."""
+        if self._writer is not None and self._learner is not None:
+            self._writer.submit([d for d in docs if not d.examples])
+
+    def store_written(self, doc: ToolDoc, phrases: list[str]) -> None:
+        """Model-written phrases for ``doc`` (a tell from the writer): stored if it is unchanged."""
+        try:
+            engine = self._engine("tools")
+            if self._learner is None or engine.get(doc.name) != doc:
+                return  # the tool changed or left while the model wrote
+            checked = check_phrases(list(phrases))  # whoever sent them, the same rules
+            added = self._learner.write(doc.name, checked, source=WRITTEN_SOURCE)
+            log.info("model-written examples for %s: %d new", doc.name, added)
+        except Exception as exc:  # a tell: a raise would fail the actor
+            log.info("model-written examples for %s not stored: %s", doc.name, exc)
 
     def remove(self, names: Iterable[str]) -> None:
         gone = list(names)
@@ -323,6 +364,7 @@ class DiscoveryActor(SupervisedActor):
         gone = [name for name in held if name not in wanted]
         if changed:
             engine.add(changed)
+            self._ask_for_examples(changed)
         if gone:
             engine.remove(gone)
         if self._learner is not None:
@@ -480,6 +522,24 @@ class DiscoveryHandle:
             if tool in wanted:
                 results.append(self.learn(entry, tool, channel, definition=definition or None))
         return results
+
+    def learn_turn_soon(self, turn_id: str, channel: str, used: Iterable[str]) -> int:
+        """:meth:`learn_turn` without waiting: what the TurnActor calls when a turn ends.
+
+        Each entry whose tool was used is sent as a tell (:meth:`learn_soon`), so
+        the caller's mailbox never waits on the index; an empty ``used`` only
+        drops the turn's finds (a turn that ended otherwise teaches nothing).
+        Returns how many examples were sent.
+        """
+        with self._finds_lock:
+            found = self._finds.pop(turn_id, [])
+        wanted = set(used)
+        sent = 0
+        for entry, tool, definition in dict.fromkeys(found):
+            if tool in wanted:
+                self.learn_soon(entry, tool, channel, definition=definition or None)
+                sent += 1
+        return sent
 
     def learn_soon(
         self, entry: str, tool: str, channel: str, *, definition: str | None = None

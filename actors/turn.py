@@ -98,6 +98,9 @@ class TurnDeps:
     bus: Publisher
     idle_stop: float = 600.0
     max_queued: int = 16
+    # At a turn's end: (turn id, policy channel, tools it used with success and no
+    # denial; empty when the turn did not end with an answer). Must not block.
+    learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
 
 
 # -- messages (all private to this actor and its parent) ----------------------------------
@@ -216,6 +219,8 @@ class _Turn:
     calls: list[_Call] = field(default_factory=list)
     model: concurrent.futures.Future[ModelResponse] | None = None
     requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
+    succeeded: set[str] = field(default_factory=set)  # tools called with success
+    denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
     deadline: list[asyncio.TimerHandle] = field(default_factory=list)
 
 
@@ -568,6 +573,11 @@ class TurnActor(pykka.ThreadingActor):
             return
         call = turn.calls[index]
         call.result = outcome.envelope
+        if outcome.status == "success" and not outcome.background:
+            # a call sent to the background has not succeeded yet: it teaches nothing
+            turn.succeeded.add(call.tool)
+        elif outcome.code in SETTLED_BY_CODE:
+            turn.denied.add(call.tool)
         events: list[ConversationEvent] = self._settled_by(turn, call.tool, outcome)
         events.append(
             self._event(
@@ -738,7 +748,17 @@ class TurnActor(pykka.ThreadingActor):
         self._ack_held()
         self._publish(batch.events)
         self._deps.forget(turn.turn_id)
+        self._learn(turn, reason)
         self._next_or_idle()
+
+    def _learn(self, turn: _Turn, reason: FinishReason) -> None:
+        """Hand what the turn used to discovery's learning; only an answered turn teaches."""
+        channel = self._channel
+        used = frozenset(turn.succeeded - turn.denied) if reason == "final" else frozenset()
+        try:
+            self._deps.learn(turn.turn_id, channel.policy_channel if channel else "", used)
+        except Exception:
+            log.exception("learning from turn %s failed", turn.turn_id)
 
     def _ack_held(self) -> None:
         ids = [outbox_id for _, outbox_id in self._held if outbox_id]

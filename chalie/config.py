@@ -223,6 +223,11 @@ class DiscoveryConfig(Section, frozen=True):
     # discovery to route other people's requests.
     learn_channels: tuple[Channel, ...] = ("chat",)
     examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+    # Tools that arrive without examples (remote MCP tools) get some written by
+    # [models.default] in the background; nothing happens without that model.
+    write_examples: bool = True
+    # Tools a minute the model is asked to write examples for.
+    write_budget_per_minute: Annotated[int, msgspec.Meta(ge=1, le=600)] = 10
 
 
 class OutboxConfig(Section, frozen=True):

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pykka
 
@@ -62,6 +62,9 @@ from chalie.home import HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
+
+if TYPE_CHECKING:
+    from actors.discovery import WriterFactory
 
 log = logging.getLogger("chalie.daemon")
 
@@ -169,6 +172,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 state=rt.services.discovery.state,
                 db_path=rt.db_path,
                 learning=cfg.discovery,
+                writer=example_writer(rt),
             ),
             shutdown=10.0,
         ),
@@ -220,6 +224,34 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         )
     )
     return specs
+
+
+def example_writer(rt: Runtime) -> WriterFactory | None:
+    """What writes examples for tools that arrive without any: [models.default], if configured."""
+    from actors.example_writer import Deliver, ExampleWriter
+    from chalie.discovery.written import WrittenCache
+    from chalie.providers.client import ModelClient
+
+    cfg = rt.config
+    model = cfg.models.get("default")
+    if model is None or not cfg.discovery.write_examples:
+        return None
+
+    def schema_of(name: str) -> dict[str, Any] | None:
+        entry = rt.registry.get(name)
+        return None if entry is None else entry.cls.input_schema()
+
+    def make(deliver: Deliver) -> ExampleWriter:
+        return ExampleWriter(
+            rt.loop,
+            ModelClient("default", model),
+            WrittenCache(rt.db_path),
+            deliver,
+            per_minute=cfg.discovery.write_budget_per_minute,
+            schema_of=schema_of,
+        )
+
+    return make
 
 
 def _install_signals(stop: threading.Event) -> Callable[[], None]:

@@ -10,8 +10,9 @@ Rules, all applied here:
   long token-like strings), whitespace folded and cut to a find_tools entry;
 - near-identical text (the same words, or word sets that overlap at least
   NEAR_IDENTICAL) is stored once: a repeat refreshes the row's time;
-- at most ``per_tool`` rows a tool: past that, the most redundant row goes
-  first (the one closest to another row of that tool), the oldest among equals;
+- at most ``per_tool`` rows a tool: past that, model-written rows go first,
+  then the most redundant row (the one closest to another row of that tool),
+  the oldest among equals;
 - rows whose tool definition changed since are dropped (``drop_changed``), and
   so are the rows of a tool that leaves (``forget_tool``).
 
@@ -36,6 +37,8 @@ from chalie.trail import REDACTED, SECRET_KEY
 DEFAULT_PER_TOOL: Final = 20
 MAX_PER_TOOL: Final = 200
 NEAR_IDENTICAL: Final = 0.8
+# The source (channel column) of rows the model wrote (chalie/discovery/written.py).
+WRITTEN_SOURCE: Final = "model"
 MAX_TOOL_CHARS: Final = 256
 MAX_CHANNEL_CHARS: Final = 64
 MAX_DEFINITION_CHARS: Final = 128
@@ -193,7 +196,8 @@ class LearnedExamples:
     def _bound(self, tool: str) -> list[int]:
         """Drop the tool's most redundant rows (oldest first among equals) past per_tool."""
         rows = self._db.execute(
-            "SELECT id, words, created FROM discovery_examples WHERE tool = ? ORDER BY created, id",
+            "SELECT id, words, created, channel FROM discovery_examples WHERE tool = ? "
+            "ORDER BY created, id",
             (tool,),
         ).fetchall()
         dropped: list[int] = []
@@ -208,7 +212,11 @@ class LearnedExamples:
 
             # the newest row is the one just learned: it stays
             candidates = [i for i in range(len(rows)) if rows[i][0] != newest]
-            victim = max(candidates, key=lambda i: (round(redundancy(i), 1), -i))
+            # model-written rows go before anything learned from real use
+            victim = max(
+                candidates,
+                key=lambda i: (rows[i][3] == WRITTEN_SOURCE, round(redundancy(i), 1), -i),
+            )
             dropped.append(int(rows[victim][0]))
             del rows[victim]
         if dropped:
@@ -366,6 +374,30 @@ class Learner:
             if self.engine.set_learned(tool, wanted.get(tool, ())):
                 changed += 1
         return {"tools_changed": changed, "stale_tools": len(dropped)}
+
+    def write(self, tool: str, phrases: Iterable[str], *, source: str) -> int:
+        """Store phrases not learned from use (model-written) as ``source`` rows; how many were new.
+
+        They take the same path as learned ones (deduplicated, bounded, dropped
+        when the tool changes or leaves, listed, forgotten and cleared the same way).
+        """
+        current = self.engine.definition(tool)
+        if current is None:
+            return 0
+        held = [word_key(e.text) for e in self.store.examples(tool)]
+        added = 0
+        for phrase in phrases:
+            try:
+                key = word_key(clean_text(phrase))
+            except ExampleError:
+                continue
+            if any(k == key or overlap(k, key) >= NEAR_IDENTICAL for k in held):
+                continue  # a row already says it (a learned one keeps its source)
+            outcome = self.store.add(phrase, tool, source, definition=current)
+            held.append(key)
+            added += outcome.status == "added"
+        self.engine.set_learned(tool, self.store.phrases_of(tool))
+        return added
 
     def tool_changed(self, tools: Iterable[str]) -> None:
         """Tools whose definition changed or that left: their examples go."""

@@ -95,10 +95,10 @@ def config_toml(server: FakeModelServer) -> str:
 class Harness:
     """The daemon, the model server, and the live events of every conversation."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_toml: str = "") -> None:
         self.server = FakeModelServer(load_script("{}")).start()
         self.home = Path(tempfile.mkdtemp(prefix="cvh-", dir="/tmp"))
-        (self.home / "config.toml").write_text(config_toml(self.server))
+        (self.home / "config.toml").write_text(config_toml(self.server) + extra_toml)
         self.config = Config.load(self.home)
         self.events: list[Any] = []
         self._lock = threading.Lock()
