@@ -172,6 +172,7 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors.chat_bridge import child_specs as chat_bridge_specs
     from actors.conversations import Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
@@ -214,6 +215,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         ),
     ]
     specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
+    specs.extend(chat_bridge_specs(rt))
     specs.extend(make(rt) for make in extra)
     specs.append(ChildSpec("control", lambda: ControlActor.start(rt)))
     return specs

@@ -26,6 +26,10 @@ PROTOCOL_VERSION: Final = 1
 MAX_TEXT_CHARS: Final = 100_000
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+# The conversation id shape the conversations service accepts.
+ConversationId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
 ChannelName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_-]*$")]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
@@ -43,7 +47,7 @@ TOO_MANY: Final = "too-many-clients"
 TOO_MANY_OPEN: Final = "too-many-conversations"
 SLOW_CLIENT: Final = "slow-client"
 UNAVAILABLE: Final = "chat-unavailable"
-NOT_FOUND: Final = "not-found"
+INTERNAL: Final = "internal-error"
 
 
 # -- client → daemon ------------------------------------------------------------------
@@ -58,12 +62,12 @@ class ClientFrame(
 
 
 class Open(ClientFrame, tag="open", kw_only=True):
-    conversation_id: Id
+    conversation_id: ConversationId
     after_seq: Seq = 0
 
 
 class Send(ClientFrame, tag="send", kw_only=True):
-    conversation_id: Id | None = None  # None starts a new conversation
+    conversation_id: ConversationId | None = None  # None starts a new conversation
     channel: ChannelName = "chat"
     text: Text
     client_msg_id: Id
@@ -71,7 +75,7 @@ class Send(ClientFrame, tag="send", kw_only=True):
 
 
 class Cancel(ClientFrame, tag="cancel", kw_only=True):
-    conversation_id: Id
+    conversation_id: ConversationId
 
 
 class Answer(ClientFrame, tag="answer", kw_only=True):
@@ -80,7 +84,7 @@ class Answer(ClientFrame, tag="answer", kw_only=True):
 
 
 class Close(ClientFrame, tag="close", kw_only=True):
-    conversation_id: Id
+    conversation_id: ConversationId
 
 
 class Ping(ClientFrame, tag="ping", kw_only=True):

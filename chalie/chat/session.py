@@ -50,6 +50,14 @@ class ConversationsUnavailable(RuntimeError):
     """The conversations service did not answer (restarting, stopping, overloaded)."""
 
 
+class Refused(ValueError):
+    """The conversations service refused the request; ``code`` is its stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class ConversationsPort(Protocol):
     """What a session needs from the conversations service (seam #3), awaitable on the loop."""
 
@@ -130,6 +138,13 @@ class ChatSession:
             await self._dispatch(msg)
         except ConversationsUnavailable as exc:
             self.push(p.Rejected(id=msg.id, code=p.UNAVAILABLE, message=str(exc)[:300]))
+        except Refused as exc:
+            self.push(p.Rejected(id=msg.id, code=exc.code, message=str(exc)[:300]))
+        except Exception as exc:  # a fault here must not end the client's session
+            log.exception("chat frame %s failed", type(msg).__name__)
+            self.push(
+                p.Rejected(id=msg.id, code=p.INTERNAL, message=f"{type(exc).__name__}: {exc}"[:300])
+            )
 
     async def _dispatch(self, msg: p.ClientMessage) -> None:
         if isinstance(msg, p.Send):
