@@ -61,3 +61,4 @@ from chalie.cli import policy as _policy  # noqa: E402,F401
 from chalie.cli import tools as _tools  # noqa: E402,F401
 from chalie.cli import trail as _trail  # noqa: E402,F401
 from chalie.cli import token as _token  # noqa: E402,F401
+from chalie.cli import chat as _chat  # noqa: E402,F401

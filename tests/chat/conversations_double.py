@@ -218,14 +218,21 @@ class FakeConversations(pykka.ThreadingActor):
 
     def _start(self, conv: _Conversation, turn_id: str, msg: SendMessage) -> None:
         conv.running = turn_id
-        self._emit(conv, TurnStarted, turn_id=turn_id, client_msg_id=msg.client_msg_id, text=msg.text)
+        self._emit(
+            conv, TurnStarted, turn_id=turn_id, client_msg_id=msg.client_msg_id, text=msg.text
+        )
         words = msg.text.split()
         head = words[0] if words else ""
         if head == "ask":
             call_id = f"call{next(self._ids)}"
             summary = "Reading the clock\x1b[2J\nin Tokyo"
             self._emit(
-                conv, ToolStarted, turn_id=turn_id, call_id=call_id, tool="clock", act_summary=summary
+                conv,
+                ToolStarted,
+                turn_id=turn_id,
+                call_id=call_id,
+                tool="clock",
+                act_summary=summary,
             )
             request_id = f"req{next(self._ids)}"
             self._pending[request_id] = (conv.cid, turn_id, call_id)

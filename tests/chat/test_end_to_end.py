@@ -6,25 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
 
-from chalie import daemon
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.config import Config
-from chalie.daemon import Runtime
-from chalie.tokens import FIRST_TOKEN_FILE
+from tests.chat.daemon import Daemon
 from tests.chat.test_zmq_bridge import collect, collect_all
-from tests.conversation.harness import config_toml
-from tools.fake_llm import FakeModelServer, load_script
-from tools.fake_llm.script import Player
 
 SCRIPT = {
     "steps": [
@@ -44,40 +35,6 @@ SCRIPT = {
         {"text": "It is evening in Tokyo.", "chunk": 6},
     ]
 }
-
-
-class Daemon:
-    def __init__(self) -> None:
-        self.server = FakeModelServer(load_script("{}")).start()
-        self.home = Path(tempfile.mkdtemp(prefix="che-", dir="/tmp"))
-        text = config_toml(self.server) + "[chat]\nport = 0\n"
-        (self.home / "config.toml").write_text(text)
-        ready = threading.Event()
-        box: dict[str, Runtime] = {}
-
-        def on_ready(rt: Runtime) -> None:
-            box["rt"] = rt
-            ready.set()
-
-        self.thread = threading.Thread(
-            target=daemon.run,
-            args=(Config.load(self.home),),
-            kwargs={"ready": on_ready},
-            daemon=True,
-        )
-        self.thread.start()
-        assert ready.wait(120), "the daemon did not start"
-        self.rt = box["rt"]
-        self.addresses: dict[str, Any] = self.rt.child("chat").call("addresses", timeout=10)
-        self.token = (self.home / FIRST_TOKEN_FILE).read_text().strip()
-
-    def script(self, script: dict[str, Any]) -> None:
-        self.server.app.player = Player(load_script(json.dumps(script)))
-
-    def close(self) -> None:
-        self.rt.request_stop()
-        self.thread.join(60)
-        self.server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +82,11 @@ def test_a_websocket_client_drives_a_gated_turn_to_its_answer(d: Daemon, channel
                 frames.append(frame)
                 if frame["type"] == "permission_request":
                     assert frame["tool"] == "clock"
-                    answer = {"type": "answer", "request_id": frame["request_id"], "answer": "allow_once"}
+                    answer = {
+                        "type": "answer",
+                        "request_id": frame["request_id"],
+                        "answer": "allow_once",
+                    }
                     await ws.send(json.dumps(answer))
                 if frame["type"] == "turn_finished":
                     return frames
@@ -136,7 +97,9 @@ def test_a_websocket_client_drives_a_gated_turn_to_its_answer(d: Daemon, channel
 def test_a_zmq_client_drives_a_gated_turn_and_another_client_may_answer(d: Daemon) -> None:
     d.script(SCRIPT)
     with ChatClient.local(d.home) as asker, ChatClient.local(d.home) as other:
-        asker.send(p.Send(channel="chat-openai", text="what time is it in Tokyo", client_msg_id="z1"))
+        asker.send(
+            p.Send(channel="chat-openai", text="what time is it in Tokyo", client_msg_id="z1")
+        )
         frames = collect(asker, lambda f: f["type"] == "permission_request", timeout=20)
         cid = frames[1]["conversation_id"]
         request = frames[-1]

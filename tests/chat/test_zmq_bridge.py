@@ -113,7 +113,12 @@ def test_a_permission_request_is_answered_by_any_client_and_settles_for_all(
         assert any(f["type"] == "permission_request" for f in seen)
         watcher.send(p.Answer(request_id=request["request_id"], answer="allow_once", id="ans"))
         mine = collect_all(watcher, "answered", "turn_finished")
-        assert {"type": "answered", "id": "ans", "request_id": request["request_id"], "found": True} in mine
+        assert {
+            "type": "answered",
+            "id": "ans",
+            "request_id": request["request_id"],
+            "found": True,
+        } in mine
         theirs = collect(asker, finished)
         assert any(f["type"] == "permission_settled" for f in theirs)
         assert theirs[-1]["text"] == "It is 09:00 in Tokyo."
