@@ -44,6 +44,7 @@ TRANSPORT_FACTOR: Final = 4
 INBOX_LIMIT: Final = 64
 PEER_HWM: Final = 256
 _RETRY_SEND: Final = 0.02
+ZAP_DOMAIN: Final = "chalie-chat"
 
 
 def socket_path(home: Path) -> Path:
@@ -137,12 +138,12 @@ class ZmqBridge:
             raise ValueError(f"{cfg.curve_secret_key_file} holds no secret key")
         self._auth = AsyncioAuthenticator(self._ctx)
         self._auth.start()
-        self._auth.configure_curve_callback("*", _Keys(cfg.curve_authorized_keys))
+        self._auth.configure_curve_callback(ZAP_DOMAIN, _Keys(cfg.curve_authorized_keys))
         sock = self._router()
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-        sock.setsockopt(zmq.ZAP_DOMAIN, b"chalie-chat")
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
         sock.bind(cfg.zmq_tcp)
         self.tcp_endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return sock

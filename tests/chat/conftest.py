@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pykka
 import pytest
 
 from actors.chat_bridge import ChatBridge
 from actors.loop import EventLoopThread
 from chalie.chat.client import ChatClient
-from chalie.config import ChatConfig
+from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
 from tests.chat.conversations_double import FakeConversations, SendMessage
@@ -56,7 +55,7 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     loop.start()
     bus = EventBus()
     convs = FakeConversations.start(bus)
-    cfg = msgspec.convert({"port": 0, **config}, ChatConfig)
+    cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
     ref = ChatBridge.start(cfg, home, home / "chalie.db", loop, bus, lambda: convs, SendMessage)
     ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
     token = (home / FIRST_TOKEN_FILE).read_text().strip()
