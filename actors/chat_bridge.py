@@ -1,4 +1,4 @@
-"""The ChatBridge actor: starts the WebSocket and ZeroMQ chat transports on the loop, and stops them.
+"""The ChatBridge actor: starts the WebSocket and ZeroMQ chat transports on the loop; stops them.
 
 Lifecycle, in order:
 
@@ -54,7 +54,7 @@ ConversationsRef = Callable[[], pykka.ActorRef[Any]]
 
 
 class ActorConversations:
-    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations actor."""
+    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The ZeroMQ chat transport: a ROUTER on ``ipc://<home>/chat.sock``, optionally one on TCP with CURVE.
+"""The ZeroMQ chat transport: a ROUTER on ``ipc://<home>/chat.sock``, optionally TCP with CURVE.
 
 A client is a DEALER; each message is one msgpack frame of the chat
 protocol. A client's first frame opens its session (answered by ``hello``
@@ -193,7 +193,9 @@ class ZmqBridge:
         cfg = self._config
         if len(self._peers) >= cfg.max_clients:
             self._send_now(
-                sock, ident, p.Rejected(code=p.TOO_MANY, message=f"at most {cfg.max_clients} clients")
+                sock,
+                ident,
+                p.Rejected(code=p.TOO_MANY, message=f"at most {cfg.max_clients} clients"),
             )
             return None
         holder: list[_Peer] = []
@@ -261,5 +263,7 @@ class ZmqBridge:
             await asyncio.sleep(every)
             cutoff = time.monotonic() - self._config.idle_timeout
             for peer in [x for x in self._peers.values() if x.last_seen < cutoff]:
-                log.info("chat ZeroMQ client idle; forgotten", extra={"origin": peer.session.origin})
+                log.info(
+                    "chat ZeroMQ client idle; forgotten", extra={"origin": peer.session.origin}
+                )
                 await self._forget(peer)

@@ -14,7 +14,7 @@ Resuming a conversation (``open`` with ``after_seq``), in order:
 3. send the buffered live events whose ``seq`` is past the last one sent;
 4. reply ``opened`` with the last ``seq`` sent. From then on a live event is
    sent if its ``seq`` is the next one; an older one is a duplicate and
-   dropped; a gap triggers steps 2–3 again from the last ``seq`` sent.
+   dropped; a gap triggers steps 2-3 again from the last ``seq`` sent.
 """
 
 from __future__ import annotations

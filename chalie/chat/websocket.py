@@ -101,7 +101,9 @@ class WebSocketBridge:
                 self._task.result()  # raises what stopped it
                 raise RuntimeError("the chat WebSocket server stopped at start-up")
             await asyncio.sleep(0.005)
-        log.info("chat WebSocket listening", extra={"host": self.address[0], "port": self.address[1]})
+        log.info(
+            "chat WebSocket listening", extra={"host": self.address[0], "port": self.address[1]}
+        )
         return self.address
 
     @property
@@ -155,7 +157,9 @@ class WebSocketBridge:
             await self._refuse(ws, 401, p.UNAUTHORIZED, "a valid bearer token is required")
             return
         offered = ws.scope.get("subprotocols", [])
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None)
+        await ws.accept(
+            subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None
+        )
         await self._converse(ws, f"websocket:{info.name}")
 
     async def _converse(self, ws: WebSocket, origin: str) -> None:
@@ -192,7 +196,7 @@ class WebSocketBridge:
     @staticmethod
     async def _read(ws: WebSocket, session: ChatSession) -> None:
         while True:
-            message: dict[str, Any] = await ws.receive()
+            message: Any = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
             raw = message.get("text")

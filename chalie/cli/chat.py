@@ -27,7 +27,11 @@ from chalie.display import one_line, params_line
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0
-ANSWERS: Final = {"o": "allow_once", "a": "allow_always", "d": "deny"}
+ANSWERS: Final[dict[str, p.PermissionAnswer]] = {
+    "o": "allow_once",
+    "a": "allow_always",
+    "d": "deny",
+}
 HELP: Final = "commands: /new (a new conversation), /history, /quit"
 
 
@@ -120,7 +124,8 @@ class TerminalChat:
             return
         req = self.prompt
         self.notice(
-            f"  ? {one_line(req.get('tool', ''), 64)} wants {one_line(req.get('permission', ''), 64)}:"
+            f"  ? {one_line(req.get('tool', ''), 64)} wants"
+            f" {one_line(req.get('permission', ''), 64)}:"
             f" {one_line(req.get('act_summary', ''))}\n"
             f"    {params_line(req.get('params', {}))}\n"
             "    allow [o]nce, [a]lways, or [d]eny? "
@@ -161,7 +166,9 @@ class TerminalChat:
             self.notice(f"  · {tool}: {one_line(frame.get('act_summary', ''))}")
         elif kind == "tool_finished" and frame.get("status") != "success":
             tool = one_line(frame.get("tool", ""), 64)
-            self.notice(f"  · {tool} {one_line(frame.get('status'), 32)}: {one_line(frame.get('code'), 64)}")
+            self.notice(
+                f"  · {tool} {one_line(frame.get('status'), 32)}: {one_line(frame.get('code'), 64)}"
+            )
         elif kind == "permission_request":
             self.prompt = frame
             self.ask()
@@ -174,7 +181,10 @@ class TerminalChat:
         elif kind == "error":
             self.notice(f"error: {one_line(frame.get('message', ''), 400)}")
         elif kind == "rejected":
-            self.notice(f"refused ({one_line(frame.get('code'), 64)}): {one_line(frame.get('message'), 400)}")
+            self.notice(
+                f"refused ({one_line(frame.get('code'), 64)}):"
+                f" {one_line(frame.get('message'), 400)}"
+            )
             if self.waiting and frame.get("code") != "overloaded":
                 self.waiting = False
                 self.failed = True
@@ -188,7 +198,9 @@ class TerminalChat:
         if reason == "model-error":
             self.notice(f"the model could not answer: {one_line(frame.get('text', ''), 400)}")
         elif reason != "final":
-            self.notice(f"(turn ended: {one_line(reason, 32)}) {one_line(frame.get('text', ''), 400)}")
+            self.notice(
+                f"(turn ended: {one_line(reason, 32)}) {one_line(frame.get('text', ''), 400)}"
+            )
         if mine:
             self.waiting = False
             self.cancelling = False
@@ -305,7 +317,9 @@ def _line(chat: TerminalChat, line: str) -> bool:
 
 @cli.command("chat")
 @click.option("--conversation", "conversation_id", help="Resume this conversation.")
-@click.option("--channel", default="chat", show_default=True, help="The channel of a new conversation.")
+@click.option(
+    "--channel", default="chat", show_default=True, help="The channel of a new conversation."
+)
 @click.pass_obj
 def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
     """Talk to Chalie in the terminal (or pipe one message in: `echo hi | chalie chat`)."""

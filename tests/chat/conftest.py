@@ -1,4 +1,4 @@
-"""Fixtures for the chat bridges: a real ChatBridge actor on a real loop, over the seam #3 double."""
+"""Chat bridge fixtures: a real ChatBridge actor on a real loop, over the seam #3 double."""
 
 from __future__ import annotations
 

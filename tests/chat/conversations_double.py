@@ -1,4 +1,4 @@
-"""A test double of seam #3 (the Conversations actor), exact in its interface, scripted in its turns.
+"""A double of seam #3 (the Conversations actor): exact in its interface, scripted in its turns.
 
 It is a real pykka actor with the seam's proxy methods (``send``, ``cancel``,
 ``events``, ``answer``), the seam's event types (msgspec Structs tagged by

@@ -52,7 +52,9 @@ def d() -> Iterator[Daemon]:
         running.close()
 
 
-def chalie(home: Path, *args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def chalie(
+    home: Path, *args: str, stdin: str = "", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chalie", "--home", str(home), "chat", *args],
         input=stdin,
@@ -74,7 +76,9 @@ def test_a_piped_turn_waits_for_an_answer_given_elsewhere_and_tooltips_are_one_e
 ) -> None:
     d.script(ASKING)
     seen: list[Any] = []
-    sub = d.rt.events.subscribe(None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None)
+    sub = d.rt.events.subscribe(
+        None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "chalie", "--home", str(d.home), "chat", "--channel", "chat-openai"],
         stdin=subprocess.PIPE,
@@ -191,7 +195,9 @@ def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> Non
         t.expect("you> ")
         t.type("/history")
         shown = t.expect("chalie> Still evening.")
-        assert "you> what time is it in Tokyo" in shown and "chalie> It is evening in Tokyo." in shown
+        assert (
+            "you> what time is it in Tokyo" in shown and "chalie> It is evening in Tokyo." in shown
+        )
         t.type("/new")
         t.expect("a new conversation starts")
         t.type("/quit")
@@ -204,7 +210,9 @@ def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> Non
 def test_a_prompt_answered_elsewhere_goes_away(d: Daemon) -> None:
     d.script(ASKING)
     seen: list[Any] = []
-    sub = d.rt.events.subscribe(None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None)
+    sub = d.rt.events.subscribe(
+        None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None
+    )
     t = Terminal(d.home, "--channel", "chat-openai")
     try:
         t.expect("you> ")

@@ -1,4 +1,4 @@
-"""The WebSocket chat bridge: auth before accept (real 401), Origin allow-list, JSON frames, limits."""
+"""The WebSocket chat bridge: auth before accept (a real 401), Origin allow-list, frames, limits."""
 
 from __future__ import annotations
 

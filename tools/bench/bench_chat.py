@@ -32,13 +32,13 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalie import daemon  # noqa: E402
-from chalie.chat import protocol as p  # noqa: E402
-from chalie.chat.client import ChatClient  # noqa: E402
-from chalie.config import Config  # noqa: E402
-from chalie.daemon import Runtime  # noqa: E402
-from chalie.tokens import FIRST_TOKEN_FILE  # noqa: E402
-from tools.bench.bench_turns import start_model  # noqa: E402
+from chalie import daemon
+from chalie.chat import protocol as p
+from chalie.chat.client import ChatClient
+from chalie.config import Config
+from chalie.daemon import Runtime
+from chalie.tokens import FIRST_TOKEN_FILE
+from tools.bench.bench_turns import start_model
 
 FLOOR_FIRST_EVENT_MS = 5.0
 
