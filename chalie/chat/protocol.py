@@ -34,7 +34,7 @@ ChannelName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_-]*$")
 ]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**53)]  # SQLite holds at most 2**63 - 1
 PermissionAnswer = Literal["allow_once", "allow_always", "deny"]
 Busy = Literal["queue", "cancel"]
 

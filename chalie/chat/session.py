@@ -165,12 +165,19 @@ class ChatSession:
 
     async def _send(self, msg: p.Send) -> None:
         cid = msg.conversation_id
+        opened_here = False
         if cid is not None and cid not in self._streams:
             # Subscribe before the turn starts, so none of its events is missed.
             if not self._room_for_one_more(msg.id):
                 return
             self._subscribe(_Stream(cid, catching_up=False))
-        accepted = await self._port.send(msg, self.origin)
+            opened_here = True
+        try:
+            accepted = await self._port.send(msg, self.origin)
+        except BaseException:
+            if opened_here and cid is not None:
+                self._close_stream(cid)  # a refused message opens nothing
+            raise
         self.push(
             p.Accepted(
                 id=msg.id,
