@@ -39,6 +39,7 @@ TOKEN_SUBPROTOCOL: Final = "chalie.bearer."
 # between max_frame_bytes and this they get a structured oversized-frame.
 TRANSPORT_FACTOR: Final = 4
 SLOW_CLIENT_CLOSE: Final = 4008
+REVOKED_CLOSE: Final = 4401
 
 Verify = Callable[[str | None], Awaitable[TokenInfo | None]]
 
@@ -160,9 +161,17 @@ class WebSocketBridge:
         await ws.accept(
             subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None
         )
-        await self._converse(ws, f"websocket:{info.name}")
+        await self._converse(ws, f"websocket:{info.name}", secret)
 
-    async def _converse(self, ws: WebSocket, origin: str) -> None:
+    async def _still_valid(self, secret: str | None) -> None:
+        """Return once the connection's token is no longer valid (revoked)."""
+        while True:
+            await asyncio.sleep(self._config.token_recheck)
+            if await self._verify(secret) is None:
+                log.info("chat WebSocket client disconnected: its token was revoked")
+                return
+
+    async def _converse(self, ws: WebSocket, origin: str, secret: str | None) -> None:
         dropped = asyncio.Event()
         session = ChatSession(
             self._port,
@@ -179,6 +188,7 @@ class WebSocketBridge:
             loop.create_task(self._read(ws, session)),
             loop.create_task(self._write(ws, session)),
             loop.create_task(dropped.wait()),
+            loop.create_task(self._still_valid(secret)),
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -192,6 +202,9 @@ class WebSocketBridge:
             # The client does not read, so a close frame may never leave: do not wait on it.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(SLOW_CLIENT_CLOSE, p.SLOW_CLIENT), 0.5)
+        elif tasks[3].done() and not tasks[3].cancelled():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(REVOKED_CLOSE, p.UNAUTHORIZED), 0.5)
 
     @staticmethod
     async def _read(ws: WebSocket, session: ChatSession) -> None:

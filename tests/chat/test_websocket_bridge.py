@@ -216,3 +216,24 @@ def test_a_thousand_websocket_connections_and_the_daemon_still_answers(short_hom
         wait_until(lambda: b.addresses()["websocket_clients"] == 0, 30)
     finally:
         stop_bridge(b)
+
+
+def test_a_connection_whose_token_is_revoked_is_closed(short_home: Path) -> None:
+    b = start_bridge(short_home, token_recheck=0.05)
+    try:
+        with TokenStore(b.home / "chalie.db") as store:
+            secret = store.create("laptop")
+
+        async def go() -> int | None:
+            async with connect(b.ws_url, additional_headers=auth(secret)) as ws:
+                await frames_until(ws, "hello")
+                with TokenStore(b.home / "chalie.db") as store:
+                    assert store.revoke("laptop")
+                with pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), 10)
+                return closed.value.rcvd.code if closed.value.rcvd else None
+
+        assert asyncio.run(go()) == 4401
+    finally:
+        stop_bridge(b)
