@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import click
@@ -46,8 +47,10 @@ class TerminalChat:
         conversation_id: str | None,
         out: TextIO,
         err: TextIO,
+        home: Path | None = None,
     ) -> None:
         self.client = client
+        self.home = home
         self.channel = channel
         self.conversation_id = conversation_id
         self.out = out
@@ -102,6 +105,13 @@ class TerminalChat:
             return True
         self.client.send(p.Answer(request_id=self.prompt["request_id"], answer=choice))
         self.prompt = None
+        return True
+
+    def daemon_gone(self) -> bool:
+        """True (and said) when the daemon's process is gone."""
+        if self.home is None or control.read_pid(self.home) is not None:
+            return False
+        self.notice("the daemon stopped")
         return True
 
     def ping(self) -> None:
@@ -245,6 +255,8 @@ def _pipe(chat: TerminalChat, text: str) -> int:
         while chat.waiting:
             chat.ping()
             frame = chat.client.receive(1.0)
+            if frame is None and chat.daemon_gone():
+                return 1
             if frame is not None:
                 chat.show(frame)
                 if frame.get("type") == "permission_request":
@@ -268,6 +280,8 @@ def _interactive(chat: TerminalChat, stdin: TextIO) -> int:
     while True:
         try:
             ready = dict(poller.poll(1000))
+            if not ready and chat.daemon_gone():
+                return 1
             chat.ping()
             if chat.client.sock in ready:
                 frame = chat.client.receive(0)
@@ -287,7 +301,7 @@ def _interactive(chat: TerminalChat, stdin: TextIO) -> int:
                 chat.cancel()
                 continue
             chat.notice("bye")
-            return 130 if chat.waiting else 0
+            return 130  # left by Ctrl-C, as a shell expects
 
 
 def _line(chat: TerminalChat, line: str) -> bool:
@@ -330,6 +344,7 @@ def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
         conversation_id=conversation_id,
         out=sys.stdout,
         err=sys.stderr,
+        home=obj.config.home,
     )
     try:
         if sys.stdin.isatty():
