@@ -59,6 +59,7 @@ class TerminalChat:
         self.client_msg_id: str | None = None
         self.waiting = False
         self.cancelling = False
+        self.cancel_pending = False
         self.prompt: Frame | None = None  # a permission request awaiting this terminal
         self.replaying = False  # between an open and its "opened": history, not news
         self.history: list[str] = []
@@ -82,8 +83,11 @@ class TerminalChat:
         self.turn_id = None
 
     def cancel(self) -> None:
+        # A new conversation's id comes with "accepted": until then the cancel waits.
         if self.conversation_id is not None:
             self.client.send(p.Cancel(conversation_id=self.conversation_id))
+        else:
+            self.cancel_pending = True
         self.cancelling = True
         self.notice("cancelling the turn (Ctrl-C again to exit)")
 
@@ -160,6 +164,9 @@ class TerminalChat:
         if kind == "accepted":
             self.conversation_id = str(frame["conversation_id"])
             self.turn_id = frame.get("turn_id")
+            if self.cancel_pending:
+                self.cancel_pending = False
+                self.client.send(p.Cancel(conversation_id=self.conversation_id))
             if frame.get("queued"):
                 self.notice("  (queued behind the running turn)")
         elif kind == "turn_started":
