@@ -89,6 +89,8 @@ class WebSocketBridge:
             log_config=None,
             access_log=False,
             ws_max_size=cfg.max_frame_bytes * TRANSPORT_FACTOR,
+            # Deflate holds ~150 KB of zlib state per connection; chat frames are small.
+            ws_per_message_deflate=False,
             ws_ping_interval=20.0,
             ws_ping_timeout=20.0,
             timeout_graceful_shutdown=1,

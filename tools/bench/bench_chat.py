@@ -11,8 +11,10 @@ its own asyncio loop. For each message, sequentially on one conversation:
 - ``whole turn``: to ``turn_finished`` (includes one model request).
 
 The same over the ZeroMQ bridge (``chalie chat``'s transport) for comparison.
+Then ``--idle N`` WebSocket and N ZeroMQ clients, held open by another
+process, each having said hello: the daemon's RSS growth (memory bound).
 
-Run: ``python tools/bench/bench_chat.py [--messages N]``
+Run: ``python tools/bench/bench_chat.py [--messages N] [--idle N]``
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -112,9 +116,73 @@ def zmq_run(home: Path, n: int) -> dict[str, list[float]]:
     return out
 
 
+IDLE_CLIENTS = r"""
+import asyncio, sys
+from websockets.asyncio.client import connect
+from chalie.chat import protocol as p
+from chalie.chat.client import ChatClient
+from pathlib import Path
+
+async def main(url, token, home, n):
+    held = []
+    for _ in range(int(sys.argv[5]) // 100):
+        batch = await asyncio.gather(
+            *(connect(url, additional_headers={"Authorization": "Bearer " + token})
+              for _ in range(100))
+        )
+        for ws in batch:
+            await ws.recv()
+        held += batch
+    zs = []
+    for _ in range(int(sys.argv[6])):
+        c = ChatClient.local(Path(home))
+        c.send(p.Ping())
+        zs.append(c)
+    for c in zs:
+        while c.receive(30)["type"] != "pong":
+            pass
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+"""
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def idle_clients(ws_url: str, token: str, home: Path, n: int, rt: Runtime) -> str:
+    before = rss_mb()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IDLE_CLIENTS, ws_url, token, str(home), str(n), str(n), str(n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        counts = rt.child("chat").call("addresses", timeout=10)
+        after = rss_mb()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return (
+        f"{counts['websocket_clients']} WebSocket + {counts['zmq_clients']} ZeroMQ idle clients:"
+        f" daemon RSS +{after - before:.1f} MB ({before:.0f} -> {after:.0f} MB)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=200)
+    ap.add_argument("--idle", type=int, default=1000)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bchat-", dir="/tmp"))
     model, url = start_model(work)
@@ -153,6 +221,8 @@ def main() -> None:
         print("  " + line("message -> accepted", zq["accepted"]))
         print("  " + line("message -> first event", zq["first"]))
         print("  " + line("message -> turn finished", zq["turn"]))
+        if args.idle:
+            print(idle_clients(ws_url, token, home, args.idle, rt))
     finally:
         if "rt" in box:
             box["rt"].request_stop()
