@@ -58,7 +58,8 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
     ref = ChatBridge.start(cfg, home, home / "chalie.db", loop, bus, lambda: convs, SendMessage)
     ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
-    token = (home / FIRST_TOKEN_FILE).read_text().strip()
+    written = home / FIRST_TOKEN_FILE
+    token = written.read_text().strip() if written.exists() else ""
     return Bridge(home, ref, convs, bus, loop, token)
 
 
