@@ -22,7 +22,7 @@ from chalie.tokens import FIRST_TOKEN_FILE
 from tests.chat.conversations_double import FakeConversations, SendMessage
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""The chat codec: a client frame decodes to a message or to a structured rejection, never a crash."""
+"""The chat codec: a frame decodes to a message or to a structured rejection, never a crash."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Origin
 
 from chalie.chat import protocol as p
 from chalie.tokens import TokenStore
@@ -101,9 +102,8 @@ def test_a_foreign_origin_is_refused_and_a_listed_one_admitted(short_home: Path)
         assert status == 403 and body["code"] == p.ORIGIN_REFUSED
 
         async def go() -> None:
-            async with connect(
-                b.ws_url, additional_headers=auth(b.token), origin="http://127.0.0.1:3000"
-            ) as ws:  # type: ignore[arg-type]
+            origin = Origin("http://127.0.0.1:3000")
+            async with connect(b.ws_url, additional_headers=auth(b.token), origin=origin) as ws:
                 await frames_until(ws, "hello")
 
         asyncio.run(go())
