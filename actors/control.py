@@ -36,7 +36,9 @@ import pykka
 import zmq
 import zmq.asyncio
 
+from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
+from actors.policy import PolicyActor
 from actors.supervisor import ChildUnavailable, SupervisedActor
 from chalie import control
 from chalie.events import Subscription
@@ -250,8 +252,6 @@ class CallDesk:
         self._forget_after = forget_after
 
     def start(self, args: control.ToolsCallArgs) -> ControlReply:
-        from actors.dispatcher import submit
-
         self._forget_stale()
         call_id = f"cli-{uuid.uuid4().hex[:16]}"
         conversation = args.conversation_id or f"cli-{uuid.uuid4().hex[:12]}"
@@ -272,11 +272,14 @@ class CallDesk:
         # Subscribe before dispatching: the gate may ask at once.
         entry.subscription = self._rt.events.subscribe(conversation, entry.on_event)
         try:
-            entry.future = submit(self._rt.child("dispatcher").current(), call)
+            entry.future = submit(self._rt.child("dispatcher", DispatcherActor).current(), call)
         except Exception:
             entry.subscription.close()
             raise
         entry.future.add_done_callback(lambda _f: entry.news.set())
+        # The CLI call is its own turn: what find_tools injected into it ends with it.
+        turns = self._rt.services.turns
+        entry.future.add_done_callback(lambda _f: turns.forget(call.context.turn_id))
         with self._lock:
             self._calls[call_id] = entry
         return control.success({"call_id": call_id, "conversation_id": conversation})
@@ -368,9 +371,8 @@ class ControlCommands:
         if isinstance(args, control.ToolsPollArgs):
             return self.desk.poll(args)
         if isinstance(args, control.ToolsCancelArgs):
-            cancelled = rt.child("dispatcher").call(
-                "cancel_call", args.call_id, timeout=_ACTOR_TIMEOUT
-            )
+            dispatcher = rt.child("dispatcher", DispatcherActor).within(_ACTOR_TIMEOUT)
+            cancelled = dispatcher.call(DispatcherActor.cancel_call, args.call_id)
             return control.success({"call_id": args.call_id, "cancelled": cancelled})
         if isinstance(args, control.TrailArgs):
             rows = self._trail().query(
@@ -380,28 +382,26 @@ class ControlCommands:
                 limit=args.limit,
             )
             return control.success(msgspec.to_builtins(rows))
-        policy = rt.child("policy")
+        policy = rt.child("policy", PolicyActor).within(_ACTOR_TIMEOUT)
         if command == "policy.list":
             return control.success(
                 {
-                    "rules": msgspec.to_builtins(policy.call("list", timeout=_ACTOR_TIMEOUT)),
-                    "pending": msgspec.to_builtins(policy.call("pending", timeout=_ACTOR_TIMEOUT)),
+                    "rules": msgspec.to_builtins(policy.call(PolicyActor.list)),
+                    "pending": msgspec.to_builtins(policy.call(PolicyActor.pending)),
                 }
             )
         if command == "policy.pending":
-            return control.success(
-                msgspec.to_builtins(policy.call("pending", timeout=_ACTOR_TIMEOUT))
-            )
+            return control.success(msgspec.to_builtins(policy.call(PolicyActor.pending)))
         if isinstance(args, control.PolicySetArgs):
-            policy.call("set", args.channel, args.permission, args.decision, timeout=_ACTOR_TIMEOUT)
+            policy.call(PolicyActor.set, args.channel, args.permission, args.decision)
             return control.success(msgspec.to_builtins(args))
         if isinstance(args, control.PolicyResetArgs):
             removed = policy.call(
-                "reset", channel=args.channel, permission=args.permission, timeout=_ACTOR_TIMEOUT
+                PolicyActor.reset, channel=args.channel, permission=args.permission
             )
             return control.success({"removed": msgspec.to_builtins(removed)})
         if isinstance(args, control.PolicyAnswerArgs):
-            found = policy.call("answer", args.request_id, args.answer, timeout=_ACTOR_TIMEOUT)
+            found = policy.call(PolicyActor.answer, args.request_id, args.answer)
             if found is False:
                 return control.failure(
                     control.NOT_FOUND, f"no pending permission request {args.request_id!r}"

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import pykka
 
+from actors.dispatcher import DispatcherActor, submit
+from actors.policy import PolicyActor
 from actors.supervisor import ChildUnavailable, SupervisedActor
 from actors.turn import (
     Background,
@@ -64,6 +66,7 @@ from chalie.envelope import render
 from chalie.events import Subscription
 from chalie.messages import (
     BackgroundResult,
+    CancelTurn,
     ControlReply,
     PermissionRequest,
     ToolCall,
@@ -193,10 +196,9 @@ class Conversations(SupervisedActor):
         return client
 
     def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
-        from actors.dispatcher import submit
 
         try:
-            ref = self._rt.child("dispatcher").current()
+            ref = self._rt.child("dispatcher", DispatcherActor).current()
         except ChildUnavailable as exc:
             future: concurrent.futures.Future[ToolOutcome] = concurrent.futures.Future()
             future.set_result(
@@ -212,8 +214,9 @@ class Conversations(SupervisedActor):
         return submit(ref, call)
 
     def _cancel_calls(self, turn_id: str) -> None:
+        # A tell: the TurnActor calling this never waits on the dispatcher.
         with contextlib.suppress(ChildUnavailable):
-            self._rt.child("dispatcher").call("cancel_turn", turn_id, timeout=ASK_TIMEOUT)
+            self._rt.child("dispatcher", DispatcherActor).tell(CancelTurn(turn_id=turn_id))
 
     def _descriptors(self, names: tuple[str, ...], allow_async: bool) -> list[dict[str, Any]]:
         registry = self._rt.registry
@@ -242,13 +245,13 @@ class Conversations(SupervisedActor):
         cid = msg.conversation_id
         if cid is None:
             cid = new_id("c")
-        info = store.info(cid)
-        if info is None:
+        channel = store.channel_of(cid)
+        if channel is None:
             store.create(cid, msg.channel, msg.origin, title=" ".join(msg.text.split())[:80])
-        elif info.channel != msg.channel:
+        elif channel != msg.channel:
             raise ConversationError(
                 "invalid-message",
-                f"conversation {cid} is on channel {info.channel!r}, not {msg.channel[:64]!r}",
+                f"conversation {cid} is on channel {channel!r}, not {msg.channel[:64]!r}",
             )
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
@@ -287,7 +290,8 @@ class Conversations(SupervisedActor):
             )
         if not isinstance(request_id, str) or len(request_id) > 128:
             raise ConversationError("invalid-message", "request_id is not a request id")
-        found = self._rt.child("policy").call("answer", request_id, answer, timeout=ASK_TIMEOUT)
+        policy = self._rt.child("policy", PolicyActor).within(ASK_TIMEOUT)
+        found = policy.call(PolicyActor.answer, request_id, answer)
         if found is False:
             return False
         cid = self._requests.pop(request_id, None)
@@ -367,7 +371,7 @@ class Conversations(SupervisedActor):
 
     def _route(self, event: PermissionRequest | BackgroundResult) -> None:
         cid = event.conversation_id
-        if self._store is None or self._store.info(cid) is None:
+        if self._store is None or self._store.channel_of(cid) is None:
             return  # a call made outside any conversation (the CLI's tools call)
         if isinstance(event, PermissionRequest):
             self._requests[event.request_id] = cid
@@ -406,20 +410,20 @@ def new_id(prefix: str) -> str:
 
 def control_command(rt: Runtime, command: str, args: control.Args) -> ControlReply:
     """Serve ``ask`` and ``conversations.*`` on a control handler thread (it may block)."""
-    conversations = rt.child("conversations")
+    conversations = rt.child("conversations", Conversations).within(ASK_TIMEOUT)
     try:
         if isinstance(args, control.AskArgs):
             return _ask(rt, args)
         if isinstance(args, control.ConversationsListArgs):
-            rows = conversations.call("list", args.limit, timeout=ASK_TIMEOUT)
+            rows = conversations.call(Conversations.list, args.limit)
             return control.success(msgspec.to_builtins(rows))
         if isinstance(args, control.ConversationArgs):
             cid = args.conversation_id
             if command == "conversations.delete":
-                if not conversations.call("delete", cid, timeout=ASK_TIMEOUT):
+                if not conversations.call(Conversations.delete, cid):
                     return control.failure("unknown-conversation", f"no conversation {cid!r}")
                 return control.success({"conversation_id": cid, "deleted": True})
-            found: Any = conversations.call("show", cid, timeout=ASK_TIMEOUT)
+            found = conversations.call(Conversations.show, cid)
             if found is None:
                 return control.failure("unknown-conversation", f"no conversation {cid!r}")
             return control.success(msgspec.to_builtins(found))
@@ -430,8 +434,8 @@ def control_command(rt: Runtime, command: str, args: control.Args) -> ControlRep
 
 def _ask(rt: Runtime, args: control.AskArgs) -> ControlReply:
     """Run one turn without a human and wait for its end (the caller's thread blocks)."""
-    conversations = rt.child("conversations")
-    channels: dict[str, Channel] = conversations.call("channels", timeout=ASK_TIMEOUT)
+    conversations = rt.child("conversations", Conversations).within(ASK_TIMEOUT)
+    channels = conversations.call(Conversations.channels)
     channel = channels.get(args.channel)
     if channel is None:
         return control.failure(
@@ -455,8 +459,8 @@ def _ask(rt: Runtime, args: control.AskArgs) -> ControlReply:
             tools.append({"tool": event.tool, "status": event.status, "code": event.code})
 
     with rt.events.subscribe(cid, on_event):
-        accepted: Accepted = conversations.call(
-            "send",
+        accepted = conversations.call(
+            Conversations.send,
             SendMessage(
                 conversation_id=cid,
                 channel=args.channel,
@@ -464,14 +468,13 @@ def _ask(rt: Runtime, args: control.AskArgs) -> ControlReply:
                 client_msg_id=new_id("ask"),
                 origin="cli-ask",
             ),
-            timeout=ASK_TIMEOUT,
         )
         deadline = time.monotonic() + args.timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 with contextlib.suppress(Exception):
-                    conversations.call("cancel", cid, timeout=ASK_TIMEOUT)
+                    conversations.call(Conversations.cancel, cid)
                 return control.failure(
                     "tool-timeout",
                     f"the turn did not finish within {args.timeout:g} s",

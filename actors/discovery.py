@@ -20,7 +20,7 @@ holds. Wiring in the daemon::
 
     ChildSpec("discovery", lambda: DiscoveryActor.start(
         registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder))
-    rt.services.discovery = DiscoveryHandle(lambda: rt.child("discovery"))
+    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ class DiscoveryActor(SupervisedActor):
         return self.status()
 
 
-Target = pykka.ActorRef[Any] | ChildRef
+Target = pykka.ActorRef[Any] | ChildRef[Any]
 
 
 class DiscoveryHandle:
@@ -219,14 +219,14 @@ class DiscoveryHandle:
         self._target = target
         self._timeout = timeout
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             target = self._target
             if not isinstance(target, pykka.ActorRef | ChildRef):
                 target = target()
             if isinstance(target, pykka.ActorRef):
-                return getattr(target.proxy(), method)(*args, **kwargs).get(timeout=self._timeout)
-            return target.call(method, *args, timeout=self._timeout, **kwargs)
+                target = ChildRef.to(target, "discovery")
+            return target.within(self._timeout).call(method, *args, **kwargs)
         except (pykka.ActorDeadError, ChildUnavailable) as exc:
             raise IndexCorruptError(f"tool discovery is not running ({exc})") from None
         except pykka.Timeout:
@@ -236,29 +236,31 @@ class DiscoveryHandle:
             ) from None
 
     def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
-        result: FindResult = self._call("find", list(queries), k)
+        result: FindResult = self._call(DiscoveryActor.find, list(queries), k)
         return result
 
     def find_skills(
         self, queries: Sequence[str], *, k: int = DEFAULT_K
     ) -> tuple[FindResult, list[Skill]]:
-        found: tuple[FindResult, list[Skill]] = self._call("find_skills", list(queries), k)
+        found: tuple[FindResult, list[Skill]] = self._call(
+            DiscoveryActor.find_skills, list(queries), k
+        )
         return found
 
     def add(self, docs: Sequence[ToolDoc]) -> None:
-        self._call("add", list(docs))
+        self._call(DiscoveryActor.add, list(docs))
 
     def remove(self, names: Iterable[str]) -> None:
-        self._call("remove", list(names))
+        self._call(DiscoveryActor.remove, list(names))
 
     def sync(self) -> dict[str, int]:
-        counts: dict[str, int] = self._call("sync")
+        counts: dict[str, int] = self._call(DiscoveryActor.sync)
         return counts
 
     def rebuild(self) -> dict[str, Any]:
-        status: dict[str, Any] = self._call("rebuild")
+        status: dict[str, Any] = self._call(DiscoveryActor.rebuild)
         return status
 
     def status(self) -> dict[str, Any]:
-        status: dict[str, Any] = self._call("status")
+        status: dict[str, Any] = self._call(DiscoveryActor.status)
         return status

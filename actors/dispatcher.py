@@ -49,7 +49,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
+import os
+import queue
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -61,14 +62,15 @@ import pykka
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
-from actors.policy import PolicyView
-from actors.supervisor import SupervisedActor
+from actors.policy import PolicyActor, PolicyView
+from actors.supervisor import ChildRef, Directory, SupervisedActor
 from actors.timers import Timers
 from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability
 from chalie.events import EventBus
-from chalie.execution import FAULTS, Executor, Job
+from chalie.execution import Executor, Job
+from chalie.faults import FAULTS
 from chalie.messages import (
     BackgroundResult,
     CancelTurn,
@@ -83,7 +85,7 @@ from chalie.messages import (
     ViewRequest,
     Withdraw,
 )
-from chalie.outbox import Outbox
+from chalie.outbox import DEFAULT_MAX_AGE, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
@@ -153,18 +155,21 @@ def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     return reply
 
 
-PolicyTarget = pykka.ActorRef[Any] | Callable[[], Any] | Any
-
-
 class DispatcherActor(SupervisedActor):
     """The only path from a turn to an ability; see the module docstring for the steps."""
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        # The C SimpleQueue hands a message over in about half the time of
+        # queue.Queue, and every call crosses this inbox twice.
+        return queue.SimpleQueue()
 
     def __init__(
         self,
         registry: Any,
         services: Any,
         trail_db_path: Path,
-        policy: PolicyTarget,
+        policy: ChildRef[PolicyActor] | pykka.ActorRef[PolicyActor],
         workers: WorkerPool | None,
         events: EventBus,
         *,
@@ -173,12 +178,14 @@ class DispatcherActor(SupervisedActor):
         lane_queue: int = DEFAULT_LANE_QUEUE,
         executors: Mapping[str, Factory] | None = None,
         parts: Mapping[str, Any] | None = None,
+        children: Directory | None = None,
+        outbox_max_age: float = DEFAULT_MAX_AGE,
     ) -> None:
         super().__init__()
         self._registry = registry
         self._services = services
         self._trail_path = Path(trail_db_path)
-        self._policy_ref = _policy_resolver(policy)
+        self._policy = policy if isinstance(policy, ChildRef) else ChildRef.to(policy, "policy")
         self._events = events
         env = ExecutorEnv(
             inline_threads=inline_threads,
@@ -187,17 +194,22 @@ class DispatcherActor(SupervisedActor):
             workers=workers,
             services=services,
             parts=dict(parts or {}),
+            children=children if children is not None else Directory(),
         )
         # Built here so bad settings fail the start; the inline threads start on first use.
         self._executors: dict[str, Executor] = build(env, executors or EXECUTORS)
         self._inflight: dict[int, _Call] = {}
         self._seq = itertools.count(1)
+        # Job ids: unique per call across restarts and processes, without a uuid per call.
+        self._job_prefix = f"{os.getpid():x}-{os.urandom(6).hex()}"
         self._view_urn: str | None = None
         self._view: PolicyView | None = None
         self._view_future: pykka.Future[Any] | None = None
         self._flush_due = False
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
+        check_limits(outbox_max_age)
+        self._outbox_max_age = outbox_max_age
         self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -208,7 +220,7 @@ class DispatcherActor(SupervisedActor):
             log.warning(
                 "marked %d call(s) left running by a previous run as interrupted", interrupted
             )
-        self._outbox = Outbox(self._trail_path)
+        self._outbox = Outbox(self._trail_path, max_age=self._outbox_max_age)
         self._timers = Timers(self.actor_ref)
         self.spawn_thread(self._timers.run, "dispatch-timers")
 
@@ -233,32 +245,40 @@ class DispatcherActor(SupervisedActor):
         if self._outbox is not None:
             self._outbox.close()
 
-    # -- messages ------------------------------------------------------------
+    # -- messages: one table, type -> handler -------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Dispatch):
-            self._dispatch(message.call, message.reply)
-        elif isinstance(message, Executed):
-            state = self._inflight.get(message.seq)
-            if state is not None:
-                self._finish(state, message.result)
-        elif isinstance(message, GateAnswered):
-            state = self._inflight.get(message.seq)
-            if state is not None and state.gate is None:
-                self._after_gate(state, _answer(state, message.answer))
-        elif isinstance(message, Deadline):
-            state = self._inflight.get(message.seq)
-            if state is not None:
-                state.timer = None
-                self._abort(state, FAULTS.timeout(state.tool, state.entry.cls.timeout))
-        elif isinstance(message, FlushTrail):
-            self._flush_starts()
-        elif isinstance(message, ToolCall):
-            return self.dispatch(message)
-        elif isinstance(message, CancelTurn):
-            return self.cancel_turn(message.turn_id)
-        else:
+        handler = _HANDLERS.get(type(message))
+        if handler is None:
             return super().on_receive(message)
-        return None
+        return handler(self, message)
+
+    def _on_dispatch(self, message: Dispatch) -> None:
+        self._dispatch(message.call, message.reply)
+
+    def _on_executed(self, message: Executed) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None:  # else the call already ended (timeout, cancel): ignored
+            self._finish(state, message.result)
+
+    def _on_gate_answered(self, message: GateAnswered) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None and state.gate is None:
+            self._after_gate(state, _answer(state, message.answer))
+
+    def _on_deadline(self, message: Deadline) -> None:
+        state = self._inflight.get(message.seq)
+        if state is not None:
+            state.timer = None
+            self._abort(state, FAULTS.timeout(state.tool, state.entry.cls.timeout))
+
+    def _on_flush(self, message: FlushTrail) -> None:
+        self._flush_starts()
+
+    def _on_tool_call(self, message: ToolCall) -> Future[ToolOutcome]:
+        return self.dispatch(message)
+
+    def _on_cancel_turn(self, message: CancelTurn) -> int:
+        return self.cancel_turn(message.turn_id)
 
     # -- the public surface ------------------------------------------------------
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
@@ -286,13 +306,19 @@ class DispatcherActor(SupervisedActor):
         return sum(self._abort(s, FAULTS.cancelled(s.tool)) for s in calls)
 
     def in_flight(self) -> dict[str, Any]:
+        """Counts of the calls in flight; ``running``: inside the ability (or its worker) now."""
         calls = list(self._inflight.values())
         inline = self._executors.get("inline")
+        in_run = inline.in_run() if isinstance(inline, InlineExecutor) else frozenset()
         return {
             "calls": len(calls),
             "background": sum(1 for c in calls if c.replied),
             "awaiting_gate": sum(1 for c in calls if c.gate is None),
-            "running": sum(1 for c in calls if c.job is not None),
+            "running": sum(
+                1
+                for c in calls
+                if c.job is not None and (c.executor is not inline or c.job.job_id in in_run)
+            ),
             "lanes": inline.busy() if isinstance(inline, InlineExecutor) else {},
         }
 
@@ -468,10 +494,9 @@ class DispatcherActor(SupervisedActor):
         try:
             setting = None
             if not cls.internal:
-                ref = self._policy_ref()
-                if ref is None or not ref.is_alive():
+                if not self._policy.is_alive():
                     return rules.failed_closed("the policy actor is not running")
-                view = self._policy_view(ref)
+                view = self._policy_view(self._policy.current())
                 if view is None:
                     return None
                 setting = view.setting(ctx.channel, state.permission)
@@ -492,7 +517,6 @@ class DispatcherActor(SupervisedActor):
         """Send the call to the PolicyActor; its decision comes back as a GateAnswered message."""
         ctx = state.call.context
         try:
-            ref = self._policy_ref()
             ask = GateAsk(
                 call_id=state.call.call_id,
                 context=ctx,
@@ -503,7 +527,7 @@ class DispatcherActor(SupervisedActor):
                 params_redacted=state.redacted,
             )
             state.ask = ask
-            ref.tell(ask)
+            self._policy.tell(ask)
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)
             self._after_gate(state, rules.failed_closed(type(exc).__name__))
@@ -511,7 +535,7 @@ class DispatcherActor(SupervisedActor):
         me, seq = self.actor_ref, state.seq
         ask.reply.add_done_callback(lambda fut: _tell(me, GateAnswered(seq, fut)))
 
-    def _policy_view(self, ref: Any) -> PolicyView | None:
+    def _policy_view(self, ref: pykka.ActorRef[PolicyActor]) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
         if ref.actor_urn != self._view_urn:
             self._view_urn, self._view = ref.actor_urn, None
@@ -558,7 +582,7 @@ class DispatcherActor(SupervisedActor):
                 )
             )
         job = Job(
-            job_id=uuid.uuid4().hex,
+            job_id=f"{self._job_prefix}-{state.seq}",
             call_id=state.call.call_id,
             entry=state.entry,
             instance=state.instance,
@@ -580,7 +604,7 @@ class DispatcherActor(SupervisedActor):
             return 0
         if state.gate is None and state.ask is not None:
             try:  # nobody should be asked about a call that no longer exists
-                self._policy_ref().tell(Withdraw(state.ask.reply))
+                self._policy.tell(Withdraw(state.ask.reply))
             except Exception:
                 log.info("could not withdraw the permission request of %r", state.call.call_id)
         state.instance.cancelled.set()
@@ -663,6 +687,17 @@ class DispatcherActor(SupervisedActor):
             )
 
 
+_HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
+    Dispatch: DispatcherActor._on_dispatch,
+    Executed: DispatcherActor._on_executed,
+    GateAnswered: DispatcherActor._on_gate_answered,
+    Deadline: DispatcherActor._on_deadline,
+    FlushTrail: DispatcherActor._on_flush,
+    ToolCall: DispatcherActor._on_tool_call,
+    CancelTurn: DispatcherActor._on_cancel_turn,
+}
+
+
 def _answer(state: _Call, fut: Future[GateDecision]) -> GateDecision:
     try:
         decision = fut.result(timeout=0)
@@ -679,18 +714,3 @@ def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
         ref.tell(message)
     except pykka.ActorDeadError:
         pass  # the dispatcher stopped; its on_stop already ended the call
-
-
-def _policy_resolver(policy: PolicyTarget) -> Callable[[], Any]:
-    """A callable giving the PolicyActor's current ref, from a ref, a child handle or a callable."""
-    if isinstance(policy, pykka.ActorRef):
-        return lambda: policy
-    current = getattr(policy, "current", None)
-    if callable(current):
-        return current  # type: ignore[no-any-return]
-    if callable(policy):
-        return policy  # type: ignore[no-any-return]
-    raise TypeError(
-        f"the policy must be an actor ref, a child handle or a callable, "
-        f"not {type(policy).__name__}"
-    )

@@ -17,9 +17,10 @@ Lifecycle of a supervised child:
 5. Stopping a supervisor stops its children in reverse start order, waiting
    for each at most its ``shutdown`` seconds.
 
-Callers reach a child through ``ChildRef``, which resolves the current ref on
-every call, so a restart shows only as a ``ChildUnavailable`` for the call in
-flight.
+Callers reach a child through ``ChildRef[A]`` (made by ``Directory.ref``),
+which resolves the current ref on every call, so a restart shows only as a
+``ChildUnavailable`` for the call in flight; its calls name the actor's
+methods (``ref.call(PolicyActor.pending)``), so mypy checks them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 
 import pykka
 
+from chalie.faults import FAULTS
+from chalie.messages import ChildExit, RestartChild, WatchChildren
 from chalie.result import ToolResult
 from chalie.supervision import (
     DEFAULT_BACKOFF_BASE,
@@ -50,37 +53,23 @@ __all__ = [
     "ChildRef",
     "ChildSpec",
     "ChildUnavailable",
+    "Directory",
     "SupervisedActor",
     "Supervisor",
 ]
 
 log = logging.getLogger("chalie.supervisor")
 
+A = TypeVar("A", bound=pykka.Actor)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# How long a ChildRef.call waits for the actor's answer unless told otherwise.
+DEFAULT_CALL_TIMEOUT: Final = 30.0
+
 # How often the supervisor looks for children that are not SupervisedActors and
 # died without telling anyone.
 WATCH_INTERVAL: Final = 0.5
-
-
-# -- messages the supervisor receives ----------------------------------------
-
-
-@dataclass(frozen=True)
-class _ChildExit:
-    child_id: str
-    urn: str
-    abnormal: bool
-    error: str
-
-
-@dataclass(frozen=True)
-class _Restart:
-    child_id: str
-    token: int
-
-
-@dataclass(frozen=True)
-class _Watch:
-    pass
 
 
 # -- the binding a child picks up while the supervisor starts it --------------
@@ -192,7 +181,7 @@ class SupervisedActor(pykka.ThreadingActor):
             return
         try:
             self._binding.supervisor.tell(
-                _ChildExit(self._binding.child_id, self.actor_urn, abnormal, error)
+                ChildExit(self._binding.child_id, self.actor_urn, abnormal, error)
             )
         except pykka.ActorDeadError:
             pass  # the supervisor is stopping the tree; nobody needs the report
@@ -252,15 +241,16 @@ class ChildUnavailable(RuntimeError):
         self.reason = reason
 
     def result(self) -> ToolResult:
-        return ToolResult.error(
-            self.code,
-            f"The runtime component {self.child_id!r} restarted during the call.",
-            hint="The call did not complete; it is safe to retry it.",
-        )
+        return FAULTS.component_restarted(self.child_id)
 
 
-class _Directory:
-    """child id -> current ref, written by the supervisor thread, read by any thread."""
+class Directory:
+    """child id -> current ref, written by the supervisor thread, read by any thread.
+
+    The composition root may create it and hand it to the Supervisor, so
+    restart-proof :class:`ChildRef` handles can be made without asking the
+    supervisor anything.
+    """
 
     def __init__(self) -> None:
         self._refs: dict[str, pykka.ActorRef[Any]] = {}
@@ -277,25 +267,66 @@ class _Directory:
         with self._lock:
             return self._refs.get(child_id)
 
+    def ref(self, child_id: str, kind: type[A]) -> ChildRef[A]:
+        """A typed, restart-proof handle on the child ``child_id``, an actor of class ``kind``."""
+        return ChildRef(functools.partial(self.get, child_id), child_id, kind)
 
-class ChildRef:
-    """A stable handle on a supervised child that survives its restarts.
 
-    Every call resolves the child's current ref; a call that meets a dead or
-    restarting child raises :class:`ChildUnavailable` instead of ActorDeadError.
+class ChildRef(Generic[A]):
+    """A typed handle on an actor that survives its restarts: the one child-reference type.
+
+    Every use resolves the child's current ref (a restart gives a new one); a
+    use that meets a dead or restarting child raises :class:`ChildUnavailable`
+    instead of ActorDeadError. Calls name the actor's method itself, so mypy
+    checks the arguments and the result type, never a string::
+
+        policy: ChildRef[PolicyActor] = directory.ref("policy", PolicyActor)
+        rows = policy.call(PolicyActor.list, include_internal=True)   # list[PolicyRow]
+        fut = policy.future(PolicyActor.pending)                      # pykka Future
+
+    :meth:`call` waits at most ``timeout`` seconds (``pykka.Timeout`` after);
+    :meth:`within` gives the same handle with another timeout.
     """
 
-    def __init__(self, directory: _Directory, child_id: str) -> None:
-        self._directory = directory
+    def __init__(
+        self,
+        resolve: Callable[[], pykka.ActorRef[Any] | None],
+        child_id: str,
+        kind: type[A],
+        *,
+        timeout: float | None = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        self._resolve = resolve
         self.child_id = child_id
+        self.kind = kind
+        self.timeout = timeout
         # Building a proxy introspects the actor, so one is kept per incarnation.
         self._proxy: tuple[pykka.ActorRef[Any], Any] | None = None
 
-    def current(self) -> pykka.ActorRef[Any]:
-        ref = self._directory.get(self.child_id)
+    @classmethod
+    def to(cls, ref: pykka.ActorRef[A], child_id: str | None = None) -> ChildRef[A]:
+        """A handle on one fixed actor (an unsupervised one, or in tests)."""
+        return ChildRef(lambda: ref, child_id or ref.actor_class.__name__, ref.actor_class)
+
+    def within(self, timeout: float | None) -> ChildRef[A]:
+        """The same child, with calls waiting at most ``timeout`` seconds."""
+        twin = ChildRef(self._resolve, self.child_id, self.kind, timeout=timeout)
+        twin._proxy = self._proxy
+        return twin
+
+    def current(self) -> pykka.ActorRef[A]:
+        ref = self._resolve()
         if ref is None or not ref.is_alive():
             raise ChildUnavailable(self.child_id, "not running (restarting or stopped)")
+        if not issubclass(ref.actor_class, self.kind):
+            raise ChildUnavailable(
+                self.child_id, f"is a {ref.actor_class.__name__}, not a {self.kind.__name__}"
+            )
         return ref
+
+    def is_alive(self) -> bool:
+        ref = self._resolve()
+        return ref is not None and ref.is_alive()
 
     def tell(self, message: Any) -> None:
         try:
@@ -309,15 +340,28 @@ class ChildRef:
         except pykka.ActorDeadError:
             raise ChildUnavailable(self.child_id, "died during the call") from None
 
-    def call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
-        """Call a method of the child actor through a proxy and wait for its value."""
+    def future(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> pykka.Future[R]:
+        """Call ``method`` on the current actor through its proxy; the pykka future of its value."""
         try:
             ref = self.current()
             cached = self._proxy
             if cached is None or cached[0] is not ref:
                 cached = (ref, ref.proxy())
                 self._proxy = cached
-            return getattr(cached[1], method)(*args, **kwargs).get(timeout=timeout)
+            found: pykka.Future[R] = getattr(cached[1], method.__name__)(*args, **kwargs)
+            return found
+        except pykka.ActorDeadError:
+            raise ChildUnavailable(self.child_id, "died during the call") from None
+
+    def call(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """Call ``method`` on the current actor and wait (at most ``timeout``) for its value."""
+        fut = self.future(method, *args, **kwargs)
+        try:
+            return fut.get(timeout=self.timeout)
         except pykka.ActorDeadError:
             raise ChildUnavailable(self.child_id, "died during the call") from None
 
@@ -354,6 +398,7 @@ class Supervisor(SupervisedActor):
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         on_escalate: Callable[[str, str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        directory: Directory | None = None,
     ) -> None:
         super().__init__()
         check_specs(list(specs))
@@ -368,13 +413,13 @@ class Supervisor(SupervisedActor):
         self._timers: set[threading.Timer] = set()
         self._escalated: tuple[str, str] | None = None
         self._shutting_down = False
-        self.directory = _Directory()
+        self.directory = directory if directory is not None else Directory()
 
     # -- lifecycle ----------------------------------------------------------
     def on_start(self) -> None:
         for child in self._children:
             self._start_child(child)
-        self._schedule(WATCH_INTERVAL, _Watch())
+        self._schedule(WATCH_INTERVAL, WatchChildren())
 
     def on_stop(self) -> None:
         self._shutting_down = True
@@ -408,11 +453,11 @@ class Supervisor(SupervisedActor):
         child = self._by_id.get(id)
         return child.ref if child else None
 
-    def child_ref(self, id: str) -> ChildRef:
-        """A restart-proof handle on a child, usable from any thread."""
+    def child_ref(self, id: str) -> ChildRef[Any]:
+        """A restart-proof handle on a child, usable from any thread (see Directory.ref)."""
         if id not in self._by_id:
             raise KeyError(f"no child {id!r}")
-        return ChildRef(self.directory, id)
+        return self.directory.ref(id, pykka.Actor)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -431,19 +476,19 @@ class Supervisor(SupervisedActor):
 
     # -- messages -------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _ChildExit):
+        if isinstance(message, ChildExit):
             self._child_exited(message)
-        elif isinstance(message, _Restart):
+        elif isinstance(message, RestartChild):
             child = self._by_id.get(message.child_id)
             if child is not None and child.token == message.token and child.ref is None:
                 self._start_child(child)
-        elif isinstance(message, _Watch):
+        elif isinstance(message, WatchChildren):
             self._watch()
         else:
             log.warning("supervisor ignored an unexpected message %r", type(message).__name__)
         return None
 
-    def _child_exited(self, msg: _ChildExit) -> None:
+    def _child_exited(self, msg: ChildExit) -> None:
         child = self._by_id.get(msg.child_id)
         if child is None or child.ref is None or child.ref.actor_urn != msg.urn:
             log.debug("ignored a stale exit report from %s (%s)", msg.child_id, msg.urn)
@@ -474,7 +519,7 @@ class Supervisor(SupervisedActor):
             self._escalate(child)
             return
         log.info("restarting %s in %.3f s", child.spec.id, decision.delay)
-        self._schedule(decision.delay, _Restart(child.spec.id, child.token))
+        self._schedule(decision.delay, RestartChild(child.spec.id, child.token))
 
     def _escalate(self, child: _Child) -> None:
         error = child.last_error or "exited"
@@ -497,7 +542,7 @@ class Supervisor(SupervisedActor):
             if ref is not None and not child.supervised and not ref.is_alive():
                 self._handle_exit(child, abnormal=True, error="actor died without a report")
         if not self._shutting_down:
-            self._schedule(WATCH_INTERVAL, _Watch())
+            self._schedule(WATCH_INTERVAL, WatchChildren())
 
     # -- starting and stopping children -----------------------------------------
     def _start_child(self, child: _Child) -> None:
@@ -528,7 +573,7 @@ class Supervisor(SupervisedActor):
         if decision.action == "escalate":
             self._escalate(child)
         elif decision.action == "restart":
-            self._schedule(decision.delay, _Restart(child.spec.id, child.token))
+            self._schedule(decision.delay, RestartChild(child.spec.id, child.token))
 
     def _stop_child(self, child: _Child) -> None:
         ref, child.ref = child.ref, None

@@ -66,6 +66,8 @@ from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, Pro
 log = logging.getLogger("chalie.turn")
 
 CANCELLED_LINE: Final = "The turn was cancelled."
+# Tool calls one model response may start; the rest get an error result.
+MAX_CALLS_PER_STEP: Final = 32
 
 
 class Publisher(Protocol):
@@ -501,6 +503,13 @@ class TurnActor(pykka.ThreadingActor):
         for index, part in enumerate(response.tool_calls):
             call = _Call(index, part.id, part.name)
             turn.calls.append(call)
+            if index >= MAX_CALLS_PER_STEP:
+                call.result = act.closed_call(
+                    part.name,
+                    "overloaded",
+                    f"Only {MAX_CALLS_PER_STEP} tool calls run per step; this one did not.",
+                )
+                continue
             summary = ""
             if part.arguments is not None:
                 raw_summary = part.arguments.get("act_summary")
@@ -538,8 +547,8 @@ class TurnActor(pykka.ThreadingActor):
                 )
             )
         self._deps.store.write(batch)
-        self._publish(batch.events)
         if repeat:
+            self._publish(batch.events)
             self._finish("guard-repeat", turn.guards.line("guard-repeat"))
             return
         gen = self._gen
@@ -547,6 +556,7 @@ class TurnActor(pykka.ThreadingActor):
         for call, tool_call in to_run:
             future = self._deps.dispatch(tool_call)
             future.add_done_callback(_tool_callback(ref, gen, call.index))
+        self._publish(batch.events)  # stored before the calls start, shown after they left
         self._maybe_next_step()
 
     # -- tool results -------------------------------------------------------------------

@@ -118,7 +118,7 @@ class ChatConfig(Section, frozen=True):
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------
 
-Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=86400.0)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.001, le=86400.0)]
 
 
 class ModelConfig(Section, frozen=True):
@@ -222,7 +222,8 @@ class Config(Section, frozen=True):
         try:
             config = msgspec.convert(data, cls, strict=True, dec_hook=_decode_path)
         except msgspec.ValidationError as exc:
-            raise ConfigError(_explain(source, raw, str(exc))) from None
+            message = _explain_named(source, raw, str(exc)) or _explain(source, raw, str(exc))
+            raise ConfigError(message) from None
         if config.abilities_dir is None:
             return msgspec.structs.replace(config, abilities_dir=Home(home).abilities_dir)
         # A relative drop-in folder is relative to the data directory.
@@ -274,6 +275,53 @@ def _explain(source: str, raw: dict[str, Any], message: str) -> str:
     return f"{source}: {name} = {_show(value)}: must be {_allowed(info)}"
 
 
+_NAMED: Final = re.compile(r" - at `\$\.(?P<section>\w+)\[\.\.\.\]")
+
+
+def _explain_named(source: str, raw: dict[str, Any], message: str) -> str | None:
+    """The one line for a bad key inside a named table (``[models.NAME]``, ``[channels.NAME]``).
+
+    msgspec names such a place ``$.models[...]``; each table is checked again
+    on its own to find which name holds the bad key.
+    """
+    found = _NAMED.search(message)
+    if found is None:
+        return None
+    section = found["section"]
+    config_type = mi.type_info(Config)
+    assert isinstance(config_type, mi.StructType)
+    field = next((f for f in config_type.fields if f.encode_name == section), None)
+    if field is None or not isinstance(field.type, mi.DictType):
+        return None
+    value_type = field.type.value_type
+    if not isinstance(value_type, mi.StructType):
+        return None
+    tables = raw.get(section)
+    if not isinstance(tables, dict):
+        return None
+    for name, table in tables.items():
+        try:
+            msgspec.convert(table, value_type.cls, strict=True)
+        except msgspec.ValidationError as exc:
+            at = _AT.match(str(exc))
+            assert at is not None
+            msg, keys = at["msg"], [k for k in (at["path"] or "").split(".") if k]
+            where = f"{section}.{name}"
+            unknown = _UNKNOWN.match(msg)
+            if unknown:
+                known = ", ".join(f.name for f in value_type.fields)
+                return (
+                    f"{source}: unknown key '{where}.{unknown['key']}' (known keys here: {known})"
+                )
+            match = next((f for f in value_type.fields if keys and f.encode_name == keys[0]), None)
+            if match is None:
+                return f"{source}: [{where}]: {msg}"
+            value = _lookup(table, keys)
+            allowed = _allowed(_unwrap(match.type))
+            return f"{source}: {where}.{keys[0]} = {_show(value)}: must be {allowed}"
+    return None
+
+
 def _struct_at(keys: list[str]) -> mi.StructType | None:
     info: mi.Type = mi.type_info(Config)
     for key in keys:
@@ -317,6 +365,10 @@ def _allowed(info: mi.Type) -> str:
         return "true or false"
     if isinstance(info, mi.CustomType) and info.cls is Path:
         return "a path (a non-empty string)"
+    if isinstance(info, mi.DictType):
+        return "a table of named tables"
+    if isinstance(info, mi.VarTupleType | mi.ListType):
+        return "a list of " + _allowed(info.item_type).removeprefix("a ").removeprefix("an ") + "s"
     return str(info)
 
 

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import zmq
 
-from chalie.messages import Channel, ControlReply, ControlRequest
+from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
 SOCKET_NAME: Final = "control.sock"
@@ -77,7 +77,7 @@ class ToolsCancelArgs(Args):
 
 class TrailArgs(Args):
     tool: ToolName | None = None
-    status: Literal["running", "success", "error", "interrupted"] | None = None
+    status: TrailStatus | None = None
     conversation: Id | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
 
@@ -95,7 +95,7 @@ class PolicyResetArgs(Args):
 
 class PolicyAnswerArgs(Args):
     request_id: Id
-    answer: Literal["allow_once", "allow_always", "deny"]
+    answer: Answer
 
 
 class AskArgs(Args):
@@ -218,13 +218,42 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def lock_held(home: Path) -> bool | None:
+    """Whether a process holds the data directory's lock (read from /proc/locks, which
+    changes nothing); None where that cannot be told."""
+    try:
+        st = os.stat(home / LOCK_NAME)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"; a blocked waiter has "->".
+        if len(parts) >= 6 and parts[1] == "FLOCK" and "->" not in parts and parts[5] == inode:
+            return True
+    return False
+
+
 def read_pid(home: Path) -> int | None:
-    """The pid in the pid file if that process is alive, else None."""
+    """The daemon's pid: the pid file's process if it is alive and the lock is held, else None.
+
+    A pid file left by a killed daemon may name an unrelated live process
+    (pids are reused); the lock, which the kernel drops with its holder, says
+    whether a daemon really runs.
+    """
     try:
         pid = int((home / PID_NAME).read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if pid > 0 and process_alive(pid) else None
+    if pid <= 0 or not process_alive(pid) or lock_held(home) is False:
+        return None
+    return pid
 
 
 # -- the client ---------------------------------------------------------------

@@ -34,14 +34,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import pykka
 
 import chalie
 from actors.control import ControlActor
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, Supervisor
+from actors.supervisor import ChildRef, ChildSpec, Directory, Supervisor
 from chalie import control
 from chalie.config import Config
 from chalie.events import EventBus
@@ -50,6 +50,8 @@ from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
 
 log = logging.getLogger("chalie.daemon")
+
+A = TypeVar("A", bound=pykka.Actor)
 
 EXIT_OK: Final = 0
 EXIT_STARTUP_FAILED: Final = 1
@@ -124,22 +126,12 @@ class Runtime:
     stop_requested: threading.Event = field(default_factory=threading.Event)
     escalation: tuple[str, str] | None = None
     supervisor: pykka.ActorRef[Any] | None = None
-    _children: dict[str, ChildRef] = field(default_factory=dict)
+    # The tree's child directory: restart-proof typed handles, made without asking anyone.
+    directory: Directory = field(default_factory=Directory)
 
-    def child(self, child_id: str) -> ChildRef:
-        """A restart-proof handle on one child of the tree (never from the supervisor's thread)."""
-        found = self._children.get(child_id)
-        if found is None:
-            sup = self.supervisor
-            if sup is None:
-                raise ChildUnavailable(child_id, "the supervisor tree is not running")
-            try:
-                found = sup.proxy().child_ref(child_id).get(timeout=5)
-            except (pykka.ActorDeadError, pykka.Timeout) as exc:
-                raise ChildUnavailable(child_id, f"the supervisor did not answer ({exc})") from None
-            # A ChildRef resolves the current incarnation on every use: safe to keep.
-            self._children[child_id] = found
-        return found
+    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
+        """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""
+        return self.directory.ref(child_id, kind)
 
     def request_stop(self) -> None:
         self.stop_requested.set()
@@ -155,7 +147,9 @@ class Runtime:
                 tree = self.supervisor.proxy().status().get(timeout=5)
         workers: Any = None
         with contextlib.suppress(Exception):
-            workers = self.child("workers").call("status", timeout=5)
+            from actors.worker_pool import WorkerPool
+
+            workers = self.child("workers", WorkerPool).within(5).call(WorkerPool.status)
         return {
             "pid": os.getpid(),
             "version": chalie.__version__,
@@ -183,7 +177,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     workers_handle = WorkerPoolHandle()
     # Each start runs on the supervisor's thread, so it must not ask the
     # supervisor anything: children find each other later, through ChildRefs.
-    rt.services.discovery = DiscoveryHandle(lambda: rt.child("discovery"))
+    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
     specs = [
         ChildSpec(
             "policy",
@@ -207,10 +201,11 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 rt.registry,
                 rt.services,
                 rt.db_path,
-                lambda: rt.child("policy").current(),
+                rt.child("policy", PolicyActor),
                 workers_handle,
                 rt.events,
                 inline_threads=cfg.inline_threads,
+                children=rt.directory,
             ),
         ),
     ]
@@ -298,7 +293,7 @@ def _run_locked(
     try:
         loop.start()
         rt.supervisor = Supervisor.start(
-            child_specs(rt, extra_children), on_escalate=rt.on_escalate
+            child_specs(rt, extra_children), on_escalate=rt.on_escalate, directory=rt.directory
         )
         write_pid_file(config.home)
         log.info(

@@ -39,7 +39,14 @@ from jsonschema.exceptions import best_match
 from chalie.ability import FRAMEWORK_FIELDS, Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
-from chalie.messages import CHANNELS, ToolCall, TurnContext, WorkerResult
+from chalie.messages import (
+    CHANNELS,
+    INITIATORS,
+    TOOL_SCOPES,
+    ToolCall,
+    TurnContext,
+    WorkerResult,
+)
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
@@ -116,6 +123,19 @@ def check_call(call: ToolCall) -> ToolResult | None:
             valid_values=CHANNELS,
             meta={"param": "channel"},
         )
+    declared: tuple[tuple[str, object, tuple[str, ...]], ...] = (
+        ("scope", ctx.scope, TOOL_SCOPES),
+        ("initiator", ctx.initiator, INITIATORS),
+    )
+    for name, given, allowed in declared:
+        if given not in allowed:
+            return ToolResult.error(
+                "invalid-param",
+                f"unknown {name} {str(given)[:40]!r}.",
+                hint="this is a fault in the caller, not in the tool.",
+                valid_values=allowed,
+                meta={"param": name},
+            )
     for field, value in (
         ("call_id", call.call_id),
         ("turn_id", ctx.turn_id),

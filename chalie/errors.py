@@ -32,7 +32,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "unknown-tool",
         "No ability with that name is available to this turn.",
-        "The model called a name that is not registered or not injected.",
+        "A name not registered, or neither pinned nor injected in a restricted turn.",
     ),
     ErrorCode(
         "unknown-action",
@@ -41,8 +41,8 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ),
     ErrorCode(
         "missing-params",
-        "A parameter the chosen action requires is absent.",
-        "Pre-validation of the action map, before the permission gate.",
+        "A required parameter (or the call's act_summary) is absent.",
+        "Pre-validation (act_summary, the action map), before the permission gate.",
     ),
     ErrorCode(
         "invalid-param",

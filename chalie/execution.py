@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from chalie.ability import Ability
+from chalie.faults import FAULTS  # re-exported: executors report runtime faults with it
 from chalie.messages import TurnContext
 from chalie.registry import Entry
 from chalie.result import ToolResult
@@ -66,89 +67,3 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release the executor's resources."""
-
-
-class _Faults:
-    """The runtime-fault results, each text written once (dispatcher and executors use them)."""
-
-    RUNTIME_HINT: Final = "this is a fault in the runtime, not in your call; try again."
-
-    def dispatcher_restarting(self) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            "The dispatcher is restarting; the call did not run.",
-            hint="it is safe to retry the call.",
-        )
-
-    def dispatch_failed(self) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            "The runtime failed while dispatching the call.",
-            hint=self.RUNTIME_HINT,
-        )
-
-    def start_failed(self) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            "The runtime could not start the call.",
-            hint=self.RUNTIME_HINT,
-        )
-
-    def stopped(self, reason: str) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            f"{reason[:1].upper()}{reason[1:]}.",
-            hint="the call did not complete; it is safe to retry it.",
-        )
-
-    def no_executor(self, tool: str, isolation: str) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            f"{tool} runs with isolation {isolation!r} and no such executor is available.",
-            hint="this is a fault in the runtime's set-up, not in your call.",
-        )
-
-    def executor_failed(self, tool: str, why: str) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            f"The runtime failed running {tool} ({why[:100]}).",
-            hint=self.RUNTIME_HINT,
-        )
-
-    def overloaded(self, tool: str) -> ToolResult:
-        return ToolResult.error(
-            "overloaded",
-            f"Too many calls to {tool} are waiting.",
-            hint="wait for earlier calls to finish before calling it again.",
-        )
-
-    def timeout(self, tool: str, seconds: float) -> ToolResult:
-        return ToolResult.error(
-            "tool-timeout",
-            f"{tool} did not finish within {seconds:g} s.",
-            hint="try a smaller request, or do without this tool.",
-        )
-
-    def cancelled(self, tool: str) -> ToolResult:
-        return ToolResult.error(
-            "cancelled",
-            f"The call to {tool} was cancelled.",
-            hint="the turn was cancelled; do not continue with this call's result.",
-        )
-
-    def construct_failed(self, tool: str, exc: BaseException) -> ToolResult:
-        return ToolResult.error(
-            "unhandled-exception",
-            f"{tool} failed to start ({type(exc).__name__}).",
-            hint="This is a fault in the tool, not in your call; try another way or report it.",
-        )
-
-    def render_failed(self, tool: str) -> ToolResult:
-        return ToolResult.error(
-            "internal-error",
-            f"The result of {tool} could not be rendered.",
-            hint="this is a fault in the tool or the runtime; try another way.",
-        )
-
-
-FAULTS: Final = _Faults()

@@ -39,8 +39,10 @@ Isolation = Literal["inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
 # Whether a turn may call only the tools it was given, or any registered tool.
 ToolScope = Literal["restricted", "unrestricted"]
+TOOL_SCOPES: Final[tuple[str, ...]] = get_args(ToolScope)
 # Who made the call: the model (must say act_summary), or the runtime/operator.
 Initiator = Literal["model", "framework"]
+INITIATORS: Final[tuple[str, ...]] = get_args(Initiator)
 
 
 class Message(
@@ -275,6 +277,29 @@ class ExpireRequest:
     """PolicyActor: a permission request's time is up."""
 
     request_id: str
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
+
+    child_id: str
+    urn: str
+    abnormal: bool
+    error: str
+
+
+@dataclass(frozen=True)
+class RestartChild:
+    """Supervisor: restart the child now, unless it exited again since (token)."""
+
+    child_id: str
+    token: int
+
+
+@dataclass(frozen=True)
+class WatchChildren:
+    """Supervisor: look for plain-actor children that died without a report."""
 
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -17,6 +17,7 @@ logged). Pruning runs at open and on every :data:`PRUNE_EVERY`-th put.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -62,6 +63,18 @@ _json = msgspec.json.Encoder()
 
 class OutboxError(ValueError):
     """A bad argument to the outbox; the message names it."""
+
+
+def check_limits(max_age: float, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+    """Raise OutboxError naming a bad limit."""
+    if (
+        isinstance(max_age, bool)
+        or not isinstance(max_age, int | float)
+        or not (math.isfinite(max_age) and max_age > 0)
+    ):
+        raise OutboxError(f"max_age must be a positive number of seconds, not {max_age!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise OutboxError(f"max_rows must be a positive integer, not {max_rows!r}")
 
 
 class Outbox:
@@ -150,11 +163,14 @@ class Outbox:
     def ack(self, ids: Iterable[int]) -> int:
         """Mark results delivered; returns how many were newly marked."""
         try:
-            wanted = sorted({int(i) for i in ids if not isinstance(i, bool) and int(i) == i})
-        except (TypeError, ValueError, OverflowError):
-            raise OutboxError("ids must be integers") from None
-        if len(wanted) > MAX_ACK:
+            items = list(itertools.islice(iter(ids), MAX_ACK + 1))
+        except TypeError:
+            raise OutboxError("ids must be a list of outbox ids") from None
+        if len(items) > MAX_ACK:
             raise OutboxError(f"at most {MAX_ACK} ids may be acknowledged at once")
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in items):
+            raise OutboxError("every id must be a positive integer (an outbox_id)")
+        wanted = sorted(set(items))
         if not wanted:
             return 0
         now = time.time()
@@ -201,4 +217,4 @@ class Outbox:
         return old + over + delivered
 
 
-__all__ = ["DEFAULT_MAX_AGE", "DEFAULT_MAX_ROWS", "Outbox", "OutboxError"]
+__all__ = ["DEFAULT_MAX_AGE", "DEFAULT_MAX_ROWS", "Outbox", "OutboxError", "check_limits"]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, NoReturn, final
+from typing import Any, Final, NoReturn, final
 
 import msgspec
 
 from chalie.errors import is_valid_code
+from chalie.messages import Status
 
 Scalar = str | int | float | bool | None
 META_KEY: Final = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -45,7 +46,7 @@ class ToolResult:
 
     __slots__ = ("body", "code", "hint", "meta", "rich", "status", "valid_values")
 
-    status: Literal["success", "error"]
+    status: Status
     body: str
     rich: Any
     meta: Mapping[str, Scalar]

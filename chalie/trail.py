@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
 from chalie.db import connect
+from chalie.messages import TRAIL_STATUSES, TrailStatus
+from chalie.messages import Status as CallStatus
 
 REDACTED: Final = "[redacted]"
 # Keys that name a secret are redacted at any depth, declared or not.
@@ -35,8 +37,8 @@ MAX_TEXT: Final = 512
 MAX_QUERY_ROWS: Final = 1000
 MAX_DEPTH: Final = 32
 
-Status = Literal["running", "success", "error", "interrupted"]
-STATUSES: Final = ("running", "success", "error", "interrupted")
+Status = TrailStatus
+STATUSES: Final = TRAIL_STATUSES
 
 # No secondary indexes: each one adds ~4 us to every call's insert on the
 # dispatcher's hot path, while queries walk newest-first by the primary key
@@ -268,7 +270,7 @@ class Trail:
         self,
         rec: CallRecord,
         *,
-        status: Literal["success", "error"],
+        status: CallStatus,
         code: str | None,
         decision: str | None,
         decided_by: str | None,

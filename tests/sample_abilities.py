@@ -135,3 +135,11 @@ class Huge(_Sample):
 
     def run(self, params: Any) -> ToolResult:
         return ToolResult.success("x" * (20 * 1024 * 1024))
+
+
+class RichCard(_Sample):
+    name = "sample_rich_card"
+    summary = "Return a text body and a rich card payload."
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("a card", rich={"card": {"title": "hi", "n": 2}})

@@ -168,6 +168,7 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     out = live.cli_process("status")
     assert out.returncode == 0, out.stderr
     assert f"pid {live.pid}" in out.stdout and "chalie 0.1.0" in out.stdout
+    assert "[{" not in out.stdout and "{'" not in out.stdout  # no raw Python structures
     for child in ("policy", "workers", "dispatcher", "control"):
         assert any(line.split()[0] == child for line in out.stdout.splitlines() if line.strip())
     data = json.loads(live.cli("status", "--json").stdout)
@@ -582,6 +583,9 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
         assert by_conv["in-flight"]["code"] == "interrupted"
         shown = second.cli("trail", "--status", "interrupted")
         assert "slow_tool" in shown.stdout and "interrupted" in shown.stdout
+        # Its duration is unknown (the restart is not when it stopped), so none is shown.
+        row_line = next(line for line in shown.stdout.splitlines() if "slow_tool" in line)
+        assert row_line.split("  gate ")[0].split()[-1] == "-"
         assert second.signal(signal.SIGTERM) == 0
     finally:
         first.kill()

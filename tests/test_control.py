@@ -361,3 +361,53 @@ def test_a_client_reuses_its_socket_and_recovers_after_a_timeout(served: Served)
     assert client._sock is None
     served.release.set()
     assert client.call("status").ok  # a fresh socket; the stale reply is never read
+
+
+def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path: Path) -> None:
+    import fcntl
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from chalie.cli import cli
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    # The pid of a live process that is not a daemon, and a socket file nobody serves.
+    (home / control.PID_NAME).write_text(f"{os.getpid()}\n")
+    (home / control.SOCKET_NAME).write_text("")
+    (home / control.LOCK_NAME).write_text("")
+    assert control.read_pid(home) is None
+    began = time.monotonic()
+    result = CliRunner().invoke(cli, ["--home", str(home), "status"])
+    assert result.exit_code == 1 and "no daemon running" in result.stderr
+    result = CliRunner().invoke(cli, ["--home", str(home), "stop"])
+    assert result.exit_code == 1 and "no daemon running" in result.stderr
+    assert time.monotonic() - began < 5
+    # Held by a live process, the lock makes the same pid file a daemon's.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(home / control.LOCK_NAME)!r}, os.O_RDWR)\n"
+            f"fcntl.flock(fd, {fcntl.LOCK_EX})\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert control.lock_held(home) is True
+        assert control.read_pid(home) == os.getpid()
+    finally:
+        holder.kill()
+        holder.wait(10)
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.stdout.close()
+    assert control.lock_held(home) is False

@@ -455,3 +455,10 @@ def test_a_framework_call_gets_its_act_summary_supplied() -> None:
 
 def test_a_non_string_act_summary_is_invalid() -> None:
     assert code_of(steps.framework_fields({"act_summary": 5}, ctx(), "mail")) == "invalid-param"
+
+
+@pytest.mark.parametrize(("field", "value"), [("scope", "everything"), ("initiator", "root")])
+def test_a_context_with_an_unknown_scope_or_initiator_is_refused(field: str, value: str) -> None:
+    result = steps.check_call(call(context=ctx(**{field: value})))
+    assert code_of(result) == "invalid-param"
+    assert isinstance(result, ToolResult) and result.meta["param"] == field

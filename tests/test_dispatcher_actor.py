@@ -16,6 +16,7 @@ import pytest
 
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from actors.supervisor import ChildRef
 from chalie.ability import Ability
 from chalie.envelope import parse
 from chalie.events import EventBus
@@ -183,11 +184,12 @@ class Rig:
         ):
             self.policy.proxy().set("chat", tool, "allow").get()
         self.services = Services(registry=self.registry)
+        self.handle = ChildRef(lambda: self.policy_ref, "policy", PolicyActor)
         self.ref = DispatcherActor.start(
             self.registry,
             self.services,
             self.db,
-            lambda: self.policy_ref,
+            self.handle,
             workers,
             self.bus,
             **dispatcher_kw,
@@ -376,6 +378,7 @@ def test_ask_without_a_human_is_denied_with_a_hint(rig: Rig, channel: str) -> No
     outcome = rig.run("fast", context=ctx(channel=channel))
     assert outcome.code == "permission-denied"
     assert "human must approve" in outcome.envelope
+    assert "hint: do not retry" in outcome.envelope
     assert rig.events.queue.empty()
     assert [
         (r.channel, r.permission) for r in rig.policy.proxy().list().get() if r.origin == "seen"
@@ -543,7 +546,7 @@ def test_a_restarted_dispatcher_marks_calls_left_running_interrupted(tmp_path: P
     assert book.query()[0].status == "running"
     book.close()
     again = DispatcherActor.start(
-        rig.registry, Services(), rig.db, lambda: rig.policy, None, rig.bus
+        rig.registry, Services(), rig.db, rig.policy, None, rig.bus
     )
     rows = again.proxy().trail().get()
     assert (rows[0].status, rows[0].code) == ("interrupted", "interrupted")
@@ -640,7 +643,7 @@ bus = EventBus()
 policy = PolicyActor.start(db, bus)
 policy.proxy().set("chat", "fast", "allow").get()
 policy.proxy().set("chat", "slow", "allow").get()
-disp = DispatcherActor.start(reg, Services(), db, lambda: policy, None, bus)
+disp = DispatcherActor.start(reg, Services(), db, policy, None, bus)
 ctx = TurnContext(conversation_id="k", turn_id="t", scope="unrestricted")
 for i in range(30):
     call = ToolCall(call_id=f"c{i}", tool="fast", arguments={"act_summary": "x"}, context=ctx)
@@ -730,14 +733,13 @@ def test_timeouts_of_ended_calls_do_not_pile_up(monkeypatch: pytest.MonkeyPatch)
     sink.stop()
 
 
-def test_the_policy_can_be_given_as_a_ref_a_callable_or_a_child_handle(tmp_path: Path) -> None:
+def test_the_policy_is_a_typed_child_handle_or_a_plain_ref(tmp_path: Path) -> None:
+    from actors.supervisor import Directory
+
     rig = Rig(tmp_path)
-
-    class Handle:
-        def current(self) -> Any:
-            return rig.policy
-
-    for policy in (rig.policy, Handle(), lambda: rig.policy):
+    directory = Directory()
+    directory.set("policy", rig.policy)
+    for policy in (rig.policy, directory.ref("policy", PolicyActor), ChildRef.to(rig.policy)):
         ref = DispatcherActor.start(rig.registry, Services(), rig.db, policy, None, rig.bus)
         outcome = submit(
             ref, ToolCall(call_id="x", tool="fast", arguments=ARGS, context=ctx())
@@ -746,11 +748,32 @@ def test_the_policy_can_be_given_as_a_ref_a_callable_or_a_child_handle(tmp_path:
         ref.stop()
 
 
+def test_a_handle_on_an_actor_of_the_wrong_kind_fails_the_gate_closed(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    wrong = ChildRef(lambda: rig.ref, "policy", PolicyActor)  # the dispatcher is no PolicyActor
+    ref = DispatcherActor.start(rig.registry, Services(), rig.db, wrong, None, rig.bus)
+    outcome = submit(ref, ToolCall(call_id="x", tool="fast", arguments=ARGS, context=ctx()))
+    assert outcome.result(5).code == "permission-denied"
+    ref.stop()
+
+
 def test_bad_pool_settings_are_refused(tmp_path: Path) -> None:
-    for bad in ({"inline_threads": 0}, {"lane_limit": 0}, {"lane_queue": -1}):
+    for bad in (
+        {"inline_threads": 0},
+        {"lane_limit": 0},
+        {"lane_queue": -1},
+        {"outbox_max_age": -1},
+        {"outbox_max_age": float("nan")},
+    ):
         with pytest.raises(ValueError):
             DispatcherActor(
-                Registry(), Services(), tmp_path / "x.db", lambda: None, None, EventBus(), **bad
+                Registry(),
+                Services(),
+                tmp_path / "x.db",
+                ChildRef(lambda: None, "p", PolicyActor),
+                None,
+                EventBus(),
+                **bad,
             )
 
 

@@ -17,8 +17,8 @@ from actors.supervisor import (
     ChildUnavailable,
     SupervisedActor,
     Supervisor,
-    _ChildExit,
 )
+from chalie.messages import ChildExit
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -259,8 +259,8 @@ def test_a_stale_failure_report_from_an_old_ref_is_ignored() -> None:
     old.tell("boom")
     wait_until(restarted(sup, "w", 1))
     current = sup.proxy().child("w").get(timeout=5)
-    sup.tell(_ChildExit("w", old.actor_urn, True, "late report"))
-    sup.tell(_ChildExit("nobody", "urn:x", True, "unknown child"))
+    sup.tell(ChildExit("w", old.actor_urn, True, "late report"))
+    sup.tell(ChildExit("nobody", "urn:x", True, "unknown child"))
     time.sleep(0.2)
     s = status_of(sup, "w")
     assert s["restarts"] == 1 and s["alive"]
@@ -271,7 +271,7 @@ def test_a_stale_failure_report_from_an_old_ref_is_ignored() -> None:
 def test_call_in_flight_at_a_crash_gets_a_structured_error_next_call_reaches_new_child() -> None:
     journal = Journal()
     sup = start_sup([worker_spec("w", journal)])
-    ref: ChildRef = sup.proxy().child_ref("w").get(timeout=5)
+    ref: ChildRef[Any] = sup.proxy().child_ref("w").get(timeout=5)
     first = ref.ask("ping", timeout=5)
     ref.tell("slow-boom")
     with pytest.raises(ChildUnavailable) as info:
@@ -282,7 +282,24 @@ def test_call_in_flight_at_a_crash_gets_a_structured_error_next_call_reaches_new
     wait_until(restarted(sup, "w", 1))
     second = ref.ask("ping", timeout=5)
     assert second != first
-    assert ref.call("on_receive", "ping", timeout=5) == second
+    assert ref.within(5).call(Worker.on_receive, "ping") == second
+
+
+def test_a_typed_handle_checks_the_kind_of_actor_it_reaches() -> None:
+    from actors.supervisor import Directory
+
+    journal = Journal()
+    directory = Directory()
+    sup = start_sup([worker_spec("w", journal)], directory=directory)
+    wait_until(lambda: directory.get("w") is not None)
+    worker = directory.ref("w", Worker).within(5)
+    assert worker.call(Worker.on_receive, "ping") == worker.ask("ping", timeout=5)
+    wrong = directory.ref("w", Stubborn)
+    with pytest.raises(ChildUnavailable, match="not a Stubborn"):
+        wrong.current()
+    with pytest.raises(ChildUnavailable, match="not running"):
+        directory.ref("nobody", Worker).tell("ping")
+    sup.stop()
 
 
 class Plain(pykka.ThreadingActor):

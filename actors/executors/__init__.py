@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import ProcessExecutor, WorkerPool
+from actors.supervisor import Directory
 from chalie.execution import Executor
 from chalie.services import Services
 
@@ -26,7 +27,10 @@ class ExecutorEnv:
     lane_queue: int = DEFAULT_LANE_QUEUE
     workers: WorkerPool | None = None
     services: Services = field(default_factory=Services)
-    # Runtime parts a future executor needs (e.g. "mcp": the McpConnections ref).
+    # The supervisor tree's children: an executor finds the actor it talks to with
+    # ``env.children.ref("mcp", McpConnections)`` (a typed, restart-proof ChildRef).
+    children: Directory = field(default_factory=Directory)
+    # Anything else a test or a future executor is handed by name.
     parts: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -18,7 +18,8 @@ import threading
 from collections import deque
 from typing import Final
 
-from chalie.execution import FAULTS, Done, Job
+from chalie.execution import Done, Job
+from chalie.faults import FAULTS
 from chalie.invoke import invoke
 
 log = logging.getLogger("chalie.dispatch")
@@ -46,6 +47,7 @@ class InlineExecutor:
         self._running: dict[str, int] = {}
         self._waiting: dict[str, deque[tuple[Job, Done]]] = {}
         self._jobs: dict[str, Job] = {}
+        self._in_run: set[str] = set()
         self._queue: queue.SimpleQueue[tuple[Job, Done] | None] = queue.SimpleQueue()
         self._size = threads
         self._threads: list[threading.Thread] = []
@@ -107,8 +109,14 @@ class InlineExecutor:
 
     # -- diagnostics -----------------------------------------------------------------
     def busy(self) -> dict[str, int]:
+        """Threads taken per tool (running, or about to run, a job of that tool)."""
         with self._lock:
             return dict(self._running)
+
+    def in_run(self) -> frozenset[str]:
+        """The job ids whose ability is inside ``run`` right now."""
+        with self._lock:
+            return frozenset(self._in_run)
 
     # -- the lane threads --------------------------------------------------------------
     def _serve(self) -> None:
@@ -124,8 +132,11 @@ class InlineExecutor:
             if job.instance.cancelled.is_set():
                 result = FAULTS.cancelled(tool)
             else:
+                with self._lock:
+                    self._in_run.add(job.job_id)
                 result = invoke(job.instance, job.value)
             with self._lock:
+                self._in_run.discard(job.job_id)
                 self._jobs.pop(job.job_id, None)
             try:
                 done(result)

@@ -15,7 +15,8 @@ import time
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
-from chalie.execution import FAULTS, Done, Job
+from chalie.execution import Done, Job
+from chalie.faults import FAULTS
 from chalie.messages import WorkerJob, WorkerResult
 from chalie.workers import to_tool_result
 

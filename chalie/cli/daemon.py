@@ -74,6 +74,20 @@ def _age(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+def _scalar(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str, separators=(",", ":"))
+    return str(value)
+
+
+def _fields(item: object) -> str:
+    if isinstance(item, dict):
+        return "  ".join(f"{k} {_scalar(v)}" for k, v in item.items())
+    return _scalar(item)
+
+
 @cli.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_obj
@@ -100,15 +114,19 @@ def status_command(obj: Ctx, as_json: bool) -> None:
     workers = data.get("workers")
     if isinstance(workers, dict):
         click.echo("workers:")
-        for w in workers.get("workers", []):
-            if isinstance(w, dict):
-                fields = "  ".join(f"{k} {v}" for k, v in w.items())
-                click.echo(f"  {fields}")
-        rest = {k: v for k, v in workers.items() if k != "workers"}
-        if rest:
-            click.echo("  " + "  ".join(f"{k} {v}" for k, v in rest.items()))
+        scalars = []
+        for key, value in workers.items():
+            if isinstance(value, list):
+                if key != "workers":
+                    click.echo(f"  {key}:" if value else f"  {key}: none")
+                for item in value:
+                    click.echo("    " + _fields(item) if key != "workers" else "  " + _fields(item))
+            else:
+                scalars.append(f"{key} {_scalar(value)}")
+        if scalars:
+            click.echo("  " + "  ".join(scalars))
     elif workers is not None:
-        click.echo(f"workers: {workers}")
+        click.echo(f"workers: {_scalar(workers)}")
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
 
 

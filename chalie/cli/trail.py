@@ -10,8 +10,7 @@ import click
 
 from chalie.cli import Ctx, cli
 from chalie.cli.daemon import ask_daemon
-
-STATUSES = ("running", "success", "error", "interrupted")
+from chalie.messages import TRAIL_STATUSES as STATUSES
 
 
 def _when(ts: float | None) -> str:
@@ -21,7 +20,8 @@ def _when(ts: float | None) -> str:
 
 
 def _took(row: dict[str, Any]) -> str:
-    if row.get("ended_at") is None:
+    # An interrupted call's end is when the next daemon found it, not when it stopped.
+    if row.get("ended_at") is None or row.get("status") == "interrupted":
         return "-"
     ms = (row["ended_at"] - row["started_at"]) * 1000
     return f"{ms:.0f}ms" if ms < 10_000 else f"{ms / 1000:.1f}s"

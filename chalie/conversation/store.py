@@ -190,6 +190,14 @@ class ConversationStore:
                 (conversation_id, channel, origin, now, now, title[:200]),
             )
 
+    def channel_of(self, conversation_id: str) -> str | None:
+        """The conversation's channel, or None when it does not exist (a cheap lookup)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT channel FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def info(self, conversation_id: str) -> ConversationInfo | None:
         with self._lock:
             row = self._conn.execute(
@@ -361,6 +369,15 @@ class ConversationStore:
         every turn left ``running`` ends ``interrupted`` with a line for the user.
         """
         written: builtins.list[Event] = []
+        with self._lock:
+            left_running = self._conn.execute(
+                "SELECT 1 FROM conversation_turns WHERE conversation_id = ? AND state = 'running' "
+                "LIMIT 1",
+                (conversation_id,),
+            ).fetchone()
+        if left_running is None:
+            # A turn closes its calls in the same write that ends it: nothing is open.
+            return written
         with self._tx() as c:
             running = c.execute(
                 "SELECT turn_id FROM conversation_turns "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.conversations import Conversations
 from actors.supervisor import ChildRef
 from chalie import daemon
 from chalie.config import Config
@@ -115,15 +116,21 @@ class Harness:
         if not ready.wait(120):
             raise RuntimeError("the daemon did not start")
         self.rt = box["rt"]
+        wait_until(self._tree_up, 120, "every child of the tree to run")
         self.sub = self.rt.events.subscribe(None, self._record)
+
+    def _tree_up(self) -> bool:
+        assert self.rt.supervisor is not None
+        status = self.rt.supervisor.proxy().status().get(timeout=10)
+        return all(c["alive"] for c in status["children"])
 
     def _record(self, event: Any) -> None:
         with self._lock:
             self.events.append(event)
 
     @property
-    def conversations(self) -> ChildRef:
-        return self.rt.child("conversations")
+    def conversations(self) -> ChildRef[Conversations]:
+        return self.rt.child("conversations", Conversations).within(10)
 
     def script(self, script: dict[str, Any]) -> None:
         self.server.app.player = Player(load_script(json.dumps(script)))
@@ -139,7 +146,7 @@ class Harness:
         busy: str = "queue",
     ) -> Accepted:
         result: Accepted = self.conversations.call(
-            "send",
+            Conversations.send,
             SendMessage(
                 conversation_id=conversation_id,
                 channel=channel,
@@ -147,7 +154,6 @@ class Harness:
                 client_msg_id=client_msg_id,
                 busy=busy,  # type: ignore[arg-type]
             ),
-            timeout=10,
         )
         return result
 
@@ -172,11 +178,11 @@ class Harness:
         return result
 
     def stored(self, conversation_id: str) -> list[Any]:
-        result: list[Any] = self.conversations.call("events", conversation_id, 0, 1000, timeout=10)
+        result: list[Any] = self.conversations.call(Conversations.events, conversation_id, 0, 1000)
         return result
 
     def history(self, conversation_id: str) -> list[Any]:
-        shown = self.conversations.call("show", conversation_id, timeout=10)
+        shown = self.conversations.call(Conversations.show, conversation_id)
         return list(shown["messages"])
 
     def close(self) -> None:

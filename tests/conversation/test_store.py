@@ -151,3 +151,37 @@ def test_operators_override_shipped_channels_and_add_their_own() -> None:
     assert channels["web-search"].find_tools is False
     with pytest.raises(ValueError):
         resolve_channels({"Bad Name!": ChannelConfig()})
+
+
+@pytest.mark.parametrize(
+    ("raw", "line"),
+    [
+        (
+            {"models": {"default": {"provider": "x"}}},
+            'models.default.provider = "x": must be one of "anthropic", "ollama", "openai"',
+        ),
+        (
+            {"models": {"fast": {"retries": 99}}},
+            "models.fast.retries = 99: must be an integer from 0 to 10",
+        ),
+        ({"models": {"m": {"api_key": "sk-123"}}}, "unknown key 'models.m.api_key'"),
+        ({"channels": {"chat": {"max_stepz": 3}}}, "unknown key 'channels.chat.max_stepz'"),
+        (
+            {"channels": {"c": {"pinned": "calculator"}}},
+            'channels.c.pinned = "calculator": must be a list of strings',
+        ),
+        (
+            {"conversations": {"idle_stop": 0}},
+            "conversations.idle_stop = 0: must be a number from 0.001 to 86400",
+        ),
+        ({"models": 5}, "models = 5: must be a table of named tables"),
+    ],
+)
+def test_a_bad_model_channel_or_conversations_key_is_one_line_naming_it(
+    raw: dict[str, object], line: str, tmp_path: Path
+) -> None:
+    from chalie.config import Config, ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Config.from_mapping(raw, home=tmp_path)
+    assert line in str(err.value) and "\n" not in str(err.value)

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from actors.conversations import Conversations
+from actors.policy import PolicyActor
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequested,
@@ -24,8 +26,10 @@ from tests.conversation.harness import FORMATS, Harness, assert_valid_history, w
 @pytest.fixture(scope="module")
 def h() -> Iterator[Harness]:
     harness = Harness()
-    harness.rt.child("policy").call("set", "subconscious", "clock", "allow", timeout=10)
-    harness.rt.child("policy").call("set", "subconscious", "calculator", "allow", timeout=10)
+    harness.rt.child("policy", PolicyActor).call(PolicyActor.set, "subconscious", "clock", "allow")
+    harness.rt.child("policy", PolicyActor).call(
+        PolicyActor.set, "subconscious", "calculator", "allow"
+    )
     try:
         yield harness
     finally:
@@ -96,7 +100,7 @@ def test_a_turn_finds_a_tool_asks_the_human_runs_it_and_answers(h: Harness, fmt:
     cid = accepted.conversation_id
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")[0]
     assert request.tool == "clock" and request.turn_id == accepted.turn_id
-    assert h.conversations.call("answer", request.request_id, "allow_once", timeout=10) is True
+    assert h.conversations.call(Conversations.answer, request.request_id, "allow_once") is True
     end = h.finished(accepted)
     assert end.reason == "final" and end.text == "It is evening in Tokyo."
     stored = h.stored(cid)
@@ -163,7 +167,7 @@ def test_the_step_guard_ends_a_turn_that_never_stops_calling_tools(h: Harness) -
     assert end.reason == "guard-steps" and "3 model steps" in end.text
     assert len(h.server.requests) == 3
     assert_valid_history(h.history(accepted.conversation_id))
-    turn = h.conversations.call("show", accepted.conversation_id, timeout=10)["turns"][0]
+    turn = h.conversations.call(Conversations.show, accepted.conversation_id)["turns"][0]
     assert turn.reason == "guard-steps" and turn.steps == 3
 
 
@@ -293,9 +297,9 @@ def test_cancel_ends_the_running_turn_and_closes_its_calls(h: Harness) -> None:
     accepted = h.send("hello", "bg-openai")
     cid = accepted.conversation_id
     wait_until(lambda: h.server.requests, what="the model request")
-    assert h.conversations.call("cancel", cid, timeout=10) is True
+    assert h.conversations.call(Conversations.cancel, cid) is True
     assert h.finished(accepted).reason == "cancelled"
-    assert h.conversations.call("cancel", cid, timeout=10) is False
+    assert h.conversations.call(Conversations.cancel, cid) is False
 
 
 def test_a_second_message_is_queued_and_runs_after_the_first(h: Harness) -> None:
@@ -337,7 +341,7 @@ def test_the_queue_is_bounded(h: Harness) -> None:
     assert [q.queued for q in queued] == [True, True, False]
     refused = h.finished(queued[2])
     assert refused.reason == "cancelled" and "Too many" in refused.text
-    h.conversations.call("cancel", cid, timeout=10)
+    h.conversations.call(Conversations.cancel, cid)
     for q in queued[:2]:
         assert h.finished(q).text == "later"
 
@@ -358,12 +362,12 @@ def test_the_queue_is_bounded(h: Harness) -> None:
 def test_bad_messages_are_refused_with_a_code_and_store_nothing(
     h: Harness, kwargs: dict[str, Any], code: str
 ) -> None:
-    before = len(h.conversations.call("list", 10_000, timeout=10))
+    before = len(h.conversations.call(Conversations.list, 10_000))
     args = {"text": "hi", "channel": "bg-openai", **kwargs}
     with pytest.raises(ConversationError) as err:
         h.send(**args)
     assert err.value.code == code
-    assert len(h.conversations.call("list", 10_000, timeout=10)) == before
+    assert len(h.conversations.call(Conversations.list, 10_000)) == before
 
 
 def test_a_conversation_keeps_its_channel(h: Harness) -> None:
@@ -377,8 +381,8 @@ def test_a_conversation_keeps_its_channel(h: Harness) -> None:
 
 def test_bad_permission_answers_are_refused(h: Harness) -> None:
     with pytest.raises(ConversationError):
-        h.conversations.call("answer", "r1", "sure", timeout=10)
-    assert h.conversations.call("answer", "no-such-request", "deny", timeout=10) is False
+        h.conversations.call(Conversations.answer, "r1", "sure")
+    assert h.conversations.call(Conversations.answer, "no-such-request", "deny") is False
 
 
 def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goes_on(
@@ -388,7 +392,7 @@ def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goe
     first = h.send("one", "bg-openai")
     cid = first.conversation_id
     wait_until(lambda: h.server.requests, what="the model request")
-    h.conversations.call("crash", cid, timeout=10)
+    h.conversations.call(Conversations.crash, cid)
     end = h.finished(first)
     assert end.reason == "interrupted" and "interrupted" in end.text
     second = h.send("two", "bg-openai", conversation_id=cid)
@@ -404,7 +408,7 @@ def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> N
     cid = first.conversation_id
     h.finished(first)
     wait_until(
-        lambda: not h.conversations.call("show", cid, timeout=10)["live"],
+        lambda: not h.conversations.call(Conversations.show, cid)["live"],
         timeout=10,
         what="the idle actor to stop",
     )
@@ -425,7 +429,7 @@ def test_an_over_long_history_is_trimmed_and_the_trim_is_recorded(h: Harness) ->
     body = h.server.requests[-1]["body"]
     texts = json.dumps(body["messages"])
     assert "second" in texts and "first first" not in texts
-    turns = h.conversations.call("show", cid, timeout=10)["turns"]
+    turns = h.conversations.call(Conversations.show, cid)["turns"]
     assert any("context:" in note for note in turns[-1].notes)
 
 
@@ -435,12 +439,12 @@ def test_events_pages_and_bounds(h: Harness) -> None:
     h.finished(accepted)
     cid = accepted.conversation_id
     everything = h.stored(cid)
-    page = h.conversations.call("events", cid, 2, 2, timeout=10)
+    page = h.conversations.call(Conversations.events, cid, 2, 2)
     assert [e.seq for e in page] == [3, 4]
-    assert h.conversations.call("events", cid, 10_000, 5, timeout=10) == []
-    assert len(h.conversations.call("events", cid, -5, 10**9, timeout=10)) == len(everything)
+    assert h.conversations.call(Conversations.events, cid, 10_000, 5) == []
+    assert len(h.conversations.call(Conversations.events, cid, -5, 10**9)) == len(everything)
     with pytest.raises(ConversationError):
-        h.conversations.call("events", "bad id!", 0, 10, timeout=10)
+        h.conversations.call(Conversations.events, "bad id!", 0, 10)
 
 
 def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged(
@@ -489,3 +493,16 @@ def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged
     texts = json.dumps(h.server.requests[-1]["body"]["messages"])
     assert "background result of clock" in texts
     assert_valid_history(h.history(cid))
+
+
+def test_a_flood_of_tool_calls_in_one_response_is_capped(h: Harness) -> None:
+    h.script(
+        {"steps": [{"tool_calls": [calc(f"{i}+1", f"f{i}") for i in range(40)]}, {"text": "done"}]}
+    )
+    accepted = h.send("flood", "bg-openai")
+    assert h.finished(accepted).reason == "final"
+    results = tool_results("openai", h.server.requests[1]["body"])
+    assert len(results) == 40
+    assert all("status=success" in r for _, r in results[:32])
+    assert all("code=overloaded" in r for _, r in results[32:])
+    assert_valid_history(h.history(accepted.conversation_id))

@@ -1,29 +1,45 @@
-"""Dispatcher overhead: an inline no-op ability, from tool call to rendered envelope.
+"""Dispatcher overhead beside its floors: an inline no-op and a worker-process no-op.
 
-The figure includes everything a real call pays: the hop into the dispatcher
-actor, pre-validation (action map + JSON Schema + Params), classify, the gate
-(an ``allow`` entry, served from the PolicyActor's view), the trail row
-(SQLite WAL, synchronous=NORMAL, a real file; for a call this quick the
-deferred start and the end are one insert, committed before the reply), the
-hop onto the inline pool, rendering, and the reply.
-A breakdown of the parts is printed after the figure.
+Figures (each printed beside the floor it is built on, and the ratio):
 
-Run: ``python tools/bench/bench_dispatch.py [calls]``
+- inline no-op through the dispatcher, from tool call to rendered envelope,
+  with everything a real call pays: the hop into the dispatcher actor,
+  pre-validation (defaults, action map, Params), classify, the gate (an
+  ``allow`` entry, from the PolicyActor's view), the trail row (SQLite WAL,
+  a real file; for a call this quick one insert, committed before the
+  reply), the hop onto the inline executor's lane, the result coming back as
+  a message, rendering, and the reply. Floor: a bare pykka ask round trip.
+- a call into a worker process through the dispatcher (2 workers). Floor: a
+  bare ZeroMQ round trip (ROUTER in this process, an echoing DEALER in a
+  child process, msgpack frames over ipc).
+
+The machine may be shared, so every figure is measured in ``--rounds``
+alternating rounds (floor, figure, floor, figure, ...), each round's p50 is
+printed, and the process CPU time per call is printed beside the wall-clock
+figures (CPU time is much less sensitive to other processes).
+
+Run: ``python tools/bench/bench_dispatch.py [calls] [--rounds N]``
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import pykka
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
@@ -67,6 +83,17 @@ class ProcNoop(Ability):
         return ToolResult.success("ok")
 
 
+class _Ping:
+    pass
+
+
+class Echo(pykka.ThreadingActor):
+    """The floor of an actor hop: an actor that answers at once."""
+
+    def on_receive(self, message: Any) -> Any:
+        return None
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -81,8 +108,50 @@ def timed(fn: object, n: int) -> list[float]:
     return out
 
 
+def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    """(p50 wall-clock us, process CPU us per call) over n calls."""
+    cpu = time.process_time()
+    samples = timed(fn, n)
+    return statistics.median(samples), (time.process_time() - cpu) / n * 1e6
+
+
+def rounds(
+    label: str,
+    floor_label: str,
+    fn: Callable[[], object],
+    floor: Callable[[], object],
+    n: int,
+    count: int,
+    limit: float,
+) -> None:
+    """Alternate floor and figure; print each round and the median of the rounds."""
+    figures: list[tuple[float, float]] = []
+    floors: list[tuple[float, float]] = []
+    for r in range(count):
+        floors.append(measure(floor, n))
+        figures.append(measure(fn, n))
+        (fp, fc), (bp, bc) = figures[-1], floors[-1]
+        print(
+            f"  round {r + 1}: {label} p50 {fp:6.1f} us (cpu {fc:5.1f} us/call)   "
+            f"{floor_label} p50 {bp:6.1f} us (cpu {bc:5.1f} us/call)   ratio {fp / bp:4.1f}"
+        )
+    fig = statistics.median(p for p, _ in figures)
+    flo = statistics.median(p for p, _ in floors)
+    cpu = statistics.median(c for _, c in figures)
+    verdict = "within" if fig <= limit else "ABOVE"
+    print(
+        f"  => {label}: p50 {fig:.1f} us (median of {count} rounds; cpu {cpu:.1f} us/call), "
+        f"floor ({floor_label}) {flo:.1f} us, ratio {fig / flo:.1f}; "
+        f"{verdict} the {limit:g} us target"
+    )
+
+
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    parser = argparse.ArgumentParser()
+    parser.add_argument("calls", nargs="?", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    n, count = args.calls, args.rounds
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-"))
     registry = Registry()
     registry.add(Noop, source="bench")
@@ -90,61 +159,34 @@ def main() -> None:
     policy = PolicyActor.start(home / "chalie.db", bus)
     policy.proxy().set("chat", "noop", "allow").get()
     dispatcher = DispatcherActor.start(
-        registry, Services(registry=registry), home / "chalie.db", lambda: policy, None, bus
+        registry, Services(registry=registry), home / "chalie.db", policy, None, bus
     )
-    ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat")
-    call = ToolCall(call_id="c1", tool="noop", arguments={"act_summary": "bench", "note": "x"},
-                    context=ctx)
+    echo = Echo.start()
+    ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat", injected=("noop",))
+    call = ToolCall(
+        call_id="c1", tool="noop", arguments={"act_summary": "bench", "note": "x"}, context=ctx
+    )
     try:
         for _ in range(500):  # warm-up; also lets the dispatcher fetch the policy view
             submit(dispatcher, call).result(5)
         outcome = submit(dispatcher, call).result(5)
         assert outcome.status == "success", outcome.envelope
+        print(f"inline no-op through the dispatcher, gate (allow) + trail included, n={n} a round:")
+        rounds(
+            "dispatch",
+            "pykka ask",
+            lambda: submit(dispatcher, call).result(5),
+            lambda: echo.ask(_Ping()),
+            n,
+            count,
+            100.0,
+        )
         samples = timed(lambda: submit(dispatcher, call).result(5), n)
-        print(f"dispatcher overhead, inline no-op, gate (allow) + trail included, n={n}:")
-        print(f"  p50 {statistics.median(samples):.1f} us   p90 {pct(samples, 0.9):.1f} us   "
-              f"p99 {pct(samples, 0.99):.1f} us")
-
-        # The parts, each measured alone on this thread.
-        trail = Trail(home / "parts.db")
-
-        def record() -> CallRecord:
-            return trail.record_for(call_id="c", turn_id="t", conversation_id="b", channel="chat",
-                                    tool="noop", permission="noop.ping", params='{"note":"x"}',
-                                    act_summary="bench")
-
-        recs = [record() for _ in range(2000)]
-        it = iter(recs)
-
-        def coalesced() -> None:  # the hot path: a quick call's start and end, one insert
-            rec = next(it)
-            trail.defer_start(rec)
-            trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
-
-        one_row = timed(coalesced, 2000)
-        recs = [record() for _ in range(2000)]
-        it = iter(recs)
-
-        def two_writes() -> None:  # a start written at once, then its end
-            rec = next(it)
-            trail.start(rec)
-            trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
-
-        both = timed(two_writes, 2000)
-        params = {"note": "x"}
-        pre = timed(lambda: steps.prevalidate(Noop, params), 5000)
-        result = ToolResult.success("ok")
-        rend = timed(lambda: steps.render_outcome("noop", result, "ping"), 5000)
-        hop = timed(lambda: policy.ask(_Ping()), 2000)
-        print("  parts (p50): "
-              f"trail row of a quick call (one insert) {statistics.median(one_row):.1f} us "
-              f"[start+end as two writes: {statistics.median(both):.1f} us], "
-              f"pre-validation {statistics.median(pre):.1f} us, "
-              f"render {statistics.median(rend):.1f} us, "
-              f"one pykka ask round trip {statistics.median(hop):.1f} us")
-        print("  a call crosses three threads (caller -> dispatcher actor -> inline pool -> "
-              "caller); the hand-offs and the trail insert dominate")
-        trail.close()
+        print(
+            f"  last run: p50 {statistics.median(samples):.1f} us   p90 {pct(samples, 0.9):.1f} "
+            f"us   p99 {pct(samples, 0.99):.1f} us"
+        )
+        parts(home, policy)
 
         callers = 4
         per = max(1, n // callers)
@@ -161,13 +203,94 @@ def main() -> None:
             t.join()
         rate = callers * per / (time.perf_counter() - began)
         print(f"throughput, inline no-op, {callers} concurrent callers: {rate:,.0f} calls/s")
-        worker_path(home, registry, bus, policy)
+        worker_path(home, registry, bus, policy, n, count)
         print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         pykka.ActorRegistry.stop_all()
 
 
-def worker_path(home: Path, registry: Registry, bus: EventBus, policy: pykka.ActorRef[Any]) -> None:
+def parts(home: Path, policy: pykka.ActorRef[Any]) -> None:
+    """The parts of an inline call, each measured alone on this thread."""
+    trail = Trail(home / "parts.db")
+
+    def record() -> CallRecord:
+        return trail.record_for(
+            call_id="c",
+            turn_id="t",
+            conversation_id="b",
+            channel="chat",
+            tool="noop",
+            permission="noop.ping",
+            params='{"note":"x"}',
+            act_summary="bench",
+        )
+
+    recs = iter([record() for _ in range(2000)])
+
+    def coalesced() -> None:  # the hot path: a quick call's start and end, one insert
+        rec = next(recs)
+        trail.defer_start(rec)
+        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+
+    one_row = timed(coalesced, 2000)
+    params = {"note": "x"}
+    pre = timed(lambda: steps.prevalidate(Noop, params), 5000)
+    result = ToolResult.success("ok")
+    rend = timed(lambda: steps.render_outcome("noop", result, "ping"), 5000)
+    print(
+        "  parts (p50): "
+        f"trail row of a quick call (one insert) {statistics.median(one_row):.1f} us, "
+        f"pre-validation {statistics.median(pre):.1f} us, "
+        f"render {statistics.median(rend):.1f} us"
+    )
+    print(
+        "  a call crosses four threads' hand-offs (caller -> dispatcher -> inline lane -> "
+        "dispatcher -> caller): about two pykka asks, plus the trail insert"
+    )
+    trail.close()
+
+
+ECHO = """
+import sys, zmq
+ctx = zmq.Context()
+sock = ctx.socket(zmq.DEALER)
+sock.connect(sys.argv[1])
+sock.send(b"ready")
+while True:
+    frame = sock.recv()
+    if frame == b"stop":
+        break
+    sock.send(frame)
+"""
+
+
+def zmq_floor(home: Path) -> tuple[Callable[[], object], Callable[[], None]]:
+    """A bare ZeroMQ round trip to a child process: msgpack frame out, the same frame back."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{home}/floor.sock"
+    sock.bind(endpoint)
+    child = subprocess.Popen([sys.executable, "-c", ECHO, endpoint])
+    ident, _ = sock.recv_multipart()
+    frame = msgspec.msgpack.encode(
+        {"kind": "worker_job", "job_id": "j", "ability": "x:Y", "params": {}, "context": None}
+    )
+
+    def round_trip() -> object:
+        sock.send_multipart([ident, frame])
+        return sock.recv_multipart()
+
+    def close() -> None:
+        sock.send_multipart([ident, b"stop"])
+        child.wait(5)
+        sock.close(0)
+
+    return round_trip, close
+
+
+def worker_path(
+    home: Path, registry: Registry, bus: EventBus, policy: pykka.ActorRef[Any], n: int, count: int
+) -> None:
     """The same call to an ability in a worker process, through the dispatcher (2 workers)."""
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
 
@@ -176,10 +299,12 @@ def worker_path(home: Path, registry: Registry, bus: EventBus, policy: pykka.Act
     handle = WorkerPoolHandle()
     pool = WorkerPool.start(home / "pool", workers=2, handle=handle)
     dispatcher = DispatcherActor.start(
-        registry, Services(), home / "chalie.db", lambda: policy, handle, bus
+        registry, Services(), home / "chalie.db", policy, handle, bus
     )
-    ctx = TurnContext(conversation_id="bench", turn_id="t2", channel="chat")
-    call = ToolCall(call_id="w", tool="proc_noop", arguments={}, context=ctx)
+    ctx = TurnContext(
+        conversation_id="bench", turn_id="t2", channel="chat", injected=("proc_noop",)
+    )
+    call = ToolCall(call_id="w", tool="proc_noop", arguments={"act_summary": "bench"}, context=ctx)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if submit(dispatcher, call).result(10).status == "success":
@@ -187,15 +312,25 @@ def worker_path(home: Path, registry: Registry, bus: EventBus, policy: pykka.Act
         time.sleep(0.05)
     for _ in range(300):
         submit(dispatcher, call).result(10)
-    samples = timed(lambda: submit(dispatcher, call).result(10), 2000)
-    print(f"worker-process no-op through the dispatcher, n=2000: p50 "
-          f"{statistics.median(samples):.1f} us   p99 {pct(samples, 0.99):.1f} us")
-    dispatcher.stop()
-    pool.stop()
-
-
-class _Ping:
-    pass
+    floor, close = zmq_floor(home)
+    for _ in range(300):
+        floor()
+    m = max(500, n // 2)
+    print(f"worker-process no-op through the dispatcher (2 workers), n={m} a round:")
+    try:
+        rounds(
+            "worker call",
+            "zmq round trip",
+            lambda: submit(dispatcher, call).result(10),
+            floor,
+            m,
+            count,
+            400.0,
+        )
+    finally:
+        close()
+        dispatcher.stop()
+        pool.stop()
 
 
 if __name__ == "__main__":

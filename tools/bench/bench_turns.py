@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx2
 
+from actors.conversations import Conversations
+from actors.policy import PolicyActor
 from chalie import daemon
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
@@ -40,8 +42,11 @@ from chalie.conversation.requests import SendMessage
 from chalie.daemon import Runtime
 
 SCRIPT = {
-    "on_user": {"tool_calls": [{"name": "calculator",
-                                "arguments": {"expression": "6*7", "act_summary": "multiplying"}}]},
+    "on_user": {
+        "tool_calls": [
+            {"name": "calculator", "arguments": {"expression": "6*7", "act_summary": "multiplying"}}
+        ]
+    },
     "on_tool": {"text": "42"},
 }
 
@@ -57,7 +62,8 @@ def start_model(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     script.write_text(json.dumps(SCRIPT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.fake_llm", str(script)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -70,7 +76,7 @@ class Turns:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.conversations = rt.child("conversations")
+        self.conversations = rt.child("conversations", Conversations).within(30)
         self._waiters: dict[str, tuple[threading.Event, list[TurnFinished]]] = {}
         self._lock = threading.Lock()
         rt.events.subscribe(None, self._on_event)
@@ -83,22 +89,29 @@ class Turns:
                 waiter[1].append(event)
                 waiter[0].set()
 
-    def run(self, text: str, channel: str = "bench", conversation_id: str | None = None,
-            wait: bool = True) -> tuple[str, TurnFinished | None]:
+    def run(
+        self,
+        text: str,
+        channel: str = "bench",
+        conversation_id: str | None = None,
+        wait: bool = True,
+    ) -> tuple[str, TurnFinished | None]:
         cid = conversation_id or f"b_{os.urandom(8).hex()}"
         done = threading.Event()
         box: list[TurnFinished] = []
         # The turn id is known only after send: register under the conversation first.
         accepted = self.conversations.call(
-            "send",
+            Conversations.send,
             SendMessage(conversation_id=cid, channel=channel, text=text, client_msg_id=""),
-            timeout=30,
         )
         with self._lock:
             self._waiters[accepted.turn_id] = (done, box)
         # A turn may have finished before the waiter was registered: look in storage.
-        stored = [e for e in self.conversations.call("events", cid, 0, 1000, timeout=30)
-                  if isinstance(e, TurnFinished) and e.turn_id == accepted.turn_id]
+        stored = [
+            e
+            for e in self.conversations.call(Conversations.events, cid, 0, 1000)
+            if isinstance(e, TurnFinished) and e.turn_id == accepted.turn_id
+        ]
         if stored:
             with self._lock:
                 self._waiters.pop(accepted.turn_id, None)
@@ -131,12 +144,16 @@ def main() -> int:
         box["rt"] = rt
         ready.set()
 
-    thread = threading.Thread(target=daemon.run, args=(Config.load(work),),
-                              kwargs={"ready": on_ready}, daemon=True)
+    thread = threading.Thread(
+        target=daemon.run, args=(Config.load(work),), kwargs={"ready": on_ready}, daemon=True
+    )
     thread.start()
     assert ready.wait(120), "daemon did not start"
     rt = box["rt"]
-    rt.child("policy").call("set", "subconscious", "calculator", "allow", timeout=10)
+    assert rt.supervisor is not None
+    while not all(c["alive"] for c in rt.supervisor.proxy().status().get(timeout=10)["children"]):
+        time.sleep(0.05)
+    rt.child("policy", PolicyActor).call(PolicyActor.set, "subconscious", "calculator", "allow")
     turns = Turns(rt)
     http = httpx2.Client(base_url=url, trust_env=False)
     try:
@@ -153,9 +170,11 @@ def main() -> int:
         steps.sort()
         p50 = statistics.median(steps)
         p95 = steps[int(len(steps) * 0.95)]
-        print(f"act-loop step overhead (model time excluded), n={len(steps)}: "
-              f"p50 {p50:.2f} ms  p95 {p95:.2f} ms   floor p50 <= 2 ms  "
-              f"{'OK' if p50 <= 2 else 'OVER'}")
+        print(
+            f"act-loop step overhead (model time excluded), n={len(steps)}: "
+            f"p50 {p50:.2f} ms  p95 {p95:.2f} ms   floor p50 <= 2 ms  "
+            f"{'OK' if p50 <= 2 else 'OVER'}"
+        )
 
         # -- 2. concurrent conversations -----------------------------------------------------
         rss0 = rss_mb()
@@ -175,6 +194,7 @@ def main() -> int:
                     counts["ok" if good else "errors"] += 1
                 if cid is not None and len(counts) and counts["ok"] % 97 == 0:
                     cid = None  # now and then a fresh conversation
+
         started = time.monotonic()
         drivers = [threading.Thread(target=driver) for _ in range(args.concurrency)]
         for d in drivers:
@@ -183,22 +203,26 @@ def main() -> int:
             d.join()
         elapsed = time.monotonic() - started
         rate = counts["ok"] / elapsed
-        print(f"{args.concurrency} concurrent conversations: {counts['ok']} turns in "
-              f"{elapsed:.1f} s = {rate:.0f} turns/s, {counts['errors']} errors, "
-              f"RSS {rss0:.0f} -> {rss_mb():.0f} MB   floor >= 100 turns/s, 0 errors  "
-              f"{'OK' if rate >= 100 and counts['errors'] == 0 else 'UNDER'}")
+        print(
+            f"{args.concurrency} concurrent conversations: {counts['ok']} turns in "
+            f"{elapsed:.1f} s = {rate:.0f} turns/s, {counts['errors']} errors, "
+            f"RSS {rss0:.0f} -> {rss_mb():.0f} MB   floor >= 100 turns/s, 0 errors  "
+            f"{'OK' if rate >= 100 and counts['errors'] == 0 else 'UNDER'}"
+        )
 
         # -- 3. idle conversations ---------------------------------------------------------
-        live0 = rt.child("conversations").call("live", timeout=10)
+        live0 = rt.child("conversations", Conversations).call(Conversations.live)
         base = rss_mb()
         sent = 0
         for _ in range(args.idle):
             turns.run("hello")
             sent += 1
-        live = rt.child("conversations").call("live", timeout=10)
+        live = rt.child("conversations", Conversations).call(Conversations.live)
         grown = rss_mb() - base
-        print(f"{args.idle} idle conversations ({live - live0} more TurnActors alive): "
-              f"RSS +{grown:.1f} MB   floor <= 50 MB  {'OK' if grown <= 50 else 'OVER'}")
+        print(
+            f"{args.idle} idle conversations ({live - live0} more TurnActors alive): "
+            f"RSS +{grown:.1f} MB   floor <= 50 MB  {'OK' if grown <= 50 else 'OVER'}"
+        )
     finally:
         http.close()
         rt.request_stop()
