@@ -264,6 +264,7 @@ class _TransportDied:
 
 def child_specs(rt: Runtime) -> list[ChildSpec]:
     """The chat bridge's place in the tree (after the conversations), or none when disabled."""
+    from actors.conversations import Conversations
     from chalie.conversation.requests import SendMessage
 
     cfg = rt.config
@@ -278,7 +279,7 @@ def child_specs(rt: Runtime) -> list[ChildSpec]:
                 rt.db_path,
                 rt.loop,
                 rt.events,
-                lambda: rt.child("conversations").current(),
+                rt.child("conversations", Conversations).current,
                 SendMessage,
             ),
             shutdown=10.0,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from actors.chat_bridge import ChatBridge
 from chalie import daemon
 from chalie.config import Config
 from chalie.daemon import Runtime
@@ -39,8 +41,18 @@ class Daemon:
         self.thread.start()
         assert ready.wait(120), "the daemon did not start"
         self.rt = box["rt"]
-        self.addresses: dict[str, Any] = self.rt.child("chat").call("addresses", timeout=10)
-        self.token = (self.home / FIRST_TOKEN_FILE).read_text().strip()
+        try:
+            chat = self.rt.child("chat", ChatBridge).within(10)
+            # The supervisor starts its children after ``ready``: wait for this one.
+            deadline = time.monotonic() + 60
+            while not chat.is_alive():
+                assert time.monotonic() < deadline, "the chat child did not start"
+                time.sleep(0.01)
+            self.addresses: dict[str, Any] = chat.call(ChatBridge.addresses)
+            self.token = (self.home / FIRST_TOKEN_FILE).read_text().strip()
+        except BaseException:
+            self.close()
+            raise
 
     def script(self, script: dict[str, Any]) -> None:
         self.server.app.player = Player(load_script(json.dumps(script)))

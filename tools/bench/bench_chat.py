@@ -36,6 +36,8 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from actors.chat_bridge import ChatBridge
+from actors.policy import PolicyActor
 from chalie import daemon
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
@@ -165,7 +167,7 @@ def idle_clients(ws_url: str, token: str, home: Path, n: int, rt: Runtime) -> st
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "ready"
-        counts = rt.child("chat").call("addresses", timeout=10)
+        counts = rt.child("chat", ChatBridge).within(10).call(ChatBridge.addresses)
         after = rss_mb()
         proc.stdin.write("\n")
         proc.stdin.flush()
@@ -208,8 +210,12 @@ def main() -> None:
     try:
         assert ready.wait(120), "the daemon did not start"
         rt = box["rt"]
-        rt.child("policy").call("set", "chat", "calculator", "allow", timeout=10)
-        ws_url = rt.child("chat").call("addresses", timeout=10)["websocket"]
+        while not rt.child("chat", ChatBridge).is_alive():  # children start after ready
+            time.sleep(0.01)
+        rt.child("policy", PolicyActor).within(10).call(
+            PolicyActor.set, "chat", "calculator", "allow"
+        )
+        ws_url = rt.child("chat", ChatBridge).within(10).call(ChatBridge.addresses)["websocket"]
         token = (home / FIRST_TOKEN_FILE).read_text().strip()
         ws = asyncio.run(websocket_run(ws_url, token, args.messages))
         zq = zmq_run(home, args.messages)
