@@ -7,12 +7,33 @@ available and internal; nothing is injected into the turn.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from abilities.find_tools import FindToolsParams, ask_discovery
+import msgspec
+
+from abilities.find_tools import Entry, ask_discovery
 from chalie.ability import Ability
-from chalie.discovery.cascade import DEFAULT_K, FindResult
+from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
 from chalie.result import ToolResult
+
+Tasks = Annotated[
+    list[Entry],
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_ENTRIES,
+        description=(
+            "One entry per task you want a playbook for: a playbook name (e.g. "
+            "'plan_a_trip') or a description of the task (e.g. 'schedule a meeting "
+            "across time zones'). Nothing becomes callable; each match returns its text."
+        ),
+    ),
+]
+
+
+class FindSkillsParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Read step-by-step playbooks for complex tasks: their text comes back, no tool is added."""
+
+    query: Tasks
 
 
 class FindSkills(Ability):
@@ -31,12 +52,12 @@ class FindSkills(Ability):
         "find a guide for this multi-step task",
         "get the playbook for research",
     )
-    Params = FindToolsParams
+    Params = FindSkillsParams
     internal = True
     discoverable = False
     timeout = 30.0
 
-    def run(self, params: FindToolsParams) -> ToolResult:
+    def run(self, params: FindSkillsParams) -> ToolResult:
         queries = list(params.query)
         outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
             self, lambda d: d.find_skills(queries, k=DEFAULT_K)

@@ -105,6 +105,10 @@ class FindTools(Ability):
         names = outcome.names
         if names and self.context is not None and self.services is not None:
             self.services.turns.inject(self.context.turn_id, names)
+            # so that the turn's end can learn from which entry led to which tool
+            remember = getattr(self.services.discovery, "remember", None)
+            if callable(remember):
+                remember(self.context.turn_id, outcome)
         return ToolResult.success(
             outcome.body(), meta={"injected": len(names), "not_found": len(outcome.not_found)}
         )

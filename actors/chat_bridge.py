@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import pykka
 
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildSpec, ChildUnavailable, SupervisedActor
+from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, SupervisedActor
 from chalie.chat import protocol as p
 from chalie.chat.router import ZmqBridge
 from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable, Refused
@@ -38,9 +38,6 @@ from chalie.chat.websocket import WebSocketBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
-
-if TYPE_CHECKING:
-    from chalie.daemon import Runtime
 
 log = logging.getLogger("chalie.chat")
 
@@ -262,25 +259,24 @@ class _TransportDied:
     error: str
 
 
-def child_specs(rt: Runtime) -> list[ChildSpec]:
+def child_specs(
+    config: ChatConfig,
+    home: Path,
+    db_path: Path,
+    loop: EventLoopThread,
+    events: EventBus,
+    conversations: ChildRef[Any],
+) -> list[ChildSpec]:
     """The chat bridge's place in the tree (after the conversations), or none when disabled."""
-    from actors.conversations import Conversations
     from chalie.conversation.requests import SendMessage
 
-    cfg = rt.config
-    if not cfg.chat.enabled:
+    if not config.enabled:
         return []
     return [
         ChildSpec(
             "chat",
             lambda: ChatBridge.start(
-                cfg.chat,
-                cfg.home,
-                rt.db_path,
-                rt.loop,
-                rt.events,
-                rt.child("conversations", Conversations).current,
-                SendMessage,
+                config, home, db_path, loop, events, conversations.current, SendMessage
             ),
             shutdown=10.0,
         )

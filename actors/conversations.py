@@ -30,14 +30,17 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 import pykka
 
+from actors.control_commands import answer_errors
 from actors.dispatcher import DispatcherActor, submit
+from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
-from actors.supervisor import ChildUnavailable, SupervisedActor
+from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from actors.turn import (
     Background,
     Cancel,
@@ -50,12 +53,15 @@ from actors.turn import (
     TurnDeps,
 )
 from chalie import control
-from chalie.config import ModelConfig
+from chalie.config import Config, ModelConfig
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.events import Event, ToolFinished, TurnFinished
 from chalie.conversation.requests import (
     Accepted,
+    AskArgs,
+    ConversationArgs,
     ConversationError,
+    ConversationsListArgs,
     SendMessage,
     check_id,
     check_send,
@@ -63,7 +69,7 @@ from chalie.conversation.requests import (
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
 from chalie.dispatch import envelope_name
 from chalie.envelope import render
-from chalie.events import Subscription
+from chalie.events import EventBus, Subscription
 from chalie.messages import (
     BackgroundResult,
     CancelTurn,
@@ -74,11 +80,37 @@ from chalie.messages import (
 )
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
+from chalie.registry import Registry
+from chalie.routing import Route
+from chalie.services import Services
 
-if TYPE_CHECKING:
-    from chalie.daemon import Runtime
+
+class ConversationsHost(Protocol):
+    """What the conversations need of the running daemon (the composition root's Runtime)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def events(self) -> EventBus: ...
+
+    @property
+    def loop(self) -> EventLoopThread: ...
+
+    @property
+    def services(self) -> Services: ...
+
+    @property
+    def db_path(self) -> Path: ...
+
+    def child(self, child_id: str, kind: type[K]) -> ChildRef[K]: ...
+
 
 log = logging.getLogger("chalie.conversations")
+K = TypeVar("K", bound=pykka.Actor)
 
 MAX_CRASHES: Final = 3
 CRASH_PERIOD: Final = 30.0
@@ -100,7 +132,7 @@ class _Live:
 class Conversations(SupervisedActor):
     """One TurnActor per conversation, on demand; the API chat clients and MCP build on."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: ConversationsHost) -> None:
         super().__init__()
         self._rt = rt
         cfg = rt.config
@@ -122,7 +154,9 @@ class Conversations(SupervisedActor):
         rt = self._rt
         store = ConversationStore(rt.db_path)
         self._store = store
-        outbox = Outbox(rt.db_path)
+        outbox = Outbox(
+            rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
+        )
         self._outbox = outbox
         for cid in store.interrupted_conversations():
             for event in store.recover(cid):
@@ -408,90 +442,114 @@ def new_id(prefix: str) -> str:
 # -- the control commands (chalie ask, chalie conversations ...) --------------------------
 
 
-def control_command(rt: Runtime, command: str, args: control.Args) -> ControlReply:
-    """Serve ``ask`` and ``conversations.*`` on a control handler thread (it may block)."""
-    conversations = rt.child("conversations", Conversations).within(ASK_TIMEOUT)
-    try:
-        if isinstance(args, control.AskArgs):
-            return _ask(rt, args)
-        if isinstance(args, control.ConversationsListArgs):
-            rows = conversations.call(Conversations.list, args.limit)
-            return control.success(msgspec.to_builtins(rows))
-        if isinstance(args, control.ConversationArgs):
-            cid = args.conversation_id
-            if command == "conversations.delete":
-                if not conversations.call(Conversations.delete, cid):
-                    return control.failure("unknown-conversation", f"no conversation {cid!r}")
-                return control.success({"conversation_id": cid, "deleted": True})
-            found = conversations.call(Conversations.show, cid)
-            if found is None:
-                return control.failure("unknown-conversation", f"no conversation {cid!r}")
-            return control.success(msgspec.to_builtins(found))
-    except ConversationError as exc:
-        return control.failure(exc.code, exc.message)
-    return control.failure(control.UNKNOWN_COMMAND, f"no handler for {command!r}")
+class ConversationCommands:
+    """The control socket's conversation commands: one routing-table row each."""
 
+    def __init__(self, host: ConversationsHost) -> None:
+        self._host = host
 
-def _ask(rt: Runtime, args: control.AskArgs) -> ControlReply:
-    """Run one turn without a human and wait for its end (the caller's thread blocks)."""
-    conversations = rt.child("conversations", Conversations).within(ASK_TIMEOUT)
-    channels = conversations.call(Conversations.channels)
-    channel = channels.get(args.channel)
-    if channel is None:
-        return control.failure(
-            "unknown-channel",
-            f"no channel {args.channel!r}; known: {', '.join(sorted(channels))}",
-        )
-    if channel.human_present:
-        return control.failure(
-            "invalid-message",
-            f"ask runs without a human, and channel {args.channel!r} expects one; "
-            "use a channel such as subconscious",
-        )
-    cid = args.conversation_id or new_id("c")
-    finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
-    tools: list[dict[str, Any]] = []
+    def routes(self) -> list[Route[Any]]:
+        rows: list[Route[Any]] = [
+            Route("ask", AskArgs, self.ask),
+            Route("conversations.list", ConversationsListArgs, self.list),
+            Route("conversations.show", ConversationArgs, self.show),
+            Route("conversations.delete", ConversationArgs, self.delete),
+        ]
+        return [answer_errors(_conversation_errors(row)) for row in rows]
 
-    def on_event(event: Any) -> None:
-        if isinstance(event, TurnFinished):
-            finished.put(event)
-        elif isinstance(event, ToolFinished):
-            tools.append({"tool": event.tool, "status": event.status, "code": event.code})
+    def _conversations(self) -> ChildRef[Conversations]:
+        return self._host.child("conversations", Conversations).within(ASK_TIMEOUT)
 
-    with rt.events.subscribe(cid, on_event):
-        accepted = conversations.call(
-            Conversations.send,
-            SendMessage(
-                conversation_id=cid,
-                channel=args.channel,
-                text=args.text,
-                client_msg_id=new_id("ask"),
-                origin="cli-ask",
-            ),
-        )
-        deadline = time.monotonic() + args.timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                with contextlib.suppress(Exception):
-                    conversations.call(Conversations.cancel, cid)
-                return control.failure(
-                    "tool-timeout",
-                    f"the turn did not finish within {args.timeout:g} s",
+    def list(self, args: ConversationsListArgs) -> ControlReply:
+        rows = self._conversations().call(Conversations.list, args.limit)
+        return control.success(msgspec.to_builtins(rows))
+
+    def show(self, args: ConversationArgs) -> ControlReply:
+        found = self._conversations().call(Conversations.show, args.conversation_id)
+        if found is None:
+            return control.failure(
+                "unknown-conversation", f"no conversation {args.conversation_id!r}"
+            )
+        return control.success(msgspec.to_builtins(found))
+
+    def delete(self, args: ConversationArgs) -> ControlReply:
+        cid = args.conversation_id
+        if not self._conversations().call(Conversations.delete, cid):
+            return control.failure("unknown-conversation", f"no conversation {cid!r}")
+        return control.success({"conversation_id": cid, "deleted": True})
+
+    def ask(self, args: AskArgs) -> ControlReply:
+        """Run one turn without a human and wait for its end (this handler thread blocks)."""
+        conversations = self._conversations()
+        channels = conversations.call(Conversations.channels)
+        channel = channels.get(args.channel)
+        if channel is None:
+            return control.failure(
+                "unknown-channel",
+                f"no channel {args.channel!r}; known: {', '.join(sorted(channels))}",
+            )
+        if channel.human_present:
+            return control.failure(
+                "invalid-message",
+                f"ask runs without a human, and channel {args.channel!r} expects one; "
+                "use a channel such as subconscious",
+            )
+        cid = args.conversation_id or new_id("c")
+        finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
+        tools: list[dict[str, Any]] = []
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, TurnFinished):
+                finished.put(event)
+            elif isinstance(event, ToolFinished):
+                tools.append({"tool": event.tool, "status": event.status, "code": event.code})
+
+        with self._host.events.subscribe(cid, on_event):
+            accepted = conversations.call(
+                Conversations.send,
+                SendMessage(
                     conversation_id=cid,
-                )
-            try:
-                event = finished.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                continue
-            if event.turn_id == accepted.turn_id:
-                break
-    return control.success(
-        {
-            "conversation_id": cid,
-            "turn_id": accepted.turn_id,
-            "reason": event.reason,
-            "text": event.text,
-            "tools": tools,
-        }
-    )
+                    channel=args.channel,
+                    text=args.text,
+                    client_msg_id=new_id("ask"),
+                    origin="cli-ask",
+                ),
+            )
+            deadline = time.monotonic() + args.timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    with contextlib.suppress(Exception):
+                        conversations.call(Conversations.cancel, cid)
+                    return control.failure(
+                        "tool-timeout",
+                        f"the turn did not finish within {args.timeout:g} s",
+                        conversation_id=cid,
+                    )
+                try:
+                    event = finished.get(timeout=min(left, 1.0))
+                except queue.Empty:
+                    continue
+                if event.turn_id == accepted.turn_id:
+                    break
+        return control.success(
+            {
+                "conversation_id": cid,
+                "turn_id": accepted.turn_id,
+                "reason": event.reason,
+                "text": event.text,
+                "tools": tools,
+            }
+        )
+
+
+def _conversation_errors(route: Route[Any]) -> Route[Any]:
+    """A ConversationError from the actor becomes a reply with its code."""
+
+    def run(args: Any) -> ControlReply:
+        try:
+            return route.handler(args)
+        except ConversationError as exc:
+            return control.failure(exc.code, exc.message)
+
+    return Route(route.name, route.args, run)

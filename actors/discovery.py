@@ -26,7 +26,9 @@ holds. Wiring in the daemon::
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -34,11 +36,15 @@ from typing import Any, Final
 import pykka
 
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
-from chalie.discovery.engine import DiscoveryEngine, Progress, registry_docs
+from chalie.discovery.engine import MANIFEST, DiscoveryEngine, Progress, registry_docs
+from chalie.discovery.learning import Example, LearnedExamples, Learner, LearnResult
 from chalie.discovery.skills import Skill, SkillLibrary
+from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 
 log = logging.getLogger("chalie.discovery")
 
@@ -46,11 +52,8 @@ log = logging.getLogger("chalie.discovery")
 # so the model hears "the index is still building" rather than a bare timeout.
 DEFAULT_TIMEOUT: Final = 20.0
 RETRY_AFTER: Final = 60.0
-
-
-def index_dirs(home: Path) -> tuple[Path, Path]:
-    """Where the tool and the skill indexes live in a data directory."""
-    return home / "index" / "tools", home / "index" / "skills"
+# Turns whose find_tools results are remembered for learn_turn, newest kept.
+REMEMBERED_TURNS: Final = 1024
 
 
 class DiscoveryActor(SupervisedActor):
@@ -66,8 +69,18 @@ class DiscoveryActor(SupervisedActor):
         docs: Sequence[ToolDoc] | None = None,
         skills: SkillLibrary | None = None,
         readonly: bool = False,
+        state: IndexState | None = None,
+        db_path: Path | None = None,
+        learning: DiscoveryConfig | None = None,
     ) -> None:
         super().__init__()
+        # learned examples live in the daemon's database (None: no learning, e.g. the CLI)
+        self._db_path = db_path
+        self._learning = learning if learning is not None else DiscoveryConfig()
+        self._store: LearnedExamples | None = None
+        self._learner: Learner | None = None
+        # what the index is doing, readable without asking this actor (status, rebuild polls)
+        self._state = state if state is not None else IndexState()
         # A reader beside a running daemon (the CLI) must not replace the
         # daemon's index: it serves a current one and builds a stale one in memory.
         self._readonly = readonly
@@ -81,17 +94,67 @@ class DiscoveryActor(SupervisedActor):
         self._skills: DiscoveryEngine | None = None
         self._error: str | None = None
         self._failed_at = 0.0
+        # a reader (the CLI) says what it fell back to in status(), not in the log
+        self._notices: list[str] = []
 
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
         self._load(rebuild=False, progress=None)
+
+    def on_stop(self) -> None:
+        self._close_store()
+
+    def on_failure(self, *exc: Any) -> None:
+        self._close_store()
+
+    def _close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+            self._learner = None
+
+    def _open_learning(self) -> None:
+        """The learned-examples store and the path onto the tool index; a failure only logs."""
+        if self._db_path is None or self._readonly or self._tools is None:
+            return
+        try:
+            if self._store is None:
+                self._store = LearnedExamples(
+                    self._db_path, per_tool=self._learning.examples_per_tool
+                )
+            self._learner = Learner(
+                self._store,
+                self._tools,
+                enabled=self._learning.learn,
+                channels=self._learning.learn_channels,
+            )
+            counts = self._learner.sync()
+            if any(counts.values()):
+                log.info("learned examples brought into the index: %s", counts)
+        except Exception:
+            log.exception("learned examples unavailable; discovery runs without them")
+            self._learner = None
+
+    def _learned_phrases(self) -> dict[str, list[str]] | None:
+        if self._db_path is None or self._readonly:
+            return None
+        try:
+            if self._store is None:
+                self._store = LearnedExamples(
+                    self._db_path, per_tool=self._learning.examples_per_tool
+                )
+            return self._store.phrases()
+        except Exception:
+            log.exception("learned examples unreadable; rebuilding without them")
+            return None
 
     def _catalogue(self) -> list[ToolDoc]:
         if self._fixed_docs is not None:
             return list(self._fixed_docs)
         return registry_docs(self._registry or ())
 
-    def _load(self, *, rebuild: bool, progress: Progress | None) -> None:
+    def _load(self, *, rebuild: bool, progress: Progress | None, reuse: bool = True) -> None:
+        self._state.loading()
         try:
             if self._embedder is None:
                 self._embedder = load_embedder(self._embedder_config)
@@ -101,43 +164,68 @@ class DiscoveryActor(SupervisedActor):
             tool_docs, skill_docs = self._catalogue(), self._library.docs()
             if self._home is None:
                 self._tools = DiscoveryEngine.build(tool_docs, embedder, progress=progress)
-                self._skills = DiscoveryEngine.build(skill_docs, embedder)
+                self._skills = DiscoveryEngine.build(skill_docs, embedder, kind="skills")
             elif self._readonly:
                 tools_dir, skills_dir = index_dirs(self._home)
                 self._tools = self._open_current(tools_dir, tool_docs, embedder)
-                self._skills = self._open_current(skills_dir, skill_docs, embedder)
+                self._skills = self._open_current(skills_dir, skill_docs, embedder, "skills")
             else:
                 tools_dir, skills_dir = index_dirs(self._home)
                 if rebuild:
                     self._tools = DiscoveryEngine.build(
-                        tool_docs, embedder, directory=tools_dir, progress=progress
+                        tool_docs,
+                        embedder,
+                        directory=tools_dir,
+                        progress=progress,
+                        reuse=reuse,
+                        learned=self._learned_phrases(),
                     )
-                    self._skills = DiscoveryEngine.build(skill_docs, embedder, directory=skills_dir)
+                    self._skills = DiscoveryEngine.build(
+                        skill_docs, embedder, directory=skills_dir, reuse=reuse, kind="skills"
+                    )
                 else:
                     self._tools = DiscoveryEngine.open_or_build(
                         tools_dir, tool_docs, embedder, progress=progress
                     )
-                    self._skills = DiscoveryEngine.open_or_build(skills_dir, skill_docs, embedder)
+                    self._skills = DiscoveryEngine.open_or_build(
+                        skills_dir, skill_docs, embedder, kind="skills"
+                    )
             self._error = None
+            self._open_learning()
             log.info("discovery ready: %d tools, %d skills", len(self._tools), len(self._skills))
+            self._state.ready(
+                tools=len(self._tools),
+                skills=len(self._skills),
+                model_id=embedder.model_id,
+                ceiling=self._tools.ceiling,
+            )
         except Exception as exc:
             # Stay up and answer every find with the error rather than "nothing found".
-            log.exception("the discovery index could not be loaded")
+            if isinstance(exc, IndexCorruptError):
+                log.log(
+                    logging.INFO if self._readonly else logging.ERROR,
+                    "the discovery index could not be loaded: %s",
+                    exc,
+                )
+            else:
+                log.exception("the discovery index could not be loaded")
             self._tools = self._skills = None
             self._error = f"{type(exc).__name__}: {exc}"
             self._failed_at = time.monotonic()
+            self._state.failed(self._error)
 
-    @staticmethod
     def _open_current(
-        directory: Path, docs: Sequence[ToolDoc], embedder: Embedder
+        self, directory: Path, docs: Sequence[ToolDoc], embedder: Embedder, kind: str = "tools"
     ) -> DiscoveryEngine:
         reason = DiscoveryEngine.stale_reason(directory, docs, embedder)
         if reason is None:
             return DiscoveryEngine.open(directory, embedder)
-        log.warning(
-            "not using the index in %s (%s); searching a fresh in-memory one", directory, reason
-        )
-        return DiscoveryEngine.build(docs, embedder)
+        notice = f"not using the index in {directory} ({reason}); searched a fresh in-memory one"
+        if (directory / MANIFEST).exists():
+            # an index that is there but unusable (corrupt, stale) is worth saying loudly
+            self._notices.append(notice)
+        log.info(notice)
+        return DiscoveryEngine.build(docs, embedder, kind=kind)
 
     def _engine(self, which: str) -> DiscoveryEngine:
         if self._tools is None and time.monotonic() - self._failed_at > RETRY_AFTER:
@@ -165,19 +253,66 @@ class DiscoveryActor(SupervisedActor):
     def status(self) -> dict[str, Any]:
         return {
             "ready": self._tools is not None,
+            "state": self._state.snapshot()["state"],
             "error": self._error,
             "tools": len(self._tools) if self._tools else 0,
             "skills": len(self._skills) if self._skills else 0,
             "model_id": self._embedder.model_id if self._embedder else None,
             "ceiling": self._tools.ceiling if self._tools else None,
+            "notices": list(self._notices),
         }
 
     # -- updates ----------------------------------------------------------
     def add(self, docs: Sequence[ToolDoc]) -> None:
-        self._engine("tools").add(docs)
+        engine = self._engine("tools")
+        held = engine.docs
+        changed = [d.name for d in docs if d.name in held and held[d.name] != d]
+        engine.add(docs)
+        if changed and self._learner is not None:
+            # examples learned for the old definition say nothing about the new one
+            self._learner.tool_changed(changed)
 
     def remove(self, names: Iterable[str]) -> None:
-        self._engine("tools").remove(list(names))
+        gone = list(names)
+        self._engine("tools").remove(gone)
+        if self._learner is not None:
+            self._learner.tool_changed(gone)
+
+    # -- learning from use (chalie/discovery/learning.py) -------------------
+    def learn(
+        self, entry: str, tool: str, channel: str, definition: str | None = None
+    ) -> LearnResult:
+        self._engine("tools")
+        if self._learner is None:
+            return LearnResult(False, "learning-off", message="no learned-examples store")
+        return self._learner.learn(entry, tool, channel, definition=definition)
+
+    def learn_quietly(
+        self, entry: str, tool: str, channel: str, definition: str | None = None
+    ) -> None:
+        """``learn`` for a tell: never raises (a raise would fail the actor)."""
+        try:
+            result = self.learn(entry, tool, channel, definition)
+            log.debug("learn %s: %s", tool, result.reason)
+        except Exception as exc:
+            log.info("not learned for %s: %s", tool, exc)
+
+    def examples(self, tool: str | None = None) -> list[Example]:
+        if self._store is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._store.examples(tool)
+
+    def forget(self, target: str | int) -> int:
+        self._engine("tools")
+        if self._learner is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._learner.forget(target)
+
+    def clear_examples(self) -> int:
+        self._engine("tools")
+        if self._learner is None:
+            raise IndexCorruptError("no learned-examples store")
+        return self._learner.clear()
 
     def sync(self) -> dict[str, int]:
         """Bring the tool index in line with the registry: add, replace and drop the difference."""
@@ -190,6 +325,8 @@ class DiscoveryActor(SupervisedActor):
             engine.add(changed)
         if gone:
             engine.remove(gone)
+        if self._learner is not None:
+            self._learner.tool_changed([d.name for d in changed if d.name in held] + gone)
         return {"added": len(changed), "removed": len(gone)}
 
     def rebuild(self) -> dict[str, Any]:
@@ -199,6 +336,25 @@ class DiscoveryActor(SupervisedActor):
         if self._error is not None:
             raise IndexCorruptError(f"the discovery index could not be rebuilt: {self._error}")
         return self.status()
+
+    def rebuild_job(self, job_id: str, reuse: bool) -> None:
+        """Run the rebuild ``IndexState.begin_rebuild`` registered, reporting progress there.
+
+        Sent as a tell (``DiscoveryHandle.start_rebuild``), so it never raises:
+        the outcome is the job's phase and error.
+        """
+        error: str | None = None
+        try:
+            self._library = None
+            self._load(
+                rebuild=True,
+                reuse=reuse,
+                progress=lambda done, total: self._state.progress(job_id, done, total),
+            )
+            error = self._error
+        except Exception as exc:  # _load catches its own; this is the last line of defence
+            error = f"{type(exc).__name__}: {exc}"
+        self._state.end_rebuild(job_id, error=error)
 
 
 Target = pykka.ActorRef[Any] | ChildRef[Any]
@@ -214,16 +370,30 @@ class DiscoveryHandle:
     """
 
     def __init__(
-        self, target: Target | Callable[[], Target], *, timeout: float = DEFAULT_TIMEOUT
+        self,
+        target: Target | Callable[[], Target],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        state: IndexState | None = None,
     ) -> None:
         self._target = target
         self._timeout = timeout
+        # turn id -> (entry, tool, definition) of what its find_tools calls found
+        self._finds: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
+        self._finds_lock = threading.Lock()
+        # shared with the actor (pass it to DiscoveryActor.start) so status and
+        # rebuild progress are read without waiting behind a build
+        self.state = state if state is not None else IndexState()
+
+    def _resolve(self) -> Target:
+        target = self._target
+        if not isinstance(target, pykka.ActorRef | ChildRef):
+            target = target()
+        return target
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            target = self._target
-            if not isinstance(target, pykka.ActorRef | ChildRef):
-                target = target()
+            target = self._resolve()
             if isinstance(target, pykka.ActorRef):
                 target = ChildRef.to(target, "discovery")
             return target.within(self._timeout).call(method, *args, **kwargs)
@@ -261,6 +431,120 @@ class DiscoveryHandle:
         status: dict[str, Any] = self._call(DiscoveryActor.rebuild)
         return status
 
+    def learn(
+        self, entry: str, tool: str, channel: str, *, definition: str | None = None
+    ) -> LearnResult:
+        """Record that ``entry`` (a find_tools entry) led to a successful call of ``tool``.
+
+        The conversations code calls this when a turn ends: for each entry of a
+        find_tools call whose injected ``tool`` was then called with success and
+        not denied, pass the entry, the tool, the turn's channel and
+        ``FindResult.definitions[tool]``. The index has the phrase when this returns.
+        """
+        result: LearnResult = self._call(DiscoveryActor.learn, entry, tool, channel, definition)
+        return result
+
+    def remember(self, turn_id: str, result: FindResult) -> None:
+        """Note which entry of a turn's find_tools found which tool (find_tools calls this).
+
+        Only entries the vector rung answered are kept: an entry that was a tool's
+        name teaches nothing about how people ask for it. Bounded: the oldest
+        turns are dropped past REMEMBERED_TURNS, so a turn that never ends costs
+        nothing for long.
+        """
+        found = [
+            (outcome.query, name, result.definitions.get(name, ""))
+            for outcome in result.entries
+            if outcome.rung == "vector"
+            for name in outcome.names
+        ]
+        if not found:
+            return
+        with self._finds_lock:
+            self._finds.setdefault(turn_id, []).extend(found)
+            self._finds.move_to_end(turn_id)
+            while len(self._finds) > REMEMBERED_TURNS:
+                self._finds.popitem(last=False)
+
+    def learn_turn(self, turn_id: str, channel: str, used: Iterable[str]) -> list[LearnResult]:
+        """At the end of a turn: learn each find_tools entry whose tool was then used.
+
+        ``used`` names the tools the turn called with success and the user did not
+        deny. What the turn's finds found is forgotten either way.
+        """
+        with self._finds_lock:
+            found = self._finds.pop(turn_id, [])
+        wanted = set(used)
+        results: list[LearnResult] = []
+        for entry, tool, definition in dict.fromkeys(found):
+            if tool in wanted:
+                results.append(self.learn(entry, tool, channel, definition=definition or None))
+        return results
+
+    def learn_soon(
+        self, entry: str, tool: str, channel: str, *, definition: str | None = None
+    ) -> None:
+        """As :meth:`learn`, without waiting (a tell); outcomes are only logged."""
+        try:
+            target = self._resolve()
+            ref = target if isinstance(target, pykka.ActorRef) else target.current()
+            ref.proxy().learn_quietly.defer(entry, tool, channel, definition)
+        except (pykka.ActorDeadError, ChildUnavailable) as exc:
+            log.info("not learned (%s): discovery is not running", exc)
+
+    def examples(self, tool: str | None = None) -> list[Example]:
+        found: list[Example] = self._call(DiscoveryActor.examples, tool)
+        return found
+
+    def forget(self, target: str | int) -> int:
+        count: int = self._call(DiscoveryActor.forget, target)
+        return count
+
+    def clear_examples(self) -> int:
+        count: int = self._call(DiscoveryActor.clear_examples)
+        return count
+
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self._call(DiscoveryActor.status)
         return status
+
+    def snapshot(self) -> dict[str, Any]:
+        """The index state (chalie.discovery.state), without asking the actor."""
+        return self.state.snapshot()
+
+    def start_rebuild(self, reuse: bool = False) -> dict[str, Any]:
+        """Start a rebuild in the actor unless one runs; the job's view plus ``started``.
+
+        Returns at once: poll :meth:`snapshot` (its ``rebuild``) for progress.
+        """
+        job, new = self.state.begin_rebuild(reuse)
+        if new:
+            try:
+                target = self._resolve()
+                ref = target if isinstance(target, pykka.ActorRef) else target.current()
+                ref.proxy().rebuild_job.defer(job.job_id, reuse)
+            except (pykka.ActorDeadError, ChildUnavailable) as exc:
+                self.state.end_rebuild(job.job_id, error=f"tool discovery is not running ({exc})")
+        view = self.state.job() or job.view()
+        return {**view, "started": new}
+
+
+def example_view(example: Example) -> dict[str, Any]:
+    return {
+        "id": example.id,
+        "tool": example.tool,
+        "text": example.text,
+        "channel": example.channel,
+        "created": example.created,
+    }
+
+
+def examples_command(handle: DiscoveryHandle, args: Any) -> dict[str, Any]:
+    """The ``discovery.examples`` control command (chalie.control.DiscoveryExamplesArgs)."""
+    if args.action == "list":
+        return {"examples": [example_view(e) for e in handle.examples(args.tool)]}
+    if args.action == "forget":
+        if (args.tool is None) == (args.id is None):
+            raise ValueError("forget takes a tool or an id")
+        return {"forgotten": handle.forget(args.tool if args.id is None else args.id)}
+    return {"forgotten": handle.clear_examples()}

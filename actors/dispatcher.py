@@ -85,7 +85,7 @@ from chalie.messages import (
     ViewRequest,
     Withdraw,
 )
-from chalie.outbox import DEFAULT_MAX_AGE, Outbox, check_limits
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.registry import Entry
 from chalie.result import ToolResult
@@ -99,7 +99,7 @@ log = logging.getLogger("chalie.dispatch")
 START_ROW_DELAY: Final = 0.002
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
     """One call in flight; touched only on the dispatcher's thread."""
 
@@ -180,6 +180,7 @@ class DispatcherActor(SupervisedActor):
         parts: Mapping[str, Any] | None = None,
         children: Directory | None = None,
         outbox_max_age: float = DEFAULT_MAX_AGE,
+        outbox_max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
         super().__init__()
         self._registry = registry
@@ -208,8 +209,9 @@ class DispatcherActor(SupervisedActor):
         self._flush_due = False
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
-        check_limits(outbox_max_age)
+        check_limits(outbox_max_age, outbox_max_rows)
         self._outbox_max_age = outbox_max_age
+        self._outbox_max_rows = outbox_max_rows
         self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -220,7 +222,9 @@ class DispatcherActor(SupervisedActor):
             log.warning(
                 "marked %d call(s) left running by a previous run as interrupted", interrupted
             )
-        self._outbox = Outbox(self._trail_path, max_age=self._outbox_max_age)
+        self._outbox = Outbox(
+            self._trail_path, max_age=self._outbox_max_age, max_rows=self._outbox_max_rows
+        )
         self._timers = Timers(self.actor_ref)
         self.spawn_thread(self._timers.run, "dispatch-timers")
 
@@ -623,6 +627,7 @@ class DispatcherActor(SupervisedActor):
         if state.timer is not None and self._timers is not None:
             self._timers.cancel(state.timer)
             state.timer = None
+        result, rich = steps.carried_rich(state.tool, result)
         try:
             envelope = steps.render_outcome(state.tool, result, state.pre.action)
         except Exception:
@@ -641,7 +646,6 @@ class DispatcherActor(SupervisedActor):
             )
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
-        rich = dict(result.rich) if result.rich is not None else None
         if state.replied:
             self._deliver_background(state, result, envelope, rich)
         else:

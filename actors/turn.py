@@ -66,6 +66,8 @@ from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, Pro
 log = logging.getLogger("chalie.turn")
 
 CANCELLED_LINE: Final = "The turn was cancelled."
+# How a permission request ended when its call's outcome tells it (answered elsewhere).
+SETTLED_BY_CODE: Final = {"permission-denied": "deny", "approval-expired": "expired"}
 # Tool calls one model response may start; the rest get an error result.
 MAX_CALLS_PER_STEP: Final = 32
 
@@ -213,7 +215,7 @@ class _Turn:
     notes: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
     model: concurrent.futures.Future[ModelResponse] | None = None
-    requests: set[str] = field(default_factory=set)
+    requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
     deadline: list[asyncio.TimerHandle] = field(default_factory=list)
 
 
@@ -566,7 +568,8 @@ class TurnActor(pykka.ThreadingActor):
             return
         call = turn.calls[index]
         call.result = outcome.envelope
-        events: list[ConversationEvent] = [
+        events: list[ConversationEvent] = self._settled_by(turn, call.tool, outcome)
+        events.append(
             self._event(
                 ToolFinished,
                 turn_id=turn.turn_id,
@@ -575,7 +578,7 @@ class TurnActor(pykka.ThreadingActor):
                 status=outcome.status,
                 code=outcome.code,
             )
-        ]
+        )
         rich = getattr(outcome, "rich", None)
         if isinstance(rich, dict):
             events.append(
@@ -622,7 +625,7 @@ class TurnActor(pykka.ThreadingActor):
         turn = self._turn
         turn_id = turn.turn_id if turn is not None else ""
         if turn is not None:
-            turn.requests.add(request.request_id)
+            turn.requests[request.request_id] = request.tool
         self._emit(
             PermissionRequested,
             request_id=request.request_id,
@@ -635,9 +638,19 @@ class TurnActor(pykka.ThreadingActor):
         )
 
     def _settled(self, request_id: str, answer: str) -> None:
-        if self._turn is not None:
-            self._turn.requests.discard(request_id)
+        turn = self._turn
+        if turn is None or turn.requests.pop(request_id, None) is None:
+            return  # already settled by the call's outcome, or withdrawn with its turn
         self._emit(PermissionSettled, request_id=request_id, answer=answer)
+
+    def _settled_by(self, turn: _Turn, tool: str, outcome: ToolOutcome) -> list[ConversationEvent]:
+        """A call that asked ended: its request was answered (here or elsewhere) or expired."""
+        request_id = next((r for r, t in turn.requests.items() if t == tool), None)
+        if request_id is None:
+            return []
+        del turn.requests[request_id]
+        answer = SETTLED_BY_CODE.get(outcome.code or "", "allowed")
+        return [self._event(PermissionSettled, request_id=request_id, answer=answer)]
 
     def _background(self, result: BackgroundResult) -> None:
         if result.call_id in self._delivered:

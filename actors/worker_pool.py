@@ -7,9 +7,15 @@ Lifecycle of the pool:
    thread with ``spawn_thread``, so a crash there restarts the pool.
 2. The broker thread owns every socket and process. It spawns workers (and
    one warm spare that takes over a dead worker's slot at once) with
-   ``subprocess.Popen([sys.executable, "-m", "chalie.worker", ...])`` and
-   watches each through a pidfd in the same blocking ``zmq.Poller`` as the
-   ROUTER and the eventfd that wakes it for submissions from other threads.
+   ``subprocess.Popen([sys.executable, "-m", "chalie.worker", ...])``, writes
+   each a fresh identity and secret on its stdin, and watches each through a
+   pidfd in the same blocking ``zmq.Poller`` as the ROUTER and the eventfd
+   that wakes it for submissions from other threads. A worker is sent jobs
+   only after its WorkerReady proves the secret.
+   Frames from peers that are not a live worker are dropped before they are
+   decoded, the rest are decoded with a depth limit (``chalie.wire``), and
+   one turn of the loop handles a bounded number of frames, so garbage
+   traffic can neither crash the thread nor starve heartbeats and deadlines.
 3. ``WorkerPoolHandle.submit`` queues a job from any thread and returns a
    future that always resolves to a WorkerResult: the worker's answer, or
    worker-crashed, tool-timeout, cancelled, overloaded or internal-error.
@@ -34,7 +40,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,9 +53,9 @@ from chalie.messages import (
     WorkerReady,
     WorkerResult,
     WorkerShutdown,
-    decode,
     encode,
 )
+from chalie.wire import DropLog, check_sendable, decode_message
 from chalie.worker import CONTROL_SUFFIX
 from chalie.workers import (
     BROKER_TIMEOUT,
@@ -62,7 +67,9 @@ from chalie.workers import (
     BrokerBook,
     JobRecord,
     broker_endpoint,
+    encode_credentials,
     error_result,
+    new_credentials,
 )
 
 log = logging.getLogger("chalie.workers")
@@ -77,8 +84,14 @@ _SNDMORE: Final = int(zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
 # A worker's control socket is its job identity plus this suffix.
 CONTROL: Final = CONTROL_SUFFIX.encode()
-# Malformed frames are logged individually up to this many, then every 1000th.
-LOUD_DROPS: Final = 20
+# Frames, and bytes, handled in one turn of the loop: a flood of small or of
+# large frames cannot hold off the clock (deadlines, heartbeats, spawning).
+FRAMES_PER_TURN: Final = 256
+BYTES_PER_TURN: Final = 32 * 1024 * 1024
+# Messages queued per connected peer before ZeroMQ stops reading from it. A
+# worker has at most one result and a few heartbeats in flight; the bound
+# caps what one hostile peer can make the daemon hold in memory.
+RECEIVE_QUEUE: Final = 64
 
 WorkerFuture = concurrent.futures.Future[WorkerResult]
 _NOT_RUNNING: Final[dict[str, Any]] = {
@@ -163,13 +176,14 @@ class Broker:
         self._signalled = False
         self._lock = threading.Lock()
         self._procs: dict[int, _Process] = {}  # pidfd -> process
-        self._drops = 0
+        self.drops = DropLog(log, "worker broker")
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         try:
             self._router.setsockopt(zmq.LINGER, 0)
             self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._router.setsockopt(zmq.MAXMSGSIZE, max_frame)
+            self._router.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
             self._router.bind(self.endpoint)
         except zmq.ZMQError:
             # A pool that cannot bind must not leak its context and descriptors
@@ -204,7 +218,10 @@ class Broker:
         # boundary fails here, and the broker thread does less per call.
         try:
             frame = encode(job)
-        except (TypeError, msgspec.EncodeError) as exc:
+            too_deep = check_sendable(frame)
+            if too_deep:
+                raise ValueError(too_deep)
+        except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
             _resolve(
                 future,
                 error_result(
@@ -267,7 +284,7 @@ class Broker:
             events = poller.poll(wait_ms)
             for sock, _ in events:
                 if sock is self._router:
-                    self._receive()
+                    self._receive(FRAMES_PER_TURN)
                 elif sock == self._wake:
                     os.eventfd_read(self._wake)
                     with self._lock:
@@ -342,54 +359,70 @@ class Broker:
             log.info("cancel of %s: killing worker pid %d", job_id, worker.pid)
             self._kill(worker.identity)
 
-    def _receive(self) -> None:
-        now = time.monotonic()
+    def _receive(self, budget: int) -> None:
+        """Handle at most ``budget`` waiting frames; the poller reports the rest next turn."""
         router = self._router
-        while True:
+        workers = self.book.workers
+        size_left = BYTES_PER_TURN
+        for _ in range(budget):
             try:
-                frames = [router.recv(_NOBLOCK)]
+                identity = router.recv(_NOBLOCK)
             except zmq.Again:
                 return
+            frames = [identity]
             while router.get(_RCVMORE):
                 frames.append(router.recv(_NOBLOCK))
-            if len(frames) != 2:
-                self._drop(
-                    frames[0] if frames else b"", f"{len(frames) - 1} payload frames, expected 1"
-                )
-                continue
-            identity, payload = frames
-            try:
-                msg = decode(payload)
-            except msgspec.DecodeError as exc:
-                self._drop(identity, f"undecodable ({exc})")
-                continue
-            if identity.endswith(CONTROL):
-                if not isinstance(msg, Heartbeat):
-                    self._drop(identity, f"unexpected {type(msg).__name__} on a control socket")
-                elif not self.book.heard(identity[: -len(CONTROL)], now):
-                    self._drop(identity, "heartbeat from an unknown worker")
-            elif isinstance(msg, WorkerResult):
-                job = self.book.on_result(identity, msg.job_id)
-                if job is None:
-                    self._drop(identity, f"result for a job it does not run ({msg.job_id!r})")
-                    continue
-                self.book.heard(identity, now)
-                _resolve(job.future, msg)
-            elif isinstance(msg, WorkerReady):
-                if not self.book.on_ready(identity, msg.pid, now):
-                    self._drop(identity, f"ready from an unexpected worker (pid {msg.pid})")
+                size_left -= len(frames[-1])
+            # Strangers first and cheaply: no decoding for a peer that is not
+            # one of our live workers.
+            control = identity.endswith(CONTROL)
+            if (identity[: -len(CONTROL)] if control else identity) not in workers:
+                self.drops.drop(identity, "not a live worker of this broker")
             else:
-                self._drop(identity, f"unexpected {type(msg).__name__}")
+                try:
+                    self.on_frames(frames, control, time.monotonic())
+                except Exception as exc:  # a last line: no frame may end the broker thread
+                    if self.drops.total < self.drops.burst:
+                        log.exception("handling a frame from %r failed", identity[:40])
+                    self.drops.drop(identity, f"handling failed ({type(exc).__name__})")
+            if size_left <= 0:
+                return
 
-    def _drop(self, identity: bytes, why: str) -> None:
-        self._drops += 1
-        if self._drops <= LOUD_DROPS or self._drops % 1000 == 0:
-            log.warning(
-                "worker broker dropped a frame from %r: %s (%d dropped so far)",
-                identity[:40],
-                why,
-                self._drops,
-            )
+    def on_frames(self, frames: list[bytes], control: bool, now: float) -> None:
+        """One message from a live worker's job (or ``control``) socket."""
+        identity = frames[0]
+        if len(frames) != 2:
+            self.drops.drop(identity, f"{len(frames) - 1} payload frames, expected 1")
+            return
+        try:
+            msg = decode_message(frames[1])
+        except msgspec.DecodeError as exc:
+            self.drops.drop(identity, f"undecodable ({exc})")
+            return
+        if control:
+            if not isinstance(msg, Heartbeat):
+                self.drops.drop(identity, f"unexpected {type(msg).__name__} on a control socket")
+            elif not self.book.heard(identity[: -len(CONTROL)], now):
+                self.drops.drop(identity, "heartbeat from an unknown worker")
+        elif isinstance(msg, WorkerResult):
+            job = self.book.on_result(identity, msg.job_id)
+            if job is None:
+                self.drops.drop(identity, f"result for a job it does not run ({msg.job_id!r})")
+                return
+            self.book.heard(identity, now)
+            _resolve(job.future, msg)
+        elif isinstance(msg, WorkerReady):
+            if not self.book.on_ready(identity, msg.pid, now, msg.proof):
+                self.drops.drop(
+                    identity, f"ready from an unexpected worker or without proof (pid {msg.pid})"
+                )
+                # A process that holds a starting worker's identity without its
+                # secret keeps the real one out: give the slot a fresh identity.
+                worker = self.book.workers.get(identity)
+                if worker is not None and worker.state == "starting":
+                    self._kill(identity)
+        else:
+            self.drops.drop(identity, f"unexpected {type(msg).__name__}")
 
     def _dispatch(self) -> None:
         router = self._router
@@ -474,15 +507,13 @@ class Broker:
             self._spawn(slot, now)
 
     def _spawn(self, slot: int, now: float) -> None:
-        identity = f"w{slot}-{uuid.uuid4().hex[:12]}"
+        identity, secret = new_credentials(slot)
         argv = [
             sys.executable,
             "-m",
             "chalie.worker",
             "--endpoint",
             self.endpoint,
-            "--identity",
-            identity,
             "--heartbeat",
             repr(self.heartbeat),
             "--broker-timeout",
@@ -496,17 +527,25 @@ class Broker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
         try:
             popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, close_fds=True
+                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, close_fds=True
             )
         except OSError as exc:
             log.error("cannot start a worker process: %s", exc)
-            self.book.add_worker(identity.encode(), slot, -1, now)
+            self.book.add_worker(identity.encode(), slot, -1, now, secret=b"")
             self.book.remove_worker(identity.encode(), now)
             return
+        stdin = popen.stdin
+        assert stdin is not None  # stdin=PIPE
+        try:
+            # Far below a pipe's capacity: the write cannot block.
+            stdin.write(encode_credentials(identity, secret))
+            stdin.close()
+        except OSError as exc:
+            log.error("cannot hand worker pid %d its credentials: %s", popen.pid, exc)
         proc = _Process(popen, identity.encode())
         self._procs[proc.pidfd] = proc
         self._poller.register(proc.pidfd, zmq.POLLIN)
-        self.book.add_worker(identity.encode(), slot, popen.pid, now)
+        self.book.add_worker(identity.encode(), slot, popen.pid, now, secret=secret)
         log.info("started worker pid %d for slot %d", popen.pid, slot)
 
     def _shutdown(self) -> None:

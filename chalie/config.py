@@ -29,8 +29,21 @@ import msgspec
 import msgspec.inspect as mi
 
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
+from chalie.messages import Channel
+from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 
-__all__ = ["ChatConfig", "Config", "ConfigError", "EmbedderBackend", "EmbedderConfig", "Section"]
+__all__ = [
+    "ChatConfig",
+    "Config",
+    "ConfigError",
+    "DiscoveryConfig",
+    "EmbedderBackend",
+    "EmbedderConfig",
+    "McpConfig",
+    "McpServerConfig",
+    "OutboxConfig",
+    "Section",
+]
 
 
 CONFIG_SOURCE: Final = "config.toml"
@@ -61,6 +74,9 @@ class EmbedderConfig(Section, frozen=True):
     model: ModelName | None = None  # sentence-transformers: a path or name; openai: the model
     url: HttpUrl | None = None  # openai: the endpoint's base URL
     api_key_env: EnvName | None = None  # openai: the NAME of the variable holding the key
+    # A local model is loaded on the first find and released after this many
+    # seconds without one (0: kept once loaded).
+    idle_unload: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 600.0
 
     def __post_init__(self) -> None:
         if self.backend == "sentence-transformers" and self.model is None:
@@ -69,8 +85,12 @@ class EmbedderConfig(Section, frozen=True):
             raise ValueError("the openai backend needs embedder.url and embedder.model")
 
     def options(self) -> dict[str, Any]:
-        """The set keys as a plain mapping, as ``load_embedder`` takes them."""
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        """The model's set keys as a plain mapping, as ``load_embedder`` takes them."""
+        return {
+            k: v
+            for k, v in msgspec.structs.asdict(self).items()
+            if v is not None and k != "idle_unload"
+        }
 
 
 # -- [chat] ------------------------------------------------------------------------------
@@ -114,6 +134,35 @@ class ChatConfig(Section, frozen=True):
                 "chat.zmq_tcp needs chat.curve_secret_key_file and chat.curve_authorized_keys"
                 " (no TCP without CURVE)"
             )
+
+
+# -- [mcp_server] ------------------------------------------------------------------------
+
+HostName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9.:\[\]_-]+$")
+]
+
+
+class McpServerConfig(Section, frozen=True):
+    """The inbound MCP server (talk_to_chalie) and its per-token limits."""
+
+    enabled: bool = True
+    host: HostName = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8462  # 0: any free port
+    # Binding beyond loopback needs this too, and is logged as a warning.
+    allow_remote: bool = False
+    # Extra Host / Origin values the DNS-rebinding guard accepts (for a remote bind).
+    allowed_hosts: tuple[HostName, ...] = ()
+    allowed_origins: tuple[Annotated[str, msgspec.Meta(max_length=2048)], ...] = ()
+    # Per token: turns running at once, HTTP requests per minute, bytes per request.
+    max_concurrent_turns: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+    requests_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 600
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1_024, le=16_777_216)] = 262_144
+    # Stateful (2025-11-25) sessions, all tokens together, and their idle reaping.
+    max_sessions: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1_000
+    session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
+    # A turn that never reports its end is given up (and cancelled) after this long.
+    turn_wait: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 900.0
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------
@@ -167,7 +216,42 @@ class ConversationsConfig(Section, frozen=True):
     max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
 
 
+class DiscoveryConfig(Section, frozen=True):
+    """``[discovery]``: learning from use (chalie/discovery/learning.py)."""
+
+    # Record the find_tools entries that led to a successful call as examples.
+    learn: bool = True
+    # Only where a human is present by default: an external agent must not teach
+    # discovery to route other people's requests.
+    learn_channels: tuple[Channel, ...] = ("chat",)
+    examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+
+
+class OutboxConfig(Section, frozen=True):
+    """``[outbox]``: background results kept until their conversation acknowledges them."""
+
+    # Seconds an undelivered result is kept (1 minute to 90 days).
+    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = DEFAULT_MAX_AGE
+    # Undelivered results kept at most; past it the oldest are dropped first.
+    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
+
+
 # -- the whole file ----------------------------------------------------------------------
+
+
+class McpConfig(Section, frozen=True):
+    """``[mcp]``: outbound MCP connections (a connection's own values override these)."""
+
+    heartbeat_interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 30.0
+    probe_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
+    connect_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    list_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 60.0
+    backoff_base: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    backoff_cap: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
+    # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
+    # so spawning stdio servers never competes with the daemon's own start.
+    start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
 
 
 class Config(Section, frozen=True):
@@ -184,9 +268,13 @@ class Config(Section, frozen=True):
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
     chat: ChatConfig = ChatConfig()
+    mcp_server: McpServerConfig = McpServerConfig()
     models: dict[str, ModelConfig] = {}
     channels: dict[str, ChannelConfig] = {}
     conversations: ConversationsConfig = ConversationsConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    mcp: McpConfig = McpConfig()
+    outbox: OutboxConfig = OutboxConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:
@@ -350,12 +438,17 @@ def _unwrap(info: mi.Type) -> mi.Type:
     return info
 
 
+def _bound(value: float) -> str:
+    """A range end as an operator writes it: 7776000, not 7.776e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _allowed(info: mi.Type) -> str:
     if isinstance(info, mi.IntType | mi.FloatType):
         what = "an integer" if isinstance(info, mi.IntType) else "a number"
         low, high = info.ge, info.le
         if low is not None and high is not None:
-            return f"{what} from {low:g} to {high:g}"
+            return f"{what} from {_bound(low)} to {_bound(high)}"
         return what
     if isinstance(info, mi.LiteralType):
         return "one of " + ", ".join(f'"{v}"' for v in info.values)

@@ -8,12 +8,13 @@ encoding, the command name, and the command's arguments against a Struct.
 A bad request gets ``ControlReply(ok=False, error=<code>, data={"message":
 ...})``; nothing here raises on hostile input.
 
-Commands (arguments in the Structs below): ``status``, ``stop``,
+The daemon's commands (their routing table is in ``actors/control_commands.py``;
+their arguments are the Structs below): ``status``, ``stop``,
 ``tools.call`` / ``tools.poll`` / ``tools.cancel`` (a call runs in the
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``.
+``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db).
 """
 
 from __future__ import annotations
@@ -21,18 +22,25 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 import zmq
 
+from chalie.home import CONTROL_SOCKET_NAME, MAX_IPC_PATH
+from chalie.home import LOCK_NAME as LOCK_NAME
+from chalie.home import PID_NAME as PID_NAME
 from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
+from chalie.wire import SafeDecoder
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
-SOCKET_NAME: Final = "control.sock"
-PID_NAME: Final = "chalie.pid"
-LOCK_NAME: Final = "chalie.lock"
+# Containers in a request's arguments nest at most this deep: deeper ones are
+# refused before anything (validation, the trail, a reply) walks them recursively.
+MAX_ARG_DEPTH: Final = 64
+# The data directory's layout is chalie.home's; these names are re-exported for clients.
+SOCKET_NAME: Final = CONTROL_SOCKET_NAME
 _SLICE_MS: Final = 200
 
 # Error codes a ControlReply can carry (the ``error`` field).
@@ -98,42 +106,23 @@ class PolicyAnswerArgs(Args):
     answer: Answer
 
 
-class AskArgs(Args):
-    """A one-shot turn without a human (``chalie ask``)."""
+class DiscoveryExamplesArgs(Args):
+    """The learned examples: list (one tool's or all), forget a tool's or one, clear all."""
 
-    text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
-    channel: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "subconscious"
-    conversation_id: Id | None = None
-    timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
-
-
-class ConversationsListArgs(Args):
-    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 50
+    action: Literal["list", "forget", "clear"]
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    id: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
-class ConversationArgs(Args):
-    conversation_id: Id
+class IndexRebuildArgs(Args):
+    """Start a rebuild of the discovery index in the daemon, or (start=False) report on it."""
+
+    start: bool = True
+    reuse: bool = False
 
 
-COMMANDS: Final[dict[str, type[Args]]] = {
-    "status": NoArgs,
-    "stop": NoArgs,
-    "tools.call": ToolsCallArgs,
-    "tools.poll": ToolsPollArgs,
-    "tools.cancel": ToolsCancelArgs,
-    "trail": TrailArgs,
-    "policy.list": NoArgs,
-    "policy.set": PolicySetArgs,
-    "policy.reset": PolicyResetArgs,
-    "policy.pending": NoArgs,
-    "policy.answer": PolicyAnswerArgs,
-    "ask": AskArgs,
-    "conversations.list": ConversationsListArgs,
-    "conversations.show": ConversationArgs,
-    "conversations.delete": ConversationArgs,
-}
-
-_request_decoder: Final = msgspec.msgpack.Decoder(ControlRequest)
+# The frame's own levels (request, args, arguments) sit above the arguments' limit.
+_request_decoder: Final = SafeDecoder[ControlRequest](ControlRequest, max_depth=MAX_ARG_DEPTH + 8)
 _reply_decoder: Final = msgspec.msgpack.Decoder(ControlReply)
 _encoder: Final = msgspec.msgpack.Encoder()
 _WHITESPACE: Final = re.compile(r"\s+")
@@ -150,26 +139,50 @@ def success(data: Any = None) -> ControlReply:
     return ControlReply(ok=True, data=data)
 
 
-def parse_request(frame: bytes) -> tuple[str, Args] | ControlReply:
-    """The command and its checked arguments, or the error reply to send back."""
+def parse_request(
+    frame: bytes, commands: Mapping[str, type[Args]]
+) -> tuple[str, Args] | ControlReply:
+    """The command and its arguments checked against ``commands`` (name -> argument
+    type: the routing table's), or the error reply to send back."""
     if len(frame) > MAX_REQUEST_BYTES:
         return failure(OVERSIZED, f"request of {len(frame)} bytes exceeds {MAX_REQUEST_BYTES}")
     try:
         request = _request_decoder.decode(frame)
     except msgspec.DecodeError as exc:
         return failure(MALFORMED, f"not a control request: {exc}")
-    spec = COMMANDS.get(request.command)
+    except RecursionError:
+        return failure(MALFORMED, "the request is nested too deeply")
+    if not _nesting_within(request.args, MAX_ARG_DEPTH):
+        return failure(MALFORMED, f"the arguments nest deeper than {MAX_ARG_DEPTH} levels")
+    spec = commands.get(request.command)
     if spec is None:
         return failure(
             UNKNOWN_COMMAND,
             f"unknown command {request.command[:64]!r}",
-            valid_values=sorted(COMMANDS),
+            valid_values=sorted(commands),
         )
     try:
         args = msgspec.convert(request.args, spec, strict=True)
     except msgspec.ValidationError as exc:
         return failure(INVALID_ARGS, f"{request.command}: {exc}")
     return request.command, args
+
+
+def _nesting_within(value: Any, limit: int) -> bool:
+    """Whether containers in ``value`` nest at most ``limit`` deep (checked without recursion)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        todo.extend((child, depth + 1) for child in children)
+    return True
 
 
 def encode_reply(reply: ControlReply) -> bytes:
@@ -198,7 +211,7 @@ def socket_path(home: Path) -> Path:
 def endpoint(home: Path) -> str:
     path = socket_path(home)
     # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
-    if len(os.fsencode(path)) > 107:
+    if len(os.fsencode(path)) > MAX_IPC_PATH:
         raise ValueError(f"data directory path too long for an ipc socket: {path}")
     return f"ipc://{path}"
 
@@ -303,6 +316,12 @@ class ControlClient:
             self._sock.close()
             self._sock = None
 
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def call(
         self, command: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> ControlReply:
@@ -329,3 +348,11 @@ class ControlClient:
             return decode_reply(frame)
         except msgspec.DecodeError as exc:
             return failure(MALFORMED, f"daemon sent an unreadable reply: {exc}")
+
+
+def request(
+    home: Path, command: str, args: dict[str, Any] | None = None, *, timeout: float = 10.0
+) -> ControlReply:
+    """One request on a client of its own, closed afterwards."""
+    with ControlClient(home, timeout=timeout) as client:
+        return client.call(command, args)

@@ -1,20 +1,11 @@
-"""The daemon: start-up and shutdown of one Chalie process on one data directory.
+"""The daemon process's lifecycle, without the actors: its lock, its pid file, its exit.
 
-Start-up, in order (:func:`run`):
-
-1. Take the single-instance lock: an ``flock`` on ``<home>/chalie.lock``. The
-   kernel drops it when the process dies, so a stale pid file left by a
-   SIGKILLed daemon never blocks the next start; a live daemon does.
-2. Collect the registry (a duplicate name is a one-line start-up error) and
-   mark trail rows a crash left ``running`` as interrupted.
-3. Start the uvloop loop thread, then the supervisor tree. The children, in
-   start order (:func:`child_specs`): policy, workers, discovery (its place is
-   kept; it joins when it lands), dispatcher, any extra children, control.
-   The tree stops them in reverse order, so the control endpoint closes first
-   and the workers are reaped after the dispatcher stopped sending them work.
-4. Write the pid file and wait for a stop: SIGINT or SIGTERM, ``chalie stop``,
-   or an escalation from the root supervisor (restart intensity exceeded).
-5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
+One daemon runs on one data directory. :func:`instance_lock` is an ``flock`` on
+``<home>/chalie.lock``: the kernel drops it when the process dies, so a stale
+pid file left by a SIGKILLed daemon never blocks the next start; a live daemon
+does. :func:`write_pid_file` and :func:`remove_pid_file` keep ``chalie.pid``;
+:func:`exit_process` leaves once the tree stopped. The composition root that
+assembles the supervisor tree and runs it is :mod:`chalie_app.root`.
 
 Exit codes: :data:`EXIT_OK` for a requested stop, :data:`EXIT_ESCALATED` when
 the tree gave up, :data:`EXIT_ALREADY_RUNNING`, :data:`EXIT_STARTUP_FAILED`.
@@ -26,39 +17,22 @@ import contextlib
 import fcntl
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Final, NoReturn
 
-import pykka
-
-import chalie
-from actors.control import ControlActor
-from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, Directory, Supervisor
 from chalie import control
-from chalie.config import Config
-from chalie.events import EventBus
-from chalie.home import HomeError
-from chalie.registry import DuplicateAbilityError, Registry
-from chalie.services import Services
+from chalie.home import Home
 
 log = logging.getLogger("chalie.daemon")
-
-A = TypeVar("A", bound=pykka.Actor)
 
 EXIT_OK: Final = 0
 EXIT_STARTUP_FAILED: Final = 1
 EXIT_ALREADY_RUNNING: Final = 3
 EXIT_ESCALATED: Final = 70  # sysexits EX_SOFTWARE: the runtime itself gave up
-
-DB_NAME: Final = "chalie.db"
 
 
 class StartupError(RuntimeError):
@@ -77,7 +51,7 @@ def instance_lock(home: Path) -> Iterator[None]:
     """Hold the data directory's lock for the block; AlreadyRunning when another daemon has it."""
     # os.open gives a non-inheritable fd: worker subprocesses never hold the lock.
     try:
-        fd = os.open(home / control.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(Home(home).lock_file, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
         raise StartupError(f"cannot use data directory {home}: {exc.strerror or exc}") from None
     try:
@@ -93,7 +67,7 @@ def instance_lock(home: Path) -> Iterator[None]:
 
 
 def write_pid_file(home: Path) -> Path:
-    path = home / control.PID_NAME
+    path = Home(home).pid_file
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -103,221 +77,10 @@ def write_pid_file(home: Path) -> Path:
 
 
 def remove_pid_file(home: Path) -> None:
-    path = home / control.PID_NAME
+    path = Home(home).pid_file
     with contextlib.suppress(OSError, ValueError):
         if int(path.read_text().strip()) == os.getpid():
             path.unlink()
-
-
-# -- the running daemon ---------------------------------------------------------------
-
-
-@dataclass
-class Runtime:
-    """What the tree's children share: built once at start-up, read by every child."""
-
-    config: Config
-    registry: Registry
-    events: EventBus
-    loop: EventLoopThread
-    services: Services
-    db_path: Path
-    started: float = field(default_factory=time.time)
-    stop_requested: threading.Event = field(default_factory=threading.Event)
-    escalation: tuple[str, str] | None = None
-    supervisor: pykka.ActorRef[Any] | None = None
-    # The tree's child directory: restart-proof typed handles, made without asking anyone.
-    directory: Directory = field(default_factory=Directory)
-
-    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
-        """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""
-        return self.directory.ref(child_id, kind)
-
-    def request_stop(self) -> None:
-        self.stop_requested.set()
-
-    def on_escalate(self, child_id: str, last_error: str) -> None:
-        self.escalation = (child_id, last_error)
-        self.stop_requested.set()
-
-    def status(self) -> dict[str, Any]:
-        tree: dict[str, Any] = {"children": [], "uptime": 0.0}
-        if self.supervisor is not None:
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                tree = self.supervisor.proxy().status().get(timeout=5)
-        workers: Any = None
-        with contextlib.suppress(Exception):
-            from actors.worker_pool import WorkerPool
-
-            workers = self.child("workers", WorkerPool).within(5).call(WorkerPool.status)
-        return {
-            "pid": os.getpid(),
-            "version": chalie.__version__,
-            "home": str(self.config.home),
-            "uptime": time.time() - self.started,
-            "actors": tree["children"],
-            "workers": workers,
-            "loop": self.loop.is_alive(),
-        }
-
-
-ExtraChild = Callable[[Runtime], ChildSpec]
-
-
-def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
-    """The tree's children in start order; the supervisor stops them in reverse."""
-    from actors.chat_bridge import child_specs as chat_bridge_specs
-    from actors.conversations import Conversations
-    from actors.discovery import DiscoveryActor, DiscoveryHandle
-    from actors.dispatcher import DispatcherActor
-    from actors.policy import PolicyActor
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
-
-    cfg = rt.config
-    workers_handle = WorkerPoolHandle()
-    # Each start runs on the supervisor's thread, so it must not ask the
-    # supervisor anything: children find each other later, through ChildRefs.
-    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
-    specs = [
-        ChildSpec(
-            "policy",
-            lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=cfg.approval_expiry),
-        ),
-        ChildSpec(
-            "workers",
-            lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=workers_handle),
-            shutdown=10.0,
-        ),
-        ChildSpec(
-            "discovery",
-            lambda: DiscoveryActor.start(
-                registry=rt.registry, home=cfg.home, embedder_config=cfg.embedder.options()
-            ),
-            shutdown=10.0,
-        ),
-        ChildSpec(
-            "dispatcher",
-            lambda: DispatcherActor.start(
-                rt.registry,
-                rt.services,
-                rt.db_path,
-                rt.child("policy", PolicyActor),
-                workers_handle,
-                rt.events,
-                inline_threads=cfg.inline_threads,
-                children=rt.directory,
-            ),
-        ),
-    ]
-    specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
-    specs.extend(chat_bridge_specs(rt))
-    specs.extend(make(rt) for make in extra)
-    specs.append(ChildSpec("control", lambda: ControlActor.start(rt)))
-    return specs
-
-
-def _install_signals(stop: threading.Event) -> Callable[[], None]:
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None  # signals reach only the main thread; in-process tests stop otherwise
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s; stopping", signal.Signals(signum).name)
-        stop.set()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-    return restore
-
-
-def prepare(config: Config) -> tuple[Registry, Path]:
-    """Start-up work before any thread runs: the registry and the trail's crash recovery."""
-    from chalie.trail import Trail
-
-    try:
-        registry = Registry.collect(dropin=config.abilities_dir)
-    except DuplicateAbilityError as exc:
-        raise StartupError(str(exc)) from None
-    for failure in registry.failures:
-        log.warning(
-            "ability module not loaded", extra={"path": failure.path, "error": failure.error}
-        )
-    try:
-        control.endpoint(config.home)
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
-    db_path = config.home / DB_NAME
-    book = Trail(db_path)
-    try:
-        marked = book.recover()
-    finally:
-        book.close()
-    if marked:
-        log.warning("calls in flight at the last stop marked interrupted", extra={"count": marked})
-    return registry, db_path
-
-
-def run(
-    config: Config,
-    *,
-    extra_children: Sequence[ExtraChild] = (),
-    ready: Callable[[Runtime], None] | None = None,
-) -> int:
-    """Run the daemon in the foreground until it is stopped; returns the exit code."""
-    home = config.home
-    try:
-        config.layout.create()
-        with instance_lock(home):
-            return _run_locked(config, extra_children, ready)
-    except AlreadyRunning as exc:
-        log.error("%s", exc)
-        return EXIT_ALREADY_RUNNING
-    except (StartupError, HomeError) as exc:
-        log.error("start-up failed: %s", exc)
-        return EXIT_STARTUP_FAILED
-
-
-
-def _run_locked(
-    config: Config, extra_children: Sequence[ExtraChild], ready: Callable[[Runtime], None] | None
-) -> int:
-    registry, db_path = prepare(config)
-    events = EventBus()
-    services = Services(registry=registry)
-    loop = EventLoopThread()
-    rt = Runtime(config, registry, events, loop, services, db_path)
-    restore_signals = _install_signals(rt.stop_requested)
-    try:
-        loop.start()
-        rt.supervisor = Supervisor.start(
-            child_specs(rt, extra_children), on_escalate=rt.on_escalate, directory=rt.directory
-        )
-        write_pid_file(config.home)
-        log.info(
-            "daemon started",
-            extra={"pid": os.getpid(), "home": str(config.home), "abilities": len(registry)},
-        )
-        if ready is not None:
-            ready(rt)
-        while not rt.stop_requested.wait(0.2):
-            pass
-    finally:
-        _shutdown(rt)
-        restore_signals()
-    if rt.escalation is not None:
-        child_id, error = rt.escalation
-        log.error(
-            "daemon stopped: child %s exceeded its restart intensity; last error: %s",
-            child_id,
-            error,
-            extra={"child": child_id, "last_error": error},
-        )
-        return EXIT_ESCALATED
-    log.info("daemon stopped")
-    return EXIT_OK
 
 
 def exit_process(code: int, *, grace: float = 2.0) -> NoReturn:
@@ -341,19 +104,3 @@ def exit_process(code: int, *, grace: float = 2.0) -> NoReturn:
             handler.flush()
         os._exit(code)
     sys.exit(code)
-
-
-def _shutdown(rt: Runtime) -> None:
-    sup, rt.supervisor = rt.supervisor, None
-    if sup is not None:
-        with contextlib.suppress(pykka.ActorDeadError):
-            # Children first, in reverse start order, each within its shutdown time.
-            sup.stop(block=True, timeout=60)
-    # Anything started outside the tree would keep the process alive on its
-    # non-daemon thread; nothing should be left, and nothing may hang the exit.
-    leftovers = pykka.ActorRegistry.get_all()
-    if leftovers:
-        log.warning("actors still running after the tree stopped", extra={"count": len(leftovers)})
-        pykka.ActorRegistry.stop_all(block=True, timeout=10)
-    rt.loop.stop()
-    remove_pid_file(rt.config.home)

@@ -29,8 +29,15 @@ def connect(path: Path, *, synchronous: Synchronous = "NORMAL") -> sqlite3.Conne
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # Create the file 0600 before SQLite does: SQLite would honour the umask,
     # and it copies the main file's mode onto the -wal and -shm files.
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    os.close(fd)
+    # Only when it does not exist yet: closing any fd of the file releases every POSIX lock
+    # this process holds on it, SQLite's too, and another process would then delete the WAL
+    # under our open connections (their writes vanish).
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
     os.chmod(path, 0o600)
     conn = sqlite3.connect(
         str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000

@@ -6,9 +6,11 @@ tool call; each step returns either its product or the error
 
 1. :func:`check_call`: hostile input (a non-object, more than
    :data:`MAX_ARGUMENT_BYTES` of JSON, nesting deeper than :data:`MAX_DEPTH`,
-   a bad channel or id) is refused without being looked at further.
+   a bad channel, scope, initiator or id) is refused without being looked at
+   further.
 2. :func:`resolve`: the registry entry for the name, or ``unknown-tool``
-   (also for a tool the turn may not call: see :func:`available`).
+   (also for a tool the turn may not call: see :func:`available`; a
+   restricted turn reaches only its pins and what find_tools injected).
 3. :func:`framework_fields` takes ``act_summary`` and ``async`` out of the
    arguments; a model's call without a non-blank ``act_summary`` is
    ``missing-params`` (a framework-initiated call gets one supplied).
@@ -20,7 +22,8 @@ tool call; each step returns either its product or the error
    the permission from them and the executor runs exactly them.
 5. :func:`permission` derives ``tool`` or ``tool.action`` with the ability's
    ``classify`` from those params (never from a model-supplied field).
-6. :func:`render_outcome` renders the one envelope.
+6. :func:`carried_rich` checks the rich payload can reach a client, and
+   :func:`render_outcome` renders the one envelope.
 """
 
 from __future__ import annotations
@@ -455,6 +458,32 @@ def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> 
     if action is not None and "action" not in result.meta:
         result = result.with_meta(action=action)
     return render(envelope_name(tool), result)
+
+
+MAX_RICH_BYTES: Final = 4 << 20
+
+
+def carried_rich(tool: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
+    """The result and its rich payload as plain data a client can be sent.
+
+    A payload that is not plain JSON-like data (an object, a socket) or that
+    is larger than :data:`MAX_RICH_BYTES` makes the call ``non-canonical-result``:
+    it is a fault in the tool, and dropping the payload silently would lose it.
+    """
+    if result.rich is None:
+        return result, None
+    try:
+        size = len(msgspec.json.encode(result.rich))
+    except (TypeError, ValueError, OverflowError):
+        size = -1
+    if 0 <= size <= MAX_RICH_BYTES:
+        return result, dict(result.rich)
+    why = "is not plain data" if size < 0 else f"is larger than {MAX_RICH_BYTES >> 20} MiB"
+    return ToolResult.error(
+        "non-canonical-result",
+        f"{tool} returned a rich payload that {why}.",
+        hint="This is a fault in the tool; do not retry the same call.",
+    ), None
 
 
 def worker_result(result: WorkerResult) -> ToolResult:

@@ -22,7 +22,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "non-canonical-result",
         "The ability returned something other than a ToolResult.",
-        "An ability's run() returned a string, dict, None or any other value.",
+        "run() returned a non-ToolResult, or a rich payload that is not plain data.",
     ),
     ErrorCode(
         "unhandled-exception",
@@ -170,11 +170,6 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "A chat frame failed the protocol's type for its kind.",
     ),
     ErrorCode(
-        "unauthorized",
-        "No valid bearer token was presented.",
-        "A WebSocket (or other network) client without an active token (HTTP 401).",
-    ),
-    ErrorCode(
         "origin-not-allowed",
         "The browser origin is not in the allow-list.",
         "A WebSocket upgrade whose Origin is not in chat.origins (HTTP 403).",
@@ -198,6 +193,42 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "chat-unavailable",
         "The conversations service did not answer the chat bridge.",
         "The service is restarting, stopping or did not answer in time; retry.",
+    ),
+    ErrorCode(
+        "unauthorized",
+        "The request carried no valid bearer token.",
+        "Inbound MCP or chat WebSocket: no, a malformed, unknown or revoked bearer token (HTTP 401).",
+    ),
+    ErrorCode(
+        "rate-limited",
+        "A per-token limit was reached; retry after the time given.",
+        "Inbound MCP: requests per minute or concurrent turns past the token's limit (HTTP 429).",
+    ),
+    ErrorCode(
+        "body-too-large",
+        "The request body is over the size limit.",
+        "Inbound MCP: a body over mcp_server.max_body_bytes (HTTP 413).",
+    ),
+    ErrorCode(
+        "invalid-arguments",
+        "Arguments of an inbound call are invalid; every bad field is listed.",
+        "talk_to_chalie with missing, mistyped or out-of-range fields.",
+    ),
+    ErrorCode(
+        "unknown-session",
+        "No MCP session with that id belongs to this token.",
+        "Inbound MCP: a session id another token opened, or one already reaped (HTTP 404).",
+    ),
+    ErrorCode(
+        "mcp-auth-failed",
+        "A remote MCP server refused Chalie's credentials.",
+        "The named server answered HTTP 401 or 403 (a missing, wrong or revoked token).",
+    ),
+    ErrorCode(
+        "mcp-tool-quarantined",
+        "A remote MCP tool changed its definition since it was approved.",
+        "Its name, description or input schema differs from the pinned one; the operator "
+        "must run chalie mcp approve.",
     ),
 )
 

@@ -17,14 +17,19 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from typing import Final
 
 from chalie.conversation.events import ConversationEvent
+from chalie.mcp_server.exchange import AgentExchange
 from chalie.messages import BackgroundResult, PermissionRequest
 
 log = logging.getLogger("chalie.events")
 
 # A conversation's numbered events (chalie.conversation.events) travel on the same bus.
-Event = PermissionRequest | BackgroundResult | ConversationEvent
+Event = PermissionRequest | BackgroundResult | ConversationEvent | AgentExchange
+# The key every human-facing client (a chat session) subscribes to: what a person
+# at a screen should see whatever conversation they have open.
+HUMANS: Final = "*humans*"
 Callback = Callable[[Event], None]
 
 
@@ -86,6 +91,11 @@ class EventBus:
                 self._subs[sub.conversation_id] = left
             else:
                 self._subs.pop(sub.conversation_id, None)
+
+    def subscribed(self, key: str) -> int:
+        """How many subscribers ``key`` has itself (catch-all ones not counted)."""
+        with self._lock:
+            return len(self._subs.get(key, ()))
 
     def subscribers(self, conversation_id: str) -> int:
         with self._lock:

@@ -34,7 +34,7 @@ from chalie.result import ToolResult
 __all__ = ["FAULTS", "Done", "Executor", "Job"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """One allowed call, ready to run."""
 

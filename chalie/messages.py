@@ -139,6 +139,7 @@ class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=Tr
 class WorkerReady(Message, tag="worker_ready", kw_only=True, frozen=True):
     worker_id: str
     pid: int
+    proof: str = ""  # chalie.workers.worker_proof: the worker was started by this broker
 
 
 class Heartbeat(Message, tag="heartbeat", kw_only=True, frozen=True):
@@ -210,7 +211,7 @@ AnyMessage = (
 # -- in-process actor messages (never on a wire: they carry futures and results) --
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Dispatch:
     """DispatcherActor: run one call; its outcome completes ``reply``."""
 
@@ -218,7 +219,7 @@ class Dispatch:
     reply: Future[ToolOutcome]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateAnswered:
     """DispatcherActor: the PolicyActor's answer for call ``seq`` (a completed future)."""
 
@@ -226,7 +227,7 @@ class GateAnswered:
     answer: Future[GateDecision]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Executed:
     """DispatcherActor: an executor's result for call ``seq``."""
 
@@ -234,19 +235,19 @@ class Executed:
     result: ToolResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Deadline:
     """DispatcherActor: call ``seq`` ran out of time."""
 
     seq: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlushTrail:
     """DispatcherActor: write the trail's deferred ``running`` rows now."""
 
 
-@dataclass
+@dataclass(slots=True)
 class GateAsk:
     """PolicyActor: decide one call (sent with ``tell``); the decision completes ``reply``."""
 
@@ -260,26 +261,33 @@ class GateAsk:
     reply: Future[GateDecision] = field(default_factory=Future)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Withdraw:
     """PolicyActor: the caller no longer wants the decision (its call was cancelled)."""
 
     reply: Future[GateDecision]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ViewRequest:
     """PolicyActor: ask (with ``ask``) for the actor's lock-free PolicyView."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExpireRequest:
     """PolicyActor: a permission request's time is up."""
 
     request_id: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class EndpointDied:
+    """Control actor: its socket server stopped serving (the actor fails, and is restarted)."""
+
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExit:
     """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
 
@@ -289,7 +297,7 @@ class ChildExit:
     error: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RestartChild:
     """Supervisor: restart the child now, unless it exited again since (token)."""
 
@@ -297,7 +305,7 @@ class RestartChild:
     token: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WatchChildren:
     """Supervisor: look for plain-actor children that died without a report."""
 

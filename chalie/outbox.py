@@ -87,14 +87,7 @@ class Outbox:
         max_age: float = DEFAULT_MAX_AGE,
         max_rows: int = DEFAULT_MAX_ROWS,
     ) -> None:
-        if (
-            isinstance(max_age, bool)
-            or not isinstance(max_age, int | float)
-            or not (math.isfinite(max_age) and max_age > 0)
-        ):
-            raise OutboxError(f"max_age must be a positive number of seconds, not {max_age!r}")
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
-            raise OutboxError(f"max_rows must be a positive integer, not {max_rows!r}")
+        check_limits(max_age, max_rows)
         self._max_age = float(max_age)
         self._max_rows = max_rows
         self._lock = threading.Lock()

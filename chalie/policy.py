@@ -35,6 +35,8 @@ from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, De
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
+# A whole MCP server's tools at once: ``_mcp_<server>_*`` (server slugs have no "_").
+SERVER_WILDCARD: Final = re.compile(r"^_mcp_([a-z][a-z0-9]{0,23})_\*$")
 ACTION: Final = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
 
 Origin = Literal["set", "seen"]
@@ -78,6 +80,8 @@ def check_channel(channel: object) -> Channel:
 
 
 def check_permission(permission: object) -> str:
+    if isinstance(permission, str) and SERVER_WILDCARD.match(permission):
+        return permission
     if not isinstance(permission, str) or not PERMISSION.match(permission):
         raise PolicyError(
             f"invalid permission {str(permission)[:80]!r}; expected tool or tool.action "
@@ -105,13 +109,20 @@ def permission_for(tool: str, action: str | None) -> str:
 
 
 def resolve(table: Table, channel: str, permission: str) -> Decision | None:
-    """The operator's setting for the call: exact entry, else the tool's, else None (unset)."""
+    """The operator's setting for the call: exact entry, else the tool's, else (for a remote
+    MCP proxy ``_mcp_<server>_...``) the server's ``_mcp_<server>_*``, else None (unset)."""
     hit = table.get((channel, permission))
     if hit is not None:
         return hit
     tool, dot, _ = permission.partition(".")
     if dot:
-        return table.get((channel, tool))
+        hit = table.get((channel, tool))
+        if hit is not None:
+            return hit
+    if tool.startswith("_mcp_"):
+        server, sep, _ = tool[5:].partition("_")
+        if sep:
+            return table.get((channel, f"_mcp_{server}_*"))
     return None
 
 

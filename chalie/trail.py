@@ -184,12 +184,15 @@ class Trail:
             self._conn.close()
 
     def recover(self) -> int:
-        """Mark calls a dead daemon left running as ``interrupted``; returns how many."""
+        """Mark calls a dead daemon left running as ``interrupted``; returns how many.
+
+        Their end is unknown (the daemon died somewhere in between), so ``ended_at``
+        stays empty rather than holding the time of the restart.
+        """
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
-                "ended_at = ? WHERE status = 'running'",
-                (time.time(),),
+                "ended_at = NULL WHERE status = 'running'"
             )
             return cur.rowcount
 
@@ -211,19 +214,49 @@ class Trail:
     ) -> CallRecord:
         """A CallRecord with a reserved id and clipped text fields, started now."""
         return CallRecord(
-            id=self.reserve(), call_id=_clip(call_id), turn_id=_clip(turn_id),
-            conversation_id=_clip(conversation_id), channel=_clip(channel), tool=_clip(tool),
-            permission=permission, params=params, act_summary=_clip(act_summary),
-            background=background, started_at=time.time(),
+            id=self.reserve(),
+            call_id=_clip(call_id),
+            turn_id=_clip(turn_id),
+            conversation_id=_clip(conversation_id),
+            channel=_clip(channel),
+            tool=_clip(tool),
+            permission=permission,
+            params=params,
+            act_summary=_clip(act_summary),
+            background=background,
+            started_at=time.time(),
         )
 
-    def _insert(self, rec: CallRecord, status: str, code: str | None, decision: str | None,
-                decided_by: str | None, ended_at: float | None) -> None:
-        self._conn.execute(_INSERT, (
-            rec.id, rec.call_id, rec.turn_id, rec.conversation_id, rec.channel, rec.tool,
-            rec.permission, decision, decided_by, rec.params, status, code, rec.act_summary,
-            int(rec.background), rec.started_at, ended_at,
-        ))
+    def _insert(
+        self,
+        rec: CallRecord,
+        status: str,
+        code: str | None,
+        decision: str | None,
+        decided_by: str | None,
+        ended_at: float | None,
+    ) -> None:
+        self._conn.execute(
+            _INSERT,
+            (
+                rec.id,
+                rec.call_id,
+                rec.turn_id,
+                rec.conversation_id,
+                rec.channel,
+                rec.tool,
+                rec.permission,
+                decision,
+                decided_by,
+                rec.params,
+                status,
+                code,
+                rec.act_summary,
+                int(rec.background),
+                rec.started_at,
+                ended_at,
+            ),
+        )
 
     def start(self, rec: CallRecord) -> None:
         """Write the ``running`` row, unless the call already ended (then its row is complete)."""
@@ -314,8 +347,13 @@ class Trail:
         clauses: list[str] = []
         args: list[Any] = []
         for column, value in (
-            ("tool", tool), ("status", status), ("code", code), ("channel", channel),
-            ("conversation_id", conversation_id), ("turn_id", turn_id), ("call_id", call_id),
+            ("tool", tool),
+            ("status", status),
+            ("code", code),
+            ("channel", channel),
+            ("conversation_id", conversation_id),
+            ("turn_id", turn_id),
+            ("call_id", call_id),
         ):
             if value is not None:
                 if not isinstance(value, str):

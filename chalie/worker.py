@@ -1,7 +1,10 @@
-"""The ability worker process: ``python -m chalie.worker --endpoint ipc://... --identity ID``.
+"""The ability worker process: ``python -m chalie.worker --endpoint ipc://...``.
 
 Lifecycle, in order:
 
+0. The worker reads its identity and a secret from its stdin, a pipe only
+   the broker that spawned it holds (never its command line, which any local
+   process can read in /proc); its WorkerReady proves the secret with an HMAC.
 1. Two DEALERs connect to the broker, each with this incarnation's unique
    identity: the runner thread's job socket (``ID``), which sends WorkerReady,
    and the main thread's control socket (``ID.c``).
@@ -39,16 +42,18 @@ from chalie.messages import (
     WorkerReady,
     WorkerResult,
     WorkerShutdown,
-    decode,
     encode,
 )
 from chalie.registry import load_ref
+from chalie.wire import DropLog, check_sendable, decode_message
 from chalie.workers import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
     MAX_FRAME,
     error_result,
     from_tool_result,
+    read_credentials,
+    worker_proof,
 )
 
 log = logging.getLogger("chalie.worker")
@@ -103,7 +108,10 @@ def encode_result(result: WorkerResult, max_frame: int) -> bytes:
     """The frame for a result; one that cannot be sent becomes an internal-error result."""
     try:
         data = encode(result)
-    except (TypeError, msgspec.EncodeError) as exc:
+        too_deep = check_sendable(data)
+        if too_deep:
+            raise ValueError(too_deep)
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
         log.error("result of job %s cannot be encoded: %s", result.job_id, exc)
         return encode(
             error_result(
@@ -142,14 +150,17 @@ class Runner(threading.Thread):
         ctx: zmq.Context[zmq.Socket[bytes]],
         endpoint: str,
         identity: str,
+        secret: bytes,
         max_frame: int,
     ) -> None:
         super().__init__(name="ability-runner", daemon=True)
         self.ctx = ctx
         self.endpoint = endpoint
         self.identity = identity
+        self.proof = worker_proof(secret, identity, os.getpid())
         self.max_frame = max_frame
         self.current: str | None = None  # read by the heartbeating thread
+        self.drops = DropLog(log, "worker job socket")
 
     def run(self) -> None:
         sock = self.ctx.socket(zmq.DEALER)
@@ -157,17 +168,17 @@ class Runner(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
         sock.connect(self.endpoint)
-        sock.send(encode(WorkerReady(worker_id=self.identity, pid=os.getpid())))
+        sock.send(encode(WorkerReady(worker_id=self.identity, pid=os.getpid(), proof=self.proof)))
 
         while True:
             frame = sock.recv()
             try:
-                msg = decode(frame)
+                msg = decode_message(frame)
             except msgspec.DecodeError as exc:
-                log.warning("dropped a malformed frame from the broker: %s", exc)
+                self.drops.drop("broker", f"malformed ({exc})")
                 continue
             if not isinstance(msg, WorkerJob):
-                log.warning("dropped an unexpected %s on the job socket", type(msg).__name__)
+                self.drops.drop("broker", f"unexpected {type(msg).__name__} on the job socket")
                 continue
             self.current = msg.job_id
             try:
@@ -184,6 +195,7 @@ class Runner(threading.Thread):
 def serve(
     endpoint: str,
     identity: str,
+    secret: bytes,
     *,
     heartbeat: float = HEARTBEAT_INTERVAL,
     broker_timeout: float = BROKER_TIMEOUT,
@@ -200,7 +212,8 @@ def serve(
     control.setsockopt(zmq.LINGER, 0)
     control.setsockopt(zmq.MAXMSGSIZE, 64 * 1024)
     control.connect(endpoint)
-    runner = Runner(ctx, endpoint, identity, max_frame)
+    runner = Runner(ctx, endpoint, identity, secret, max_frame)
+    drops = DropLog(log, "worker control socket")
     runner.start()
 
     parent = os.getppid()
@@ -220,9 +233,9 @@ def serve(
                     break
                 heard = time.monotonic()
                 try:
-                    msg = decode(frame)
+                    msg = decode_message(frame)
                 except msgspec.DecodeError as exc:
-                    log.warning("dropped a malformed frame from the broker: %s", exc)
+                    drops.drop("broker", f"malformed ({exc})")
                     continue
                 if isinstance(msg, WorkerShutdown):
                     return 0
@@ -231,7 +244,7 @@ def serve(
                         # A Python thread cannot be stopped; the process ends instead.
                         return 3
                 elif not isinstance(msg, Heartbeat):
-                    log.warning("dropped an unexpected %s from the broker", type(msg).__name__)
+                    drops.drop("broker", f"unexpected {type(msg).__name__}")
         now = time.monotonic()
         if now >= next_beat:
             control.send(beat_busy if runner.current else beat)
@@ -247,7 +260,6 @@ def serve(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chalie.worker")
     parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--identity", required=True)
     parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_INTERVAL)
     parser.add_argument("--broker-timeout", type=float, default=BROKER_TIMEOUT)
     parser.add_argument("--max-frame", type=int, default=MAX_FRAME)
@@ -256,9 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING,
         format=f"%(asctime)s %(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",
     )
+    try:
+        identity, secret = read_credentials(sys.stdin.buffer)
+    except (ValueError, OSError) as exc:
+        log.error("no usable credentials on stdin (%s); a worker is started by its broker", exc)
+        raise SystemExit(2) from None
     status = serve(
         args.endpoint,
-        args.identity,
+        identity,
+        secret,
         heartbeat=args.heartbeat,
         broker_timeout=args.broker_timeout,
         max_frame=args.max_frame,

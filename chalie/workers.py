@@ -8,7 +8,9 @@ crash-loop backoff are tested with an injected clock.
 Lifecycle of a worker slot:
 
 1. ``add_worker``: a process was spawned for the slot (state ``starting``).
-2. ``on_ready``: it said WorkerReady from the expected identity and pid (``idle``).
+2. ``on_ready``: it said WorkerReady from the expected identity and pid, with
+   the proof that it holds the secret it was given on its stdin (``idle``).
+   Until then it is sent no job.
 3. ``assignments``: a queued job goes to an idle worker (``busy``).
 4. ``on_result``: the result for that job came back (``idle`` again).
 5. ``remove_worker``: the process exited or is being killed; the job it was
@@ -16,18 +18,23 @@ Lifecycle of a worker slot:
    there is one, takes over the slot at once; the empty slot is spawned again
    at once, or after a backoff when its worker never became ready.
 
-Also here: where the broker's ipc socket lives, and mapping between a
-``WorkerResult`` and the ``ToolResult`` the rest of the runtime uses.
+Also here: where the broker's ipc socket lives, how a worker learns its
+identity and secret (a pipe on its stdin, never its command line) and proves
+them, and mapping between a ``WorkerResult`` and the ``ToolResult`` the rest
+of the runtime uses.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import IO, Any, Final, Literal
 
 from chalie.messages import WorkerJob, WorkerResult
 from chalie.result import ToolResult
@@ -46,6 +53,11 @@ MAX_FRAME: Final = 16 * 1024 * 1024
 MAX_PENDING: Final = 10_000
 SPAWN_BACKOFF_BASE: Final = 0.05
 SPAWN_BACKOFF_CAP: Final = 2.0
+# Bytes of randomness in a worker's identity and in its secret.
+IDENTITY_BYTES: Final = 16
+SECRET_BYTES: Final = 32
+# The most a worker reads from its stdin for its credentials.
+CREDENTIALS_MAX: Final = 1024
 
 WorkerStateName = Literal["starting", "idle", "busy"]
 
@@ -68,6 +80,32 @@ def broker_endpoint(home: Path) -> tuple[str, Path | None]:
         return f"ipc://{path}", None
     short = Path(tempfile.mkdtemp(prefix="chalie-"))  # mkdtemp makes it 0700
     return f"ipc://{short / 'broker.sock'}", short
+
+
+def new_credentials(slot: int) -> tuple[str, bytes]:
+    """A fresh (identity, secret) for a worker about to be spawned into ``slot``."""
+    return f"w{slot}-{secrets.token_hex(IDENTITY_BYTES)}", secrets.token_bytes(SECRET_BYTES)
+
+
+def encode_credentials(identity: str, secret: bytes) -> bytes:
+    """What the broker writes on a new worker's stdin."""
+    return f"{identity}\n{secret.hex()}\n".encode()
+
+
+def read_credentials(stream: IO[bytes]) -> tuple[str, bytes]:
+    """The (identity, secret) a worker reads from its stdin; ValueError when malformed."""
+    lines = stream.read(CREDENTIALS_MAX).decode("ascii", "strict").split("\n")
+    if len(lines) < 2 or not lines[0] or not lines[1]:
+        raise ValueError("expected an identity line and a secret line on stdin")
+    identity, secret = lines[0], bytes.fromhex(lines[1])
+    if len(identity) > 200 or not identity.isprintable() or len(secret) < 16:
+        raise ValueError("malformed worker credentials on stdin")
+    return identity, secret
+
+
+def worker_proof(secret: bytes, identity: str, pid: int) -> str:
+    """What a worker sends in WorkerReady to show it holds ``secret`` (the secret never travels)."""
+    return hmac.new(secret, f"{identity}:{pid}".encode(), hashlib.sha256).hexdigest()
 
 
 def error_result(job_id: str, code: str, message: str, hint: str = "") -> WorkerResult:
@@ -118,6 +156,7 @@ class WorkerRecord:
     last_seen: float = 0.0
     job: str | None = None
     jobs_done: int = 0
+    secret: bytes = field(default=b"", repr=False)
 
 
 @dataclass
@@ -182,8 +221,11 @@ class BrokerBook:
         self.completed = 0
 
     # -- workers ----------------------------------------------------------------
-    def add_worker(self, identity: bytes, slot: int, pid: int, now: float) -> WorkerRecord:
-        record = WorkerRecord(identity, slot, pid, now, last_seen=now)
+    def add_worker(
+        self, identity: bytes, slot: int, pid: int, now: float, *, secret: bytes
+    ) -> WorkerRecord:
+        """A process was spawned for ``slot``; ``secret`` is what its Ready must prove."""
+        record = WorkerRecord(identity, slot, pid, now, last_seen=now, secret=secret)
         self.workers[identity] = record
         s = self.slots[slot]
         if s.spawned_once:
@@ -192,10 +234,20 @@ class BrokerBook:
         s.spawn_at = None
         return record
 
-    def on_ready(self, identity: bytes, pid: int, now: float) -> bool:
-        """A worker announced itself; False for a stranger or an impostor (wrong pid)."""
+    def on_ready(self, identity: bytes, pid: int, now: float, proof: str) -> bool:
+        """A worker announced itself; False for a stranger or an impostor.
+
+        An impostor has the wrong pid or cannot prove the secret its slot's
+        process was given; an empty secret never proves anything.
+        """
         record = self.workers.get(identity)
         if record is None or record.state != "starting" or record.pid != pid:
+            return False
+        expected = worker_proof(record.secret, identity.decode("ascii", "replace"), pid)
+        # Bytes: compare_digest refuses str with non-ASCII characters.
+        if not record.secret or not hmac.compare_digest(
+            expected.encode(), proof.encode("utf-8", "replace")
+        ):
             return False
         record.state = "idle"
         record.last_seen = now

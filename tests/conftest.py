@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from chalie import control
 
@@ -29,6 +30,16 @@ def wait_until(
             return
         time.sleep(0.01)
     raise AssertionError(f"{what} not reached within {timeout:g} s")
+
+
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """Kill ``proc`` if it still runs, wait for it, and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(30)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def short_home() -> Path:
@@ -82,6 +93,10 @@ class DaemonProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
+        config = self.home / "config.toml"
+        if self.home.is_dir() and not config.exists():
+            # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.
+            config.write_text("[mcp_server]\nport = 0\n")
         env = {**os.environ, "CHALIE_HOME": str(self.home)}
         env.pop("CHALIE_ABILITIES_DIR", None)
         with open(self.log_path, "ab") as log_file:
@@ -104,7 +119,7 @@ class DaemonProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                reply = control.ControlClient(self.home, timeout=2).call("status")
+                reply = control.request(self.home, "status", timeout=2)
             except control.DaemonNotRunning:
                 time.sleep(0.05)
                 continue
@@ -139,7 +154,7 @@ class DaemonProcess:
         )
 
     def status(self) -> dict[str, object]:
-        reply = control.ControlClient(self.home, timeout=10).call("status")
+        reply = control.request(self.home, "status", timeout=10)
         assert reply.ok, reply
         data: dict[str, object] = reply.data
         return data

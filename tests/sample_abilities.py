@@ -137,6 +137,17 @@ class Huge(_Sample):
         return ToolResult.success("x" * (20 * 1024 * 1024))
 
 
+class Deep(_Sample):
+    name = "sample_deep"
+    summary = "Return a rich payload nested deeper than a frame may be."
+
+    def run(self, params: Any) -> ToolResult:
+        value: Any = "bottom"
+        for _ in range(100):
+            value = {"down": value}
+        return ToolResult.success("x", rich=value)
+
+
 class RichCard(_Sample):
     name = "sample_rich_card"
     summary = "Return a text body and a rich card payload."

@@ -24,7 +24,10 @@ from click.testing import CliRunner
 from chalie import control
 from chalie.cli import cli
 from chalie.cli.tools import parse_pairs
-from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
+from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 DROPIN = textwrap.dedent(
     '''
@@ -300,12 +303,8 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        pending: list[dict[str, object]] = []
-        while not pending and time.monotonic() < deadline:
-            pending = json.loads(d.cli("policy", "list", "--json").stdout)["pending"]
-            time.sleep(0.05)
-        assert pending and pending[0]["permission"] == "echo_tool"
+        pending = wait_pending(d)
+        assert pending[0]["permission"] == "echo_tool"
         status = d.cli_process("status", "--json", timeout=10)
         assert status.returncode == 0
         listing = d.cli("policy", "list")
@@ -315,7 +314,7 @@ def test_a_pending_approval_does_not_stall_status_and_shows_in_policy_list(
         )
         out, err = caller.communicate("o\n", timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 0, err
     assert envelope_body(out) == {"got": {"k": 1}}
     assert json.loads(d.cli("policy", "list", "--json").stdout)["pending"] == []
@@ -353,9 +352,7 @@ def test_policy_answer_from_another_terminal_releases_the_call_and_ends_the_prom
         assert caller.stdout is not None and caller.stderr is not None
         stdout, stderr = caller.stdout.read(), caller.stderr.read()
     finally:
-        caller.kill()
-        if caller.stdin is not None:
-            caller.stdin.close()
+        reap(caller)
     assert "answered elsewhere" in stderr
     assert "no answer; denying" not in stderr
     assert envelope_body(stdout) == {"got": {}}
@@ -388,7 +385,7 @@ def test_a_forged_prompt_line_in_act_summary_stays_inside_one_escaped_line(
         wait_pending(d)
         _, stderr = caller.communicate("d\n", timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     lines = stderr.splitlines()
     assert sum(line.startswith("  params ") for line in lines) == 1
     assert "\x07" not in stderr
@@ -455,20 +452,20 @@ def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_s
         reply = control.decode_reply(sock.recv_multipart()[-1])
         sock.close()
         assert reply.ok is False and reply.error in (control.MALFORMED, control.OVERSIZED)
-    bad_args = control.ControlClient(live.home).call("tools.call", {"tool": "x", "evil": 1})
+    bad_args = control.request(live.home, "tools.call", {"tool": "x", "evil": 1})
     assert (bad_args.ok, bad_args.error) == (False, control.INVALID_ARGS)
     assert live.cli("status").returncode == 0
 
 
 def wait_for_running(d: DaemonProcess, tool: str) -> dict[str, object]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        rows = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
-        if rows:
-            row: dict[str, object] = rows[0]
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no running {tool} call on the trail")
+    rows: list[dict[str, object]] = []
+
+    def running() -> bool:
+        rows[:] = json.loads(d.cli("trail", "--status", "running", "--tool", tool, "--json").stdout)
+        return bool(rows)
+
+    wait_until(running, 30, what=f"a running {tool} call on the trail")
+    return rows[0]
 
 
 def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: DaemonProcess) -> None:
@@ -497,7 +494,7 @@ def test_ctrl_c_in_tools_call_cancels_the_call_in_the_daemon(clean_policy: Daemo
         caller.send_signal(signal.SIGINT)
         _, err = caller.communicate(timeout=30)
     finally:
-        caller.kill()
+        reap(caller)
     assert caller.returncode == 130
     assert f"call {row['call_id']} cancelled" in err
     ended = json.loads(d.cli("trail", "--conversation", "ctrl-c", "--json").stdout)[0]
@@ -510,8 +507,8 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
     try:
         d.start()
         assert d.cli("policy", "set", "chat", "slow_tool", "allow").returncode == 0
-        started = control.ControlClient(home).call(
-            "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
+        started = control.request(
+            home, "tools.call", {"tool": "slow_tool", "arguments": {"act_summary": "stuck"}}
         )
         assert started.ok
         wait_for_running(d, "slow_tool")
@@ -520,10 +517,7 @@ def test_sigterm_with_a_stuck_call_in_flight_still_exits_cleanly(tmp_path: Path)
         assert d.signal(signal.SIGTERM, timeout=30) == 0
         # The ability sleeps 60 s and ignores cancellation; the daemon does not wait for it.
         assert time.monotonic() - began < 20
-        deadline = time.monotonic() + 5
-        while any(alive(p) for p in below) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in below if alive(p)]
+        wait_until(lambda: not any(alive(p) for p in below), 5, what="no process left")
         d.start()
         rows = json.loads(d.cli("trail", "--tool", "slow_tool", "--json").stdout)
         assert rows[0]["status"] != "running"
@@ -565,14 +559,10 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        running: list[dict[str, object]] = []
-        while not running and time.monotonic() < deadline:
-            running = json.loads(first.cli("trail", "--status", "running", "--json").stdout)
-            time.sleep(0.05)
-        assert [r["tool"] for r in running] == ["slow_tool"]
+        running = wait_for_running(first, "slow_tool")
+        assert running["tool"] == "slow_tool"
         first.kill()  # SIGKILL, mid-call
-        slow.wait(30)
+        slow.communicate(timeout=30)
         assert slow.returncode != 0  # the CLI learns its daemon is gone
         second.start()
         rows = json.loads(second.cli("trail", "--json").stdout)
@@ -591,3 +581,17 @@ def test_sigkill_loses_no_recorded_call_and_a_call_in_flight_is_marked_interrupt
         first.kill()
         second.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_rejected_policy_set_is_one_line_and_logs_no_traceback(
+    clean_policy: DaemonProcess,
+) -> None:
+    d = clean_policy
+    before = len(d.log_lines())
+    out = d.cli("policy", "set", "chat", "Bad Name!", "allow")
+    assert out.returncode == 1
+    assert out.stderr.startswith("chalie: invalid-args: invalid permission")
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert d.cli("status").returncode == 0  # orders the log after the rejected request
+    logged = json.dumps(d.log_lines()[before:])
+    assert "PolicyError" not in logged and "Traceback" not in logged

@@ -44,6 +44,9 @@ def test_an_absent_file_gives_every_default_and_creates_nothing(tmp_path: Path) 
         ("[embedder]\nbackend = 'word2vec'", "embedder.backend", '"word2vec"', '"onnx"'),
         ("[embedder]\nthreads = 0", "embedder.threads", "0", "from 1 to 64"),
         ("[embedder]\nthreads = 1000", "embedder.threads", "1000", "from 1 to 64"),
+        ("[embedder]\nidle_unload = -1", "embedder.idle_unload", "-1", "from 0 to 86400"),
+        ("[outbox]\nmax_age = 0", "outbox.max_age", "0", "from 60 to 7776000"),
+        ("[outbox]\nmax_rows = 0", "outbox.max_rows", "0", "from 1 to 1000000"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_key_value_and_range(
@@ -127,3 +130,22 @@ def test_an_oversized_value_is_cut_in_the_message(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         _load(tmp_path, f"[embedder]\nbackend = '{'x' * 5000}'\n")
     assert len(str(caught.value)) < len(str(tmp_path)) + 300
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["workers = 0", "inline_threads = 100000000", "approval_expiry = nan", "workers = 500"],
+)
+def test_run_with_a_bad_value_is_one_line_and_exit_1_before_anything_starts(
+    tmp_path: Path, line: str
+) -> None:
+    from click.testing import CliRunner
+
+    from chalie.cli import cli
+
+    (tmp_path / "config.toml").write_text(line + "\n")
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path), "run"])
+    assert result.exit_code == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert line.split(" = ")[0] in result.stderr and "must be" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing started

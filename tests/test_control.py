@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 import zmq
 
-from actors.control import ControlEndpoint
+from actors.control_commands import ControlCommands
+from actors.control_server import ControlEndpoint
 from actors.loop import EventLoopThread
-from chalie import control
+from chalie import control, daemon
 from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
+from chalie.routing import Route, Router
+from tests.conftest import wait_until
+
+# The daemon's command names and argument types, read from its routing table.
+COMMANDS: dict[str, type[control.Args]] = {
+    route.name: route.args for route in ControlCommands(Any, Any).routes()
+}
 
 
 @pytest.fixture
@@ -40,9 +50,17 @@ class Served:
         self.loop.start()
         self.release = threading.Event()
         self.ran: list[tuple[str, control.Args]] = []
-        self.endpoint = ControlEndpoint(home, self.loop, self.handle)
+        self.endpoint = ControlEndpoint(home, self.loop, self.router())
         self.endpoint.start()
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(daemon.instance_lock(home))  # this process acts as the daemon
         (home / control.PID_NAME).write_text(str(os.getpid()))
+
+    def router(self) -> Router:
+        def route(name: str, args: type[control.Args]) -> Route[Any]:
+            return Route(name, args, lambda a: self.handle(name, a))
+
+        return Router([route(name, args) for name, args in COMMANDS.items()])
 
     def handle(self, command: str, args: control.Args) -> ControlReply:
         self.ran.append((command, args))
@@ -57,6 +75,7 @@ class Served:
         self.release.set()
         self.endpoint.stop()
         self.loop.stop()
+        self._lock.close()
 
 
 @pytest.fixture
@@ -90,7 +109,7 @@ def reply_of(frames: list[bytes]) -> ControlReply:
 
 def test_parse_request_accepts_a_known_command_with_checked_args() -> None:
     frame = control.encode_request("trail", {"tool": "clock", "limit": 5})
-    command, args = control.parse_request(frame)  # type: ignore[misc]
+    command, args = control.parse_request(frame, COMMANDS)  # type: ignore[misc]
     assert command == "trail"
     assert isinstance(args, control.TrailArgs)
     assert (args.tool, args.limit) == ("clock", 5)
@@ -132,7 +151,7 @@ def test_parse_request_accepts_a_known_command_with_checked_args() -> None:
     ],
 )
 def test_parse_request_turns_bad_frames_into_structured_errors(frame: bytes, code: str) -> None:
-    reply = control.parse_request(frame)
+    reply = control.parse_request(frame, COMMANDS)
     assert isinstance(reply, ControlReply)
     assert reply.ok is False
     assert reply.error == code
@@ -140,7 +159,7 @@ def test_parse_request_turns_bad_frames_into_structured_errors(frame: bytes, cod
 
 
 def test_unknown_command_reply_lists_the_valid_commands() -> None:
-    reply = control.parse_request(control.encode_request("statsu"))
+    reply = control.parse_request(control.encode_request("statsu"), COMMANDS)
     assert isinstance(reply, ControlReply)
     assert "status" in reply.data["valid_values"]
 
@@ -153,7 +172,7 @@ def test_a_reply_that_cannot_be_encoded_becomes_an_internal_error() -> None:
 
 def test_client_says_no_daemon_when_there_is_no_pid_file(home: Path) -> None:
     with pytest.raises(control.DaemonNotRunning) as info:
-        control.ControlClient(home).call("status")
+        control.request(home, "status")
     assert str(info.value) == f"no daemon running on {home} (start it with `chalie run`)"
 
 
@@ -161,14 +180,17 @@ def test_client_treats_a_dead_pid_as_no_daemon(home: Path) -> None:
     (home / control.PID_NAME).write_text("999999999")
     (home / control.SOCKET_NAME).write_text("")
     with pytest.raises(control.DaemonNotRunning):
-        control.ControlClient(home).call("status")
+        control.request(home, "status")
 
 
 def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
     (home / control.PID_NAME).write_text(str(os.getpid()))  # alive, but nobody listens
     (home / control.SOCKET_NAME).write_text("")
-    with pytest.raises(control.DaemonNotRunning) as info:
-        control.ControlClient(home, timeout=0.3).call("status")
+    with (
+        daemon.instance_lock(home),
+        pytest.raises(control.DaemonNotRunning) as info,
+    ):
+        control.request(home, "status", timeout=0.3)
     assert "no answer" in info.value.why
 
 
@@ -176,7 +198,7 @@ def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
 
 
 def test_endpoint_answers_a_client_request(served: Served) -> None:
-    reply = control.ControlClient(served.home).call("status")
+    reply = control.request(served.home, "status")
     assert reply.ok and reply.data == {"command": "status"}
 
 
@@ -194,6 +216,12 @@ def test_socket_file_is_private_to_the_owner(served: Served) -> None:
         [b"a", b"b", b"c"],
         [msgspec.msgpack.encode(ControlRequest(command="nope"))],
         [b"\xff" * (control.MAX_REQUEST_BYTES + 10)],
+        # args.arguments nested 200,000 levels deep, inside the size limit
+        [
+            control.encode_request("tools.call", {"arguments": None})[:-1]
+            + b"\x91" * 200_000
+            + b"\xc0"
+        ],
     ],
 )
 def test_endpoint_answers_garbage_with_an_error_and_keeps_serving(
@@ -202,37 +230,37 @@ def test_endpoint_answers_garbage_with_an_error_and_keeps_serving(
     reply = reply_of(raw(served.home, frames))
     assert reply.ok is False
     assert reply.error in {control.MALFORMED, control.OVERSIZED, control.UNKNOWN_COMMAND}
-    assert control.ControlClient(served.home).call("status").ok
+    assert control.request(served.home, "status").ok
     assert served.ran == [("status", control.NoArgs())]
 
 
 def test_endpoint_survives_garbage_from_a_req_client(served: Served) -> None:
     reply = reply_of(raw(served.home, [b"\x00\x01not msgpack"], kind=zmq.REQ))
     assert (reply.ok, reply.error) == (False, control.MALFORMED)
-    assert control.ControlClient(served.home).call("status").ok
+    assert control.request(served.home, "status").ok
 
 
 def test_a_handler_that_raises_gives_internal_error_and_the_endpoint_lives(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    reply = client.call("policy.list")
-    assert (reply.ok, reply.error) == (False, control.INTERNAL)
-    assert "boom inside a handler" in reply.data["message"]
-    assert client.call("status").ok
+    with control.ControlClient(served.home) as client:
+        reply = client.call("policy.list")
+        assert (reply.ok, reply.error) == (False, control.INTERNAL)
+        assert "boom inside a handler" in reply.data["message"]
+        assert client.call("status").ok
 
 
 def test_a_held_up_command_does_not_stall_status_from_another_client(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    other = control.ControlClient(served.home)  # another terminal
     held: list[ControlReply] = []
-    t = threading.Thread(target=lambda: held.append(other.call("policy.pending", timeout=10)))
-    t.start()
-    deadline = time.monotonic() + 5
-    while not any(c == "policy.pending" for c, _ in served.ran) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert client.call("status", timeout=2).ok  # answered while policy.pending is held
-    assert held == []
-    served.release.set()
-    t.join(5)
+    with (
+        control.ControlClient(served.home) as client,
+        control.ControlClient(served.home) as other,  # another terminal
+    ):
+        t = threading.Thread(target=lambda: held.append(other.call("policy.pending", timeout=10)))
+        t.start()
+        wait_until(lambda: any(c == "policy.pending" for c, _ in served.ran), 5)
+        assert client.call("status", timeout=2).ok  # answered while policy.pending is held
+        assert held == []
+        served.release.set()
+        t.join(5)
     assert held and held[0].data == "released"
 
 
@@ -242,11 +270,12 @@ def test_a_client_that_leaves_before_its_reply_does_not_break_the_endpoint(serve
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(control.endpoint(served.home))
     sock.send(control.encode_request("policy.pending"))
-    time.sleep(0.1)
+    wait_until(lambda: any(c == "policy.pending" for c, _ in served.ran), 5)
     sock.close()
     served.release.set()
-    time.sleep(0.1)
-    assert control.ControlClient(served.home).call("status").ok
+    # served counts a request once its reply was sent (or found nobody to take it).
+    wait_until(lambda: served.endpoint.served >= 1, 5, what="the held request answered")
+    assert control.request(served.home, "status").ok
 
 
 def test_stopping_the_endpoint_removes_the_socket_file(home: Path) -> None:
@@ -263,9 +292,7 @@ def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path
     task = s.endpoint._task
     assert task is not None
     s.loop.call_soon(task.cancel)  # the serving task dies underneath the endpoint
-    deadline = time.monotonic() + 5
-    while not exits and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: exits, 5, what="on_exit called")
     assert exits == [None]
     s.close()
     assert exits == [None]
@@ -273,8 +300,9 @@ def test_on_exit_fires_when_serving_ends_without_stop_and_not_on_stop(home: Path
     again = Served(home)
     later: list[BaseException | None] = []
     again.endpoint.on_exit(later.append)
+    # stop() returns once the task ended on the loop, and its done callbacks
+    # (on_exit's among them) run before the awaiting stop() resumes.
     again.close()
-    time.sleep(0.05)
     assert later == []
 
 
@@ -293,18 +321,29 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
     from actors.control import ControlActor
     from actors.supervisor import ChildSpec, Supervisor
     from chalie.config import Config
-    from chalie.daemon import Runtime
     from chalie.events import EventBus
     from chalie.registry import Registry
     from chalie.services import Services
+    from chalie_app.root import Runtime
 
     loop = EventLoopThread()
     loop.start()
     rt = Runtime(Config.load(home), Registry(), EventBus(), loop, Services(), home / "chalie.db")
-    rt.supervisor = Supervisor.start([ChildSpec("control", lambda: ControlActor.start(rt))])
+    rt.supervisor = Supervisor.start(
+        [
+            ChildSpec(
+                "control",
+                lambda: ControlActor.start(
+                    rt, home=home, loop=loop, events=rt.events, dispatch=rt.dispatch
+                ),
+            )
+        ]
+    )
     (home / control.PID_NAME).write_text(str(os.getpid()))
+    held = contextlib.ExitStack()
+    held.enter_context(daemon.instance_lock(home))
+    client = held.enter_context(control.ControlClient(home, timeout=5))
     try:
-        client = control.ControlClient(home, timeout=5)
         assert status_when_up(client).ok
         first = rt.supervisor.proxy().child("control").get()
 
@@ -316,15 +355,12 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
             return len(tasks)
 
         assert loop.submit(kill_serving_task()).result(5) == 1
-        deadline = time.monotonic() + 10
-        restarted = None
-        while time.monotonic() < deadline:
+
+        def restarted() -> bool:
             current = rt.supervisor.proxy().child("control").get()
-            if current is not None and current is not first and current.is_alive():
-                restarted = current
-                break
-            time.sleep(0.02)
-        assert restarted is not None
+            return current is not None and current is not first and current.is_alive()
+
+        wait_until(restarted, 10, what="the control child restarted")
         reply = status_when_up(client)
         assert reply.ok
         control_child = next(c for c in reply.data["actors"] if c["id"] == "control")
@@ -333,18 +369,20 @@ def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> No
     finally:
         rt.supervisor.stop()
         loop.stop()
+        held.close()
 
 
 def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Path) -> None:
     old = Served(home)
     newer_loop = EventLoopThread()
     newer_loop.start()
-    newer = ControlEndpoint(home, newer_loop, old.handle)
+    newer = ControlEndpoint(home, newer_loop, old.router())
     newer.start()  # binds a fresh socket file over the old one, as a restart does
     try:
         old.close()
         assert control.socket_path(home).exists()
-        assert control.ControlClient(home).call("status").ok
+        with daemon.instance_lock(home):  # the newer endpoint's daemon holds the lock
+            assert control.request(home, "status").ok
     finally:
         newer.stop()
         newer_loop.stop()
@@ -352,15 +390,15 @@ def test_stopping_an_old_endpoint_leaves_a_newer_endpoints_socket_alone(home: Pa
 
 
 def test_a_client_reuses_its_socket_and_recovers_after_a_timeout(served: Served) -> None:
-    client = control.ControlClient(served.home)
-    assert client.call("status").ok
-    kept = client._sock
-    assert client.call("status").ok and client._sock is kept
-    with pytest.raises(control.DaemonNotRunning, match="no answer"):
-        client.call("policy.pending", timeout=0.3)  # held by the handler: times out
-    assert client._sock is None
-    served.release.set()
-    assert client.call("status").ok  # a fresh socket; the stale reply is never read
+    with control.ControlClient(served.home) as client:
+        assert client.call("status").ok
+        kept = client._sock
+        assert client.call("status").ok and client._sock is kept
+        with pytest.raises(control.DaemonNotRunning, match="no answer"):
+            client.call("policy.pending", timeout=0.3)  # held by the handler: times out
+        assert client._sock is None
+        served.release.set()
+        assert client.call("status").ok  # a fresh socket; the stale reply is never read
 
 
 def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path: Path) -> None:
@@ -411,3 +449,52 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
         holder.stdin.close()
         holder.stdout.close()
     assert control.lock_held(home) is False
+
+
+@pytest.mark.parametrize("depth", [200_000, 5_000, control.MAX_ARG_DEPTH + 1])
+def test_deeply_nested_arguments_are_a_malformed_request_not_a_crash(depth: int) -> None:
+    key = msgspec.msgpack.encode
+    nested = b"\x91" * depth + b"\xc0"  # [[[...[nil]...]]]
+    frame = (
+        b"\x82"
+        + key("command")
+        + key("tools.call")
+        + key("args")
+        + b"\x82"
+        + key("tool")
+        + key("echo")
+        + key("arguments")
+        + b"\x81"
+        + key("x")
+        + nested
+    )
+    assert len(frame) <= control.MAX_REQUEST_BYTES
+    reply = control.parse_request(frame, COMMANDS)
+    assert isinstance(reply, ControlReply) and reply.error == control.MALFORMED
+    assert "nest" in reply.data["message"]
+
+
+def test_arguments_at_the_depth_limit_are_accepted() -> None:
+    args: object = 1
+    for _ in range(control.MAX_ARG_DEPTH - 2):  # the arguments dict and its value add two
+        args = [args]
+    frame = control.encode_request("tools.call", {"tool": "echo", "arguments": {"x": args}})
+    parsed = control.parse_request(frame, COMMANDS)
+    assert not isinstance(parsed, ControlReply), parsed
+
+
+def test_the_live_endpoint_answers_a_deeply_nested_request(served: Served) -> None:
+    key = msgspec.msgpack.encode
+    frame = (
+        b"\x82"
+        + key("command")
+        + key("status")
+        + key("args")
+        + b"\x81"
+        + key("x")
+        + b"\x91" * 100_000
+        + b"\xc0"
+    )
+    reply = reply_of(raw(served.home, [b"", frame], zmq.DEALER))
+    assert reply.error == control.MALFORMED
+    assert control.request(served.home, "status").ok

@@ -25,7 +25,11 @@ import pytest
 
 from actors.loop import EventLoopThread, LoopNotRunning
 from chalie import control, daemon, logs
+from chalie_app import root
 from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 # -- structured logs ---------------------------------------------------------------
 
@@ -199,7 +203,9 @@ def test_pid_file_is_written_atomically_and_removed_only_by_its_owner(tmp_path: 
     path = daemon.write_pid_file(tmp_path)
     assert int(path.read_text()) == os.getpid()
     assert (path.stat().st_mode & 0o777) == 0o600
-    assert control.read_pid(tmp_path) == os.getpid()
+    assert control.read_pid(tmp_path) is None  # no lock held: the pid file alone proves nothing
+    with daemon.instance_lock(tmp_path):
+        assert control.read_pid(tmp_path) == os.getpid()
     path.write_text("1\n")  # another daemon's pid file
     daemon.remove_pid_file(tmp_path)
     assert path.exists()
@@ -310,8 +316,9 @@ ESCALATING_DAEMON = textwrap.dedent(
     """
     import sys
     from actors.supervisor import ChildSpec, SupervisedActor
-    from chalie import daemon, logs
+    from chalie import logs
     from chalie.config import Config
+    from chalie_app import root
 
     class Doomed(SupervisedActor):
         def on_start(self):
@@ -319,7 +326,7 @@ ESCALATING_DAEMON = textwrap.dedent(
 
     logs.configure()
     spec = lambda rt: ChildSpec("doomed", Doomed.start)
-    sys.exit(daemon.run(Config.load(sys.argv[1]), extra_children=[spec]))
+    sys.exit(root.run(Config.load(sys.argv[1]), extra_children=[spec]))
     """
 )
 
@@ -385,7 +392,7 @@ def test_a_data_directory_too_deep_for_an_ipc_socket_is_a_start_up_error(tmp_pat
     from chalie.config import Config
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
-    result = daemon.run(Config.load(deep))
+    result = root.run(Config.load(deep))
     assert result == daemon.EXIT_STARTUP_FAILED
     assert not (deep / control.PID_NAME).exists()
 

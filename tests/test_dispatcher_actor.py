@@ -33,6 +33,10 @@ from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.trail import Trail
 from tests import sample_abilities
+from tests.conftest import wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 EX = ("one", "two", "three", "four", "five", "six")
 
@@ -231,15 +235,6 @@ def rig(tmp_path: Path) -> Rig:
 def attrs(outcome: ToolOutcome) -> dict[str, Any]:
     (env,) = parse(outcome.envelope)
     return env.attrs
-
-
-def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- the path of one call --------------------------------------------------------------
@@ -545,9 +540,7 @@ def test_a_restarted_dispatcher_marks_calls_left_running_interrupted(tmp_path: P
     book = Trail(rig.db)
     assert book.query()[0].status == "running"
     book.close()
-    again = DispatcherActor.start(
-        rig.registry, Services(), rig.db, rig.policy, None, rig.bus
-    )
+    again = DispatcherActor.start(rig.registry, Services(), rig.db, rig.policy, None, rig.bus)
     rows = again.proxy().trail().get()
     assert (rows[0].status, rows[0].code) == ("interrupted", "interrupted")
 
@@ -682,7 +675,7 @@ def test_sigkill_of_a_dispatching_process_loses_no_returned_call(tmp_path: Path)
                 break
     finally:
         proc.kill()
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)  # waits, and closes the pipe
     assert proc.returncode == -signal.SIGKILL and len(returned) == 30
     book = Trail(db)
     assert book.recover() == 1

@@ -161,6 +161,31 @@ def test_a_rich_payload_reaches_the_outcome_and_stays_out_of_the_envelope(rig: R
     assert "title" not in outcome.envelope
 
 
+class Unsendable(Card):
+    name = "unsendable"
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("body", rich={"thing": object()})
+
+
+class Enormous(Card):
+    name = "enormous"
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.success("body", rich={"blob": "x" * (5 << 20)})
+
+
+@pytest.mark.parametrize("cls", [Unsendable, Enormous])
+def test_a_rich_payload_that_cannot_be_carried_is_a_fault_in_the_tool(
+    rig: Rig, cls: type[Ability]
+) -> None:
+    rig.registry.add(cls, source="tests")
+    rig.policy.proxy().set("chat", cls.name, "allow").get()
+    outcome = rig.run(cls.name)
+    assert outcome.code == "non-canonical-result" and outcome.rich is None
+    msgspec.msgpack.encode(outcome)  # the outcome itself can always be sent
+
+
 def test_a_background_result_waits_in_the_outbox_until_acknowledged(
     tmp_path: Path, rig: Rig
 ) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chalie.envelope import escape_content, parse, render, unescape_content
 from chalie.result import ToolResult
+
+# Property tests with many examples (seconds each): deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 
 def test_success_envelope_has_the_seed_shape() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import logging
 import math
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import pykka
 import pytest
 import zmq
 
+from actors import worker_pool
 from actors.supervisor import ChildSpec, Supervisor
-from actors.worker_pool import WorkerPool, WorkerPoolHandle
+from actors.worker_pool import Broker, WorkerPool, WorkerPoolHandle
 from chalie.messages import (
     ControlRequest,
     Heartbeat,
@@ -34,17 +36,27 @@ from chalie.messages import (
 )
 from chalie.registry import Registry, abilities_in
 from chalie.result import ToolResult
+from chalie.wire import MAX_DEPTH
 from chalie.workers import (
     IPC_PATH_MAX,
     BrokerBook,
     broker_endpoint,
+    encode_credentials,
     from_tool_result,
+    new_credentials,
+    read_credentials,
     to_tool_result,
+    worker_proof,
 )
 from tests import sample_abilities
+from tests.conftest import wait_until
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 SAMPLES = "tests.sample_abilities"
 CTX = TurnContext(conversation_id="conv-1", turn_id="turn-1")
+SECRET = b"s" * 32
 
 
 def job(ability: str, job_id: str | None = None, **params: Any) -> WorkerJob:
@@ -61,15 +73,6 @@ def sample_registry() -> Registry:
     for cls in abilities_in(sample_abilities):
         registry.add(cls, source="tests")
     return registry
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 def pid_gone(pid: int) -> bool:
@@ -199,6 +202,7 @@ def test_parameters_the_ability_rejects_are_an_invalid_param_error(
         ("Raises", "unhandled-exception"),
         ("Unsendable", "internal-error"),
         ("Huge", "internal-error"),
+        ("Deep", "internal-error"),
     ],
 )
 def test_an_ability_failure_in_the_worker_becomes_an_error_result(
@@ -245,10 +249,10 @@ def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
 
 def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
     book = BrokerBook(1, spares=1, heartbeat=0.1)
-    book.add_worker(b"a", 0, 100, 0.0)
-    book.add_worker(b"s", 1, 101, 0.0)
-    book.on_ready(b"a", 100, 0.1)
-    book.on_ready(b"s", 101, 0.1)
+    add(book, b"a", 0, 100, 0.0)
+    add(book, b"s", 1, 101, 0.0)
+    ready(book, b"a", 100, 0.1)
+    ready(book, b"s", 101, 0.1)
     book.submit(job("Echo", "j1"), 10, None, 0.1)
     assert [w.identity for _, w in book.assignments()] == [b"a"]  # never the spare
     book.submit(job("Echo", "j2"), 10, None, 0.1)
@@ -263,9 +267,9 @@ def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
     assert status["spares"][0]["state"] == "down"
     # A spare that becomes ready while a slot is empty fills it.
     book.remove_worker(b"s", 0.3)
-    book.add_worker(b"t", 1, 102, 0.3)
+    add(book, b"t", 1, 102, 0.3)
     assert book.workers[b"t"].slot == 1
-    book.on_ready(b"t", 102, 0.4)
+    ready(book, b"t", 102, 0.4)
     assert book.workers[b"t"].slot == 0
 
 
@@ -366,6 +370,9 @@ def test_a_job_that_cannot_cross_the_process_boundary_is_refused_up_front(
     assert unsendable.code == "internal-error" and "cannot be sent" in unsendable.body
     oversized = handle.submit(job("Echo", text="x" * (17 * 1024 * 1024)), timeout=5)
     assert oversized.result(timeout=5).code == "invalid-param"
+    for depth in (MAX_DEPTH, 5000):  # past the receiver's limit; past the encoder's
+        deep = handle.submit(job("Echo", text=nested(depth)), timeout=5).result(timeout=5)
+        assert deep.code == "internal-error" and "cannot be sent" in deep.body
     assert call(handle, job("Echo", text="fine")).body == "fine"
 
 
@@ -377,11 +384,26 @@ def test_an_unbound_handle_answers_that_the_pool_is_not_running() -> None:
     loose.cancel("anything")
 
 
-def test_rogue_and_malformed_frames_are_dropped_with_a_log_line(
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+DEEP_FRAME = b"\x91" * 200_000 + b"\xc0"  # 200,000 levels, far inside the frame limit
+
+
+def test_strangers_frames_are_dropped_undecoded_and_the_pool_serves_on(
     handle: WorkerPoolHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="chalie.workers")
+    broker = handle._broker
+    assert broker is not None
+    dropped_before = broker.drops.total
     endpoint = handle.status()["endpoint"]
+    pids = worker_pids(handle)
+    restarts = [w["restarts"] for w in handle.status()["workers"]]
     ctx = zmq.Context()
     rogues = []
     try:
@@ -392,32 +414,240 @@ def test_rogue_and_malformed_frames_are_dropped_with_a_log_line(
             sock.connect(endpoint)
             rogues.append(sock)
         rogue, rogue_control, impostor = rogues
-        rogue.send(b"\x00\xffgarbage")
-        rogue.send(b"")
-        rogue.send(encode(ControlRequest(command="stop")))
-        rogue.send(encode(WorkerResult(job_id="nope", status="success", body="forged")))
-        rogue.send(encode(Heartbeat(worker_id="rogue")))
+        frames = [
+            b"\x00\xffgarbage",
+            b"",
+            encode(ControlRequest(command="stop")),
+            encode(WorkerResult(job_id="nope", status="success", body="forged")),
+            encode(Heartbeat(worker_id="rogue")),
+        ]
+        for frame in frames:
+            rogue.send(frame)
         rogue.send_multipart([b"a", b"b", b"c"])
         rogue_control.send(encode(Heartbeat(worker_id="rogue")))
         rogue_control.send(encode(WorkerResult(job_id="nope", status="success")))
-        impostor.send(encode(WorkerReady(worker_id="w0-fake", pid=os.getpid())))
+        impostor.send(encode(WorkerReady(worker_id="w0-fake", pid=pids[0], proof="0" * 64)))
+        for _ in range(20):  # once took the broker thread down, and then the daemon
+            rogue.send(DEEP_FRAME)
+            rogue_control.send(DEEP_FRAME)
         oversized = ctx.socket(zmq.DEALER)
         oversized.setsockopt(zmq.LINGER, 0)
         oversized.connect(endpoint)
         rogues.append(oversized)
         oversized.send(b"\x00" * (17 * 1024 * 1024))
-        wait_until(lambda: caplog.text.count("dropped a frame") >= 8)
+        wait_until(lambda: broker.drops.total - dropped_before >= 49)
     finally:
         for sock in rogues:
             sock.close(linger=0)
         ctx.term()
-    assert "undecodable" in caplog.text
-    assert "3 payload frames" in caplog.text
-    assert "unexpected ControlRequest" in caplog.text
-    assert "result for a job it does not run" in caplog.text
-    assert "ready from an unexpected worker" in caplog.text
+    assert "not a live worker of this broker" in caplog.text
     assert call(handle, job("Echo", text="unharmed")).body == "unharmed"
-    assert len(worker_pids(handle)) == 2
+    assert handle._broker is broker  # the broker thread never died
+    assert worker_pids(handle) == pids
+    assert [w["restarts"] for w in handle.status()["workers"]] == restarts
+
+
+def test_a_live_workers_malformed_frames_are_dropped_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="chalie.workers")
+    broker = Broker(tmp_path, 1, spares=0)
+    try:
+        me = b"w0-live"
+        add(broker.book, me, 0, 4242, 0.0)
+        sent: list[tuple[list[bytes], bool]] = [
+            ([me, b"\x00\xffgarbage"], False),
+            ([me, DEEP_FRAME], False),
+            ([me + b".c", DEEP_FRAME], True),
+            ([me, b"a", b"b"], False),
+            ([me, encode(ControlRequest(command="stop"))], False),
+            ([me, encode(WorkerResult(job_id="nope", status="success"))], False),
+            ([me + b".c", encode(WorkerResult(job_id="nope", status="success"))], True),
+        ]
+        for frames, control in sent:
+            broker.on_frames(frames, control, 0.1)
+        assert broker.drops.total == len(sent)
+        text = caplog.text
+        assert text.count("undecodable (frame nests deeper than 64 levels)") == 2
+        assert "undecodable (" in text and "2 payload frames" in text
+        assert "unexpected ControlRequest" in text
+        assert "result for a job it does not run" in text
+        assert "unexpected WorkerResult on a control socket" in text
+        # A Ready without the proof: whoever holds the identity is not our
+        # worker, so the slot starts over with a fresh identity.
+        broker.on_frames([me, encode(WorkerReady(worker_id="w0-live", pid=4242))], False, 0.2)
+        assert "without proof" in caplog.text
+        assert me not in broker.book.workers
+        assert broker.book.slots_to_spawn(time.monotonic() + 5) == [0]
+    finally:
+        broker._shutdown()
+
+
+def test_a_frame_whose_handling_fails_is_dropped_and_the_broker_thread_lives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle = WorkerPoolHandle()
+    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    try:
+        wait_until(lambda: all_idle(handle), timeout=30)
+        broker = handle._broker
+        assert broker is not None
+        handled = broker.on_frames
+        failed: list[bytes] = []
+
+        def once_broken(frames: list[bytes], control: bool, now: float) -> None:
+            if not failed:
+                failed.append(frames[0])
+                raise KeyError("a fault in handling")
+            handled(frames, control, now)
+
+        broker.on_frames = once_broken  # type: ignore[method-assign]
+        wait_until(lambda: bool(failed))
+        assert call(handle, job("Echo", text="still here")).body == "still here"
+        assert handle._broker is broker
+        assert "handling failed (KeyError)" in caplog.text
+    finally:
+        ref.stop(timeout=15)
+
+
+def test_one_turn_of_the_broker_loop_handles_a_bounded_number_of_frames(tmp_path: Path) -> None:
+    broker = Broker(tmp_path, 1, spares=0)
+    ctx = zmq.Context()
+    stranger = ctx.socket(zmq.DEALER)
+    stranger.setsockopt(zmq.LINGER, 0)
+    try:
+        stranger.connect(broker.endpoint)
+        waiting = worker_pool.RECEIVE_QUEUE  # as many as ZeroMQ queues for one peer
+        for _ in range(waiting):
+            stranger.send(b"x")
+        wait_until(lambda: bool(broker._router.poll(0)))
+        turns = []
+        while broker.drops.total < waiting:
+            before = broker.drops.total
+            broker._receive(16)
+            turns.append(broker.drops.total - before)
+        assert max(turns) <= 16 and len(turns) >= waiting // 16
+    finally:
+        stranger.close(linger=0)
+        ctx.term()
+        broker._shutdown()
+
+
+def test_a_workers_identity_and_secret_are_on_neither_its_command_line_nor_its_environment(
+    handle: WorkerPoolHandle,
+) -> None:
+    broker = handle._broker
+    assert broker is not None
+    workers = list(broker.book.workers.values())
+    assert workers
+    for worker in workers:
+        seen = Path(f"/proc/{worker.pid}/cmdline").read_bytes()
+        seen += Path(f"/proc/{worker.pid}/environ").read_bytes()
+        assert worker.identity not in seen
+        assert worker.secret not in seen and worker.secret.hex().encode() not in seen
+
+
+def test_an_impostor_holding_a_new_workers_identity_gets_no_job_and_the_real_worker_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worst case of /proc snooping: the impostor has the identity and connects first."""
+    caplog.set_level(logging.WARNING, logger="chalie.workers")
+    ctx = zmq.Context()
+    handle = WorkerPoolHandle()
+    leaked: list[tuple[str, zmq.Socket[bytes]]] = []
+    issue = worker_pool.new_credentials
+
+    def leaky(slot: int) -> tuple[str, bytes]:
+        identity, secret = issue(slot)
+        if not leaked:
+            broker = handle._broker
+            assert broker is not None
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.IDENTITY, identity.encode())
+            monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            sock.connect(broker.endpoint)
+            # Connected before the real worker is even started.
+            assert monitor.poll(5000)
+            sock.disable_monitor()
+            monitor.close(linger=0)
+            leaked.append((identity, sock))
+        return identity, secret
+
+    monkeypatch.setattr(worker_pool, "new_credentials", leaky)
+    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    try:
+        wait_until(lambda: bool(leaked) and bool(worker_pids(handle)))
+        identity, impostor = leaked[0]
+        real_pid = worker_pids(handle)[0]
+        forged = WorkerReady(worker_id=identity, pid=real_pid, proof="0" * 64)
+        impostor.send(encode(forged))
+        wait_until(lambda: "without proof" in caplog.text)
+        answer = call(handle, job("Echo", text="from the real worker"))
+        assert answer.status == "success" and answer.body == "from the real worker"
+        assert answer.meta.get("pid") not in (None, os.getpid())
+        assert impostor.poll(0) == 0  # never sent a job, or anything else
+        assert pid_gone(real_pid) or real_pid not in worker_pids(handle)
+    finally:
+        for _, sock in leaked:
+            sock.close(linger=0)
+        ref.stop(timeout=15)
+        ctx.term()
+
+
+FLOODER = """
+import sys, time, zmq
+endpoint, seconds, peers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+ctx = zmq.Context()
+socks = []
+for i in range(peers):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 100000)
+    s.connect(endpoint)
+    socks.append(s)
+sent, end = 0, time.monotonic() + seconds
+while time.monotonic() < end and sent < 20_000_000:
+    for s in socks:
+        try:
+            s.send(b"x", zmq.NOBLOCK)
+            sent += 1
+        except zmq.Again:
+            pass
+print(sent)
+"""
+
+
+def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_path: Path) -> None:
+    handle = WorkerPoolHandle()
+    # Strict liveness: a worker unheard for 0.4 s is killed, so starvation shows fast.
+    ref = WorkerPool.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=4)
+    try:
+        wait_until(lambda: all_idle(handle), timeout=30)
+        broker = handle._broker
+        assert broker is not None
+        pids = worker_pids(handle)
+        flooder = subprocess.Popen(
+            # Bounded: 15 s or 20 million frames at most; stopped once the calls are done.
+            [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "15", "4"],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: broker.drops.total > 10_000)
+            in_flight = handle.submit(job("Sleep", seconds=1.5), timeout=20)
+            answers = [call(handle, job("Echo", text=f"n{i}")).body for i in range(20)]
+            assert answers == [f"n{i}" for i in range(20)]
+            assert in_flight.result(timeout=20).status == "success"
+            assert flooder.poll() is None, "the flood ended before the calls did"
+            flooding = broker.drops.total
+            wait_until(lambda: broker.drops.total > flooding + 10_000)  # still under flood
+        finally:
+            flooder.kill()
+            flooder.wait(timeout=30)
+        assert worker_pids(handle) == pids  # no worker was killed for missed heartbeats
+        assert all(w["restarts"] == 0 for w in handle.status()["workers"])
+    finally:
+        ref.stop(timeout=15)
 
 
 # -- lifecycle ------------------------------------------------------------------------
@@ -483,20 +713,29 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
             "chalie.worker",
             "--endpoint",
             endpoint,
-            "--identity",
-            "lonely",
             "--heartbeat",
             "0.05",
             "--broker-timeout",
             "0.5",
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    assert proc.stdin is not None
+    proc.stdin.write(encode_credentials("lonely", SECRET))
+    proc.stdin.close()
     try:
-        assert router.poll(20_000)
-        _, frame = router.recv_multipart()
-        assert isinstance(decode(frame), (WorkerReady, Heartbeat))
+        ready = None
+        while ready is None:
+            assert router.poll(20_000)
+            peer, frame = router.recv_multipart()
+            msg = decode(frame)
+            assert isinstance(msg, (WorkerReady, Heartbeat))
+            if isinstance(msg, WorkerReady):
+                ready = msg
+        assert peer == b"lonely" and ready.pid == proc.pid
+        assert ready.proof == worker_proof(SECRET, "lonely", proc.pid)
         router.close(linger=0)
         assert proc.wait(timeout=10) == 2
     finally:
@@ -506,13 +745,34 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
         ctx.term()
 
 
+@pytest.mark.parametrize("stdin", [b"", b"just-an-identity\n", b"id\nnot hex\n"])
+def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: bytes) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "chalie.worker", "--endpoint", "ipc:///nonexistent/b.sock"],
+        input=stdin,
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert b"no usable credentials on stdin" in proc.stderr
+
+
 # -- the pure bookkeeping, with an injected clock -------------------------------------
+
+
+def add(book: BrokerBook, identity: bytes, slot: int, pid: int, now: float) -> None:
+    book.add_worker(identity, slot, pid, now, secret=SECRET)
+
+
+def ready(book: BrokerBook, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
+    """The worker's WorkerReady, with the proof a worker holding ``secret`` sends."""
+    return book.on_ready(identity, pid, now, worker_proof(secret, identity.decode(), pid))
 
 
 def _book(**kw: Any) -> BrokerBook:
     book = BrokerBook(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
-    book.add_worker(b"a", 0, 100, 0.0)
-    book.add_worker(b"b", 1, 101, 0.0)
+    add(book, b"a", 0, 100, 0.0)
+    add(book, b"b", 1, 101, 0.0)
     return book
 
 
@@ -520,9 +780,13 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
     book = _book()
     assert book.submit(job("Echo", "j1"), 10, None, 0.0) is None
     assert book.assignments() == []
-    assert not book.on_ready(b"a", 999, 0.1)  # impostor: wrong pid
-    assert not book.on_ready(b"zz", 100, 0.1)  # stranger
-    assert book.on_ready(b"a", 100, 0.1)
+    assert not ready(book, b"a", 999, 0.1)  # impostor: wrong pid
+    assert not ready(book, b"zz", 100, 0.1)  # stranger
+    assert not ready(book, b"a", 100, 0.1, secret=b"x" * 32)  # impostor: wrong secret
+    assert not book.on_ready(b"a", 100, 0.1, "")  # no proof at all
+    assert not book.on_ready(b"a", 100, 0.1, "é" * 64)  # non-ASCII proof
+    assert book.assignments() == []
+    assert ready(book, b"a", 100, 0.1)
     pairs = book.assignments()
     assert [(j.job.job_id, w.identity) for j, w in pairs] == [("j1", b"a")]
     assert book.on_result(b"b", "j1") is None  # not the worker running it
@@ -530,9 +794,28 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
     assert book.status()["workers"][0]["jobs_done"] == 1
 
 
+def test_book_never_readies_a_worker_spawned_without_a_secret() -> None:
+    book = BrokerBook(1)
+    book.add_worker(b"a", 0, 100, 0.0, secret=b"")
+    assert not ready(book, b"a", 100, 0.1, secret=b"")
+    assert book.status()["workers"][0]["state"] == "starting"
+
+
+def test_worker_credentials_round_trip_and_malformed_ones_are_refused() -> None:
+    identity, secret = new_credentials(3)
+    assert identity.startswith("w3-") and len(secret) == 32
+    assert read_credentials(io.BytesIO(encode_credentials(identity, secret))) == (
+        identity,
+        secret,
+    )
+    for bad in (b"", b"only-one-line", b"id\nnot-hex\n", b"id\nabcd\n", b"\xff\xfe\n00\n"):
+        with pytest.raises(ValueError):
+            read_credentials(io.BytesIO(bad))
+
+
 def test_book_times_out_queued_and_running_jobs_at_their_deadline() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Echo", "run"), 1.0, None, 0.0)
     book.assignments()
     book.submit(job("Echo", "queued"), 0.5, None, 0.0)
@@ -549,7 +832,7 @@ def test_book_times_out_queued_and_running_jobs_at_their_deadline() -> None:
 
 def test_book_declares_a_silent_worker_hung_after_the_liveness_interval() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Sleep", "s"), 100, None, 0.0)
     book.assignments()
     book.heard(b"a", 1.0)
@@ -574,9 +857,9 @@ def test_book_backs_off_respawning_a_slot_whose_workers_die_before_ready() -> No
         assert 0 not in book.slots_to_spawn(now) or delays[-1] == 0
         now = due
         assert 0 in book.slots_to_spawn(now)
-        book.add_worker(identity, 0, 200 + n, now)
+        add(book, identity, 0, 200 + n, now)
     assert delays == [0.05, 0.1, 0.2, 0.4]
-    book.on_ready(b"x3", 203, now)
+    ready(book, b"x3", 203, now)
     book.remove_worker(b"x3", now)
     assert book.slots[0].spawn_at == now  # died after ready: replaced at once
 
@@ -591,7 +874,7 @@ def test_book_refuses_duplicates_and_overload() -> None:
 
 def test_book_cancel_tells_whether_a_worker_must_be_stopped() -> None:
     book = _book()
-    book.on_ready(b"a", 100, 0.0)
+    ready(book, b"a", 100, 0.0)
     book.submit(job("Echo", "run"), 10, None, 0.0)
     book.assignments()
     book.submit(job("Echo", "wait"), 10, None, 0.0)

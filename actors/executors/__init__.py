@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
+from actors.executors.mcp import McpExecutor
 from actors.executors.process import ProcessExecutor, WorkerPool
 from actors.supervisor import Directory
 from chalie.execution import Executor
@@ -40,6 +41,7 @@ Factory = Callable[[ExecutorEnv], Executor]
 EXECUTORS: Final[dict[str, Factory]] = {
     "inline": lambda env: InlineExecutor(env.inline_threads, env.lane_limit, env.lane_queue),
     "process": lambda env: ProcessExecutor(env.workers),
+    "mcp": lambda env: McpExecutor(env.parts.get("mcp")),
 }
 
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import msgspec
 
 from chalie.chat import protocol as p
+from chalie.events import HUMANS
 
 log = logging.getLogger("chalie.chat")
 
@@ -107,6 +108,7 @@ class ChatSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self.dropped = False
         self.closed = False
+        self._humans: Closable | None = None
 
     # -- out --------------------------------------------------------------------
     def push(self, frame: msgspec.Struct) -> None:
@@ -125,6 +127,14 @@ class ChatSession:
 
     def hello(self) -> None:
         self.push(p.Hello(max_frame_bytes=self.codec.max_frame_bytes))
+        # A person is connected: they also get what is addressed to every human
+        # (an inbound agent's loop_in_human exchange, chalie/mcp_server/exchange.py).
+        self._humans = self._port.subscribe(HUMANS, self._for_humans)
+
+    def _for_humans(self, event: Any) -> None:
+        """From the publisher's thread: hand a broadcast to the session's loop."""
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self.push, event)
 
     # -- in ---------------------------------------------------------------------
     async def handle(self, raw: bytes | str) -> None:
@@ -287,6 +297,8 @@ class ChatSession:
     def close(self) -> None:
         """Unsubscribe everything; the transport calls this when the client goes (idempotent)."""
         self.closed = True
+        if self._humans is not None:
+            self._humans.close()
         for cid in list(self._streams):
             self._close_stream(cid)
         for task in list(self._tasks):

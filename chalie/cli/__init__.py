@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from chalie.config import Config, ConfigError
 from chalie.home import HomeError
+
+if TYPE_CHECKING:
+    from chalie.control import ControlClient
 
 
 class Ctx:
@@ -17,6 +21,7 @@ class Ctx:
     def __init__(self, home: str | None) -> None:
         self._home = home
         self._config: Config | None = None
+        self._client: ControlClient | None = None
 
     @property
     def config(self) -> Config:
@@ -26,6 +31,20 @@ class Ctx:
             except (ConfigError, HomeError) as exc:
                 raise click.ClickException(str(exc)) from None
         return self._config
+
+    @property
+    def client(self) -> ControlClient:
+        """One control client for the command: a command that polls keeps one socket."""
+        if self._client is None:
+            from chalie.control import ControlClient
+
+            self._client = ControlClient(self.config.home)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 @click.group()
@@ -46,6 +65,7 @@ def cli(ctx: click.Context, home: str | None, verbose: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     ctx.obj = Ctx(home)
+    ctx.call_on_close(ctx.obj.close)
 
 
 def main() -> None:
@@ -58,6 +78,7 @@ from chalie.cli import conversations as _conversations  # noqa: E402,F401
 from chalie.cli import daemon as _daemon  # noqa: E402,F401
 from chalie.cli import discovery as _discovery  # noqa: E402,F401
 from chalie.cli import discovery_eval as _discovery_eval  # noqa: E402,F401
+from chalie.cli import mcp as _mcp  # noqa: E402,F401
 from chalie.cli import policy as _policy  # noqa: E402,F401
 from chalie.cli import token as _token  # noqa: E402,F401
 from chalie.cli import tools as _tools  # noqa: E402,F401

@@ -7,18 +7,17 @@ into ``chalie: <code>: <message>``.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from chalie import control, logs
 from chalie.cli import Ctx, cli
+from chalie.discovery.state import describe
 
 EXIT_NO_DAEMON = 1
 EXIT_ERROR_REPLY = 1
@@ -29,19 +28,12 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-@functools.cache
-def _client(home: Path) -> control.ControlClient:
-    # One client a data directory: a command that polls keeps one socket.
-    return control.ControlClient(home)
-
-
 def ask_daemon(
     obj: Ctx, command: str, args: dict[str, Any] | None = None, *, timeout: float = 15.0
 ) -> Any:
     """Send one control request; the reply's data, or exit non-zero with one line."""
-    client = _client(obj.config.home)
     try:
-        reply = client.call(command, args, timeout=timeout)
+        reply = obj.client.call(command, args, timeout=timeout)
     except control.DaemonNotRunning as exc:
         fail(str(exc), EXIT_NO_DAEMON)
     if not reply.ok:
@@ -55,12 +47,15 @@ def ask_daemon(
 def run_command(ctx: click.Context) -> None:
     """Run the daemon in the foreground (stop it with Ctrl-C, SIGTERM or `chalie stop`)."""
     # Imported here: the actor runtime is heavy, and the other commands never need it.
+    # The composition root sits above the actors; the CLI is the only part of
+    # chalie/ that reaches it, and only to run the daemon.
     from chalie import daemon
+    from chalie_app import root
 
     obj: Ctx = ctx.obj
     verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
     logs.configure(logging.DEBUG if verbose else logging.INFO)
-    daemon.exit_process(daemon.run(obj.config))
+    daemon.exit_process(root.run(obj.config))
 
 
 def _age(seconds: float | None) -> str:
@@ -128,6 +123,7 @@ def status_command(obj: Ctx, as_json: bool) -> None:
     elif workers is not None:
         click.echo(f"workers: {_scalar(workers)}")
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
+    click.echo(describe(data.get("discovery")))
 
 
 @cli.command("stop")

@@ -11,9 +11,17 @@ import click
 
 from chalie.cli import Ctx, cli
 from chalie.cli.daemon import ask_daemon
+from chalie.display import NAME_CHARS, one_line
 from chalie.messages import CHANNELS
 
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
+
+
+def _provenance(obj: Ctx, permission: str) -> str:
+    """Where a remote MCP proxy comes from (``  [remote tool 'x' on MCP server s]``)."""
+    from chalie.mcp.provenance import suffix
+
+    return suffix(obj.config.home, permission)
 
 
 @cli.group()
@@ -36,6 +44,7 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         for r in rules:
             when = dt.datetime.fromtimestamp(r["updated_at"]).strftime("%Y-%m-%d %H:%M")
             origin = "" if r.get("origin", "set") == "set" else f"  ({r['origin']}, not configured)"
+            origin += _provenance(obj, r["permission"])
             click.echo(
                 f"  {r['channel']:<15} {r['permission']:<32} {r['decision']:<6} {when}{origin}"
             )
@@ -48,9 +57,9 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         for p in pending:
             left = max(0, int(p["expires_at"] - now))
             click.echo(
-                f"  {p['request_id']}  {p['channel']} {p['permission']}  conversation "
-                f"{p['conversation_id']}  expires in {left}s"
-                + (f"  — {p['act_summary']}" if p.get("act_summary") else "")
+                f"  {p['request_id']}  {p['channel']} {one_line(p['permission'], NAME_CHARS)}  "
+                f"conversation {one_line(p['conversation_id'], NAME_CHARS)}  expires in {left}s"
+                + (f"  — {one_line(p['act_summary'])}" if p.get("act_summary") else "")
             )
     else:
         click.echo("pending requests: none")

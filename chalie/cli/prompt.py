@@ -31,6 +31,8 @@ def render(request: dict[str, Any]) -> list[str]:
     permission = one_line(request.get("permission", "?"), NAME_CHARS)
     channel = one_line(request.get("channel", "?"), NAME_CHARS)
     lines = [f"permission requested: {permission} on {channel}"]
+    if request.get("provenance"):  # a remote MCP tool: which server, which remote tool
+        lines.append(f"  ({one_line(request['provenance'], ACT_SUMMARY_CHARS)})")
     if request.get("act_summary"):
         lines.append(f"  {one_line(request['act_summary'], ACT_SUMMARY_CHARS)}")
     lines.append(f"  params {params_line(request.get('params') or {})}")

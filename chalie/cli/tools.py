@@ -188,7 +188,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
 def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
     from chalie import control
-    from chalie.cli.daemon import _client, ask_daemon, fail
+    from chalie.cli.daemon import ask_daemon, fail
 
     def still_pending(request_id: str) -> bool:
         pending = ask_daemon(obj, "policy.pending")
@@ -198,13 +198,16 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
         for request in news.get("permission_requests", []):
-            answer = prompt.ask(request)
+            from chalie.mcp.provenance import suffix  # a remote tool names its server
+
+            where = suffix(obj.config.home, str(request.get("permission", "")))
+            answer = prompt.ask({**request, "provenance": where.strip(" []")} if where else request)
             if answer is None:
                 click.echo("chalie: that request was answered elsewhere", err=True)
                 continue
             sent = {"request_id": request["request_id"], "answer": answer}
             try:
-                reply = _client(obj.config.home).call("policy.answer", sent)
+                reply = obj.client.call("policy.answer", sent)
             except control.DaemonNotRunning as exc:
                 fail(str(exc))
             if reply.error == control.NOT_FOUND:

@@ -10,6 +10,7 @@ import click
 
 from chalie.cli import Ctx, cli
 from chalie.cli.daemon import ask_daemon
+from chalie.display import NAME_CHARS, PARAMS_CHARS, one_line
 from chalie.messages import TRAIL_STATUSES as STATUSES
 
 
@@ -61,9 +62,13 @@ def trail_command(
             gate += f" by {row['decided_by']}"
         click.echo(
             f"{_when(row['started_at'])}  {row['tool']:<16} {outcome:<28} {_took(row):>7}  "
-            f"gate {gate:<16} {row['channel']:<10} {row['conversation_id']}  {row['call_id']}"
+            f"gate {gate:<16} {row['channel']:<10} {one_line(row['conversation_id'], NAME_CHARS)}"
+            f"  {row['call_id']}"
         )
+        from chalie.mcp.provenance import suffix
+
+        where = suffix(obj.config.home, row["tool"])  # a remote MCP tool names its server
         click.echo(
-            f"    params {row['params']}"
-            + (f"  — {row['act_summary']}" if row.get("act_summary") else "")
+            f"    params {one_line(row['params'], PARAMS_CHARS)}{where}"
+            + (f"  — {one_line(row['act_summary'])}" if row.get("act_summary") else "")
         )

@@ -79,6 +79,10 @@ class PermissionRequested(ConversationEvent, tag="permission_request", frozen=Tr
 
 
 class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):
+    """``answer``: allow_once | allow_always | deny (answered through the conversations),
+    allowed (answered elsewhere, e.g. ``chalie policy answer``), expired, or withdrawn
+    (the turn ended first)."""
+
     request_id: str
     answer: str
 

@@ -8,9 +8,11 @@ message is validated before anything is stored.
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
+
+from chalie.control import Args, Id
 
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CLIENT_ID_MAX: Final = 128
@@ -80,3 +82,23 @@ def check_send(msg: SendMessage, *, channels: frozenset[str], max_chars: int) ->
         )
     if len(msg.origin) > ORIGIN_MAX:
         raise ConversationError("invalid-message", f"origin is longer than {ORIGIN_MAX} characters")
+
+
+# -- control commands (``chalie ask``, ``chalie conversations ...``) ----------------------
+
+
+class AskArgs(Args):
+    """A one-shot turn without a human."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    channel: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "subconscious"
+    conversation_id: Id | None = None
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
+
+
+class ConversationsListArgs(Args):
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 50
+
+
+class ConversationArgs(Args):
+    conversation_id: Id

@@ -60,6 +60,8 @@ class FindResult:
     injected: list[ToolDoc] = field(default_factory=list)
     not_found: list[dict[str, Any]] = field(default_factory=list)
     entries: list[EntryOutcome] = field(default_factory=list)
+    # name -> definition digest of each injected tool, for learning from its use
+    definitions: dict[str, str] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         """The find_tools body: ``{"injected": [{name, summary}], "not_found": [...]}``."""

@@ -112,14 +112,25 @@ class MiniLMOnnx:
         # The query session's runs are serialised: two at once on two cores are
         # no cheaper than one after the other, and latency stays flat.
         self._lock = threading.Lock()
-        self._bulk = (
-            self._new_session(onnxruntime, str(model), 1) if self.threads > 1 else self._session
-        )
+        # The bulk session costs as much memory as the query one (~130 MB: the
+        # optimiser folds the int8 weights to floats) and only builds use it, so
+        # it is made on the first big batch: a daemon on a warm index never does.
+        self._model_path = str(model)
+        self._bulk_session: Any = None if self.threads > 1 else self._session
+        self._bulk_lock = threading.Lock()
         # Two big batches at once (two builders) still run ``threads`` chunks at a time.
         self._bulk_slots = threading.BoundedSemaphore(self.threads)
         # Rows of short texts from earlier big batches, least recently used first.
         self._short: OrderedDict[str, Matrix] = OrderedDict()
         self._short_lock = threading.Lock()
+
+    def _bulk(self) -> Any:
+        with self._bulk_lock:
+            if self._bulk_session is None:
+                import onnxruntime
+
+                self._bulk_session = self._new_session(onnxruntime, self._model_path, 1)
+            return self._bulk_session
 
     @staticmethod
     def _new_session(onnxruntime: Any, model: str, threads: int) -> Any:
@@ -168,7 +179,7 @@ class MiniLMOnnx:
                     if chunk is None:
                         return
                     with self._bulk_slots:
-                        out[chunk] = self._run(self._bulk, encodings, chunk)
+                        out[chunk] = self._run(self._bulk(), encodings, chunk)
             except BaseException as exc:  # re-raised on the calling thread
                 failures.append(exc)
 

@@ -239,8 +239,13 @@ class DiscoveryEngine:
         progress: Progress | None = None,
         ceiling: float | None = None,
         reuse: bool = True,
+        kind: str = "tools",
+        learned: Mapping[str, Sequence[str]] | None = None,
     ) -> DiscoveryEngine:
         """A fresh engine over ``docs``; persisted atomically into ``directory`` if given.
+
+        ``learned`` gives tools' learned phrases (chalie.discovery.learning); without
+        it a reused index keeps the phrases it holds and a fresh one has none.
 
         With ``reuse``, the vectors of the index already in ``directory`` (same
         model, same layout, readable) seed the new generation, so only tools
@@ -254,6 +259,8 @@ class DiscoveryEngine:
         previous = cls._previous(directory, embedder) if reuse and directory else None
         if previous is None:
             vectors = VectorIndex(embedder, ceiling=ceiling)
+            if learned:
+                vectors.preset_learned(learned)
         else:
             held = previous._docs
             vectors = previous._vectors
@@ -262,7 +269,10 @@ class DiscoveryEngine:
             if gone:
                 vectors.remove(gone)
             todo = [d for d in ordered if held.get(d.name) != d]
-            log.info("rebuilding with %d of %d tools changed", len(todo) + len(gone), total)
+            if learned is not None:
+                for name in sorted(set(learned) | set(vectors.learned())):
+                    vectors.set_learned(name, learned.get(name, ()))
+            log.info("rebuilding with %d of %d %s changed", len(todo) + len(gone), total, kind)
         if progress:
             progress(total - len(todo), total)
         for start in range(0, len(todo), BUILD_BATCH):
@@ -274,7 +284,10 @@ class DiscoveryEngine:
             names = NameIndex.create()
             names.upsert(ordered, fresh=True)
             log.info(
-                "built an in-memory index of %d tools in %.1fs", total, time.monotonic() - started
+                "built an in-memory index of %d %s in %.1fs",
+                total,
+                kind,
+                time.monotonic() - started,
             )
             return cls(catalogue, names, vectors, embedder)
 
@@ -314,8 +327,9 @@ class DiscoveryEngine:
         names = NameIndex.open(directory / generation / "names")
         engine = cls(catalogue, names, vectors, embedder, directory=directory, manifest=manifest)
         log.info(
-            "built the index of %d tools in %s in %.1fs",
+            "built the index of %d %s in %s in %.1fs",
             total,
+            kind,
             directory,
             time.monotonic() - started,
         )
@@ -349,7 +363,7 @@ class DiscoveryEngine:
             if not isinstance(raw_docs, list):
                 raise ValueError("the catalogue is not a list")
             base = _unique([doc_from_record(r) for r in raw_docs])
-            docs, journal_tools = _replay(
+            docs, journal_tools, learned = _replay(
                 base, gen / manifest["journal"], manifest["journal_bytes"]
             )
         except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
@@ -378,6 +392,8 @@ class DiscoveryEngine:
             vectors.remove(gone)
         if changed:
             vectors.upsert(changed)
+        for name, phrases in learned.items():
+            vectors.set_learned(name, phrases)
         engine = cls(docs, names, vectors, embedder, directory=directory, manifest=manifest)
         engine._journal_tools = journal_tools
         return engine
@@ -390,8 +406,12 @@ class DiscoveryEngine:
         embedder: Embedder,
         *,
         progress: Progress | None = None,
+        kind: str = "tools",
     ) -> DiscoveryEngine:
-        """Reuse the persisted index when nothing changed; rebuild it otherwise."""
+        """Reuse the persisted index when nothing changed; rebuild it otherwise.
+
+        ``kind`` ("tools", "skills") names what the index holds in its log lines.
+        """
         reason = cls.stale_reason(directory, docs, embedder)
         if reason is None:
             try:
@@ -400,7 +420,7 @@ class DiscoveryEngine:
                 reason = str(exc)
         if reason and (directory / MANIFEST).exists():
             log.warning("rebuilding the discovery index in %s: %s", directory, reason)
-        return cls.build(docs, embedder, directory=directory, progress=progress)
+        return cls.build(docs, embedder, directory=directory, progress=progress, kind=kind)
 
     @staticmethod
     def stale_reason(directory: Path, docs: Sequence[ToolDoc], embedder: Embedder) -> str | None:
@@ -425,7 +445,17 @@ class DiscoveryEngine:
     def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
         """Run the cascade for every entry; raises QueryError or IndexCorruptError."""
         with self._lock:
-            return run_cascade(queries, self._names, self._vectors, self._docs, k=k)
+            result = run_cascade(queries, self._names, self._vectors, self._docs, k=k)
+            result.definitions.update(
+                (d.name, self._digests[d.name].hex()[:32]) for d in result.injected
+            )
+            return result
+
+    def definition(self, name: str) -> str | None:
+        """The digest of a tool's current definition (what ``FindResult.definitions`` holds)."""
+        with self._lock:
+            digest = self._digests.get(name)
+            return None if digest is None else digest.hex()[:32]
 
     def get(self, name: str) -> ToolDoc | None:
         return self._docs.get(name)
@@ -446,6 +476,19 @@ class DiscoveryEngine:
                 self._docs[doc.name] = doc
                 self._digests[doc.name] = doc_digest(doc)
             self._persist({"op": "add", "docs": [doc_record(d) for d in changed]}, len(changed))
+
+    def set_learned(self, name: str, phrases: Sequence[str]) -> bool:
+        """Replace one tool's learned phrases in place (journaled); True when anything changed."""
+        with self._lock:
+            if not self._vectors.set_learned(name, phrases):
+                return False
+            held = list(self._vectors.learned().get(name, ()))
+            self._persist({"op": "learned", "name": name, "phrases": held}, 1)
+            return True
+
+    def learned(self) -> dict[str, tuple[str, ...]]:
+        with self._lock:
+            return self._vectors.learned()
 
     def remove(self, names: Iterable[str]) -> None:
         """Drop tools from both indexes; unknown names are ignored."""
@@ -525,11 +568,15 @@ class DiscoveryEngine:
                 (gen / stale).unlink()
 
 
-def _replay(base: dict[str, ToolDoc], journal: Path, length: int) -> tuple[dict[str, ToolDoc], int]:
-    """The catalogue after the journal's first ``length`` bytes, and how many tools they touch."""
+def _replay(
+    base: dict[str, ToolDoc], journal: Path, length: int
+) -> tuple[dict[str, ToolDoc], int, dict[str, list[str]]]:
+    """The catalogue after the journal's first ``length`` bytes, how many tools they touch,
+    and the learned phrases they set (tool → its phrases after the last such line)."""
     docs = dict(base)
+    learned: dict[str, list[str]] = {}
     if length == 0:
-        return docs, 0
+        return docs, 0, learned
     with open(journal, "rb") as fh:
         data = fh.read(length)
     if len(data) != length or not data.endswith(b"\n"):
@@ -550,9 +597,17 @@ def _replay(base: dict[str, ToolDoc], journal: Path, length: int) -> tuple[dict[
                     raise ValueError("a removed name is not a string")
                 docs.pop(name, None)
             touched += len(op["names"])
+        elif (
+            op.get("op") == "learned"
+            and isinstance(op.get("name"), str)
+            and isinstance(op.get("phrases"), list)
+            and all(isinstance(p, str) for p in op["phrases"])
+        ):
+            learned[op["name"]] = list(op["phrases"])
+            touched += 1
         else:
             raise ValueError(f"unknown journal operation {str(op.get('op'))[:20]!r}")
-    return docs, touched
+    return docs, touched, learned
 
 
 def _sweep(directory: Path, *, keep: str) -> None:

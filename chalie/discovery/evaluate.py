@@ -7,20 +7,28 @@ longer than find_tools accepts are cut at a word boundary, as a caller must, and
 counted in the report.
 
 Files are JSONL. Tools: ``{"name", "description"}`` or ``{"name", "summary",
-"examples"}``. Queries: ``{"query", "gold": [names], "type"}`` where ``type``
-is ``single``, ``multi`` or ``none`` (the right answer is nothing at all).
+"examples"}``; the description may be missing, null or empty (remote MCP tools
+often have none: the name carries them), and prose past MAX_PROSE_CHARS is cut.
+Queries: ``{"query", "gold": [names], "type"}`` where ``type`` is ``single``,
+``multi`` or ``none`` (the right answer is nothing at all); a query of any
+length is accepted and cut to find_tools' entry length when it is sent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import numpy as np
+
 from chalie.discovery.cascade import MAX_ENTRY_CHARS, FindResult, QueryError
+from chalie.discovery.embedder import Embedder, Matrix
 from chalie.discovery.types import ToolDoc
 
 EVAL_K: Final = 10
@@ -118,15 +126,18 @@ def _read_jsonl(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _text(row: dict[str, Any], key: str, where: str, limit: int, *, required: bool) -> str:
+def _text(
+    row: dict[str, Any], key: str, where: str, limit: int, *, required: bool, cut: bool = False
+) -> str:
+    """The field's text, stripped; longer than ``limit``: cut when ``cut``, else refused."""
     value = row.get(key)
     if value is None and not required:
         return ""
     if not isinstance(value, str) or (required and not value.strip()):
-        raise EvalDataError(f"{where}: {key!r} must be a non-empty string")
-    if len(value) > limit:
+        raise EvalDataError(f"{where}: {key!r} must be a{' non-empty' * required} string")
+    if len(value) > limit and not cut:
         raise EvalDataError(f"{where}: {key!r} is longer than {limit} characters")
-    return value.strip()
+    return value.strip()[:limit].strip()
 
 
 def load_catalogue(path: Path) -> list[ToolDoc]:
@@ -139,18 +150,15 @@ def load_catalogue(path: Path) -> list[ToolDoc]:
         if name in seen:
             raise EvalDataError(f"{where}: tool {name!r} appears twice")
         seen.add(name)
-        if "summary" in row:
-            summary = _text(row, "summary", where, MAX_PROSE_CHARS, required=True)
-        else:
-            summary = _text(row, "description", where, MAX_PROSE_CHARS, required=True)
+        key = "summary" if row.get("summary") is not None else "description"
+        summary = _text(row, key, where, MAX_PROSE_CHARS, required=False, cut=True)
         examples = row.get("examples", [])
         if not isinstance(examples, list) or len(examples) > MAX_EXAMPLES:
             raise EvalDataError(f"{where}: 'examples' must be a list of at most {MAX_EXAMPLES}")
-        if not all(
-            isinstance(e, str) and e.strip() and len(e) <= MAX_PROSE_CHARS for e in examples
-        ):
+        if not all(isinstance(e, str) and e.strip() for e in examples):
             raise EvalDataError(f"{where}: every example must be a non-empty string")
-        docs.append(ToolDoc(name, summary, tuple(e.strip() for e in examples), source="eval"))
+        kept = tuple(e.strip()[:MAX_PROSE_CHARS].strip() for e in examples)
+        docs.append(ToolDoc(name, summary, kept, source="eval"))
     return docs
 
 
@@ -159,7 +167,8 @@ def load_queries(path: Path, known: set[str] | None = None) -> list[EvalQuery]:
     out: list[EvalQuery] = []
     for lineno, row in _read_jsonl(Path(path), "queries"):
         where = f"{path}:{lineno}"
-        query = _text(row, "query", where, MAX_PROSE_CHARS, required=True)
+        # any length: fit_entry cuts it as a caller of find_tools must, and the report counts it
+        query = _text(row, "query", where, MAX_FILE_BYTES, required=True)
         gold = row.get("gold", [])
         if not isinstance(gold, list) or not all(isinstance(g, str) and g for g in gold):
             raise EvalDataError(f"{where}: 'gold' must be a list of tool names")
@@ -293,3 +302,89 @@ def format_report(report: EvalReport, *, title: str = "") -> str:
             f"were cut at a word boundary"
         )
     return "\n".join(lines)
+
+
+# -- learning: the same path as real use, and cross-validation --------------------------
+
+LEARN_CHANNEL: Final = "chat"
+
+
+class CachedEmbedder:
+    """An embedder that embeds each distinct text once (an evaluation embeds the same texts
+    as phrases and as queries, fold after fold)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self._rows: dict[str, Matrix] = {}
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._rows))
+        if missing:
+            for text, row in zip(missing, self.inner.embed(missing), strict=True):
+                self._rows[text] = row
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._rows[t] for t in texts]).astype(np.float32)
+
+
+def learn_from(learner: Any, queries: Sequence[EvalQuery]) -> dict[str, int]:
+    """Feed labelled queries through ``Learner.learn``, as if each had led to a successful
+    call of each of its gold tools on the chat channel; counts by outcome."""
+    counts: dict[str, int] = {}
+    for q in queries:
+        entry, _ = fit_entry(q.query)
+        for tool in q.gold:
+            result = learner.learn(entry, tool, LEARN_CHANNEL)
+            counts[result.reason] = counts.get(result.reason, 0) + 1
+    return counts
+
+
+def fold_of(query: str, k: int) -> int:
+    """A query's fold: a hash of its text, so folds are stable across runs and machines."""
+    return int(hashlib.sha256(query.encode("utf-8")).hexdigest(), 16) % k
+
+
+def learned_engine(
+    docs: Sequence[ToolDoc], embedder: Embedder, learn: Sequence[EvalQuery], store_dir: Path
+) -> tuple[Any, dict[str, int]]:
+    """A fresh in-memory index over ``docs`` that learned from ``learn`` through the real path."""
+    from chalie.discovery.engine import DiscoveryEngine
+    from chalie.discovery.learning import LearnedExamples, Learner
+
+    engine = DiscoveryEngine.build(docs, embedder)
+    store = LearnedExamples(store_dir / "learned.db")
+    try:
+        counts = learn_from(Learner(store, engine, channels=(LEARN_CHANNEL,)), learn)
+    finally:
+        store.close()
+    return engine, counts
+
+
+def cross_validate(
+    docs: Sequence[ToolDoc],
+    queries: Sequence[EvalQuery],
+    embedder: Embedder,
+    *,
+    folds: int = 5,
+    progress: Callable[[int, int], None] | None = None,
+) -> EvalReport:
+    """k-fold: learn from the tool queries of k-1 folds, score the held-out fold; pooled figures.
+
+    No-tool queries are never learned from; each is scored in its own fold.
+    """
+    if not 2 <= folds <= 20:
+        raise ValueError("folds must be within 2..20")
+    cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+    assigned = [fold_of(q.query, folds) for q in queries]
+    outcomes: list[QueryOutcome] = []
+    for fold in range(folds):
+        train = [q for q, f in zip(queries, assigned, strict=True) if f != fold and q.gold]
+        test = [q for q, f in zip(queries, assigned, strict=True) if f == fold]
+        with tempfile.TemporaryDirectory(prefix="chalie-eval-") as tmp:
+            engine, _ = learned_engine(docs, cached, train, Path(tmp))
+            outcomes.extend(evaluate(engine, test, tools=len(docs)).outcomes)
+        if progress:
+            progress(fold + 1, folds)
+    return score(outcomes, tools=len(docs))

@@ -13,11 +13,11 @@ from typing import Any
 
 from actors.conversations import Conversations
 from actors.supervisor import ChildRef
-from chalie import daemon
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import Accepted, SendMessage
-from chalie.daemon import Runtime
+from chalie_app import root
+from chalie_app.root import Runtime
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
 
@@ -110,7 +110,7 @@ class Harness:
             ready.set()
 
         self.thread = threading.Thread(
-            target=daemon.run, args=(self.config,), kwargs={"ready": on_ready}, daemon=True
+            target=root.run, args=(self.config,), kwargs={"ready": on_ready}, daemon=True
         )
         self.thread.start()
         if not ready.wait(120):

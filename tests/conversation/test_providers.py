@@ -237,6 +237,8 @@ def test_the_scripted_server_runs_from_the_command_line(tmp_path: Any) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
     bad = tmp_path / "bad.json"
     bad.write_text('{"steps": [{"bogus": 1}]}')
     failed = subprocess.run(

@@ -71,9 +71,8 @@ def test_kill_9_mid_turn_then_restart_leaves_a_valid_history_and_the_conversatio
     d.start()
     asker = subprocess.Popen(
         [sys.executable, "-m", "chalie", "--home", str(home), "ask", "--channel", "slow", "go"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_until(lambda: (home / "abilities" / "started").exists(), 30, "the slow tool to run")
@@ -139,6 +138,8 @@ def test_ask_answers_and_refuses_bad_requests_and_conversations_list_show_delete
         assert hostile.returncode == 1 and "invalid-args" in hostile.stderr
         empty = d.cli("ask", "   ")
         assert empty.returncode != 0
+        huge = d.cli("ask", "x" * 100_001)
+        assert huge.returncode == 1 and "invalid-args" in huge.stderr
     finally:
         d.kill()
         model.stop()

@@ -506,3 +506,67 @@ def test_a_flood_of_tool_calls_in_one_response_is_capped(h: Harness) -> None:
     assert all("status=success" in r for _, r in results[:32])
     assert all("code=overloaded" in r for _, r in results[32:])
     assert_valid_history(h.history(accepted.conversation_id))
+
+
+def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harness) -> None:
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "e1",
+                            "name": "calculator",
+                            "arguments": {"expression": "1+2", "act_summary": "add"},
+                        }
+                    ]
+                },
+                {"text": "3"},
+            ]
+        }
+    )
+    h.rt.child("policy", PolicyActor).call(PolicyActor.reset, "chat", "calculator")
+    accepted = h.send("add", "chat-openai")
+    cid = accepted.conversation_id
+    # The chat channel pins find_tools only: the model calls an uninjected tool first.
+    end = h.finished(accepted)
+    assert end.reason == "final"
+    # The turn's scope is the pins plus what find_tools injected: nothing else runs.
+    assert "code=unknown-tool" in tool_results("openai", h.server.requests[1]["body"])[0][1]
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "e2",
+                            "name": "find_tools",
+                            "arguments": {"query": ["calculator"], "act_summary": "find"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {
+                            "id": "e3",
+                            "name": "calculator",
+                            "arguments": {"expression": "1+2", "act_summary": "add"},
+                        }
+                    ]
+                },
+                {"text": "3"},
+            ]
+        }
+    )
+    second = h.send("add again", "chat-openai", conversation_id=cid)
+    request = wait_until(
+        lambda: [e for e in h.of(cid, PermissionRequested) if e.turn_id == second.turn_id],
+        what="the request",
+    )[0]
+    # Answered from another terminal (chalie policy answer), not through the conversations.
+    assert h.rt.child("policy", PolicyActor).call(
+        PolicyActor.answer, request.request_id, "allow_once"
+    )
+    assert h.finished(second).reason == "final"
+    settled = [e for e in h.of(cid, PermissionSettled) if e.request_id == request.request_id]
+    assert [e.answer for e in settled] == ["allowed"]

@@ -9,6 +9,9 @@ from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.types import ToolDoc
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 def tool(name: str, summary: str, *examples: str, source: str = "builtin") -> ToolDoc:
     return ToolDoc(name, summary, tuple(examples), summary[:40], source)

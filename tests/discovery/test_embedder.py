@@ -24,6 +24,9 @@ from chalie.discovery.embedder import (
     load_embedder,
 )
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def minilm() -> Embedder:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +14,7 @@ from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import (
+    MAX_PROSE_CHARS,
     EvalDataError,
     EvalQuery,
     QueryOutcome,
@@ -24,6 +26,9 @@ from chalie.discovery.evaluate import (
     score,
 )
 from chalie.discovery.types import ToolDoc
+
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "discovery"
 if not DATA.is_dir():
@@ -57,7 +62,7 @@ def test_a_catalogue_takes_both_shapes(tmp_path: Path) -> None:
         (['{"name": "a", "description": "x"', ""], ":1: not JSON"),
         ([{"name": "a", "description": "x"}, [1, 2]], ":2: expected a JSON object"),
         ([{"description": "x"}], "'name' must be a non-empty string"),
-        ([{"name": "a"}], "'description' must be a non-empty string"),
+        ([{"name": "a", "description": 7}], "'description' must be a string"),
         ([{"name": "a", "summary": "x"}, {"name": "a", "summary": "y"}], "appears twice"),
         ([{"name": "a", "summary": "x", "examples": "one"}], "'examples' must be a list"),
         ([{"name": "a", "summary": "x", "examples": [""]}], "every example"),
@@ -70,6 +75,32 @@ def test_a_malformed_catalogue_names_the_problem(
 ) -> None:
     with pytest.raises(EvalDataError, match=message):
         load_catalogue(write(tmp_path / "tools.jsonl", rows))
+
+
+def test_a_tool_without_a_description_is_found_by_its_name(tmp_path: Path) -> None:
+    tools = write(
+        tmp_path / "tools.jsonl",
+        [
+            {"name": "get_weather_forecast"},
+            {"name": "send_email", "description": None},
+            {"name": "set_timer", "description": ""},
+            {"name": "translate_text", "description": "Translate " + "text " * 2000},
+        ],
+    )
+    docs = load_catalogue(tools)
+    assert [d.summary for d in docs[:3]] == ["", "", ""]
+    assert len(docs[3].summary) <= MAX_PROSE_CHARS
+    queries = write(
+        tmp_path / "q.jsonl",
+        [
+            {"query": "weather forecast for tomorrow", "gold": ["get_weather_forecast"]},
+            {"query": "send an email to Bob " + "please " * 1000, "gold": ["send_email"]},
+        ],
+    )
+    loaded = load_queries(queries, known={d.name for d in docs})
+    report = evaluate(DiscoveryEngine.build(docs, load_embedder()), loaded, tools=len(docs))
+    assert report.truncated == 1
+    assert report.recall_at_1 == 100.0
 
 
 def test_a_missing_file_is_an_eval_data_error(tmp_path: Path) -> None:
@@ -214,3 +245,67 @@ def test_the_eval_command_names_a_bad_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert "tools.jsonl:2: not JSON" in result.stderr
+
+
+LEARN_TOOLS = [
+    {"name": "horoscope", "description": "Daily horoscope for a star sign."},
+    {"name": "zodiac_facts", "description": "Facts about the signs of the zodiac."},
+    {"name": "get_weather", "description": "Current weather and forecast for a city."},
+]
+
+
+def run_eval(tmp_path: Path, *extra: str) -> Any:
+    tools = write(tmp_path / "tools.jsonl", list(LEARN_TOOLS))
+    return CliRunner().invoke(
+        cli,
+        ["--home", str(tmp_path / "home"), "discovery", "eval", "--tools", str(tools), *extra],
+    )
+
+
+def test_learn_from_feeds_the_real_learning_path_before_scoring(tmp_path: Path) -> None:
+    asked = "what's in the cards for Sagittarius this week"
+    learn = write(
+        tmp_path / "learn.jsonl",
+        [
+            {"query": asked, "gold": ["horoscope"]},
+            {"query": "I like the sea", "gold": [], "type": "none"},  # never learned from
+        ],
+    )
+    queries = write(tmp_path / "q.jsonl", [{"query": asked, "gold": ["horoscope"]}])
+    result = run_eval(tmp_path, "--queries", str(queries), "--learn-from", str(learn), "--json")
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout)
+    assert figures["recall_at_1"] == 100.0
+    assert figures["learning"].startswith("learned from 2 queries")
+    assert "added 1" in figures["learning"]
+
+
+def test_folds_cross_validate_over_the_queries(tmp_path: Path) -> None:
+    rows = [
+        {"query": f"horoscope reading number {i} for leo", "gold": ["horoscope"]} for i in range(6)
+    ]
+    queries = write(tmp_path / "q.jsonl", rows)
+    result = run_eval(tmp_path, "--queries", str(queries), "--folds", "3")
+    assert result.exit_code == 0, result.output
+    assert "3-fold cross-validated learning" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--folds", "3", "--learn-from", "LEARN"], "pick one"),
+        (["--folds", "1"], "--folds"),
+        (["--folds", "3", "--ceiling", "0.8"], "calibration"),
+        (["--learn-from", "MISSING"], "not found"),
+        (["--learn-from", "BADGOLD"], "not in the catalogue"),
+    ],
+)
+def test_bad_learning_options_are_one_line(tmp_path: Path, extra: list[str], message: str) -> None:
+    queries = write(tmp_path / "q.jsonl", [{"query": "stars", "gold": ["horoscope"]}])
+    learn = write(tmp_path / "learn.jsonl", [{"query": "stars", "gold": ["horoscope"]}])
+    bad = write(tmp_path / "bad.jsonl", [{"query": "stars", "gold": ["nope"]}])
+    paths = {"LEARN": str(learn), "MISSING": str(tmp_path / "absent.jsonl"), "BADGOLD": str(bad)}
+    result = run_eval(tmp_path, "--queries", str(queries), *[paths.get(e, e) for e in extra])
+    assert result.exit_code in (1, 2)
+    assert message in result.output
+    assert "Traceback" not in result.output

@@ -16,6 +16,9 @@ from chalie.discovery.vector import VectorIndex
 
 from .test_vector import Counting, Hashing
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 CATALOGUE = [
     ToolDoc(
         "get_weather",
@@ -111,6 +114,7 @@ def test_small_talk_finds_nothing_unless_a_tool_is_close(embedder: Embedder) -> 
     ungated.upsert(CATALOGUE)
     ungated.gate = None
     ungated.best_margin = 0.0
+    ungated.ceiling = 0.9
     assert ungated.search("tell me a joke") != []
 
 

@@ -16,6 +16,9 @@ from chalie.discovery.skills import (
     parse_skill,
 )
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 GOOD = """---
 name: water_the_plants
 summary: Keep the house plants alive while the user is away.

@@ -30,6 +30,9 @@ from chalie.discovery.vector import (
     split_name,
 )
 
+# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 DOCS = [
     ToolDoc(
         "get_weather",

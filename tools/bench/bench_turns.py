@@ -15,6 +15,13 @@ The daemon runs in this process (real supervisor tree, dispatcher, policy,
 SQLite file); clients call the Conversations actor as a chat bridge would.
 
 Run: ``python tools/bench/bench_turns.py [--steps N] [--seconds S] [--idle N]``
+
+Measured on the shared 2-core machine (load average 2.2, other sessions running):
+step p50 2.02 ms (p95 10.5); 50 conversations 179 turns/s, 0 errors, RSS +12 MB;
+1,000 idle conversations +34.3 MB. Of the step, the TurnActor and the dispatcher
+take about 0.6 ms (answer handled 0.14, dispatch to result 0.32, result to next
+request handed to the loop 0.15); the rest is the two HTTP stacks on loopback
+(httpx2 in the daemon, uvicorn/h11 in the scripted server) and thread hand-offs.
 """
 
 from __future__ import annotations
@@ -35,11 +42,11 @@ import httpx2
 
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
-from chalie import daemon
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import SendMessage
-from chalie.daemon import Runtime
+from chalie_app import root
+from chalie_app.root import Runtime
 
 SCRIPT = {
     "on_user": {
@@ -145,7 +152,7 @@ def main() -> int:
         ready.set()
 
     thread = threading.Thread(
-        target=daemon.run, args=(Config.load(work),), kwargs={"ready": on_ready}, daemon=True
+        target=root.run, args=(Config.load(work),), kwargs={"ready": on_ready}, daemon=True
     )
     thread.start()
     assert ready.wait(120), "daemon did not start"
@@ -229,6 +236,8 @@ def main() -> int:
         thread.join(60)
         model.terminate()
         model.wait(10)
+        if model.stdout is not None:
+            model.stdout.close()
     return 0
 
 

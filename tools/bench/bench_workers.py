@@ -1,6 +1,9 @@
-"""Worker-process figures: call latency, throughput with 2 workers, crash and hang recovery.
+"""Worker-process figures: call latency beside its floor, throughput, crash and hang recovery.
 
-Run from the repository root: ``python tools/bench/bench_workers.py``.
+The floor is a bare ZeroMQ round trip to a child process (a ROUTER in the
+measuring thread, a DEALER that echoes in the child): what any call into a
+worker process pays at least. Run from the repository root:
+``python tools/bench/bench_workers.py`` (``--latency-only`` for the first figure).
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -16,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import zmq
 
 from actors.worker_pool import WorkerPool, WorkerPoolHandle
 from chalie.messages import TurnContext, WorkerJob
@@ -47,6 +53,51 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+ECHO = """
+import sys, zmq
+ctx = zmq.Context()
+sock = ctx.socket(zmq.DEALER)
+sock.setsockopt(zmq.LINGER, 0)
+sock.connect(sys.argv[1])
+sock.send(b"ready")
+while True:
+    frame = sock.recv()
+    if frame == b"bye":
+        break
+    sock.send(frame)
+"""
+
+
+def zmq_floor(n: int = 3000) -> list[float]:
+    """Round trips of a 200-byte frame to an echoing child process over ipc, in microseconds."""
+    with tempfile.TemporaryDirectory(prefix="chalie-floor-") as tmp:
+        endpoint = f"ipc://{tmp}/floor.sock"
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(endpoint)
+        child = subprocess.Popen([sys.executable, "-c", ECHO, endpoint])
+        try:
+            peer, _ = router.recv_multipart()
+            frame = b"x" * 200
+            samples = []
+            for i in range(n + 300):
+                began = time.perf_counter()
+                router.send_multipart([peer, frame])
+                router.recv_multipart()
+                if i >= 300:
+                    samples.append((time.perf_counter() - began) * 1e6)
+            router.send_multipart([peer, b"bye"])
+            child.wait(10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            router.close(linger=0)
+            ctx.term()
+    return samples
+
+
 def latency(handle: WorkerPoolHandle, n: int = 3000) -> None:
     for _ in range(300):
         handle.submit(job(NOOP), timeout=10).result(10)
@@ -56,9 +107,13 @@ def latency(handle: WorkerPoolHandle, n: int = 3000) -> None:
         result = handle.submit(job(NOOP), timeout=10).result(10)
         samples.append((time.perf_counter() - began) * 1e6)
         assert result.status == "success", result
+    floor = zmq_floor(n)
+    p50, floor50 = statistics.median(samples), statistics.median(floor)
     print(
         f"worker call (no-op), submit -> result, n={n}: "
-        f"p50 {statistics.median(samples):.0f} us, p99 {pct(samples, 0.99):.0f} us"
+        f"p50 {p50:.0f} us, p99 {pct(samples, 0.99):.0f} us"
+        f" | floor, bare ZeroMQ round trip to a child process: p50 {floor50:.0f} us,"
+        f" p99 {pct(floor, 0.99):.0f} us | ratio {p50 / floor50:.2f}x"
     )
 
 
@@ -154,6 +209,8 @@ def main() -> None:
         try:
             wait_for(lambda: all_idle(handle), timeout=30)
             latency(handle)
+            if "--latency-only" in sys.argv:
+                return
             throughput(handle)
             print(
                 "SIGKILL mid-call, n=9, medians:",
@@ -165,6 +222,7 @@ def main() -> None:
             )
         finally:
             pool.stop()
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as home:
         handle = WorkerPoolHandle()
         pool = WorkerPool.start(Path(home), workers=2, spares=0, handle=handle)

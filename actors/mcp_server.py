@@ -1,0 +1,263 @@
+"""McpServerActor: the supervised owner of the inbound MCP server on the daemon's loop.
+
+Lifecycle, in order:
+
+1. ``on_start``: when ``[mcp_server] enabled``, bind and start the server on
+   the loop thread (``actors/loop.py``) and wait until it accepts connections.
+   A port in use (or a refused remote bind) is one error line and the actor
+   stays up, idle, reporting it in :meth:`status`: no restart loop.
+2. While it runs, an unexpected end of the uvicorn task is told to the actor
+   as :class:`_ServerDied`; the actor fails and its supervisor restarts it.
+3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
+   turns are cancelled), close its listeners and the ownership table.
+
+The actor's own state is touched on its thread only; the server lives on the
+loop thread, reached by ``loop.submit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import pykka
+
+from actors.conversations import Conversations
+from actors.loop import EventLoopThread
+from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from chalie.config import McpServerConfig
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.events import HUMANS, EventBus
+from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
+from chalie.mcp_server.exchange import AgentExchange, HumanDesk
+from chalie.mcp_server.gate import TokenVerifier
+from chalie.mcp_server.owners import ConversationOwners
+from chalie.mcp_server.talk import TalkToChalie
+from chalie.mcp_server.turns import (
+    CHANNEL,
+    Closeable,
+    ConversationsPort,
+    Sent,
+    TurnRefused,
+)
+from chalie.tokens import TokenStore
+
+log = logging.getLogger("chalie.mcp_server")
+
+START_TIMEOUT = 15.0
+CALL_TIMEOUT = 15.0
+# Threads that wait on the Conversations actor for the loop (asks are short).
+BRIDGE_THREADS = 16
+T = TypeVar("T")
+
+
+class ActorConversations:
+    """Seam #3 for the loop: the Conversations actor's proxy methods and the event bus.
+
+    Async code never waits on a pykka future (DESIGN.md): each call runs on a
+    small thread pool and the loop awaits that thread's future.
+    """
+
+    def __init__(self, conversations: ChildRef[Conversations], bus: EventBus) -> None:
+        self._child = conversations.within(CALL_TIMEOUT)
+        self._bus = bus
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            BRIDGE_THREADS, thread_name_prefix="mcp-conversations"
+        )
+
+    async def _call(self, call: Callable[[], T]) -> T:
+        def guarded() -> T:
+            try:
+                return call()
+            except ConversationError as exc:
+                raise TurnRefused(exc.code, str(exc)) from None
+            except ChildUnavailable as exc:
+                raise TurnRefused(
+                    "internal-error", f"the conversations are unavailable: {exc}"
+                ) from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, guarded)
+
+    async def send(
+        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+    ) -> Sent:
+        msg = SendMessage(
+            conversation_id=conversation_id,
+            channel=CHANNEL,
+            text=text,
+            client_msg_id=client_msg_id,
+            origin=origin,
+        )
+        child = self._child
+        accepted = await self._call(lambda: child.call(Conversations.send, msg))
+        return Sent(accepted.conversation_id, accepted.turn_id)
+
+    async def cancel(self, conversation_id: str) -> bool:
+        child = self._child
+        return await self._call(lambda: child.call(Conversations.cancel, conversation_id))
+
+    async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
+        child = self._child
+        found = await self._call(
+            lambda: child.call(Conversations.events, conversation_id, after_seq, limit)
+        )
+        return list(found)
+
+    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
+        return self._bus.subscribe(conversation_id, callback)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class BusDesk:
+    """The people at a screen: every chat session subscribes to the bus's HUMANS key."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+
+    def humans_connected(self) -> int:
+        return self._bus.subscribed(HUMANS)
+
+    def surface(self, exchange: AgentExchange) -> int:
+        return self._bus.publish(HUMANS, exchange)
+
+
+class _ServerDied:
+    """The uvicorn task ended without being asked to."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+class McpServerActor(SupervisedActor):
+    def __init__(
+        self,
+        config: McpServerConfig,
+        loop: EventLoopThread,
+        db_path: Path,
+        conversations: ConversationsPort,
+        tokens: Callable[[], TokenVerifier],
+        desk: HumanDesk,
+        closers: tuple[Callable[[], None], ...] = (),
+    ) -> None:
+        super().__init__()
+        self.closers = closers
+        self.config = config
+        self.loop = loop
+        self.db_path = db_path
+        self.conversations = conversations
+        self.tokens = tokens
+        self.desk = desk
+        self.server: McpHttpServer | None = None
+        self.owners: ConversationOwners | None = None
+        self.state = "disabled"
+        self.url: str | None = None
+
+    def on_start(self) -> None:
+        if not self.config.enabled:
+            log.info("MCP server disabled ([mcp_server] enabled = false)")
+            return
+        self.owners = ConversationOwners(self.db_path)
+        talk = TalkToChalie(
+            self.conversations, self.owners, self.desk, turn_wait=self.config.turn_wait
+        )
+        server = McpHttpServer(self.config, talk, self.tokens)
+        try:
+            self.url = self.loop.submit(server.start()).result(START_TIMEOUT)
+        except (PortInUse, RemoteBindRefused) as exc:
+            # One clear line; staying up idle keeps the supervisor from looping on it.
+            log.error("%s", exc)
+            self.state = f"not started: {exc}"
+            return
+        self.server = server
+        self.state = "serving"
+        log.info("MCP server listening", extra={"url": self.url})
+        me = self.actor_ref
+        assert server.done is not None
+
+        def ended(task: Any) -> None:
+            if server.stopping:
+                return
+            error = "stopped" if task.cancelled() else repr(task.exception())
+            me.tell(_ServerDied(error))
+
+        self.loop.call_soon(server.done.add_done_callback, ended)
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _ServerDied):
+            raise RuntimeError(f"the MCP server stopped unexpectedly: {message.error}")
+        return None
+
+    def on_stop(self) -> None:
+        self._close()
+
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # pykka runs on_failure, not on_stop, after a failed message: close here too.
+        self._close()
+
+    def _close(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            try:
+                self.loop.submit(server.stop()).result(10)
+            except Exception as exc:  # the loop may already be gone at shutdown
+                log.warning("MCP server did not stop cleanly: %s", exc)
+        if self.owners is not None:
+            self.owners.close()
+            self.owners = None
+        closers, self.closers = self.closers, ()
+        for close in closers:
+            close()
+
+    def status(self) -> dict[str, Any]:
+        server = self.server
+        out: dict[str, Any] = {"state": self.state, "url": self.url}
+        if server is not None:
+            gate, talk = server.gate, server.talk.stats
+            if gate is not None:
+                out["requests"] = {
+                    "admitted": gate.stats.admitted,
+                    "unauthorized": gate.stats.unauthorized,
+                    "limited": gate.stats.limited,
+                    "too_large": gate.stats.too_large,
+                }
+            out["calls"] = {
+                "total": talk.calls,
+                "invalid": talk.invalid,
+                "finished": talk.finished,
+                "cancelled": talk.cancelled,
+                "failed": talk.failed,
+            }
+        return out
+
+
+def start_for(
+    config: McpServerConfig,
+    loop: EventLoopThread,
+    db_path: Path,
+    conversations: ChildRef[Conversations],
+    events: EventBus,
+) -> pykka.ActorRef[McpServerActor]:
+    """The daemon's McpServerActor: the real conversations, token store and event bus."""
+    port = ActorConversations(conversations, events)
+    store = TokenStore(db_path)
+    return McpServerActor.start(
+        config,
+        loop,
+        db_path,
+        port,
+        lambda: store,
+        BusDesk(events),
+        closers=(port.close, store.close),
+    )

@@ -1,0 +1,249 @@
+"""``chalie mcp list | show | add | import | test | enable | disable | remove | tools | approve``.
+
+Changes are written to ``chalie.db`` (secrets to the 0600 secrets file) by the
+CLI itself, so they work with or without a daemon; a running daemon is then
+asked to reconcile its connections (``mcp.reload``). ``test`` connects from
+the CLI process and keeps nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+
+from chalie import control
+from chalie.cli import Ctx, cli
+from chalie.cli.daemon import fail
+from chalie.mcp.admin import McpAdmin, McpAdminError
+from chalie.mcp.importing import spec_from_options
+from chalie.mcp.probe import test_server
+from chalie.mcp.secrets import MissingSecret, resolve
+from chalie.mcp.spec import SpecError
+
+
+def _admin(obj: Ctx) -> McpAdmin:
+    home = obj.config.home
+    return McpAdmin(obj.config.layout.db, home, on_change=lambda: _poke(home))
+
+
+def _poke(home: Path) -> None:
+    """Ask a running daemon to reconcile its connections; no daemon is fine."""
+    if control.read_pid(home) is None:
+        return
+    client = control.ControlClient(home)
+    try:
+        client.call("mcp.reload", None, timeout=30)
+    except control.DaemonNotRunning:
+        pass
+    finally:
+        client.close()
+
+
+def _when(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _run(obj: Ctx, op: str, *args: Any, **kw: Any) -> Any:
+    admin = _admin(obj)
+    try:
+        return getattr(admin, op)(*args, **kw)
+    except McpAdminError as exc:
+        fail(str(exc))
+    finally:
+        admin.close()
+
+
+@cli.group()
+def mcp() -> None:
+    """Remote MCP servers whose tools become Chalie tools."""
+
+
+@mcp.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def mcp_list(obj: Ctx, as_json: bool) -> None:
+    """Every connection: status, transport, tool count, last heartbeat, last error."""
+    rows = _run(obj, "list")
+    if as_json:
+        _echo_json(rows)
+        return
+    if not rows:
+        click.echo("no MCP servers (add one with `chalie mcp add` or `chalie mcp import`)")
+        return
+    for r in rows:
+        extra = f"  quarantined {r['quarantined']}" if r["quarantined"] else ""
+        click.echo(
+            f"{r['name']:<16} {r['status']:<10} {r['transport']:<5} tools {r['tools']:<4}"
+            f" heartbeat {_when(r['last_heartbeat'])}{extra}"
+            + (f"  error: {r['last_error']}" if r["last_error"] and r["status"] != "online" else "")
+        )
+
+
+@mcp.command("show")
+@click.argument("name")
+@click.pass_obj
+def mcp_show(obj: Ctx, name: str) -> None:
+    """One connection in full (secrets only as references)."""
+    _echo_json(_run(obj, "show", name))
+
+
+@mcp.command("tools")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
+    """A server's tools: proxy name, remote name, state (active, quarantined, gone...)."""
+    tools = _run(obj, "tools", name)
+    if as_json:
+        _echo_json(tools)
+        return
+    for t in tools:
+        why = f"  ({t['changed']} changed)" if t.get("changed") else ""
+        why += f"  ({t['problem']})" if t.get("problem") else ""
+        click.echo(f"{t['proxy']:<48} {t['state']:<12} {t['remote']}{why}")
+
+
+@mcp.command("add")
+@click.argument("name")
+@click.option("--command", "command", help="Run a stdio server: the executable.")
+@click.option("--arg", "args", multiple=True, help="An argument of --command (repeatable).")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE for --command (repeatable).")
+@click.option("--cwd", default="", help="Working directory of --command.")
+@click.option("--url", help="A Streamable HTTP or SSE server's URL.")
+@click.option("--transport", type=click.Choice(("stdio", "http", "sse")))
+@click.option("--header", "headers", multiple=True, help="'Name: value' for --url (repeatable).")
+@click.option("--disabled", is_flag=True, help="Add it without connecting.")
+@click.option(
+    "--protocol",
+    type=click.Choice(("auto", "legacy")),
+    default="auto",
+    help="auto: 2026-07-28 when the server offers it; legacy: always the 2025-11-25 handshake.",
+)
+@click.pass_obj
+def mcp_add(
+    obj: Ctx,
+    name: str,
+    command: str | None,
+    args: tuple[str, ...],
+    env: tuple[str, ...],
+    cwd: str,
+    url: str | None,
+    transport: str | None,
+    headers: tuple[str, ...],
+    disabled: bool,
+    protocol: str,
+) -> None:
+    """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
+    write ${VAR} to read one from the daemon's environment instead."""
+    try:
+        spec = spec_from_options(
+            name,
+            command=command,
+            args=args,
+            url=url,
+            transport=transport,
+            headers=headers,
+            env=env,
+            cwd=cwd,
+        )
+    except SpecError as exc:
+        fail(str(exc))
+    spec = msgspec.structs.replace(spec, enabled=not disabled, protocol=protocol)
+    _run(obj, "add", spec)
+    click.echo(f"added {spec.name} ({spec.transport})")
+
+
+@mcp.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True, help="Overwrite servers that already exist.")
+@click.pass_obj
+def mcp_import(obj: Ctx, file: Path, replace: bool) -> None:
+    """Import the mcpServers JSON of Claude Desktop/Code, Cursor or VS Code."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}")
+    report = _run(obj, "import_text", data, replace=replace)
+    for name in report["added"]:
+        click.echo(f"added {name}")
+    for name in report["skipped_existing"]:
+        click.echo(f"skipped {name} (exists; --replace to overwrite)")
+    for problem in report["problems"]:
+        click.echo(f"refused {problem}", err=True)
+    if not report["added"] and report["problems"]:
+        raise SystemExit(1)
+
+
+@mcp.command("test")
+@click.argument("name")
+@click.option("--timeout", type=click.FloatRange(0.1, 600), default=30.0)
+@click.pass_obj
+def mcp_test(obj: Ctx, name: str, timeout: float) -> None:
+    """Connect, list the tools, report the protocol version and latency; keep nothing."""
+    admin = _admin(obj)
+    try:
+        spec = admin.spec(name)
+        resolved = resolve(spec, admin.secrets)
+    except (McpAdminError, MissingSecret) as exc:
+        fail(str(exc))
+    finally:
+        admin.close()
+    report = asyncio.run(test_server(resolved, timeout=timeout))
+    if not report["ok"]:
+        fail(f"{name}: {report['kind']}: {report['error']}")
+    click.echo(
+        f"{name}: ok, protocol {report['protocol']}, {report['server']}, connect "
+        f"{report['connect_ms']} ms, list {report['list_ms']} ms, probe {report['probe_ms']} ms, "
+        f"{len(report['tools'])} tools"
+    )
+
+
+@mcp.command("enable")
+@click.argument("name")
+@click.pass_obj
+def mcp_enable(obj: Ctx, name: str) -> None:
+    """Connect to a server again."""
+    _run(obj, "set_enabled", name, True)
+    click.echo(f"enabled {name}")
+
+
+@mcp.command("disable")
+@click.argument("name")
+@click.pass_obj
+def mcp_disable(obj: Ctx, name: str) -> None:
+    """Disconnect a server; its tools answer mcp-unknown-tool until it is enabled."""
+    _run(obj, "set_enabled", name, False)
+    click.echo(f"disabled {name}")
+
+
+@mcp.command("remove")
+@click.argument("name")
+@click.pass_obj
+def mcp_remove(obj: Ctx, name: str) -> None:
+    """Forget a server, its cached tools and its secrets."""
+    out = _run(obj, "remove", name)
+    click.echo(f"removed {name} ({out['removed_tools']} tools)")
+
+
+@mcp.command("approve")
+@click.argument("name")
+@click.argument("tool", required=False)
+@click.pass_obj
+def mcp_approve(obj: Ctx, name: str, tool: str | None) -> None:
+    """Accept the changed definition of a quarantined tool (or of all of NAME's)."""
+    out = _run(obj, "approve", name, tool)
+    if not out["approved"]:
+        click.echo(f"{name}: nothing is quarantined")
+        return
+    for proxy in out["approved"]:
+        click.echo(f"approved {proxy} (its policy is ask until you set it)")

@@ -1,0 +1,40 @@
+"""Where a proxy comes from, in words: for the policy list and approval prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chalie.home import Home
+from chalie.mcp.names import PREFIX, server_of
+from chalie.mcp.store import McpStore
+from chalie.policy import SERVER_WILDCARD
+
+
+def provenance(db_path: Path, name: str) -> str | None:
+    """``remote tool 'X' on MCP server s`` for a proxy (or ``s.*``), None for anything else."""
+    wildcard = SERVER_WILDCARD.match(name)
+    if wildcard:
+        return f"every tool of MCP server {wildcard.group(1)}"
+    tool = name.partition(".")[0]
+    server = server_of(tool)
+    if server is None or not tool.startswith(PREFIX):
+        return None
+    store = McpStore(db_path)
+    try:
+        row = store.tool_by_proxy(tool)
+    finally:
+        store.close()
+    if row is None:
+        return f"a tool of MCP server {server}"
+    return f"remote tool {row.remote[:80]!r} on MCP server {row.server}"
+
+
+def suffix(home: Path, name: str) -> str:
+    """``  [remote tool 'x' on MCP server s]`` for a proxy name, else "" (CLI displays)."""
+    if not name.startswith(PREFIX):
+        return ""
+    try:
+        found = provenance(Home(home).db, name)
+    except Exception:  # a display aid: an unreadable store shows nothing rather than failing
+        return ""
+    return f"  [{found}]" if found else ""

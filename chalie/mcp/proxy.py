@@ -1,0 +1,146 @@
+"""Proxy abilities: one Ability class per remote tool, made from its cached row.
+
+A proxy is a real member of the ability hierarchy (the dispatcher resolves,
+validates, gates, renders and records it like any other); its ``isolation``
+is ``"mcp"``, so the MCP executor runs it through its server's connection.
+
+A callable proxy (state ``active`` on an enabled server) has the remote input
+schema as its parameters and the cleaned remote description as its summary.
+Every other known remote tool (quarantined, gone, incompatible, or on a
+disabled server) stays registered as a *refusing* proxy: not discoverable,
+any arguments accepted, ``internal`` so no human is asked about a call that
+cannot run, and the executor answers it with the code that says why
+(``mcp-tool-quarantined``, ``mcp-unknown-tool``). Only removing the server
+unregisters its names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from chalie.ability import Ability
+from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
+from chalie.registry import Entry, Registry
+from chalie.result import ToolResult
+
+TOOLTIP_MAX: Final = 120
+
+
+class McpProxy(Ability):
+    """Base of every proxy class; concrete ones are made by :func:`proxy_class`."""
+
+    abstract = True
+    proxy = True
+    isolation = "mcp"  # type: ignore[assignment]
+    mcp_server: ClassVar[str] = ""
+    mcp_tool: ClassVar[str] = ""
+    mcp_state: ClassVar[State | str] = "active"
+    mcp_changed: ClassVar[str] = ""
+
+    def run(self, params: Any) -> ToolResult:
+        return ToolResult.error(
+            "internal-error",
+            f"{self.name} is a remote MCP tool and runs only through the MCP executor.",
+            hint="this is a fault in the runtime's set-up, not in your call.",
+        )
+
+
+def words(name: str) -> str:
+    return " ".join(clean_text(name.replace("_", " ").replace("-", " ").replace(".", " ")).split())
+
+
+def summary_for(row: ToolRow) -> str:
+    """The description the model and the index see: the remote's, cleaned, with provenance."""
+    described = clean_text(row.description)
+    origin = f"(remote tool {clean_text(row.remote, 120)} on MCP server {row.server})"
+    if not described:
+        # many remote tools carry no description: the name's words are the prose
+        return f"{words(row.remote).capitalize() or 'Remote tool'} {origin}."
+    return f"{described} {origin}"
+
+
+def proxy_class(row: ToolRow, *, enabled: bool = True, timeout: float = 60.0) -> type[McpProxy]:
+    """The Ability class for one cached remote tool (see the module doc for its two kinds)."""
+    usable = enabled and row.state == "active"
+    state: str = row.state if enabled else "disabled"
+    parameters: dict[str, Any] = (
+        proxy_parameters(row.schema) if usable else {"type": "object", "properties": {}}
+    )
+    attrs: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": f"McpProxy.{row.proxy}",
+        "name": row.proxy,
+        "summary": summary_for(row),
+        "tooltip": clean_text(f"{row.remote} on {row.server}", TOOLTIP_MAX),
+        "examples": (),
+        "parameters": parameters,
+        "discoverable": usable,
+        "internal": not usable,
+        "timeout": timeout,
+        "mcp_server": row.server,
+        "mcp_tool": row.remote,
+        "mcp_state": state,
+        "mcp_changed": row.changed,
+    }
+    cls = type(f"McpProxy_{row.proxy}", (McpProxy,), attrs)
+    return cls
+
+
+def is_proxy(cls: type[Ability]) -> bool:
+    return isinstance(cls, type) and issubclass(cls, McpProxy)
+
+
+def signature(cls: type[Ability]) -> tuple[Any, ...]:
+    """What makes two proxy classes interchangeable (same state, prose, schema, timeout)."""
+    return (
+        getattr(cls, "mcp_state", None),
+        cls.summary,
+        cls.discoverable,
+        cls.timeout,
+        repr(sorted(dict(cls.parameters).items(), key=lambda kv: kv[0])),
+    )
+
+
+@dataclass
+class Installed:
+    """What an install changed for discovery: entries to (re)index, names to drop."""
+
+    index: list[Entry] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+
+
+def install(
+    registry: Registry, rows: Iterable[ToolRow], *, enabled: bool, timeout: float
+) -> Installed:
+    """Register (or replace) the proxy of every row; unchanged classes are left alone."""
+    out = Installed()
+    for row in rows:
+        cls = proxy_class(row, enabled=enabled, timeout=timeout)
+        old = registry.get(row.proxy)
+        old_cls = old.cls if old is not None else None
+        if old_cls is not None and is_proxy(old_cls) and signature(old_cls) == signature(cls):
+            continue
+        if old_cls is not None and not is_proxy(old_cls):
+            continue  # a built-in owns the name: never shadow it
+        if old is not None:
+            registry.remove(row.proxy)
+        entry = registry.add(cls, source=f"mcp:{row.server}", ref=f"mcp:{row.server}:{row.proxy}")
+        if cls.discoverable:
+            out.index.append(entry)
+        elif old_cls is not None and old_cls.discoverable:
+            out.drop.append(row.proxy)
+    return out
+
+
+def uninstall(registry: Registry, names: Iterable[str]) -> list[str]:
+    """Unregister proxies (a removed server); the names that were discoverable."""
+    dropped = []
+    for name in names:
+        entry = registry.get(name)
+        if entry is not None and is_proxy(entry.cls):
+            registry.remove(name)
+            if entry.cls.discoverable:
+                dropped.append(name)
+    return dropped

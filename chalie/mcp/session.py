@@ -1,0 +1,394 @@
+"""One persistent MCP session to one server, held by one owner task on the event loop.
+
+Lifecycle (every method runs on the daemon's loop; other threads submit them
+with ``run_coroutine_threadsafe``):
+
+1. :meth:`Link.open` starts the owner task, which enters the transport and
+   ``mcp.Client`` (``mode="auto"``: 2026-07-28 with mcp 2.3 peers, the
+   2025-11-25 handshake with older ones; ``legacy`` when the connection says
+   so) and then waits for the stop event;
+   anyio needs the enter and the exit in that same task. ``open`` returns the
+   negotiated :class:`LinkInfo` or raises :class:`ConnectFailure` (``auth``
+   for HTTP 401/403, ``config`` for a missing command, else ``unreachable``),
+   bounded by its own timeout (a server that prints junk on stdout, or
+   accepts and never answers, only ever meets that timeout).
+2. Calls (:meth:`call`, :meth:`list_tools`, :meth:`probe`) run in their own
+   tasks, never in the owner task. ``probe`` is the heartbeat: ``ping`` on a
+   handshake-era session, ``server/discover`` on 2026-07-28 (which has no
+   ping), each under a timeout.
+3. ``tools/list_changed`` reaches ``on_change``: through the message handler
+   on a handshake-era session, through a ``subscriptions/listen`` stream
+   (its own task) on 2026-07-28.
+4. If the owner's ``async with`` ends by itself (an HTTP server died), it
+   reports ``on_lost(reason)``. Some losses never end it (a killed stdio child
+   or SSE server answer every request with "Connection closed"): the
+   heartbeat finds those.
+5. :meth:`close` sets the stop event and waits for the owner (a stdio child
+   gets stdin closed, then SIGTERM, then SIGKILL), cancelling it past a bound.
+
+Error text that leaves this module is scrubbed of every resolved secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import ssl
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TextIO
+
+import httpx2
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+import chalie
+from chalie.mcp.spec import ServerSpec
+
+log = logging.getLogger("chalie.mcp")
+# httpx2 logs every request at INFO with its full URL: one line per heartbeat per server, and
+# a URL may carry a credential in its query. Only its warnings reach our log.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
+# The SDK's client debug lines carry the endpoint URL and every message: never below INFO.
+logging.getLogger("mcp.client").setLevel(logging.INFO)
+
+MAX_PAGES: Final = 200
+MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
+CLOSE_GRACE: Final = 6.0
+FailureKind = Literal["auth", "unreachable", "config"]
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every HTTP client: building one costs 15-70 ms of CPU, and a client
+    made without it builds its own, on the event loop, at every (re)connect."""
+    return httpx2.create_ssl_context()
+
+
+class ConnectFailure(Exception):
+    """Connecting failed; ``kind`` says how, ``message`` is safe to show and store."""
+
+    def __init__(self, kind: FailureKind, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+
+
+class NotConnected(Exception):
+    """A call reached a link whose session is not open."""
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    protocol: str
+    server_name: str
+    server_version: str
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The innermost exceptions of a (nested) exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(leaves(inner))
+        return out
+    return [exc]
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming the first meaningful leaf of an exception (group)."""
+    found = leaves(exc)
+    for leaf in found:
+        if not isinstance(leaf, asyncio.CancelledError):
+            text = str(leaf).strip() or type(leaf).__name__
+            if isinstance(leaf, MCPError):
+                return f"{leaf.error.message} (error {leaf.error.code})"
+            if isinstance(leaf, httpx2.ConnectError):
+                return f"cannot connect ({text})"
+            if isinstance(leaf, TimeoutError):
+                return "timed out"
+            return f"{type(leaf).__name__}: {text}"
+    return "cancelled"
+
+
+class Link:
+    """One server's session; see the module doc for its lifecycle."""
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        on_change: Callable[[], None] = lambda: None,
+        on_lost: Callable[[str], None] = lambda reason: None,
+        errlog: TextIO | None = None,
+        read_timeout: float = 60.0,
+    ) -> None:
+        self._spec = spec  # resolved: never log it
+        self._on_change = on_change
+        self._on_lost = on_lost
+        self._errlog = errlog
+        self._read_timeout = read_timeout
+        self._client: Client | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self.auth_status: int | None = None
+        self._reported_lost = False
+        self._devnull: TextIO | None = None
+        # made here (an actor's thread), never on the event loop
+        self._tls: ssl.SSLContext | bool = tls_context() if spec.transport != "stdio" else True
+        self.info: LinkInfo | None = None
+        self._secrets = sorted(
+            {v for v in (*spec.headers.values(), *spec.env.values(), spec.url) if len(v) >= 4},
+            key=len,
+            reverse=True,
+        )
+
+    # -- safety ------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text[:500]
+
+    async def _on_response(self, response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            self.auth_status = response.status_code
+        elif response.status_code < 300:
+            self.auth_status = None
+
+    async def _on_message(self, message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self._on_change()
+
+    # -- the owner task -------------------------------------------------------------
+    def _transport(self, stack_http: list[httpx2.AsyncClient]) -> Any:
+        spec = self._spec
+        hooks: dict[str, list[Callable[..., Any]]] = {"response": [self._on_response]}
+        if spec.transport == "stdio":
+            params = StdioServerParameters(
+                command=spec.command,
+                args=list(spec.args),
+                env=dict(spec.env) or None,
+                cwd=spec.cwd or None,
+            )
+            return stdio_client(params, errlog=self._errlog or self._stderr())
+        if spec.transport == "http":
+            http = httpx2.AsyncClient(
+                verify=self._tls,
+                headers=dict(spec.headers),
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks=hooks,
+            )
+            stack_http.append(http)
+            return streamable_http_client(spec.url, http_client=http)
+
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(
+                verify=self._tls,
+                headers=headers,
+                timeout=timeout or httpx2.Timeout(30.0, read=300.0),
+                auth=auth,
+                event_hooks=hooks,
+            )
+
+        return sse_client(spec.url, headers=dict(spec.headers), httpx_client_factory=factory)
+
+    def _stderr(self) -> TextIO:
+        """Our stderr for a stdio child, or /dev/null when it has no file descriptor."""
+        try:
+            sys.stderr.fileno()
+            return sys.stderr
+        except (AttributeError, OSError, ValueError):
+            if self._devnull is None:
+                self._devnull = open(os.devnull, "w")
+            return self._devnull
+
+    def _failure(self, exc: BaseException) -> ConnectFailure:
+        if self.auth_status is not None:
+            return ConnectFailure(
+                "auth",
+                f"the server refused our credentials (HTTP {self.auth_status})",
+                self.auth_status,
+            )
+        for leaf in leaves(exc):
+            if isinstance(leaf, FileNotFoundError):
+                return ConnectFailure(
+                    "config", self.scrub(f"command not found: {self._spec.command}")
+                )
+            if isinstance(leaf, PermissionError):
+                return ConnectFailure("config", self.scrub(f"cannot run {self._spec.command}"))
+        return ConnectFailure("unreachable", self.scrub(describe(exc)))
+
+    async def _own(self, ready: asyncio.Future[LinkInfo], stop: asyncio.Event) -> None:
+        opened = False
+        try:
+            async with AsyncExitStack() as stack:
+                http: list[httpx2.AsyncClient] = []
+                transport = self._transport(http)
+                for client in http:
+                    await stack.enter_async_context(client)
+                session = Client(
+                    transport,
+                    mode=self._spec.protocol,
+                    read_timeout_seconds=self._read_timeout,
+                    message_handler=self._on_message,
+                    cache=None,
+                    client_info=Implementation(name="chalie", version=chalie.__version__),
+                )
+                client_ = await stack.enter_async_context(session)
+                self._client = client_
+                info = client_.server_info
+                self.info = LinkInfo(
+                    protocol=str(client_.protocol_version),
+                    server_name=str(getattr(info, "name", "") or ""),
+                    server_version=str(getattr(info, "version", "") or ""),
+                )
+                if client_.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    self._listener = asyncio.create_task(self._listen(client_))
+                if not ready.done():
+                    ready.set_result(self.info)
+                opened = True
+                await stop.wait()
+                self._client = None
+                if self._listener is not None:
+                    self._listener.cancel()
+                    await asyncio.gather(self._listener, return_exceptions=True)
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.set_exception(
+                    ConnectFailure("unreachable", "the connection attempt was cancelled")
+                )
+            raise
+        except BaseException as exc:
+            failure = self._failure(exc)
+            if not opened:
+                if not ready.done():
+                    ready.set_exception(failure)
+            elif not stop.is_set():
+                self._lost(failure.message)
+        finally:
+            self._client = None
+            if not ready.done():
+                ready.set_exception(ConnectFailure("unreachable", "the session ended at once"))
+            elif opened and not stop.is_set():
+                self._lost("the session ended")
+
+    def _lost(self, reason: str) -> None:
+        if not self._reported_lost:
+            self._reported_lost = True
+            self._on_lost(reason)
+
+    async def _listen(self, client: Client) -> None:
+        try:
+            async with client.listen(tools_list_changed=True) as sub:
+                async for _event in sub:
+                    self._on_change()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info(
+                "%s: no tools/list_changed stream (%s)", self._spec.name, self.scrub(describe(exc))
+            )
+
+    # -- the public surface (on the loop) ---------------------------------------------
+    async def open(self, timeout: float) -> LinkInfo:
+        """Connect; LinkInfo, or ConnectFailure within ``timeout`` seconds."""
+        if self._owner is not None:
+            raise RuntimeError("a Link opens once; make a new one to reconnect")
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[LinkInfo] = loop.create_future()
+        # After a timeout nobody awaits it any more: its late failure is retrieved here.
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._stop = asyncio.Event()
+        self._owner = asyncio.create_task(
+            self._own(ready, self._stop), name=f"mcp-{self._spec.name}"
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except TimeoutError:
+            await self.close(grace=1.0)
+            raise ConnectFailure("unreachable", f"no handshake within {timeout:g} s") from None
+        except ConnectFailure:
+            await self.close(grace=1.0)
+            raise
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    def _require(self) -> Client:
+        client = self._client
+        if client is None:
+            raise NotConnected(f"{self._spec.name} is not connected")
+        return client
+
+    async def list_tools(self, timeout: float) -> list[Any]:
+        """Every tool the server lists, page by page (a repeated cursor ends the walk)."""
+        client = self._require()
+        out: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        async with asyncio.timeout(timeout):
+            for _ in range(MAX_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                out.extend(page.tools)
+                cursor = page.next_cursor
+                if len(out) >= MAX_TOOLS:
+                    log.warning(
+                        "%s lists more than %d tools; the rest are ignored",
+                        self._spec.name,
+                        MAX_TOOLS,
+                    )
+                    del out[MAX_TOOLS:]
+                    break
+                if not cursor or cursor in seen:
+                    break
+                seen.add(cursor)
+        return out
+
+    async def probe(self, timeout: float) -> float:
+        """The heartbeat: seconds one liveness round trip took; raises on failure or timeout."""
+        client = self._require()
+        started = time.monotonic()
+        async with asyncio.timeout(timeout):
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                await client.session.send_discover(client.protocol_version)
+            else:
+                await client.session.send_ping()
+        return time.monotonic() - started
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
+        """One tools/call; the CallToolResult, or MCPError / NotConnected / a transport error."""
+        client = self._require()
+        return await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
+
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """End the session; the owner task gets ``grace`` seconds to leave cleanly."""
+        if self._stop is not None:
+            self._stop.set()
+        owner = self._owner
+        if owner is not None and not owner.done():
+            done, _ = await asyncio.wait({owner}, timeout=grace)
+            if not done:
+                owner.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait({owner}, timeout=2.0)
+        if self._devnull is not None:
+            self._devnull.close()
+            self._devnull = None

@@ -1,0 +1,158 @@
+"""A connection's specification: transport, command or URL, headers, env, timeouts; checked.
+
+A :class:`ServerSpec` is what ``chalie.db`` stores for one remote server. It
+never holds a raw secret: header values, secret-looking environment values
+and URL credentials are references, either to the daemon's environment
+(``${VAR}``) or to the 0600 secrets file (``${secret:ID}``, see
+:mod:`chalie.mcp.secrets`). :func:`check_spec` is the one validation every
+entry point (import, add, the mcp_manager ability, the store) goes through.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, Literal
+
+import msgspec
+
+from chalie.mcp.names import BadSlug, check_slug
+
+Transport = Literal["stdio", "http", "sse"]
+TRANSPORTS: Final[tuple[str, ...]] = ("stdio", "http", "sse")
+# "auto": 2026-07-28 with peers that offer it, else the 2025-11-25 handshake; "legacy": always
+# the handshake (an operator's choice for a peer whose modern path misbehaves).
+Protocol = Literal["auto", "legacy"]
+
+MAX_ARGS: Final = 128
+MAX_ARG: Final = 4096
+MAX_ENTRIES: Final = 64
+MAX_VALUE: Final = 8192
+MAX_URL: Final = 2048
+HEADER_NAME: Final = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
+ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# A reference inside a value: ${VAR} (the daemon's environment) or ${secret:ID}.
+REF: Final = re.compile(r"\$\{(secret:)?([A-Za-z_][A-Za-z0-9_.-]{0,127})\}")
+# Environment variable names that hold credentials by convention.
+SECRET_NAME: Final = re.compile(
+    r"(KEY|TOKEN|SECRET|PASS|PASSWORD|PASSWD|AUTH|CREDENTIAL|CREDENTIALS|PAT|PRIVATE|COOKIE|SESSION)",
+    re.IGNORECASE,
+)
+
+
+class SpecError(ValueError):
+    """A connection specification that cannot be used; the message names the field."""
+
+
+class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One remote MCP server as stored (secrets only as references)."""
+
+    name: str
+    transport: Transport
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = {}
+    enabled: bool = True
+    protocol: Protocol = "auto"
+    # None: the [mcp] config's default.
+    connect_timeout: float | None = None
+    call_timeout: float | None = None
+    heartbeat: float | None = None
+
+
+def _text(field: str, value: Any, limit: int, *, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise SpecError(f"{field} must be a string, not {type(value).__name__}")
+    if not empty and not value.strip():
+        raise SpecError(f"{field} must not be empty")
+    if len(value) > limit:
+        raise SpecError(f"{field} is longer than {limit} characters")
+    if "\x00" in value:
+        raise SpecError(f"{field} contains a NUL character")
+    return value
+
+
+def _no_line_breaks(field: str, value: str) -> None:
+    if any(c in value for c in "\r\n"):
+        raise SpecError(f"{field} must not contain line breaks")
+
+
+def _mapping(field: str, value: Any, key_rule: re.Pattern[str]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{field} must be an object of strings")
+    if len(value) > MAX_ENTRIES:
+        raise SpecError(f"{field} has more than {MAX_ENTRIES} entries")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key_rule.match(key):
+            raise SpecError(f"{field} has an invalid name {str(key)[:40]!r}")
+        text = _text(f"{field}.{key}", item, MAX_VALUE)
+        if field == "headers":
+            _no_line_breaks(f"headers.{key}", text)
+        out[key] = text
+    return out
+
+
+def _timeout(field: str, value: Any, low: float, high: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise SpecError(f"{field} must be a number of seconds from {low:g} to {high:g}")
+    return float(value)
+
+
+def check_spec(spec: ServerSpec) -> ServerSpec:
+    """The spec itself once every field passes; SpecError naming the first one that does not."""
+    try:
+        check_slug(spec.name)
+    except BadSlug as exc:
+        raise SpecError(str(exc)) from None
+    if spec.transport not in TRANSPORTS:
+        raise SpecError(f"transport must be one of {', '.join(TRANSPORTS)}")
+    if spec.protocol not in ("auto", "legacy"):
+        raise SpecError("protocol must be auto or legacy")
+    env = _mapping("env", spec.env, ENV_NAME)
+    headers = _mapping("headers", spec.headers, HEADER_NAME)
+    if spec.transport == "stdio":
+        _text("command", spec.command, MAX_ARG, empty=False)
+        if spec.url or spec.headers:
+            raise SpecError("a stdio server takes a command, not a url or headers")
+        if not isinstance(spec.args, tuple | list) or len(spec.args) > MAX_ARGS:
+            raise SpecError(f"args must be a list of at most {MAX_ARGS} strings")
+        for i, arg in enumerate(spec.args):
+            _text(f"args[{i}]", arg, MAX_ARG)
+        _text("cwd", spec.cwd, MAX_ARG)
+    else:
+        url = _text("url", spec.url, MAX_URL, empty=False)
+        _no_line_breaks("url", url)
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise SpecError("url must be an http:// or https:// address")
+        if spec.command or spec.args or spec.cwd or spec.env:
+            raise SpecError(f"an {spec.transport} server takes a url, not a command or env")
+    return msgspec.structs.replace(
+        spec,
+        env=env,
+        headers=headers,
+        args=tuple(spec.args),
+        connect_timeout=_timeout("connect_timeout", spec.connect_timeout, 0.1, 600),
+        call_timeout=_timeout("call_timeout", spec.call_timeout, 0.1, 86400),
+        heartbeat=_timeout("heartbeat", spec.heartbeat, 1, 86400),
+    )
+
+
+def references(value: str) -> list[tuple[bool, str]]:
+    """The references in a value: (is_secret_file, name) pairs."""
+    return [(bool(m.group(1)), m.group(2)) for m in REF.finditer(value)]
+
+
+def encode_spec(spec: ServerSpec) -> str:
+    return msgspec.json.encode(spec).decode()
+
+
+def decode_spec(text: str | bytes) -> ServerSpec:
+    try:
+        return check_spec(msgspec.json.decode(text, type=ServerSpec))
+    except msgspec.ValidationError as exc:
+        raise SpecError(str(exc)) from None

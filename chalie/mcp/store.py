@@ -1,0 +1,322 @@
+"""MCP connections in ``chalie.db``: server specs, their live status, the cached tool lists.
+
+Two tables. ``mcp_servers``: one row per connection (the spec as JSON, with
+secrets only as references) and its last known status (online/offline, since
+when, why, the last heartbeat, the negotiated protocol version, the last
+probe latency). ``mcp_tools``: one row per remote tool ever seen, keyed by
+(server, remote name): the proxy name (the persisted mapping), the cached
+description and input schema (so discovery and descriptors work while the
+server is offline), the pinned definition hash, the state
+(:data:`chalie.mcp.tools.State`), and a quarantined tool's pending definition.
+
+Several processes may open the file (the daemon, the CLI); SQLite's WAL and
+busy timeout serialise them; within a process one lock guards the connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from chalie.db import connect
+from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
+from chalie.mcp.tools import RemoteTool, ToolRow
+
+Status = Literal["online", "offline", "connecting", "disabled"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS mcp_servers (
+    name           TEXT PRIMARY KEY,
+    spec           TEXT NOT NULL,
+    created_at     REAL NOT NULL,
+    status         TEXT NOT NULL DEFAULT 'offline',
+    status_since   REAL,
+    status_reason  TEXT NOT NULL DEFAULT '',
+    last_heartbeat REAL,
+    protocol       TEXT NOT NULL DEFAULT '',
+    latency_ms     REAL,
+    last_error     TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS mcp_tools (
+    server      TEXT NOT NULL,
+    remote      TEXT NOT NULL,
+    proxy       TEXT NOT NULL UNIQUE,
+    description TEXT NOT NULL,
+    schema      TEXT NOT NULL,
+    pin         TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    changed     TEXT NOT NULL DEFAULT '',
+    pending     TEXT,
+    first_seen  REAL NOT NULL,
+    updated_at  REAL NOT NULL,
+    problem     TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (server, remote)
+);
+"""
+
+_json = msgspec.json.Encoder()
+_remote = msgspec.json.Decoder(RemoteTool)
+
+
+def _connect(path: Path, attempts: int = 100) -> sqlite3.Connection:
+    """chalie.db.connect, retried: switching a fresh file to WAL while another connection does
+    the same answers "database is locked" at once (SQLite's busy handler does not cover it)."""
+    for attempt in range(attempts):
+        try:
+            return connect(path)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
+class ServerExists(ValueError):
+    pass
+
+
+class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
+    spec: ServerSpec
+    created_at: float
+    status: str = "offline"
+    status_since: float | None = None
+    status_reason: str = ""
+    last_heartbeat: float | None = None
+    protocol: str = ""
+    latency_ms: float | None = None
+    last_error: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class McpStore:
+    """The two tables, for any thread of one process (one lock around the connection)."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = _connect(Path(path))
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(args)).fetchall()
+
+    # -- servers ---------------------------------------------------------------
+    _SERVER_COLS: Final = (
+        "spec, created_at, status, status_since, status_reason, last_heartbeat, protocol, "
+        "latency_ms, last_error"
+    )
+
+    @staticmethod
+    def _server(row: Any) -> ServerRow:
+        spec, created, status, since, reason, beat, proto, latency, error = row
+        return ServerRow(
+            spec=decode_spec(spec),
+            created_at=created,
+            status=status,
+            status_since=since,
+            status_reason=reason,
+            last_heartbeat=beat,
+            protocol=proto,
+            latency_ms=latency,
+            last_error=error,
+        )
+
+    def servers(self) -> list[ServerRow]:
+        return [
+            self._server(r)
+            for r in self._rows(f"SELECT {self._SERVER_COLS} FROM mcp_servers ORDER BY name")
+        ]
+
+    def server(self, name: str) -> ServerRow | None:
+        found = self._rows(f"SELECT {self._SERVER_COLS} FROM mcp_servers WHERE name = ?", (name,))
+        return self._server(found[0]) if found else None
+
+    def add_server(self, spec: ServerSpec, *, replace: bool = False) -> None:
+        now = time.time()
+        with self._lock:
+            if replace:
+                cur = self._conn.execute(
+                    "UPDATE mcp_servers SET spec = ? WHERE name = ?", (encode_spec(spec), spec.name)
+                )
+                if cur.rowcount:
+                    return
+            try:
+                self._conn.execute(
+                    "INSERT INTO mcp_servers (name, spec, created_at, status, status_since) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        spec.name,
+                        encode_spec(spec),
+                        now,
+                        "offline" if spec.enabled else "disabled",
+                        now,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise ServerExists(f"an MCP server named {spec.name!r} already exists") from None
+
+    def set_enabled(self, name: str, enabled: bool) -> bool:
+        row = self.server(name)
+        if row is None:
+            return False
+        spec = msgspec.structs.replace(row.spec, enabled=enabled)
+        with self._lock:
+            self._conn.execute(
+                "UPDATE mcp_servers SET spec = ?, status = ?, status_since = ?, status_reason = ? "
+                "WHERE name = ?",
+                (
+                    encode_spec(spec),
+                    "offline" if enabled else "disabled",
+                    time.time(),
+                    "" if enabled else "disabled by the operator",
+                    name,
+                ),
+            )
+        return True
+
+    def remove_server(self, name: str) -> bool:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
+                self._conn.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            return cur.rowcount > 0
+
+    def set_status(
+        self,
+        name: str,
+        status: Status,
+        *,
+        reason: str = "",
+        since: float | None = None,
+        protocol: str | None = None,
+        latency_ms: float | None = None,
+        heartbeat: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        sets = ["status = ?", "status_reason = ?"]
+        args: list[Any] = [status, reason[:500]]
+        for column, value in (
+            ("status_since", since),
+            ("protocol", protocol),
+            ("latency_ms", latency_ms),
+            ("last_heartbeat", heartbeat),
+            ("last_error", None if error is None else error[:500]),
+        ):
+            if value is not None:
+                sets.append(f"{column} = ?")
+                args.append(value)
+        with self._lock:
+            self._conn.execute(
+                f"UPDATE mcp_servers SET {', '.join(sets)} WHERE name = ?", (*args, name)
+            )
+
+    # -- tools -------------------------------------------------------------------
+    _TOOL_COLS: Final = (
+        "server, remote, proxy, description, schema, pin, state, changed, pending, first_seen, "
+        "updated_at, problem"
+    )
+
+    @staticmethod
+    def _tool(row: Any) -> ToolRow:
+        (
+            server,
+            remote,
+            proxy,
+            description,
+            schema,
+            pin,
+            state,
+            changed,
+            pending,
+            first,
+            updated,
+            problem,
+        ) = row
+        return ToolRow(
+            server=server,
+            remote=remote,
+            proxy=proxy,
+            description=description,
+            schema=msgspec.json.decode(schema),
+            pin=pin,
+            state=state,
+            changed=changed,
+            pending=_remote.decode(pending) if pending else None,
+            first_seen=first,
+            updated_at=updated,
+            problem=problem,
+        )
+
+    def tools(self, server: str | None = None) -> list[ToolRow]:
+        if server is None:
+            rows = self._rows(f"SELECT {self._TOOL_COLS} FROM mcp_tools ORDER BY proxy")
+        else:
+            rows = self._rows(
+                f"SELECT {self._TOOL_COLS} FROM mcp_tools WHERE server = ? ORDER BY proxy",
+                (server,),
+            )
+        return [self._tool(r) for r in rows]
+
+    def tool_by_proxy(self, proxy: str) -> ToolRow | None:
+        rows = self._rows(f"SELECT {self._TOOL_COLS} FROM mcp_tools WHERE proxy = ?", (proxy,))
+        return self._tool(rows[0]) if rows else None
+
+    def taken_names(self) -> dict[str, str]:
+        """proxy → ``server/remote`` for every name ever assigned (the persisted mapping)."""
+        return {
+            p: f"{s}/{r}" for s, r, p in self._rows("SELECT server, remote, proxy FROM mcp_tools")
+        }
+
+    def write_tools(self, rows: Iterable[ToolRow]) -> int:
+        """Insert or replace rows, in one transaction."""
+        values = [
+            (
+                r.server,
+                r.remote,
+                r.proxy,
+                r.description,
+                _json.encode(r.schema).decode(),
+                r.pin,
+                r.state,
+                r.changed,
+                _json.encode(r.pending).decode() if r.pending is not None else None,
+                r.first_seen,
+                r.updated_at,
+                r.problem,
+            )
+            for r in rows
+        ]
+        if not values:
+            return 0
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    f"INSERT OR REPLACE INTO mcp_tools ({self._TOOL_COLS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    values,
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(values)

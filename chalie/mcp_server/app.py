@@ -1,0 +1,244 @@
+"""The inbound MCP server as one ASGI app on one uvicorn server: build, bind, serve, stop.
+
+Lifecycle (:class:`McpHttpServer`), every step on the event loop it is given:
+
+1. :meth:`bind` opens the listening socket first, so a port in use is one
+   :class:`PortInUse` before anything else starts; a bind beyond loopback
+   needs ``allow_remote`` and is logged as a warning.
+2. :meth:`start` builds the app (gate → MCP Streamable HTTP app with the
+   DNS-rebinding guard for exactly the bound host and port), starts uvicorn
+   on the bound socket and returns once it accepts connections.
+3. :attr:`done` completes when uvicorn stops; an unexpected stop is the
+   owner's cue to fail (and be restarted by its supervisor).
+4. :meth:`stop` asks uvicorn to exit and waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from chalie.config import McpServerConfig
+from chalie.mcp_server.gate import Gate, TokenVerifier
+from chalie.mcp_server.limits import TokenLimits
+from chalie.mcp_server.talk import TalkToChalie
+from chalie.mcp_server.validation import TOOL_NAME, input_schema
+
+log = logging.getLogger("chalie.mcp_server")
+
+PATH: Final = "/mcp"
+INSTRUCTIONS: Final = (
+    "Chalie is a personal executive assistant with its own tools. Call talk_to_chalie with "
+    "a task in natural language; Chalie answers with what it did and found. It will not take "
+    "actions that need its user's approval on an agent's behalf, and says so when it cannot."
+)
+DESCRIPTION: Final = (
+    "Hand Chalie a task or question in natural language and get its answer. Chalie uses its "
+    "own tools and context; actions that need its user's approval are not taken (the answer "
+    "says what it could not do and why). Pass conversation_id from an earlier answer to "
+    "continue that exchange; set loop_in_human when the user should see the exchange."
+)
+
+
+class PortInUse(RuntimeError):
+    """The configured address is taken; the message is the one line the operator sees."""
+
+
+class RemoteBindRefused(RuntimeError):
+    """A non-loopback host without ``allow_remote``."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(config: McpServerConfig) -> socket.socket:
+    """The listening socket for ``config``; PortInUse / RemoteBindRefused with one clear line."""
+    host = config.host
+    if not is_loopback(host):
+        if not config.allow_remote:
+            raise RemoteBindRefused(
+                f"[mcp_server] host {host!r} is not loopback; set allow_remote = true to bind it"
+            )
+        log.warning(
+            "the MCP server binds beyond loopback (%s:%d): any host that reaches it may try tokens",
+            host,
+            config.port,
+        )
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), config.port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(
+                f"MCP server not started: {host}:{config.port} is already in use "
+                "(another Chalie, or set [mcp_server] port)"
+            ) from None
+        raise PortInUse(
+            f"MCP server not started: cannot bind {host}:{config.port}: {exc.strerror}"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+def security(config: McpServerConfig, port: int) -> TransportSecuritySettings:
+    """The DNS-rebinding guard for exactly this port (and any configured extra names)."""
+    names = ["127.0.0.1", "localhost", "[::1]"]
+    if not is_loopback(config.host):
+        names.append(config.host)
+    hosts = [f"{n}:{port}" for n in names] + list(config.allowed_hosts)
+    origins = [f"http://{n}:{port}" for n in names] + list(config.allowed_origins)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+def talk_tool(talk: TalkToChalie) -> Tool:
+    """talk_to_chalie with its published schema; the body checks every field itself."""
+    tool = Tool.from_function(
+        talk.__call__, name=TOOL_NAME, title="Talk to Chalie", description=DESCRIPTION
+    )
+    tool.parameters = input_schema()
+    return tool
+
+
+def build_app(
+    config: McpServerConfig,
+    port: int,
+    talk: TalkToChalie,
+    verifier: Callable[[], TokenVerifier],
+) -> tuple[Starlette, Gate, MCPServer]:
+    server = MCPServer("chalie", instructions=INSTRUCTIONS, tools=[talk_tool(talk)])
+    mcp_app = server.streamable_http_app(
+        streamable_http_path=PATH,
+        max_request_body_size=config.max_body_bytes,
+        session_idle_timeout=config.session_idle_timeout,
+        max_sessions=config.max_sessions,
+        transport_security=security(config, port),
+        host=config.host,
+    )
+    limits = TokenLimits(
+        requests_per_minute=config.requests_per_minute,
+        max_concurrent_turns=config.max_concurrent_turns,
+    )
+    gate = Gate(
+        mcp_app,
+        verifier,
+        limits,
+        max_body_bytes=config.max_body_bytes,
+        max_sessions=config.max_sessions,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        # A mounted app's own lifespan does not run: the session manager runs here.
+        async with server.session_manager.run():
+            yield
+
+    app = Starlette(routes=[Mount("/", app=gate)], lifespan=lifespan)
+    return app, gate, server
+
+
+class McpHttpServer:
+    """One uvicorn server for the inbound MCP app, run as a task on the given loop."""
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        talk: TalkToChalie,
+        verifier: Callable[[], TokenVerifier],
+    ) -> None:
+        self.config = config
+        self.talk = talk
+        self._verifier = verifier
+        self.port = 0
+        self.gate: Gate | None = None
+        self.done: asyncio.Future[Any] | None = None
+        self._uvicorn: uvicorn.Server | None = None
+        self._sock: socket.socket | None = None
+        self._stopping = False
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"http://{shown}:{self.port}{PATH}"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    async def start(self) -> str:
+        sock = bind(self.config)
+        self._sock = sock
+        self.port = int(sock.getsockname()[1])
+        app, self.gate, _ = build_app(self.config, self.port, self.talk, self._verifier)
+        cfg = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+            # The gate enforces the body limit; uvicorn keeps its own sane defaults.
+            limit_concurrency=None,
+            server_header=False,
+        )
+        # Off the main thread uvicorn installs no signal handlers: the daemon keeps its own.
+        server = uvicorn.Server(cfg)
+        self._uvicorn = server
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_task(server.serve(sockets=[sock]), name="mcp-server")
+        while not server.started:
+            if self.done.done():
+                sock.close()
+                exc = self.done.exception()
+                raise RuntimeError(f"the MCP server stopped while starting: {exc!r}")
+            await asyncio.sleep(0.005)
+        return self.url
+
+    async def stop(self) -> None:
+        self._stopping = True
+        server, done = self._uvicorn, self.done
+        if server is None or done is None:
+            return
+        server.should_exit = True
+        if not done.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(done), 5.0)
+            except (TimeoutError, Exception):
+                server.force_exit = True
+                done.cancel()
+                with contextlib.suppress(BaseException):
+                    await done
+        # A uvicorn task that died (or was cancelled) never closed its listeners.
+        for listener in getattr(server, "servers", ()):
+            listener.close()
+            with contextlib.suppress(Exception):
+                await listener.wait_closed()
+        if self._sock is not None:
+            self._sock.close()
+        if self.gate is not None:
+            self.gate.close()
+        self.talk.close()

@@ -1,0 +1,385 @@
+"""``talk_to_chalie``: one inbound agent message run as a turn on the ``external_agent`` channel.
+
+Lifecycle of one call (all on the event-loop thread):
+
+1. The arguments are checked (every bad field named) and a continued
+   ``conversation_id`` must belong to the calling token.
+2. The message goes to the conversation through seam #3 with the token's name
+   as its ``origin``; the call follows the conversation's events (live, plus a
+   backfill for a conversation created by this very send).
+3. Each ``tool_started`` of the turn becomes an MCP progress notification
+   carrying its ``act_summary``; ``tool_finished`` outcomes are collected.
+4. ``turn_finished`` ends the call: the answer, the conversation id, and a
+   line for every tool Chalie was not allowed to run, and why.
+5. A cancelled request or a client that went away cancels the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, TextContent
+
+from chalie.mcp_server.exchange import AgentExchange, HumanDesk
+from chalie.mcp_server.gate import CALLER_KEY, Caller
+from chalie.mcp_server.owners import ConversationOwners
+from chalie.mcp_server.turns import (
+    ConversationsPort,
+    Sent,
+    TurnEvent,
+    TurnRefused,
+    origin,
+    view,
+)
+from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
+
+log = logging.getLogger("chalie.mcp_server")
+
+_GONE: Final = object()
+BACKFILL_LIMIT: Final = 1_000
+
+DENY_WHY: Final = {
+    "permission-denied": (
+        "it needs a person's approval and no human is present on the external_agent channel"
+    ),
+    "approval-expired": "the person asked to approve it did not answer in time",
+}
+
+
+@dataclass
+class TalkStats:
+    calls: int = 0
+    invalid: int = 0
+    finished: int = 0
+    cancelled: int = 0
+    failed: int = 0
+
+
+class ToolCallError(Exception):
+    """A call that ends with a structured error result (not a protocol error)."""
+
+    def __init__(self, code: str, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data or {}
+
+
+def error_result(code: str, message: str, data: dict[str, Any] | None = None) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{code}: {message}")],
+        structured_content={"error": {"code": code, "message": message, **(data or {})}},
+        is_error=True,
+    )
+
+
+def framed(req: TalkRequest) -> str:
+    """The user message of the turn: who asks, for what, then their words."""
+    return f"[agent: {req.agent_name} · project: {req.project_or_task_name}]\n{req.message}"
+
+
+class TalkToChalie:
+    """The tool body; one instance serves every call of the server."""
+
+    def __init__(
+        self,
+        port: ConversationsPort,
+        owners: ConversationOwners,
+        desk: HumanDesk,
+        *,
+        turn_wait: float,
+    ) -> None:
+        self.port = port
+        self.owners = owners
+        self.desk = desk
+        self.turn_wait = turn_wait
+        self.stats = TalkStats()
+        self._pending: set[asyncio.Task[bool]] = set()
+        # The ownership table is SQLite: read and written off the loop.
+        self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="mcp-owners")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def __call__(
+        self,
+        ctx: Context,
+        message: Any = None,
+        agent_name: Any = None,
+        project_or_task_name: Any = None,
+        loop_in_human: Any = None,
+        conversation_id: Any = None,
+    ) -> CallToolResult:
+        self.stats.calls += 1
+        caller = _caller(ctx)
+        if caller is None:  # only a request the gate admitted carries one
+            return error_result("unauthorized", "no authenticated caller")
+        arguments = {
+            "message": message,
+            "agent_name": agent_name,
+            "project_or_task_name": project_or_task_name,
+            "loop_in_human": loop_in_human,
+            "conversation_id": conversation_id,
+        }
+        try:
+            req = check({k: v for k, v in arguments.items() if v is not None or k == "message"})
+        except InvalidArguments as exc:
+            self.stats.invalid += 1
+            fields = [{"field": e.field, "problem": e.problem} for e in exc.errors]
+            return error_result(exc.code, str(exc).split(": ", 1)[1], {"fields": fields})
+        try:
+            return await self._run(ctx, caller, req)
+        except ToolCallError as exc:
+            self.stats.failed += 1
+            return error_result(exc.code, str(exc), exc.data)
+
+    async def _run(self, ctx: Context, caller: Caller, req: TalkRequest) -> CallToolResult:
+        loop = asyncio.get_running_loop()
+        if req.conversation_id is not None:
+            owner = await loop.run_in_executor(self._pool, self.owners.owner, req.conversation_id)
+            if owner != caller.token_name:
+                raise ToolCallError(
+                    "unknown-conversation",
+                    f"no conversation {req.conversation_id!r} belongs to this token; "
+                    "omit conversation_id to start a new one",
+                )
+        follow = _Follow(loop, uuid.uuid4().hex)
+        sub = None
+        if req.conversation_id is not None:
+            sub = self.port.subscribe(req.conversation_id, follow.push)
+        try:
+            sending = asyncio.ensure_future(
+                self.port.send(
+                    conversation_id=req.conversation_id,
+                    text=framed(req),
+                    client_msg_id=follow.client_msg_id,
+                    origin=origin(caller.token_name),
+                )
+            )
+            try:
+                # Shielded: a request cancelled while the message is being stored
+                # still cancels the turn that message starts.
+                sent = await asyncio.shield(sending)
+            except asyncio.CancelledError:
+                self.stats.cancelled += 1
+                sending.add_done_callback(self._cancel_once_sent)
+                raise
+            except TurnRefused as exc:
+                raise ToolCallError(exc.code, str(exc)) from None
+            except Exception as exc:
+                log.warning("conversations refused an inbound message: %s", exc)
+                raise ToolCallError(
+                    "internal-error", "Chalie could not start the turn; retry later"
+                ) from None
+            cid = sent.conversation_id
+            follow.turn_id = sent.turn_id
+            if req.conversation_id is None:
+                try:
+                    await loop.run_in_executor(
+                        self._pool,
+                        self.owners.record,
+                        cid,
+                        caller.token_name,
+                        req.agent_name,
+                        req.project_or_task_name,
+                    )
+                    sub = self.port.subscribe(cid, follow.push)
+                    for event in await self.port.events(cid, 0, BACKFILL_LIMIT):
+                        follow.push(event)
+                except asyncio.CancelledError:
+                    self.stats.cancelled += 1
+                    self._cancel_later(cid)
+                    raise
+            if req.loop_in_human:
+                self._surface(cid, caller, req, "asked")
+            return await self._follow(ctx, caller, req, cid, follow)
+        finally:
+            if sub is not None:
+                sub.close()
+
+    async def _follow(
+        self, ctx: Context, caller: Caller, req: TalkRequest, cid: str, follow: _Follow
+    ) -> CallToolResult:
+        gone = asyncio.get_running_loop().create_task(_when_gone(caller, follow))
+        try:
+            async with asyncio.timeout(self.turn_wait):
+                finished = await self._until_finished(ctx, follow)
+        except asyncio.CancelledError:
+            # The client cancelled the request (or, on 2026-07-28, dropped it): so does the turn.
+            self.stats.cancelled += 1
+            self._cancel_later(cid)
+            raise
+        except _Gone:
+            # A legacy client whose response stream closed: nobody reads this answer.
+            self.stats.cancelled += 1
+            self._cancel_later(cid)
+            raise ToolCallError(
+                "cancelled", "the client went away; the turn was cancelled"
+            ) from None
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await self.port.cancel(cid)
+            raise ToolCallError(
+                "tool-timeout",
+                f"the turn did not finish within {self.turn_wait:.0f} s and was cancelled",
+                {"conversation_id": cid},
+            ) from None
+        finally:
+            gone.cancel()
+        self.stats.finished += 1
+        answer = finished.text or ""
+        reason = finished.reason or "final"
+        if req.loop_in_human:
+            self._surface(cid, caller, req, "answered", answer=answer, reason=reason)
+        return _answer(cid, follow, answer, reason)
+
+    async def _until_finished(self, ctx: Context, follow: _Follow) -> TurnEvent:
+        sent = 0  # MCP progress must increase: one count per notification
+
+        async def progress(message: str) -> None:
+            nonlocal sent
+            sent += 1
+            await ctx.report_progress(sent, None, message)
+
+        while True:
+            item = await follow.queue.get()
+            if item is _GONE:
+                raise _Gone
+            event = follow.accept(item)
+            if event is None:
+                continue
+            if event.kind == "tool_started":
+                summary = event.act_summary or ""
+                await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
+            elif event.kind == "tool_finished":
+                follow.tools.append(event)
+            elif event.kind == "permission_request":
+                await progress(f"waiting for a person to approve {event.tool}")
+            elif event.kind == "error":
+                follow.errors.append(event)
+                await progress(f"{event.code}: {event.message}")
+            elif event.kind == "turn_finished":
+                return event
+
+    def _cancel_once_sent(self, sending: asyncio.Future[Sent]) -> None:
+        if not sending.cancelled() and sending.exception() is None:
+            self._cancel_later(sending.result().conversation_id)
+
+    def _cancel_later(self, cid: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.port.cancel(cid))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    def _surface(
+        self,
+        cid: str,
+        caller: Caller,
+        req: TalkRequest,
+        phase: str,
+        *,
+        answer: str = "",
+        reason: str = "",
+    ) -> None:
+        exchange = AgentExchange(
+            conversation_id=cid,
+            phase="asked" if phase == "asked" else "answered",
+            token_name=caller.token_name,
+            agent_name=req.agent_name,
+            project=req.project_or_task_name,
+            message=req.message,
+            answer=answer,
+            reason=reason,
+        )
+        try:
+            self.desk.surface(exchange)
+        except Exception:
+            log.exception("could not surface an agent exchange")
+
+
+class _Gone(Exception):
+    """The client of this call went away."""
+
+
+async def _when_gone(caller: Caller, follow: _Follow) -> None:
+    await caller.gone.wait()
+    follow.queue.put_nowait(_GONE)
+
+
+class _Follow:
+    """One call's view of its conversation: which events are its turn's, and what they said."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client_msg_id: str) -> None:
+        self.loop = loop
+        self.client_msg_id = client_msg_id
+        self.turn_id: str | None = None
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.seen: set[int] = set()
+        self.tools: list[TurnEvent] = []
+        self.errors: list[TurnEvent] = []
+
+    def push(self, event: object) -> None:
+        """From any thread: hand an event to the call's loop."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:
+            pass  # the loop is closing; nobody waits any more
+
+    def accept(self, item: object) -> TurnEvent | None:
+        event = view(item)
+        if event is None:
+            return None
+        if event.seq:
+            if event.seq in self.seen:
+                return None  # the backfill and the live feed overlap
+            self.seen.add(event.seq)
+        if self.turn_id is None:
+            if event.kind == "turn_started" and event.client_msg_id == self.client_msg_id:
+                self.turn_id = event.turn_id
+            return None
+        return event if event.turn_id == self.turn_id else None
+
+
+def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:
+    could_not = [
+        {
+            "tool": t.tool,
+            "code": t.code,
+            "why": DENY_WHY.get(t.code or "", f"it failed ({t.code})"),
+        }
+        for t in follow.tools
+        if t.status != "success" and t.code in DENY_WHY
+    ]
+    lines = [answer.strip() or "(Chalie gave no text answer.)"]
+    if reason != "final":
+        lines.append(f"(The turn ended early: {reason}.)")
+    for item in could_not:
+        lines.append(f"(Chalie could not run {item['tool']}: {item['why']}.)")
+    lines.append(f"[conversation_id: {cid}]")
+    return CallToolResult(
+        content=[TextContent(type="text", text="\n\n".join(lines))],
+        structured_content={
+            "conversation_id": cid,
+            "turn_id": follow.turn_id,
+            "answer": answer,
+            "finish_reason": reason,
+            "tools": [{"tool": t.tool, "status": t.status, "code": t.code} for t in follow.tools],
+            "could_not": could_not,
+            "errors": [{"code": e.code, "message": e.message} for e in follow.errors],
+        },
+        is_error=reason == "model-error",
+    )
+
+
+def _caller(ctx: Context) -> Caller | None:
+    request = ctx.request_context.request
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    found = scope.get("state", {}).get(CALLER_KEY)
+    return found if isinstance(found, Caller) else None

@@ -1,0 +1,351 @@
+"""The composition root: assembles the supervisor tree of one daemon and runs it.
+
+It sits above the actors and the core (nothing in ``chalie/`` imports it but
+the ``chalie run`` command); a feature joins the tree with one line in
+:func:`child_specs`.
+
+Start-up, in order (:func:`run`):
+
+1. Take the single-instance lock: an ``flock`` on ``<home>/chalie.lock``. The
+   kernel drops it when the process dies, so a stale pid file left by a
+   SIGKILLed daemon never blocks the next start; a live daemon does.
+2. Collect the registry (a duplicate name is a one-line start-up error) and
+   mark trail rows a crash left ``running`` as interrupted.
+3. Start the uvloop loop thread, then the supervisor tree. The children, in
+   start order (:func:`child_specs`): policy, workers, discovery (its place is
+   kept; it joins when it lands), dispatcher, any extra children, control.
+   The tree stops them in reverse order, so the control endpoint closes first
+   and the workers are reaped after the dispatcher stopped sending them work.
+4. Write the pid file and wait for a stop: SIGINT or SIGTERM, ``chalie stop``,
+   or an escalation from the root supervisor (restart intensity exceeded).
+5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
+
+Exit codes are :mod:`chalie.daemon`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+import pykka
+
+import chalie
+from actors.control import ControlActor
+from actors.loop import EventLoopThread
+from actors.supervisor import ChildRef, ChildSpec, Directory, Supervisor
+from chalie import control
+from chalie.config import Config
+from chalie.daemon import (
+    EXIT_ALREADY_RUNNING,
+    EXIT_ESCALATED,
+    EXIT_OK,
+    EXIT_STARTUP_FAILED,
+    AlreadyRunning,
+    StartupError,
+    instance_lock,
+    remove_pid_file,
+    write_pid_file,
+)
+from chalie.events import EventBus
+from chalie.home import HomeError
+from chalie.messages import ToolCall, ToolOutcome
+from chalie.registry import DuplicateAbilityError, Registry
+from chalie.services import Services
+
+log = logging.getLogger("chalie.daemon")
+
+A = TypeVar("A", bound=pykka.Actor)
+
+
+# -- the running daemon ---------------------------------------------------------------
+
+
+@dataclass
+class Runtime:
+    """What the tree's children share: built once at start-up, read by every child."""
+
+    config: Config
+    registry: Registry
+    events: EventBus
+    loop: EventLoopThread
+    services: Services
+    db_path: Path
+    started: float = field(default_factory=time.time)
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    escalation: tuple[str, str] | None = None
+    supervisor: pykka.ActorRef[Any] | None = None
+    # The tree's child directory: restart-proof typed handles, made without asking anyone.
+    directory: Directory = field(default_factory=Directory)
+
+    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
+        """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""
+        return self.directory.ref(child_id, kind)
+
+    def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
+        """Hand one call to the dispatcher; the future never raises (the seam CallDesk uses)."""
+        from actors.dispatcher import DispatcherActor, submit
+
+        return submit(self.child("dispatcher", DispatcherActor).current(), call)
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    def on_escalate(self, child_id: str, last_error: str) -> None:
+        self.escalation = (child_id, last_error)
+        self.stop_requested.set()
+
+    def status(self) -> dict[str, Any]:
+        tree: dict[str, Any] = {"children": [], "uptime": 0.0}
+        if self.supervisor is not None:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                tree = self.supervisor.proxy().status().get(timeout=5)
+        workers: Any = None
+        with contextlib.suppress(Exception):
+            from actors.worker_pool import WorkerPool
+
+            workers = self.child("workers", WorkerPool).within(5).call(WorkerPool.status)
+        return {
+            "pid": os.getpid(),
+            "version": chalie.__version__,
+            "home": str(self.config.home),
+            "uptime": time.time() - self.started,
+            "actors": tree["children"],
+            "workers": workers,
+            "loop": self.loop.is_alive(),
+            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
+        }
+
+
+ExtraChild = Callable[[Runtime], ChildSpec]
+
+
+def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
+    """The tree's children in start order; the supervisor stops them in reverse."""
+    from actors import chat_bridge, mcp_server
+    from actors.conversations import ConversationCommands, Conversations
+    from actors.discovery import DiscoveryActor, DiscoveryHandle
+    from actors.dispatcher import DispatcherActor
+    from actors.mcp_connections import McpWiring
+    from actors.policy import PolicyActor
+    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+    from chalie.discovery.lazy_embedder import LazyEmbedder
+
+    cfg = rt.config
+    workers_handle = WorkerPoolHandle()
+    # The local embedding model loads on the first find, not at start (idle memory).
+    embedder = LazyEmbedder.for_config(cfg.embedder.options(), idle_unload=cfg.embedder.idle_unload)
+    # Each start runs on the supervisor's thread, so it must not ask the
+    # supervisor anything: children find each other later, through ChildRefs.
+    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+    mcp = McpWiring(rt)  # registers cached MCP proxies before discovery starts
+    specs = [
+        ChildSpec(
+            "policy",
+            lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=cfg.approval_expiry),
+        ),
+        ChildSpec(
+            "workers",
+            lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=workers_handle),
+            shutdown=10.0,
+        ),
+        ChildSpec(
+            "discovery",
+            lambda: DiscoveryActor.start(
+                registry=rt.registry,
+                home=cfg.home,
+                embedder=embedder,
+                embedder_config=cfg.embedder.options(),
+                state=rt.services.discovery.state,
+                db_path=rt.db_path,
+                learning=cfg.discovery,
+            ),
+            shutdown=10.0,
+        ),
+        ChildSpec(
+            "dispatcher",
+            lambda: DispatcherActor.start(
+                rt.registry,
+                rt.services,
+                rt.db_path,
+                rt.child("policy", PolicyActor),
+                workers_handle,
+                rt.events,
+                inline_threads=cfg.inline_threads,
+                children=rt.directory,
+                outbox_max_age=cfg.outbox.max_age,
+                outbox_max_rows=cfg.outbox.max_rows,
+                parts={"mcp": mcp.handle},
+            ),
+        ),
+        mcp.spec,
+    ]
+    specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
+    specs.extend(
+        chat_bridge.child_specs(
+            cfg.chat,
+            cfg.home,
+            rt.db_path,
+            rt.loop,
+            rt.events,
+            rt.child("conversations", Conversations),
+        )
+    )
+    specs.append(
+        ChildSpec(
+            "mcp_server",
+            lambda: mcp_server.start_for(
+                cfg.mcp_server,
+                rt.loop,
+                rt.db_path,
+                rt.child("conversations", Conversations),
+                rt.events,
+            ),
+            shutdown=10.0,
+        )
+    )
+    specs.extend(make(rt) for make in extra)
+    specs.append(
+        ChildSpec(
+            "control",
+            lambda: ControlActor.start(
+                rt,
+                home=cfg.home,
+                loop=rt.loop,
+                events=rt.events,
+                dispatch=rt.dispatch,
+                end_turn=rt.services.turns.forget,
+                routes=ConversationCommands(rt).routes(),
+            ),
+        )
+    )
+    return specs
+
+
+def _install_signals(stop: threading.Event) -> Callable[[], None]:
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals reach only the main thread; in-process tests stop otherwise
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def prepare(config: Config) -> tuple[Registry, Path]:
+    """Start-up work before any thread runs: the registry and the trail's crash recovery."""
+    from chalie.trail import Trail
+
+    try:
+        registry = Registry.collect(dropin=config.abilities_dir)
+    except DuplicateAbilityError as exc:
+        raise StartupError(str(exc)) from None
+    for failure in registry.failures:
+        log.warning(
+            "ability module not loaded", extra={"path": failure.path, "error": failure.error}
+        )
+    try:
+        control.endpoint(config.home)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    db_path = config.layout.db
+    book = Trail(db_path)
+    try:
+        marked = book.recover()
+    finally:
+        book.close()
+    if marked:
+        log.warning("calls in flight at the last stop marked interrupted", extra={"count": marked})
+    return registry, db_path
+
+
+def run(
+    config: Config,
+    *,
+    extra_children: Sequence[ExtraChild] = (),
+    ready: Callable[[Runtime], None] | None = None,
+) -> int:
+    """Run the daemon in the foreground until it is stopped; returns the exit code."""
+    home = config.home
+    try:
+        config.layout.create()
+        with instance_lock(home):
+            return _run_locked(config, extra_children, ready)
+    except AlreadyRunning as exc:
+        log.error("%s", exc)
+        return EXIT_ALREADY_RUNNING
+    except (StartupError, HomeError) as exc:
+        log.error("start-up failed: %s", exc)
+        return EXIT_STARTUP_FAILED
+
+
+def _run_locked(
+    config: Config, extra_children: Sequence[ExtraChild], ready: Callable[[Runtime], None] | None
+) -> int:
+    registry, db_path = prepare(config)
+    events = EventBus()
+    services = Services(registry=registry)
+    loop = EventLoopThread()
+    rt = Runtime(config, registry, events, loop, services, db_path)
+    restore_signals = _install_signals(rt.stop_requested)
+    try:
+        loop.start()
+        rt.supervisor = Supervisor.start(
+            child_specs(rt, extra_children), on_escalate=rt.on_escalate, directory=rt.directory
+        )
+        write_pid_file(config.home)
+        log.info(
+            "daemon started",
+            extra={"pid": os.getpid(), "home": str(config.home), "abilities": len(registry)},
+        )
+        if ready is not None:
+            ready(rt)
+        while not rt.stop_requested.wait(0.2):
+            pass
+    finally:
+        _shutdown(rt)
+        restore_signals()
+    if rt.escalation is not None:
+        child_id, error = rt.escalation
+        log.error(
+            "daemon stopped: child %s exceeded its restart intensity; last error: %s",
+            child_id,
+            error,
+            extra={"child": child_id, "last_error": error},
+        )
+        return EXIT_ESCALATED
+    log.info("daemon stopped")
+    return EXIT_OK
+
+
+def _shutdown(rt: Runtime) -> None:
+    sup, rt.supervisor = rt.supervisor, None
+    if sup is not None:
+        with contextlib.suppress(pykka.ActorDeadError):
+            # Children first, in reverse start order, each within its shutdown time.
+            sup.stop(block=True, timeout=60)
+    # Anything started outside the tree would keep the process alive on its
+    # non-daemon thread; nothing should be left, and nothing may hang the exit.
+    leftovers = pykka.ActorRegistry.get_all()
+    if leftovers:
+        log.warning("actors still running after the tree stopped", extra={"count": len(leftovers)})
+        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+    rt.loop.stop()
+    remove_pid_file(rt.config.home)

@@ -1,0 +1,74 @@
+"""Layers: the core (chalie/) imports no actor and no composition root; actors import no root."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from chalie.control import NoArgs, encode_request
+from chalie.messages import ControlReply
+from chalie.routing import Route, Router
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function-level imports included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def offenders(package: str, forbidden: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[str]:
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(skip):
+            continue
+        for module in imported_modules(path):
+            if module.split(".")[0] in forbidden:
+                bad.append(f"{rel} imports {module}")
+    return bad
+
+
+def test_the_core_imports_no_actor_and_no_composition_root() -> None:
+    # The CLI is the application's shell: its `run` command starts the root.
+    assert offenders("chalie", ("actors", "chalie_app"), skip=("chalie/cli/",)) == []
+
+
+def test_the_cli_reaches_the_actors_only_through_the_composition_root() -> None:
+    bad = offenders("chalie/cli", ("actors",), skip=("chalie/cli/discovery",))
+    assert bad == []
+
+
+def test_the_actors_never_import_the_composition_root() -> None:
+    assert offenders("actors", ("chalie_app",)) == []
+
+
+def test_a_router_refuses_two_routes_for_one_command() -> None:
+    def ok(_args: NoArgs) -> ControlReply:
+        return ControlReply(ok=True)
+
+    with pytest.raises(ValueError, match="two routes"):
+        Router([Route("status", NoArgs, ok), Route("status", NoArgs, ok)])
+
+
+def test_a_handler_fault_is_an_internal_error_reply() -> None:
+    def broken(_args: NoArgs) -> ControlReply:
+        raise KeyError("inside")
+
+    router = Router([Route("status", NoArgs, broken)])
+    parsed = router.parse(encode_request("status"))
+    assert not isinstance(parsed, ControlReply)
+    reply = router.run(*parsed)
+    assert (reply.ok, reply.error) == (False, "internal-error")
+    assert "KeyError" in reply.data["message"]
+    unknown = router.parse(encode_request("nope"))
+    assert isinstance(unknown, ControlReply) and unknown.error == "unknown-command"
+    assert unknown.data["valid_values"] == ["status"]

@@ -1,0 +1,417 @@
+"""MCP outbound figures, each printed beside its floor (issue 10).
+
+1. ``call``: a remote tool through Chalie's whole path (dispatch, JSON Schema,
+   gate allow, trail row, MCP executor, connection actor, the persistent
+   session) against a direct mcp SDK call to the same server process, in
+   one run, interleaved. Floor: ratio <= 1.2.
+2. ``idle``: N servers (default 50) x 20 tools connected and idle; the
+   daemon-side CPU of their heartbeats over a window. All connections go to
+   one fixture server process (each is its own session). The window runs
+   with a 5 s interval (6x the default 30 s) and the figure is scaled to 30 s.
+   Floor: < 1 % of one core.
+3. ``changed``: a server adds 50 tools and announces list_changed; the time
+   until find_tools (a real DiscoveryActor with the default embedder) finds
+   the 50th. Floor: < 1 s.
+4. ``hung``: p99 of calls to a healthy (stdio) server, alone and then while another
+   server hangs (accepts TCP, never answers) and a third has 20 calls stuck
+   in flight. Floor: p99 unchanged (ratio ~1).
+5. ``ready``: ``chalie run`` until every actor is alive, with 0 and with 20
+   configured servers (stdio commands that never answer). Floor: the same.
+
+Run: ``python tools/bench/bench_mcp.py [--only call,idle,changed,hung,ready] [--calls 300]``
+
+Measured on the shared 2-vCPU helper host (load 3-9, so noisy), December 2026:
+
+- call http: direct 44.1 ms, Chalie 47.9 ms, 1.09x (met). Every 2026-07-28 HTTP round trip
+  takes ~44 ms here with the SDK alone (legacy mode: 5.6 ms); the notes measured 2 ms.
+- call stdio: direct 0.82-0.90 ms, Chalie 1.03-1.24 ms, 1.25-1.43x (NOT met). Breakdown in
+  one run: the same session called from another thread 0.89-0.92 ms (the loop hop costs
+  ~0.03 ms); an inline no-op through the same dispatcher 0.10-0.20 ms. So the MCP path adds
+  ~0.03 ms to the dispatcher's own per-call cost; a sub-millisecond stdio server cannot
+  reach 1.2x until the dispatcher itself is cheaper.
+- idle: 50 x 20 at a 5 s beat 2.9 % of a core, 0.48 % scaled to 30 s (met).
+- changed: 50 tools in find_tools 208-827 ms after list_changed (met).
+- hung: p99 3.74 -> 4.63 ms (medians 1.30 / 1.14 ms) over 2000 calls (met within noise;
+  one earlier run before the shared TLS context fix showed 7x).
+- ready: 1.08 s with none, 1.10 s with 20 servers (met).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from chalie.config import McpConfig  # noqa: E402
+from chalie.mcp.spec import ServerSpec  # noqa: E402
+from tests.mcp.rig import FixtureServer, Rig, wait_until  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.2f} ms"
+
+
+# -- 1. call overhead ---------------------------------------------------------------------
+
+
+def bench_call(calls: int, transport: str) -> None:
+    from mcp import Client, StdioServerParameters
+
+    from tests.mcp.rig import stdio_spec
+
+    srv = FixtureServer()
+    home = Path(tempfile.mkdtemp(prefix="bm-"))
+    rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
+    spec = (
+        ServerSpec(name="fx", transport="http", url=srv.url)
+        if transport == "http"
+        else stdio_spec("fx")
+    )
+    target: Any = (
+        srv.url
+        if transport == "http"
+        else StdioServerParameters(
+            command=spec.command,
+            args=list(spec.args),
+            cwd=spec.cwd,
+            env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")},
+        )
+    )
+    try:
+        rig.add(spec)
+        rig.start()
+        rig.wait_tools("fx", 8)
+        rig.allow("_mcp_fx_echo")
+        direct_t: list[float] = []
+        chalie_t: list[float] = []
+
+        async def direct_session(n: int) -> None:
+            async with Client(target, mode="auto", cache=None) as c:
+                await c.call_tool("echo", {"text": "warm"})
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    await c.call_tool("echo", {"text": "x"})
+                    direct_t.append(time.perf_counter() - t0)
+
+        for i in range(20):  # warm up the whole path
+            rig.run("_mcp_fx_echo", {"text": "warm"}, call_id=f"w{i}")
+        rounds = 5
+        per = max(1, calls // rounds)
+        for r in range(rounds):
+            asyncio.run(direct_session(per))
+            for i in range(per):
+                t0 = time.perf_counter()
+                out = rig.run("_mcp_fx_echo", {"text": "x"}, call_id=f"c{r}-{i}")
+                chalie_t.append(time.perf_counter() - t0)
+                assert out.status == "success", out.envelope
+        from chalie.ability import Ability
+        from chalie.result import ToolResult
+
+        class Noop(Ability):
+            name = "bench_noop"
+            summary = tooltip = "A no-op."
+            examples = ("a", "b", "c", "d", "e", "f")
+            parameters = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+            def run(self, params: Any) -> ToolResult:
+                return ToolResult.success("x")
+
+        rig.registry.add(Noop, source="bench")
+        rig.allow("bench_noop")
+        noop_t: list[float] = []
+        for i in range(len(chalie_t)):
+            t0 = time.perf_counter()
+            rig.run("bench_noop", {"text": "x"}, call_id=f"n{i}")
+            noop_t.append(time.perf_counter() - t0)
+        hop_t: list[float] = []
+        route = rig.deps.routes["fx"]
+        assert route.link is not None
+        for _ in range(len(chalie_t)):  # the same session from another thread: the loop hop only
+            t0 = time.perf_counter()
+            rig.loop.submit(route.link.call("echo", {"text": "x"}, 10)).result(10)
+            hop_t.append(time.perf_counter() - t0)
+        d, c = statistics.median(direct_t), statistics.median(chalie_t)
+        print(
+            f"call ({transport})  direct SDK median {ms(d)} (p95 {ms(pct(direct_t, 0.95))}); "
+            f"through Chalie median {ms(c)} (p95 {ms(pct(chalie_t, 0.95))}); "
+            f"ratio {c / d:.2f}x  [floor <= 1.20x]  n={len(chalie_t)}"
+        )
+        print(
+            f"      (the same session called from another thread, no dispatcher: median "
+            f"{ms(statistics.median(hop_t))}; an inline no-op through the same dispatcher: "
+            f"{ms(statistics.median(noop_t))})"
+        )
+    finally:
+        rig.close()
+        srv.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- 2. idle heartbeat CPU -------------------------------------------------------------------
+
+
+def bench_idle(servers: int, window: float) -> None:
+    srv = FixtureServer("--extra", "12")  # 8 + 12 = 20 tools
+    home = Path(tempfile.mkdtemp(prefix="bm-"))
+    interval = 5.0
+    rig = Rig(
+        home,
+        config=McpConfig(heartbeat_interval=interval, probe_timeout=5, start_delay=0),
+        dispatcher=False,
+    )
+    try:
+        for i in range(servers):
+            rig.add(ServerSpec(name=f"s{i}", transport="http", url=srv.url))
+        t0 = time.monotonic()
+        rig.start()
+        for i in range(servers):
+            rig.wait_tools(f"s{i}", 20, 120)
+        up = time.monotonic() - t0
+        time.sleep(2)  # let the connect-time work settle
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        time.sleep(window)
+        cpu = time.process_time() - cpu0
+        wall = time.monotonic() - wall0
+        beats = sum(
+            1
+            for r in rig.admin.store.servers()
+            if r.last_heartbeat and r.last_heartbeat > time.time() - window
+        )
+        share = cpu / wall * 100
+        scaled = share * interval / 30.0
+        print(
+            f"idle  {servers} servers x 20 tools online in {up:.1f} s; {window:.0f} s idle at a "
+            f"{interval:g} s heartbeat: {share:.2f} % of a core ({beats} servers beat); scaled "
+            f"to the 30 s default: {scaled:.2f} %  [floor < 1 %]"
+        )
+    finally:
+        rig.close()
+        srv.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- 3. list_changed to find_tools ------------------------------------------------------------
+
+
+def bench_changed() -> None:
+    from actors.discovery import DiscoveryActor, DiscoveryHandle
+
+    srv = FixtureServer()
+    home = Path(tempfile.mkdtemp(prefix="bm-"))
+    rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
+    discovery = DiscoveryActor.start(registry=rig.registry, home=None)
+    handle = DiscoveryHandle(discovery, timeout=60)
+    rig.deps.discovery = handle
+    try:
+        handle.status()  # the index is built (embedder loaded) before we measure
+        rig.add(ServerSpec(name="fx", transport="http", url=srv.url))
+        rig.start()
+        rig.wait_tools("fx", 8)
+        rig.allow("_mcp_fx_grow")
+        rig.deps.side.wait_idle(60)
+        out = rig.run("_mcp_fx_grow", {"count": 50})
+        t0 = time.perf_counter()
+        assert out.status == "success", out.envelope
+        wait_until(lambda: "_mcp_fx_grown_50" in handle.find(["_mcp_fx_grown_50"]).names, 30)
+        seen = time.perf_counter() - t0
+        by_meaning = handle.find(["grown tool number 37"]).names
+        print(
+            f"changed  50 tools added: the 50th is in find_tools {ms(seen)} after the server "
+            f"announced list_changed  [floor < 1000 ms]; 'grown tool number 37' finds "
+            f"{'_mcp_fx_grown_37' in by_meaning}"
+        )
+    finally:
+        discovery.stop()
+        rig.close()
+        srv.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- 4. a hung server ------------------------------------------------------------------------
+
+
+def bench_hung(calls: int) -> None:
+    from tests.mcp.rig import stdio_spec
+
+    stuck = FixtureServer()
+    home = Path(tempfile.mkdtemp(prefix="bm-"))
+    rig = Rig(
+        home,
+        config=McpConfig(
+            heartbeat_interval=1,
+            probe_timeout=1,
+            connect_timeout=20,
+            backoff_base=0.2,
+            backoff_cap=1,
+            call_timeout=120,
+            start_delay=0,
+        ),
+    )
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        hung.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(hung.accept()[0])
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        rig.add(stdio_spec("good"))
+        rig.add(ServerSpec(name="stuck", transport="http", url=stuck.url))
+        rig.start()
+        rig.wait_tools("good", 8)
+        rig.wait_tools("stuck", 8)
+        rig.allow("_mcp_good_*")
+        rig.allow("_mcp_stuck_*")
+
+        def measure(tag: str) -> list[float]:
+            out = []
+            for i in range(calls):
+                t0 = time.perf_counter()
+                assert rig.run("_mcp_good_echo", {"text": "x"}, call_id=f"{tag}{i}").status == (
+                    "success"
+                )
+                out.append(time.perf_counter() - t0)
+            return out
+
+        measure("w")
+        alone = measure("a")
+        spec = ServerSpec(
+            name="hung",
+            transport="http",
+            url=f"http://127.0.0.1:{hung.getsockname()[1]}/mcp",
+            connect_timeout=2,
+        )
+        rig.admin.add(spec)
+        rig.reload()
+        stuck_calls = [
+            rig.call("_mcp_stuck_slow", {"seconds": 600}, call_id=f"s{i}") for i in range(20)
+        ]
+        time.sleep(1)
+        with_hung = measure("h")
+        assert not any(f.done() for f in stuck_calls)
+        a99, h99 = pct(alone, 0.99), pct(with_hung, 0.99)
+        print(
+            f"hung  calls to a healthy server: p99 alone {ms(a99)} (median "
+            f"{ms(statistics.median(alone))}); with a hung server reconnecting and 20 calls "
+            f"stuck on a third: p99 {ms(h99)} (median {ms(statistics.median(with_hung))}); "
+            f"ratio {h99 / a99:.2f}  [floor: unchanged]  n={calls}"
+        )
+    finally:
+        stop.set()
+        hung.close()
+        for s in held:
+            s.close()
+        rig.close()
+        stuck.kill()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# -- 5. daemon ready time ----------------------------------------------------------------------
+
+
+def ready_time(servers: int) -> float:
+    from chalie import control
+    from chalie.mcp.admin import McpAdmin
+
+    home = Path(tempfile.mkdtemp(prefix="bm-", dir="/tmp"))
+    try:
+        admin = McpAdmin(home / "chalie.db", home)
+        for i in range(servers):
+            admin.add(
+                ServerSpec(
+                    name=f"s{i}",
+                    transport="stdio",
+                    command=sys.executable,
+                    args=("-c", "import time; time.sleep(120)"),
+                )
+            )
+        admin.close()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "CHALIE_HOME": str(home)}
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "chalie", "--home", str(home), "run"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        try:
+            while True:
+                try:
+                    reply = control.ControlClient(home, timeout=2).call("status")
+                    if reply.ok and all(c["alive"] for c in reply.data["actors"]):
+                        return time.monotonic() - t0
+                except control.DaemonNotRunning:
+                    pass
+                if proc.poll() is not None or time.monotonic() - t0 > 120:
+                    raise RuntimeError("the daemon did not become ready")
+                time.sleep(0.02)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def bench_ready(runs: int) -> None:
+    none = [ready_time(0) for _ in range(runs)]
+    twenty = [ready_time(20) for _ in range(runs)]
+    n, t = statistics.median(none), statistics.median(twenty)
+    print(
+        f"ready  chalie run until every actor is alive: no servers {n:.2f} s, 20 servers "
+        f"(none answering) {t:.2f} s (medians of {runs}); ratio {t / n:.2f}  [floor: the same]"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="call,idle,changed,hung,ready")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--servers", type=int, default=50)
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    chosen = set(args.only.split(","))
+    if "call" in chosen:
+        bench_call(args.calls, "http")
+        bench_call(args.calls, "stdio")
+    if "idle" in chosen:
+        bench_idle(args.servers, args.window)
+    if "changed" in chosen:
+        bench_changed()
+    if "hung" in chosen:
+        bench_hung(max(args.calls, 2000))  # p99 needs many calls on a noisy host
+    if "ready" in chosen:
+        bench_ready(args.runs)
+
+
+if __name__ == "__main__":
+    main()
