@@ -197,7 +197,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "unauthorized",
         "The request carried no valid bearer token.",
-        "Inbound MCP or chat WebSocket: no, a malformed, unknown or revoked bearer token (HTTP 401).",
+        "Inbound MCP or the chat WebSocket: no, a bad, unknown or revoked token (HTTP 401).",
     ),
     ErrorCode(
         "rate-limited",

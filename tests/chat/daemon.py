@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from actors.chat_bridge import ChatBridge
-from chalie import daemon
 from chalie.config import Config
-from chalie.daemon import Runtime
 from chalie.tokens import FIRST_TOKEN_FILE
+from chalie_app import root as daemon
+from chalie_app.root import Runtime
 from tests.conversation.harness import config_toml
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player

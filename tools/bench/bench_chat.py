@@ -38,12 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from actors.chat_bridge import ChatBridge
 from actors.policy import PolicyActor
-from chalie import daemon
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.config import Config
-from chalie.daemon import Runtime
 from chalie.tokens import FIRST_TOKEN_FILE
+from chalie_app import root as daemon
+from chalie_app.root import Runtime
 from tools.bench.bench_turns import start_model
 
 FLOOR_FIRST_EVENT_MS = 5.0
