@@ -15,6 +15,13 @@ Then ``--idle N`` WebSocket and N ZeroMQ clients, held open by another
 process, each having said hello: the daemon's RSS growth (memory bound).
 
 Run: ``python tools/bench/bench_chat.py [--messages N] [--idle N]``
+
+Measured here (2 shared vCPUs, other helpers' suites running; noisy):
+WebSocket message -> first event p50 2.2-3.7 ms (floor 5), -> accepted p50
+3.0-4.2 ms, -> turn finished p50 11-13 ms; ZeroMQ ipc first event p50
+2.1-2.4 ms; 1,000 WebSocket + 1,000 ZeroMQ idle clients: daemon RSS
++75 MB (WebSocket ~37 KB a connection without permessage-deflate, ~160 KB
+with it; ZeroMQ ~40 KB a client).
 """
 
 from __future__ import annotations
