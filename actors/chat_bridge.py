@@ -1,4 +1,4 @@
-"""The ChatBridge actor: starts the WebSocket and ZeroMQ chat transports on the loop, and stops them.
+"""The ChatBridge actor: starts the WebSocket and ZeroMQ chat transports on the loop; stops them.
 
 Lifecycle, in order:
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,10 +30,10 @@ from typing import Any, Final
 import pykka
 
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildUnavailable, SupervisedActor
+from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, SupervisedActor
 from chalie.chat import protocol as p
 from chalie.chat.router import ZmqBridge
-from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable
+from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable, Refused
 from chalie.chat.websocket import WebSocketBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
@@ -52,7 +51,7 @@ ConversationsRef = Callable[[], pykka.ActorRef[Any]]
 
 
 class ActorConversations:
-    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations actor."""
+    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations."""
 
     def __init__(
         self,
@@ -100,33 +99,41 @@ class ActorConversations:
         return self._events.subscribe(conversation_id, callback)
 
     def _actor(self) -> Any:
-        try:
-            ref = self._resolve()
-        except ChildUnavailable as exc:
-            raise ConversationsUnavailable(str(exc)) from None
+        ref = self._resolve()
         cached = self._proxy
         if cached is None or cached[0] is not ref:
             cached = (ref, ref.proxy())  # building a proxy introspects: once per incarnation
             self._proxy = cached
         return cached[1]
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
+    def _blocking_call(self, method: str, args: tuple[Any, ...]) -> Any:
+        """On a waiter thread: resolving the child may ask the supervisor, and a pykka
+        future has no callback, so the loop never runs this itself."""
         try:
             value: Any = getattr(self._actor(), method)(*args)
-            # A method may answer with a future it completes later: follow it.
-            while isinstance(value, pykka.Future):
-                # A pykka future has no callback: a waiter thread holds the get().
-                value = await loop.run_in_executor(
-                    self._waiters, functools.partial(value.get, timeout=self._timeout)
-                )
+            while isinstance(value, pykka.Future):  # an answer may be a future: follow it
+                value = value.get(timeout=self._timeout)
+        except ChildUnavailable as exc:
+            raise ConversationsUnavailable(str(exc)) from None
         except pykka.ActorDeadError:
             raise ConversationsUnavailable("the conversations service is restarting") from None
         except pykka.Timeout:
             raise ConversationsUnavailable(
                 f"the conversations service did not answer {method} in {self._timeout:g} s"
             ) from None
+        except ValueError as exc:
+            code = getattr(exc, "code", None)
+            if isinstance(code, str):  # the service refused the request (ConversationError)
+                raise Refused(code, str(exc)) from None
+            raise
         return value
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._waiters, self._blocking_call, method, args)
+        except RuntimeError as exc:  # the waiter pool is shut down: the bridge is stopping
+            raise ConversationsUnavailable(f"the chat bridge is stopping ({exc})") from None
 
 
 class ChatBridge(SupervisedActor):
@@ -165,9 +172,19 @@ class ChatBridge(SupervisedActor):
 
     async def _start_transports(self) -> None:
         if self._config.websocket:
-            self._ws = WebSocketBridge(self._config, self._port, self._verify)
-            await self._ws.start()
-            self._watch(self._ws.task)
+            ws = WebSocketBridge(self._config, self._port, self._verify)
+            try:
+                await ws.start()
+            except OSError as exc:
+                # Another program holds the port: the local ZeroMQ chat still serves.
+                log.error(
+                    "chat WebSocket cannot listen; serving ZeroMQ chat only: %s",
+                    exc.strerror or exc,
+                    extra={"host": self._config.host, "port": self._config.port},
+                )
+            else:
+                self._ws = ws
+                self._watch(ws.task)
         self._zmq = ZmqBridge(self._config, self._port, self._home)
         await self._zmq.start()
         for task in self._zmq.tasks:
@@ -240,3 +257,27 @@ class ChatBridge(SupervisedActor):
 @dataclass(frozen=True)
 class _TransportDied:
     error: str
+
+
+def child_specs(
+    config: ChatConfig,
+    home: Path,
+    db_path: Path,
+    loop: EventLoopThread,
+    events: EventBus,
+    conversations: ChildRef[Any],
+) -> list[ChildSpec]:
+    """The chat bridge's place in the tree (after the conversations), or none when disabled."""
+    from chalie.conversation.requests import SendMessage
+
+    if not config.enabled:
+        return []
+    return [
+        ChildSpec(
+            "chat",
+            lambda: ChatBridge.start(
+                config, home, db_path, loop, events, conversations.current, SendMessage
+            ),
+            shutdown=10.0,
+        )
+    ]

@@ -121,6 +121,8 @@ class ChatConfig(Section, frozen=True):
     max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     # A ZeroMQ client silent this long is forgotten (`chalie chat` pings well within it).
     idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
+    # A WebSocket client's token is checked again this often: a revoked one is disconnected.
+    token_recheck: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 30.0
 
     def __post_init__(self) -> None:
         if self.host not in LOOPBACK_HOSTS and not self.allow_remote:

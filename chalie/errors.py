@@ -150,9 +150,54 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "An empty or oversized text, a bad id, a channel mismatch, an unknown answer.",
     ),
     ErrorCode(
+        "malformed-frame",
+        "A chat frame is not a JSON or msgpack object.",
+        "A chat client sent bytes that do not decode, or a frame that is not an object.",
+    ),
+    ErrorCode(
+        "oversized-frame",
+        "A chat frame is larger than chat.max_frame_bytes.",
+        "A chat client sent a frame past the limit (far past it, the connection is closed).",
+    ),
+    ErrorCode(
+        "unknown-kind",
+        "A chat frame's type is not one the protocol knows.",
+        "A chat client sent a frame whose type is not open, send, cancel, answer, close or ping.",
+    ),
+    ErrorCode(
+        "invalid-frame",
+        "A chat frame of a known kind has missing, extra or out-of-range fields.",
+        "A chat frame failed the protocol's type for its kind.",
+    ),
+    ErrorCode(
+        "origin-not-allowed",
+        "The browser origin is not in the allow-list.",
+        "A WebSocket upgrade whose Origin is not in chat.origins (HTTP 403).",
+    ),
+    ErrorCode(
+        "too-many-clients",
+        "The chat bridge serves its maximum number of clients.",
+        "A new chat client past chat.max_clients (HTTP 503 on the WebSocket).",
+    ),
+    ErrorCode(
+        "too-many-conversations",
+        "The chat client has too many conversations open.",
+        "An open or send past chat.max_open_conversations for one client.",
+    ),
+    ErrorCode(
+        "slow-client",
+        "The chat client did not read its frames and was disconnected.",
+        "A client's outbox reached chat.send_queue frames.",
+    ),
+    ErrorCode(
+        "chat-unavailable",
+        "The conversations service did not answer the chat bridge.",
+        "The service is restarting, stopping or did not answer in time; retry.",
+    ),
+    ErrorCode(
         "unauthorized",
         "The request carried no valid bearer token.",
-        "Inbound MCP: no, a malformed, an unknown or a revoked bearer token (HTTP 401).",
+        "Inbound MCP or the chat WebSocket: no, a bad, unknown or revoked token (HTTP 401).",
     ),
     ErrorCode(
         "rate-limited",

@@ -135,7 +135,7 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
-    from actors import mcp_server
+    from actors import chat_bridge, mcp_server
     from actors.conversations import ConversationCommands, Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
@@ -195,6 +195,16 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
         mcp.spec,
     ]
     specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
+    specs.extend(
+        chat_bridge.child_specs(
+            cfg.chat,
+            cfg.home,
+            rt.db_path,
+            rt.loop,
+            rt.events,
+            rt.child("conversations", Conversations),
+        )
+    )
     specs.append(
         ChildSpec(
             "mcp_server",

@@ -26,9 +26,15 @@ PROTOCOL_VERSION: Final = 1
 MAX_TEXT_CHARS: Final = 100_000
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
-ChannelName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_-]*$")]
+# The conversation id shape the conversations service accepts.
+ConversationId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
+ChannelName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_-]*$")
+]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**53)]  # SQLite holds at most 2**63 - 1
 PermissionAnswer = Literal["allow_once", "allow_always", "deny"]
 Busy = Literal["queue", "cancel"]
 
@@ -43,7 +49,7 @@ TOO_MANY: Final = "too-many-clients"
 TOO_MANY_OPEN: Final = "too-many-conversations"
 SLOW_CLIENT: Final = "slow-client"
 UNAVAILABLE: Final = "chat-unavailable"
-NOT_FOUND: Final = "not-found"
+INTERNAL: Final = "internal-error"
 
 
 # -- client → daemon ------------------------------------------------------------------
@@ -57,33 +63,33 @@ class ClientFrame(
     id: Id | None = None
 
 
-class Open(ClientFrame, tag="open", kw_only=True):
-    conversation_id: Id
+class Open(ClientFrame, tag="open", kw_only=True, frozen=True):
+    conversation_id: ConversationId
     after_seq: Seq = 0
 
 
-class Send(ClientFrame, tag="send", kw_only=True):
-    conversation_id: Id | None = None  # None starts a new conversation
+class Send(ClientFrame, tag="send", kw_only=True, frozen=True):
+    conversation_id: ConversationId | None = None  # None starts a new conversation
     channel: ChannelName = "chat"
     text: Text
     client_msg_id: Id
     busy: Busy = "queue"
 
 
-class Cancel(ClientFrame, tag="cancel", kw_only=True):
-    conversation_id: Id
+class Cancel(ClientFrame, tag="cancel", kw_only=True, frozen=True):
+    conversation_id: ConversationId
 
 
-class Answer(ClientFrame, tag="answer", kw_only=True):
+class Answer(ClientFrame, tag="answer", kw_only=True, frozen=True):
     request_id: Id
     answer: PermissionAnswer
 
 
-class Close(ClientFrame, tag="close", kw_only=True):
-    conversation_id: Id
+class Close(ClientFrame, tag="close", kw_only=True, frozen=True):
+    conversation_id: ConversationId
 
 
-class Ping(ClientFrame, tag="ping", kw_only=True):
+class Ping(ClientFrame, tag="ping", kw_only=True, frozen=True):
     pass
 
 
@@ -98,18 +104,18 @@ class ServerFrame(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
     id: str | None = None
 
 
-class Hello(ServerFrame, tag="hello", kw_only=True):
+class Hello(ServerFrame, tag="hello", kw_only=True, frozen=True):
     protocol: int = PROTOCOL_VERSION
     max_frame_bytes: int
     kinds: tuple[str, ...] = KINDS
 
 
-class Opened(ServerFrame, tag="opened", kw_only=True):
+class Opened(ServerFrame, tag="opened", kw_only=True, frozen=True):
     conversation_id: str
     last_seq: int  # every event up to here has been sent
 
 
-class Accepted(ServerFrame, tag="accepted", kw_only=True):
+class Accepted(ServerFrame, tag="accepted", kw_only=True, frozen=True):
     client_msg_id: str
     conversation_id: str
     turn_id: str | None
@@ -117,25 +123,25 @@ class Accepted(ServerFrame, tag="accepted", kw_only=True):
     duplicate: bool
 
 
-class Cancelled(ServerFrame, tag="cancelled", kw_only=True):
+class Cancelled(ServerFrame, tag="cancelled", kw_only=True, frozen=True):
     conversation_id: str
     cancelled: bool
 
 
-class Answered(ServerFrame, tag="answered", kw_only=True):
+class Answered(ServerFrame, tag="answered", kw_only=True, frozen=True):
     request_id: str
     found: bool
 
 
-class Closed(ServerFrame, tag="closed", kw_only=True):
+class Closed(ServerFrame, tag="closed", kw_only=True, frozen=True):
     conversation_id: str
 
 
-class Pong(ServerFrame, tag="pong", kw_only=True):
+class Pong(ServerFrame, tag="pong", kw_only=True, frozen=True):
     pass
 
 
-class Rejected(ServerFrame, tag="rejected", kw_only=True):
+class Rejected(ServerFrame, tag="rejected", kw_only=True, frozen=True):
     """The error frame: a stable code and one line for a person."""
 
     code: str
@@ -180,7 +186,9 @@ class Codec:
         size = len(frame.encode("utf-8", "surrogatepass") if isinstance(frame, str) else frame)
         if size > self.max_frame_bytes:
             raise FrameError(
-                Rejected(code=OVERSIZED, message=f"frame of {size} bytes exceeds {self.max_frame_bytes}")
+                Rejected(
+                    code=OVERSIZED, message=f"frame of {size} bytes exceeds {self.max_frame_bytes}"
+                )
             )
         try:
             message: ClientMessage = self._decoder.decode(frame)

@@ -1,4 +1,4 @@
-"""The ZeroMQ chat transport: a ROUTER on ``ipc://<home>/chat.sock``, optionally one on TCP with CURVE.
+"""The ZeroMQ chat transport: a ROUTER on ``ipc://<home>/chat.sock``, optionally TCP with CURVE.
 
 A client is a DEALER; each message is one msgpack frame of the chat
 protocol. A client's first frame opens its session (answered by ``hello``
@@ -44,6 +44,7 @@ TRANSPORT_FACTOR: Final = 4
 INBOX_LIMIT: Final = 64
 PEER_HWM: Final = 256
 _RETRY_SEND: Final = 0.02
+ZAP_DOMAIN: Final = "chalie-chat"
 
 
 def socket_path(home: Path) -> Path:
@@ -137,12 +138,12 @@ class ZmqBridge:
             raise ValueError(f"{cfg.curve_secret_key_file} holds no secret key")
         self._auth = AsyncioAuthenticator(self._ctx)
         self._auth.start()
-        self._auth.configure_curve_callback("*", _Keys(cfg.curve_authorized_keys))
+        self._auth.configure_curve_callback(ZAP_DOMAIN, _Keys(cfg.curve_authorized_keys))
         sock = self._router()
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
         sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
-        sock.setsockopt(zmq.ZAP_DOMAIN, b"chalie-chat")
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
         sock.bind(cfg.zmq_tcp)
         self.tcp_endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return sock
@@ -192,7 +193,9 @@ class ZmqBridge:
         cfg = self._config
         if len(self._peers) >= cfg.max_clients:
             self._send_now(
-                sock, ident, p.Rejected(code=p.TOO_MANY, message=f"at most {cfg.max_clients} clients")
+                sock,
+                ident,
+                p.Rejected(code=p.TOO_MANY, message=f"at most {cfg.max_clients} clients"),
             )
             return None
         holder: list[_Peer] = []
@@ -260,5 +263,7 @@ class ZmqBridge:
             await asyncio.sleep(every)
             cutoff = time.monotonic() - self._config.idle_timeout
             for peer in [x for x in self._peers.values() if x.last_seen < cutoff]:
-                log.info("chat ZeroMQ client idle; forgotten", extra={"origin": peer.session.origin})
+                log.info(
+                    "chat ZeroMQ client idle; forgotten", extra={"origin": peer.session.origin}
+                )
                 await self._forget(peer)

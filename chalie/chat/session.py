@@ -14,7 +14,7 @@ Resuming a conversation (``open`` with ``after_seq``), in order:
 3. send the buffered live events whose ``seq`` is past the last one sent;
 4. reply ``opened`` with the last ``seq`` sent. From then on a live event is
    sent if its ``seq`` is the next one; an older one is a duplicate and
-   dropped; a gap triggers steps 2–3 again from the last ``seq`` sent.
+   dropped; a gap triggers steps 2-3 again from the last ``seq`` sent.
 """
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ class AcceptedLike(Protocol):
 
 class ConversationsUnavailable(RuntimeError):
     """The conversations service did not answer (restarting, stopping, overloaded)."""
+
+
+class Refused(ValueError):
+    """The conversations service refused the request; ``code`` is its stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ConversationsPort(Protocol):
@@ -125,7 +133,8 @@ class ChatSession:
 
     def _for_humans(self, event: Any) -> None:
         """From the publisher's thread: hand a broadcast to the session's loop."""
-        self._loop.call_soon_threadsafe(self.push, event)
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            self._loop.call_soon_threadsafe(self.push, event)
 
     # -- in ---------------------------------------------------------------------
     async def handle(self, raw: bytes | str) -> None:
@@ -139,6 +148,13 @@ class ChatSession:
             await self._dispatch(msg)
         except ConversationsUnavailable as exc:
             self.push(p.Rejected(id=msg.id, code=p.UNAVAILABLE, message=str(exc)[:300]))
+        except Refused as exc:
+            self.push(p.Rejected(id=msg.id, code=exc.code, message=str(exc)[:300]))
+        except Exception as exc:  # a fault here must not end the client's session
+            log.exception("chat frame %s failed", type(msg).__name__)
+            self.push(
+                p.Rejected(id=msg.id, code=p.INTERNAL, message=f"{type(exc).__name__}: {exc}"[:300])
+            )
 
     async def _dispatch(self, msg: p.ClientMessage) -> None:
         if isinstance(msg, p.Send):
@@ -159,12 +175,19 @@ class ChatSession:
 
     async def _send(self, msg: p.Send) -> None:
         cid = msg.conversation_id
+        opened_here = False
         if cid is not None and cid not in self._streams:
             # Subscribe before the turn starts, so none of its events is missed.
             if not self._room_for_one_more(msg.id):
                 return
             self._subscribe(_Stream(cid, catching_up=False))
-        accepted = await self._port.send(msg, self.origin)
+            opened_here = True
+        try:
+            accepted = await self._port.send(msg, self.origin)
+        except BaseException:
+            if opened_here and cid is not None:
+                self._close_stream(cid)  # a refused message opens nothing
+            raise
         self.push(
             p.Accepted(
                 id=msg.id,

@@ -39,6 +39,7 @@ TOKEN_SUBPROTOCOL: Final = "chalie.bearer."
 # between max_frame_bytes and this they get a structured oversized-frame.
 TRANSPORT_FACTOR: Final = 4
 SLOW_CLIENT_CLOSE: Final = 4008
+REVOKED_CLOSE: Final = 4401
 
 Verify = Callable[[str | None], Awaitable[TokenInfo | None]]
 
@@ -88,6 +89,8 @@ class WebSocketBridge:
             log_config=None,
             access_log=False,
             ws_max_size=cfg.max_frame_bytes * TRANSPORT_FACTOR,
+            # Deflate holds ~150 KB of zlib state per connection; chat frames are small.
+            ws_per_message_deflate=False,
             ws_ping_interval=20.0,
             ws_ping_timeout=20.0,
             timeout_graceful_shutdown=1,
@@ -101,7 +104,9 @@ class WebSocketBridge:
                 self._task.result()  # raises what stopped it
                 raise RuntimeError("the chat WebSocket server stopped at start-up")
             await asyncio.sleep(0.005)
-        log.info("chat WebSocket listening", extra={"host": self.address[0], "port": self.address[1]})
+        log.info(
+            "chat WebSocket listening", extra={"host": self.address[0], "port": self.address[1]}
+        )
         return self.address
 
     @property
@@ -155,10 +160,20 @@ class WebSocketBridge:
             await self._refuse(ws, 401, p.UNAUTHORIZED, "a valid bearer token is required")
             return
         offered = ws.scope.get("subprotocols", [])
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None)
-        await self._converse(ws, f"websocket:{info.name}")
+        await ws.accept(
+            subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None
+        )
+        await self._converse(ws, f"websocket:{info.name}", secret)
 
-    async def _converse(self, ws: WebSocket, origin: str) -> None:
+    async def _still_valid(self, secret: str | None) -> None:
+        """Return once the connection's token is no longer valid (revoked)."""
+        while True:
+            await asyncio.sleep(self._config.token_recheck)
+            if await self._verify(secret) is None:
+                log.info("chat WebSocket client disconnected: its token was revoked")
+                return
+
+    async def _converse(self, ws: WebSocket, origin: str, secret: str | None) -> None:
         dropped = asyncio.Event()
         session = ChatSession(
             self._port,
@@ -175,6 +190,7 @@ class WebSocketBridge:
             loop.create_task(self._read(ws, session)),
             loop.create_task(self._write(ws, session)),
             loop.create_task(dropped.wait()),
+            loop.create_task(self._still_valid(secret)),
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -188,11 +204,14 @@ class WebSocketBridge:
             # The client does not read, so a close frame may never leave: do not wait on it.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(SLOW_CLIENT_CLOSE, p.SLOW_CLIENT), 0.5)
+        elif tasks[3].done() and not tasks[3].cancelled():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(REVOKED_CLOSE, p.UNAUTHORIZED), 0.5)
 
     @staticmethod
     async def _read(ws: WebSocket, session: ChatSession) -> None:
         while True:
-            message: dict[str, Any] = await ws.receive()
+            message: Any = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
             raw = message.get("text")

@@ -20,7 +20,6 @@ from chalie.cli import Ctx, cli
 from chalie.tokens import TokenError, TokenStore
 
 
-
 def _store(obj: Ctx) -> TokenStore:
     return TokenStore(obj.config.layout.db)
 

@@ -1,4 +1,4 @@
-"""Fixtures for the chat bridges: a real ChatBridge actor on a real loop, over the seam #3 double."""
+"""Chat bridge fixtures: a real ChatBridge actor on a real loop, over the seam #3 double."""
 
 from __future__ import annotations
 
@@ -10,20 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pykka
 import pytest
 
 from actors.chat_bridge import ChatBridge
 from actors.loop import EventLoopThread
 from chalie.chat.client import ChatClient
-from chalie.config import ChatConfig
+from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
 from tests.chat.conversations_double import FakeConversations, SendMessage
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -56,10 +55,11 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     loop.start()
     bus = EventBus()
     convs = FakeConversations.start(bus)
-    cfg = msgspec.convert({"port": 0, **config}, ChatConfig)
+    cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
     ref = ChatBridge.start(cfg, home, home / "chalie.db", loop, bus, lambda: convs, SendMessage)
     ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
-    token = (home / FIRST_TOKEN_FILE).read_text().strip()
+    written = home / FIRST_TOKEN_FILE
+    token = written.read_text().strip() if written.exists() else ""
     return Bridge(home, ref, convs, bus, loop, token)
 
 

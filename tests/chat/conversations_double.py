@@ -1,9 +1,9 @@
-"""A test double of seam #3 (the Conversations actor), exact in its interface, scripted in its turns.
+"""A double of seam #3 (the Conversations actor): exact in its interface, scripted in its turns.
 
 It is a real pykka actor with the seam's proxy methods (``send``, ``cancel``,
-``events``, ``answer``), the seam's event types (msgspec Structs tagged by
-``type``, numbered per conversation from 1, stored before they are
-published on the EventBus), a queue of one running turn per conversation,
+``events``, ``answer``), the seam's own types (``chalie.conversation.events``
+and ``requests``; events numbered per conversation from 1, stored before
+they are published on the EventBus), a queue of one running turn per conversation,
 and ``client_msg_id`` deduplication. Its turns follow the user's text:
 
 - ``ask ...``: a tool call gated by ask: ``tool_started`` and a
@@ -19,87 +19,25 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
 import pykka
 
+from chalie.conversation.events import ConversationEvent as Event
+from chalie.conversation.events import (
+    ErrorEvent,
+    PermissionRequested,
+    PermissionSettled,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from chalie.conversation.requests import Accepted, SendMessage
 from chalie.events import EventBus
 
-
-class Event(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
-    conversation_id: str
-    seq: int
-    ts: float
-
-
-class TurnStarted(Event, tag="turn_started"):
-    turn_id: str
-    client_msg_id: str
-    text: str
-
-
-class TextDelta(Event, tag="text_delta"):
-    turn_id: str
-    text: str
-
-
-class ToolStarted(Event, tag="tool_started"):
-    turn_id: str
-    call_id: str
-    tool: str
-    act_summary: str
-
-
-class ToolFinished(Event, tag="tool_finished"):
-    turn_id: str
-    call_id: str
-    tool: str
-    status: str
-    code: str | None
-
-
-class PermissionRequestEvent(Event, tag="permission_request"):
-    request_id: str
-    turn_id: str
-    tool: str
-    permission: str
-    act_summary: str
-    params: dict[str, Any]
-    expires_at: float
-
-
-class PermissionSettled(Event, tag="permission_settled"):
-    request_id: str
-    answer: str
-
-
-class TurnFinished(Event, tag="turn_finished"):
-    turn_id: str
-    reason: str
-    text: str
-
-
-class ErrorEvent(Event, tag="error"):
-    turn_id: str | None
-    code: str
-    message: str
-
-
-class SendMessage(msgspec.Struct, kw_only=True, frozen=True):
-    conversation_id: str | None
-    channel: str
-    text: str
-    client_msg_id: str
-    busy: Literal["queue", "cancel"] = "queue"
-    origin: str = ""
-
-
-class Accepted(msgspec.Struct, kw_only=True, frozen=True):
-    conversation_id: str
-    turn_id: str | None
-    queued: bool
-    duplicate: bool
+__all__ = ["Accepted", "FakeConversations", "SendMessage"]
 
 
 @dataclass
@@ -218,20 +156,27 @@ class FakeConversations(pykka.ThreadingActor):
 
     def _start(self, conv: _Conversation, turn_id: str, msg: SendMessage) -> None:
         conv.running = turn_id
-        self._emit(conv, TurnStarted, turn_id=turn_id, client_msg_id=msg.client_msg_id, text=msg.text)
+        self._emit(
+            conv, TurnStarted, turn_id=turn_id, client_msg_id=msg.client_msg_id, text=msg.text
+        )
         words = msg.text.split()
         head = words[0] if words else ""
         if head == "ask":
             call_id = f"call{next(self._ids)}"
             summary = "Reading the clock\x1b[2J\nin Tokyo"
             self._emit(
-                conv, ToolStarted, turn_id=turn_id, call_id=call_id, tool="clock", act_summary=summary
+                conv,
+                ToolStarted,
+                turn_id=turn_id,
+                call_id=call_id,
+                tool="clock",
+                act_summary=summary,
             )
             request_id = f"req{next(self._ids)}"
             self._pending[request_id] = (conv.cid, turn_id, call_id)
             self._emit(
                 conv,
-                PermissionRequestEvent,
+                PermissionRequested,
                 request_id=request_id,
                 turn_id=turn_id,
                 tool="clock",
@@ -260,7 +205,7 @@ class FakeConversations(pykka.ThreadingActor):
             self._emit(conv, TextDelta, turn_id=turn_id, text=msg.text)
             self._finish(conv, "final", f"echo: {msg.text}")
 
-    def _finish(self, conv: _Conversation, reason: str, text: str) -> None:
+    def _finish(self, conv: _Conversation, reason: Any, text: str) -> None:
         turn_id = conv.running
         assert turn_id is not None
         conv.running = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,9 @@ from chalie.tokens import (
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> TokenStore:
+def store(tmp_path: Path) -> Iterator[TokenStore]:
     s = TokenStore(tmp_path / "chalie.db")
-    yield s  # type: ignore[misc]
+    yield s
     s.close()
 
 

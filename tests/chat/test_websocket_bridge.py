@@ -1,4 +1,4 @@
-"""The WebSocket chat bridge: auth before accept (real 401), Origin allow-list, JSON frames, limits."""
+"""The WebSocket chat bridge: auth before accept (a real 401), Origin allow-list, frames, limits."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.typing import Origin
 
 from chalie.chat import protocol as p
 from chalie.tokens import TokenStore
@@ -20,7 +21,9 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def frames_until(ws: ClientConnection, kind: str, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def frames_until(
+    ws: ClientConnection, kind: str, timeout: float = 10.0
+) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = []
     while True:
         frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
@@ -43,7 +46,9 @@ def status_of(url: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
 def test_a_message_over_websocket_streams_its_turn(bridge: Bridge) -> None:
     async def go() -> list[dict[str, Any]]:
         async with connect(bridge.ws_url, additional_headers=auth(bridge.token)) as ws:
-            await ws.send(json.dumps({"type": "send", "text": "hi", "client_msg_id": "w1", "id": "1"}))
+            await ws.send(
+                json.dumps({"type": "send", "text": "hi", "client_msg_id": "w1", "id": "1"})
+            )
             return await frames_until(ws, "turn_finished")
 
     frames = asyncio.run(go())
@@ -53,9 +58,16 @@ def test_a_message_over_websocket_streams_its_turn(bridge: Bridge) -> None:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer " + "x" * 5000}],
+    [
+        {},
+        {"Authorization": "Bearer nope"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer " + "x" * 5000},
+    ],
 )
-def test_no_valid_token_is_a_real_401_before_accept(bridge: Bridge, headers: dict[str, str]) -> None:
+def test_no_valid_token_is_a_real_401_before_accept(
+    bridge: Bridge, headers: dict[str, str]
+) -> None:
     status, body = status_of(bridge.ws_url, additional_headers=headers)
     assert status == 401 and body["code"] == p.UNAUTHORIZED
 
@@ -70,7 +82,8 @@ def test_a_revoked_token_is_refused_at_the_next_connection(bridge: Bridge) -> No
 def test_a_browser_may_send_the_token_as_a_subprotocol(bridge: Bridge) -> None:
     async def go() -> str | None:
         async with connect(
-            bridge.ws_url, subprotocols=["chalie", f"chalie.bearer.{bridge.token}"]  # type: ignore[list-item]
+            bridge.ws_url,
+            subprotocols=["chalie", f"chalie.bearer.{bridge.token}"],  # type: ignore[list-item]
         ) as ws:
             await frames_until(ws, "hello")
             return ws.subprotocol
@@ -82,12 +95,15 @@ def test_a_foreign_origin_is_refused_and_a_listed_one_admitted(short_home: Path)
     b = start_bridge(short_home, origins=["http://127.0.0.1:3000"])
     try:
         status, body = status_of(
-            b.ws_url, additional_headers=auth(b.token), origin="http://evil.example"  # type: ignore[arg-type]
+            b.ws_url,
+            additional_headers=auth(b.token),
+            origin="http://evil.example",  # type: ignore[arg-type]
         )
         assert status == 403 and body["code"] == p.ORIGIN_REFUSED
 
         async def go() -> None:
-            async with connect(b.ws_url, additional_headers=auth(b.token), origin="http://127.0.0.1:3000") as ws:  # type: ignore[arg-type]
+            origin = Origin("http://127.0.0.1:3000")
+            async with connect(b.ws_url, additional_headers=auth(b.token), origin=origin) as ws:
                 await frames_until(ws, "hello")
 
         asyncio.run(go())
@@ -105,7 +121,9 @@ def test_bad_and_oversized_frames_get_errors_and_the_session_goes_on(bridge: Bri
     ]
 
     async def go() -> None:
-        async with connect(bridge.ws_url, additional_headers=auth(bridge.token), max_size=None) as ws:
+        async with connect(
+            bridge.ws_url, additional_headers=auth(bridge.token), max_size=None
+        ) as ws:
             await frames_until(ws, "hello")
             for raw, code in cases:
                 await ws.send(raw)
@@ -120,9 +138,10 @@ def test_bad_and_oversized_frames_get_errors_and_the_session_goes_on(bridge: Bri
 
 def test_a_frame_past_the_transport_limit_closes_only_that_connection(bridge: Bridge) -> None:
     async def go() -> None:
-        async with connect(bridge.ws_url, additional_headers=auth(bridge.token)) as fine, connect(
-            bridge.ws_url, additional_headers=auth(bridge.token), max_size=None
-        ) as big:
+        async with (
+            connect(bridge.ws_url, additional_headers=auth(bridge.token)) as fine,
+            connect(bridge.ws_url, additional_headers=auth(bridge.token), max_size=None) as big,
+        ):
             await big.send("x" * (2 * 1024 * 1024))
             with pytest.raises(ConnectionClosed) as closed:
                 while True:
@@ -141,7 +160,9 @@ def test_a_websocket_client_that_never_reads_is_dropped(short_home: Path) -> Non
         async def go() -> None:
             lazy = await connect(b.ws_url, additional_headers=auth(b.token), max_queue=1)
             lazy.transport.pause_reading()  # never read again: the kernel buffers fill
-            await lazy.send(json.dumps({"type": "send", "text": "flood 5000", "client_msg_id": "f"}))
+            await lazy.send(
+                json.dumps({"type": "send", "text": "flood 5000", "client_msg_id": "f"})
+            )
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: wait_until(lambda: b.addresses()["websocket_clients"] == 0, 30)
             )
@@ -193,5 +214,26 @@ def test_a_thousand_websocket_connections_and_the_daemon_still_answers(short_hom
 
         asyncio.run(go())
         wait_until(lambda: b.addresses()["websocket_clients"] == 0, 30)
+    finally:
+        stop_bridge(b)
+
+
+def test_a_connection_whose_token_is_revoked_is_closed(short_home: Path) -> None:
+    b = start_bridge(short_home, token_recheck=0.05)
+    try:
+        with TokenStore(b.home / "chalie.db") as store:
+            secret = store.create("laptop")
+
+        async def go() -> int | None:
+            async with connect(b.ws_url, additional_headers=auth(secret)) as ws:
+                await frames_until(ws, "hello")
+                with TokenStore(b.home / "chalie.db") as store:
+                    assert store.revoke("laptop")
+                with pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), 10)
+                return closed.value.rcvd.code if closed.value.rcvd else None
+
+        assert asyncio.run(go()) == 4401
     finally:
         stop_bridge(b)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import uuid
 from typing import Any
 
 import msgspec
+import pytest
 import zmq
 
 from chalie.chat import protocol as p
@@ -39,7 +41,7 @@ def collect_all(client: ChatClient, *kinds: str, timeout: float = 10.0) -> list[
 
 
 def finished(frame: dict[str, Any]) -> bool:
-    return frame["type"] == "turn_finished"
+    return bool(frame["type"] == "turn_finished")
 
 
 def test_a_message_streams_its_turn_and_the_socket_is_private(bridge: Bridge) -> None:
@@ -113,7 +115,12 @@ def test_a_permission_request_is_answered_by_any_client_and_settles_for_all(
         assert any(f["type"] == "permission_request" for f in seen)
         watcher.send(p.Answer(request_id=request["request_id"], answer="allow_once", id="ans"))
         mine = collect_all(watcher, "answered", "turn_finished")
-        assert {"type": "answered", "id": "ans", "request_id": request["request_id"], "found": True} in mine
+        assert {
+            "type": "answered",
+            "id": "ans",
+            "request_id": request["request_id"],
+            "found": True,
+        } in mine
         theirs = collect(asker, finished)
         assert any(f["type"] == "permission_settled" for f in theirs)
         assert theirs[-1]["text"] == "It is 09:00 in Tokyo."
@@ -212,3 +219,24 @@ def test_a_thousand_clients_then_a_cap_and_everyone_else_is_served(short_home: A
             c.close()
         ctx.term()
         stop_bridge(b)
+
+
+def test_first_boot_logs_where_the_token_is_never_the_token(
+    short_home: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.chat.conftest import start_bridge, stop_bridge
+
+    with caplog.at_level(logging.INFO, logger="chalie.chat"):
+        b = start_bridge(short_home)
+    try:
+        records = [r for r in caplog.records if "first-token" in str(getattr(r, "path", ""))]
+        assert records and getattr(records[0], "path", None) == str(b.home / "first-token")
+        assert all(b.token not in r.getMessage() for r in caplog.records)
+        assert all(b.token not in str(vars(r)) for r in caplog.records)
+    finally:
+        stop_bridge(b)
+    # The next start finds a token and writes nothing.
+    (short_home / "first-token").unlink()
+    b = start_bridge(short_home)
+    stop_bridge(b)
+    assert not (short_home / "first-token").exists() and b.token == ""

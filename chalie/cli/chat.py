@@ -1,0 +1,365 @@
+"""``chalie chat``: a terminal client of the ZeroMQ chat bridge.
+
+The answer streams to stdout; everything else (a one-line tooltip per tool
+call, permission prompts, notices) goes to stderr, so ``echo "..." | chalie
+chat`` prints only the answer. Interactive: type a message; ``/new`` starts
+a new conversation, ``/history`` shows this one, ``/quit`` leaves. A
+permission request is answered inline (``o``nce, ``a``lways, ``d``eny) or
+from any other client; answered elsewhere, the prompt goes away. Ctrl-C
+cancels the running turn; a second Ctrl-C (or one while idle) exits.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import click
+import zmq
+
+from chalie import control
+from chalie.chat import protocol as p
+from chalie.chat.client import ChatClient, ChatUnavailable, Frame
+from chalie.cli import Ctx, cli
+from chalie.display import one_line, params_line
+
+PING_EVERY: Final = 30.0
+HELLO_WAIT: Final = 5.0
+ANSWERS: Final[dict[str, p.PermissionAnswer]] = {
+    "o": "allow_once",
+    "a": "allow_always",
+    "d": "deny",
+}
+HELP: Final = "commands: /new (a new conversation), /history, /quit"
+
+
+class TerminalChat:
+    """The client's state: the conversation, the turn it waits for, a pending permission prompt."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        channel: str,
+        conversation_id: str | None,
+        out: TextIO,
+        err: TextIO,
+        home: Path | None = None,
+    ) -> None:
+        self.client = client
+        self.home = home
+        self.channel = channel
+        self.conversation_id = conversation_id
+        self.out = out
+        self.err = err
+        self.turn_id: str | None = None  # the turn this client started and waits for
+        self.client_msg_id: str | None = None
+        self.waiting = False
+        self.cancelling = False
+        self.cancel_pending = False
+        self.prompt: Frame | None = None  # a permission request awaiting this terminal
+        self.replaying = False  # between an open and its "opened": history, not news
+        self.history: list[str] = []
+        self.midline = False
+        self.last_ping = time.monotonic()
+        self.failed = False
+
+    # -- sending ----------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        self.client_msg_id = f"cli-{uuid.uuid4().hex}"
+        self.client.send(
+            p.Send(
+                conversation_id=self.conversation_id,
+                channel=self.channel,
+                text=text,
+                client_msg_id=self.client_msg_id,
+            )
+        )
+        self.waiting = True
+        self.cancelling = False
+        self.turn_id = None
+
+    def cancel(self) -> None:
+        # A new conversation's id comes with "accepted": until then the cancel waits.
+        if self.conversation_id is not None:
+            self.client.send(p.Cancel(conversation_id=self.conversation_id))
+        else:
+            self.cancel_pending = True
+        self.cancelling = True
+        self.notice("cancelling the turn (Ctrl-C again to exit)")
+
+    def open_history(self) -> None:
+        if self.conversation_id is None:
+            self.notice("no conversation yet")
+            return
+        self.replaying = True
+        self.history = []
+        self.client.send(p.Open(conversation_id=self.conversation_id, after_seq=0))
+
+    def answer(self, line: str) -> bool:
+        """Answer the pending prompt with ``line``; False when it is not an answer."""
+        if self.prompt is None:
+            return False
+        choice = ANSWERS.get(line.strip().lower()[:1])
+        if choice is None:
+            self.ask()
+            return True
+        self.client.send(p.Answer(request_id=self.prompt["request_id"], answer=choice))
+        self.prompt = None
+        return True
+
+    def daemon_gone(self) -> bool:
+        """True (and said) when the daemon's process is gone."""
+        if self.home is None or control.read_pid(self.home) is not None:
+            return False
+        self.notice("the daemon stopped")
+        return True
+
+    def ping(self) -> None:
+        if time.monotonic() - self.last_ping > PING_EVERY:
+            self.client.send(p.Ping())
+            self.last_ping = time.monotonic()
+
+    # -- showing ----------------------------------------------------------------------
+    def notice(self, text: str) -> None:
+        self.end_line()
+        print(text, file=self.err, flush=True)
+
+    def end_line(self) -> None:
+        if self.midline:
+            print(file=self.out, flush=True)
+            self.midline = False
+
+    def ask(self) -> None:
+        if self.prompt is None:
+            return
+        req = self.prompt
+        self.notice(
+            f"  ? {one_line(req.get('tool', ''), 64)} wants"
+            f" {one_line(req.get('permission', ''), 64)}:"
+            f" {one_line(req.get('act_summary', ''))}\n"
+            f"    {params_line(req.get('params', {}))}\n"
+            "    allow [o]nce, [a]lways, or [d]eny? "
+        )
+
+    def show(self, frame: Frame) -> None:
+        """Render one frame from the daemon."""
+        kind = frame.get("type")
+        if self.replaying and "seq" in frame:
+            self._remember(frame)
+            if kind == "permission_request":
+                self.prompt = frame
+            elif kind == "permission_settled" and self._is_prompt(frame):
+                self.prompt = None
+            return
+        if kind == "opened":
+            if self.replaying:
+                self.replaying = False
+                self.notice("\n".join(self.history) or "(nothing yet)")
+                self.ask()
+            return
+        if kind == "accepted":
+            self.conversation_id = str(frame["conversation_id"])
+            self.turn_id = frame.get("turn_id")
+            if self.cancel_pending:
+                self.cancel_pending = False
+                self.client.send(p.Cancel(conversation_id=self.conversation_id))
+            if frame.get("queued"):
+                self.notice("  (queued behind the running turn)")
+        elif kind == "turn_started":
+            # Live events of a known conversation may overtake the "accepted" reply.
+            if frame.get("client_msg_id") == self.client_msg_id:
+                self.turn_id = frame.get("turn_id")
+        elif kind == "text_delta":
+            if frame.get("turn_id") == self.turn_id or self.turn_id is None:
+                self.out.write(str(frame.get("text", "")))
+                self.out.flush()
+                self.midline = True
+        elif kind == "tool_started":
+            tool = one_line(frame.get("tool", ""), 64)
+            self.notice(f"  · {tool}: {one_line(frame.get('act_summary', ''))}")
+        elif kind == "tool_finished" and frame.get("status") != "success":
+            tool = one_line(frame.get("tool", ""), 64)
+            self.notice(
+                f"  · {tool} {one_line(frame.get('status'), 32)}: {one_line(frame.get('code'), 64)}"
+            )
+        elif kind == "permission_request":
+            self.prompt = frame
+            self.ask()
+        elif kind == "permission_settled":
+            if self._is_prompt(frame):
+                self.prompt = None
+                self.notice(f"  (answered elsewhere: {one_line(frame.get('answer'), 32)})")
+        elif kind == "background_result":
+            self.notice(f"  [background] {one_line(frame.get('envelope', ''), 400)}")
+        elif kind == "error":
+            self.notice(f"error: {one_line(frame.get('message', ''), 400)}")
+        elif kind == "rejected":
+            self.notice(
+                f"refused ({one_line(frame.get('code'), 64)}):"
+                f" {one_line(frame.get('message'), 400)}"
+            )
+            if self.waiting and frame.get("code") != "overloaded":
+                self.waiting = False
+                self.failed = True
+        elif kind == "turn_finished":
+            self._finished(frame)
+
+    def _finished(self, frame: Frame) -> None:
+        mine = frame.get("turn_id") == self.turn_id
+        self.end_line()
+        reason = frame.get("reason")
+        if reason == "model-error":
+            self.notice(f"the model could not answer: {one_line(frame.get('text', ''), 400)}")
+        elif reason != "final":
+            self.notice(
+                f"(turn ended: {one_line(reason, 32)}) {one_line(frame.get('text', ''), 400)}"
+            )
+        if mine:
+            self.waiting = False
+            self.cancelling = False
+            self.failed = reason not in ("final",)
+            self.prompt = None
+
+    def _is_prompt(self, frame: Frame) -> bool:
+        return self.prompt is not None and frame.get("request_id") == self.prompt.get("request_id")
+
+    def _remember(self, frame: Frame) -> None:
+        kind = frame.get("type")
+        if kind == "turn_started":
+            self.history.append(f"you> {one_line(frame.get('text', ''), 2000)}")
+        elif kind == "turn_finished":
+            self.history.append(f"chalie> {one_line(frame.get('text', ''), 4000)}")
+
+
+def _connect(home: Any) -> ChatClient:
+    if control.read_pid(home) is None:
+        raise click.ClickException(f"no daemon running on {home} (start it with `chalie run`)")
+    try:
+        client = ChatClient.local(home)
+    except ChatUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    client.send(p.Ping())
+    deadline = time.monotonic() + HELLO_WAIT
+    while time.monotonic() < deadline:
+        frame = client.receive(0.2)
+        if frame is not None and frame.get("type") == "pong":
+            return client
+        if control.read_pid(home) is None:
+            break
+    client.close()
+    raise click.ClickException(f"the daemon on {home} does not answer on its chat socket")
+
+
+def _pipe(chat: TerminalChat, text: str) -> int:
+    if not text.strip():
+        raise click.ClickException("nothing to send: stdin was empty")
+    chat.say(text.strip())
+    try:
+        while chat.waiting:
+            chat.ping()
+            frame = chat.client.receive(1.0)
+            if frame is None and chat.daemon_gone():
+                return 1
+            if frame is not None:
+                chat.show(frame)
+                if frame.get("type") == "permission_request":
+                    chat.notice("    (no terminal here: answer from another client)")
+    except KeyboardInterrupt:
+        chat.cancel()
+        return 130
+    chat.end_line()
+    return 1 if chat.failed else 0
+
+
+def _interactive(chat: TerminalChat, stdin: TextIO) -> int:
+    poller = zmq.Poller()
+    poller.register(chat.client.sock, zmq.POLLIN)
+    poller.register(stdin, zmq.POLLIN)
+    chat.notice(HELP)
+    if chat.conversation_id is not None:
+        chat.open_history()
+    else:
+        chat.notice("you> ")
+    while True:
+        try:
+            ready = dict(poller.poll(1000))
+            if not ready and chat.daemon_gone():
+                return 1
+            chat.ping()
+            if chat.client.sock in ready:
+                frame = chat.client.receive(0)
+                if frame is not None:
+                    was_waiting = chat.waiting
+                    chat.show(frame)
+                    if was_waiting and not chat.waiting:
+                        chat.notice("you> ")
+            if stdin.fileno() in ready or stdin in ready:
+                line = stdin.readline()
+                if not line:
+                    return 0
+                if not _line(chat, line.rstrip("\n")):
+                    return 0
+        except KeyboardInterrupt:
+            if chat.waiting and not chat.cancelling:
+                chat.cancel()
+                continue
+            chat.notice("bye")
+            return 130  # left by Ctrl-C, as a shell expects
+
+
+def _line(chat: TerminalChat, line: str) -> bool:
+    """Act on one typed line; False to leave."""
+    if chat.answer(line):
+        return True
+    text = line.strip()
+    if not text:
+        return True
+    if text in ("/quit", "/exit"):
+        return False
+    if text == "/new":
+        if chat.conversation_id is not None:
+            chat.client.send(p.Close(conversation_id=chat.conversation_id))
+        chat.conversation_id = None
+        chat.notice("a new conversation starts with your next message")
+    elif text == "/history":
+        chat.open_history()
+    elif text.startswith("/"):
+        chat.notice(HELP)
+    elif chat.waiting:
+        chat.notice("a turn is running: wait for it, or Ctrl-C to cancel it")
+    else:
+        chat.say(text)
+    return True
+
+
+@cli.command("chat")
+@click.option("--conversation", "conversation_id", help="Resume this conversation.")
+@click.option(
+    "--channel", default="chat", show_default=True, help="The channel of a new conversation."
+)
+@click.pass_obj
+def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
+    """Talk to Chalie in the terminal (or pipe one message in: `echo hi | chalie chat`)."""
+    client = _connect(obj.config.home)
+    chat = TerminalChat(
+        client,
+        channel=channel,
+        conversation_id=conversation_id,
+        out=sys.stdout,
+        err=sys.stderr,
+        home=obj.config.home,
+    )
+    try:
+        if sys.stdin.isatty():
+            code = _interactive(chat, sys.stdin)
+        else:
+            code = _pipe(chat, sys.stdin.read())
+    finally:
+        client.close()
+    sys.stdout.flush()
+    if code:
+        sys.exit(code)
