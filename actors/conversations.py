@@ -338,17 +338,18 @@ class Conversations(SupervisedActor):
             )
         if not isinstance(request_id, str) or len(request_id) > 128:
             raise ConversationError("invalid-message", "request_id is not a request id")
+        # The turn hears the answer before the gate does: the call can only end
+        # after the gate's answer, so its settlement is always this answer, never
+        # the "allowed" inferred from the call's outcome (a race otherwise).
+        cid = self._requests.get(request_id)
+        live = self._live.get(cid) if cid is not None else None
+        if live is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                live.ref.tell(Settled(request_id, answer))
         policy = self._rt.child("policy", PolicyActor).within(ASK_TIMEOUT)
         found = policy.call(PolicyActor.answer, request_id, answer)
-        if found is False:
-            return False
-        cid = self._requests.pop(request_id, None)
-        if cid is not None:
-            live = self._live.get(cid)
-            if live is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    live.ref.tell(Settled(request_id, answer))
-        return True
+        self._requests.pop(request_id, None)
+        return found is not False
 
     def list(self, limit: int = 100) -> list[ConversationInfo]:
         return self.store.list(limit)
