@@ -154,7 +154,8 @@ class ChalieServer(MCPServer):
     async def _handle_call_tool(self, ctx: Any, params: Any) -> Any:
         if params.name == TOOL_NAME:
             return await super()._handle_call_tool(ctx, params)
-        arguments = params.arguments if isinstance(params.arguments, dict) else {}
+        # Absent arguments are none; anything else goes to the dispatcher, which checks it.
+        arguments = {} if params.arguments is None else params.arguments
         bus = self._subscriptions
         session = getattr(ctx, "session", None)
 

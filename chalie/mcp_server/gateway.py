@@ -38,6 +38,8 @@ CHANNEL: Final = "external_agent"
 FIND_TOOLS: Final = "find_tools"
 TURN_PREFIX: Final = "gateway:"
 CONVERSATION_PREFIX: Final = "mcp-gateway:"
+# Longer names are no tool's: refused here, so the trail never stores them.
+MAX_NAME: Final = 200
 
 
 class ToolsPort(Protocol):
@@ -131,7 +133,7 @@ class Gateway:
         self,
         caller: Caller | None,
         name: str,
-        arguments: dict[str, Any],
+        arguments: Any,
         changed: Callable[[], Any],
     ) -> CallToolResult:
         """Run one direct call through the dispatcher; ``changed`` is awaited when the list moved.
@@ -142,6 +144,8 @@ class Gateway:
         """
         if not self.opens_for(caller) or self._port is None:
             return refused(name)
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+            return refused(str(name))
         assert caller is not None
         before = self.names(caller)
         call = ToolCall(

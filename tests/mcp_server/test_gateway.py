@@ -138,3 +138,33 @@ def test_the_gateway_finds_injects_announces_and_gates_direct_calls(mode: str) -
             ("mcp_manager", "error", "unknown-tool"),
         ]
         assert {(t[1], t[2]) for t in trail} == {("external_agent", "mcp-gateway:coder")}
+
+
+def test_hostile_direct_calls_are_refused_with_a_code_and_lose_nothing() -> None:
+    with live_daemon(idle_script(), "gateway = true") as (rt, url):
+        with TokenStore(rt.db_path) as store:
+            secret = store.create("rough", gateway=True)
+
+        async def go() -> list[Any]:
+            async with connect(url, secret, "auto") as client:
+                found = [
+                    await client.call_tool("x" * 10_000, {}),
+                    await client.call_tool("find_tools", {"query": 7, "act_summary": "bad"}),
+                    await client.call_tool("find_tools", {"query": ["clock"]}),
+                    await client.call_tool(
+                        "find_tools", {"query": ["c" * 100_000], "act_summary": "x"}
+                    ),
+                    await client.call_tool("find_tools", {"query": ["clock"], "act_summary": "ok"}),
+                ]
+                found.append(await listed(client))
+            return found
+
+        long_name, bad_type, no_summary, oversized, fine, names = asyncio.run(go())
+        assert code_of(long_name) == "unknown-tool"
+        for bad in (bad_type, no_summary, oversized):
+            assert bad.is_error and code_of(bad) in {"invalid-param", "missing-params"}, bad
+        assert not fine.is_error and "clock" in names
+        # The over-long name never reached the trail; the rest did, as errors with codes.
+        trail = rows(rt.db_path, "SELECT tool, code FROM trail ORDER BY id")
+        assert [t[0] for t in trail] == ["find_tools"] * 4
+        assert all(len(t[0]) <= 200 for t in trail)
