@@ -91,7 +91,13 @@ class ActorConversations:
         return await asyncio.get_running_loop().run_in_executor(self._pool, guarded)
 
     async def send(
-        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
     ) -> Sent:
         msg = SendMessage(
             conversation_id=conversation_id,
@@ -99,6 +105,7 @@ class ActorConversations:
             text=text,
             client_msg_id=client_msg_id,
             origin=origin,
+            human_present=human_present,
         )
         child = self._child
         accepted = await self._call(lambda: child.call(Conversations.send, msg))
@@ -210,7 +217,11 @@ class McpServerActor(SupervisedActor):
             return
         self.owners = ConversationOwners(self.db_path)
         talk = TalkToChalie(
-            self.conversations, self.owners, self.desk, turn_wait=self.config.turn_wait
+            self.conversations,
+            self.owners,
+            self.desk,
+            turn_wait=self.config.turn_wait,
+            asks=self.config.loop_in_human_asks,
         )
         gateway = Gateway(self.config.gateway, self.tools)
         server = McpHttpServer(self.config, talk, self.tokens, gateway)

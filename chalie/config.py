@@ -164,6 +164,9 @@ class McpServerConfig(Section, frozen=True):
     # Gateway mode: tokens created with --gateway may call find_tools and the tools it
     # finds directly, gated on the external_agent channel.
     gateway: bool = False
+    # loop_in_human asks: on a talk_to_chalie turn with loop_in_human while a chat client
+    # is connected, an `ask` becomes a permission request to that person (not a deny).
+    loop_in_human_asks: bool = False
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------

@@ -453,6 +453,8 @@ def test_the_one_gate_rule_decides_every_setting() -> None:
     assert rule("allow").allowed and rule("internal").decided_by == "internal"
     assert rule("deny").code == "permission-denied" and "policy denies" in rule("deny").message
     assert rule("ask") is None and rule(None) is None  # a human is asked
-    for channel, human in (("chat", False), ("subconscious", True), ("external_agent", True)):
+    for channel, human in (("chat", False), ("subconscious", True), ("external_agent", False)):
         denied = rule("ask", channel, human)
         assert not denied.allowed and denied.hint.startswith("do not retry")
+    # An inbound agent's loop_in_human turn with a connected human: that human is asked.
+    assert rule("ask", "external_agent", True) is None

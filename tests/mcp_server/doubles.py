@@ -111,7 +111,13 @@ class FakeConversations:
 
     # -- the port ------------------------------------------------------------------------
     async def send(
-        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
     ) -> Sent:
         with self._lock:
             cid = conversation_id or f"c{next(self._ids)}"
