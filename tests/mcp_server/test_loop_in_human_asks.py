@@ -114,6 +114,22 @@ def test_an_ask_on_a_loop_in_human_turn_is_put_to_the_connected_person() -> None
                 # The same agent without loop_in_human: nobody is asked, ask is deny.
                 quiet = asyncio.run(talk({**ARGS, "loop_in_human": False}))
                 assert tools_of(quiet) == [("clock", "error", "permission-denied")]
+
+                # Asked again, the person says no: the agent hears it was refused.
+                results.clear()
+                caller = threading.Thread(
+                    target=lambda: results.append(asyncio.run(talk(ARGS))), daemon=True
+                )
+                caller.start()
+                asked = None
+                while asked is None:
+                    frame = chat.receive(20)
+                    assert frame is not None, "the person was not asked the second time"
+                    if frame["type"] == "agent_exchange" and frame["phase"] == "permission":
+                        asked = frame
+                chat.send(p.Answer(id="a2", request_id=asked["request_id"], answer="deny"))
+                caller.join(30)
+                assert results and tools_of(results[0]) == [("clock", "error", "permission-denied")]
         finally:
             bridge.stop()
 
