@@ -72,6 +72,7 @@ class SentMessage:
     client_msg_id: str
     origin: str
     channel: str = "external_agent"
+    human_present: bool = False
 
 
 @dataclass
@@ -123,7 +124,9 @@ class FakeConversations:
             cid = conversation_id or f"c{next(self._ids)}"
             conv = self.convs.setdefault(cid, _Conv())
             conv.cancel = threading.Event()
-            self.sent.append(SentMessage(cid, text, client_msg_id, origin))
+            self.sent.append(
+                SentMessage(cid, text, client_msg_id, origin, human_present=human_present)
+            )
         turn_id = f"t{next(self._ids)}"
         threading.Thread(
             target=self._play, args=(cid, turn_id, text, client_msg_id), daemon=True

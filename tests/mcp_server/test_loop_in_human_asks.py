@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import msgspec
+import pytest
 
 from actors.chat_bridge import ChatBridge
 from actors.conversations import Conversations
@@ -17,7 +18,8 @@ from chalie.config import ChatConfig
 from chalie.conversation.requests import SendMessage
 from chalie.tokens import TokenStore
 from tests.mcp_server.daemon_harness import live_daemon
-from tests.mcp_server.harness import connect, wait_until
+from tests.mcp_server.doubles import FakeConversations, FakeDesk
+from tests.mcp_server.harness import connect, running, wait_until
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
 ARGS: dict[str, Any] = {
@@ -150,3 +152,27 @@ def test_with_asks_off_a_loop_in_human_turn_still_denies_an_ask() -> None:
         finally:
             sub.close()
         assert tools_of(result) == [("clock", "error", "permission-denied")]
+
+
+@pytest.mark.parametrize(
+    ("asks", "humans", "loop_in", "expected"),
+    [
+        (True, 1, True, True),  # the one case a person answers the turn's asks
+        (True, 0, True, False),  # nobody connected: ask stays deny
+        (True, 1, False, False),  # the agent did not ask to loop a person in
+        (False, 1, True, False),  # the operator did not enable it
+    ],
+)
+def test_only_an_enabled_loop_in_human_call_with_a_person_connected_marks_its_turn(
+    asks: bool, humans: int, loop_in: bool, expected: bool
+) -> None:
+    convs = FakeConversations()
+    with running(convs=convs, desk=FakeDesk(humans), loop_in_human_asks=asks) as r:
+        secret = r.tokens.create("agent")
+
+        async def go() -> Any:
+            async with connect(r.url, secret, "auto") as client:
+                return await client.call_tool("talk_to_chalie", {**ARGS, "loop_in_human": loop_in})
+
+        assert not asyncio.run(go()).is_error
+    assert [m.human_present for m in convs.sent] == [expected]
