@@ -310,7 +310,14 @@ class Conversations(SupervisedActor):
         live = self._actor(cid)
         live.send_no = self._send_no
         queued = live.ref.ask(
-            StartTurn(turn_id, client_msg_id, msg.text, msg.busy, self._send_no),
+            StartTurn(
+                turn_id,
+                client_msg_id,
+                msg.text,
+                msg.busy,
+                self._send_no,
+                human_present=msg.human_present is True,
+            ),
             timeout=ASK_TIMEOUT,
         )
         return Accepted(conversation_id=cid, turn_id=turn_id, queued=bool(queued), duplicate=False)

@@ -28,14 +28,18 @@ from typing import Any, TypeVar
 import pykka
 
 from actors.conversations import Conversations
+from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import McpServerConfig
 from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.dispatch import envelope_name
+from chalie.envelope import render
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import TokenVerifier
+from chalie.mcp_server.gateway import Gateway, ToolsPort
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.mcp_server.turns import (
@@ -45,6 +49,9 @@ from chalie.mcp_server.turns import (
     Sent,
     TurnRefused,
 )
+from chalie.messages import ToolCall, ToolOutcome
+from chalie.registry import Registry
+from chalie.services import TurnTools
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.mcp_server")
@@ -84,7 +91,13 @@ class ActorConversations:
         return await asyncio.get_running_loop().run_in_executor(self._pool, guarded)
 
     async def send(
-        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
     ) -> Sent:
         msg = SendMessage(
             conversation_id=conversation_id,
@@ -92,6 +105,7 @@ class ActorConversations:
             text=text,
             client_msg_id=client_msg_id,
             origin=origin,
+            human_present=human_present,
         )
         child = self._child
         accepted = await self._call(lambda: child.call(Conversations.send, msg))
@@ -113,6 +127,42 @@ class ActorConversations:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DispatcherTools:
+    """The gateway's ToolsPort: the one dispatcher chokepoint, the registry, the injections."""
+
+    def __init__(
+        self, dispatcher: ChildRef[DispatcherActor], registry: Registry, turns: TurnTools
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._registry = registry
+        self._turns = turns
+
+    async def call(self, call: ToolCall) -> ToolOutcome:
+        try:
+            ref = self._dispatcher.current()
+        except ChildUnavailable as exc:
+            return ToolOutcome(
+                call_id=call.call_id,
+                tool=call.tool,
+                status="error",
+                code=exc.code,
+                envelope=render(envelope_name(call.tool), exc.result()),
+            )
+        # submit never raises and never blocks: its future resolves on the dispatcher.
+        return await asyncio.wrap_future(submit(ref, call))
+
+    def injected(self, turn_id: str) -> frozenset[str]:
+        return self._turns.injected(turn_id)
+
+    def descriptors(self, names: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = []
+        for name in names:
+            entry = self._registry.get(name)
+            if entry is not None:
+                out.append(entry.cls.descriptor())
+        return out
 
 
 class BusDesk:
@@ -145,8 +195,10 @@ class McpServerActor(SupervisedActor):
         tokens: Callable[[], TokenVerifier],
         desk: HumanDesk,
         closers: tuple[Callable[[], None], ...] = (),
+        tools: ToolsPort | None = None,
     ) -> None:
         super().__init__()
+        self.tools = tools
         self.closers = closers
         self.config = config
         self.loop = loop
@@ -165,9 +217,14 @@ class McpServerActor(SupervisedActor):
             return
         self.owners = ConversationOwners(self.db_path)
         talk = TalkToChalie(
-            self.conversations, self.owners, self.desk, turn_wait=self.config.turn_wait
+            self.conversations,
+            self.owners,
+            self.desk,
+            turn_wait=self.config.turn_wait,
+            asks=self.config.loop_in_human_asks,
         )
-        server = McpHttpServer(self.config, talk, self.tokens)
+        gateway = Gateway(self.config.gateway, self.tools)
+        server = McpHttpServer(self.config, talk, self.tokens, gateway)
         try:
             self.url = self.loop.submit(server.start()).result(START_TIMEOUT)
         except (PortInUse, RemoteBindRefused) as exc:
@@ -248,8 +305,10 @@ def start_for(
     db_path: Path,
     conversations: ChildRef[Conversations],
     events: EventBus,
+    tools: ToolsPort | None = None,
 ) -> pykka.ActorRef[McpServerActor]:
-    """The daemon's McpServerActor: the real conversations, token store and event bus."""
+    """The daemon's McpServerActor: the real conversations, token store and event bus,
+    and (for gateway mode) the dispatcher's tools."""
     port = ActorConversations(conversations, events)
     store = TokenStore(db_path)
     return McpServerActor.start(
@@ -260,4 +319,5 @@ def start_for(
         lambda: store,
         BusDesk(events),
         closers=(port.close, store.close),
+        tools=tools,
     )

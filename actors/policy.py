@@ -6,8 +6,8 @@ Lifecycle of one gate request (:meth:`PolicyActor.gate`):
 2. The operator's setting is resolved (:func:`chalie.policy.resolve`); a
    permission nobody configured is recorded as ``ask`` (origin ``seen``).
 3. ``allow``/``internal`` allow, ``deny`` denies; ``ask`` denies where no
-   human can answer (subconscious, external_agent, or ``human_present``
-   false), and on chat publishes a :class:`PermissionRequest` to the
+   human can answer (subconscious, or ``human_present`` false: see
+   :func:`chalie.policy.decide`), and elsewhere publishes a :class:`PermissionRequest` to the
    conversation and returns a future that is completed later by
    :meth:`answer` or by the expiry timer. The actor never waits for it. A
    request nobody is subscribed to still waits: the operator sees it in

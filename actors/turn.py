@@ -113,6 +113,8 @@ class StartTurn:
     text: str
     busy: Literal["queue", "cancel"] = "queue"
     send_no: int = 0
+    # This turn only: a person answers its asks (SendMessage.human_present).
+    human_present: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ class _Turn:
     succeeded: set[str] = field(default_factory=set)  # tools called with success
     denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
     deadline: list[asyncio.TimerHandle] = field(default_factory=list)
+    human_present: bool = False  # a person answers this turn's asks (StartTurn)
 
 
 class TurnActor(pykka.ThreadingActor):
@@ -361,9 +364,14 @@ class TurnActor(pykka.ThreadingActor):
         """Start the turn or queue it; True when it waits behind another."""
         turn = self._turn
         if turn is not None and turn.turn_id == start.turn_id:
-            return False  # loaded from storage as queued when this actor started
-        if any(q.turn_id == start.turn_id for q in self._queue):
-            return True
+            # Loaded from storage as queued when this actor started: the send's per-turn
+            # facts still apply (before the model's first answer, which comes later).
+            turn.human_present = start.human_present
+            return False
+        for i, queued in enumerate(self._queue):
+            if queued.turn_id == start.turn_id:
+                self._queue[i] = start
+                return True
         if turn is None:
             self._start(start)
             return False
@@ -395,7 +403,13 @@ class TurnActor(pykka.ThreadingActor):
         channel = self._channel
         assert channel is not None
         self._gen += 1
-        turn = _Turn(start.turn_id, start.client_msg_id, len(self._messages), act.Guards(channel))
+        turn = _Turn(
+            start.turn_id,
+            start.client_msg_id,
+            len(self._messages),
+            act.Guards(channel),
+            human_present=start.human_present,
+        )
         self._turn = turn
         batch = Batch(self.conversation_id, turn=TurnUpdate(start.turn_id, state="running"))
         self._append(batch, start.turn_id, ChatMessage(role="user", text=start.text))
@@ -499,7 +513,7 @@ class TurnActor(pykka.ThreadingActor):
             conversation_id=self.conversation_id,
             turn_id=turn.turn_id,
             channel=channel.policy_channel,
-            human_present=channel.human_present,
+            human_present=channel.human_present or turn.human_present,
             allow_async=channel.async_offered,
             injected=channel.tools(),
             scope="restricted",

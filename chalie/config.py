@@ -163,6 +163,12 @@ class McpServerConfig(Section, frozen=True):
     session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
     # A turn that never reports its end is given up (and cancelled) after this long.
     turn_wait: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 900.0
+    # Gateway mode: tokens created with --gateway may call find_tools and the tools it
+    # finds directly, gated on the external_agent channel.
+    gateway: bool = False
+    # loop_in_human asks: on a talk_to_chalie turn with loop_in_human while a chat client
+    # is connected, an `ask` becomes a permission request to that person (not a deny).
+    loop_in_human_asks: bool = False
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------

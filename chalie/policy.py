@@ -14,9 +14,12 @@ tool-level entry, because it states no choice.
 
 Turning a setting into a decision (:func:`decide`): ``allow`` runs,
 ``internal`` runs without showing on the policy surface, ``deny`` refuses,
-and ``ask`` asks the conversation's human, which only the ``chat`` channel
-with a human present can do: everywhere else ``ask`` is a deny whose hint says
-a human must approve.
+and ``ask`` asks the conversation's human, which only a channel in
+:data:`HUMAN_CHANNELS` with a human present can do: ``chat``, and
+``external_agent`` on the one turn an inbound agent asked to loop a connected
+human in (``[mcp_server] loop_in_human_asks``; the inbound MCP server is the
+only place that sets ``human_present`` there). Everywhere else ``ask`` is a
+deny whose hint says a human must approve.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ ACTION: Final = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
 
 Origin = Literal["set", "seen"]
 Verdict = Literal["allow", "deny", "ask-human"]
+# The channels where a present human may be asked; subconscious never asks.
+HUMAN_CHANNELS: Final = ("chat", "external_agent")
 Table = Mapping[tuple[str, str], Decision]
 
 
@@ -132,7 +137,7 @@ def decide(setting: Decision | None, *, channel: str, human_present: bool) -> Ve
         return "allow"
     if setting == "deny":
         return "deny"
-    if channel == "chat" and human_present:
+    if human_present and channel in HUMAN_CHANNELS:
         return "ask-human"
     return "deny"
 

@@ -7,7 +7,9 @@ secret is high-entropy, a plain sha256 is enough (no slow KDF: there is
 nothing to brute-force). :meth:`TokenStore.verify` looks the hash up and
 compares it in constant time; a revoked token never verifies. Every call
 reads the database, so a revocation from another process (``chalie token
-revoke`` while the daemon runs) takes effect at the next check.
+revoke`` while the daemon runs) takes effect at the next check. A token may
+carry the ``gateway`` permission (``chalie token create NAME --gateway``): with
+``[mcp_server] gateway`` on, its agent may call Chalie's tools directly.
 """
 
 from __future__ import annotations
@@ -42,9 +44,12 @@ CREATE TABLE IF NOT EXISTS tokens (
     hash       TEXT NOT NULL UNIQUE,
     created    REAL NOT NULL,
     revoked    REAL,
-    last_used  REAL
+    last_used  REAL,
+    gateway    INTEGER NOT NULL DEFAULT 0
 )
 """
+# A store created before the gateway permission existed gains its column.
+_MIGRATE_GATEWAY: Final = "ALTER TABLE tokens ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0"
 
 
 class TokenError(ValueError):
@@ -62,6 +67,8 @@ class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
     created: float
     revoked: float | None = None
     last_used: float | None = None
+    # May call Chalie's tools directly through the MCP gateway (when it is on).
+    gateway: bool = False
 
     @property
     def active(self) -> bool:
@@ -98,6 +105,10 @@ class TokenStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute(_SCHEMA)
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(tokens)")}
+            if "gateway" not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process won
+                    self._conn.execute(_MIGRATE_GATEWAY)
 
     def close(self) -> None:
         with self._lock:
@@ -109,10 +120,11 @@ class TokenStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, name: str) -> str:
+    def create(self, name: str, *, gateway: bool = False) -> str:
         """A new token named ``name``; returns its secret, which is stored nowhere.
 
         A revoked token's name may be reused; an active one's may not.
+        ``gateway`` grants the permission to call Chalie's tools directly.
         """
         check_name(name)
         secret = new_secret()
@@ -123,8 +135,8 @@ class TokenStore:
                     "DELETE FROM tokens WHERE name = ? AND revoked IS NOT NULL", (name,)
                 )
                 self._conn.execute(
-                    "INSERT INTO tokens (name, hash, created) VALUES (?, ?, ?)",
-                    (name, digest(secret), time.time()),
+                    "INSERT INTO tokens (name, hash, created, gateway) VALUES (?, ?, ?, ?)",
+                    (name, digest(secret), time.time(), 1 if gateway is True else 0),
                 )
                 self._conn.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -139,9 +151,12 @@ class TokenStore:
     def list(self) -> list[TokenInfo]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT name, created, revoked, last_used FROM tokens ORDER BY name"
+                "SELECT name, created, revoked, last_used, gateway FROM tokens ORDER BY name"
             ).fetchall()
-        return [TokenInfo(name=r[0], created=r[1], revoked=r[2], last_used=r[3]) for r in rows]
+        return [
+            TokenInfo(name=r[0], created=r[1], revoked=r[2], last_used=r[3], gateway=bool(r[4]))
+            for r in rows
+        ]
 
     def count(self) -> int:
         """How many tokens exist, revoked ones included."""
@@ -165,13 +180,14 @@ class TokenStore:
         wanted = digest(secret)
         with self._lock:
             row = self._conn.execute(
-                "SELECT name, hash, created, revoked FROM tokens WHERE hash = ?", (wanted,)
+                "SELECT name, hash, created, revoked, gateway FROM tokens WHERE hash = ?",
+                (wanted,),
             ).fetchone()
             if row is None or not hmac.compare_digest(row[1], wanted) or row[3] is not None:
                 return None
             now = time.time()
             self._conn.execute("UPDATE tokens SET last_used = ? WHERE name = ?", (now, row[0]))
-        return TokenInfo(name=row[0], created=row[2], last_used=now)
+        return TokenInfo(name=row[0], created=row[2], last_used=now, gateway=bool(row[4]))
 
 
 def bearer(header: str | None) -> str | None:

@@ -214,6 +214,9 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 rt.db_path,
                 rt.child("conversations", Conversations),
                 rt.events,
+                mcp_server.DispatcherTools(
+                    rt.child("dispatcher", DispatcherActor), rt.registry, rt.services.turns
+                ),
             ),
             shutdown=10.0,
         )

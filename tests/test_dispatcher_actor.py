@@ -370,7 +370,10 @@ def test_a_human_deny_and_an_expiry_are_errors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("channel", ["subconscious", "external_agent"])
 def test_ask_without_a_human_is_denied_with_a_hint(rig: Rig, channel: str) -> None:
-    outcome = rig.run("fast", context=ctx(channel=channel))
+    # An external agent's turn has no human unless it loops one in (chalie.policy.decide).
+    outcome = rig.run(
+        "fast", context=ctx(channel=channel, human_present=channel != "external_agent")
+    )
     assert outcome.code == "permission-denied"
     assert "human must approve" in outcome.envelope
     assert "hint: do not retry" in outcome.envelope

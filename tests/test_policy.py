@@ -57,10 +57,19 @@ def test_settings_are_per_channel() -> None:
     assert rules.resolve(table, "subconscious", "email") is None
 
 
-@pytest.mark.parametrize("channel", ["subconscious", "external_agent"])
-def test_ask_becomes_deny_where_no_human_can_answer(channel: str) -> None:
-    assert rules.decide("ask", channel=channel, human_present=True) == "deny"
-    assert rules.decide(None, channel=channel, human_present=True) == "deny"
+@pytest.mark.parametrize(
+    ("channel", "human"),
+    [("subconscious", True), ("subconscious", False), ("external_agent", False)],
+)
+def test_ask_becomes_deny_where_no_human_can_answer(channel: str, human: bool) -> None:
+    assert rules.decide("ask", channel=channel, human_present=human) == "deny"
+    assert rules.decide(None, channel=channel, human_present=human) == "deny"
+
+
+def test_an_agent_turn_that_loops_in_a_present_human_asks_that_human() -> None:
+    # Only the inbound MCP server sets human_present on external_agent (loop_in_human asks).
+    assert rules.decide("ask", channel="external_agent", human_present=True) == "ask-human"
+    assert rules.decide("deny", channel="external_agent", human_present=True) == "deny"
 
 
 def test_ask_becomes_deny_on_chat_without_a_human_present() -> None:
@@ -224,12 +233,12 @@ def test_an_internal_table_entry_allows_as_internal(tmp_path: Path) -> None:
     assert g.gate("memory", ctx("subconscious")).result(1).decided_by == "internal"
 
 
-@pytest.mark.parametrize("channel", ["subconscious", "external_agent"])
+@pytest.mark.parametrize(("channel", "human"), [("subconscious", True), ("external_agent", False)])
 def test_unseen_permission_is_recorded_and_denied_without_a_human(
-    tmp_path: Path, channel: str
+    tmp_path: Path, channel: str, human: bool
 ) -> None:
     g = Gate(tmp_path / "chalie.db")
-    decision = g.gate("email.send", ctx(channel)).result(1)
+    decision = g.gate("email.send", ctx(channel, human=human)).result(1)
     assert (decision.decision, decision.code) == ("deny", "permission-denied")
     assert "human must approve" in decision.hint
     assert decision.hint.startswith("do not retry")
@@ -453,6 +462,8 @@ def test_the_one_gate_rule_decides_every_setting() -> None:
     assert rule("allow").allowed and rule("internal").decided_by == "internal"
     assert rule("deny").code == "permission-denied" and "policy denies" in rule("deny").message
     assert rule("ask") is None and rule(None) is None  # a human is asked
-    for channel, human in (("chat", False), ("subconscious", True), ("external_agent", True)):
+    for channel, human in (("chat", False), ("subconscious", True), ("external_agent", False)):
         denied = rule("ask", channel, human)
         assert not denied.allowed and denied.hint.startswith("do not retry")
+    # An inbound agent's loop_in_human turn with a connected human: that human is asked.
+    assert rule("ask", "external_agent", True) is None

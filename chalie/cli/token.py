@@ -35,12 +35,17 @@ def token() -> None:
 
 @token.command("create")
 @click.argument("name")
+@click.option(
+    "--gateway",
+    is_flag=True,
+    help="Let this agent call Chalie's tools directly ([mcp_server] gateway must be on).",
+)
 @click.pass_obj
-def token_create(obj: Ctx, name: str) -> None:
+def token_create(obj: Ctx, name: str, gateway: bool) -> None:
     """Create a token NAME and print its secret (shown this once only)."""
     try:
         with _store(obj) as store:
-            secret = store.create(name)
+            secret = store.create(name, gateway=gateway)
     except TokenError as exc:
         raise click.ClickException(f"{exc} [{exc.code}]") from None
     click.echo(secret)
@@ -63,6 +68,7 @@ def token_list(obj: Ctx, as_json: bool) -> None:
                         "created": t.created,
                         "revoked": t.revoked,
                         "last_used": t.last_used,
+                        "gateway": t.gateway,
                     }
                     for t in infos
                 ]
@@ -72,10 +78,11 @@ def token_list(obj: Ctx, as_json: bool) -> None:
     if not infos:
         click.echo("no tokens")
         return
-    click.echo(f"{'NAME':<24} {'STATE':<8} {'CREATED':<17} LAST USED")
+    click.echo(f"{'NAME':<24} {'STATE':<8} {'GATEWAY':<8} {'CREATED':<17} LAST USED")
     for t in infos:
         state = "active" if t.active else "revoked"
-        click.echo(f"{t.name:<24} {state:<8} {_when(t.created):<17} {_when(t.last_used)}")
+        gw = "yes" if t.gateway else "no"
+        click.echo(f"{t.name:<24} {state:<8} {gw:<8} {_when(t.created):<17} {_when(t.last_used)}")
 
 
 @token.command("revoke")

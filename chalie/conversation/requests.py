@@ -29,6 +29,9 @@ class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     client_msg_id: str
     busy: Busy = "queue"
     origin: str = ""
+    # A person will answer this turn's asks although its channel has none (an inbound
+    # agent's loop_in_human turn, chalie/mcp_server/talk.py); this turn only.
+    human_present: bool = False
 
 
 class Accepted(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,14 +25,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import uvicorn
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
+from mcp.server.subscriptions import ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from chalie.config import McpServerConfig
-from chalie.mcp_server.gate import Gate, TokenVerifier
+from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
+from chalie.mcp_server.gateway import Gateway, announce
 from chalie.mcp_server.limits import TokenLimits
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.mcp_server.validation import TOOL_NAME, input_schema
@@ -124,13 +127,59 @@ def talk_tool(talk: TalkToChalie) -> Tool:
     return tool
 
 
+def caller_of(ctx: ServerRequestContext[Any]) -> Caller | None:
+    """The caller the gate admitted this request as (None: not through the gate)."""
+    scope = getattr(ctx.request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    found = scope.get("state", {}).get(CALLER_KEY)
+    return found if isinstance(found, Caller) else None
+
+
+class ChalieServer(MCPServer):
+    """MCPServer whose tools/list and tools/call follow the caller: talk_to_chalie for all,
+    the gateway's tools only for a token that may use them."""
+
+    def __init__(self, gateway: Gateway, **kwargs: Any) -> None:
+        self.gateway = gateway
+        super().__init__(**kwargs)
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> Any:
+        listed = await super()._handle_list_tools(ctx, params)
+        extra = self.gateway.tools(caller_of(ctx))
+        if extra:
+            listed.tools = [*listed.tools, *extra]
+        return listed
+
+    async def _handle_call_tool(self, ctx: Any, params: Any) -> Any:
+        if params.name == TOOL_NAME:
+            return await super()._handle_call_tool(ctx, params)
+        # Absent arguments are none; anything else goes to the dispatcher, which checks it.
+        arguments = {} if params.arguments is None else params.arguments
+        bus = self._subscriptions
+        session = getattr(ctx, "session", None)
+
+        async def publish() -> None:
+            await bus.publish(ToolsListChanged())
+
+        return await self.gateway.call(
+            caller_of(ctx), params.name, arguments, lambda: announce(session, publish)
+        )
+
+
 def build_app(
     config: McpServerConfig,
     port: int,
     talk: TalkToChalie,
     verifier: Callable[[], TokenVerifier],
+    gateway: Gateway | None = None,
 ) -> tuple[Starlette, Gate, MCPServer]:
-    server = MCPServer("chalie", instructions=INSTRUCTIONS, tools=[talk_tool(talk)])
+    server = ChalieServer(
+        gateway or Gateway(False, None),
+        name="chalie",
+        instructions=INSTRUCTIONS,
+        tools=[talk_tool(talk)],
+    )
     mcp_app = server.streamable_http_app(
         streamable_http_path=PATH,
         max_request_body_size=config.max_body_bytes,
@@ -169,9 +218,11 @@ class McpHttpServer:
         config: McpServerConfig,
         talk: TalkToChalie,
         verifier: Callable[[], TokenVerifier],
+        gateway: Gateway | None = None,
     ) -> None:
         self.config = config
         self.talk = talk
+        self.gateway = gateway or Gateway(False, None)
         self._verifier = verifier
         self.port = 0
         self.gate: Gate | None = None
@@ -194,7 +245,9 @@ class McpHttpServer:
         sock = bind(self.config)
         self._sock = sock
         self.port = int(sock.getsockname()[1])
-        app, self.gate, _ = build_app(self.config, self.port, self.talk, self._verifier)
+        app, self.gate, _ = build_app(
+            self.config, self.port, self.talk, self._verifier, self.gateway
+        )
         cfg = uvicorn.Config(
             app,
             log_level="warning",

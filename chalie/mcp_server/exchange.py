@@ -1,7 +1,10 @@
 """``loop_in_human``: the event that shows a person what an agent asked Chalie and what it answered.
 
 Published twice per surfaced exchange (``phase`` "asked", then "answered") to
-every connected chat client through :class:`HumanDesk`.
+every connected chat client through :class:`HumanDesk`; with
+``[mcp_server] loop_in_human_asks`` also once per approval the turn needs
+(``phase`` "permission", carrying the ``request_id`` a client answers with
+its ``answer`` frame and a ``prompt`` naming the agent).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
-Phase = Literal["asked", "answered"]
+Phase = Literal["asked", "answered", "permission"]
 
 
 class AgentExchange(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exchange"):
@@ -25,6 +28,13 @@ class AgentExchange(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exchan
     message: str
     answer: str = ""
     reason: str = ""
+    # phase "permission" only: the pending request and what it would do.
+    request_id: str = ""
+    tool: str = ""
+    permission: str = ""
+    act_summary: str = ""
+    expires_at: float = 0.0
+    prompt: str = ""
     ts: float = msgspec.field(default_factory=time.time)
 
 

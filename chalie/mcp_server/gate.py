@@ -66,6 +66,8 @@ class Caller:
 
     token_name: str
     gone: asyncio.Event = field(default_factory=asyncio.Event)
+    # The token carries the gateway permission (direct tool calls, when the server allows).
+    gateway: bool = False
 
 
 @dataclass
@@ -154,9 +156,10 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        name = await self._authenticate(scope, send)
-        if name is None:
+        who = await self._authenticate(scope, send)
+        if who is None:
             return
+        name, gateway = who
         try:
             self.limits.admit(name)
         except Refused as exc:
@@ -170,7 +173,7 @@ class Gate:
             return
         send = self.sessions.recorder(name, send)
         if scope.get("method") != "POST":
-            scope.setdefault("state", {})[CALLER_KEY] = Caller(name)
+            scope.setdefault("state", {})[CALLER_KEY] = Caller(name, gateway=gateway)
             self.stats.admitted += 1
             await self.app(scope, receive, send)
             return
@@ -185,7 +188,7 @@ class Gate:
                 self.stats.limited += 1
                 await self._too_many(send, exc)
                 return
-        caller = Caller(name)
+        caller = Caller(name, gateway=gateway)
         scope.setdefault("state", {})[CALLER_KEY] = caller
         self.stats.admitted += 1
         try:
@@ -194,7 +197,7 @@ class Gate:
             if is_call:
                 self.limits.end_turn(name)
 
-    async def _authenticate(self, scope: Scope, send: Send) -> str | None:
+    async def _authenticate(self, scope: Scope, send: Send) -> tuple[str, bool] | None:
         raw = _header(scope, b"authorization")
         if raw is None:
             await self._unauthorized(send, REALM, "a bearer token is required")
@@ -221,7 +224,7 @@ class Gate:
                 send, f'{REALM}, error="invalid_token"', "the token is unknown or revoked"
             )
             return None
-        return info.name
+        return info.name, getattr(info, "gateway", False) is True
 
     async def _unauthorized(self, send: Send, challenge: str, message: str) -> None:
         self.stats.unauthorized += 1

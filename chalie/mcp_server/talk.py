@@ -9,6 +9,12 @@ Lifecycle of one call (all on the event-loop thread):
    backfill for a conversation created by this very send).
 3. Each ``tool_started`` of the turn becomes an MCP progress notification
    carrying its ``act_summary``; ``tool_finished`` outcomes are collected.
+   With ``loop_in_human`` and ``asks`` on (``[mcp_server] loop_in_human_asks``)
+   while a chat client is connected, the turn runs with ``human_present`` (that
+   turn only; :func:`chalie.policy.decide` then asks instead of denying) and
+   each ``permission_request`` is shown to the people as an
+   :class:`AgentExchange` naming the agent; the call waits, reporting progress,
+   until it is answered or expires.
 4. ``turn_finished`` ends the call: the answer, the conversation id, and a
    line for every tool Chalie was not allowed to run, and why.
 5. A cancelled request or a client that went away cancels the turn.
@@ -94,8 +100,10 @@ class TalkToChalie:
         desk: HumanDesk,
         *,
         turn_wait: float,
+        asks: bool = False,
     ) -> None:
         self.port = port
+        self.asks = asks
         self.owners = owners
         self.desk = desk
         self.turn_wait = turn_wait
@@ -150,6 +158,7 @@ class TalkToChalie:
                     "omit conversation_id to start a new one",
                 )
         follow = _Follow(loop, uuid.uuid4().hex)
+        human = bool(req.loop_in_human and self.asks and self._humans() > 0)
         sub = None
         if req.conversation_id is not None:
             sub = self.port.subscribe(req.conversation_id, follow.push)
@@ -160,6 +169,7 @@ class TalkToChalie:
                     text=framed(req),
                     client_msg_id=follow.client_msg_id,
                     origin=origin(caller.token_name),
+                    human_present=human,
                 )
             )
             try:
@@ -209,7 +219,7 @@ class TalkToChalie:
         gone = asyncio.get_running_loop().create_task(_when_gone(caller, follow))
         try:
             async with asyncio.timeout(self.turn_wait):
-                finished = await self._until_finished(ctx, follow)
+                finished = await self._until_finished(ctx, follow, caller, req, cid)
         except asyncio.CancelledError:
             # The client cancelled the request (or, on 2026-07-28, dropped it): so does the turn.
             self.stats.cancelled += 1
@@ -239,7 +249,9 @@ class TalkToChalie:
             self._surface(cid, caller, req, "answered", answer=answer, reason=reason)
         return _answer(cid, follow, answer, reason)
 
-    async def _until_finished(self, ctx: Context, follow: _Follow) -> TurnEvent:
+    async def _until_finished(
+        self, ctx: Context, follow: _Follow, caller: Caller, req: TalkRequest, cid: str
+    ) -> TurnEvent:
         sent = 0  # MCP progress must increase: one count per notification
 
         async def progress(message: str) -> None:
@@ -260,12 +272,47 @@ class TalkToChalie:
             elif event.kind == "tool_finished":
                 follow.tools.append(event)
             elif event.kind == "permission_request":
+                if req.loop_in_human:
+                    self._ask_people(cid, caller, req, event)
                 await progress(f"waiting for a person to approve {event.tool}")
             elif event.kind == "error":
                 follow.errors.append(event)
                 await progress(f"{event.code}: {event.message}")
             elif event.kind == "turn_finished":
                 return event
+
+    def _humans(self) -> int:
+        try:
+            return self.desk.humans_connected()
+        except Exception:
+            log.exception("could not count the connected people")
+            return 0  # fail closed: nobody to ask, so ask is deny
+
+    def _ask_people(self, cid: str, caller: Caller, req: TalkRequest, event: TurnEvent) -> None:
+        what = event.act_summary or event.tool or "an action"
+        prompt = (
+            f"Agent {req.agent_name!r} (token {caller.token_name}, project "
+            f"{req.project_or_task_name!r}) asked Chalie to do something that needs your "
+            f"approval: {what} ({event.permission or event.tool}). Allow it?"
+        )
+        exchange = AgentExchange(
+            conversation_id=cid,
+            phase="permission",
+            token_name=caller.token_name,
+            agent_name=req.agent_name,
+            project=req.project_or_task_name,
+            message=req.message,
+            request_id=event.request_id or "",
+            tool=event.tool or "",
+            permission=event.permission or "",
+            act_summary=event.act_summary or "",
+            expires_at=event.expires_at or 0.0,
+            prompt=prompt,
+        )
+        try:
+            self.desk.surface(exchange)
+        except Exception:
+            log.exception("could not show a permission request to the people")
 
     def _cancel_once_sent(self, sending: asyncio.Future[Sent]) -> None:
         if not sending.cancelled() and sending.exception() is None:

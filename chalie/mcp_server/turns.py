@@ -53,8 +53,16 @@ class ConversationsPort(Protocol):
     """Seam #3 for async callers: never blocks the event loop."""
 
     async def send(
-        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
-    ) -> Sent: ...
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
+    ) -> Sent:
+        """Start (or queue) a turn; ``human_present``: a person answers this turn's asks."""
+        ...
 
     async def cancel(self, conversation_id: str) -> bool: ...
 
@@ -82,9 +90,12 @@ class TurnEvent(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     message: str | None = None
     request_id: str | None = None
+    permission: str | None = None
+    expires_at: float | None = None
 
 
 _FIELDS: Final = tuple(f for f in TurnEvent.__struct_fields__ if f != "kind")
+_NUMBERS: Final = ("seq", "expires_at")
 
 
 def kind_of(event: Any) -> str | None:
@@ -104,7 +115,12 @@ def view(event: Any) -> TurnEvent | None:
     for name in _FIELDS:
         value = getattr(event, name, None)
         if value is not None:
-            values[name] = value if name == "seq" else str(value)
+            values[name] = value if name in _NUMBERS else str(value)
+    for name in _NUMBERS:
+        if name in values and (
+            not isinstance(values[name], (int, float)) or isinstance(values[name], bool)
+        ):
+            values.pop(name)
     if "seq" in values and not isinstance(values["seq"], int):
         values.pop("seq")
     return TurnEvent(kind=kind, **values)

@@ -170,3 +170,47 @@ def test_cli_creates_lists_and_revokes(tmp_path: Path) -> None:
     assert "revoked" in runner.invoke(cli, [*home, "token", "list"]).output
     with TokenStore(tmp_path / "chalie.db") as s:
         assert s.verify(secret) is None
+
+
+def test_the_gateway_permission_is_off_unless_granted_and_is_seen_by_verify(
+    store: TokenStore,
+) -> None:
+    plain = store.create("plain")
+    keen = store.create("keen", gateway=True)
+    assert store.verify(plain).gateway is False  # type: ignore[union-attr]
+    assert store.verify(keen).gateway is True  # type: ignore[union-attr]
+    assert {t.name: t.gateway for t in store.list()} == {"keen": True, "plain": False}
+
+
+def test_a_store_from_before_the_gateway_permission_gains_it_and_keeps_its_tokens(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "chalie.db"
+    conn = sqlite3.connect(db)
+    conn.execute(
+        "CREATE TABLE tokens (name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE,"
+        " created REAL NOT NULL, revoked REAL, last_used REAL)"
+    )
+    conn.execute("INSERT INTO tokens VALUES ('old', ?, 1.0, NULL, NULL)", (digest("chalie_x" * 6),))
+    conn.commit()
+    conn.close()
+    with TokenStore(db) as s:
+        found = s.verify("chalie_x" * 6)
+        assert found is not None and found.name == "old" and found.gateway is False
+        s.create("new", gateway=True)
+        assert [t.gateway for t in s.list()] == [True, False]
+    with TokenStore(db) as s:  # a second open migrates nothing twice
+        assert len(s.list()) == 2
+
+
+def test_cli_grants_the_gateway_only_with_the_flag(tmp_path: Path) -> None:
+    runner = CliRunner()
+    home = ["--home", str(tmp_path)]
+    assert runner.invoke(cli, [*home, "token", "create", "a"]).exit_code == 0
+    made = runner.invoke(cli, [*home, "token", "create", "b", "--gateway"])
+    assert made.exit_code == 0, made.output
+    listed = runner.invoke(cli, [*home, "token", "list", "--json"])
+    import json
+
+    assert {t["name"]: t["gateway"] for t in json.loads(listed.stdout)} == {"a": False, "b": True}
+    assert "GATEWAY" in runner.invoke(cli, [*home, "token", "list"]).output

@@ -72,6 +72,7 @@ class SentMessage:
     client_msg_id: str
     origin: str
     channel: str = "external_agent"
+    human_present: bool = False
 
 
 @dataclass
@@ -111,13 +112,21 @@ class FakeConversations:
 
     # -- the port ------------------------------------------------------------------------
     async def send(
-        self, *, conversation_id: str | None, text: str, client_msg_id: str, origin: str
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
     ) -> Sent:
         with self._lock:
             cid = conversation_id or f"c{next(self._ids)}"
             conv = self.convs.setdefault(cid, _Conv())
             conv.cancel = threading.Event()
-            self.sent.append(SentMessage(cid, text, client_msg_id, origin))
+            self.sent.append(
+                SentMessage(cid, text, client_msg_id, origin, human_present=human_present)
+            )
         turn_id = f"t{next(self._ids)}"
         threading.Thread(
             target=self._play, args=(cid, turn_id, text, client_msg_id), daemon=True

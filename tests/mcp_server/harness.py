@@ -68,7 +68,9 @@ def running(
         db = db_path or Path(tmp) / "chalie.db"
         store = tokens if tokens is not None else TokenStore(db)
         owners = ConversationOwners(db)
-        talk = TalkToChalie(port, owners, people, turn_wait=cfg.turn_wait)
+        talk = TalkToChalie(
+            port, owners, people, turn_wait=cfg.turn_wait, asks=cfg.loop_in_human_asks
+        )
         server = McpHttpServer(cfg, talk, lambda: store)
         loop = EventLoopThread("mcp-test-loop")
         loop.start()
