@@ -217,6 +217,7 @@ class ChatBridge(SupervisedActor):
             "zmq_tcp": self._zmq.tcp_endpoint if self._zmq is not None else None,
             "websocket_clients": self._ws.clients if self._ws is not None else 0,
             "zmq_clients": self._zmq.clients if self._zmq is not None else 0,
+            "zmq_sessions_opened": self._zmq.sessions_opened if self._zmq is not None else 0,
         }
 
     def on_receive(self, message: Any) -> Any:

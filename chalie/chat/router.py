@@ -93,6 +93,8 @@ class ZmqBridge:
         self._socks: list[zmq.asyncio.Socket] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._peers: dict[tuple[int, bytes], _Peer] = {}
+        # Sessions ever opened (clients counts only those still held).
+        self.sessions_opened = 0
         self._inode: int | None = None
         self.tcp_endpoint: str | None = None
 
@@ -215,6 +217,7 @@ class ZmqBridge:
         peer = _Peer(sock, ident, session)
         holder.append(peer)
         self._peers[(index, ident)] = peer
+        self.sessions_opened += 1
         loop = asyncio.get_running_loop()
         peer.tasks = [loop.create_task(self._handle(peer)), loop.create_task(self._write(peer))]
         session.hello()
