@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import httpx2
@@ -45,6 +45,8 @@ MAX_LINE: Final = 4 * 1024 * 1024
 # Connections kept open to one model server. httpx2's default keeps 20 alive of 100, so
 # with more turns in flight than 20 every further request opened (and closed) a connection.
 POOL_CONNECTIONS: Final = 256
+DRAIN_MAX: Final = 64 * 1024
+DRAIN_SECONDS: Final = 1.0
 JSON_HEADERS: Final = {"Content-Type": "application/json"}
 _encoder = msgspec.json.Encoder()
 
@@ -184,7 +186,8 @@ class ModelClient:
     async def _stream(self, response: httpx2.Response, on_delta: OnDelta) -> ModelResponse:
         assembler = self.wire.assembler()
         event = ""
-        async for line in response.aiter_lines():
+        lines = response.aiter_lines()
+        async for line in lines:
             if len(line) > MAX_LINE:
                 raise ProviderError(
                     "model-bad-response",
@@ -214,7 +217,26 @@ class ModelClient:
             raise ProviderError(
                 "model-unreachable", "the model server's stream ended early", retryable=True
             )
+        await _drain(lines)
         return assembler.finish()
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what follows the end marker, so the connection goes back to the pool.
+
+    httpx2 closes a connection whose response was not read to its end: without
+    this every streamed model request opened a new connection. Bounded in time
+    and size; a server that keeps sending only loses its connection.
+    """
+    budget = DRAIN_MAX
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for line in lines:
+                budget -= len(line) + 1
+                if budget < 0:
+                    return
+    except (TimeoutError, httpx2.HTTPError):
+        return
 
 
 def _json_line(text: str) -> dict[str, Any]:
