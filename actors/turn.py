@@ -501,8 +501,7 @@ class TurnActor(pykka.ThreadingActor):
         message = ChatMessage(role="assistant", text=response.text, tool_calls=response.tool_calls)
         self._append(batch, turn.turn_id, message)
         if not response.tool_calls:
-            self._deps.store.write(batch)
-            self._finish("final", response.text)
+            self._finish("final", response.text, batch)  # the answer and the end: one write
             return
         channel = self._channel
         assert channel is not None
@@ -715,7 +714,8 @@ class TurnActor(pykka.ThreadingActor):
         return True
 
     # -- the end of a turn ----------------------------------------------------------------
-    def _finish(self, reason: FinishReason, text: str) -> None:
+    def _finish(self, reason: FinishReason, text: str, prior: Batch | None = None) -> None:
+        """End the turn; ``prior`` (not yet written) is stored in the same transaction."""
         turn = self._turn
         if turn is None:
             return
@@ -739,6 +739,9 @@ class TurnActor(pykka.ThreadingActor):
                 notes=turn.notes,
             ),
         )
+        if prior is not None:
+            batch.messages.extend(prior.messages)
+            batch.events.extend(prior.events)
         code = "interrupted" if reason == "interrupted" else "cancelled"
         for call in turn.calls:
             result = call.result or act.closed_call(

@@ -28,10 +28,11 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import httpx2
+import msgspec
 
 from chalie.config import ModelConfig
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
@@ -41,6 +42,15 @@ log = logging.getLogger("chalie.providers")
 
 MAX_ERROR_BODY: Final = 300
 MAX_LINE: Final = 4 * 1024 * 1024
+# Connections kept open to one model server: up to POOLS pools of POOL_CONNECTIONS each
+# (httpx2's default kept 20 alive of 100: with more turns in flight than 20 every further
+# request opened, and closed, a connection).
+POOLS: Final = 16
+POOL_CONNECTIONS: Final = 16
+DRAIN_MAX: Final = 64 * 1024
+DRAIN_SECONDS: Final = 1.0
+JSON_HEADERS: Final = {"Content-Type": "application/json"}
+_encoder = msgspec.json.Encoder()
 
 OnDelta = Callable[[str], None]
 OnRetry = Callable[[int, ProviderError, float], None]
@@ -65,30 +75,50 @@ def _status_error(status: int, body: bytes, retry_after: str | None) -> Provider
 
 
 class ModelClient:
-    """A configured model (one ``[models.NAME]``); one connection pool, used on one loop."""
+    """A configured model (one ``[models.NAME]``); its connection pools, used on one loop.
+
+    The connections are split over a few small pools, filled in order: httpx2
+    probes every idle connection of a pool on each request, so one pool of a
+    hundred kept-alive connections costs a hundred socket probes a request.
+    A quiet daemon uses the first pool only (its connection stays warm).
+    """
 
     def __init__(self, name: str, config: ModelConfig) -> None:
         self.name = name
         self.config = config
         self.wire: Wire = WIRES[config.provider]
-        self._http: httpx2.AsyncClient | None = None
+        self._pools: list[httpx2.AsyncClient] = []
+        self._busy: list[int] = []
 
-    def _client(self) -> httpx2.AsyncClient:
-        if self._http is None:
-            cfg = self.config
-            self._http = httpx2.AsyncClient(
-                base_url=cfg.base_url.rstrip("/"),
-                timeout=httpx2.Timeout(
-                    connect=cfg.connect_timeout, read=cfg.read_timeout, write=30.0, pool=30.0
-                ),
-                trust_env=False,
-            )
-        return self._http
+    def _new_pool(self) -> httpx2.AsyncClient:
+        cfg = self.config
+        return httpx2.AsyncClient(
+            base_url=cfg.base_url.rstrip("/"),
+            timeout=httpx2.Timeout(
+                connect=cfg.connect_timeout, read=cfg.read_timeout, write=30.0, pool=30.0
+            ),
+            limits=httpx2.Limits(
+                max_connections=POOL_CONNECTIONS, max_keepalive_connections=POOL_CONNECTIONS
+            ),
+            trust_env=False,
+        )
+
+    def _pick(self) -> int:
+        """The first pool with room (a new one, or else the least busy): its index, counted."""
+        free = next((i for i, busy in enumerate(self._busy) if busy < POOL_CONNECTIONS), None)
+        if free is None and len(self._pools) < POOLS:
+            self._pools.append(self._new_pool())
+            self._busy.append(0)
+            free = len(self._pools) - 1
+        if free is None:
+            free = self._busy.index(min(self._busy))
+        self._busy[free] += 1
+        return free
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        pools, self._pools, self._busy = self._pools, [], []
+        for pool in pools:
+            await pool.aclose()
 
     def _api_key(self) -> str | None:
         env = self.config.api_key_env
@@ -126,11 +156,14 @@ class ModelClient:
 
     async def _once(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         cfg = self.config
-        body = self.wire.body(request, cfg.model, stream=cfg.stream)
-        headers = self.wire.headers(self._api_key())
+        # Encoded once, by msgspec (httpx2's json= runs json.dumps, several times slower).
+        body = _encoder.encode(self.wire.body(request, cfg.model, stream=cfg.stream))
+        headers = {**JSON_HEADERS, **self.wire.headers(self._api_key())}
+        index = self._pick()
+        pool = self._pools[index]
         try:
-            async with self._client().stream(
-                "POST", self.wire.path(), json=body, headers=headers
+            async with pool.stream(
+                "POST", self.wire.path(), content=body, headers=headers
             ) as response:
                 if response.status_code >= 300:
                     raw = await response.aread()
@@ -170,11 +203,15 @@ class ModelClient:
                 f"the model request failed ({type(exc).__name__})",
                 retryable=True,
             ) from None
+        finally:
+            if index < len(self._pools) and self._pools[index] is pool:
+                self._busy[index] -= 1
 
     async def _stream(self, response: httpx2.Response, on_delta: OnDelta) -> ModelResponse:
         assembler = self.wire.assembler()
         event = ""
-        async for line in response.aiter_lines():
+        lines = response.aiter_lines()
+        async for line in lines:
             if len(line) > MAX_LINE:
                 raise ProviderError(
                     "model-bad-response",
@@ -204,7 +241,26 @@ class ModelClient:
             raise ProviderError(
                 "model-unreachable", "the model server's stream ended early", retryable=True
             )
+        await _drain(lines)
         return assembler.finish()
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what follows the end marker, so the connection goes back to the pool.
+
+    httpx2 closes a connection whose response was not read to its end: without
+    this every streamed model request opened a new connection. Bounded in time
+    and size; a server that keeps sending only loses its connection.
+    """
+    budget = DRAIN_MAX
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for line in lines:
+                budget -= len(line) + 1
+                if budget < 0:
+                    return
+    except (TimeoutError, httpx2.HTTPError):
+        return
 
 
 def _json_line(text: str) -> dict[str, Any]:

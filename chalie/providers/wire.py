@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+import msgspec
+
 from chalie.providers.types import (
     ChatMessage,
     ModelRequest,
@@ -27,6 +29,8 @@ from chalie.providers.types import (
 
 ProviderKind = Literal["openai", "ollama", "anthropic"]
 PROVIDERS: Final[tuple[str, ...]] = ("openai", "ollama", "anthropic")
+_encoder: Final = msgspec.json.Encoder()
+
 ANTHROPIC_VERSION: Final = "2023-06-01"
 StreamFraming = Literal["sse", "ndjson"]
 
@@ -100,6 +104,11 @@ def _openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text (msgspec: several times faster than json.dumps)."""
+    return _encoder.encode(value).decode()
+
+
 def _openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
     for m in request.messages:
@@ -118,7 +127,7 @@ def _openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
                         "type": "function",
                         "function": {
                             "name": c.name,
-                            "arguments": c.raw if c.arguments is None else json.dumps(c.arguments),
+                            "arguments": c.raw if c.arguments is None else _json_text(c.arguments),
                         },
                     }
                     for c in m.tool_calls
