@@ -213,7 +213,8 @@ class TerminalChat:
         self.end_line()
         reason = frame.get("reason")
         if reason == "model-error":
-            self.notice(f"the model could not answer: {one_line(frame.get('text', ''), 400)}")
+            # The turn's line already says "The model could not answer: <why>".
+            self.notice(one_line(frame.get("text", "") or "the model could not answer", 400))
         elif reason != "final":
             self.notice(
                 f"(turn ended: {one_line(reason, 32)}) {one_line(frame.get('text', ''), 400)}"
