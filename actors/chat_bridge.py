@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
 import pykka
 
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable, SupervisedActor
+from actors.serving import ServingActor
+from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable
 from chalie.chat import protocol as p
 from chalie.chat.router import ZmqBridge
 from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable, Refused
@@ -136,7 +134,7 @@ class ActorConversations:
             raise ConversationsUnavailable(f"the chat bridge is stopping ({exc})") from None
 
 
-class ChatBridge(SupervisedActor):
+class ChatBridge(ServingActor):
     """The tree's child for the chat transports."""
 
     def __init__(
@@ -199,8 +197,7 @@ class ChatBridge(SupervisedActor):
         if self._stopping:
             return
         log.error("chat transport stopped serving: %r", error)
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_TransportDied(repr(error)))
+        self.stopped_serving(repr(error))
 
     async def _verify(self, secret: str | None) -> TokenInfo | None:
         store = self._tokens
@@ -220,23 +217,7 @@ class ChatBridge(SupervisedActor):
             "zmq_sessions_opened": self._zmq.sessions_opened if self._zmq is not None else 0,
         }
 
-    def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _TransportDied):
-            raise RuntimeError(f"chat transport stopped serving: {message.error}")
-        return None
-
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         self._stopping = True
         if self._loop.is_alive():
             try:
@@ -253,11 +234,6 @@ class ChatBridge(SupervisedActor):
             await self._ws.stop()
         if self._zmq is not None:
             await self._zmq.stop()
-
-
-@dataclass(frozen=True)
-class _TransportDied:
-    error: str
 
 
 def child_specs(

@@ -9,27 +9,25 @@ serving, and closes all three when it stops.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from types import TracebackType
 from typing import Any
-
-import pykka
 
 from actors.control_commands import ControlCommands, ControlHost
 from actors.control_server import ControlEndpoint
 from actors.loop import EventLoopThread
-from actors.supervisor import SupervisedActor
+from actors.serving import ServingActor
 from chalie.call_desk import CallDesk
 from chalie.events import EventBus
-from chalie.messages import EndpointDied, ToolCall, ToolOutcome
+from chalie.messages import ToolCall, ToolOutcome
 from chalie.routing import Route, Router
 
 
-class ControlActor(SupervisedActor):
+class ControlActor(ServingActor):
     """The tree's child for the control endpoint: starts it, stops it, fails when it dies."""
+
+    serving = "the control endpoint"
 
     def __init__(
         self,
@@ -63,27 +61,8 @@ class ControlActor(SupervisedActor):
         self._endpoint.on_exit(self._endpoint_exited)
 
     def _endpoint_exited(self, error: BaseException | None) -> None:
-        # Runs on the loop thread: hand the failure to the actor, whose
-        # on_receive raising under a tell fails it, and the supervisor restarts it.
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(EndpointDied(error))
+        self.stopped_serving(repr(error))
 
-    def on_receive(self, message: Any) -> Any:
-        if isinstance(message, EndpointDied):
-            raise RuntimeError(f"control endpoint stopped serving: {message.error!r}")
-        return None
-
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         self._endpoint.stop()
         self._commands.close()

@@ -7,7 +7,7 @@ Lifecycle, in order:
    A port in use (or a refused remote bind) is one error line and the actor
    stays up, idle, reporting it in :meth:`status`: no restart loop.
 2. While it runs, an unexpected end of the uvicorn task is told to the actor
-   as :class:`_ServerDied`; the actor fails and its supervisor restarts it.
+   as :class:`~chalie.messages.EndpointDied`; the actor fails and its supervisor restarts it.
 3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
    turns are cancelled), close its listeners and the ownership table.
 
@@ -22,7 +22,6 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import pykka
@@ -30,7 +29,8 @@ import pykka
 from actors.conversations import Conversations
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from actors.serving import ServingActor
+from actors.supervisor import ChildRef, ChildUnavailable
 from chalie.config import McpServerConfig
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.dispatch import envelope_name
@@ -178,14 +178,9 @@ class BusDesk:
         return self._bus.publish(HUMANS, exchange)
 
 
-class _ServerDied:
-    """The uvicorn task ended without being asked to."""
+class McpServerActor(ServingActor):
+    serving = "the MCP server"
 
-    def __init__(self, error: str) -> None:
-        self.error = error
-
-
-class McpServerActor(SupervisedActor):
     def __init__(
         self,
         config: McpServerConfig,
@@ -235,35 +230,16 @@ class McpServerActor(SupervisedActor):
         self.server = server
         self.state = "serving"
         log.info("MCP server listening", extra={"url": self.url})
-        me = self.actor_ref
         assert server.done is not None
 
         def ended(task: Any) -> None:
             if server.stopping:
                 return
-            error = "stopped" if task.cancelled() else repr(task.exception())
-            me.tell(_ServerDied(error))
+            self.stopped_serving("stopped" if task.cancelled() else repr(task.exception()))
 
         self.loop.call_soon(server.done.add_done_callback, ended)
 
-    def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _ServerDied):
-            raise RuntimeError(f"the MCP server stopped unexpectedly: {message.error}")
-        return None
-
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # pykka runs on_failure, not on_stop, after a failed message: close here too.
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         server, self.server = self.server, None
         if server is not None:
             try:

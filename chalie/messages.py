@@ -282,9 +282,10 @@ class ExpireRequest:
 
 @dataclass(frozen=True, slots=True)
 class EndpointDied:
-    """Control actor: its socket server stopped serving (the actor fails, and is restarted)."""
+    """A serving actor's server stopped serving unexpectedly (the actor fails, is restarted)."""
 
-    error: BaseException | None
+    what: str
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
