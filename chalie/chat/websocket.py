@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -29,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession, ConversationsPort
 from chalie.config import LOOPBACK_HOSTS, ChatConfig
+from chalie.listener import tcp_listener
 from chalie.tokens import TokenInfo, bearer
 
 log = logging.getLogger("chalie.chat.websocket")
@@ -72,15 +72,7 @@ class WebSocketBridge:
                 "chat WebSocket listens beyond loopback",
                 extra={"host": cfg.host, "port": cfg.port},
             )
-        family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((cfg.host, cfg.port))
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
+        sock = tcp_listener(cfg.host, cfg.port)
         self.address = sock.getsockname()[:2]
         uv = uvicorn.Config(
             self.app(),

@@ -34,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from chalie.config import McpServerConfig
+from chalie.listener import tcp_listener
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
 from chalie.mcp_server.gateway import Gateway, announce
 from chalie.mcp_server.limits import TokenLimits
@@ -86,14 +87,9 @@ def bind(config: McpServerConfig) -> socket.socket:
             host,
             config.port,
         )
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host.strip("[]"), config.port))
-        sock.listen(1024)
+        return tcp_listener(host, config.port)
     except OSError as exc:
-        sock.close()
         if exc.errno == errno.EADDRINUSE:
             raise PortInUse(
                 f"MCP server not started: {host}:{config.port} is already in use "
@@ -102,8 +98,6 @@ def bind(config: McpServerConfig) -> socket.socket:
         raise PortInUse(
             f"MCP server not started: cannot bind {host}:{config.port}: {exc.strerror}"
         ) from None
-    sock.setblocking(False)
-    return sock
 
 
 def security(config: McpServerConfig, port: int) -> TransportSecuritySettings:

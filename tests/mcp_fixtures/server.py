@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import socket
 import sys
 from typing import Any
 
@@ -21,6 +20,8 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, ListToolsResult, PaginatedRequestParams, TextContent
+
+from chalie.listener import tcp_listener
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode()
 
@@ -175,9 +176,7 @@ async def serve_http(srv: Fixture, args: argparse.Namespace) -> None:
     app: Any = srv.sse_app() if args.transport == "sse" else srv.streamable_http_app()
     if args.token:
         app = Bearer(app, args.token)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
+    sock = tcp_listener("127.0.0.1", args.port)  # TCP_NODELAY: no delayed-ACK stalls
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     await server.serve(sockets=[sock])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -20,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from chalie.listener import tcp_listener
 from tools.fake_llm.script import Player, Script, Step, call_id, last_is_tool, last_user_text
 
 Scope = MutableMapping[str, Any]
@@ -432,12 +432,8 @@ class FakeModelServer:
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.app = FakeModelApp(script)
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Inherited by accepted sockets: without it the first frame after the response
-        # headers waits for the client's delayed ACK (~40 ms) on a kept-alive connection.
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.bind((host, port))
+        # TCP_NODELAY on every connection (see chalie.listener): no 40 ms delayed-ACK stalls.
+        self._sock = tcp_listener(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = uvicorn.Server(
             uvicorn.Config(
