@@ -22,8 +22,10 @@ Run: ``python tools/bench/bench_mcp.py [--only call,idle,changed,hung,ready] [--
 
 Measured on the shared 2-vCPU helper host (load 3-9, so noisy), December 2026:
 
-- call http: direct 44.1 ms, Chalie 47.9 ms, 1.09x (met). Every 2026-07-28 HTTP round trip
-  takes ~44 ms here with the SDK alone (legacy mode: 5.6 ms); the notes measured 2 ms.
+- call http: direct 1.22 ms, Chalie 1.73 ms, 1.42x (NOT met), on a quiet machine after
+  chalie.listener's fix. Before it, every round trip took ~44 ms (a listening socket of
+  protocol 0 got no TCP_NODELAY, so two-part responses waited for a delayed ACK); that
+  stall hid the dispatcher's overhead (44.1 vs 47.9 ms, 1.09x).
 - call stdio: direct 0.82-0.90 ms, Chalie 1.03-1.24 ms, 1.25-1.43x (NOT met). Breakdown in
   one run: the same session called from another thread 0.89-0.92 ms (the loop hop costs
   ~0.03 ms); an inline no-op through the same dispatcher 0.10-0.20 ms. So the MCP path adds
