@@ -20,16 +20,16 @@ from typing import Any
 from chalie import control
 
 
-def wait_until(
-    predicate: Callable[[], object], timeout: float = 10.0, *, what: str = "condition"
-) -> None:
-    """Return once ``predicate()`` is true; AssertionError naming ``what`` after ``timeout`` s."""
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """``predicate()``'s first true value; AssertionError naming ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what or 'condition'} not reached within {timeout:g} s")
         time.sleep(0.01)
-    raise AssertionError(f"{what} not reached within {timeout:g} s")
 
 
 def reap(proc: subprocess.Popen[Any]) -> None:

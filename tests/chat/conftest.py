@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,6 @@ from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
 from tests.chat.conversations_double import FakeConversations, SendMessage
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 @dataclass

@@ -19,9 +19,9 @@ import pytest
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.conversation.events import PermissionRequested
-from tests.chat.conftest import wait_until
 from tests.chat.daemon import Daemon
 from tests.chat.test_zmq_bridge import collect
+from tests.conftest import wait_until
 
 ASKING = {
     "steps": [

@@ -14,7 +14,8 @@ from websockets.typing import Origin
 
 from chalie.chat import protocol as p
 from chalie.tokens import TokenStore
-from tests.chat.conftest import Bridge, start_bridge, stop_bridge, wait_until
+from tests.chat.conftest import Bridge, start_bridge, stop_bridge
+from tests.conftest import wait_until
 
 
 def auth(token: str) -> dict[str, str]:

@@ -14,7 +14,8 @@ import zmq
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.chat.conftest import Bridge, wait_until
+from tests.chat.conftest import Bridge
+from tests.conftest import wait_until
 
 
 def collect(client: ChatClient, until: Any, timeout: float = 10.0) -> list[dict[str, Any]]:

@@ -6,8 +6,6 @@ import json
 import socket
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +16,11 @@ from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie_app import root
 from chalie_app.root import Runtime
+from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
 
 FORMATS = ("openai", "ollama", "anthropic")
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.005)
 
 
 def free_port() -> int:

@@ -7,7 +7,6 @@ import json
 import logging
 import shutil
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from chalie.discovery.engine import MANIFEST, DiscoveryEngine
 from chalie.discovery.state import IndexState, describe
 from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
+from tests.conftest import wait_until
 from tests.test_daemon import DaemonProcess, short_home
 
 
@@ -34,16 +34,6 @@ def embedder() -> Embedder:
 @pytest.fixture(scope="module")
 def registry() -> Registry:
     return Registry.collect(entry_points=False)
-
-
-def wait_until(check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ def generation(home: Path) -> str:
 def test_index_rebuild_beside_a_running_daemon_is_done_by_the_daemon(
     daemon: DaemonProcess,
 ) -> None:
-    wait_until(lambda: "discovery index: ready" in daemon.cli("status").stdout)
+    wait_until(lambda: "discovery index: ready" in daemon.cli("status").stdout, 60)
     before = generation(daemon.home)
     out = daemon.cli_process("index", "rebuild")
     assert out.returncode == 0, out.stderr
@@ -160,7 +150,7 @@ def test_a_rebuild_job_reports_progress_and_a_second_start_follows_the_first(
         assert first["started"] is True
         # the rebuild embeds every tool and skill anew: it is still running a moment later
         assert second["job_id"] == first["job_id"] and second["started"] is False
-        done = wait_until(lambda: (state.job() or {}).get("phase") == "done" and state.job())
+        done = wait_until(lambda: (state.job() or {}).get("phase") == "done" and state.job(), 60)
         assert done["total"] == done["done"] == done["tools"]
         assert done["error"] is None and done["tools"] >= 2 and done["skills"] >= 1
         assert handle.snapshot()["state"] == "ready"

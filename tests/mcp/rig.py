@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = McpConfig(
@@ -38,16 +38,6 @@ FAST = McpConfig(
     backoff_cap=1.0,
     start_delay=0.0,
 )
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached in time: {what}")
 
 
 class FixtureServer:

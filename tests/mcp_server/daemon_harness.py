@@ -15,7 +15,7 @@ from actors.supervisor import ChildUnavailable
 from chalie.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime
-from tests.mcp_server.harness import wait_until
+from tests.conftest import wait_until
 from tools.fake_llm.script import Script
 from tools.fake_llm.server import FakeModelServer
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,6 @@ from chalie.tokens import TokenStore
 from tests.mcp_server.doubles import FakeConversations, FakeDesk
 
 MODES = ("auto", "legacy")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 @dataclass

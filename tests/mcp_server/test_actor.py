@@ -18,8 +18,8 @@ from actors.mcp_server import McpServerActor
 from actors.supervisor import ChildSpec, Supervisor
 from chalie.config import McpServerConfig
 from chalie.tokens import TokenStore
+from tests.conftest import wait_until
 from tests.mcp_server.doubles import FakeConversations, FakeDesk
-from tests.mcp_server.harness import wait_until
 
 
 @contextlib.contextmanager

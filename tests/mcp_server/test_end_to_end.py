@@ -12,8 +12,9 @@ import pytest
 
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
+from tests.conftest import wait_until
 from tests.mcp_server.daemon_harness import live_daemon
-from tests.mcp_server.harness import MODES, connect, wait_until
+from tests.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
 ARGS: dict[str, Any] = {

@@ -16,7 +16,8 @@ from chalie.chat import protocol as p
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.exchange import AgentExchange
 from tests.chat.conftest import Bridge, start_bridge, stop_bridge
-from tests.mcp_server.harness import connect, running, wait_until
+from tests.conftest import wait_until
+from tests.mcp_server.harness import connect, running
 
 ARGS: dict[str, Any] = {
     "message": "should I book the flight for the user?",

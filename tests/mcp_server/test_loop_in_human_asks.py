@@ -17,9 +17,10 @@ from chalie.chat import protocol as p
 from chalie.config import ChatConfig
 from chalie.conversation.requests import SendMessage
 from chalie.tokens import TokenStore
+from tests.conftest import wait_until
 from tests.mcp_server.daemon_harness import live_daemon
 from tests.mcp_server.doubles import FakeConversations, FakeDesk
-from tests.mcp_server.harness import connect, running, wait_until
+from tests.mcp_server.harness import connect, running
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
 ARGS: dict[str, Any] = {

@@ -13,8 +13,9 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from tests.conftest import wait_until
 from tests.mcp_server.doubles import FakeConversations
-from tests.mcp_server.harness import MODES, Running, connect, running, wait_until
+from tests.mcp_server.harness import MODES, Running, connect, running
 
 ARGS: dict[str, Any] = {
     "message": "add 2 and 2",
