@@ -50,7 +50,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -64,7 +63,7 @@ from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
 from actors.policy import PolicyActor, PolicyView
 from actors.supervisor import ChildRef, Directory, SupervisedActor
-from actors.timers import Timers
+from actors.timers import TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability
@@ -160,9 +159,9 @@ class DispatcherActor(SupervisedActor):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        # The C SimpleQueue hands a message over in about half the time of
-        # queue.Queue, and every call crosses this inbox twice.
-        return queue.SimpleQueue()
+        # A C SimpleQueue (half the hand-over time of queue.Queue; every call
+        # crosses this inbox twice) that also delivers the timers.
+        return TimerInbox()
 
     def __init__(
         self,
@@ -206,13 +205,15 @@ class DispatcherActor(SupervisedActor):
         self._view_urn: str | None = None
         self._view: PolicyView | None = None
         self._view_future: pykka.Future[Any] | None = None
-        self._flush_due = False
+        inbox = self.actor_inbox
+        assert isinstance(inbox, TimerInbox)
+        self._timers: TimerInbox = inbox  # deadlines and the trail flush, on this thread
+        self._flush_timer: int | None = None  # the pending FlushTrail, if any
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
         check_limits(outbox_max_age, outbox_max_rows)
         self._outbox_max_age = outbox_max_age
         self._outbox_max_rows = outbox_max_rows
-        self._timers: Timers | None = None
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
@@ -225,8 +226,6 @@ class DispatcherActor(SupervisedActor):
         self._outbox = Outbox(
             self._trail_path, max_age=self._outbox_max_age, max_rows=self._outbox_max_rows
         )
-        self._timers = Timers(self.actor_ref)
-        self.spawn_thread(self._timers.run, "dispatch-timers")
 
     def on_stop(self) -> None:
         self._shutdown("the dispatcher stopped during the call")
@@ -237,8 +236,6 @@ class DispatcherActor(SupervisedActor):
     def _shutdown(self, reason: str) -> None:
         for state in list(self._inflight.values()):
             self._abort(state, FAULTS.stopped(reason))
-        if self._timers is not None:
-            self._timers.stop()
         for executor in self._executors.values():
             try:
                 executor.close()
@@ -436,23 +433,25 @@ class DispatcherActor(SupervisedActor):
             self._ask_policy(state)
 
     def _trail_start(self, rec: CallRecord, *, defer: bool) -> None:
-        assert self._trail is not None and self._timers is not None
+        assert self._trail is not None
         try:
             if not defer:
                 self._trail.start(rec)
                 return
             self._trail.defer_start(rec)
-            if not self._flush_due:
-                self._flush_due = True
-                self._timers.add(START_ROW_DELAY, FlushTrail())
+            if self._flush_timer is None:
+                self._flush_timer = self._timers.add(START_ROW_DELAY, FlushTrail())
         except Exception:
             log.exception("writing trail row %d failed", rec.id)
 
     def _flush_starts(self) -> None:
-        self._flush_due = False
+        """Write the running rows of calls older than START_ROW_DELAY; re-arm for the rest."""
+        self._flush_timer = None
         try:
             assert self._trail is not None
-            self._trail.flush_starts()
+            _, wait = self._trail.flush_starts(START_ROW_DELAY)
+            if wait is not None:
+                self._flush_timer = self._timers.add(wait, FlushTrail())
         except Exception:
             log.exception("writing deferred trail rows failed")
 
@@ -596,7 +595,6 @@ class DispatcherActor(SupervisedActor):
             timeout=cls.timeout,
         )
         state.job, state.executor = job, executor
-        assert self._timers is not None
         state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
         me, seq = self.actor_ref, state.seq
         executor.start(job, lambda result: _tell(me, Executed(seq, result)))
@@ -624,7 +622,7 @@ class DispatcherActor(SupervisedActor):
         """Render, record, reply; only the first end of a call does anything."""
         if self._inflight.pop(state.seq, None) is None:
             return False
-        if state.timer is not None and self._timers is not None:
+        if state.timer is not None:
             self._timers.cancel(state.timer)
             state.timer = None
         result, rich = steps.carried_rich(state.tool, result)
@@ -644,6 +642,10 @@ class DispatcherActor(SupervisedActor):
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
+            if self._flush_timer is not None and not self._trail.deferred():
+                # the calls that were held ended as whole rows: nothing left to flush
+                self._timers.cancel(self._flush_timer)
+                self._flush_timer = None
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
         if state.replied:

@@ -1,86 +1,104 @@
-"""Timers that come back as messages: one thread, a heap, and ``tell`` when an entry is due.
+"""An actor inbox that also delivers the actor's own timers: no timer thread, no wake for nothing.
 
-An actor that needs a deadline (the dispatcher's call timeouts, its trail
-flush) adds ``(seconds, message)`` and receives the message in its own
-mailbox when the time comes, so its state stays on its own thread. The heap
-is this object's own; a cancelled entry is dropped when it comes due, and the
-heap is rebuilt when cancelled entries outnumber the live ones.
+An actor that needs deadlines (the dispatcher's call timeouts, its trail
+flush) makes this its inbox (``_create_actor_inbox``, pykka's hook for
+inbox types) and calls :meth:`TimerInbox.add` and :meth:`TimerInbox.cancel`
+from its own thread. The actor loop's ``get`` waits on the message queue
+with a timeout that ends at the earliest live timer; when it expires, the
+timer's message comes out of ``get`` as if it had been sent, so the actor's
+state stays on its thread.
+
+Why not a timer thread: a timer thread wakes for every entry that comes due,
+cancelled or not, and each wake in the middle of a sub-millisecond remote
+call costs that call tens of microseconds in GIL hand-offs (measured: a
+1.04 ms MCP call became 1.21 ms). Here a cancelled timer costs nothing: the
+heap and the cancel set are touched only by the actor's thread, and the
+next ``get`` simply waits for the next live entry.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import logging
-import threading
+import queue
 import time
 from typing import Any, Final
 
-import pykka
 
-log = logging.getLogger("chalie.timers")
+class _Envelope:
+    """What the actor loop reads from its inbox: a message and, for a timer, no reply."""
+
+    __slots__ = ("message", "reply_to")
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+        self.reply_to = None
 
 
-class Timers:
-    """Deliver messages to one actor at given times; run :meth:`run` on a thread of its own."""
+class TimerInbox:
+    """pykka's inbox protocol (put, get, empty) plus timers; see the module docstring.
+
+    ``put`` may be called from any thread; ``add``, ``cancel``, ``get`` and
+    ``empty`` only from the owning actor's thread.
+    """
 
     COMPACT_AFTER: Final = 4096
 
-    def __init__(self, target: pykka.ActorRef[Any]) -> None:
-        self._target = target
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._heap: list[tuple[float, int, Any]] = []
-        self._cancelled: set[int] = set()
+        self._cancelled: set[int] = set()  # in the heap, cancelled
+        self._live: set[int] = set()  # in the heap, not cancelled
         self._ids = itertools.count(1)
-        self._cond = threading.Condition(threading.Lock())
-        self._stopped = False
 
+    # -- pykka's inbox protocol ----------------------------------------------------------------
+    def put(self, envelope: Any, /) -> None:
+        self._queue.put(envelope)
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def get(self) -> Any:
+        """The next message, or the message of a timer that came due, whichever is first."""
+        while True:
+            due = self._next_due()
+            if due is None:
+                return self._queue.get()
+            wait = due - time.monotonic()
+            if wait > 0:
+                try:
+                    return self._queue.get(timeout=wait)
+                except queue.Empty:
+                    continue
+            _, handle, message = heapq.heappop(self._heap)
+            self._live.discard(handle)
+            return _Envelope(message)
+
+    # -- timers (the owning actor's thread only) ----------------------------------------------
     def add(self, seconds: float, message: Any) -> int:
-        """Send ``message`` after ``seconds``; returns a handle for :meth:`cancel`."""
+        """Deliver ``message`` after ``seconds``; returns a handle for :meth:`cancel`."""
         handle = next(self._ids)
-        entry = (time.monotonic() + seconds, handle, message)
-        with self._cond:
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:
-                self._cond.notify()
+        heapq.heappush(self._heap, (time.monotonic() + seconds, handle, message))
+        self._live.add(handle)
         return handle
 
     def cancel(self, handle: int) -> None:
-        with self._cond:
-            self._cancelled.add(handle)
-            if len(self._cancelled) > self.COMPACT_AFTER and len(self._cancelled) * 2 > len(
-                self._heap
-            ):
-                self._heap = [e for e in self._heap if e[1] not in self._cancelled]
-                heapq.heapify(self._heap)
-                self._cancelled.clear()
+        """Forget a timer; a handle that already fired or was cancelled is ignored."""
+        if handle not in self._live:
+            return
+        self._live.discard(handle)
+        self._cancelled.add(handle)
+        if len(self._cancelled) > self.COMPACT_AFTER and len(self._cancelled) * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if e[1] not in self._cancelled]
+            heapq.heapify(self._heap)
+            self._cancelled.clear()
 
     def __len__(self) -> int:
-        with self._cond:
-            return len(self._heap) - len(self._cancelled)
+        """Live timers."""
+        return len(self._live)
 
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-
-    def run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._stopped:
-                        return
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    delay = self._heap[0][0] - time.monotonic()
-                    if delay <= 0:
-                        _, handle, message = heapq.heappop(self._heap)
-                        if handle in self._cancelled:
-                            self._cancelled.discard(handle)
-                            continue
-                        break
-                    self._cond.wait(delay)
-            try:
-                self._target.tell(message)
-            except pykka.ActorDeadError:
-                return
+    def _next_due(self) -> float | None:
+        heap, cancelled = self._heap, self._cancelled
+        while heap and heap[0][1] in cancelled:
+            cancelled.discard(heapq.heappop(heap)[1])
+        return heap[0][0] if heap else None

@@ -177,7 +177,8 @@ class Trail:
         self._ids = itertools.count(int(top) + 1)
         self._running: set[int] = set()
         self._ended_first: set[int] = set()
-        self._deferred: dict[int, CallRecord] = {}
+        # Deferred starts in the order they came, each with its monotonic time.
+        self._deferred: dict[int, tuple[float, CallRecord]] = {}
 
     def close(self) -> None:
         with self._lock:
@@ -279,25 +280,43 @@ class Trail:
             if rec.id in self._ended_first:
                 self._ended_first.discard(rec.id)
                 return
-            self._deferred[rec.id] = rec
+            self._deferred[rec.id] = (time.monotonic(), rec)
 
-    def flush_starts(self) -> int:
-        """Write every deferred ``running`` row in one transaction; returns how many."""
+    def flush_starts(self, age: float = 0.0) -> tuple[int, float | None]:
+        """Write the deferred ``running`` rows held at least ``age`` seconds, in one transaction.
+
+        Returns how many were written and, when some are still held, the
+        seconds until the oldest of them is ``age`` old (else None). A call
+        that started a moment ago is left to end as one row.
+        """
         with self._lock:
             if not self._deferred:
-                return 0
-            recs = list(self._deferred.values())
-            self._deferred.clear()
-            self._conn.execute("BEGIN")
-            try:
-                for rec in recs:
-                    self._insert(rec, "running", None, None, None, None)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._running.update(rec.id for rec in recs)
-            return len(recs)
+                return 0, None
+            now = time.monotonic()
+            recs: list[CallRecord] = []
+            wait: float | None = None
+            for rid, (since, rec) in list(self._deferred.items()):
+                if now - since < age:
+                    wait = since + age - now
+                    break  # deferred in order: the rest are younger still
+                del self._deferred[rid]
+                recs.append(rec)
+            if recs:
+                self._conn.execute("BEGIN")
+                try:
+                    for rec in recs:
+                        self._insert(rec, "running", None, None, None, None)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._running.update(rec.id for rec in recs)
+            return len(recs), wait
+
+    def deferred(self) -> int:
+        """How many ``running`` rows are held back now."""
+        with self._lock:
+            return len(self._deferred)
 
     def finish(
         self,

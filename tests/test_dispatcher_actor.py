@@ -699,34 +699,39 @@ def test_cancelling_a_call_that_awaits_approval_withdraws_the_request(rig: Rig) 
 
 
 def test_timeouts_of_ended_calls_do_not_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    from actors.timers import Timers
+    from actors.timers import TimerInbox
 
-    class Sink(pykka.ThreadingActor):
-        def __init__(self) -> None:
-            super().__init__()
-            self.got: list[Any] = []
-
-        def on_receive(self, message: Any) -> Any:
-            if message == "got":
-                return list(self.got)
-            self.got.append(message)
-            return None
-
-    monkeypatch.setattr(Timers, "COMPACT_AFTER", 100)
-    sink = Sink.start()
-    timers = Timers(sink)
-    handles = [timers.add(60.0, ("late", n)) for n in range(1, 1000)]
+    monkeypatch.setattr(TimerInbox, "COMPACT_AFTER", 100)
+    inbox = TimerInbox()
+    handles = [inbox.add(60.0, ("late", n)) for n in range(1, 1000)]
     for handle in handles:
-        timers.cancel(handle)
-    assert len(timers._heap) < 200  # cancelled entries do not stay for a whole timeout
-    timers.add(0.01, "due")
-    thread = threading.Thread(target=timers.run)
-    thread.start()
-    wait_until(lambda: sink.ask("got") == ["due"])
-    timers.stop()
-    thread.join(2)
-    assert not thread.is_alive()
-    sink.stop()
+        inbox.cancel(handle)
+    assert len(inbox._heap) < 200  # cancelled entries do not stay for a whole timeout
+    assert len(inbox) == 0
+    inbox.add(0.01, "due")
+    assert inbox.get().message == "due"  # waits for the timer; the cancelled ones never come
+    assert len(inbox) == 0 and inbox.empty()
+
+
+def test_the_inbox_hands_out_messages_and_due_timers_in_time_order() -> None:
+    from actors.timers import TimerInbox
+
+    inbox = TimerInbox()
+    first = inbox.add(0.0, "now")
+    inbox.add(3600.0, "much later")
+    inbox.put("sent")
+    got = inbox.get()
+    assert got.message == "now" and got.reply_to is None  # a due timer first
+    assert inbox.get() == "sent"  # the queue's own envelope, untouched
+    inbox.cancel(first)  # already fired: ignored
+    cancelled = inbox.add(0.0, "cancelled")
+    inbox.cancel(cancelled)
+    inbox.cancel(cancelled)
+    assert len(inbox) == 1
+    sender = threading.Thread(target=inbox.put, args=("from another thread",))
+    sender.start()
+    assert inbox.get() == "from another thread"  # not the cancelled timer
+    sender.join()
 
 
 def test_the_policy_is_a_typed_child_handle_or_a_plain_ref(tmp_path: Path) -> None:

@@ -253,7 +253,7 @@ def test_a_deferred_start_and_its_end_become_one_row(tmp_path: Path) -> None:
     trail.defer_start(rec)
     assert trail.query() == []
     trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
-    assert trail.flush_starts() == 0
+    assert trail.flush_starts() == (0, None)
     assert [(r.status, r.decision) for r in trail.query()] == [("success", "allow")]
     trail.close()
 
@@ -264,7 +264,7 @@ def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> Non
     recs = [record(trail, f"c{i}") for i in range(3)]
     for rec in recs:
         trail.defer_start(rec)
-    assert trail.flush_starts() == 3
+    assert trail.flush_starts() == (3, None)
     reader = Trail(path)
     assert {r.status for r in reader.query()} == {"running"}
     trail.finish(recs[0], status="error", code="cancelled", decision="allow", decided_by="policy")
