@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import ssl
@@ -54,6 +53,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
 from chalie.mcp.spec import ServerSpec
+from chalie.tls import tls_context
 
 log = logging.getLogger("chalie.mcp")
 # httpx2 logs every request at INFO with its full URL: one line per heartbeat per server, and
@@ -66,13 +66,6 @@ MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
 CLOSE_GRACE: Final = 6.0
 FailureKind = Literal["auth", "unreachable", "config"]
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One TLS context for every HTTP client: building one costs 15-70 ms of CPU, and a client
-    made without it builds its own, on the event loop, at every (re)connect."""
-    return httpx2.create_ssl_context()
 
 
 class ConnectFailure(Exception):

@@ -1,9 +1,10 @@
 """One language model over HTTP: a request, streamed or whole, retried where retrying helps.
 
-Runs on the daemon's event loop (``async``). Written directly on httpx2 (the
-client mcp already brings): the three formats are a few lines of framing
-each, an SDK would add an import of about a second, its own retries (one 429
-becoming three requests) and about 0.5 ms a call.
+Runs on the daemon's event loop (``async``). Written on our own small HTTP/1.1
+client (:mod:`chalie.providers.http`): the three formats are a few lines of
+framing each; an SDK would add an import of about a second, its own retries
+(one 429 becoming three requests) and about 0.5 ms a call, and httpx2 itself
+cost about 1 ms of the loop's CPU a request.
 
 Lifecycle of :meth:`ModelClient.complete`:
 
@@ -18,35 +19,34 @@ Lifecycle of :meth:`ModelClient.complete`:
 4. Retry a retryable failure up to ``retries`` times, waiting
    ``max(Retry-After, backoff * 2**attempt)``; ``on_retry`` is told first,
    so the user sees it.
-5. Cancelling the task closes the HTTP stream (httpx2 closes the
-   connection on exit from ``stream()``).
+5. Cancelling the task closes the HTTP stream (a response not read to its
+   end closes its connection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-import httpx2
 import msgspec
 
 from chalie.config import ModelConfig
+from chalie.providers.http import HttpClient, HttpError, Response
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
 from chalie.providers.wire import WIRES, Wire
 
 log = logging.getLogger("chalie.providers")
 
 MAX_ERROR_BODY: Final = 300
+MAX_BODY: Final = 16 * 1024 * 1024  # a whole (not streamed) answer
 MAX_LINE: Final = 4 * 1024 * 1024
-# Connections kept open to one model server: up to POOLS pools of POOL_CONNECTIONS each
-# (httpx2's default kept 20 alive of 100: with more turns in flight than 20 every further
-# request opened, and closed, a connection).
-POOLS: Final = 16
-POOL_CONNECTIONS: Final = 16
+# Connections open to one model server at most; more turns than this wait for one.
+MAX_CONNECTIONS: Final = 256
 DRAIN_MAX: Final = 64 * 1024
 DRAIN_SECONDS: Final = 1.0
 JSON_HEADERS: Final = {"Content-Type": "application/json"}
@@ -75,50 +75,29 @@ def _status_error(status: int, body: bytes, retry_after: str | None) -> Provider
 
 
 class ModelClient:
-    """A configured model (one ``[models.NAME]``); its connection pools, used on one loop.
-
-    The connections are split over a few small pools, filled in order: httpx2
-    probes every idle connection of a pool on each request, so one pool of a
-    hundred kept-alive connections costs a hundred socket probes a request.
-    A quiet daemon uses the first pool only (its connection stays warm).
-    """
+    """A configured model (one ``[models.NAME]``) and its connections, used on one loop."""
 
     def __init__(self, name: str, config: ModelConfig) -> None:
         self.name = name
         self.config = config
         self.wire: Wire = WIRES[config.provider]
-        self._pools: list[httpx2.AsyncClient] = []
-        self._busy: list[int] = []
+        self._http: HttpClient | None = None
 
-    def _new_pool(self) -> httpx2.AsyncClient:
-        cfg = self.config
-        return httpx2.AsyncClient(
-            base_url=cfg.base_url.rstrip("/"),
-            timeout=httpx2.Timeout(
-                connect=cfg.connect_timeout, read=cfg.read_timeout, write=30.0, pool=30.0
-            ),
-            limits=httpx2.Limits(
-                max_connections=POOL_CONNECTIONS, max_keepalive_connections=POOL_CONNECTIONS
-            ),
-            trust_env=False,
-        )
-
-    def _pick(self) -> int:
-        """The first pool with room (a new one, or else the least busy): its index, counted."""
-        free = next((i for i, busy in enumerate(self._busy) if busy < POOL_CONNECTIONS), None)
-        if free is None and len(self._pools) < POOLS:
-            self._pools.append(self._new_pool())
-            self._busy.append(0)
-            free = len(self._pools) - 1
-        if free is None:
-            free = self._busy.index(min(self._busy))
-        self._busy[free] += 1
-        return free
+    def _client(self) -> HttpClient:
+        if self._http is None:
+            cfg = self.config
+            self._http = HttpClient(
+                cfg.base_url,
+                connect_timeout=cfg.connect_timeout,
+                read_timeout=cfg.read_timeout,
+                max_connections=MAX_CONNECTIONS,
+            )
+        return self._http
 
     async def aclose(self) -> None:
-        pools, self._pools, self._busy = self._pools, [], []
-        for pool in pools:
-            await pool.aclose()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
 
     def _api_key(self) -> str | None:
         env = self.config.api_key_env
@@ -156,22 +135,16 @@ class ModelClient:
 
     async def _once(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         cfg = self.config
-        # Encoded once, by msgspec (httpx2's json= runs json.dumps, several times slower).
+        # Encoded once, by msgspec (json.dumps is several times slower).
         body = _encoder.encode(self.wire.body(request, cfg.model, stream=cfg.stream))
         headers = {**JSON_HEADERS, **self.wire.headers(self._api_key())}
-        index = self._pick()
-        pool = self._pools[index]
         try:
-            async with pool.stream(
-                "POST", self.wire.path(), content=body, headers=headers
-            ) as response:
-                if response.status_code >= 300:
-                    raw = await response.aread()
-                    raise _status_error(
-                        response.status_code, raw, response.headers.get("retry-after")
-                    )
+            async with self._client().post(self.wire.path(), body, headers) as response:
+                if response.status >= 300:
+                    raw = await _head_of(response)
+                    raise _status_error(response.status, raw, response.headers.get("retry-after"))
                 if not cfg.stream:
-                    raw = await response.aread()
+                    raw = await response.read(MAX_BODY)
                     try:
                         data = json.loads(raw)
                     except ValueError:
@@ -184,40 +157,32 @@ class ModelClient:
                     if result.text:
                         on_delta(result.text)
                     return result
-                return await self._stream(response, on_delta)
-        except httpx2.TimeoutException:
+                return await self._stream(response.lines(MAX_LINE), on_delta)
+        except HttpError as exc:
+            if exc.kind == "too-large":
+                raise ProviderError(
+                    "model-bad-response", f"the model server sent {exc}", retryable=False
+                ) from None
+            if exc.kind == "timeout":
+                raise ProviderError(
+                    "model-unreachable",
+                    f"the model server did not answer within {cfg.read_timeout:g} s",
+                    retryable=True,
+                ) from None
             raise ProviderError(
                 "model-unreachable",
-                f"the model server did not answer within {cfg.read_timeout:g} s",
+                f"the model server connection failed ({exc})",
                 retryable=True,
             ) from None
-        except (httpx2.ConnectError, httpx2.RemoteProtocolError, httpx2.ReadError) as exc:
+        except ValueError as exc:  # a header the configuration made unsendable
             raise ProviderError(
-                "model-unreachable",
-                f"the model server connection failed ({type(exc).__name__})",
-                retryable=True,
+                "model-rejected", f"the request cannot be sent: {exc}", retryable=False
             ) from None
-        except httpx2.HTTPError as exc:
-            raise ProviderError(
-                "model-unreachable",
-                f"the model request failed ({type(exc).__name__})",
-                retryable=True,
-            ) from None
-        finally:
-            if index < len(self._pools) and self._pools[index] is pool:
-                self._busy[index] -= 1
 
-    async def _stream(self, response: httpx2.Response, on_delta: OnDelta) -> ModelResponse:
+    async def _stream(self, lines: AsyncIterator[str], on_delta: OnDelta) -> ModelResponse:
         assembler = self.wire.assembler()
         event = ""
-        lines = response.aiter_lines()
         async for line in lines:
-            if len(line) > MAX_LINE:
-                raise ProviderError(
-                    "model-bad-response",
-                    "the model server sent an oversized line",
-                    retryable=False,
-                )
             if self.wire.framing == "ndjson":
                 if not line.strip():
                     continue
@@ -245,12 +210,24 @@ class ModelClient:
         return assembler.finish()
 
 
+async def _head_of(response: Response) -> bytes:
+    """The start of an error body (the rest is dropped with the connection)."""
+    out = b""
+    with contextlib.suppress(HttpError, TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for data in response.chunks():
+                out += data
+                if len(out) >= MAX_ERROR_BODY:
+                    break
+    return out
+
+
 async def _drain(lines: AsyncIterator[str]) -> None:
     """Read what follows the end marker, so the connection goes back to the pool.
 
-    httpx2 closes a connection whose response was not read to its end: without
-    this every streamed model request opened a new connection. Bounded in time
-    and size; a server that keeps sending only loses its connection.
+    A connection whose response was not read to its end is closed: without
+    this every streamed model request would open a new connection. Bounded in
+    time and size; a server that keeps sending only loses its connection.
     """
     budget = DRAIN_MAX
     try:
@@ -259,7 +236,7 @@ async def _drain(lines: AsyncIterator[str]) -> None:
                 budget -= len(line) + 1
                 if budget < 0:
                     return
-    except (TimeoutError, httpx2.HTTPError):
+    except (TimeoutError, HttpError, ProviderError):
         return
 
 
