@@ -7,7 +7,11 @@ secret is high-entropy, a plain sha256 is enough (no slow KDF: there is
 nothing to brute-force). :meth:`TokenStore.verify` looks the hash up and
 compares it in constant time; a revoked token never verifies. Every call
 reads the database, so a revocation from another process (``chalie token
-revoke`` while the daemon runs) takes effect at the next check. A token may
+revoke`` while the daemon runs) takes effect at the next check. A check
+never writes on the caller's thread: ``last_used`` is brought up to date at
+most once a :data:`TOUCH_EVERY` per token, by a thread of the store's own
+with a connection of its own, so a request is never held by a busy database
+(the MCP server checks every request on its event loop). A token may
 carry the ``gateway`` permission (``chalie token create NAME --gateway``): with
 ``[mcp_server] gateway`` on, its agent may call Chalie's tools directly.
 """
@@ -15,6 +19,7 @@ carry the ``gateway`` permission (``chalie token create NAME --gateway``): with
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import hashlib
 import hmac
@@ -37,6 +42,7 @@ MAX_SECRET_CHARS: Final = 256
 NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FIRST_TOKEN_NAME: Final = "first"
 FIRST_TOKEN_FILE: Final = "first-token"
+TOUCH_EVERY: Final = 60.0  # seconds between two writes of one token's last_used
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -103,6 +109,9 @@ class TokenStore:
         self.path = Path(db_path)
         self._conn = connect(self.path)
         self._lock = threading.Lock()
+        self._touched: dict[str, float] = {}  # name -> when its last_used was last sent
+        self._toucher: concurrent.futures.ThreadPoolExecutor | None = None
+        self._touch_conn: sqlite3.Connection | None = None  # the toucher thread's only
         with self._lock:
             self._conn.execute(_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(tokens)")}
@@ -111,8 +120,35 @@ class TokenStore:
                     self._conn.execute(_MIGRATE_GATEWAY)
 
     def close(self) -> None:
+        """Close, after the last_used writes already sent."""
+        self.flush()
         with self._lock:
             self._conn.close()
+
+    def flush(self) -> None:
+        """Wait for the last_used writes sent so far."""
+        with self._lock:
+            toucher, self._toucher = self._toucher, None
+        if toucher is not None:
+            toucher.submit(self._close_touch_conn)
+            toucher.shutdown(wait=True)
+
+    def _touch(self, name: str, when: float) -> None:
+        try:
+            if self._touch_conn is None:
+                self._touch_conn = connect(self.path)
+            self._touch_conn.execute(
+                "UPDATE tokens SET last_used = ? WHERE name = ? AND (last_used IS NULL "
+                "OR last_used < ?)",
+                (when, name, when),
+            )
+        except sqlite3.Error:
+            pass  # a busy or closed database: the next check after TOUCH_EVERY tries again
+
+    def _close_touch_conn(self) -> None:
+        conn, self._touch_conn = self._touch_conn, None
+        if conn is not None:
+            conn.close()
 
     def __enter__(self) -> TokenStore:
         return self
@@ -180,14 +216,25 @@ class TokenStore:
         wanted = digest(secret)
         with self._lock:
             row = self._conn.execute(
-                "SELECT name, hash, created, revoked, gateway FROM tokens WHERE hash = ?",
+                "SELECT name, hash, created, revoked, gateway, last_used FROM tokens "
+                "WHERE hash = ?",
                 (wanted,),
             ).fetchone()
             if row is None or not hmac.compare_digest(row[1], wanted) or row[3] is not None:
                 return None
+            name, last_used = row[0], row[5]
             now = time.time()
-            self._conn.execute("UPDATE tokens SET last_used = ? WHERE name = ?", (now, row[0]))
-        return TokenInfo(name=row[0], created=row[2], last_used=now, gateway=bool(row[4]))
+            if (last_used is None or now - last_used >= TOUCH_EVERY) and now - self._touched.get(
+                name, 0.0
+            ) >= TOUCH_EVERY:
+                self._touched[name] = now
+                if self._toucher is None:
+                    self._toucher = concurrent.futures.ThreadPoolExecutor(
+                        1, thread_name_prefix="token-touch"
+                    )
+                self._toucher.submit(self._touch, name, now)
+                last_used = now
+        return TokenInfo(name=name, created=row[2], last_used=last_used, gateway=bool(row[4]))
 
 
 def bearer(header: str | None) -> str | None:

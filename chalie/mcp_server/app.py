@@ -286,6 +286,4 @@ class McpHttpServer:
                 await listener.wait_closed()
         if self._sock is not None:
             self._sock.close()
-        if self.gate is not None:
-            self.gate.close()
         self.talk.close()
