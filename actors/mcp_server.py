@@ -18,9 +18,8 @@ loop thread, reached by ``loop.submit``.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,37 +57,34 @@ log = logging.getLogger("chalie.mcp_server")
 
 START_TIMEOUT = 15.0
 CALL_TIMEOUT = 15.0
-# Threads that wait on the Conversations actor for the loop (asks are short).
-BRIDGE_THREADS = 16
 T = TypeVar("T")
 
 
 class ActorConversations:
     """Seam #3 for the loop: the Conversations actor's proxy methods and the event bus.
 
-    Async code never waits on a pykka future (DESIGN.md): each call runs on a
-    small thread pool and the loop awaits that thread's future.
+    Async code never waits on a pykka future (DESIGN.md): each call is
+    awaited with :meth:`ChildRef.acall`, answered on the loop by a callback.
     """
 
     def __init__(self, conversations: ChildRef[Conversations], bus: EventBus) -> None:
         self._child = conversations.within(CALL_TIMEOUT)
         self._bus = bus
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            BRIDGE_THREADS, thread_name_prefix="mcp-conversations"
-        )
 
-    async def _call(self, call: Callable[[], T]) -> T:
-        def guarded() -> T:
-            try:
-                return call()
-            except ConversationError as exc:
-                raise TurnRefused(exc.code, str(exc)) from None
-            except ChildUnavailable as exc:
-                raise TurnRefused(
-                    "internal-error", f"the conversations are unavailable: {exc}"
-                ) from None
-
-        return await asyncio.get_running_loop().run_in_executor(self._pool, guarded)
+    @staticmethod
+    async def _call(answer: Awaitable[T]) -> T:
+        try:
+            return await answer
+        except ConversationError as exc:
+            raise TurnRefused(exc.code, str(exc)) from None
+        except ChildUnavailable as exc:
+            raise TurnRefused(
+                "internal-error", f"the conversations are unavailable: {exc}"
+            ) from None
+        except TimeoutError:
+            raise TurnRefused(
+                "internal-error", f"the conversations did not answer within {CALL_TIMEOUT:g} s"
+            ) from None
 
     async def send(
         self,
@@ -108,17 +104,17 @@ class ActorConversations:
             human_present=human_present,
         )
         child = self._child
-        accepted = await self._call(lambda: child.call(Conversations.send, msg))
+        accepted = await self._call(child.acall(Conversations.send, msg))
         return Sent(accepted.conversation_id, accepted.turn_id)
 
     async def cancel(self, conversation_id: str) -> bool:
         child = self._child
-        return await self._call(lambda: child.call(Conversations.cancel, conversation_id))
+        return await self._call(child.acall(Conversations.cancel, conversation_id))
 
     async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
         child = self._child
         found = await self._call(
-            lambda: child.call(Conversations.events, conversation_id, after_seq, limit)
+            child.acall(Conversations.events, conversation_id, after_seq, limit)
         )
         return list(found)
 
@@ -126,7 +122,7 @@ class ActorConversations:
         return self._bus.subscribe(conversation_id, callback)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        pass  # nothing of its own to release
 
 
 class DispatcherTools:

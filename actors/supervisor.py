@@ -25,8 +25,11 @@ methods (``ref.call(PolicyActor.pending)``), so mypy checks them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -134,6 +137,49 @@ def _wrap_on_stop(fn: Callable[[Any], None]) -> Callable[[Any], None]:
     return on_stop
 
 
+class CallbackFuture(pykka.ThreadingFuture[Any]):
+    """pykka's threading future that also calls back when it is answered.
+
+    Every ask of a :class:`SupervisedActor` returns one (pykka's
+    ``_create_future`` hook), so async code can await an actor's answer
+    without a thread blocked on it (:meth:`ChildRef.acall`). The callbacks run
+    on the answering thread (the actor's, or the one that stops it and fails
+    what is left in its inbox with ActorDeadError).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hook_lock = threading.Lock()
+        self._settled = False
+        self._callbacks: list[Callable[[CallbackFuture], None]] = []
+
+    def add_done_callback(self, fn: Callable[[CallbackFuture], None]) -> None:
+        """Call ``fn(self)`` once answered (at once if it already is)."""
+        with self._hook_lock:
+            if not self._settled:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def set(self, value: Any | None = None) -> None:
+        super().set(value)
+        self._settle()
+
+    def set_exception(self, exc_info: Any = None) -> None:
+        super().set_exception(exc_info if exc_info is not None else sys.exc_info())
+        self._settle()
+
+    def _settle(self) -> None:
+        with self._hook_lock:
+            self._settled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("a future's callback failed")
+
+
 class SupervisedActor(pykka.ThreadingActor):
     """Base for supervised children: reports its failures and exits to its supervisor.
 
@@ -151,6 +197,10 @@ class SupervisedActor(pykka.ThreadingActor):
             cls.on_failure = _wrap_on_failure(cls.__dict__["on_failure"])  # type: ignore[method-assign,assignment]
         if "on_stop" in cls.__dict__:
             cls.on_stop = _wrap_on_stop(cls.__dict__["on_stop"])  # type: ignore[method-assign,assignment]
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return CallbackFuture()
 
     def __init__(self) -> None:
         super().__init__()
@@ -355,6 +405,28 @@ class ChildRef(Generic[A]):
         except pykka.ActorDeadError:
             raise ChildUnavailable(self.child_id, "died during the call") from None
 
+    async def acall(
+        self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """:meth:`call` for async code: the loop awaits the answer; no thread waits for it.
+
+        Waits at most ``timeout`` seconds (TimeoutError after). The child must be
+        a :class:`SupervisedActor` (its futures call back).
+        """
+        fut = self.future(method, *args, **kwargs)
+        if not isinstance(fut, CallbackFuture):
+            raise TypeError(f"{self.child_id} is not a SupervisedActor; use call() on a thread")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[R] = loop.create_future()
+
+        def answered(done: CallbackFuture) -> None:  # on the actor's thread
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_transfer, done, waiter, self.child_id)
+
+        fut.add_done_callback(answered)
+        async with asyncio.timeout(self.timeout):
+            return await waiter
+
     def call(
         self, method: Callable[Concatenate[A, P], R], /, *args: P.args, **kwargs: P.kwargs
     ) -> R:
@@ -364,6 +436,18 @@ class ChildRef(Generic[A]):
             return fut.get(timeout=self.timeout)
         except pykka.ActorDeadError:
             raise ChildUnavailable(self.child_id, "died during the call") from None
+
+
+def _transfer(done: CallbackFuture, waiter: asyncio.Future[Any], child_id: str) -> None:
+    """On the loop: hand an actor's answer to the coroutine awaiting it (if it still is)."""
+    if waiter.done():
+        return
+    try:
+        waiter.set_result(done.get(timeout=0))
+    except pykka.ActorDeadError:
+        waiter.set_exception(ChildUnavailable(child_id, "died during the call"))
+    except BaseException as exc:
+        waiter.set_exception(exc)
 
 
 @dataclass

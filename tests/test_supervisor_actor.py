@@ -331,3 +331,94 @@ def test_a_start_function_that_raises_is_retried_then_escalated() -> None:
     assert done.wait(5)
     assert len(calls) == 3
     wait_until(lambda: not sup.is_alive())
+
+
+# -- acall: async code awaits an actor without a thread blocked on it --------------------------
+
+
+class Answers(SupervisedActor):
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def double(self, n: int) -> int:
+        return n * 2
+
+    def fail(self) -> int:
+        raise LookupError("no such thing")
+
+    def hold(self) -> int:
+        assert self.gate is not None
+        self.gate.wait(10)
+        return 1
+
+
+class NotSupervised(pykka.ThreadingActor):
+    def double(self, n: int) -> int:
+        return n * 2
+
+
+def test_acall_answers_values_and_errors_on_the_loop() -> None:
+    import asyncio
+
+    from actors.supervisor import ChildRef, ChildUnavailable
+
+    ref = Answers.start()
+    child = ChildRef.to(ref)
+
+    async def scenario() -> None:
+        loop_thread = threading.get_ident()
+        assert await child.acall(Answers.double, 21) == 42
+        with pytest.raises(LookupError, match="no such thing"):
+            await child.acall(Answers.fail)
+        results = await asyncio.gather(*(child.acall(Answers.double, i) for i in range(50)))
+        assert results == [2 * i for i in range(50)]
+        assert threading.get_ident() == loop_thread
+
+    asyncio.run(scenario())
+    ref.stop()
+
+    async def dead() -> None:
+        with pytest.raises(ChildUnavailable):
+            await child.acall(Answers.double, 1)
+
+    asyncio.run(dead())
+
+
+def test_acall_on_an_actor_stopped_with_the_call_queued_fails_at_once_and_times_out() -> None:
+    import asyncio
+
+    from actors.supervisor import ChildRef, ChildUnavailable
+
+    gate = threading.Event()
+    ref = Answers.start(gate)
+    child = ChildRef.to(ref).within(0.3)
+
+    async def scenario() -> None:
+        held = asyncio.ensure_future(child.within(30).acall(Answers.hold))
+        await asyncio.sleep(0)  # the held call is in the actor's hands
+        with pytest.raises(TimeoutError):  # the actor is busy past the call's timeout
+            await child.acall(Answers.double, 1)
+        stopped = ref.stop(block=False)  # the stop is queued behind the held call...
+        queued = asyncio.ensure_future(child.within(30).acall(Answers.double, 2))
+        await asyncio.sleep(0)  # ...and this call behind the stop
+        gate.set()
+        assert await held == 1
+        with pytest.raises(ChildUnavailable):  # failed by the stop, not after 30 s
+            await asyncio.wait_for(queued, 10)
+        stopped.get(timeout=10)
+
+    asyncio.run(scenario())
+
+
+def test_acall_refuses_an_actor_whose_futures_cannot_call_back() -> None:
+    import asyncio
+
+    from actors.supervisor import ChildRef
+
+    ref = NotSupervised.start()
+    try:
+        with pytest.raises(TypeError):
+            asyncio.run(ChildRef.to(ref).acall(NotSupervised.double, 1))
+    finally:
+        ref.stop()

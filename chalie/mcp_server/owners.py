@@ -3,6 +3,10 @@
 One table in ``chalie.db``. A conversation id an agent sends back is accepted
 only for the token that received it; any other token gets
 ``unknown-conversation`` (the same answer as for an id that never existed).
+
+An owner never changes once recorded (first owner wins), so owners already
+seen are answered from memory (bounded): the MCP server asks on its event
+loop for every continued exchange, and a known one costs no database read.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
+from typing import Final
 
 from chalie.db import connect
 
@@ -23,6 +29,7 @@ CREATE TABLE IF NOT EXISTS mcp_conversations (
     created REAL NOT NULL
 )
 """
+KNOWN_MAX: Final = 100_000  # owners kept in memory
 
 
 class ConversationOwners:
@@ -31,15 +38,36 @@ class ConversationOwners:
     def __init__(self, db_path: Path) -> None:
         self._conn: sqlite3.Connection = connect(db_path)
         self._lock = threading.Lock()
+        self._known: OrderedDict[str, str] = OrderedDict()  # guarded by _lock
         self._conn.execute(_SCHEMA)
+
+    def known(self, conversation_id: str) -> str | None:
+        """The owner if it is in memory (no database access, never waits on a write)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._known.get(conversation_id)
+        finally:
+            self._lock.release()
 
     def owner(self, conversation_id: str) -> str | None:
         with self._lock:
+            found = self._known.get(conversation_id)
+            if found is not None:
+                return found
             row = self._conn.execute(
                 "SELECT token_name FROM mcp_conversations WHERE conversation_id = ?",
                 (conversation_id,),
             ).fetchone()
-        return str(row[0]) if row else None
+            if row is None:
+                return None
+            self._remember(conversation_id, str(row[0]))
+            return str(row[0])
+
+    def _remember(self, conversation_id: str, token_name: str) -> None:
+        self._known[conversation_id] = token_name
+        if len(self._known) > KNOWN_MAX:
+            self._known.popitem(last=False)
 
     def record(self, conversation_id: str, token_name: str, agent_name: str, project: str) -> None:
         # First owner wins: an id is never handed from one token to another.
@@ -48,6 +76,12 @@ class ConversationOwners:
                 "INSERT OR IGNORE INTO mcp_conversations VALUES (?, ?, ?, ?, ?)",
                 (conversation_id, token_name, agent_name, project, time.time()),
             )
+            row = self._conn.execute(
+                "SELECT token_name FROM mcp_conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            if row is not None:
+                self._remember(conversation_id, str(row[0]))
 
     def close(self) -> None:
         with self._lock:

@@ -150,7 +150,11 @@ class TalkToChalie:
     async def _run(self, ctx: Context, caller: Caller, req: TalkRequest) -> CallToolResult:
         loop = asyncio.get_running_loop()
         if req.conversation_id is not None:
-            owner = await loop.run_in_executor(self._pool, self.owners.owner, req.conversation_id)
+            owner = self.owners.known(req.conversation_id)
+            if owner is None:  # not seen since start: one read, off the loop
+                owner = await loop.run_in_executor(
+                    self._pool, self.owners.owner, req.conversation_id
+                )
             if owner != caller.token_name:
                 raise ToolCallError(
                     "unknown-conversation",
