@@ -157,21 +157,8 @@ class Response:
                     left -= len(data)
                     yield data
             elif self._mode == "chunked":
-                while True:
-                    async with asyncio.timeout(timeout):
-                        line = await _line(reader, MAX_CHUNK_LINE)
-                    size = _chunk_size(line)
-                    if size == 0:
-                        while True:  # trailers, up to the empty line
-                            async with asyncio.timeout(timeout):
-                                if not (await _line(reader, MAX_HEAD)).strip():
-                                    break
-                        break
-                    async with asyncio.timeout(timeout):
-                        data = await reader.readexactly(size + 2)
-                    if data[-2:] != b"\r\n":
-                        raise HttpError("protocol", "a chunk without its CRLF")
-                    yield data[:-2]
+                async for data in _dechunk(reader, timeout):
+                    yield data
             else:
                 while True:
                     async with asyncio.timeout(timeout):
@@ -288,11 +275,14 @@ class HttpClient:
         if self._closed:
             raise HttpError("closed", "the client is closed")
         head = self._head(path, len(body), headers)
-        try:
-            async with asyncio.timeout(self.pool_timeout):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise HttpError("timeout", "no free connection to the model server") from None
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(self.pool_timeout):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise HttpError("timeout", "no free connection to the model server") from None
+        else:
+            await self._slots.acquire()  # free: returns at once
         response: Response | None = None
         try:
             response = await self._exchange(head, body)
@@ -380,8 +370,9 @@ class HttpClient:
             writer.write(head + body if len(body) < READ_SIZE else head)
             if len(body) >= READ_SIZE:
                 writer.write(body)
-            async with asyncio.timeout(self.write_timeout):
-                await writer.drain()
+            if writer.transport.get_write_buffer_size():  # else drain() would return at once
+                async with asyncio.timeout(self.write_timeout):
+                    await writer.drain()
         except TimeoutError:
             raise HttpError("timeout", "the model server did not take the request") from None
         except (ConnectionError, OSError):
@@ -406,6 +397,58 @@ class HttpClient:
             raise HttpError("too-large", "the answer's headers are too large") from None
         except (ConnectionError, OSError):
             raise HttpError("closed", "the connection failed before an answer") from None
+
+
+async def _dechunk(reader: asyncio.StreamReader, timeout: float) -> AsyncIterator[bytes]:
+    """A chunked body's data, one piece per read from the socket (not one per chunk).
+
+    A state machine over a buffer: a stream of many small chunks (a model's
+    tokens) costs one await per TCP read instead of two per chunk.
+    """
+    buf, pos = b"", 0
+    state, left = _SIZE, 0
+    out: list[bytes] = []
+    while True:
+        if state == _SIZE or state == _TRAILER:
+            end = buf.find(b"\n", pos)
+            if end >= 0:
+                line, pos = buf[pos:end], end + 1
+                if state == _SIZE:
+                    left = _chunk_size(line)
+                    state = _DATA if left else _TRAILER
+                elif not line.strip():
+                    break  # the empty line after the trailers: the body's end
+                continue
+            if len(buf) - pos > (MAX_CHUNK_LINE if state == _SIZE else MAX_HEAD):
+                raise HttpError("protocol", "a framing line is too long")
+        elif state == _DATA:
+            if pos < len(buf):
+                take = min(left, len(buf) - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                left -= take
+                if not left:
+                    state = _CRLF
+                continue
+        elif len(buf) - pos >= 2:  # _CRLF
+            if buf[pos : pos + 2] != b"\r\n":
+                raise HttpError("protocol", "a chunk without its CRLF")
+            pos += 2
+            state = _SIZE
+            continue
+        if out:
+            yield b"".join(out)
+            out.clear()
+        async with asyncio.timeout(timeout):
+            data = await reader.read(READ_SIZE)
+        if not data:
+            raise HttpError("closed", "the server closed the connection mid-body")
+        buf, pos = buf[pos:] + data, 0
+    if out:
+        yield b"".join(out)
+
+
+_SIZE, _DATA, _CRLF, _TRAILER = range(4)
 
 
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str], bool]:
@@ -437,16 +480,6 @@ def _parse_head(raw: bytes) -> tuple[int, dict[str, str], bool]:
     else:
         keep_alive = "close" not in connection
     return status, headers, keep_alive
-
-
-async def _line(reader: asyncio.StreamReader, limit: int) -> bytes:
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.LimitOverrunError:
-        raise HttpError("protocol", "a framing line is too long") from None
-    if len(line) > limit:
-        raise HttpError("protocol", "a framing line is too long")
-    return line
 
 
 def _chunk_size(line: bytes) -> int:

@@ -148,6 +148,30 @@ def test_chunked_lines_arrive_split_anywhere_with_extensions_and_trailers() -> N
     assert again == b"again" and server.connections == 1
 
 
+def test_a_large_chunk_arrives_in_pieces_and_whole() -> None:
+    payload = bytes(range(256)) * 800  # 200 KiB in one chunk, written in 7 KiB pieces
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    wire += b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for i in range(0, len(wire), 7 * 1024):
+            writer.write(wire[i : i + 7 * 1024])
+            await writer.drain()
+        await reader.read()
+
+    server = Server(handler)
+
+    async def scenario() -> tuple[int, bytes]:
+        async with server:
+            async with client(server.url).post("/x", b"", {}) as resp:
+                pieces = [piece async for piece in resp.chunks()]
+            return len(pieces), b"".join(pieces)
+
+    count, body = run(scenario())
+    assert body == payload and count > 1
+
+
 def test_a_body_to_the_end_of_the_connection_and_connection_close_are_not_reused() -> None:
     answers = [
         b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
@@ -206,6 +230,8 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_an_error(
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "protocol"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY", "protocol"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "protocol"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 2000, "protocol"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", "closed"),
         (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 1\r\n\r\nx", "protocol"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", "protocol"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "closed"),
