@@ -92,6 +92,8 @@ def start_daemon(home: Path, model_url: str, agents: int) -> tuple[subprocess.Po
         "requests_per_minute = 1000000\nmax_sessions = 10000\n"
         f'[models.default]\nprovider = "openai"\nbase_url = "{model_url}/v1"\n'
         'model = "scripted"\nstream = true\n'
+        # The scripted model calls the calculator straight away: pinned, so the turn may.
+        '[channels.external_agent]\npinned = ["calculator"]\n'
     )
     proc = subprocess.Popen(
         [*CHALIE, "--home", str(home), "run"],
@@ -269,6 +271,16 @@ def count(db: Path, table: str) -> int:
         conn.close()
 
 
+def tool_calls(db: Path) -> dict[str, int]:
+    """Trail rows of the calculator by status and code (warm-up included)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        rows = conn.execute(
+            "SELECT status, COALESCE(code, ''), count(*) FROM trail "
+            "WHERE tool = 'calculator' GROUP BY 1, 2"
+        ).fetchall()
+    return {f"{status}{'/' + code if code else ''}": int(n) for status, code, n in rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--agents", type=int, default=100)
@@ -328,6 +340,12 @@ def main() -> int:
         )
         for s in out["samples"][:5]:
             print(f"  sample error: {s}")
+        calls_by = tool_calls(home / "chalie.db")
+        print(
+            "  tool calls         "
+            + ", ".join(f"{n} {status}" for status, n in sorted(calls_by.items()))
+            + "   (each turn one calculator call; floor: all success)"
+        )
         turns_before = count(home / "chalie.db", "conversation_turns")
         trail_before = count(home / "chalie.db", "trail")
         ok, other, took = asyncio.run(reject_flood(url, args.auth_seconds))
