@@ -224,12 +224,28 @@ class Ability(metaclass=AbilityMeta):
 
     @classmethod
     def descriptor(cls, *, allow_async: bool = False) -> dict[str, Any]:
-        """The full descriptor the model sees: ``{name, description, input_schema}``."""
-        return {
-            "name": cls.name,
-            "description": cls.summary,
-            "input_schema": cls.input_schema(allow_async=allow_async),
-        }
+        """The full descriptor the model sees: ``{name, description, input_schema}``.
+
+        Assembled once per class (and ``allow_async``) while its name, summary and
+        parameters stay the same objects, then handed out again: every model step
+        of every turn asks for the descriptors of its tools. Read it; never
+        change it (``input_schema`` gives a copy of one's own).
+        """
+        key = (cls.name, cls.summary, id(cls.parameters), allow_async)
+        memo: dict[Any, dict[str, Any]] | None = cls.__dict__.get("_descriptor_memo")
+        if memo is None:
+            memo = {}
+            cls._descriptor_memo = memo  # this class's own, not a parent's
+        found = memo.get(key)
+        if found is None:
+            memo.clear()  # a declaration changed: the older assemblies are stale
+            found = {
+                "name": cls.name,
+                "description": cls.summary,
+                "input_schema": cls.input_schema(allow_async=allow_async),
+            }
+            memo[key] = found
+        return found
 
 
 def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str, Any]:

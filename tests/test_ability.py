@@ -155,6 +155,25 @@ def test_descriptor_injects_act_summary_and_async_only_where_allowed() -> None:
     assert "act_summary" not in cls.parameters["properties"]
 
 
+def test_a_descriptor_is_assembled_once_until_a_declaration_changes() -> None:
+    cls = make(parameters={"type": "object", "properties": {"q": {"type": "string"}}})
+    first = cls.descriptor()
+    assert cls.descriptor() is first  # every model step asks; one assembly
+    assert cls.descriptor(allow_async=True) is not first
+    child = type("Child", (cls,), {"name": "child_tool"})
+    assert child.descriptor()["name"] == "child_tool"  # not the parent's memo
+    assert cls.descriptor()["name"] == "sample_tool"
+    cls.parameters = {"type": "object", "properties": {"r": {"type": "integer"}}}
+    changed = cls.descriptor()
+    assert changed is not first and set(changed["input_schema"]["properties"]) == {
+        "r",
+        "act_summary",
+    }
+    cls.summary = "Does another thing."
+    assert cls.descriptor()["description"] == "Does another thing."
+    assert cls.input_schema() is not cls.input_schema()  # a copy of one's own, always
+
+
 def test_params_struct_is_the_single_source_of_the_schema() -> None:
     class P(msgspec.Struct):
         """Look something up."""

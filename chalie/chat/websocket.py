@@ -76,6 +76,7 @@ class WebSocketBridge:
         self.address = sock.getsockname()[:2]
         uv = uvicorn.Config(
             self.app(),
+            http="httptools",
             ws="wsproto",
             lifespan="off",
             log_config=None,

@@ -244,6 +244,7 @@ class McpHttpServer:
         )
         cfg = uvicorn.Config(
             app,
+            http="httptools",
             log_level="warning",
             access_log=False,
             lifespan="on",
