@@ -27,7 +27,8 @@ What it does, and what it refuses:
   refused before anything is sent.
 
 Errors are :class:`HttpError` with a ``kind`` (``connect``, ``timeout``,
-``protocol``, ``closed``, ``too-large``); their text never holds a header value.
+``protocol``, ``closed``, ``too-large``, and ``invalid`` for a request that
+cannot be sent); their text never holds a header value.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ MAX_HEADERS: Final = 100
 MAX_CHUNK_LINE: Final = 1024
 READ_SIZE: Final = 64 * 1024
 USER_AGENT: Final = f"chalie/{chalie.__version__}"
-ErrorKind = Literal["connect", "timeout", "protocol", "closed", "too-large"]
+ErrorKind = Literal["connect", "timeout", "protocol", "closed", "too-large", "invalid"]
 _FORBIDDEN: Final = frozenset("\r\n\0")
 
 
@@ -295,7 +296,7 @@ class HttpClient:
     def _head(self, path: str, length: int, headers: Mapping[str, str]) -> bytes:
         target = self.origin.path + (path if path.startswith("/") else "/" + path)
         if _FORBIDDEN.intersection(target) or " " in target:
-            raise ValueError("a request path must not hold spaces or control characters")
+            raise HttpError("invalid", "a request path must not hold spaces or control characters")
         lines = [
             f"POST {target} HTTP/1.1",
             f"Host: {self.origin.host_header}",
@@ -305,9 +306,11 @@ class HttpClient:
         ]
         for name, value in headers.items():
             if not name or _FORBIDDEN.intersection(name) or ":" in name:
-                raise ValueError("a header name must not hold ':' or control characters")
+                raise HttpError("invalid", "a header name must not hold ':' or control characters")
             if _FORBIDDEN.intersection(value):
-                raise ValueError(f"the value of header {name!r} holds a control character")
+                raise HttpError(
+                    "invalid", f"the value of header {name!r} holds a control character"
+                )
             lines.append(f"{name}: {value}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 

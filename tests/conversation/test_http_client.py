@@ -313,9 +313,10 @@ def test_a_header_that_would_split_the_request_is_refused_before_connecting(
 
     async def scenario() -> None:
         async with server:
-            with pytest.raises(ValueError):
+            with pytest.raises(HttpError) as caught:
                 async with client(server.url).post("/x", b"", headers):
                     pass
+            assert caught.value.kind == "invalid"
 
     run(scenario())
     assert server.connections == 0
