@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import FinishReason
 from chalie.dispatch import envelope_name
@@ -23,6 +25,7 @@ from chalie.result import ToolResult
 # A rough, tokenizer-free estimate: about four characters a token, plus framing.
 CHARS_PER_TOKEN: Final = 4
 MESSAGE_OVERHEAD: Final = 4
+_encode: Final = msgspec.json.Encoder().encode
 DROPPED_RESULT: Final = "[tool result dropped to fit the model's context window]"
 
 GUARD_LINES: Final[dict[str, str]] = {
@@ -37,17 +40,24 @@ def estimate_tokens(text: str) -> int:
     return len(text) // CHARS_PER_TOKEN + 1
 
 
+def _json_chars(value: Any) -> int:
+    """The length of ``value`` as JSON text (msgspec: every step of every turn counts these)."""
+    return len(_encode(value))
+
+
 def message_tokens(m: ChatMessage) -> int:
     n = MESSAGE_OVERHEAD + estimate_tokens(m.text)
     for call in m.tool_calls:
-        n += estimate_tokens(call.name) + estimate_tokens(
-            call.raw if call.arguments is None else json.dumps(call.arguments)
+        n += estimate_tokens(call.name) + (
+            estimate_tokens(call.raw)
+            if call.arguments is None
+            else _json_chars(call.arguments) // CHARS_PER_TOKEN + 1
         )
     return n
 
 
 def tools_tokens(tools: Sequence[dict[str, Any]]) -> int:
-    return sum(estimate_tokens(json.dumps(t)) for t in tools)
+    return sum(_json_chars(t) // CHARS_PER_TOKEN + 1 for t in tools)
 
 
 @dataclass
