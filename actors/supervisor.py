@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import queue
 import sys
 import threading
 import time
@@ -201,6 +202,12 @@ class SupervisedActor(pykka.ThreadingActor):
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
         return CallbackFuture()
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        # pykka's hook: the C SimpleQueue hands a message over in about half the time of
+        # queue.Queue (no Condition, no task accounting) and has all an inbox needs.
+        return queue.SimpleQueue()
 
     def __init__(self) -> None:
         super().__init__()
