@@ -137,6 +137,12 @@ class ChalieServer(MCPServer):
     def __init__(self, gateway: Gateway, **kwargs: Any) -> None:
         self.gateway = gateway
         super().__init__(**kwargs)
+        # The SDK opens an OpenTelemetry span per message (its documented opt-out is to drop
+        # the middleware): Chalie exports no traces, and the span cost ~3 % of the daemon's
+        # CPU under load. Its own trail and conversation records are the audit.
+        self.middleware[:] = [
+            m for m in self.middleware if type(m).__name__ != "OpenTelemetryMiddleware"
+        ]
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> Any:
         listed = await super()._handle_list_tools(ctx, params)

@@ -489,3 +489,12 @@ def test_a_request_cancelled_while_its_message_is_stored_still_cancels_the_turn(
         asyncio.run(go())
         wait_until(lambda: len(r.convs.cancelled) == 1)
         assert r.convs.cancelled == [r.convs.sent[0].conversation_id]
+
+
+def test_the_server_opens_no_opentelemetry_span_per_message() -> None:
+    from chalie.mcp_server.app import ChalieServer, Gateway
+
+    server = ChalieServer(Gateway(False, None), name="chalie")
+    kinds = [type(m).__name__ for m in server.middleware]
+    assert "OpenTelemetryMiddleware" not in kinds
+    assert kinds  # the SDK's other built-ins (request state) stay
