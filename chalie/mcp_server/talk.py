@@ -23,6 +23,7 @@ Lifecycle of one call (all on the event-loop thread):
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -373,13 +374,29 @@ class _Follow:
         self.seen: set[int] = set()
         self.tools: list[TurnEvent] = []
         self.errors: list[TurnEvent] = []
+        self._pending: collections.deque[object] = collections.deque()
+        self._scheduled = False
 
     def push(self, event: object) -> None:
-        """From any thread: hand an event to the call's loop."""
+        """From any thread: hand an event to the call's loop.
+
+        A burst (a turn publishes its events in batches) wakes the loop once:
+        the events wait in a deque and one scheduled drain moves them all.
+        """
+        self._pending.append(event)
+        if self._scheduled:
+            return  # the drain not yet run takes this one too
+        self._scheduled = True
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+            self.loop.call_soon_threadsafe(self._drain)
         except RuntimeError:
             pass  # the loop is closing; nobody waits any more
+
+    def _drain(self) -> None:
+        self._scheduled = False  # before taking: a push from now on schedules anew
+        pending = self._pending
+        while pending:
+            self.queue.put_nowait(pending.popleft())
 
     def accept(self, item: object) -> TurnEvent | None:
         event = view(item)
