@@ -40,7 +40,7 @@ from actors.control_commands import answer_errors
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
-from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
+from actors.supervisor import CallbackFuture, ChildRef, ChildUnavailable, SupervisedActor
 from actors.turn import (
     Background,
     Cancel,
@@ -283,7 +283,23 @@ class Conversations(SupervisedActor):
 
     # -- the seam -------------------------------------------------------------------------
     def send(self, msg: SendMessage) -> Accepted:
-        """Store the message and start (or queue) its turn; raises ConversationError."""
+        """Store the message and start (or queue) its turn; raises ConversationError.
+
+        Waits, on this actor's thread, for the TurnActor to take the turn: for
+        callers on a thread. Async callers use :meth:`submit`.
+        """
+        return self.submit(msg).result(timeout=ASK_TIMEOUT)
+
+    def submit(self, msg: SendMessage) -> concurrent.futures.Future[Accepted]:
+        """Store the message and hand its turn to the conversation's TurnActor, without waiting.
+
+        The message is validated and stored here (raises ConversationError); the
+        future is answered by the TurnActor once it has started or queued the
+        turn (with ``queued``), or fails with ActorDeadError if that actor died
+        first (the stored turn is then run by the next one, from storage). This
+        actor is free meanwhile: one conversation's turn start never holds up
+        another's message.
+        """
         check_send(
             msg,
             channels=self._channel_names,
@@ -303,13 +319,17 @@ class Conversations(SupervisedActor):
             )
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
+        out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
         seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
         if seen is not None:
-            return Accepted(conversation_id=cid, turn_id=seen.turn_id, queued=False, duplicate=True)
+            out.set_result(
+                Accepted(conversation_id=cid, turn_id=seen.turn_id, queued=False, duplicate=True)
+            )
+            return out
         self._send_no += 1
         live = self._actor(cid)
         live.send_no = self._send_no
-        queued = live.ref.ask(
+        taken = live.ref.ask(
             StartTurn(
                 turn_id,
                 client_msg_id,
@@ -318,9 +338,22 @@ class Conversations(SupervisedActor):
                 self._send_no,
                 human_present=msg.human_present is True,
             ),
-            timeout=ASK_TIMEOUT,
+            block=False,
         )
-        return Accepted(conversation_id=cid, turn_id=turn_id, queued=bool(queued), duplicate=False)
+
+        def answered(done: CallbackFuture) -> None:  # on the TurnActor's thread
+            try:
+                queued = bool(done.get(timeout=0))
+            except BaseException as exc:
+                out.set_exception(exc)
+                return
+            out.set_result(
+                Accepted(conversation_id=cid, turn_id=turn_id, queued=queued, duplicate=False)
+            )
+
+        assert isinstance(taken, CallbackFuture)  # a TurnActor's asks call back
+        taken.add_done_callback(answered)
+        return out
 
     def cancel(self, conversation_id: str) -> bool:
         """Cancel the conversation's running turn; False when none runs."""

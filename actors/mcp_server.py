@@ -104,7 +104,9 @@ class ActorConversations:
             human_present=human_present,
         )
         child = self._child
-        accepted = await self._call(child.acall(Conversations.send, msg))
+        taken = await self._call(child.acall(Conversations.submit, msg))
+        async with asyncio.timeout(CALL_TIMEOUT):  # the TurnActor takes the turn
+            accepted = await self._call(asyncio.wrap_future(taken))
         return Sent(accepted.conversation_id, accepted.turn_id)
 
     async def cancel(self, conversation_id: str) -> bool:

@@ -141,7 +141,7 @@ def _wrap_on_stop(fn: Callable[[Any], None]) -> Callable[[Any], None]:
 class CallbackFuture(pykka.ThreadingFuture[Any]):
     """pykka's threading future that also calls back when it is answered.
 
-    Every ask of a :class:`SupervisedActor` returns one (pykka's
+    Every ask of an :class:`Actor` returns one (pykka's
     ``_create_future`` hook), so async code can await an actor's answer
     without a thread blocked on it (:meth:`ChildRef.acall`). The callbacks run
     on the answering thread (the actor's, or the one that stops it and fails
@@ -181,7 +181,24 @@ class CallbackFuture(pykka.ThreadingFuture[Any]):
                 log.exception("a future's callback failed")
 
 
-class SupervisedActor(pykka.ThreadingActor):
+class Actor(pykka.ThreadingActor):
+    """Our threading actor: asks answered with a :class:`CallbackFuture`, a C inbox.
+
+    Both through pykka's hooks for actor implementations.
+    """
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return CallbackFuture()
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        # The C SimpleQueue hands a message over in about half the time of queue.Queue
+        # (no Condition, no task accounting) and has all an inbox needs.
+        return queue.SimpleQueue()
+
+
+class SupervisedActor(Actor):
     """Base for supervised children: reports its failures and exits to its supervisor.
 
     Subclasses override ``on_start``, ``on_stop`` and ``on_failure`` as usual
@@ -198,16 +215,6 @@ class SupervisedActor(pykka.ThreadingActor):
             cls.on_failure = _wrap_on_failure(cls.__dict__["on_failure"])  # type: ignore[method-assign,assignment]
         if "on_stop" in cls.__dict__:
             cls.on_stop = _wrap_on_stop(cls.__dict__["on_stop"])  # type: ignore[method-assign,assignment]
-
-    @staticmethod
-    def _create_future() -> pykka.Future[Any]:
-        return CallbackFuture()
-
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        # pykka's hook: the C SimpleQueue hands a message over in about half the time of
-        # queue.Queue (no Condition, no task accounting) and has all an inbox needs.
-        return queue.SimpleQueue()
 
     def __init__(self) -> None:
         super().__init__()
@@ -418,11 +425,11 @@ class ChildRef(Generic[A]):
         """:meth:`call` for async code: the loop awaits the answer; no thread waits for it.
 
         Waits at most ``timeout`` seconds (TimeoutError after). The child must be
-        a :class:`SupervisedActor` (its futures call back).
+        an :class:`Actor` (its futures call back).
         """
         fut = self.future(method, *args, **kwargs)
         if not isinstance(fut, CallbackFuture):
-            raise TypeError(f"{self.child_id} is not a SupervisedActor; use call() on a thread")
+            raise TypeError(f"{self.child_id} is not an actors.supervisor.Actor; use call()")
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[R] = loop.create_future()
 

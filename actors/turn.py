@@ -42,6 +42,7 @@ from typing import Any, Final, Literal, Protocol
 import pykka
 
 from actors.loop import EventLoopThread
+from actors.supervisor import Actor
 from chalie.conversation import act
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
@@ -227,7 +228,7 @@ class _Turn:
     human_present: bool = False  # a person answers this turn's asks (StartTurn)
 
 
-class TurnActor(pykka.ThreadingActor):
+class TurnActor(Actor):
     """The turns of one conversation; started on demand by the Conversations actor."""
 
     def __init__(
