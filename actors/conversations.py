@@ -329,7 +329,8 @@ class Conversations(SupervisedActor):
         self._send_no += 1
         live = self._actor(cid)
         live.send_no = self._send_no
-        taken = live.ref.ask(
+        taken: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        asked = live.ref.ask(
             StartTurn(
                 turn_id,
                 client_msg_id,
@@ -337,22 +338,37 @@ class Conversations(SupervisedActor):
                 msg.busy,
                 self._send_no,
                 human_present=msg.human_present is True,
+                taken=taken,
             ),
             block=False,
         )
 
-        def answered(done: CallbackFuture) -> None:  # on the TurnActor's thread
-            try:
-                queued = bool(done.get(timeout=0))
-            except BaseException as exc:
-                out.set_exception(exc)
-                return
-            out.set_result(
-                Accepted(conversation_id=cid, turn_id=turn_id, queued=queued, duplicate=False)
-            )
+        def settle(queued: bool | None, exc: BaseException | None) -> None:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # the other won
+                if exc is not None:
+                    out.set_exception(exc)
+                else:
+                    out.set_result(
+                        Accepted(
+                            conversation_id=cid,
+                            turn_id=turn_id,
+                            queued=bool(queued),
+                            duplicate=False,
+                        )
+                    )
 
-        assert isinstance(taken, CallbackFuture)  # a TurnActor's asks call back
-        taken.add_done_callback(answered)
+        # Answered when the TurnActor decides (before the turn's first step); the ask
+        # itself answers only after that step, or fails if the actor died first.
+        taken.add_done_callback(lambda f: settle(f.result(), None))
+
+        def asked_done(done: CallbackFuture) -> None:  # on the TurnActor's thread
+            try:
+                settle(bool(done.get(timeout=0)), None)
+            except BaseException as exc:
+                settle(None, exc)
+
+        assert isinstance(asked, CallbackFuture)  # a TurnActor's asks call back
+        asked.add_done_callback(asked_done)
         return out
 
     def cancel(self, conversation_id: str) -> bool:

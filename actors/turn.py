@@ -116,6 +116,15 @@ class StartTurn:
     send_no: int = 0
     # This turn only: a person answers its asks (SendMessage.human_present).
     human_present: bool = False
+    # Answered (queued or not) as soon as that is decided, before the turn's first step:
+    # the sender waits for this, not for the step.
+    taken: concurrent.futures.Future[bool] | None = field(default=None, compare=False)
+
+
+def _answer_taken(start: StartTurn, queued: bool) -> None:
+    if start.taken is not None and not start.taken.done():
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            start.taken.set_result(queued)
 
 
 @dataclass(frozen=True)
@@ -298,7 +307,9 @@ class TurnActor(Actor):
                 self._model_done(message.response, message.error)
         elif isinstance(message, StartTurn):
             self._send_no = max(self._send_no, message.send_no)
-            return self._start_or_queue(message)
+            queued = self._start_or_queue(message)
+            _answer_taken(message, queued)  # if _start has not already
+            return queued
         elif isinstance(message, _Retry):
             if message.gen == self._gen and self._turn is not None:
                 self._emit(
@@ -401,6 +412,7 @@ class TurnActor(Actor):
         self._publish([event])
 
     def _start(self, start: StartTurn) -> None:
+        _answer_taken(start, False)  # started, not queued: the sender need not wait for more
         channel = self._channel
         assert channel is not None
         self._gen += 1
