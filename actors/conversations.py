@@ -28,7 +28,7 @@ import logging
 import queue
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -45,6 +45,7 @@ from actors.turn import (
     Background,
     Cancel,
     Crashed,
+    Evict,
     Idle,
     Permission,
     Settled,
@@ -127,6 +128,7 @@ class _Route:
 class _Live:
     ref: pykka.ActorRef[TurnActor]
     send_no: int = 0
+    evicting: bool = False  # asked to stop if idle (over max_live); cleared on use
 
 
 class Conversations(SupervisedActor):
@@ -140,7 +142,8 @@ class Conversations(SupervisedActor):
         self._channel_names = frozenset(self._channels)
         self._model_configs: dict[str, ModelConfig] = dict(cfg.models)
         self._models: dict[str, ModelClient] = {}
-        self._live: dict[str, _Live] = {}
+        # Least recently used first: a use moves a conversation to the end.
+        self._live: OrderedDict[str, _Live] = OrderedDict()
         self._crashes: dict[str, deque[float]] = {}
         self._requests: dict[str, str] = {}  # permission request id -> conversation id
         self._send_no = 0
@@ -201,7 +204,7 @@ class Conversations(SupervisedActor):
         if self._sub is not None:
             self._sub.close()
             self._sub = None
-        live, self._live = self._live, {}
+        live, self._live = self._live, OrderedDict()
         stops = []
         for entry in live.values():
             with contextlib.suppress(pykka.ActorDeadError):
@@ -448,13 +451,29 @@ class Conversations(SupervisedActor):
     def _actor(self, cid: str) -> _Live:
         live = self._live.get(cid)
         if live is not None and live.ref.is_alive():
+            self._live.move_to_end(cid)
+            live.evicting = False
             return live
         deps = self._deps
         assert deps is not None
         ref = TurnActor.start(cid, deps, self.actor_ref)
         live = _Live(ref)
         self._live[cid] = live
+        self._live.move_to_end(cid)
+        self._evict()
         return live
+
+    def _evict(self) -> None:
+        """Over max_live: ask the least recently used to stop if idle (a busy one stays)."""
+        excess = len(self._live) - self._rt.config.conversations.max_live
+        for live in self._live.values():
+            if excess <= 0:
+                return
+            if not live.evicting:
+                live.evicting = True
+                with contextlib.suppress(pykka.ActorDeadError):
+                    live.ref.tell(Evict())
+            excess -= 1
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Route):

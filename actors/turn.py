@@ -133,6 +133,11 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Evict:
+    """From the parent, over its limit of live actors: report Idle now if nothing runs."""
+
+
+@dataclass(frozen=True)
 class Permission:
     request: PermissionRequest
 
@@ -294,6 +299,11 @@ class TurnActor(Actor):
             with contextlib.suppress(pykka.ActorDeadError):
                 self._parent.tell(Crashed(self.conversation_id, self.actor_urn, repr(err)))
 
+    def _report_idle(self) -> None:
+        if self._turn is None and not self._queue and self._parent is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                self._parent.tell(Idle(self.conversation_id, self.actor_urn, self._send_no))
+
     # -- the mailbox ----------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Delta):
@@ -333,10 +343,10 @@ class TurnActor(Actor):
             if message.gen == self._gen and self._turn is not None:
                 self._finish("guard-time", self._turn.guards.line("guard-time"))
         elif isinstance(message, _IdleCheck):
-            if message.gen == self._gen and self._turn is None and not self._queue:
-                if self._parent is not None:
-                    with contextlib.suppress(pykka.ActorDeadError):
-                        self._parent.tell(Idle(self.conversation_id, self.actor_urn, self._send_no))
+            if message.gen == self._gen:
+                self._report_idle()
+        elif isinstance(message, Evict):
+            self._report_idle()
         elif message == "state":
             return self.state()
         elif message == "crash":  # tests: a fault inside the actor

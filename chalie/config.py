@@ -220,6 +220,10 @@ class ConversationsConfig(Section, frozen=True):
     max_message_chars: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
     # User messages waiting behind a running turn, per conversation.
     max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
+    # Conversation actors kept in memory (a thread each). Past this, the least recently
+    # used idle ones are stopped at once, as idle_stop would later; their conversations
+    # stay stored and come back on their next message.
+    max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
 
 
 class DiscoveryConfig(Section, frozen=True):

@@ -35,7 +35,7 @@ def base_url(server: FakeModelServer, fmt: str) -> str:
     return server.url + ("/v1" if fmt == "openai" else "")
 
 
-def config_toml(server: FakeModelServer) -> str:
+def config_toml(server: FakeModelServer, conversations: str = "") -> str:
     lines: list[str] = []
 
     def model(name: str, fmt: str, **extra: Any) -> None:
@@ -75,18 +75,21 @@ def config_toml(server: FakeModelServer) -> str:
     channel("tiny", model="tiny", pinned=["calculator"])
     channel("async", model="default", pinned=["clock"], async_offered=True)
     lines.append("[conversations]")
-    lines.append("idle_stop = 1.0")
+    if "idle_stop" not in conversations:
+        lines.append("idle_stop = 1.0")
     lines.append("max_queued = 2")
+    if conversations:
+        lines.append(conversations)
     return "\n".join(lines) + "\n"
 
 
 class Harness:
     """The daemon, the model server, and the live events of every conversation."""
 
-    def __init__(self, extra_toml: str = "") -> None:
+    def __init__(self, extra_toml: str = "", conversations: str = "") -> None:
         self.server = FakeModelServer(load_script("{}")).start()
         self.home = Path(tempfile.mkdtemp(prefix="cvh-", dir="/tmp"))
-        (self.home / "config.toml").write_text(config_toml(self.server) + extra_toml)
+        (self.home / "config.toml").write_text(config_toml(self.server, conversations) + extra_toml)
         self.config = Config.load(self.home)
         self.events: list[Any] = []
         self._lock = threading.Lock()
