@@ -419,31 +419,6 @@ def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> N
     assert [e.seq for e in h.stored(cid)] == list(range(1, len(h.stored(cid)) + 1))
 
 
-def test_past_max_live_the_least_recently_used_idle_actors_stop_and_come_back() -> None:
-    h = Harness(conversations="max_live = 2\nidle_stop = 600.0")
-    try:
-        h.script({"steps": [{"text": f"answer {i}"} for i in range(5)]})
-        cids = []
-        for i in range(3):
-            sent = h.send(f"message {i}", "bg-openai")
-            h.finished(sent)
-            cids.append(sent.conversation_id)
-        # the third actor pushed the first (idle, least recently used) out
-        wait_until(
-            lambda: h.conversations.call(Conversations.live) == 2,
-            timeout=10,
-            what="the oldest idle actor to stop",
-        )
-        assert not h.conversations.call(Conversations.show, cids[0])["live"]
-        assert h.conversations.call(Conversations.show, cids[2])["live"]
-        again = h.send("and again", "bg-openai", conversation_id=cids[0])
-        assert h.finished(again).text == "answer 3"  # its history came back from storage
-        contents = [m["content"] for m in h.server.requests[3]["body"]["messages"]]
-        assert contents[1:] == ["message 0", "answer 0", "and again"]
-    finally:
-        h.close()
-
-
 def test_an_over_long_history_is_trimmed_and_the_trim_is_recorded(h: Harness) -> None:
     h.script({"on_user": {"tool_calls": [calc("7*6")]}, "on_tool": {"text": "x" * 600}})
     first = h.send("first " * 50, "tiny")
