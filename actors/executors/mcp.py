@@ -5,15 +5,16 @@ server's one persistent session.
 (:mod:`chalie.mcp.route`): a proxy that cannot run (quarantined, gone, on a
 disabled server, its server offline or refusing our credentials) is answered
 at once with its own code; otherwise the call is submitted to the session on
-the event loop with the job's timeout, and the mapped result reaches
-``done`` from the loop thread, exactly once. A call that finds the
-connection broken asks the actor to probe it now. ``cancel`` cancels the
-call's task, which the SDK turns into an MCP ``notifications/cancelled``.
+the event loop with the job's timeout (a task created on the loop by one ``call_soon``, no
+cross-thread future in between), and the mapped result reaches ``done`` from
+the loop thread, exactly once. A call that finds the connection broken asks
+the actor to probe it now. ``cancel`` cancels the call's task, which the SDK
+turns into an MCP ``notifications/cancelled``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import contextlib
 import logging
 import threading
@@ -35,7 +36,8 @@ class McpExecutor:
     def __init__(self, handle: McpHandle | None) -> None:
         self._handle = handle
         self._lock = threading.Lock()
-        self._calls: dict[str, concurrent.futures.Future[Any]] = {}
+        # job id -> its task on the loop (None until the loop has created it)
+        self._calls: dict[str, asyncio.Task[Any] | None] = {}
 
     def start(self, job: Job, done: Done) -> None:
         cls = job.entry.cls
@@ -65,20 +67,13 @@ class McpExecutor:
             return
         assert route is not None and route.link is not None
         link, gen = route.link, route.gen
-        try:
-            fut = handle.loop.submit(link.call(tool, dict(job.params), job.timeout))
-        except Exception as exc:
-            log.exception("submitting %s to its MCP session failed", job.tool)
-            done(FAULTS.executor_failed(job.tool, type(exc).__name__))
-            return
-        with self._lock:
-            self._calls[job.job_id] = fut
+        job_id, params, timeout = job.job_id, dict(job.params), job.timeout
 
-        def finished(f: concurrent.futures.Future[Any]) -> None:
+        def finished(task: asyncio.Task[Any]) -> None:  # on the loop
             with self._lock:
-                self._calls.pop(job.job_id, None)
+                self._calls.pop(job_id, None)
             try:
-                result, suspect = outcome(server, job.tool, tool, job.timeout, link, f)
+                result, suspect = outcome(server, job.tool, tool, timeout, link, task)
             except Exception as exc:
                 log.exception("mapping the result of %s failed", job.tool)
                 result, suspect = FAULTS.executor_failed(job.tool, type(exc).__name__), False
@@ -87,16 +82,36 @@ class McpExecutor:
                 with contextlib.suppress(ChildUnavailable):
                     handle.connection(server).tell(Suspect(gen))
 
-        fut.add_done_callback(finished)
+        def begin() -> None:  # on the loop
+            with self._lock:
+                if job_id not in self._calls:
+                    return  # cancelled before it began: the dispatcher already ended it
+                task = asyncio.get_running_loop().create_task(link.call(tool, params, timeout))
+                self._calls[job_id] = task
+            task.add_done_callback(finished)
+
+        with self._lock:
+            self._calls[job_id] = None
+        try:
+            handle.loop.call_soon(begin)
+        except Exception as exc:
+            with self._lock:
+                self._calls.pop(job_id, None)
+            log.exception("submitting %s to its MCP session failed", job.tool)
+            done(FAULTS.executor_failed(job.tool, type(exc).__name__))
 
     def cancel(self, job_id: str) -> None:
         with self._lock:
-            fut = self._calls.get(job_id)
-        if fut is not None:
-            fut.cancel()
+            task = self._calls.pop(job_id, None)
+        if task is not None and self._handle is not None:
+            with contextlib.suppress(Exception):  # the loop is gone: so is the task
+                self._handle.loop.call_soon(task.cancel)
 
     def close(self) -> None:
         with self._lock:
-            calls = list(self._calls.values())
-        for fut in calls:
-            fut.cancel()
+            tasks = [t for t in self._calls.values() if t is not None]
+            self._calls.clear()
+        if self._handle is not None:
+            for task in tasks:
+                with contextlib.suppress(Exception):
+                    self._handle.loop.call_soon(task.cancel)

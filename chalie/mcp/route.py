@@ -10,6 +10,7 @@ session on the event loop: no actor hop on the hot path.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ def outcome(
     tool: str,
     timeout: float,
     link: Link,
-    fut: concurrent.futures.Future[Any],
+    fut: asyncio.Future[Any] | concurrent.futures.Future[Any],
 ) -> tuple[ToolResult, bool]:
     """A finished call's ToolResult, and whether the connection itself looks broken."""
     if fut.cancelled():

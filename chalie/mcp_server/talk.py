@@ -205,8 +205,7 @@ class TalkToChalie:
                         req.project_or_task_name,
                     )
                     sub = self.port.subscribe(cid, follow.push)
-                    for event in await self.port.events(cid, 0, BACKFILL_LIMIT):
-                        follow.push(event)
+                    follow.backfill(await self.port.events(cid, 0, BACKFILL_LIMIT))
                 except asyncio.CancelledError:
                     self.stats.cancelled += 1
                     self._cancel_later(cid)
@@ -392,6 +391,22 @@ class _Follow:
         except RuntimeError:
             pass  # the loop is closing; nobody waits any more
 
+    def backfill(self, events: list[object]) -> None:
+        """On the loop: stored events read after subscribing go before the live ones.
+
+        The turn runs while this call subscribes and reads what was stored
+        before: a live event (the turn's end) may already be queued ahead of
+        a stored earlier one (its errors). Both are merged in ``seq`` order;
+        the duplicates are dropped later by :meth:`accept`.
+        """
+        queued: list[object] = []
+        while not self.queue.empty():
+            queued.append(self.queue.get_nowait())
+        while self._pending:
+            queued.append(self._pending.popleft())
+        for event in sorted([*events, *queued], key=_seq_of):
+            self.queue.put_nowait(event)
+
     def _drain(self) -> None:
         self._scheduled = False  # before taking: a push from now on schedules anew
         pending = self._pending
@@ -411,6 +426,11 @@ class _Follow:
                 self.turn_id = event.turn_id
             return None
         return event if event.turn_id == self.turn_id else None
+
+
+def _seq_of(event: object) -> int:
+    seq = getattr(event, "seq", 0)
+    return seq if isinstance(seq, int) else 0
 
 
 def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:

@@ -498,3 +498,24 @@ def test_the_server_opens_no_opentelemetry_span_per_message() -> None:
     kinds = [type(m).__name__ for m in server.middleware]
     assert "OpenTelemetryMiddleware" not in kinds
     assert kinds  # the SDK's other built-ins (request state) stay
+
+
+def test_stored_events_read_after_subscribing_go_before_the_live_ones() -> None:
+    from chalie.conversation.events import ErrorEvent, TurnFinished, TurnStarted
+    from chalie.mcp_server.talk import _Follow
+
+    async def scenario() -> list[int]:
+        follow = _Follow(asyncio.get_running_loop(), "m1")
+        base = {"conversation_id": "c1", "ts": 0.0}
+        started = TurnStarted(**base, seq=1, turn_id="t1", client_msg_id="m1", text="hi")
+        error = ErrorEvent(**base, seq=2, turn_id="t1", code="model-error", message="boom")
+        ended = TurnFinished(**base, seq=3, turn_id="t1", reason="model-error", text="")
+        follow.push(ended)  # live: the turn ended while this call subscribed
+        follow.backfill([started, error, ended])  # stored before the subscription
+        await asyncio.sleep(0)
+        out = []
+        while not follow.queue.empty():
+            out.append(follow.queue.get_nowait().seq)  # type: ignore[attr-defined]
+        return out
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 3]  # in order; accept() drops the repeat
