@@ -75,6 +75,8 @@ def ms(x: float) -> str:
 
 
 def bench_call(calls: int, transport: str) -> None:
+    """``transport``: ``http`` or ``stdio`` (our fixture's echo, no work at all), or ``time``
+    (the PyPI reference server mcp-server-time over stdio, its get_current_time)."""
     from mcp import Client, StdioServerParameters
 
     from tests.mcp.rig import stdio_spec
@@ -82,10 +84,21 @@ def bench_call(calls: int, transport: str) -> None:
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
-    spec = (
-        ServerSpec(name="fx", transport="http", url=srv.url)
-        if transport == "http"
-        else stdio_spec("fx")
+    if transport == "http":
+        spec = ServerSpec(name="fx", transport="http", url=srv.url)
+    elif transport == "time":
+        spec = ServerSpec(
+            name="fx",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
+        )
+    else:
+        spec = stdio_spec("fx")
+    tool, arguments = (
+        ("get_current_time", {"timezone": "Europe/Paris"})
+        if transport == "time"
+        else ("echo", {"text": "x"})
     )
     target: Any = (
         srv.url
@@ -93,15 +106,16 @@ def bench_call(calls: int, transport: str) -> None:
         else StdioServerParameters(
             command=spec.command,
             args=list(spec.args),
-            cwd=spec.cwd,
+            cwd=spec.cwd or None,
             env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")},
         )
     )
     try:
         rig.add(spec)
         rig.start()
-        rig.wait_tools("fx", 8)
-        rig.allow("_mcp_fx_echo")
+        rig.wait_tools("fx", 2 if transport == "time" else 8)
+        proxy = f"_mcp_fx_{tool}"
+        rig.allow(proxy)
         direct_t: list[float] = []
         chalie_t: list[float] = []
 
@@ -111,22 +125,22 @@ def bench_call(calls: int, transport: str) -> None:
             # call of each block is not counted: it pays for the other's block (the direct
             # session's loop was blocked meanwhile).
             async with Client(target, mode="auto", cache=None) as c:
-                await c.call_tool("echo", {"text": "warm"})
+                await c.call_tool(tool, arguments)
                 for b in range(max(1, n // block)):
                     for i in range(block + 1):
                         t0 = time.perf_counter()
-                        await c.call_tool("echo", {"text": "x"})
+                        await c.call_tool(tool, arguments)
                         if i:
                             direct_t.append(time.perf_counter() - t0)
                     for i in range(block + 1):
                         t0 = time.perf_counter()
-                        out = rig.run("_mcp_fx_echo", {"text": "x"}, call_id=f"c{b}-{i}")
+                        out = rig.run(proxy, arguments, call_id=f"c{b}-{i}")
                         if i:
                             chalie_t.append(time.perf_counter() - t0)
                         assert out.status == "success", out.envelope
 
         for i in range(20):  # warm up the whole path
-            rig.run("_mcp_fx_echo", {"text": "warm"}, call_id=f"w{i}")
+            rig.run(proxy, arguments, call_id=f"w{i}")
         asyncio.run(interleaved(calls))
         from chalie.ability import Ability
         from chalie.result import ToolResult
@@ -152,7 +166,7 @@ def bench_call(calls: int, transport: str) -> None:
         assert route.link is not None
         for _ in range(len(chalie_t)):  # the same session from another thread: the loop hop only
             t0 = time.perf_counter()
-            rig.loop.submit(route.link.call("echo", {"text": "x"}, 10)).result(10)
+            rig.loop.submit(route.link.call(tool, arguments, 10)).result(10)
             hop_t.append(time.perf_counter() - t0)
         d, c = statistics.median(direct_t), statistics.median(chalie_t)
         print(
@@ -409,6 +423,7 @@ def main() -> None:
     if "call" in chosen:
         bench_call(args.calls, "http")
         bench_call(args.calls, "stdio")
+        bench_call(args.calls, "time")
     if "idle" in chosen:
         bench_idle(args.servers, args.window)
     if "changed" in chosen:
