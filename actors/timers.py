@@ -60,17 +60,19 @@ class TimerInbox:
 
     def get(self) -> Any:
         """The next message, or the message of a timer that came due, whichever is first."""
+        heap, cancelled, q = self._heap, self._cancelled, self._queue
         while True:
-            due = self._next_due()
-            if due is None:
-                return self._queue.get()
-            wait = due - time.monotonic()
+            while heap and heap[0][1] in cancelled:  # ended calls' deadlines: dropped
+                cancelled.discard(heapq.heappop(heap)[1])
+            if not heap:
+                return q.get()
+            wait = heap[0][0] - time.monotonic()
             if wait > 0:
                 try:
-                    return self._queue.get(timeout=wait)
+                    return q.get(timeout=wait)
                 except queue.Empty:
                     continue
-            _, handle, message = heapq.heappop(self._heap)
+            _, handle, message = heapq.heappop(heap)
             self._live.discard(handle)
             return _Envelope(message)
 
@@ -96,9 +98,3 @@ class TimerInbox:
     def __len__(self) -> int:
         """Live timers."""
         return len(self._live)
-
-    def _next_due(self) -> float | None:
-        heap, cancelled = self._heap, self._cancelled
-        while heap and heap[0][1] in cancelled:
-            cancelled.discard(heapq.heappop(heap)[1])
-        return heap[0][0] if heap else None
