@@ -118,6 +118,18 @@ class Runtime:
             from actors.worker_pool import WorkerPool
 
             workers = self.child("workers", WorkerPool).within(5).call(WorkerPool.status)
+        chat: Any = None
+        with contextlib.suppress(Exception):
+            from actors.chat_bridge import ChatBridge
+
+            chat = self.child("chat", ChatBridge).within(5).call(ChatBridge.addresses)
+        mcp_server: Any = None
+        with contextlib.suppress(Exception):
+            from actors.mcp_server import McpServerActor
+
+            mcp_server = (
+                self.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)
+            )
         return {
             "pid": os.getpid(),
             "version": chalie.__version__,
@@ -125,6 +137,8 @@ class Runtime:
             "uptime": time.time() - self.started,
             "actors": tree["children"],
             "workers": workers,
+            "chat": chat,
+            "mcp_server": mcp_server,
             "loop": self.loop.is_alive(),
             "discovery": getattr(self.services.discovery, "snapshot", dict)(),
         }

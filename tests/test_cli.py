@@ -180,6 +180,12 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     assert {c["id"] for c in data["actors"]} >= {"policy", "workers", "dispatcher", "control"}
     assert all(c["restarts"] == 0 for c in data["actors"])
     assert data["loop"] is True  # the uvloop thread runs
+    # where chat clients and agents reach it, and what the MCP server has seen
+    assert isinstance(data["chat"], dict) and "websocket" in data["chat"]
+    assert isinstance(data["mcp_server"], dict) and data["mcp_server"]["state"]
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("chat: websocket ") for line in lines)
+    assert any(line.startswith("mcp server: ") for line in lines)
 
 
 def test_tools_call_asks_in_the_terminal_and_allow_once_runs_the_call(

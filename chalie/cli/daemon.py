@@ -124,6 +124,24 @@ def status_command(obj: Ctx, as_json: bool) -> None:
         click.echo(f"workers: {_scalar(workers)}")
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
     click.echo(describe(data.get("discovery")))
+    chat = data.get("chat")
+    if isinstance(chat, dict):
+        ws = chat.get("websocket") or "off"
+        tcp = chat.get("zmq_tcp") or "off"
+        click.echo(
+            f"chat: websocket {ws} ({chat.get('websocket_clients', 0)} clients)  "
+            f"zeromq ipc ({chat.get('zmq_clients', 0)} clients)  tcp {tcp}"
+        )
+    mcp = data.get("mcp_server")
+    if isinstance(mcp, dict):
+        line = f"mcp server: {mcp.get('state')}"
+        if mcp.get("url"):
+            line += f"  {mcp['url']}"
+        for key in ("requests", "calls"):
+            counts = mcp.get(key)
+            if isinstance(counts, dict):
+                line += f"  {key}: " + " ".join(f"{k} {v}" for k, v in counts.items())
+        click.echo(line)
 
 
 @cli.command("stop")
