@@ -75,6 +75,15 @@ def client(url: str, **kw: Any) -> HttpClient:
     return http
 
 
+async def bodies(http: HttpClient, times: int) -> list[bytes]:
+    """POST ``times`` times, one after the other; each answer's body."""
+    out = []
+    for _ in range(times):
+        async with http.post("/x", b"", {}) as resp:
+            out.append(await resp.read(100))
+    return out
+
+
 def run(coro: Awaitable[Any]) -> Any:
     """Run a scenario, then close every client it made, on its loop."""
 
@@ -187,10 +196,7 @@ def test_a_body_to_the_end_of_the_connection_and_connection_close_are_not_reused
     async def scenario() -> list[bytes]:
         async with server:
             http = client(server.url)
-            out = []
-            for _ in range(2):
-                async with http.post("/x", b"", {}) as resp:
-                    out.append(await resp.read(100))
+            out = await bodies(http, 2)
             assert http.open_connections == 0
             return out
 
@@ -209,12 +215,7 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_an_error(
 
     async def scenario() -> list[bytes]:
         async with server:
-            http = client(server.url)
-            out = []
-            for _ in range(3):
-                async with http.post("/x", b"", {}) as resp:
-                    out.append(await resp.read(100))
-            return out
+            return await bodies(client(server.url), 3)
 
     assert run(scenario()) == [b"one", b"one", b"one"]
     assert server.connections == 3
