@@ -291,7 +291,12 @@ class Conversations(SupervisedActor):
         Waits, on this actor's thread, for the TurnActor to take the turn: for
         callers on a thread. Async callers use :meth:`submit`.
         """
-        return self.submit(msg).result(timeout=ASK_TIMEOUT)
+        try:
+            return self.submit(msg).result(timeout=ASK_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise pykka.Timeout(
+                f"the conversation did not take the turn in {ASK_TIMEOUT:g} s"
+            ) from None
 
     def submit(self, msg: SendMessage) -> concurrent.futures.Future[Accepted]:
         """Store the message and hand its turn to the conversation's TurnActor, without waiting.
