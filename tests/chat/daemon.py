@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from chalie.config import Config
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
+from tests.conftest import wait_until
 from tests.conversation.harness import config_toml
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
@@ -44,10 +44,7 @@ class Daemon:
         try:
             chat = self.rt.child("chat", ChatBridge).within(10)
             # The supervisor starts its children after ``ready``: wait for this one.
-            deadline = time.monotonic() + 60
-            while not chat.is_alive():
-                assert time.monotonic() < deadline, "the chat child did not start"
-                time.sleep(0.01)
+            wait_until(chat.is_alive, 60, "the chat child to start")
             self.addresses: dict[str, Any] = chat.call(ChatBridge.addresses)
             self.token = (self.home / FIRST_TOKEN_FILE).read_text().strip()
         except BaseException:

@@ -90,10 +90,7 @@ def test_a_piped_turn_waits_for_an_answer_given_elsewhere_and_tooltips_are_one_e
         assert proc.stdin is not None
         proc.stdin.write("what time is it in Tokyo\n")
         proc.stdin.close()
-        deadline = time.monotonic() + 30
-        while not seen:
-            assert time.monotonic() < deadline, "no permission request"
-            time.sleep(0.02)
+        wait_until(lambda: seen, 30, "a permission request")
         with ChatClient.local(d.home) as other:
             other.send(p.Answer(request_id=seen[0].request_id, answer="allow_once"))
             assert collect(other, lambda f: f["type"] == "answered", timeout=20)[-1]["found"]
