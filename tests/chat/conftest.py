@@ -19,6 +19,7 @@ from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
 from tests.chat.conversations_double import FakeConversations, SendMessage
+from tests.chat.daemon import Daemon
 
 
 @dataclass
@@ -74,3 +75,13 @@ def bridge(short_home: Path) -> Iterator[Bridge]:
     b = start_bridge(short_home)
     yield b
     stop_bridge(b)
+
+
+@pytest.fixture(scope="module")
+def d() -> Iterator[Daemon]:
+    """A whole daemon with the chat bridge, one per test module."""
+    running = Daemon()
+    try:
+        yield running
+    finally:
+        running.close()

@@ -59,3 +59,28 @@ class Daemon:
         self.rt.request_stop()
         self.thread.join(60)
         self.server.stop()
+
+
+def clock_script(act_summary: str) -> dict[str, Any]:
+    """A turn that finds the clock, reads it (with ``act_summary``), then answers in deltas."""
+    return {
+        "steps": [
+            {
+                "tool_calls": [
+                    {
+                        "name": "find_tools",
+                        "arguments": {"query": ["clock"], "act_summary": "finding"},
+                    }
+                ]
+            },
+            {
+                "tool_calls": [
+                    {
+                        "name": "clock",
+                        "arguments": {"zone": "Asia/Tokyo", "act_summary": act_summary},
+                    }
+                ]
+            },
+            {"text": "It is evening in Tokyo.", "chunk": 6},
+        ]
+    }

@@ -10,46 +10,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.conversation.events import PermissionRequested
-from tests.chat.daemon import Daemon
+from tests.chat.daemon import Daemon, clock_script
 from tests.chat.test_zmq_bridge import collect
 from tests.conftest import wait_until
 
-ASKING = {
-    "steps": [
-        {
-            "tool_calls": [
-                {"name": "find_tools", "arguments": {"query": ["clock"], "act_summary": "finding"}}
-            ]
-        },
-        {
-            "tool_calls": [
-                {
-                    "name": "clock",
-                    "arguments": {"zone": "Asia/Tokyo", "act_summary": "clock\x1b[2J\nFAKE LINE"},
-                }
-            ]
-        },
-        {"text": "It is evening in Tokyo.", "chunk": 6},
-    ]
-}
-
-
-@pytest.fixture(scope="module")
-def d() -> Iterator[Daemon]:
-    running = Daemon()
-    try:
-        yield running
-    finally:
-        running.close()
+ASKING = clock_script("clock\x1b[2J\nFAKE LINE")
 
 
 def chalie(

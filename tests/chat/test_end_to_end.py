@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,36 +13,10 @@ from websockets.asyncio.client import connect
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.chat.daemon import Daemon
+from tests.chat.daemon import Daemon, clock_script
 from tests.chat.test_zmq_bridge import collect, collect_all
 
-SCRIPT = {
-    "steps": [
-        {
-            "tool_calls": [
-                {"name": "find_tools", "arguments": {"query": ["clock"], "act_summary": "finding"}}
-            ]
-        },
-        {
-            "tool_calls": [
-                {
-                    "name": "clock",
-                    "arguments": {"zone": "Asia/Tokyo", "act_summary": "reading the clock"},
-                }
-            ]
-        },
-        {"text": "It is evening in Tokyo.", "chunk": 6},
-    ]
-}
-
-
-@pytest.fixture(scope="module")
-def d() -> Iterator[Daemon]:
-    running = Daemon()
-    try:
-        yield running
-    finally:
-        running.close()
+SCRIPT = clock_script("reading the clock")
 
 
 def check_turn(frames: list[dict[str, Any]]) -> None:
