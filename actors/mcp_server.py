@@ -123,9 +123,6 @@ class ActorConversations:
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
         return self._bus.subscribe(conversation_id, callback)
 
-    def close(self) -> None:
-        pass  # nothing of its own to release
-
 
 class DispatcherTools:
     """The gateway's ToolsPort: the one dispatcher chokepoint, the registry, the injections."""
@@ -292,6 +289,6 @@ def start_for(
         port,
         lambda: store,
         BusDesk(events),
-        closers=(port.close, store.close),
+        closers=(store.close,),
         tools=tools,
     )
