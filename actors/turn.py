@@ -257,6 +257,9 @@ class TurnActor(Actor):
         self._gen = 0
         self._turn: _Turn | None = None
         self._queue: deque[StartTurn] = deque()
+        # Turns loaded from storage as queued when this actor started: their StartTurn
+        # (sent by the parent right after starting this actor) may arrive after they ran.
+        self._from_storage: set[str] = set()
         # Background results waiting for the tool step, with their outbox ids.
         self._held: list[tuple[ChatMessage, int]] = []
         self._delivered: set[str] = set()
@@ -282,6 +285,7 @@ class TurnActor(Actor):
             self._background(result)
         for row in loaded.queued:
             self._queue.append(StartTurn(row.turn_id, row.client_msg_id, row.text))
+            self._from_storage.add(row.turn_id)
         self._next_or_idle()
 
     def on_stop(self) -> None:
@@ -394,6 +398,11 @@ class TurnActor(Actor):
             if queued.turn_id == start.turn_id:
                 self._queue[i] = start
                 return True
+        if start.turn_id in self._from_storage:
+            # Loaded from storage and already run (the model answered before this message
+            # came): running it again would repeat the user's message.
+            self._from_storage.discard(start.turn_id)
+            return False
         if turn is None:
             self._start(start)
             return False

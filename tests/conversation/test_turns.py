@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pykka.messages import ProxyGetAttr
 
-from actors.conversations import Conversations
+from actors.conversations import Conversations, new_id
 from actors.policy import PolicyActor
+from actors.turn import StartTurn, TurnActor, TurnDeps
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequested,
@@ -19,7 +21,7 @@ from chalie.conversation.events import (
     ToolStarted,
     TurnStarted,
 )
-from chalie.conversation.requests import ConversationError
+from chalie.conversation.requests import Accepted, ConversationError
 from tests.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
 
 
@@ -570,3 +572,29 @@ def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harne
     assert h.finished(second).reason == "final"
     settled = [e for e in h.of(cid, PermissionSettled) if e.request_id == request.request_id]
     assert [e.answer for e in settled] == ["allowed"]
+
+
+def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -> None:
+    """The parent starts an actor, then sends the turn's StartTurn; the actor, loading the
+    turn from storage, may have run it already (a fast model, a slow parent thread)."""
+    h.script({"on_user": {"text": "you said: {last_user}"}})
+    # the daemon's own TurnDeps, read on the Conversations actor's thread
+    deps = h.conversations.ask(ProxyGetAttr(attr_path=("_deps",)), timeout=10)
+    assert isinstance(deps, TurnDeps)
+    cid = new_id("c")
+    deps.store.create(cid, "bg-openai")
+    deps.store.queue_turn(cid, "t_stored", "m_stored", "stored message")
+    ref = TurnActor.start(cid, deps)  # not the parent's: nothing else runs this conversation
+    try:
+        ran = Accepted(conversation_id=cid, turn_id="t_stored", queued=False, duplicate=False)
+        assert h.finished(ran).text == "you said: stored message"
+        late = StartTurn("t_stored", "m_stored", "stored message")
+        assert ref.ask(late, timeout=10) is False
+        # the ask answers after any start it causes: nothing was appended, nothing asked
+        assert [m.text for m in h.history(cid) if m.role == "user"] == ["stored message"]
+        asked = [
+            r for r in h.server.requests if r["body"]["messages"][-1]["content"] == "stored message"
+        ]
+        assert len(asked) == 1
+    finally:
+        ref.stop()
