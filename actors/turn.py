@@ -7,7 +7,8 @@ A turn, in order (each arrow is a message to this actor, never a wait):
 2. A model step: guards checked (steps, tokens, wall clock), the request built
    (system prompt, history fitted to the model's window, the channel's pinned
    descriptors plus what find_tools injected this turn) and handed to the
-   daemon's event loop. Text deltas come back as ``_Delta``; the answer as
+   daemon's event loop. Text deltas come back as ``_Delta`` (joined per 40 ms
+   window on the loop: :mod:`chalie.conversation.stream`); the answer as
    ``_ModelDone``; a retry as ``_Retry`` (shown to the user).
 3. No tool calls: the answer is stored with ``turn_finished(final)``. Tool
    calls: stored with the assistant message, then each dispatched at once
@@ -60,6 +61,7 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
+from chalie.conversation.stream import DeltaThrottle
 from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome, TurnContext
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
@@ -500,14 +502,22 @@ class TurnActor(Actor):
         gen = self._gen
         ref = self.actor_ref
 
-        def on_delta(text: str) -> None:
-            ref.tell(_Delta(gen, text))
+        async def complete() -> ModelResponse:  # on the loop
+            deltas = DeltaThrottle(
+                asyncio.get_running_loop(), lambda text: _tell_quietly(ref, _Delta(gen, text))
+            )
 
-        def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
-            ref.tell(_Retry(gen, attempt, error, delay))
+            def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
+                deltas.flush()
+                _tell_quietly(ref, _Retry(gen, attempt, error, delay))
+
+            try:
+                return await client.complete(request, deltas.add, on_retry)
+            finally:
+                deltas.flush()  # the last words reach the actor before the step's end
 
         try:
-            future = self._deps.loop.submit(client.complete(request, on_delta, on_retry))
+            future = self._deps.loop.submit(complete())
         except RuntimeError as exc:
             self._model_done(None, ProviderError("model-unreachable", str(exc), retryable=False))
             return

@@ -598,3 +598,18 @@ def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -
         assert len(asked) == 1
     finally:
         ref.stop()
+
+
+def test_a_fast_stream_reaches_followers_as_a_few_joined_deltas_in_order(h: Harness) -> None:
+    text = "one two three four five six seven eight nine ten " * 4
+    h.script({"on_user": {"text": text, "chunk": 1}})  # a delta per character
+    accepted = h.send("count for me", "bg-openai")
+    end = h.finished(accepted)
+    assert end.reason == "final" and end.text == text
+    stored = h.stored(accepted.conversation_id)
+    deltas = [e for e in stored if isinstance(e, TextDelta) and e.turn_id == accepted.turn_id]
+    assert "".join(e.text for e in deltas) == text
+    assert 1 <= len(deltas) < len(text) // 4  # joined, not one event per character
+    # every delta is stored (and was published) before the turn's end
+    finished_seq = max(e.seq for e in stored if e.turn_id == accepted.turn_id)
+    assert all(e.seq < finished_seq for e in deltas)

@@ -10,6 +10,10 @@
    zero errors.
 3. 1,000 idle conversations (each had one turn; their TurnActors stay up, with
    ``max_live`` raised for it): the daemon's RSS growth. Floor: <= 50 MB.
+4. Streamed answers (no floor; the cost of a model's text deltas): 20 concurrent
+   conversations, each answered by a second scripted model that writes 400 deltas
+   of 4 characters, one per 5 ms (a fast local model). Text delta events
+   stored and published per answer, and this process's CPU per answer.
 
 The daemon runs in this process (real supervisor tree, dispatcher, policy,
 SQLite file); clients call the Conversations actor as a chat bridge would.
@@ -47,7 +51,7 @@ import httpx2
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
 from chalie.config import Config
-from chalie.conversation.events import TurnFinished
+from chalie.conversation.events import TextDelta, TurnFinished
 from chalie.conversation.requests import SendMessage
 from chalie_app import root
 from chalie_app.root import Runtime
@@ -68,9 +72,14 @@ def rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-def start_model(workdir: Path) -> tuple[subprocess.Popen[str], str]:
-    script = workdir / "script.json"
-    script.write_text(json.dumps(SCRIPT))
+STREAMED = {"on_user": {"text": "word " * 320, "chunk": 4, "chunk_delay": 0.005}}
+
+
+def start_model(
+    workdir: Path, script_body: dict[str, Any] = SCRIPT, name: str = "script"
+) -> tuple[subprocess.Popen[str], str]:
+    script = workdir / f"{name}.json"
+    script.write_text(json.dumps(script_body))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.fake_llm", str(script)],
         stdout=subprocess.PIPE,
@@ -90,10 +99,14 @@ class Turns:
         self.conversations = rt.child("conversations", Conversations).within(30)
         self._waiters: dict[str, tuple[threading.Event, list[TurnFinished]]] = {}
         self._lock = threading.Lock()
+        self.deltas = 0  # TextDelta events seen
         rt.events.subscribe(None, self._on_event)
 
     def _on_event(self, event: Any) -> None:
-        if isinstance(event, TurnFinished):
+        if isinstance(event, TextDelta):
+            with self._lock:
+                self.deltas += 1
+        elif isinstance(event, TurnFinished):
             with self._lock:
                 waiter = self._waiters.pop(event.turn_id, None)
             if waiter is not None:
@@ -143,9 +156,12 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
     model, url = start_model(work)
+    streamer, stream_url = start_model(work, STREAMED, "streamed")
     (work / "config.toml").write_text(
         f'[models.default]\nbase_url = "{url}/v1"\nmodel = "scripted"\n'
+        f'[models.streamed]\nbase_url = "{stream_url}/v1"\nmodel = "scripted"\n'
         '[channels.bench]\npinned = ["calculator"]\nfind_tools = false\n'
+        '[channels.streamed]\nmodel = "streamed"\nfind_tools = false\n'
         # Every conversation's TurnActor stays up for figure 3 (the default max_live, 256,
         # would stop the least recently used ones).
         f"[conversations]\nidle_stop = 3600\nmax_live = {args.idle + 10_000}\n"
@@ -236,14 +252,37 @@ def main() -> int:
             f"{args.idle} idle conversations ({live - live0} more TurnActors alive): "
             f"RSS +{grown:.1f} MB   floor <= 50 MB  {'OK' if grown <= 50 else 'OVER'}"
         )
+
+        # -- 4. streamed answers -----------------------------------------------------------
+        answers = 0
+        deltas0 = turns.deltas
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        for _ in range(3):
+            streams = [
+                threading.Thread(target=lambda: turns.run("tell me a story", "streamed"))
+                for _ in range(20)
+            ]
+            for st in streams:
+                st.start()
+            for st in streams:
+                st.join()
+            answers += len(streams)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        events = turns.deltas - deltas0
+        print(
+            f"streamed answers: {answers} answers of 400 model deltas (20 at a time, one delta "
+            f"per 5 ms): {events / answers:.0f} text delta events an answer; this process "
+            f"{cpu / answers * 1000:.1f} ms CPU an answer ({cpu / wall:.2f} cores)"
+        )
     finally:
         http.close()
         rt.request_stop()
         thread.join(60)
-        model.terminate()
-        model.wait(10)
-        if model.stdout is not None:
-            model.stdout.close()
+        for proc in (model, streamer):
+            proc.terminate()
+            proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
     return 0
 
 

@@ -15,7 +15,8 @@ HTTP 500 "script exhausted". A STEP is an object:
   (malformed JSON);
 - ``status`` (with ``retry_after``, ``body``): answer an HTTP error instead;
 - ``hang``: never answer; ``drop_after``: close the connection after N stream chunks;
-- ``delay``: seconds to wait before answering; ``chunk``: characters per text delta.
+- ``delay``: seconds to wait before answering; ``chunk``: characters per text delta;
+  ``chunk_delay``: seconds between two stream frames (a model writing at its own pace).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     drop_after: int | None = None
     delay: float = 0.0
     chunk: int = 0
+    chunk_delay: float = 0.0
     input_tokens: int = 10
     output_tokens: int = 5
 

@@ -413,6 +413,8 @@ class FakeModelApp:
             if step.drop_after is not None and i >= step.drop_after:
                 raise _Drop("scripted drop")
             await send({"type": "http.response.body", "body": frame, "more_body": True})
+            if step.chunk_delay and i + 1 < len(frames):
+                await asyncio.sleep(step.chunk_delay)  # a model that writes at its own pace
         await send({"type": "http.response.body", "body": b""})
 
     @staticmethod
