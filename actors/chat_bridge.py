@@ -11,8 +11,8 @@ Lifecycle, in order:
 4. ``on_stop`` closes every client session, both sockets and the store.
 
 The transports reach the conversations service (seam #3) through
-:class:`ActorConversations`, which turns each pykka future into an awaitable
-without blocking the loop.
+:class:`ActorConversations`, which awaits each answer on the loop (no thread
+waits for it).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pykka
 
+from actors.conversations import Conversations
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable
@@ -39,37 +40,36 @@ from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")
 
+T = TypeVar("T")
+
 CALL_TIMEOUT: Final = 10.0
 START_TIMEOUT: Final = 10.0
-WAITER_THREADS: Final = 16
 
 # Builds the conversations service's SendMessage from the frame's fields (seam #3).
 SendMessageFactory = Callable[..., Any]
-ConversationsRef = Callable[[], pykka.ActorRef[Any]]
 
 
 class ActorConversations:
-    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations."""
+    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations.
+
+    Async code never waits on a pykka future (DESIGN.md): each call is awaited
+    with :meth:`ChildRef.acall`, answered on the loop by a callback; a send is
+    stored by the Conversations actor (``submit``), and the loop, not that
+    actor, waits for the TurnActor to take the turn.
+    """
 
     def __init__(
         self,
-        conversations: ConversationsRef,
+        conversations: ChildRef[Any],
         events: EventBus,
         send_message: SendMessageFactory,
         *,
         timeout: float = CALL_TIMEOUT,
     ) -> None:
-        self._resolve = conversations
+        self._child = conversations.within(timeout)
         self._events = events
         self._send_message = send_message
         self._timeout = timeout
-        self._proxy: tuple[pykka.ActorRef[Any], Any] | None = None
-        self._waiters = concurrent.futures.ThreadPoolExecutor(
-            WAITER_THREADS, thread_name_prefix="chalie-chat-wait"
-        )
-
-    def close(self) -> None:
-        self._waiters.shutdown(wait=False, cancel_futures=True)
 
     async def send(self, frame: p.Send, origin: str) -> AcceptedLike:
         msg = self._send_message(
@@ -80,42 +80,43 @@ class ActorConversations:
             busy=frame.busy,
             origin=origin,
         )
-        accepted: AcceptedLike = await self._call("send", msg)
-        return accepted
+        taken: concurrent.futures.Future[Any] = await self._call(
+            "submit", self._child.acall(Conversations.submit, msg)
+        )
+        # the TurnActor takes (or queues) the turn: awaited here, not on the actor's thread
+        waited: Awaitable[AcceptedLike] = asyncio.wait_for(
+            asyncio.wrap_future(taken), self._timeout
+        )
+        return await self._call("send", waited)
 
     async def cancel(self, conversation_id: str) -> bool:
-        return bool(await self._call("cancel", conversation_id))
+        return bool(
+            await self._call("cancel", self._child.acall(Conversations.cancel, conversation_id))
+        )
 
     async def events(self, conversation_id: str, after_seq: int, limit: int) -> Sequence[Any]:
-        found: Sequence[Any] = await self._call("events", conversation_id, after_seq, limit)
+        found: Sequence[Any] = await self._call(
+            "events",
+            self._child.acall(Conversations.events, conversation_id, after_seq, limit),
+        )
         return found
 
     async def answer(self, request_id: str, answer: str) -> bool:
-        return await self._call("answer", request_id, answer) is not False
+        answered = self._child.acall(Conversations.answer, request_id, answer)
+        return await self._call("answer", answered) is not False
 
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closable:
         return self._events.subscribe(conversation_id, callback)
 
-    def _actor(self) -> Any:
-        ref = self._resolve()
-        cached = self._proxy
-        if cached is None or cached[0] is not ref:
-            cached = (ref, ref.proxy())  # building a proxy introspects: once per incarnation
-            self._proxy = cached
-        return cached[1]
-
-    def _blocking_call(self, method: str, args: tuple[Any, ...]) -> Any:
-        """On a waiter thread: resolving the child may ask the supervisor, and a pykka
-        future has no callback, so the loop never runs this itself."""
+    async def _call(self, method: str, answer: Awaitable[T]) -> T:
+        """The answer, or the session's errors: unavailable (retry later) or refused."""
         try:
-            value: Any = getattr(self._actor(), method)(*args)
-            while isinstance(value, pykka.Future):  # an answer may be a future: follow it
-                value = value.get(timeout=self._timeout)
+            return await answer
         except ChildUnavailable as exc:
             raise ConversationsUnavailable(str(exc)) from None
         except pykka.ActorDeadError:
             raise ConversationsUnavailable("the conversations service is restarting") from None
-        except pykka.Timeout:
+        except (TimeoutError, pykka.Timeout):
             raise ConversationsUnavailable(
                 f"the conversations service did not answer {method} in {self._timeout:g} s"
             ) from None
@@ -124,14 +125,6 @@ class ActorConversations:
             if isinstance(code, str):  # the service refused the request (ConversationError)
                 raise Refused(code, str(exc)) from None
             raise
-        return value
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._waiters, self._blocking_call, method, args)
-        except RuntimeError as exc:  # the waiter pool is shut down: the bridge is stopping
-            raise ConversationsUnavailable(f"the chat bridge is stopping ({exc})") from None
 
 
 class ChatBridge(ServingActor):
@@ -144,7 +137,7 @@ class ChatBridge(ServingActor):
         db_path: Path,
         loop: EventLoopThread,
         events: EventBus,
-        conversations: ConversationsRef,
+        conversations: ChildRef[Any],
         send_message: SendMessageFactory,
     ) -> None:
         super().__init__()
@@ -224,7 +217,6 @@ class ChatBridge(ServingActor):
                 self._loop.submit(self._stop_transports()).result(START_TIMEOUT)
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.error("chat transports did not stop: %s", exc)
-        self._port.close()
         if self._tokens is not None:
             self._tokens.close()
             self._tokens = None
@@ -253,7 +245,7 @@ def child_specs(
         ChildSpec(
             "chat",
             lambda: ChatBridge.start(
-                config, home, db_path, loop, events, conversations.current, SendMessage
+                config, home, db_path, loop, events, conversations, SendMessage
             ),
             shutdown=10.0,
         )

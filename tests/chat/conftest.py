@@ -14,6 +14,7 @@ import pytest
 
 from actors.chat_bridge import ChatBridge
 from actors.loop import EventLoopThread
+from actors.supervisor import ChildRef
 from chalie.chat.client import ChatClient
 from chalie.config import Config
 from chalie.events import EventBus
@@ -48,7 +49,9 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     bus = EventBus()
     convs = FakeConversations.start(bus)
     cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
-    ref = ChatBridge.start(cfg, home, home / "chalie.db", loop, bus, lambda: convs, SendMessage)
+    ref = ChatBridge.start(
+        cfg, home, home / "chalie.db", loop, bus, ChildRef.to(convs, "conversations"), SendMessage
+    )
     ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
     written = home / FIRST_TOKEN_FILE
     token = written.read_text().strip() if written.exists() else ""

@@ -1,7 +1,8 @@
 """A double of seam #3 (the Conversations actor): exact in its interface, scripted in its turns.
 
-It is a real pykka actor with the seam's proxy methods (``send``, ``cancel``,
-``events``, ``answer``), the seam's own types (``chalie.conversation.events``
+It is a real actor (``actors.supervisor.Actor``, so its answers call back)
+with the seam's proxy methods (``submit``, ``send``, ``cancel``, ``events``,
+``answer``), the seam's own types (``chalie.conversation.events``
 and ``requests``; events numbered per conversation from 1, stored before
 they are published on the EventBus), a queue of one running turn per conversation,
 and ``client_msg_id`` deduplication. Its turns follow the user's text:
@@ -16,13 +17,13 @@ and ``client_msg_id`` deduplication. Its turns follow the user's text:
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pykka
-
+from actors.supervisor import Actor
 from chalie.conversation.events import ConversationEvent as Event
 from chalie.conversation.events import (
     ErrorEvent,
@@ -49,7 +50,7 @@ class _Conversation:
     sent: dict[str, str] = field(default_factory=dict)  # client_msg_id -> turn_id
 
 
-class FakeConversations(pykka.ThreadingActor):
+class FakeConversations(Actor):
     def __init__(self, bus: EventBus) -> None:
         super().__init__()
         self._bus = bus
@@ -59,6 +60,15 @@ class FakeConversations(pykka.ThreadingActor):
         self.sends: list[SendMessage] = []
 
     # -- seam #3 --------------------------------------------------------------------
+    def submit(self, msg: SendMessage) -> concurrent.futures.Future[Accepted]:
+        """The seam's async entry: the turn is taken (or queued) at once here."""
+        out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
+        try:
+            out.set_result(self.send(msg))
+        except Exception as exc:
+            out.set_exception(exc)
+        return out
+
     def send(self, msg: SendMessage) -> Accepted:
         self.sends.append(msg)
         cid = msg.conversation_id or f"c{next(self._ids)}"

@@ -241,3 +241,19 @@ def test_first_boot_logs_where_the_token_is_never_the_token(
     b = start_bridge(short_home)
     stop_bridge(b)
     assert not (short_home / "first-token").exists() and b.token == ""
+
+
+def test_with_the_conversations_service_down_a_send_is_refused_unavailable_not_lost(
+    bridge: Bridge,
+) -> None:
+    with bridge.zmq() as c:
+        c.send(p.Send(text="before", client_msg_id="m1", id="r1"))
+        collect(c, finished)
+        bridge.convs.stop()  # the service is gone (a restart, as the bridge sees it)
+        c.send(p.Send(text="while down", client_msg_id="m2", id="r2"))
+        rejected = collect(c, lambda f: f["type"] == "rejected")[-1]
+        assert rejected["id"] == "r2" and rejected["code"] == p.UNAVAILABLE
+        assert "conversations" in rejected["message"]
+        c.send(p.Cancel(conversation_id="c1", id="r3"))  # the session itself still serves
+        again = collect(c, lambda f: f["type"] == "rejected")[-1]
+        assert again["id"] == "r3" and again["code"] == p.UNAVAILABLE

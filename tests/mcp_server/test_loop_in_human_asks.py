@@ -69,7 +69,7 @@ def test_an_ask_on_a_loop_in_human_turn_is_put_to_the_connected_person() -> None
             rt.db_path,
             rt.loop,
             rt.events,
-            lambda: rt.child("conversations", Conversations).current(),
+            rt.child("conversations", Conversations),
             SendMessage,
         )
         try:
