@@ -13,6 +13,9 @@ The calculator is pinned for the external_agent channel so each turn's tool
 call really runs; the calculator's trail rows are printed by status.
 
 Run: python tools/bench/bench_mcp_server.py [--agents 100] [--seconds 60] [--mode auto]
+[--gateway]. With ``--gateway`` (gateway mode, tokens created with the permission) each
+agent calls find_tools once, then the calculator directly, over and over: no turn, no
+model; the talk_to_chalie floor does not apply to it.
 
 Measured on a quiet 2-vCPU machine (December 2026, defaults): mode=auto 216-218 calls/s,
 0 errors, p50 ~430 ms, p99 ~830 ms, 3.7-3.8 ms of daemon CPU a call at 0.81 cores, RSS
@@ -67,6 +70,9 @@ SCRIPT = {
     "on_tool": {"text": "2+2 is 4."},
 }
 ARGS = {"message": "what is 2+2?", "project_or_task_name": "bench"}
+# Gateway mode: each agent finds the calculator once, then calls it directly.
+FIND = {"query": ["calculator"], "act_summary": "looking for arithmetic"}
+ADD = {"expression": "2+2", "act_summary": "adding"}
 
 
 def free_port() -> int:
@@ -104,10 +110,13 @@ def start_model(home: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, line.rsplit(" ", 1)[-1].strip()
 
 
-def start_daemon(home: Path, model_url: str, agents: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_daemon(
+    home: Path, model_url: str, agents: int, gateway: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     (home / "config.toml").write_text(
         f"[mcp_server]\nport = {port}\nmax_concurrent_turns = 4\n"
+        f"gateway = {'true' if gateway else 'false'}\n"
         "requests_per_minute = 1000000\nmax_sessions = 10000\n"
         f'[models.default]\nprovider = "openai"\nbase_url = "{model_url}/v1"\n'
         'model = "scripted"\nstream = true\n'
@@ -148,6 +157,7 @@ async def agent(
     until: float,
     out: dict[str, Any],
     per_conversation: int,
+    gateway: bool = False,
 ) -> None:
     headers = {"Authorization": f"Bearer {secret}"}
     conversation: str | None = None
@@ -155,6 +165,10 @@ async def agent(
     async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(url, http_client=http)
         async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+            if gateway:
+                found = await client.call_tool("find_tools", FIND)
+                if found.is_error:
+                    out["samples"].append(f"find_tools failed: {str(found.content)[:160]}")
             while (now := time.time()) < until:
                 phase = "warm" if now < warm_until else "run"
                 began = time.perf_counter()
@@ -164,9 +178,14 @@ async def agent(
                     args["conversation_id"] = conversation
                 made += 1
                 try:
-                    result = await client.call_tool("talk_to_chalie", args)
-                    ok = not result.is_error and "4" in result.structured_content["answer"]
-                    conversation = result.structured_content.get("conversation_id")
+                    if gateway:
+                        result = await client.call_tool("calculator", ADD)
+                        text = " ".join(getattr(c, "text", "") for c in result.content)
+                        ok = not result.is_error and "4" in text
+                    else:
+                        result = await client.call_tool("talk_to_chalie", args)
+                        ok = not result.is_error and "4" in result.structured_content["answer"]
+                        conversation = result.structured_content.get("conversation_id")
                 except Exception as exc:
                     ok = False
                     out["samples"].append(repr(exc)[:200])
@@ -187,6 +206,7 @@ def client_process(
     warm_until: float,
     until: float,
     per_conversation: int,
+    gateway: bool = False,
 ) -> dict[str, Any]:
     """One load process: its share of the agents, each with its own token and session."""
     out: dict[str, Any] = {"latencies": [], "warm_errors": 0, "run_errors": 0, "samples": []}
@@ -195,7 +215,17 @@ def client_process(
     async def run() -> None:
         await asyncio.gather(
             *(
-                agent(url, s, f"agent-{first + i}", mode, warm_until, until, out, per_conversation)
+                agent(
+                    url,
+                    s,
+                    f"agent-{first + i}",
+                    mode,
+                    warm_until,
+                    until,
+                    out,
+                    per_conversation,
+                    gateway,
+                )
                 for i, s in enumerate(secrets)
             )
         )
@@ -214,6 +244,7 @@ def load(
     procs: int,
     model_pid: int,
     per_conversation: int,
+    gateway: bool = False,
 ) -> dict[str, Any]:
     warm = min(5.0, max(1.0, seconds / 3))
     warm_until = time.time() + 3.0 + warm  # 3 s for the load processes to start
@@ -224,7 +255,16 @@ def load(
         parts = [
             pool.apply_async(
                 client_process,
-                (url, secrets[i : i + share], i, mode, warm_until, until, per_conversation),
+                (
+                    url,
+                    secrets[i : i + share],
+                    i,
+                    mode,
+                    warm_until,
+                    until,
+                    per_conversation,
+                    gateway,
+                ),
             )
             for i in range(0, len(secrets), share)
         ]
@@ -315,14 +355,19 @@ def main() -> int:
         default=10,
         help="an agent continues its conversation this many calls, then starts a new one",
     )
+    parser.add_argument(
+        "--gateway",
+        action="store_true",
+        help="gateway mode: agents call the calculator directly (find_tools once, then calls)",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="chb-", dir="/tmp"))
     model = daemon = None
     try:
         with TokenStore(home / "chalie.db") as store:
-            secrets = [store.create(f"agent-{i}") for i in range(args.agents)]
+            secrets = [store.create(f"agent-{i}", gateway=args.gateway) for i in range(args.agents)]
         model, model_url = start_model(home)
-        daemon, url = start_daemon(home, model_url, args.agents)
+        daemon, url = start_daemon(home, model_url, args.agents, args.gateway)
         rss_start = rss_mb(daemon.pid)
         out = load(
             url,
@@ -333,18 +378,24 @@ def main() -> int:
             args.procs,
             model.pid,
             args.calls_per_conversation,
+            args.gateway,
         )
         lat = sorted(out["latencies"])
         calls = len(lat)
         rate = calls / out["elapsed"]
         p50 = statistics.median(lat) * 1000 if lat else float("nan")
         p99 = lat[int(len(lat) * 0.99) - 1] * 1000 if lat else float("nan")
+        what = (
+            "gateway mode: direct calculator calls (no turn, no model)"
+            if args.gateway
+            else f"talk_to_chalie, {args.calls_per_conversation} calls a conversation"
+        )
         print(
             f"inbound MCP, {args.agents} agents in {args.procs} client processes, "
-            f"mode={args.mode}, {args.calls_per_conversation} calls a conversation, "
-            f"{out['elapsed']:.1f} s measured after warm-up:"
+            f"mode={args.mode}, {what}, {out['elapsed']:.1f} s measured after warm-up:"
         )
-        print(f"  calls/s            {rate:8.1f}   (floor {FLOOR_CALLS:.0f})")
+        floor = "no floor" if args.gateway else f"floor {FLOOR_CALLS:.0f}"
+        print(f"  calls/s            {rate:8.1f}   ({floor})")
         print(f"  errors             {out['errors']:8d}   (floor 0; warm-up {out['warm_errors']})")
         print(f"  latency p50        {p50:8.1f} ms")
         print(f"  latency p99        {p99:8.1f} ms")
@@ -365,7 +416,11 @@ def main() -> int:
         print(
             "  tool calls         "
             + ", ".join(f"{n} {status}" for status, n in sorted(calls_by.items()))
-            + "   (each turn one calculator call; floor: all success)"
+            + (
+                "   (every call; floor: all success)"
+                if args.gateway
+                else "   (each turn one calculator call; floor: all success)"
+            )
         )
         turns_before = count(home / "chalie.db", "conversation_turns")
         trail_before = count(home / "chalie.db", "trail")
