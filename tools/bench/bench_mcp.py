@@ -167,6 +167,7 @@ def bench_call(calls: int, transport: str) -> None:
             t0 = time.perf_counter()
             rig.loop.submit(route.link.call(tool, arguments, 10)).result(10)
             hop_t.append(time.perf_counter() - t0)
+        bare2, bare4 = bare_handoffs(rig.loop, len(chalie_t))
         d, c = statistics.median(direct_t), statistics.median(chalie_t)
         print(
             f"call ({transport})  direct SDK median {ms(d)} (p95 {ms(pct(direct_t, 0.95))}); "
@@ -178,10 +179,50 @@ def bench_call(calls: int, transport: str) -> None:
             f"{ms(statistics.median(hop_t))}; an inline no-op through the same dispatcher: "
             f"{ms(statistics.median(noop_t))})"
         )
+        print(
+            f"      (bare thread hand-offs, no work: caller -> loop -> caller {ms(bare2)}; "
+            f"caller -> thread -> loop -> thread -> caller {ms(bare4)}: the shape of the path "
+            "through a dispatcher thread)"
+        )
     finally:
         rig.close()
         srv.kill()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def bare_handoffs(loop: Any, n: int) -> tuple[float, float]:
+    """Medians of the same path shapes with no work at all: what the hand-offs cost here."""
+    import queue
+    from concurrent.futures import Future
+
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def relay() -> None:  # a stand-in for the dispatcher thread
+        while (item := inbox.get()) is not None:
+            kind, fut = item
+            if kind == "go":
+                loop.call_soon(lambda f=fut: inbox.put(("back", f)))
+            else:
+                fut.set_result(None)
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    two: list[float] = []
+    four: list[float] = []
+    for _ in range(n):
+        f2: Future[None] = Future()
+        t0 = time.perf_counter()
+        loop.call_soon(f2.set_result, None)
+        f2.result(10)
+        two.append(time.perf_counter() - t0)
+        f4: Future[None] = Future()
+        t0 = time.perf_counter()
+        inbox.put(("go", f4))
+        f4.result(10)
+        four.append(time.perf_counter() - t0)
+    inbox.put(None)
+    thread.join(10)
+    return statistics.median(two), statistics.median(four)
 
 
 # -- 2. idle heartbeat CPU -------------------------------------------------------------------
