@@ -35,6 +35,17 @@ alternating blocks of 25, 1000 calls):
 - changed: 50 tools in find_tools 189-232 ms after list_changed (met).
 - hung: p99 2.10 -> 2.29 ms (ratio 0.86-1.09) over 2000 calls (met).
 - ready: 1.06-1.09 s with none, 1.11-1.16 s with 20 servers (met).
+
+Third session (same machine, a noisier host: the same commit measured 20 % slower on
+the inbound bench than the day before): call http 1.19-1.33x, stdio 1.33-1.50x, time
+1.29-1.60x; the bare hand-offs of the same shape cost 0.02-0.04 ms (two) and 0.05-0.11
+ms (four). A per-call trace of the stdio path (1.08 ms): caller -> dispatcher 13 us;
+validate, gate, start 47 us (53 us of that thread's CPU); loop pickup 20-22 us; result
+-> done 31 us; -> dispatcher 26 us; render, trail commit, reply 60 us (56 us CPU); ->
+caller 14 us. Replying before the trail commit, or reporting from inside the call's task,
+moved time between these segments and did not shorten the whole. idle 0.56-0.80 %;
+changed 217-225 ms; hung ratio 0.61-2.04 over repeated runs of both this and the previous
+session's commit (p99 of 2000 ~1 ms calls on this host is noise); ready 1.05-1.09.
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ Measured on a quiet 2-core machine, December 2026 (second session): step p50 0.9
 (p95 5.5-6.8); 50 conversations 306-346 turns/s, 0 errors, RSS +11-16 MB; 1,000 idle
 conversations with their TurnActors up +28.6 MB.
 
+Third session (a noisier host): step p50 0.98-1.69 ms, 265-345 turns/s, +30.5 MB for
+1,000 idle conversations; the previous session's commit, interleaved: 1.04-1.46 ms,
+281-330 turns/s. Figure 4 (new): 58-59 text delta events a 400-delta answer and 22.8-28.5
+ms of CPU an answer (0.20-0.24 cores); the previous commit, same run: 400 events,
+54.7 ms (0.46 cores).
+
 Earlier, on the shared 2-core machine (load average 2.2, other sessions running):
 step p50 2.02 ms (p95 10.5); 50 conversations 179 turns/s, 0 errors, RSS +12 MB;
 1,000 idle conversations +34.3 MB. Of the step, the TurnActor and the dispatcher
