@@ -23,7 +23,7 @@ flat (489 -> 498 MB); 401s ~29,800/s with no turn started. mode=legacy (2025-11-
 stateful sessions, SSE answers): 160-178 calls/s (BELOW the floor; the SDK's stateful
 transport costs ~1 ms more a call).
 
-Third session, a noisier host: mode=auto 149-210 calls/s over eight runs (4.8-3.9 ms of
+Third session, a noisier host: mode=auto 149-209 calls/s over nine runs (5.6-3.9 ms of
 daemon CPU a call); interleaved with the previous session's commit, 167-176 (old) vs
 168-170 (new) calls/s: the host, not the code, moved. 401s 27,900-30,100/s. legacy 155.
 --gateway: 764-840 calls/s, 0 errors, 1.0-1.1 ms of daemon CPU a call, p99 249-274 ms.
