@@ -193,6 +193,7 @@ class _ModelDone:
     gen: int
     response: ModelResponse | None
     error: ProviderError | None
+    tail: str = ""  # streamed text not yet sent as a delta (stored with the answer)
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ class _Turn:
     guards: act.Guards
     notes: list[str] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
-    model: concurrent.futures.Future[ModelResponse] | None = None
+    model: concurrent.futures.Future[tuple[ModelResponse, str]] | None = None
     requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
     succeeded: set[str] = field(default_factory=set)  # tools called with success
     denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
@@ -320,7 +321,7 @@ class TurnActor(Actor):
                 self._tool_done(message.index, message.outcome)
         elif isinstance(message, _ModelDone):
             if message.gen == self._gen:
-                self._model_done(message.response, message.error)
+                self._model_done(message.response, message.error, message.tail)
         elif isinstance(message, StartTurn):
             self._send_no = max(self._send_no, message.send_no)
             queued = self._start_or_queue(message)
@@ -502,7 +503,7 @@ class TurnActor(Actor):
         gen = self._gen
         ref = self.actor_ref
 
-        async def complete() -> ModelResponse:  # on the loop
+        async def complete() -> tuple[ModelResponse, str]:  # on the loop
             deltas = DeltaThrottle(
                 asyncio.get_running_loop(), lambda text: _tell_quietly(ref, _Delta(gen, text))
             )
@@ -512,9 +513,12 @@ class TurnActor(Actor):
                 _tell_quietly(ref, _Retry(gen, attempt, error, delay))
 
             try:
-                return await client.complete(request, deltas.add, on_retry)
-            finally:
-                deltas.flush()  # the last words reach the actor before the step's end
+                response = await client.complete(request, deltas.add, on_retry)
+            except BaseException:
+                deltas.flush()  # what streamed before the failure reaches the actor first
+                raise
+            # The words not yet passed on are stored with the answer, in the same write.
+            return response, deltas.take()
 
         try:
             future = self._deps.loop.submit(complete())
@@ -524,7 +528,9 @@ class TurnActor(Actor):
         turn.model = future
         future.add_done_callback(lambda f: _tell_quietly(ref, _model_result(gen, f)))
 
-    def _model_done(self, response: ModelResponse | None, error: ProviderError | None) -> None:
+    def _model_done(
+        self, response: ModelResponse | None, error: ProviderError | None, tail: str = ""
+    ) -> None:
         turn = self._turn
         if turn is None:
             return
@@ -540,6 +546,8 @@ class TurnActor(Actor):
             self.conversation_id,
             turn=TurnUpdate(turn.turn_id, steps=turn.guards.steps, tokens=turn.guards.tokens),
         )
+        if tail:  # the step's last words: stored and published with the answer
+            batch.events.append(self._event(TextDelta, turn_id=turn.turn_id, text=tail))
         message = ChatMessage(role="assistant", text=response.text, tool_calls=response.tool_calls)
         self._append(batch, turn.turn_id, message)
         if not response.tool_calls:
@@ -875,12 +883,15 @@ def _tool_callback(
     return done
 
 
-def _model_result(gen: int, future: concurrent.futures.Future[ModelResponse]) -> _ModelDone:
+def _model_result(
+    gen: int, future: concurrent.futures.Future[tuple[ModelResponse, str]]
+) -> _ModelDone:
     if future.cancelled():
         return _ModelDone(gen, None, ProviderError("cancelled", "cancelled", retryable=False))
     error = future.exception()
     if error is None:
-        return _ModelDone(gen, future.result(), None)
+        response, tail = future.result()
+        return _ModelDone(gen, response, None, tail)
     if isinstance(error, ProviderError):
         return _ModelDone(gen, None, error)
     log.error("model request failed unexpectedly: %r", error)

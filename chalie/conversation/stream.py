@@ -3,9 +3,12 @@
 A streaming model sends a delta per token or two, often several in one TCP
 read. Each delta that reaches the TurnActor costs a thread hand-off, a SQLite
 transaction and an event to every follower. :class:`DeltaThrottle` passes the
-first delta on at once (the time to the first word is what a reader notices),
-then at most one joined delta per :data:`DELTA_WINDOW`, and whatever is held
-when the stream ends, errs or retries. Every method runs on the loop thread.
+first delta on after :data:`FIRST_WAIT` (too short for a reader to notice; an
+answer that arrives whole within it is never a delta of its own), then at most
+one joined delta per :data:`DELTA_WINDOW`. When the stream fails or is retried
+what is held goes out at once (:meth:`flush`); when it ends, the caller takes
+it (:meth:`take`) to store with the answer in one write. Every method runs on
+the loop thread.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Final
 # At most one delta event per window after the first: ~25 a second, below what a
 # reader can tell from a per-token stream, and far fewer than a fast model's tokens.
 DELTA_WINDOW: Final = 0.04
+# The first delta of a model step waits this long for more.
+FIRST_WAIT: Final = 0.01
 
 
 class DeltaThrottle:
@@ -27,12 +32,14 @@ class DeltaThrottle:
         loop: asyncio.AbstractEventLoop,
         emit: Callable[[str], None],
         window: float = DELTA_WINDOW,
+        first_wait: float = FIRST_WAIT,
     ) -> None:
         self._loop = loop
         self._emit = emit
         self._window = window
+        self._first_wait = first_wait
         self._parts: list[str] = []
-        self._last = float("-inf")  # loop time of the last emit
+        self._last = -1.0  # loop time of the last emit (none yet)
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, text: str) -> None:
@@ -41,19 +48,26 @@ class DeltaThrottle:
         self._parts.append(text)
         if self._timer is not None:
             return  # a flush is already due
-        due = self._last + self._window
-        if self._loop.time() >= due:
+        now = self._loop.time()
+        due = now + self._first_wait if self._last < 0 else self._last + self._window
+        if now >= due:
             self.flush()
         else:
             self._timer = self._loop.call_at(due, self.flush)
 
     def flush(self) -> None:
-        """Pass on what is held now (the stream ended, failed or is retried)."""
+        """Pass on what is held now (the stream failed or is retried)."""
+        text = self.take()
+        if text:
+            self._last = self._loop.time()
+            self._emit(text)
+
+    def take(self) -> str:
+        """What is held, no longer to be passed on here (the stream ended: it is stored
+        with the answer)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._parts:
-            text = "".join(self._parts)
-            self._parts.clear()
-            self._last = self._loop.time()
-            self._emit(text)
+        text = "".join(self._parts)
+        self._parts.clear()
+        return text

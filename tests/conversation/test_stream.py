@@ -1,4 +1,5 @@
-"""DeltaThrottle: the first delta at once, then one joined delta per window, the rest on flush."""
+"""DeltaThrottle: the first delta after a short wait, then one joined delta per window; what is
+held goes out on flush (a failure) or is taken (the end, stored with the answer)."""
 
 from __future__ import annotations
 
@@ -39,26 +40,42 @@ class Clock:
         return sum(1 for t in self.timers if not t[2][0])
 
 
-def throttle(window: float = 0.04) -> tuple[DeltaThrottle, Clock, list[str]]:
+def throttle(
+    window: float = 0.04, first_wait: float = 0.01
+) -> tuple[DeltaThrottle, Clock, list[str]]:
     clock, out = Clock(), []
-    return DeltaThrottle(clock, out.append, window), clock, out  # type: ignore[arg-type]
+    made = DeltaThrottle(clock, out.append, window, first_wait)  # type: ignore[arg-type]
+    return made, clock, out
 
 
-def test_the_first_delta_goes_at_once_and_the_next_ones_wait_for_the_window() -> None:
+def test_the_first_delta_waits_briefly_and_the_next_ones_wait_for_the_window() -> None:
     t, clock, out = throttle()
     t.add("Hel")
-    assert out == ["Hel"]
     t.add("lo")
+    assert out == [] and clock.pending() == 1
+    clock.advance(0.01)
+    assert out == ["Hello"]
     t.add(", wor")
-    assert out == ["Hel"] and clock.pending() == 1  # one timer, however many deltas
+    t.add("ld")
+    assert out == ["Hello"] and clock.pending() == 1  # one timer, however many deltas
     clock.advance(0.039)
-    assert out == ["Hel"]
+    assert out == ["Hello"]
     clock.advance(0.001)
-    assert out == ["Hel", "lo, wor"] and clock.pending() == 0
+    assert out == ["Hello", ", world"] and clock.pending() == 0
+
+
+def test_an_answer_that_ends_within_the_first_wait_is_taken_whole_and_never_sent() -> None:
+    t, clock, out = throttle()
+    t.add("It is ")
+    t.add("noon.")
+    assert t.take() == "It is noon."
+    clock.advance(1.0)
+    assert out == [] and clock.pending() == 0
+    assert t.take() == ""
 
 
 def test_flush_passes_on_what_is_held_and_cancels_the_timer() -> None:
-    t, clock, out = throttle()
+    t, clock, out = throttle(first_wait=0.0)
     t.add("a")
     t.add("b")
     t.add("c")
@@ -70,7 +87,7 @@ def test_flush_passes_on_what_is_held_and_cancels_the_timer() -> None:
 
 
 def test_after_a_quiet_window_the_next_delta_goes_at_once_again() -> None:
-    t, clock, out = throttle()
+    t, clock, out = throttle(first_wait=0.0)
     t.add("one")
     clock.advance(0.5)
     t.add("two")

@@ -440,7 +440,9 @@ def test_events_pages_and_bounds(h: Harness) -> None:
     accepted = h.send("hi", "bg-openai")
     h.finished(accepted)
     cid = accepted.conversation_id
+    h.finished(h.send("again", "bg-openai", conversation_id=cid))  # two turns: 6+ events
     everything = h.stored(cid)
+    assert len(everything) >= 6
     page = h.conversations.call(Conversations.events, cid, 2, 2)
     assert [e.seq for e in page] == [3, 4]
     assert h.conversations.call(Conversations.events, cid, 10_000, 5) == []
