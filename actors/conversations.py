@@ -116,6 +116,8 @@ K = TypeVar("K", bound=pykka.Actor)
 MAX_CRASHES: Final = 3
 CRASH_PERIOD: Final = 30.0
 ASK_TIMEOUT: Final = 10.0
+# Conversations whose channel is kept in memory (least recently used dropped first).
+CHANNELS_REMEMBERED: Final = 10_000
 ANSWERS: Final = frozenset({"allow_once", "allow_always", "deny"})
 
 
@@ -147,6 +149,8 @@ class Conversations(SupervisedActor):
         self._crashes: dict[str, deque[float]] = {}
         self._requests: dict[str, str] = {}  # permission request id -> conversation id
         self._send_no = 0
+        # The channel of conversations seen (it never changes): no read for each message.
+        self._channel_of: OrderedDict[str, str] = OrderedDict()
         self._store: ConversationStore | None = None
         self._outbox: Outbox | None = None
         self._sub: Subscription | None = None
@@ -317,9 +321,10 @@ class Conversations(SupervisedActor):
         cid = msg.conversation_id
         if cid is None:
             cid = new_id("c")
-        channel = store.channel_of(cid)
+        channel = self._known_channel(cid)
         if channel is None:
             store.create(cid, msg.channel, msg.origin, title=" ".join(msg.text.split())[:80])
+            self._remember_channel(cid, msg.channel)
         elif channel != msg.channel:
             raise ConversationError(
                 "invalid-message",
@@ -437,6 +442,7 @@ class Conversations(SupervisedActor):
         if live is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 live.ref.stop(block=True, timeout=5)
+        self._channel_of.pop(conversation_id, None)
         return self.store.delete(conversation_id)
 
     def live(self) -> int:
@@ -451,6 +457,23 @@ class Conversations(SupervisedActor):
         live = self._live.get(conversation_id)
         if live is not None:
             live.ref.tell("crash")
+
+    # -- conversations' channels ------------------------------------------------------------
+    def _known_channel(self, cid: str) -> str | None:
+        """The conversation's channel (None: no such conversation), from memory once seen."""
+        channel = self._channel_of.get(cid)
+        if channel is not None:
+            self._channel_of.move_to_end(cid)
+            return channel
+        channel = self.store.channel_of(cid)
+        if channel is not None:
+            self._remember_channel(cid, channel)
+        return channel
+
+    def _remember_channel(self, cid: str, channel: str) -> None:
+        self._channel_of[cid] = channel
+        if len(self._channel_of) > CHANNELS_REMEMBERED:
+            self._channel_of.popitem(last=False)
 
     # -- children ---------------------------------------------------------------------------
     def _actor(self, cid: str) -> _Live:
@@ -500,7 +523,7 @@ class Conversations(SupervisedActor):
 
     def _route(self, event: PermissionRequest | BackgroundResult) -> None:
         cid = event.conversation_id
-        if self._store is None or self._store.channel_of(cid) is None:
+        if self._store is None or self._known_channel(cid) is None:
             return  # a call made outside any conversation (the CLI's tools call)
         if isinstance(event, PermissionRequest):
             self._requests[event.request_id] = cid

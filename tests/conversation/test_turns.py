@@ -615,3 +615,21 @@ def test_a_fast_stream_reaches_followers_as_a_few_joined_deltas_in_order(h: Harn
     # every delta is stored (and was published) before the turn's end
     finished_seq = max(e.seq for e in stored if e.turn_id == accepted.turn_id)
     assert all(e.seq < finished_seq for e in deltas)
+
+
+def test_a_conversation_keeps_its_channel_until_it_is_deleted(h: Harness) -> None:
+    h.script({"on_user": {"text": "you said: {last_user}"}})
+    first = h.send("on openai", "bg-openai")
+    h.finished(first)
+    cid = first.conversation_id
+    with pytest.raises(ConversationError) as refused:
+        h.send("elsewhere", "bg-ollama", conversation_id=cid)
+    assert refused.value.code == "invalid-message" and "bg-openai" in str(refused.value)
+    assert h.conversations.call(Conversations.delete, cid) is True
+    assert h.conversations.call(Conversations.show, cid) is None
+    # the id is free again: a new conversation on the other channel, without the old history
+    again = h.send("a fresh start", "bg-ollama", conversation_id=cid)
+    assert h.finished(again).text == "you said: a fresh start"
+    shown = h.conversations.call(Conversations.show, cid)
+    assert shown["info"].channel == "bg-ollama"
+    assert [m.text for m in shown["messages"] if m.role == "user"] == ["a fresh start"]
