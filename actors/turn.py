@@ -256,6 +256,7 @@ class TurnActor(Actor):
         self._deps = deps
         self._parent = parent
         self._messages: list[ChatMessage] = []
+        self._sizes: list[int] = []  # act.message_tokens of each message, counted once
         self._seq = 0
         self._gen = 0
         self._turn: _Turn | None = None
@@ -280,6 +281,7 @@ class TurnActor(Actor):
             raise LookupError(f"no conversation {self.conversation_id!r}")
         self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
         self._messages = loaded.messages
+        self._sizes = [act.message_tokens(m) for m in self._messages]
         self._seq = loaded.info.last_seq
         for message in self._messages:
             if message.role == "background":
@@ -387,6 +389,7 @@ class TurnActor(Actor):
     def _append(self, batch: Batch, turn_id: str, message: ChatMessage) -> None:
         batch.messages.append((len(self._messages), turn_id, message))
         self._messages.append(message)
+        self._sizes.append(act.message_tokens(message))
 
     # -- starting a turn ----------------------------------------------------------------
     def _start_or_queue(self, start: StartTurn) -> bool:
@@ -490,7 +493,7 @@ class TurnActor(Actor):
             - act.estimate_tokens(channel.system_prompt)
             - act.tools_tokens(tools)
         )
-        fitted = act.fit_context(self._messages, turn.start_idx, max(budget, 0))
+        fitted = act.fit_context(self._messages, turn.start_idx, max(budget, 0), self._sizes)
         for note in fitted.notes:
             if note not in turn.notes:
                 turn.notes.append(note)

@@ -66,15 +66,23 @@ class Fitted:
     notes: list[str] = field(default_factory=list)
 
 
-def fit_context(messages: Sequence[ChatMessage], current_start: int, budget: int) -> Fitted:
+def fit_context(
+    messages: Sequence[ChatMessage],
+    current_start: int,
+    budget: int,
+    sizes: Sequence[int] | None = None,
+) -> Fitted:
     """The history within ``budget`` tokens; the current turn (from ``current_start``) is kept.
 
     First the oldest tool results are shortened, then the oldest whole turns
     (a user message up to the next one) are dropped. Dropping whole turns keeps
-    every tool call beside its result.
+    every tool call beside its result. ``sizes``: each message's
+    :func:`message_tokens`, when the caller keeps them (else counted here).
     """
     out = list(messages)
-    sizes = [message_tokens(m) for m in out]
+    if sizes is None or len(sizes) != len(out):
+        sizes = [message_tokens(m) for m in out]
+    sizes = list(sizes)
     total = sum(sizes)
     if total <= budget:
         return Fitted(out)

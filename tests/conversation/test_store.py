@@ -120,6 +120,14 @@ def test_context_trimming_shortens_old_results_first_then_drops_old_turns() -> N
     assert tight.messages[0].role == "user"  # whole turns go: no call loses its result
     assert any("dropped" in n for n in tight.notes)
     assert act.fit_context(history, 6, 10**9).notes == []
+    # sizes kept by the caller give the same result, and are not changed by the trimming
+    sizes = [act.message_tokens(m) for m in history]
+    kept = list(sizes)
+    for budget in (full - 500, 20, 10**9):
+        assert act.fit_context(history, 6, budget, sizes) == act.fit_context(history, 6, budget)
+    assert sizes == kept
+    # sizes that do not match the history are ignored, not trusted
+    assert act.fit_context(history, 6, full - 500, [1]) == fitted
 
 
 def test_guards_count_steps_tokens_time_and_repeats() -> None:
