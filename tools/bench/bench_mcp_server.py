@@ -23,9 +23,13 @@ flat (489 -> 498 MB); 401s ~29,800/s with no turn started. mode=legacy (2025-11-
 stateful sessions, SSE answers): 160-178 calls/s (BELOW the floor; the SDK's stateful
 transport costs ~1 ms more a call).
 
-Third session, a noisier host: mode=auto 149-209 calls/s over nine runs (5.6-3.9 ms of
-daemon CPU a call); interleaved with the previous session's commit, 167-176 (old) vs
-168-170 (new) calls/s: the host, not the code, moved. 401s 27,900-30,100/s. legacy 155.
+Third session, a host that was slower for hours and then quiet: mode=auto 149-209 calls/s
+over nine runs while it was slow (5.6-3.9 ms of daemon CPU a call); interleaved with the
+previous session's commit then, 167-176 (old) vs 168-170 (new): the host, not the code,
+moved. After the session's last changes (a step's tail of text stored with its answer,
+channels and token estimates kept in memory), interleaved with the commit before them:
+204.4 / 210.1 vs 191.2 / 207.3, then 231.6 / 216.2 vs 226.4 / 199.9; final run 220.8
+calls/s, 3.7 ms a call, p99 815 ms. 401s 27,900-30,300/s. legacy 155-165.
 --gateway: 764-840 calls/s, 0 errors, 1.0-1.1 ms of daemon CPU a call, p99 249-274 ms.
 """
 

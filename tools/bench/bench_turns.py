@@ -24,9 +24,9 @@ Measured on a quiet 2-core machine, December 2026 (second session): step p50 0.9
 (p95 5.5-6.8); 50 conversations 306-346 turns/s, 0 errors, RSS +11-16 MB; 1,000 idle
 conversations with their TurnActors up +28.6 MB.
 
-Third session (a noisier host): step p50 0.98-1.69 ms, 265-345 turns/s, +30.5 MB for
-1,000 idle conversations; the previous session's commit, interleaved: 1.04-1.46 ms,
-281-330 turns/s. Figure 4 (new): 58-59 text delta events a 400-delta answer and 22.8-28.5
+Third session (a noisier host): step p50 0.98-1.69 ms, 265-352 turns/s, +29.6-30.5 MB
+for 1,000 idle conversations; the previous session's commit, interleaved: 1.04-1.46 ms,
+281-330 turns/s. Figure 4 (new): 57-59 text delta events a 400-delta answer and 22.8-28.5
 ms of CPU an answer (0.20-0.24 cores); the previous commit, same run: 400 events,
 54.7 ms (0.46 cores).
 
