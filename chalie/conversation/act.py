@@ -80,9 +80,10 @@ def fit_context(
     :func:`message_tokens`, when the caller keeps them (else counted here).
     """
     out = list(messages)
-    if sizes is None or len(sizes) != len(out):
+    if sizes is not None and len(sizes) == len(out):
+        sizes = list(sizes)  # trimmed below: the caller's stay as they are
+    else:
         sizes = [message_tokens(m) for m in out]
-    sizes = list(sizes)
     total = sum(sizes)
     if total <= budget:
         return Fitted(out)
