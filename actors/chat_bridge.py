@@ -196,8 +196,10 @@ class ChatBridge(ServingActor):
         store = self._tokens
         if store is None or secret is None:
             return None
-        # SQLite may wait on another writer: never on the loop thread.
-        return await asyncio.get_running_loop().run_in_executor(None, store.verify, secret)
+        # On the loop, as the MCP gate does: one indexed read of a WAL database (a reader
+        # never waits for a writer); this store instance writes nothing after on_start, and
+        # last_used goes to the store's own thread at most once a minute a token.
+        return store.verify(secret)
 
     def addresses(self) -> dict[str, Any]:
         """Where the transports listen (the WebSocket port is resolved when configured 0)."""
