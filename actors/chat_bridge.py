@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 
 import pykka
 
-from actors.conversations import Conversations
+from actors.conversations import Conversations, send_on_loop
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable
@@ -80,14 +80,7 @@ class ActorConversations:
             busy=frame.busy,
             origin=origin,
         )
-        taken: concurrent.futures.Future[Any] = await self._call(
-            "submit", self._child.acall(Conversations.submit, msg)
-        )
-        # the TurnActor takes (or queues) the turn: awaited here, not on the actor's thread
-        waited: Awaitable[AcceptedLike] = asyncio.wait_for(
-            asyncio.wrap_future(taken), self._timeout
-        )
-        return await self._call("send", waited)
+        return await self._call("send", send_on_loop(self._child, msg, self._timeout))
 
     async def cancel(self, conversation_id: str) -> bool:
         return bool(

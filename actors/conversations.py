@@ -22,6 +22,7 @@ Lifecycle, in order:
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -551,6 +552,17 @@ class Conversations(SupervisedActor):
             return
         # The new actor ends the crashed turn as interrupted while it starts.
         self._actor(cid)
+
+
+async def send_on_loop(
+    conversations: ChildRef[Conversations], msg: SendMessage, timeout: float
+) -> Accepted:
+    """:meth:`Conversations.send` for async code: the message is stored by the actor
+    (``submit``), and the loop, not that actor's thread, waits for the TurnActor to take
+    the turn. Raises what ``send`` does, ChildUnavailable, or TimeoutError after ``timeout``."""
+    taken = await conversations.within(timeout).acall(Conversations.submit, msg)
+    async with asyncio.timeout(timeout):
+        return await asyncio.wrap_future(taken)
 
 
 def new_id(prefix: str) -> str:

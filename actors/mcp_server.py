@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import pykka
 
-from actors.conversations import Conversations
+from actors.conversations import Conversations, send_on_loop
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
@@ -103,10 +103,7 @@ class ActorConversations:
             origin=origin,
             human_present=human_present,
         )
-        child = self._child
-        taken = await self._call(child.acall(Conversations.submit, msg))
-        async with asyncio.timeout(CALL_TIMEOUT):  # the TurnActor takes the turn
-            accepted = await self._call(asyncio.wrap_future(taken))
+        accepted = await self._call(send_on_loop(self._child, msg, CALL_TIMEOUT))
         return Sent(accepted.conversation_id, accepted.turn_id)
 
     async def cancel(self, conversation_id: str) -> bool:

@@ -41,10 +41,14 @@ class Closable(Protocol):
 
 
 class AcceptedLike(Protocol):
-    conversation_id: str
-    turn_id: str | None
-    queued: bool
-    duplicate: bool
+    @property
+    def conversation_id(self) -> str: ...
+    @property
+    def turn_id(self) -> str | None: ...
+    @property
+    def queued(self) -> bool: ...
+    @property
+    def duplicate(self) -> bool: ...
 
 
 class ConversationsUnavailable(RuntimeError):
