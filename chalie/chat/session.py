@@ -295,9 +295,6 @@ class ChatSession:
         if stream is not None and stream.subscription is not None:
             stream.subscription.close()
 
-    def open_conversations(self) -> list[str]:
-        return list(self._streams)
-
     def close(self) -> None:
         """Unsubscribe everything; the transport calls this when the client goes (idempotent)."""
         self.closed = True
