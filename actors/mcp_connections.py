@@ -53,7 +53,6 @@ from actors.supervisor import (
     Directory,
     SupervisedActor,
     Supervisor,
-    _Child,  # the supervisor's own child record (dynamic children)
 )
 from chalie import messages
 from chalie.config import McpConfig
@@ -613,24 +612,18 @@ class McpConnections(Supervisor):
     # -- dynamic children ---------------------------------------------------------------
     def _add(self, spec: ServerSpec, delay: float = 0.0) -> None:
         deps = self._deps
-        child = _Child(
+        self._specs[spec.name] = spec
+        self.add_child(
             ChildSpec(
                 child_id(spec.name),
                 lambda: McpConnectionActor.start(spec, deps, delay=delay),
                 shutdown=STOP_GRACE + 1,
             )
         )
-        self._children.append(child)
-        self._by_id[child.spec.id] = child
-        self._specs[spec.name] = spec
-        self._start_child(child)
 
     def _drop(self, name: str) -> None:
-        child = self._by_id.pop(child_id(name), None)
         self._specs.pop(name, None)
-        if child is not None:
-            self._children.remove(child)
-            self._stop_child(child)
+        self.remove_child(child_id(name))
 
     def _reconcile(self, *, starting: bool = False) -> dict[str, Any]:
         assert self._store is not None

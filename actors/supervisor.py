@@ -557,6 +557,29 @@ class Supervisor(SupervisedActor):
             raise KeyError(f"no child {id!r}")
         return self.directory.ref(id, pykka.Actor)
 
+    def add_child(self, spec: ChildSpec) -> None:
+        """Start one more child at run time (on this actor's thread: from a subclass's handler).
+
+        The id must be new; a start that fails is handled like any failed
+        incarnation (restarted by the policy, or escalated).
+        """
+        check_specs([spec])
+        if spec.id in self._by_id:
+            raise ValueError(f"two children with id {spec.id!r}")
+        child = _Child(spec)
+        self._children.append(child)
+        self._by_id[spec.id] = child
+        self._start_child(child)
+
+    def remove_child(self, id: str) -> bool:
+        """Stop a child and forget it (no restart); False when there is no such child."""
+        child = self._by_id.pop(id, None)
+        if child is None:
+            return False
+        self._children.remove(child)
+        self._stop_child(child)
+        return True
+
     def status(self) -> dict[str, Any]:
         return {
             "children": [

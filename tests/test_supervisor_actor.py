@@ -422,3 +422,26 @@ def test_acall_refuses_an_actor_whose_futures_cannot_call_back() -> None:
             asyncio.run(ChildRef.to(ref).acall(NotSupervised.double, 1))
     finally:
         ref.stop()
+
+
+def test_a_child_added_at_run_time_is_supervised_and_a_removed_one_stays_stopped() -> None:
+    journal = Journal()
+    sup = start_sup([worker_spec("w", journal)])
+    sup.proxy().add_child(worker_spec("late", journal)).get(timeout=5)
+    late = sup.proxy().child("late").get(timeout=5)
+    assert late is not None and late.ask("ping", timeout=5) == late.actor_urn
+    with pytest.raises(ValueError, match="two children with id 'late'"):
+        sup.proxy().add_child(worker_spec("late", journal)).get(timeout=5)
+    late.tell("boom")  # supervised like a child given at start
+    wait_until(restarted(sup, "late", 1))
+    again = sup.proxy().child("late").get(timeout=5)
+    again.tell("slow-boom")  # its restart is scheduled after the removal below
+    assert sup.proxy().remove_child("late").get(timeout=5) is True
+    assert not again.is_alive()
+    assert sup.proxy().child("late").get(timeout=5) is None
+    assert sup.proxy().remove_child("late").get(timeout=5) is False
+    # the supervisor still serves: a new child under the same id starts afresh
+    sup.proxy().add_child(worker_spec("late", journal)).get(timeout=5)
+    wait_until(lambda: status_of(sup, "late")["alive"])
+    assert status_of(sup, "late")["restarts"] == 0
+    assert [c["id"] for c in sup.proxy().status().get(timeout=5)["children"]] == ["w", "late"]

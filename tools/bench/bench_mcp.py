@@ -85,8 +85,10 @@ def ms(x: float) -> str:
 
 
 def bench_call(calls: int, transport: str) -> None:
-    """``transport``: ``http`` or ``stdio`` (our fixture's echo, no work at all), or ``time``
-    (the PyPI reference server mcp-server-time over stdio, its get_current_time)."""
+    """``transport``: ``http`` or ``stdio`` (our fixture's echo, no work at all), ``time``
+    (the PyPI reference server mcp-server-time over stdio, its get_current_time: almost no
+    work), or ``git`` (mcp-server-git over stdio, git_status of a small repository: a tool
+    that does real work, as most remote tools do)."""
     from mcp import Client, StdioServerParameters
 
     from tests.mcp.rig import stdio_spec
@@ -94,6 +96,13 @@ def bench_call(calls: int, transport: str) -> None:
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
     rig = Rig(home, config=McpConfig(heartbeat_interval=3600, start_delay=0))
+    repo = home / "repo"
+    if transport == "git":
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        for i in range(20):
+            (repo / f"f{i}.txt").write_text(f"{i}\n")
+        subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
     if transport == "http":
         spec = ServerSpec(name="fx", transport="http", url=srv.url)
     elif transport == "time":
@@ -103,13 +112,19 @@ def bench_call(calls: int, transport: str) -> None:
             command=sys.executable,
             args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
         )
+    elif transport == "git":
+        spec = ServerSpec(
+            name="fx",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "mcp_server_git", "-r", str(repo)),
+        )
     else:
         spec = stdio_spec("fx")
-    tool, arguments = (
-        ("get_current_time", {"timezone": "Europe/Paris"})
-        if transport == "time"
-        else ("echo", {"text": "x"})
-    )
+    tool, arguments = {
+        "time": ("get_current_time", {"timezone": "Europe/Paris"}),
+        "git": ("git_status", {"repo_path": str(repo)}),
+    }.get(transport, ("echo", {"text": "x"}))
     target: Any = (
         srv.url
         if transport == "http"
@@ -123,7 +138,7 @@ def bench_call(calls: int, transport: str) -> None:
     try:
         rig.add(spec)
         rig.start()
-        rig.wait_tools("fx", 2 if transport == "time" else 8)
+        rig.wait_tools("fx", {"time": 2, "git": 10}.get(transport, 8), 40)
         proxy = f"_mcp_fx_{tool}"
         rig.allow(proxy)
         direct_t: list[float] = []
@@ -475,6 +490,7 @@ def main() -> None:
         bench_call(args.calls, "http")
         bench_call(args.calls, "stdio")
         bench_call(args.calls, "time")
+        bench_call(args.calls, "git")
     if "idle" in chosen:
         bench_idle(args.servers, args.window)
     if "changed" in chosen:
