@@ -42,18 +42,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.supervisor import CallbackFuture, ChildRef, ChildUnavailable, SupervisedActor
-from actors.turn import (
-    Background,
-    Cancel,
-    Crashed,
-    Evict,
-    Idle,
-    Permission,
-    Settled,
-    StartTurn,
-    TurnActor,
-    TurnDeps,
-)
+from actors.turn import TurnActor, TurnDeps
 from chalie import control
 from chalie.config import Config, ModelConfig
 from chalie.conversation.channels import Channel, resolve_channels
@@ -74,11 +63,19 @@ from chalie.envelope import render
 from chalie.events import EventBus, Subscription
 from chalie.messages import (
     BackgroundResult,
+    CancelRunningTurn,
     CancelTurn,
     ControlReply,
+    DeliverBackground,
+    EvictIfIdle,
     PermissionRequest,
+    RelayPermission,
+    SettlePermission,
+    StartTurn,
     ToolCall,
     ToolOutcome,
+    TurnActorCrashed,
+    TurnActorIdle,
 )
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
@@ -392,7 +389,7 @@ class Conversations(SupervisedActor):
         if live is None:
             return False
         try:
-            return bool(live.ref.ask(Cancel(), timeout=ASK_TIMEOUT))
+            return bool(live.ref.ask(CancelRunningTurn(), timeout=ASK_TIMEOUT))
         except pykka.ActorDeadError:
             return False
 
@@ -415,7 +412,7 @@ class Conversations(SupervisedActor):
         live = self._live.get(cid) if cid is not None else None
         if live is not None:
             with contextlib.suppress(pykka.ActorDeadError):
-                live.ref.tell(Settled(request_id, answer))
+                live.ref.tell(SettlePermission(request_id, answer))
         policy = self._rt.child("policy", PolicyActor).within(ASK_TIMEOUT)
         found = policy.call(PolicyActor.answer, request_id, answer)
         self._requests.pop(request_id, None)
@@ -501,13 +498,13 @@ class Conversations(SupervisedActor):
             if not live.evicting:
                 live.evicting = True
                 with contextlib.suppress(pykka.ActorDeadError):
-                    live.ref.tell(Evict())
+                    live.ref.tell(EvictIfIdle())
             excess -= 1
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Route):
             self._route(message.event)
-        elif isinstance(message, Idle):
+        elif isinstance(message, TurnActorIdle):
             live = self._live.get(message.conversation_id)
             if (
                 live is not None
@@ -516,7 +513,7 @@ class Conversations(SupervisedActor):
             ):
                 del self._live[message.conversation_id]
                 live.ref.stop(block=False)
-        elif isinstance(message, Crashed):
+        elif isinstance(message, TurnActorCrashed):
             self._crashed(message)
         else:
             return super().on_receive(message)
@@ -530,11 +527,11 @@ class Conversations(SupervisedActor):
             self._requests[event.request_id] = cid
             if len(self._requests) > 10_000:
                 self._requests.pop(next(iter(self._requests)))
-            self._actor(cid).ref.tell(Permission(event))
+            self._actor(cid).ref.tell(RelayPermission(event))
         else:
-            self._actor(cid).ref.tell(Background(event))
+            self._actor(cid).ref.tell(DeliverBackground(event))
 
-    def _crashed(self, message: Crashed) -> None:
+    def _crashed(self, message: TurnActorCrashed) -> None:
         cid = message.conversation_id
         live = self._live.get(cid)
         if live is None or live.ref.actor_urn != message.urn:

@@ -65,6 +65,7 @@ from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
+from chalie.messages import ProbeConnection, RefreshServer
 from chalie.registry import Registry
 
 log = logging.getLogger("chalie.mcp")
@@ -81,18 +82,6 @@ def child_id(server: str) -> str:
 
 
 # -- messages ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Suspect:
-    """A call met a broken connection: probe it now rather than at the next heartbeat."""
-
-    gen: int
-
-
-@dataclass(frozen=True)
-class Refresh:
-    """Re-read this server's rows from the store (after an approve) and re-sync."""
 
 
 @dataclass(frozen=True)
@@ -552,7 +541,7 @@ class McpConnectionActor(SupervisedActor):
         }
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Suspect):
+        if isinstance(message, ProbeConnection):
             self._on_beat(_Beat(message.gen))
         elif isinstance(message, _Connected):
             self._on_connected(message)
@@ -570,7 +559,7 @@ class McpConnectionActor(SupervisedActor):
         elif isinstance(message, _Reconnect):
             if message.gen == self._gen and self._status == "offline" and not self._stopping:
                 self._connect()
-        elif isinstance(message, Refresh):
+        elif isinstance(message, RefreshServer):
             self._on_refresh()
         elif isinstance(message, _FirstConnect):
             if self._link is None and not self._stopping:
@@ -643,7 +632,7 @@ class McpConnections(Supervisor):
         announce(deps, Installed(drop=dropped))
         for name, spec in servers.items():
             if name in self._specs:
-                continue  # a running child owns its server's proxies (it re-reads on Refresh)
+                continue  # a running child owns its server's proxies (it re-reads on RefreshServer)
             announce(
                 deps,
                 install(
@@ -662,7 +651,7 @@ class McpConnections(Supervisor):
                 ref = self.child(child_id(name))
                 if ref is not None:
                     with contextlib.suppress(pykka.ActorDeadError):
-                        ref.tell(Refresh())
+                        ref.tell(RefreshServer())
         return {"started": started, "stopped": stopped, "unregistered": len(gone)}
 
     def reload(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 import pykka
 
@@ -62,7 +62,21 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
-from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome, TurnContext
+from chalie.messages import (
+    BackgroundResult,
+    CancelRunningTurn,
+    DeliverBackground,
+    EvictIfIdle,
+    PermissionRequest,
+    RelayPermission,
+    SettlePermission,
+    StartTurn,
+    ToolCall,
+    ToolOutcome,
+    TurnActorCrashed,
+    TurnActorIdle,
+    TurnContext,
+)
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 
@@ -106,69 +120,13 @@ class TurnDeps:
     learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
 
 
-# -- messages (all private to this actor and its parent) ----------------------------------
-
-
-@dataclass(frozen=True)
-class StartTurn:
-    turn_id: str
-    client_msg_id: str
-    text: str
-    busy: Literal["queue", "cancel"] = "queue"
-    send_no: int = 0
-    # This turn only: a person answers its asks (SendMessage.human_present).
-    human_present: bool = False
-    # Answered (queued or not) as soon as that is decided, before the turn's first step:
-    # the sender waits for this, not for the step.
-    taken: concurrent.futures.Future[bool] | None = field(default=None, compare=False)
+# -- private messages: the actor's own timers and model stream --------------------------
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
     if start.taken is not None and not start.taken.done():
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             start.taken.set_result(queued)
-
-
-@dataclass(frozen=True)
-class Cancel:
-    pass
-
-
-@dataclass(frozen=True)
-class Evict:
-    """From the parent, over its limit of live actors: report Idle now if nothing runs."""
-
-
-@dataclass(frozen=True)
-class Permission:
-    request: PermissionRequest
-
-
-@dataclass(frozen=True)
-class Settled:
-    request_id: str
-    answer: str
-
-
-@dataclass(frozen=True)
-class Background:
-    result: BackgroundResult
-
-
-@dataclass(frozen=True)
-class Idle:
-    """Told to the parent: nothing ran for idle_stop seconds and no send is in flight."""
-
-    conversation_id: str
-    urn: str
-    send_no: int
-
-
-@dataclass(frozen=True)
-class Crashed:
-    conversation_id: str
-    urn: str
-    error: str
 
 
 @dataclass(frozen=True)
@@ -306,12 +264,14 @@ class TurnActor(Actor):
         if self._parent is not None:
             err = exc[1] if len(exc) > 1 else None
             with contextlib.suppress(pykka.ActorDeadError):
-                self._parent.tell(Crashed(self.conversation_id, self.actor_urn, repr(err)))
+                self._parent.tell(TurnActorCrashed(self.conversation_id, self.actor_urn, repr(err)))
 
     def _report_idle(self) -> None:
         if self._turn is None and not self._queue and self._parent is not None:
             with contextlib.suppress(pykka.ActorDeadError):
-                self._parent.tell(Idle(self.conversation_id, self.actor_urn, self._send_no))
+                self._parent.tell(
+                    TurnActorIdle(self.conversation_id, self.actor_urn, self._send_no)
+                )
 
     # -- the mailbox ----------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
@@ -340,13 +300,13 @@ class TurnActor(Actor):
                         f"(attempt {message.attempt})"
                     ),
                 )
-        elif isinstance(message, Cancel):
+        elif isinstance(message, CancelRunningTurn):
             return self._cancel()
-        elif isinstance(message, Permission):
+        elif isinstance(message, RelayPermission):
             self._permission(message.request)
-        elif isinstance(message, Settled):
+        elif isinstance(message, SettlePermission):
             self._settled(message.request_id, message.answer)
-        elif isinstance(message, Background):
+        elif isinstance(message, DeliverBackground):
             self._background(message.result)
         elif isinstance(message, _Deadline):
             if message.gen == self._gen and self._turn is not None:
@@ -354,7 +314,7 @@ class TurnActor(Actor):
         elif isinstance(message, _IdleCheck):
             if message.gen == self._gen:
                 self._report_idle()
-        elif isinstance(message, Evict):
+        elif isinstance(message, EvictIfIdle):
             self._report_idle()
         elif message == "state":
             return self.state()

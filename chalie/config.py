@@ -176,10 +176,14 @@ class McpServerConfig(Section, frozen=True):
 Seconds = Annotated[float, msgspec.Meta(ge=0.001, le=86400.0)]
 
 
+# The wire format a model server speaks (chalie.providers.wire: one class each).
+ProviderKind = Literal["openai", "ollama", "anthropic"]
+
+
 class ModelConfig(Section, frozen=True):
     """One language model, ``[models.NAME]``; ``[models.default]`` serves unnamed channels."""
 
-    provider: Literal["openai", "ollama", "anthropic"] = "openai"
+    provider: ProviderKind = "openai"
     base_url: HttpUrl = "http://127.0.0.1:11434/v1"
     model: ModelName = "llama3.1"
     # The NAME of the environment variable holding the key; the key itself is never stored.
@@ -202,7 +206,7 @@ class ChannelConfig(Section, frozen=True):
     """Overrides of one channel, ``[channels.NAME]``; an unset key keeps the shipped value."""
 
     human_present: bool | None = None
-    policy_channel: Literal["chat", "subconscious", "external_agent"] | None = None
+    policy_channel: Channel | None = None
     pinned: tuple[ToolName, ...] | None = None
     find_tools: bool | None = None
     async_offered: bool | None = None

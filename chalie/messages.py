@@ -40,6 +40,8 @@ ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
 # Whether a turn may call only the tools it was given, or any registered tool.
 ToolScope = Literal["restricted", "unrestricted"]
 TOOL_SCOPES: Final[tuple[str, ...]] = get_args(ToolScope)
+# What a message sent while a turn runs does: wait its turn, or cancel the running one.
+Busy = Literal["queue", "cancel"]
 # Who made the call: the model (must say act_summary), or the runtime/operator.
 Initiator = Literal["model", "framework"]
 INITIATORS: Final[tuple[str, ...]] = get_args(Initiator)
@@ -209,6 +211,8 @@ AnyMessage = (
 )
 
 # -- in-process actor messages (never on a wire: they carry futures and results) --
+# Every message one actor or component sends another is here; an actor's messages to
+# itself (its own timers, its event-loop callbacks) stay private in its module.
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +313,90 @@ class RestartChild:
 @dataclass(frozen=True, slots=True)
 class WatchChildren:
     """Supervisor: look for plain-actor children that died without a report."""
+
+
+# -- TurnActor and its parent, the Conversations actor --
+
+
+@dataclass(frozen=True, slots=True)
+class StartTurn:
+    """TurnActor: run (or queue) one user message as a turn."""
+
+    turn_id: str
+    client_msg_id: str
+    text: str
+    busy: Busy = "queue"
+    send_no: int = 0
+    # This turn only: a person answers its asks (SendMessage.human_present).
+    human_present: bool = False
+    # Answered (queued or not) as soon as that is decided, before the turn's first step:
+    # the sender waits for this, not for the step.
+    taken: Future[bool] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRunningTurn:
+    """TurnActor (asked): cancel the running turn; answers whether one ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictIfIdle:
+    """TurnActor, from its parent over its limit of live actors: report idle now if nothing runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPermission:
+    """TurnActor: a call of its turn waits for its human's answer."""
+
+    request: PermissionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class SettlePermission:
+    """TurnActor: its human answered (or the request expired)."""
+
+    request_id: str
+    answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverBackground:
+    """TurnActor: the final envelope of one of its conversation's background calls."""
+
+    result: BackgroundResult
+
+
+@dataclass(frozen=True, slots=True)
+class TurnActorIdle:
+    """Conversations, from a TurnActor: nothing ran for idle_stop seconds, no send in flight."""
+
+    conversation_id: str
+    urn: str
+    send_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnActorCrashed:
+    """Conversations, from a TurnActor: it failed (its turn is ended as failed)."""
+
+    conversation_id: str
+    urn: str
+    error: str
+
+
+# -- McpConnectionActor --
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConnection:
+    """McpConnectionActor: a call met a broken connection (generation ``gen``); probe it now."""
+
+    gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshServer:
+    """McpConnectionActor: re-read the server's rows from the store (an approve) and re-sync."""
 
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -20,12 +20,13 @@ import logging
 import threading
 from typing import Any
 
-from actors.mcp_connections import McpHandle, Suspect
+from actors.mcp_connections import McpHandle
 from actors.supervisor import ChildUnavailable
 from chalie.execution import FAULTS, Done, Job
 from chalie.mcp import results
 from chalie.mcp.proxy import McpProxy, is_proxy
 from chalie.mcp.route import outcome, refusal
+from chalie.messages import ProbeConnection
 
 log = logging.getLogger("chalie.dispatch")
 
@@ -80,7 +81,7 @@ class McpExecutor:
             done(result)
             if suspect:
                 with contextlib.suppress(ChildUnavailable):
-                    handle.connection(server).tell(Suspect(gen))
+                    handle.connection(server).tell(ProbeConnection(gen))
 
         def begin() -> None:  # on the loop
             with self._lock:

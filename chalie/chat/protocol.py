@@ -22,6 +22,9 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from chalie.messages import Answer as PermissionAnswer
+from chalie.messages import Busy
+
 PROTOCOL_VERSION: Final = 1
 MAX_TEXT_CHARS: Final = 100_000
 
@@ -35,8 +38,6 @@ ChannelName = Annotated[
 ]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT_CHARS)]
 Seq = Annotated[int, msgspec.Meta(ge=0, le=2**53)]  # SQLite holds at most 2**63 - 1
-PermissionAnswer = Literal["allow_once", "allow_always", "deny"]
-Busy = Literal["queue", "cancel"]
 
 # Error codes a ``rejected`` frame carries (each listed in chalie/errors.py).
 MALFORMED: Final = "malformed-frame"

@@ -25,10 +25,11 @@ from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
 from chalie.cli import Ctx, cli
 from chalie.display import one_line, params_line
+from chalie.messages import Answer
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0
-ANSWERS: Final[dict[str, p.PermissionAnswer]] = {
+ANSWERS: Final[dict[str, Answer]] = {
     "o": "allow_once",
     "a": "allow_always",
     "d": "deny",

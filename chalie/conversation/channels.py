@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Final, Literal
+from typing import Final
 
 from chalie.config import ChannelConfig
+from chalie.messages import Channel as PolicyChannel
 
-PolicyChannel = Literal["chat", "subconscious", "external_agent"]
 CHANNEL_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 CHAT_PROMPT: Final = (

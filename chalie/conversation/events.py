@@ -31,7 +31,6 @@ FINISH_REASONS: Final[tuple[str, ...]] = (
     "guard-tokens",
     "model-error",
 )
-Answer = Literal["allow_once", "allow_always", "deny"]
 
 
 class ConversationEvent(

@@ -8,16 +8,16 @@ message is validated before anything is stored.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final
 
 import msgspec
 
 from chalie.control import Args, Id
+from chalie.messages import Busy
 
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CLIENT_ID_MAX: Final = 128
 ORIGIN_MAX: Final = 128
-Busy = Literal["queue", "cancel"]
 
 
 class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

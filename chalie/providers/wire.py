@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
+from chalie.config import ProviderKind
 from chalie.providers.types import (
     ChatMessage,
     ModelRequest,
@@ -27,8 +28,6 @@ from chalie.providers.types import (
     Usage,
 )
 
-ProviderKind = Literal["openai", "ollama", "anthropic"]
-PROVIDERS: Final[tuple[str, ...]] = ("openai", "ollama", "anthropic")
 _encoder: Final = msgspec.json.Encoder()
 
 ANTHROPIC_VERSION: Final = "2023-06-01"

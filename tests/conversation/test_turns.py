@@ -11,7 +11,7 @@ from pykka.messages import ProxyGetAttr
 
 from actors.conversations import Conversations, new_id
 from actors.policy import PolicyActor
-from actors.turn import StartTurn, TurnActor, TurnDeps
+from actors.turn import TurnActor, TurnDeps
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequested,
@@ -22,6 +22,7 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.requests import Accepted, ConversationError
+from chalie.messages import StartTurn
 from tests.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
 
 
