@@ -143,6 +143,11 @@ def _stop(reason: Any, has_calls: bool) -> StopReason:
     return "final"
 
 
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The OpenAI-style credentials header (OpenAI and Ollama servers); none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class OpenAIWire:
     kind: ProviderKind = "openai"
     framing: StreamFraming = "sse"
@@ -150,8 +155,7 @@ class OpenAIWire:
     def path(self) -> str:
         return "/chat/completions"
 
-    def headers(self, api_key: str | None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = staticmethod(bearer)
 
     def body(self, request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -298,8 +302,7 @@ class OllamaWire:
     def path(self) -> str:
         return "/api/chat"
 
-    def headers(self, api_key: str | None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = staticmethod(bearer)
 
     def body(self, request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
