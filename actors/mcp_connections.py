@@ -58,7 +58,7 @@ from chalie import messages
 from chalie.config import McpConfig
 from chalie.discovery.engine import registry_docs
 from chalie.mcp.names import server_of
-from chalie.mcp.proxy import Installed, install, uninstall
+from chalie.mcp.proxy import Installed, install, install_cached, uninstall
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
 from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe
@@ -188,7 +188,7 @@ class McpDeps:
     routes: dict[str, Route] = field(default_factory=dict)
 
     def timeout(self, spec: ServerSpec) -> float:
-        return spec.call_timeout or self.config.call_timeout
+        return spec.timeout(self.config.call_timeout)
 
 
 def announce(deps: McpDeps, change: Installed) -> None:
@@ -232,18 +232,7 @@ def back_to_ask(deps: McpDeps, proxies: list[str]) -> None:
 
 def preload(deps: McpDeps) -> None:
     """Register every cached proxy before any child starts (discovery indexes them offline)."""
-    store = McpStore(deps.db_path)
-    try:
-        rows = store.tools()
-        for server in store.servers():
-            install(
-                deps.registry,
-                [r for r in rows if r.server == server.name],
-                enabled=server.spec.enabled,
-                timeout=deps.timeout(server.spec),
-            )
-    finally:
-        store.close()
+    install_cached(deps.registry, deps.db_path, deps.config.call_timeout)
 
 
 # -- one connection ------------------------------------------------------------------------

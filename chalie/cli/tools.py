@@ -14,10 +14,17 @@ from chalie.registry import DuplicateAbilityError, Registry
 
 
 def load_registry(ctx: Ctx) -> Registry:
+    """The catalogue the daemon serves: built-in and drop-in abilities, and the proxies of
+    every cached remote MCP tool (as the daemon registers them before it connects)."""
+    from chalie.mcp.proxy import install_cached
+
     try:
-        return Registry.collect(dropin=ctx.config.abilities_dir)
+        registry = Registry.collect(dropin=ctx.config.abilities_dir)
     except DuplicateAbilityError as exc:
         raise click.ClickException(str(exc)) from None
+    config = ctx.config
+    install_cached(registry, config.layout.db, config.mcp.call_timeout)
+    return registry
 
 
 @cli.group()

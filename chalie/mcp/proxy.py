@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from chalie.ability import Ability
+from chalie.mcp.store import McpStore
 from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
 from chalie.registry import Entry, Registry
 from chalie.result import ToolResult
@@ -144,3 +146,27 @@ def uninstall(registry: Registry, names: Iterable[str]) -> list[str]:
             if entry.cls.discoverable:
                 dropped.append(name)
     return dropped
+
+
+def install_cached(registry: Registry, db_path: Path, call_timeout: float) -> None:
+    """Register the proxy of every tool cached in ``db_path`` (servers offline or not).
+
+    The daemon does this before any connection starts, so discovery indexes remote
+    tools from its first build; the CLI does it so ``tools list``, ``tools find``,
+    ``tools call`` and an offline ``index rebuild`` see the catalogue the daemon serves.
+    ``call_timeout`` is the configured default for servers that set none.
+    """
+    if not Path(db_path).exists():
+        return  # nothing was ever configured; do not create the database for a read
+    store = McpStore(db_path)
+    try:
+        rows = store.tools()
+        for server in store.servers():
+            install(
+                registry,
+                [r for r in rows if r.server == server.name],
+                enabled=server.spec.enabled,
+                timeout=server.spec.timeout(call_timeout),
+            )
+    finally:
+        store.close()

@@ -61,6 +61,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     call_timeout: float | None = None
     heartbeat: float | None = None
 
+    def timeout(self, default: float) -> float:
+        """Seconds a call of this server's tools may take: its own, else the default."""
+        return self.call_timeout or default
+
 
 def _text(field: str, value: Any, limit: int, *, empty: bool = True) -> str:
     if not isinstance(value, str):

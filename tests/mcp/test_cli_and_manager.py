@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from abilities.mcp_manager import McpManager
 from chalie.cli import cli
 from chalie.mcp.admin import McpAdmin
+from chalie.mcp.spec import ServerSpec
 from chalie.services import Services
 from tests.mcp.rig import FixtureServer, Rig, wait_until
 
@@ -193,6 +194,9 @@ def test_daemon_is_ready_before_servers_connect_and_calls_a_remote_tool(tmp_path
         run(home, "policy", "set", "chat", "_mcp_fx_*", "allow")
         r = d.cli("tools", "call", "_mcp_fx_echo", "text=via daemon")
         assert "via daemon" in r.stdout, r.stdout + r.stderr
+        # key=value is typed by the remote schema, which the CLI reads from the cache
+        r = d.cli("tools", "call", "_mcp_fx_add", "a=2", "b=3")
+        assert '{"result":5}' in r.stdout, r.stdout + r.stderr
         run(home, "mcp", "disable", "fx")  # the running daemon reconciles at once
         r = d.cli("tools", "call", "_mcp_fx_echo", "text=x")
         assert "mcp-unknown-tool" in r.stdout + r.stderr
@@ -209,3 +213,34 @@ def test_add_can_force_the_legacy_handshake(tmp_path: Path) -> None:
     assert r.exit_code == 0
     assert json.loads(run(tmp_path, "mcp", "show", "old").stdout)["spec"]["protocol"] == "legacy"
     assert run(tmp_path, "mcp", "add", "x", "--url", "https://h/mcp", "--protocol", "v9").exit_code
+
+
+def test_the_cli_sees_the_cached_remote_tools_the_daemon_serves(tmp_path: Path) -> None:
+    """tools list / find and an offline index rebuild use the daemon's catalogue: built-in
+    abilities and the proxies cached in chalie.db, while no daemon and no server runs."""
+    srv = FixtureServer()
+    rig = Rig(tmp_path)
+    try:
+        rig.add(ServerSpec(name="fx", transport="http", url=srv.url))
+        rig.start()
+        rig.wait_tools("fx", 8)
+    finally:
+        rig.close()
+        srv.kill()
+    listed = run(tmp_path, "tools", "list")
+    assert listed.exit_code == 0 and "_mcp_fx_add" in listed.stdout
+    schema = json.loads(run(tmp_path, "tools", "list", "--json").stdout)
+    add = next(d for d in schema if d["name"] == "_mcp_fx_add")
+    assert add["input_schema"]["properties"]["a"]["type"] == "integer"
+    rebuilt = run(tmp_path, "index", "rebuild")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    found = run(tmp_path, "tools", "find", "--json", "add two integers")
+    assert found.exit_code == 0, found.output
+    assert "the catalogue changed" not in found.output  # the rebuilt index matches
+    names = [t["name"] for t in json.loads(found.stdout)["injected"]]
+    assert names[0] == "_mcp_fx_add"
+
+
+def test_the_cli_reads_no_catalogue_where_nothing_was_configured(tmp_path: Path) -> None:
+    assert run(tmp_path, "tools", "list").exit_code == 0
+    assert not (tmp_path / "chalie.db").exists()  # a read creates no database
