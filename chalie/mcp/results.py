@@ -27,6 +27,7 @@ MAX_BODY: Final = 256 * 1024
 MAX_RICH_BYTES: Final = 16 * 1024 * 1024
 TIMEOUT_CODE: Final = -32001
 CONNECTION_CLOSED: Final = -32000
+MAX_DEPTH: Final = 64  # structured content walked this deep for media payloads
 
 
 def _meta(server: str, tool: str) -> dict[str, str]:
@@ -52,10 +53,12 @@ def _field(item: Any, name: str) -> Any:
     return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
-def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]]]:
-    """(text lines for the body, rich items) from a result's content blocks."""
+def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]], dict[str, str]]:
+    """(text lines for the body, rich items, each media payload -> its mention) from a
+    result's content blocks."""
     texts: list[str] = []
     rich: list[dict[str, Any]] = []
+    mentions: dict[str, str] = {}
     budget = MAX_RICH_BYTES
     for item in content or ():
         kind = _field(item, "type")
@@ -73,6 +76,8 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]]]:
             else:
                 label = f"({kind} {clean_text(str(mime), 60)}, {size} bytes, too large to pass on)"
             texts.append(label)
+            if isinstance(data, str):
+                mentions[data] = label
         elif kind == "resource":
             res = _field(item, "resource")
             uri = clean_text(str(_field(res, "uri")), 300)
@@ -86,6 +91,7 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]]]:
                 budget -= len(blob)
                 entry["blob"] = blob
                 texts.append(f"(resource {uri}, {_size(blob)} bytes, shown to the user)")
+                mentions[blob] = texts[-1]
             elif isinstance(text, str):
                 entry["text"] = text[:MAX_BODY]
             rich.append(entry)
@@ -94,14 +100,14 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]]]:
             name = clean_text(str(_field(item, "name") or ""), 120)
             rich.append({"type": "resource_link", "uri": uri, "name": name})
             texts.append(f"(link {name}: {uri})" if name else f"(link {uri})")
-    return texts, rich
+    return texts, rich, mentions
 
 
 def call_result(server: str, tool: str, result: Any) -> ToolResult:
     """A CallToolResult (SDK object or dict) as a ToolResult."""
     meta = _meta(server, tool)
     is_error = bool(_field(result, "is_error") or _field(result, "isError"))
-    texts, rich = content_parts(_field(result, "content"))
+    texts, rich, mentions = content_parts(_field(result, "content"))
     if is_error:
         message = "\n".join(texts).strip() or "no message"
         first = clean_text(message.splitlines()[0] if message else "", 180)
@@ -116,6 +122,8 @@ def call_result(server: str, tool: str, result: Any) -> ToolResult:
         structured = _field(result, "structuredContent")
     payload = {"items": rich} if rich else None
     if isinstance(structured, dict | list):
+        if mentions:  # media the content already carries: the model reads its mention
+            structured = _mention_media(structured, mentions, 0)
         try:
             body = ToolResult.success(structured, rich=payload, meta=meta)
         except TypeError:
@@ -123,6 +131,21 @@ def call_result(server: str, tool: str, result: Any) -> ToolResult:
         if body is not None and len(body.body) <= MAX_BODY:
             return body
     return ToolResult.success(_cap("\n".join(texts)), rich=payload, meta=meta)
+
+
+def _mention_media(value: Any, mentions: dict[str, str], depth: int) -> Any:
+    """A copy of structured content where every string that is a media payload of the
+    content blocks (a server that returns content blocks as its structured result repeats
+    them) is that payload's mention: base64 never reaches the model's context."""
+    if isinstance(value, str):
+        return mentions.get(value, value)
+    if depth >= MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {k: _mention_media(v, mentions, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mention_media(v, mentions, depth + 1) for v in value]
+    return value
 
 
 def unreachable(server: str, tool: str, why: str) -> ToolResult:

@@ -16,6 +16,7 @@ import pytest
 from chalie.envelope import parse
 from chalie.mcp.spec import ServerSpec
 from tests.mcp.rig import FixtureServer, Rig, ctx, stdio_spec, wait_until
+from tests.mcp_fixtures.server import PNG
 
 FIXTURE_TOOLS = 8
 
@@ -99,6 +100,8 @@ def test_results_map_onto_the_contract(rig: Rig, http: FixtureServer) -> None:
     assert '"temp":21' in rig.run("_mcp_fx_structured", {"city": "Rabat"}).envelope
     pic = rig.run("_mcp_fx_picture")
     assert pic.status == "success" and pic.rich and pic.rich["items"][0]["type"] == "image"
+    assert pic.rich["items"][0]["data"] == PNG and PNG not in pic.envelope  # a mention instead
+    assert "(image image/png, 40 bytes, shown to the user)" in pic.envelope
     fail = rig.run("_mcp_fx_fail", {"reason": "disk full"})
     assert fail.code == "mcp-tool-error" and "disk full" in fail.envelope
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import msgspec
 
@@ -160,6 +161,23 @@ def test_media_goes_to_the_rich_payload_with_a_mention() -> None:
         "resource_link",
     ]
     assert "image image/png, 5 bytes" in r.body and "(link doc: https://x)" in r.body
+
+
+def test_structured_content_that_repeats_media_carries_mentions_not_base64() -> None:
+    data = base64.b64encode(b"\x89PNG" + b"x" * 3000).decode()
+    image = {"type": "image", "data": data, "mimeType": "image/png"}
+    r = results.call_result(
+        "s",
+        "t",
+        {
+            "content": [{"type": "text", "text": "a chart"}, image],
+            "structuredContent": {"result": [{"type": "text", "text": "a chart"}, image]},
+        },
+    )
+    assert r.ok and data not in r.body and r.rich["items"][0]["data"] == data
+    body = json.loads(r.body)
+    assert body["result"][1]["data"].startswith("(image image/png, 3004 bytes")
+    assert body["result"][0]["text"] == "a chart"  # the rest keeps its shape
 
 
 def test_is_error_is_never_success_and_the_envelope_stays_intact() -> None:
