@@ -288,6 +288,34 @@ def _values(values: Iterable[Any]) -> list[Scalar]:
     return out[:MAX_VALID_VALUES]
 
 
+# The bound a size keyword sets, said with its number (jsonschema says only "is too long").
+_BOUNDS: Final = {
+    "maxLength": "at most {} characters",
+    "minLength": "at least {} characters",
+    "maxItems": "at most {} items",
+    "minItems": "at least {} items",
+    "maxProperties": "at most {} entries",
+    "minProperties": "at least {} entries",
+}
+VALUE_SHOWN: Final = 60  # characters of a rejected value quoted in the error
+
+
+def _reason(error: SchemaError) -> str:
+    """jsonschema's message with the rejected value cut short and the reason kept whole.
+
+    Its messages start with the value's repr, which can be a 100 KB string; cutting the
+    message instead would cut off the reason ("... is too long").
+    """
+    message = str(error.message)
+    shown = repr(error.instance)
+    if message.startswith(shown) and len(shown) > VALUE_SHOWN:
+        message = shown[:VALUE_SHOWN] + "..." + message[len(shown) :]
+    bound = _BOUNDS.get(str(error.validator))
+    if bound is not None:
+        message += f" ({bound.format(error.validator_value)})"
+    return message if len(message) <= 300 else message[:300] + "..."
+
+
 def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
     path = "/".join(str(p) for p in error.absolute_path)
     props = cls.parameters.get("properties", {})
@@ -323,7 +351,7 @@ def _schema_error(cls: type[Ability], error: SchemaError) -> ToolResult:
         for option in [*sub.get("anyOf", ()), *sub.get("oneOf", ())]:
             if isinstance(option, Mapping) and isinstance(option.get("enum"), list):
                 valid = _values(option["enum"])
-    message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+    message = _reason(error)
     if valid is not None and error.validator in ("anyOf", "oneOf"):
         message = f"{str(error.instance)[:80]!r} is not one of the valid values"
     return ToolResult.error(

@@ -227,6 +227,10 @@ def test_a_plain_json_schema_is_validated_too() -> None:
     assert extra.valid_values == ("city", "unit")
     too_long = steps.prevalidate(Plain, {"city": "R" * 50})
     assert code_of(too_long) == "invalid-param"
+    huge = steps.prevalidate(Plain, {"city": "R" * 100_000})
+    assert isinstance(huge, ToolResult) and code_of(huge) == "invalid-param"
+    # the value is quoted short; the reason and the bound survive whole
+    assert huge.body.endswith("... is too long (at most 20 characters)") and len(huge.body) < 200
     ok = steps.prevalidate(Plain, {"city": "Rome"})
     assert isinstance(ok, steps.Prevalidated) and ok.value == {"city": "Rome"}
 
