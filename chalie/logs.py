@@ -14,7 +14,9 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TextIO
 
 REDACTED: Final = "[redacted]"
@@ -85,3 +87,49 @@ def configure(level: int = logging.INFO, stream: TextIO | None = None) -> loggin
     root.addHandler(handler)
     root.setLevel(level)
     return handler
+
+
+class Throttle(logging.Filter):
+    """For a logger a remote peer can make talk: one line a record (no traceback) and at
+    most ``burst`` records per ``window`` seconds; the rest are dropped and counted, and
+    the next record that passes says how many were.
+
+    A stdio MCP server that prints junk on its stdout makes the SDK log an error with a
+    traceback per line: without this, a chatty or hostile server fills the daemon's log.
+    """
+
+    def __init__(
+        self,
+        burst: int = 20,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._burst = burst
+        self._window = window
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._passed = 0
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            now = self._clock()
+            if now - self._start >= self._window:
+                self._start, self._passed = now, 0
+            if self._passed >= self._burst:
+                self._dropped += 1
+                return False
+            self._passed += 1
+            dropped, self._dropped = self._dropped, 0
+        if record.exc_info:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(exc).__name__})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        if dropped:
+            record.msg = f"{record.getMessage()} ({dropped} similar records dropped)"
+            record.args = None
+        return True

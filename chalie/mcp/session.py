@@ -52,15 +52,33 @@ from mcp.types import Implementation
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
+from chalie.logs import Throttle
 from chalie.mcp.spec import ServerSpec
 from chalie.tls import tls_context
 
 log = logging.getLogger("chalie.mcp")
+# The SDK's loggers that log what a peer sends (a junk line, a bad tool name, a broken
+# message), each as often as the peer likes. ("client" is the SDK session's own name.)
+PEER_DRIVEN_LOGGERS: Final = (
+    "client",
+    "mcp.client.client",
+    "mcp.client.caching",
+    "mcp.client.sse",
+    "mcp.client.stdio",
+    "mcp.client.streamable_http",
+    "mcp.shared.dispatcher",
+    "mcp.shared.jsonrpc_dispatcher",
+    "mcp.shared.tool_name_validation",
+)
 # httpx2 logs every request at INFO with its full URL: one line per heartbeat per server, and
 # a URL may carry a credential in its query. Only its warnings reach our log.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 # The SDK's client debug lines carry the endpoint URL and every message: never below INFO.
+# A server decides how often the SDK logs (an error with a traceback per junk line on a
+# stdio server's stdout): one line each, and a bounded number a minute.
 logging.getLogger("mcp.client").setLevel(logging.INFO)
+for _name in PEER_DRIVEN_LOGGERS:  # a logger's filters do not apply to its children
+    logging.getLogger(_name).addFilter(Throttle())
 
 MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index

@@ -191,12 +191,13 @@ def main() -> None:
     parser.add_argument("--extra", type=int, default=0)
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--cancel-log", default="", help="append a line when slow is cancelled")
-    parser.add_argument("--junk", action="store_true", help="print junk on stdout first (stdio)")
+    parser.add_argument("--junk", action="store_true", help="junk on stdout first (stdio)")
     args = parser.parse_args()
     srv = build(args)
     if args.transport == "stdio":
         if args.junk:
-            sys.stdout.write("Starting server... this is not JSON-RPC\n")
+            for i in range(500):  # a chatty start-up banner: each line is a parse error
+                sys.stdout.write(f"Starting server... this is not JSON-RPC ({i})\n")
             sys.stdout.flush()
         srv.run("stdio")
         return

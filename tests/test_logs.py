@@ -1,0 +1,63 @@
+"""Log hygiene for what a peer can make us log: one line a record, a bounded number."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+
+from chalie.logs import JsonFormatter, Throttle
+from chalie.mcp.session import PEER_DRIVEN_LOGGERS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def logger_with(throttle: Throttle) -> tuple[logging.Logger, io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger(f"test.throttle.{id(throttle)}")
+    log.propagate = False
+    log.handlers = [handler]
+    log.addFilter(throttle)
+    return log, out
+
+
+def lines(out: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_burst_passes_the_rest_is_counted_and_said_when_the_window_turns() -> None:
+    clock = Clock()
+    log, out = logger_with(Throttle(burst=3, window=60.0, clock=clock))
+    for i in range(1000):
+        log.error("junk line %d", i)
+    assert [r["msg"] for r in lines(out)] == ["junk line 0", "junk line 1", "junk line 2"]
+    clock.now = 61.0
+    log.error("after %s", "a minute")
+    assert lines(out)[-1]["msg"] == "after a minute (997 similar records dropped)"
+
+
+def test_a_traceback_becomes_one_line_naming_the_exception() -> None:
+    log, out = logger_with(Throttle())
+    try:
+        json.loads("hello")
+    except ValueError:
+        log.exception("Failed to parse JSONRPC message from server")
+    (record,) = lines(out)
+    assert record["msg"] == "Failed to parse JSONRPC message from server (JSONDecodeError)"
+    assert "Traceback" not in out.getvalue() and "exc" not in record
+
+
+def test_the_sdk_loggers_a_peer_drives_are_throttled() -> None:
+    for name in PEER_DRIVEN_LOGGERS:
+        assert any(isinstance(f, Throttle) for f in logging.getLogger(name).filters), name
+    assert "mcp.client.stdio" in PEER_DRIVEN_LOGGERS
+    assert sys.modules["mcp.client.stdio"].logger.name == "mcp.client.stdio"
