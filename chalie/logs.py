@@ -123,13 +123,16 @@ class Throttle(logging.Filter):
                 return False
             self._passed += 1
             dropped, self._dropped = self._dropped, 0
-        if record.exc_info:
-            exc = record.exc_info[1]
-            record.msg = f"{record.getMessage()} ({type(exc).__name__})"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
-        if dropped:
-            record.msg = f"{record.getMessage()} ({dropped} similar records dropped)"
-            record.args = None
+        if record.exc_info or dropped:
+            try:
+                text = record.getMessage()
+            except Exception:  # a bad format in the library's call: never raise into it
+                text = str(record.msg)
+            if record.exc_info:
+                text += f" ({type(record.exc_info[1]).__name__})"
+                record.exc_info = None
+                record.exc_text = None
+            if dropped:
+                text += f" ({dropped} similar records dropped)"
+            record.msg, record.args = text, None
         return True

@@ -61,3 +61,13 @@ def test_the_sdk_loggers_a_peer_drives_are_throttled() -> None:
         assert any(isinstance(f, Throttle) for f in logging.getLogger(name).filters), name
     assert "mcp.client.stdio" in PEER_DRIVEN_LOGGERS
     assert sys.modules["mcp.client.stdio"].logger.name == "mcp.client.stdio"
+
+
+def test_a_record_whose_format_is_broken_never_raises_into_the_caller() -> None:
+    log, out = logger_with(Throttle())
+    try:
+        raise OSError("pipe")
+    except OSError:
+        log.error("two %s %s", "args", "given one extra", "x", exc_info=True)
+    (record,) = lines(out)
+    assert record["msg"] == "two %s %s (OSError)"

@@ -28,6 +28,7 @@ MAX_RICH_BYTES: Final = 16 * 1024 * 1024
 TIMEOUT_CODE: Final = -32001
 CONNECTION_CLOSED: Final = -32000
 MAX_DEPTH: Final = 64  # structured content walked this deep for media payloads
+MIN_PAYLOAD: Final = 16  # a shorter "payload" could equal an ordinary string: left alone
 
 
 def _meta(server: str, tool: str) -> dict[str, str]:
@@ -76,7 +77,7 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]], dict[s
             else:
                 label = f"({kind} {clean_text(str(mime), 60)}, {size} bytes, too large to pass on)"
             texts.append(label)
-            if isinstance(data, str):
+            if isinstance(data, str) and len(data) >= MIN_PAYLOAD:
                 mentions[data] = label
         elif kind == "resource":
             res = _field(item, "resource")
@@ -91,7 +92,8 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]], dict[s
                 budget -= len(blob)
                 entry["blob"] = blob
                 texts.append(f"(resource {uri}, {_size(blob)} bytes, shown to the user)")
-                mentions[blob] = texts[-1]
+                if len(blob) >= MIN_PAYLOAD:
+                    mentions[blob] = texts[-1]
             elif isinstance(text, str):
                 entry["text"] = text[:MAX_BODY]
             rich.append(entry)
