@@ -81,7 +81,7 @@ def child_id(server: str) -> str:
     return f"{CHILD_PREFIX}{server}"
 
 
-# -- messages ----------------------------------------------------------------------------
+# -- private messages: the event loop and timers reporting to the actor ----------------
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,6 @@ class TurnDeps:
     learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
 
 
-# -- private messages: the actor's own timers and model stream --------------------------
-
-
 def _answer_taken(start: StartTurn, queued: bool) -> None:
     if start.taken is not None and not start.taken.done():
         with contextlib.suppress(concurrent.futures.InvalidStateError):
@@ -138,6 +135,9 @@ class State:
     queued: int
     messages: int
     last_seq: int
+
+
+# -- private messages: the actor's own timers and model stream --------------------------
 
 
 @dataclass(frozen=True)
