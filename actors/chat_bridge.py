@@ -26,16 +26,17 @@ from typing import Any, Final, TypeVar
 
 import pykka
 
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import Conversations, send_on_loop
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
-from actors.supervisor import ChildRef, ChildSpec, ChildUnavailable
 from chalie.chat import protocol as p
-from chalie.chat.router import ZmqBridge
 from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable, Refused
 from chalie.chat.websocket import WebSocketBridge
+from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
+from chalie.supervision import ChildSpec
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")

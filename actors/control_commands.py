@@ -18,10 +18,10 @@ from typing import Any, Final, Protocol, TypeVar
 import msgspec
 import pykka
 
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.discovery import examples_command
 from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
-from actors.supervisor import ChildRef, ChildUnavailable
 from chalie import control
 from chalie.call_desk import CallDesk, UnknownCall
 from chalie.control import (

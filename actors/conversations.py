@@ -37,11 +37,13 @@ from typing import Any, Final, Protocol, TypeVar
 import msgspec
 import pykka
 
+from actors.actor import SupervisedActor
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.control_commands import answer_errors
 from actors.dispatcher import DispatcherActor, submit
+from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
-from actors.supervisor import CallbackFuture, ChildRef, ChildUnavailable, SupervisedActor
 from actors.turn import TurnActor, TurnDeps
 from chalie import control
 from chalie.config import Config, ModelConfig

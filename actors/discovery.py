@@ -35,8 +35,9 @@ from typing import Any, Final
 
 import pykka
 
+from actors.actor import SupervisedActor
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.example_writer import Deliver, ExampleWriter
-from actors.supervisor import ChildRef, ChildUnavailable, SupervisedActor
 from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder

@@ -58,11 +58,13 @@ from typing import Any, Final
 
 import pykka
 
+from actors.actor import SupervisedActor
+from actors.child_ref import ChildRef
+from actors.directory import Directory
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
 from actors.policy import PolicyActor, PolicyView
-from actors.supervisor import ChildRef, Directory, SupervisedActor
 from actors.timers import TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules

@@ -7,7 +7,7 @@ Lifecycle, in order:
 2. Other threads hand it work with :meth:`submit` (a coroutine, answered by a
    ``concurrent.futures.Future``) or :meth:`call_soon`. Async code must never
    wait on a pykka future directly: it awaits an actor with
-   :meth:`actors.supervisor.ChildRef.acall` (answered by a callback through
+   :meth:`actors.child_ref.ChildRef.acall` (answered by a callback through
    ``call_soon_threadsafe``), or runs a blocking call with ``run_in_executor``.
 3. :meth:`stop` cancels every task still on the loop, lets them finish their
    cancellation, closes async generators and the loop, and joins the thread.

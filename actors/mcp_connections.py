@@ -44,16 +44,12 @@ from typing import Any, Final, TextIO
 
 import pykka
 
+from actors.actor import SupervisedActor
+from actors.child_ref import ChildRef, ChildUnavailable
+from actors.directory import Directory
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
-from actors.supervisor import (
-    ChildRef,
-    ChildSpec,
-    ChildUnavailable,
-    Directory,
-    SupervisedActor,
-    Supervisor,
-)
+from actors.supervisor import Supervisor
 from chalie import messages
 from chalie.config import McpConfig
 from chalie.discovery.engine import registry_docs
@@ -67,6 +63,7 @@ from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
 from chalie.messages import ProbeConnection, RefreshServer
 from chalie.registry import Registry
+from chalie.supervision import ChildSpec
 
 log = logging.getLogger("chalie.mcp")
 

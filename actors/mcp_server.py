@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 
 import pykka
 
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import Conversations, send_on_loop
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
-from actors.supervisor import ChildRef, ChildUnavailable
 from chalie.config import McpServerConfig
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.dispatch import envelope_name

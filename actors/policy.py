@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from actors.supervisor import SupervisedActor
+from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.events import EventBus
 from chalie.messages import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import pykka
 
-from actors.supervisor import SupervisedActor
+from actors.actor import SupervisedActor
 from chalie.messages import EndpointDied
 
 

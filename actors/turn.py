@@ -42,8 +42,8 @@ from typing import Any, Final, Protocol
 
 import pykka
 
+from actors.actor import Actor
 from actors.loop import EventLoopThread
-from actors.supervisor import Actor
 from chalie.conversation import act
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (

@@ -7,13 +7,13 @@ Lifecycle of the pool:
    thread with ``spawn_thread``, so a crash there restarts the pool.
 2. The broker thread owns every socket and process. It spawns workers (and
    one warm spare that takes over a dead worker's slot at once) with
-   ``subprocess.Popen([sys.executable, "-m", "chalie.worker", ...])``, writes
+   ``subprocess.Popen([sys.executable, "-m", "chalie.worker_process", ...])``, writes
    each a fresh identity and secret on its stdin, and watches each through a
    pidfd in the same blocking ``zmq.Poller`` as the ROUTER and the eventfd
    that wakes it for submissions from other threads. A worker is sent jobs
    only after its WorkerReady proves the secret.
    Frames from peers that are not a live worker are dropped before they are
-   decoded, the rest are decoded with a depth limit (``chalie.wire``), and
+   decoded, the rest are decoded with a depth limit (``chalie.frames``), and
    one turn of the loop handles a bounded number of frames, so garbage
    traffic can neither crash the thread nor starve heartbeats and deadlines.
 3. ``WorkerPoolHandle.submit`` queues a job from any thread and returns a
@@ -46,18 +46,8 @@ from typing import Any, Final
 import msgspec
 import zmq
 
-from actors.supervisor import SupervisedActor
-from chalie.messages import (
-    Heartbeat,
-    WorkerJob,
-    WorkerReady,
-    WorkerResult,
-    WorkerShutdown,
-    encode,
-)
-from chalie.wire import DropLog, check_sendable, decode_message
-from chalie.worker import CONTROL_SUFFIX
-from chalie.workers import (
+from actors.actor import SupervisedActor
+from chalie.broker_book import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
     LIVENESS,
@@ -71,6 +61,16 @@ from chalie.workers import (
     error_result,
     new_credentials,
 )
+from chalie.frames import DropLog, check_sendable, decode_message
+from chalie.messages import (
+    Heartbeat,
+    WorkerJob,
+    WorkerReady,
+    WorkerResult,
+    WorkerShutdown,
+    encode,
+)
+from chalie.worker_process import CONTROL_SUFFIX
 
 log = logging.getLogger("chalie.workers")
 
@@ -511,7 +511,7 @@ class Broker:
         argv = [
             sys.executable,
             "-m",
-            "chalie.worker",
+            "chalie.worker_process",
             "--endpoint",
             self.endpoint,
             "--heartbeat",

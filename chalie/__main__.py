@@ -1,3 +1,3 @@
-from chalie.cli import main
+from chalie_app.cli import main
 
 main()

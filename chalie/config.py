@@ -176,7 +176,7 @@ class McpServerConfig(Section, frozen=True):
 Seconds = Annotated[float, msgspec.Meta(ge=0.001, le=86400.0)]
 
 
-# The wire format a model server speaks (chalie.providers.wire: one class each).
+# The wire format a model server speaks (chalie.providers.formats: one class each).
 ProviderKind = Literal["openai", "ollama", "anthropic"]
 
 

@@ -29,11 +29,11 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import zmq
 
+from chalie.frames import SafeDecoder
 from chalie.home import CONTROL_SOCKET_NAME, MAX_IPC_PATH
 from chalie.home import LOCK_NAME as LOCK_NAME
 from chalie.home import PID_NAME as PID_NAME
 from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
-from chalie.wire import SafeDecoder
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
 # Containers in a request's arguments nest at most this deep: deeper ones are

@@ -40,6 +40,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
 from chalie.ability import FRAMEWORK_FIELDS, Ability, struct_schema
+from chalie.broker_book import to_tool_result
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.messages import (
@@ -53,7 +54,6 @@ from chalie.messages import (
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
-from chalie.workers import to_tool_result
 
 MAX_ARGUMENT_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 32

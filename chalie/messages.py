@@ -141,7 +141,7 @@ class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=Tr
 class WorkerReady(Message, tag="worker_ready", kw_only=True, frozen=True):
     worker_id: str
     pid: int
-    proof: str = ""  # chalie.workers.worker_proof: the worker was started by this broker
+    proof: str = ""  # chalie.broker_book.worker_proof: the worker was started by this broker
 
 
 class Heartbeat(Message, tag="heartbeat", kw_only=True, frozen=True):

@@ -41,9 +41,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pykka
 
 import chalie
+from actors.child_ref import ChildRef
 from actors.control import ControlActor
+from actors.directory import Directory
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef, ChildSpec, Directory, Supervisor
+from actors.supervisor import Supervisor
 from chalie import control
 from chalie.config import Config
 from chalie.daemon import (
@@ -62,6 +64,7 @@ from chalie.home import HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
+from chalie.supervision import ChildSpec
 
 if TYPE_CHECKING:
     from actors.discovery import WriterFactory

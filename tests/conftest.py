@@ -133,7 +133,7 @@ class DaemonProcess:
         """Run a chalie command in this process (CliRunner), against the real daemon."""
         from click.testing import CliRunner
 
-        from chalie.cli import cli
+        from chalie_app.cli import cli
 
         result = CliRunner().invoke(cli, ["--home", str(self.home), *args], input=input)
         if result.exception is not None and not isinstance(result.exception, SystemExit):

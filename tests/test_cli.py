@@ -22,8 +22,8 @@ import zmq
 from click.testing import CliRunner
 
 from chalie import control
-from chalie.cli import cli
-from chalie.cli.tools import parse_pairs
+from chalie_app.cli import cli
+from chalie_app.cli.tools import parse_pairs
 from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import click
 import pytest
 
-from chalie.cli.prompt import ApprovalPrompt, render
-from chalie.cli.tools import MAX_VALUE_DEPTH, parse_pairs
 from chalie.display import ACT_SUMMARY_CHARS, one_line, params_line
+from chalie_app.cli.prompt import ApprovalPrompt, render
+from chalie_app.cli.tools import MAX_VALUE_DEPTH, parse_pairs
 
 SPOOF = 'reading a file\n  params {"path": "/tmp/harmless"}\x07\x1b[2J\u202eevil'
 

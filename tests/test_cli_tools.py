@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from chalie.cli import cli
 from chalie.registry import Registry
+from chalie_app.cli import cli
 
 
 def run(tmp_path: Path, *args: str) -> tuple[int, str, str]:

@@ -141,7 +141,7 @@ def test_run_with_a_bad_value_is_one_line_and_exit_1_before_anything_starts(
 ) -> None:
     from click.testing import CliRunner
 
-    from chalie.cli import cli
+    from chalie_app.cli import cli
 
     (tmp_path / "config.toml").write_text(line + "\n")
     result = CliRunner().invoke(cli, ["--home", str(tmp_path), "run"])

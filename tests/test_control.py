@@ -319,11 +319,12 @@ def status_when_up(client: control.ControlClient) -> ControlReply:
 
 def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> None:
     from actors.control import ControlActor
-    from actors.supervisor import ChildSpec, Supervisor
+    from actors.supervisor import Supervisor
     from chalie.config import Config
     from chalie.events import EventBus
     from chalie.registry import Registry
     from chalie.services import Services
+    from chalie.supervision import ChildSpec
     from chalie_app.root import Runtime
 
     loop = EventLoopThread()
@@ -408,7 +409,7 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
 
     from click.testing import CliRunner
 
-    from chalie.cli import cli
+    from chalie_app.cli import cli
 
     home = tmp_path / "home"
     home.mkdir(mode=0o700)

@@ -315,9 +315,10 @@ def test_chalie_stop_stops_the_daemon_over_the_control_socket(spawn: type[Daemon
 ESCALATING_DAEMON = textwrap.dedent(
     """
     import sys
-    from actors.supervisor import ChildSpec, SupervisedActor
+    from actors.actor import SupervisedActor
     from chalie import logs
     from chalie.config import Config
+    from chalie.supervision import ChildSpec
     from chalie_app import root
 
     class Doomed(SupervisedActor):

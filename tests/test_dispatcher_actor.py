@@ -14,9 +14,9 @@ import msgspec
 import pykka
 import pytest
 
+from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
-from actors.supervisor import ChildRef
 from chalie.ability import Ability
 from chalie.envelope import parse
 from chalie.events import EventBus
@@ -735,7 +735,7 @@ def test_the_inbox_hands_out_messages_and_due_timers_in_time_order() -> None:
 
 
 def test_the_policy_is_a_typed_child_handle_or_a_plain_ref(tmp_path: Path) -> None:
-    from actors.supervisor import Directory
+    from actors.directory import Directory
 
     rig = Rig(tmp_path)
     directory = Directory()

@@ -285,8 +285,8 @@ def test_a_third_executor_is_one_row_in_the_table(tmp_path: Path) -> None:
         made.append(EchoExecutor(env))
         return made[-1]
 
+    from actors.directory import Directory
     from actors.policy import PolicyActor
-    from actors.supervisor import Directory
 
     children = Directory()
     rig = Rig(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.cli import cli
 from chalie.home import Home, HomeError
+from chalie_app.cli import cli
 from tests.conftest import short_home
 
 COMMANDS = [

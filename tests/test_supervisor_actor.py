@@ -11,14 +11,11 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.supervisor import (
-    ChildRef,
-    ChildSpec,
-    ChildUnavailable,
-    SupervisedActor,
-    Supervisor,
-)
+from actors.actor import SupervisedActor
+from actors.child_ref import ChildRef, ChildUnavailable
+from actors.supervisor import Supervisor
 from chalie.messages import ChildExit
+from chalie.supervision import ChildSpec
 from tests.conftest import wait_until
 
 
@@ -288,7 +285,7 @@ def test_call_in_flight_at_a_crash_gets_a_structured_error_next_call_reaches_new
 
 
 def test_a_typed_handle_checks_the_kind_of_actor_it_reaches() -> None:
-    from actors.supervisor import Directory
+    from actors.directory import Directory
 
     journal = Journal()
     directory = Directory()
@@ -361,7 +358,7 @@ class NotSupervised(pykka.ThreadingActor):
 def test_acall_answers_values_and_errors_on_the_loop() -> None:
     import asyncio
 
-    from actors.supervisor import ChildRef, ChildUnavailable
+    from actors.child_ref import ChildRef, ChildUnavailable
 
     ref = Answers.start()
     child = ChildRef.to(ref)
@@ -388,7 +385,7 @@ def test_acall_answers_values_and_errors_on_the_loop() -> None:
 def test_acall_on_an_actor_stopped_with_the_call_queued_fails_at_once_and_times_out() -> None:
     import asyncio
 
-    from actors.supervisor import ChildRef, ChildUnavailable
+    from actors.child_ref import ChildRef, ChildUnavailable
 
     gate = threading.Event()
     ref = Answers.start(gate)
@@ -414,7 +411,7 @@ def test_acall_on_an_actor_stopped_with_the_call_queued_fails_at_once_and_times_
 def test_acall_refuses_an_actor_whose_futures_cannot_call_back() -> None:
     import asyncio
 
-    from actors.supervisor import ChildRef
+    from actors.child_ref import ChildRef
 
     ref = NotSupervised.start()
     try:

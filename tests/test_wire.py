@@ -11,8 +11,7 @@ import msgspec
 import pytest
 
 from chalie import control
-from chalie.messages import ControlRequest, Heartbeat, WorkerJob, encode
-from chalie.wire import (
+from chalie.frames import (
     MAX_DEPTH,
     DropLog,
     SafeDecoder,
@@ -21,6 +20,7 @@ from chalie.wire import (
     check_sendable,
     decode_message,
 )
+from chalie.messages import ControlRequest, Heartbeat, WorkerJob, encode
 
 DEEP = 200_000
 

@@ -22,8 +22,20 @@ import pytest
 import zmq
 
 from actors import worker_pool
-from actors.supervisor import ChildSpec, Supervisor
+from actors.supervisor import Supervisor
 from actors.worker_pool import Broker, WorkerPool, WorkerPoolHandle
+from chalie.broker_book import (
+    IPC_PATH_MAX,
+    BrokerBook,
+    broker_endpoint,
+    encode_credentials,
+    from_tool_result,
+    new_credentials,
+    read_credentials,
+    to_tool_result,
+    worker_proof,
+)
+from chalie.frames import MAX_DEPTH
 from chalie.messages import (
     ControlRequest,
     Heartbeat,
@@ -36,18 +48,7 @@ from chalie.messages import (
 )
 from chalie.registry import Registry, abilities_in
 from chalie.result import ToolResult
-from chalie.wire import MAX_DEPTH
-from chalie.workers import (
-    IPC_PATH_MAX,
-    BrokerBook,
-    broker_endpoint,
-    encode_credentials,
-    from_tool_result,
-    new_credentials,
-    read_credentials,
-    to_tool_result,
-    worker_proof,
-)
+from chalie.supervision import ChildSpec
 from tests import sample_abilities
 from tests.conftest import wait_until
 
@@ -710,7 +711,7 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "chalie.worker",
+            "chalie.worker_process",
             "--endpoint",
             endpoint,
             "--heartbeat",
@@ -748,7 +749,7 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
 @pytest.mark.parametrize("stdin", [b"", b"just-an-identity\n", b"id\nnot hex\n"])
 def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: bytes) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "chalie.worker", "--endpoint", "ipc:///nonexistent/b.sock"],
+        [sys.executable, "-m", "chalie.worker_process", "--endpoint", "ipc:///nonexistent/b.sock"],
         input=stdin,
         capture_output=True,
         timeout=30,

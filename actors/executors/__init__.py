@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from actors.directory import Directory
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.mcp import McpExecutor
 from actors.executors.process import ProcessExecutor, WorkerPool
-from actors.supervisor import Directory
 from chalie.execution import Executor
 from chalie.services import Services
 

@@ -20,8 +20,8 @@ import logging
 import threading
 from typing import Any
 
+from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
-from actors.supervisor import ChildUnavailable
 from chalie.execution import FAULTS, Done, Job
 from chalie.mcp import results
 from chalie.mcp.proxy import McpProxy, is_proxy

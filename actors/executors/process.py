@@ -15,10 +15,10 @@ import time
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
+from chalie.broker_book import to_tool_result
 from chalie.execution import Done, Job
 from chalie.faults import FAULTS
 from chalie.messages import WorkerJob, WorkerResult
-from chalie.workers import to_tool_result
 
 log = logging.getLogger("chalie.dispatch")
 

@@ -15,7 +15,7 @@ import msgspec
 import zmq
 
 from chalie.chat import protocol as p
-from chalie.chat.router import ipc_endpoint, socket_path
+from chalie.chat.zmq_transport import ipc_endpoint, socket_path
 
 Frame = dict[str, Any]
 

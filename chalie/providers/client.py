@@ -35,9 +35,9 @@ from typing import Any, Final
 import msgspec
 
 from chalie.config import ModelConfig
+from chalie.providers.formats import WIRES, Wire
 from chalie.providers.http import HttpClient, HttpError, Response
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
-from chalie.providers.wire import WIRES, Wire
 
 log = logging.getLogger("chalie.providers")
 

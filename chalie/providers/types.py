@@ -1,7 +1,7 @@
 """The provider-neutral shape of a model exchange: messages, a request, a response, an error.
 
 A conversation's history is stored in this shape; each wire format
-(:mod:`chalie.providers.wire`) translates it to and from its provider's.
+(:mod:`chalie.providers.formats`) translates it to and from its provider's.
 """
 
 from __future__ import annotations

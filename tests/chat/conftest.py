@@ -13,8 +13,8 @@ import pykka
 import pytest
 
 from actors.chat_bridge import ChatBridge
+from actors.child_ref import ChildRef
 from actors.loop import EventLoopThread
-from actors.supervisor import ChildRef
 from chalie.chat.client import ChatClient
 from chalie.config import Config
 from chalie.events import EventBus

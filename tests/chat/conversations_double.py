@@ -1,6 +1,6 @@
 """A double of seam #3 (the Conversations actor): exact in its interface, scripted in its turns.
 
-It is a real actor (``actors.supervisor.Actor``, so its answers call back)
+It is a real actor (``actors.actor.Actor``, so its answers call back)
 with the seam's proxy methods (``submit``, ``send``, ``cancel``, ``events``,
 ``answer``), the seam's own types (``chalie.conversation.events``
 and ``requests``; events numbered per conversation from 1, stored before
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.supervisor import Actor
+from actors.actor import Actor
 from chalie.conversation.events import ConversationEvent as Event
 from chalie.conversation.events import (
     ErrorEvent,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.cli import cli
 from chalie.tokens import (
     FIRST_TOKEN_FILE,
     TokenError,
@@ -20,6 +19,7 @@ from chalie.tokens import (
     digest,
     ensure_first_token,
 )
+from chalie_app.cli import cli
 
 
 @pytest.fixture

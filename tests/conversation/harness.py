@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from actors.child_ref import ChildRef
 from actors.conversations import Conversations
-from actors.supervisor import ChildRef
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import Accepted, SendMessage

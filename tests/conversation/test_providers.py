@@ -15,6 +15,7 @@ import pytest
 
 from chalie.config import ModelConfig
 from chalie.providers.client import ModelClient
+from chalie.providers.formats import WIRES
 from chalie.providers.types import (
     ChatMessage,
     ModelRequest,
@@ -23,7 +24,6 @@ from chalie.providers.types import (
     ToolCallPart,
     parse_retry_after,
 )
-from chalie.providers.wire import WIRES
 from tests.conversation.harness import FORMATS, base_url
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from chalie.cli import cli
 from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine
@@ -26,6 +25,7 @@ from chalie.discovery.evaluate import (
     score,
 )
 from chalie.discovery.types import ToolDoc
+from chalie_app.cli import cli
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -16,9 +16,8 @@ import actors.discovery as discovery_actor
 from abilities.find_skills import FindSkills
 from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
-from actors.supervisor import ChildSpec, Supervisor
+from actors.supervisor import Supervisor
 from chalie.ability import Ability
-from chalie.cli import cli
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST
 from chalie.discovery.types import ToolDoc
@@ -28,6 +27,8 @@ from chalie.messages import TurnContext
 from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.supervision import ChildSpec
+from chalie_app.cli import cli
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

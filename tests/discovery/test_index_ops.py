@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
-from chalie.cli import cli
 from chalie.daemon import instance_lock
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST, DiscoveryEngine
 from chalie.discovery.state import IndexState, describe
 from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
+from chalie_app.cli import cli
 from tests.conftest import wait_until
 from tests.test_daemon import DaemonProcess, short_home
 

@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from actors.discovery import DiscoveryActor, DiscoveryHandle
-from chalie.cli import cli
 from chalie.config import DiscoveryConfig
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
@@ -29,6 +28,7 @@ from chalie.discovery.learning import (
 )
 from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
+from chalie_app.cli import cli
 
 DOCS = [
     ToolDoc("horoscope", "Daily horoscope for a star sign.", ()),

@@ -13,11 +13,12 @@ from typing import Any
 
 import pykka
 
+from actors.child_ref import ChildRef
+from actors.directory import Directory
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections, McpDeps, McpHandle, SideWork, preload
 from actors.policy import PolicyActor
-from actors.supervisor import ChildRef, Directory
 from chalie.config import McpConfig
 from chalie.events import EventBus
 from chalie.mcp.admin import McpAdmin

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from abilities.mcp_manager import McpManager
-from chalie.cli import cli
 from chalie.mcp.admin import McpAdmin
 from chalie.mcp.spec import ServerSpec
 from chalie.services import Services
+from chalie_app.cli import cli
 from tests.mcp.rig import FixtureServer, Rig, wait_until
 
 

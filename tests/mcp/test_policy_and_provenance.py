@@ -44,7 +44,7 @@ def test_provenance_names_the_remote_tool_and_server(tmp_path: Path) -> None:
 
 
 def test_policy_list_shows_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalie.cli import policy as policy_cli
+    from chalie_app.cli import policy as policy_cli
 
     store = McpStore(tmp_path / "chalie.db")
     store.add_server(ServerSpec(name="gh", transport="http", url="https://h/mcp"))
@@ -60,7 +60,7 @@ def test_policy_list_shows_provenance(tmp_path: Path, monkeypatch: pytest.Monkey
         }
     ]
     monkeypatch.setattr(policy_cli, "ask_daemon", lambda *a, **k: {"rules": rules, "pending": []})
-    from chalie.cli import cli
+    from chalie_app.cli import cli
 
     out = CliRunner().invoke(cli, ["--home", str(tmp_path), "policy", "list"]).output
     assert "[remote tool 'Search.Issues' on MCP server gh]" in out
@@ -74,8 +74,8 @@ def seeded(home: Path) -> None:
 
 
 def test_the_trail_shows_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalie.cli import cli
-    from chalie.cli import trail as trail_cli
+    from chalie_app.cli import cli
+    from chalie_app.cli import trail as trail_cli
 
     seeded(tmp_path)
     row = {
@@ -98,8 +98,8 @@ def test_the_trail_shows_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_the_approval_prompt_shows_provenance(tmp_path: Path) -> None:
-    from chalie.cli.prompt import render
     from chalie.mcp.provenance import suffix
+    from chalie_app.cli.prompt import render
 
     seeded(tmp_path)
     where = suffix(tmp_path, "_mcp_gh_search_issues")

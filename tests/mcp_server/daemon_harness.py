@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from actors.child_ref import ChildUnavailable
 from actors.mcp_server import McpServerActor
-from actors.supervisor import ChildUnavailable
 from chalie.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime

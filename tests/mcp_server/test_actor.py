@@ -15,8 +15,9 @@ import pytest
 
 from actors.loop import EventLoopThread
 from actors.mcp_server import McpServerActor
-from actors.supervisor import ChildSpec, Supervisor
+from actors.supervisor import Supervisor
 from chalie.config import McpServerConfig
+from chalie.supervision import ChildSpec
 from chalie.tokens import TokenStore
 from tests.conftest import wait_until
 from tests.mcp_server.doubles import FakeConversations, FakeDesk

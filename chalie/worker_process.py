@@ -1,4 +1,4 @@
-"""The ability worker process: ``python -m chalie.worker --endpoint ipc://...``.
+"""The ability worker process: ``python -m chalie.worker_process --endpoint ipc://...``.
 
 Lifecycle, in order:
 
@@ -34,6 +34,16 @@ from typing import Final
 import msgspec
 import zmq
 
+from chalie.broker_book import (
+    BROKER_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    MAX_FRAME,
+    error_result,
+    from_tool_result,
+    read_credentials,
+    worker_proof,
+)
+from chalie.frames import DropLog, check_sendable, decode_message
 from chalie.invoke import coerce_params, invoke
 from chalie.messages import (
     Heartbeat,
@@ -45,16 +55,6 @@ from chalie.messages import (
     encode,
 )
 from chalie.registry import load_ref
-from chalie.wire import DropLog, check_sendable, decode_message
-from chalie.workers import (
-    BROKER_TIMEOUT,
-    HEARTBEAT_INTERVAL,
-    MAX_FRAME,
-    error_result,
-    from_tool_result,
-    read_credentials,
-    worker_proof,
-)
 
 log = logging.getLogger("chalie.worker")
 
@@ -258,7 +258,7 @@ def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chalie.worker")
+    parser = argparse.ArgumentParser(prog="python -m chalie.worker_process")
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--heartbeat", type=float, default=HEARTBEAT_INTERVAL)
     parser.add_argument("--broker-timeout", type=float, default=BROKER_TIMEOUT)

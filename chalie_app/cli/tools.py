@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from chalie.ability import FRAMEWORK_FIELDS
-from chalie.cli import Ctx, cli
-from chalie.cli.prompt import ApprovalPrompt
 from chalie.registry import DuplicateAbilityError, Registry
+from chalie_app.cli import Ctx, cli
+from chalie_app.cli.prompt import ApprovalPrompt
 
 
 def load_registry(ctx: Ctx) -> Registry:
@@ -171,7 +171,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
     answer`) ends the prompt. Prints the envelope; exits non-zero when it is
     an error envelope.
     """
-    from chalie.cli.daemon import ask_daemon
+    from chalie_app.cli.daemon import ask_daemon
 
     arguments = parse_pairs(params, _schema_of(obj, name) if params else None)
     arguments.setdefault("act_summary", f"{name} called from the chalie CLI")
@@ -195,7 +195,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
 def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
     from chalie import control
-    from chalie.cli.daemon import ask_daemon, fail
+    from chalie_app.cli.daemon import ask_daemon, fail
 
     def still_pending(request_id: str) -> bool:
         pending = ask_daemon(obj, "policy.pending")

@@ -23,9 +23,9 @@ import zmq
 from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
-from chalie.cli import Ctx, cli
 from chalie.display import one_line, params_line
 from chalie.messages import Answer
+from chalie_app.cli import Ctx, cli
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0

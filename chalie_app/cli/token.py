@@ -16,8 +16,8 @@ import json
 
 import click
 
-from chalie.cli import Ctx, cli
 from chalie.tokens import TokenError, TokenStore
+from chalie_app.cli import Ctx, cli
 
 
 def _store(obj: Ctx) -> TokenStore:

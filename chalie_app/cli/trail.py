@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from chalie.cli import Ctx, cli
-from chalie.cli.daemon import ask_daemon
 from chalie.display import NAME_CHARS, PARAMS_CHARS, one_line
 from chalie.messages import TRAIL_STATUSES as STATUSES
+from chalie_app.cli import Ctx, cli
+from chalie_app.cli.daemon import ask_daemon
 
 
 def _when(ts: float | None) -> str:

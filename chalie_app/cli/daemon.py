@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 import click
 
 from chalie import control, logs
-from chalie.cli import Ctx, cli
 from chalie.discovery.state import describe
+from chalie_app.cli import Ctx, cli
 
 EXIT_NO_DAEMON = 1
 EXIT_ERROR_REPLY = 1

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from chalie.cli import Ctx, cli
-from chalie.cli.daemon import ask_daemon
 from chalie.display import NAME_CHARS, one_line
 from chalie.messages import CHANNELS
+from chalie_app.cli import Ctx, cli
+from chalie_app.cli.daemon import ask_daemon
 
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
 

@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from chalie import control
-from chalie.cli import Ctx, cli
 from chalie.discovery.embedder import EmbedderError, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import (
@@ -30,6 +29,7 @@ from chalie.discovery.evaluate import (
     load_queries,
 )
 from chalie.discovery.types import IndexCorruptError
+from chalie_app.cli import Ctx, cli
 
 
 @cli.group()
@@ -46,7 +46,7 @@ def _examples_call(obj: Ctx, args: dict[str, Any]) -> Any:
     """Through the daemon when one runs (its index follows at once), else on chalie.db."""
     home = obj.config.home
     if control.read_pid(home) is not None and control.socket_path(home).exists():
-        from chalie.cli.daemon import ask_daemon
+        from chalie_app.cli.daemon import ask_daemon
 
         return ask_daemon(obj, "discovery.examples", args)
     from chalie.discovery.learning import LearnedExamples

@@ -22,8 +22,6 @@ import pykka
 from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle
 from chalie import control
-from chalie.cli import Ctx, cli
-from chalie.cli.tools import load_registry, tools
 from chalie.discovery.embedder import Embedder, EmbedderError, load_embedder
 from chalie.discovery.engine import DiscoveryEngine, registry_docs
 from chalie.discovery.skills import SkillLibrary
@@ -33,6 +31,8 @@ from chalie.home import index_dirs
 from chalie.invoke import coerce_params, invoke
 from chalie.messages import TurnContext
 from chalie.services import Services
+from chalie_app.cli import Ctx, cli
+from chalie_app.cli.tools import load_registry, tools
 
 REBUILD_POLL_SECONDS: Final = 0.25
 
@@ -79,7 +79,7 @@ def index_rebuild(obj: Ctx, reuse: bool) -> None:
 
 
 def _rebuild_in_daemon(obj: Ctx, reuse: bool) -> None:
-    from chalie.cli.daemon import ask_daemon
+    from chalie_app.cli.daemon import ask_daemon
 
     reply = ask_daemon(obj, "index.rebuild", {"start": True, "reuse": reuse})
     job = reply["job"]

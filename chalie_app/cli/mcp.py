@@ -18,13 +18,13 @@ import click
 import msgspec
 
 from chalie import control
-from chalie.cli import Ctx, cli
-from chalie.cli.daemon import fail
 from chalie.mcp.admin import McpAdmin, McpAdminError
 from chalie.mcp.importing import spec_from_options
 from chalie.mcp.probe import test_server
 from chalie.mcp.secrets import MissingSecret, resolve
 from chalie.mcp.spec import SpecError
+from chalie_app.cli import Ctx, cli
+from chalie_app.cli.daemon import fail
 
 
 def _admin(obj: Ctx) -> McpAdmin:

@@ -73,13 +73,13 @@ def main() -> None:
 
 
 # Command families register themselves on the group when imported.
-from chalie.cli import chat as _chat  # noqa: E402,F401
-from chalie.cli import conversations as _conversations  # noqa: E402,F401
-from chalie.cli import daemon as _daemon  # noqa: E402,F401
-from chalie.cli import discovery as _discovery  # noqa: E402,F401
-from chalie.cli import discovery_eval as _discovery_eval  # noqa: E402,F401
-from chalie.cli import mcp as _mcp  # noqa: E402,F401
-from chalie.cli import policy as _policy  # noqa: E402,F401
-from chalie.cli import token as _token  # noqa: E402,F401
-from chalie.cli import tools as _tools  # noqa: E402,F401
-from chalie.cli import trail as _trail  # noqa: E402,F401
+from chalie_app.cli import chat as _chat  # noqa: E402,F401
+from chalie_app.cli import conversations as _conversations  # noqa: E402,F401
+from chalie_app.cli import daemon as _daemon  # noqa: E402,F401
+from chalie_app.cli import discovery as _discovery  # noqa: E402,F401
+from chalie_app.cli import discovery_eval as _discovery_eval  # noqa: E402,F401
+from chalie_app.cli import mcp as _mcp  # noqa: E402,F401
+from chalie_app.cli import policy as _policy  # noqa: E402,F401
+from chalie_app.cli import token as _token  # noqa: E402,F401
+from chalie_app.cli import tools as _tools  # noqa: E402,F401
+from chalie_app.cli import trail as _trail  # noqa: E402,F401
