@@ -23,7 +23,7 @@ from typing import Any
 import pykka
 
 from actors.future import CallbackFuture
-from chalie.messages import ChildExit
+from chalie.mail import ChildExit
 
 log = logging.getLogger("chalie.supervisor")
 

@@ -10,7 +10,7 @@ Lifecycle, in order:
    supervisor restarts it (new sockets, same token store).
 4. ``on_stop`` closes every client session, both sockets and the store.
 
-The transports reach the conversations service (seam #3) through
+The transports reach the Conversations actor (its port) through
 :class:`ActorConversations`, which awaits each answer on the loop (no thread
 waits for it).
 """
@@ -46,7 +46,7 @@ T = TypeVar("T")
 CALL_TIMEOUT: Final = 10.0
 START_TIMEOUT: Final = 10.0
 
-# Builds the conversations service's SendMessage from the frame's fields (seam #3).
+# Builds the conversations service's SendMessage from the frame's fields.
 SendMessageFactory = Callable[..., Any]
 
 

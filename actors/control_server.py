@@ -110,9 +110,6 @@ class ControlEndpoint:
         except FileNotFoundError:
             pass
 
-    def is_serving(self) -> bool:
-        return self._task is not None and not self._task.done()
-
     # -- the socket ---------------------------------------------------------------
     async def _serve(self, bound: concurrent.futures.Future[None]) -> None:
         ctx = zmq.asyncio.Context.instance()

@@ -3,7 +3,7 @@
 Lifecycle of one call (the pure steps live in :mod:`chalie.dispatch`; this
 actor sequences them and owns the calls in flight, on its own thread only):
 
-1. :class:`~chalie.messages.Dispatch`: check the call's shape, resolve a
+1. :class:`~chalie.mail.Dispatch`: check the call's shape, resolve a
    fresh per-call instance bound to the turn, split off ``act_summary`` /
    ``async``, pre-validate (defaults applied, action map, JSON Schema,
    Params), derive the permission with the ability's ``classify`` from those
@@ -12,12 +12,12 @@ actor sequences them and owns the calls in flight, on its own thread only):
    operator's setting, read from the PolicyActor's lock-free view; a call
    that needs the PolicyActor (``ask``, or a permission never seen) is sent
    there with ``tell`` and its decision comes back as a
-   :class:`~chalie.messages.GateAnswered` message.
+   :class:`~chalie.mail.GateAnswered` message.
 3. Execute: a :class:`~chalie.execution.Job` (exactly the params the gate
    saw) goes to the executor registered for the ability's ``isolation``
    (:data:`actors.executors.EXECUTORS`); its result comes back as an
-   :class:`~chalie.messages.Executed` message and its deadline as a
-   :class:`~chalie.messages.Deadline` message. With ``async`` on a channel
+   :class:`~chalie.mail.Executed` message and its deadline as a
+   :class:`~chalie.mail.Deadline` message. With ``async`` on a channel
    that allows it, the turn gets an immediate success envelope naming the
    call id; the final envelope goes to the outbox (stored until a consumer
    acknowledges it) and is published to the conversation.
@@ -28,7 +28,7 @@ actor sequences them and owns the calls in flight, on its own thread only):
 
 The trail row of a call decided at once is written ``running`` at most
 :data:`START_ROW_DELAY` (2 ms) after the call starts, in a batch (a
-:class:`~chalie.messages.FlushTrail` timer message); a call that ends sooner
+:class:`~chalie.mail.FlushTrail` timer message); a call that ends sooner
 (most do) is written as one complete row. Calls waiting for a human are
 written ``running`` before they are asked. So a SIGKILL loses no call whose
 outcome was returned, and every call in flight for more than 2 ms is marked
@@ -72,20 +72,17 @@ from chalie.ability import Ability
 from chalie.events import EventBus
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
-from chalie.messages import (
-    BackgroundResult,
-    CancelTurn,
+from chalie.mail import (
     Deadline,
     Dispatch,
     Executed,
     FlushTrail,
     GateAnswered,
     GateAsk,
-    ToolCall,
-    ToolOutcome,
     ViewRequest,
     Withdraw,
 )
+from chalie.messages import BackgroundResult, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.registry import Entry

@@ -7,7 +7,7 @@ Lifecycle, in order:
    A port in use (or a refused remote bind) is one error line and the actor
    stays up, idle, reporting it in :meth:`status`: no restart loop.
 2. While it runs, an unexpected end of the uvicorn task is told to the actor
-   as :class:`~chalie.messages.EndpointDied`; the actor fails and its supervisor restarts it.
+   as :class:`~chalie.mail.EndpointDied`; the actor fails and its supervisor restarts it.
 3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
    turns are cancelled), close its listeners and the ownership table.
 
@@ -61,7 +61,7 @@ T = TypeVar("T")
 
 
 class ActorConversations:
-    """Seam #3 for the loop: the Conversations actor's proxy methods and the event bus.
+    """For the loop: the Conversations actor's proxy methods and the event bus.
 
     Async code never waits on a pykka future (DESIGN.md): each call is
     awaited with :meth:`ChildRef.acall`, answered on the loop by a callback.

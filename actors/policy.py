@@ -39,15 +39,8 @@ from typing import Any
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.events import EventBus
-from chalie.messages import (
-    Decision,
-    ExpireRequest,
-    GateAsk,
-    PermissionRequest,
-    TurnContext,
-    ViewRequest,
-    Withdraw,
-)
+from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
+from chalie.messages import Decision, PermissionRequest, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]

@@ -5,7 +5,7 @@ Lifecycle, in order:
 1. The subclass's ``on_start`` starts its server on the loop.
 2. If the server stops serving without being asked, the loop thread calls
    :meth:`ServingActor.stopped_serving`, which tells the actor
-   :class:`~chalie.messages.EndpointDied`; handling it raises, so the actor
+   :class:`~chalie.mail.EndpointDied`; handling it raises, so the actor
    fails and its supervisor restarts it (with a fresh server).
 3. ``on_stop``, or ``on_failure`` (pykka runs that instead of ``on_stop``
    after a failed message), calls the subclass's :meth:`close` once.
@@ -20,7 +20,7 @@ from typing import Any
 import pykka
 
 from actors.actor import SupervisedActor
-from chalie.messages import EndpointDied
+from chalie.mail import EndpointDied
 
 
 class ServingActor(SupervisedActor):

@@ -43,7 +43,7 @@ import pykka
 from actors.actor import SupervisedActor, binding, describe_error
 from actors.child_ref import ChildRef
 from actors.directory import Directory
-from chalie.messages import ChildExit, RestartChild, WatchChildren
+from chalie.mail import ChildExit, RestartChild, WatchChildren
 from chalie.supervision import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,

@@ -62,21 +62,17 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
-from chalie.messages import (
-    BackgroundResult,
+from chalie.mail import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
-    PermissionRequest,
     RelayPermission,
     SettlePermission,
     StartTurn,
-    ToolCall,
-    ToolOutcome,
     TurnActorCrashed,
     TurnActorIdle,
-    TurnContext,
 )
+from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome, TurnContext
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 

@@ -253,11 +253,3 @@ def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str,
     assemble: Any = vars(Ability)["descriptor"].__func__
     found: dict[str, Any] = assemble(cls, allow_async=allow_async)
     return found
-
-
-def split_framework_fields(arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str, bool]:
-    """Separate the model's arguments into (ability params, act_summary, async)."""
-    params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
-    act = arguments.get("act_summary")
-    run_async = arguments.get("async") is True
-    return params, act if isinstance(act, str) else "", run_async

@@ -310,10 +310,6 @@ class BrokerBook:
             if i not in occupied and (s.spawn_at is None or s.spawn_at <= now)
         ]
 
-    def slot_of(self, identity: bytes) -> int | None:
-        record = self.workers.get(identity)
-        return record.slot if record else None
-
     # -- jobs -------------------------------------------------------------------
     def submit(
         self, job: WorkerJob, timeout: float, future: Any, now: float, frame: bytes = b""

@@ -40,7 +40,6 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
 from chalie.ability import FRAMEWORK_FIELDS, Ability, struct_schema
-from chalie.broker_book import to_tool_result
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.messages import (
@@ -49,7 +48,6 @@ from chalie.messages import (
     TOOL_SCOPES,
     ToolCall,
     TurnContext,
-    WorkerResult,
 )
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
@@ -512,8 +510,3 @@ def carried_rich(tool: str, result: ToolResult) -> tuple[ToolResult, dict[str, A
         f"{tool} returned a rich payload that {why}.",
         hint="This is a fault in the tool; do not retry the same call.",
     ), None
-
-
-def worker_result(result: WorkerResult) -> ToolResult:
-    """A worker's reply as the ToolResult it stands for; a malformed one is an internal error."""
-    return to_tool_result(result)

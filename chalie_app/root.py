@@ -153,13 +153,14 @@ ExtraChild = Callable[[Runtime], ChildSpec]
 def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
     """The tree's children in start order; the supervisor stops them in reverse."""
     from actors import chat_bridge, mcp_server
-    from actors.conversations import ConversationCommands, Conversations
+    from actors.conversation_commands import ConversationCommands
+    from actors.conversations import Conversations
     from actors.discovery import DiscoveryActor, DiscoveryHandle
     from actors.dispatcher import DispatcherActor
-    from actors.mcp_connections import McpWiring
     from actors.policy import PolicyActor
     from actors.worker_pool import WorkerPool, WorkerPoolHandle
     from chalie.discovery.lazy_embedder import LazyEmbedder
+    from chalie_app.mcp_wiring import McpWiring
 
     cfg = rt.config
     workers_handle = WorkerPoolHandle()

@@ -23,10 +23,10 @@ from typing import Any
 from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
 from chalie.execution import FAULTS, Done, Job
+from chalie.mail import ProbeConnection
 from chalie.mcp import results
 from chalie.mcp.proxy import McpProxy, is_proxy
 from chalie.mcp.route import outcome, refusal
-from chalie.messages import ProbeConnection
 
 log = logging.getLogger("chalie.dispatch")
 

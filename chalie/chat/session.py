@@ -64,7 +64,7 @@ class Refused(ValueError):
 
 
 class ConversationsPort(Protocol):
-    """What a session needs from the conversations service (seam #3), awaitable on the loop."""
+    """What a session needs from the Conversations actor (its port), awaitable on the loop."""
 
     async def send(self, frame: p.Send, origin: str) -> AcceptedLike: ...
 

@@ -85,10 +85,6 @@ SHIPPED: Final[Mapping[str, Channel]] = {
 }
 
 
-class UnknownChannel(KeyError):
-    pass
-
-
 def resolve_channels(overrides: Mapping[str, ChannelConfig]) -> dict[str, Channel]:
     """The shipped channels with the operator's overrides applied, plus the ones they add."""
     out = dict(SHIPPED)

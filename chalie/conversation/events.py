@@ -135,8 +135,3 @@ def encode_event(event: ConversationEvent) -> bytes:
 
 def decode_event(data: bytes | str) -> Event:
     return _decoder.decode(data)
-
-
-def to_dict(event: ConversationEvent) -> dict[str, Any]:
-    value: dict[str, Any] = msgspec.to_builtins(event)
-    return value

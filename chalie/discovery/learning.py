@@ -294,9 +294,6 @@ class LearnedExamples:
             ).fetchall()
         return [str(r[0]) for r in rows]
 
-    def forget_tools(self, tools: Iterable[str]) -> int:
-        return sum(self.forget_tool(t) for t in tools)
-
 
 # -- the learning path: store and index together --------------------------------------
 

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from chalie.mcp.importing import ImportFileError, parse_servers
 from chalie.mcp.secrets import SecretFile, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
@@ -171,6 +169,3 @@ class McpAdmin:
 
     def spec(self, name: str) -> ServerSpec:
         return self._require(name).spec
-
-    def as_builtins(self, value: Any) -> Any:
-        return msgspec.to_builtins(value)

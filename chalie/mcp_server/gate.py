@@ -54,7 +54,7 @@ class NamedToken(Protocol):
 
 
 class TokenVerifier(Protocol):
-    """Seam #4's TokenStore, as the gate uses it."""
+    """The TokenStore (chalie.tokens), as the gate uses it."""
 
     def verify(self, secret: str) -> NamedToken | None: ...
 

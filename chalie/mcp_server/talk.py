@@ -4,7 +4,7 @@ Lifecycle of one call (all on the event-loop thread):
 
 1. The arguments are checked (every bad field named) and a continued
    ``conversation_id`` must belong to the calling token.
-2. The message goes to the conversation through seam #3 with the token's name
+2. The message goes to the conversation through the conversations port with the token's name
    as its ``origin``; the call follows the conversation's events (live, plus a
    backfill for a conversation created by this very send).
 3. Each ``tool_started`` of the turn becomes an MCP progress notification

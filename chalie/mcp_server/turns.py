@@ -1,6 +1,6 @@
 """What the inbound MCP server needs from the conversations seam, and its view of their events.
 
-:class:`ConversationsPort` is seam #3 as async code sees it (the daemon's
+:class:`ConversationsPort` is the Conversations actor as async code sees it (the daemon's
 adapter bridges it to the Conversations actor; tests use an in-process
 double). :func:`view` reads a conversation event (a msgspec Struct tagged by
 ``type``) into the one flat :class:`TurnEvent` the tool follows.
@@ -50,7 +50,7 @@ class Closeable(Protocol):
 
 
 class ConversationsPort(Protocol):
-    """Seam #3 for async callers: never blocks the event loop."""
+    """The conversations port for async callers: never blocks the event loop."""
 
     async def send(
         self,

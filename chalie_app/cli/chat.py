@@ -25,7 +25,7 @@ from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
 from chalie.display import one_line, params_line
 from chalie.messages import Answer
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0

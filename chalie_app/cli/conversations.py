@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from chalie_app.cli import Ctx, cli
 from chalie_app.cli.daemon import ask_daemon
+from chalie_app.cli.group import Ctx, cli
 
 # How long past the turn's own timeout the CLI waits for the daemon's reply.
 REPLY_GRACE = 10.0

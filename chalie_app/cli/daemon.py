@@ -17,7 +17,7 @@ import click
 
 from chalie import control, logs
 from chalie.discovery.state import describe
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 
 EXIT_NO_DAEMON = 1
 EXIT_ERROR_REPLY = 1

@@ -31,7 +31,7 @@ from chalie.home import index_dirs
 from chalie.invoke import coerce_params, invoke
 from chalie.messages import TurnContext
 from chalie.services import Services
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.tools import load_registry, tools
 
 REBUILD_POLL_SECONDS: Final = 0.25

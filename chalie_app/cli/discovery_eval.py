@@ -29,7 +29,7 @@ from chalie.discovery.evaluate import (
     load_queries,
 )
 from chalie.discovery.types import IndexCorruptError
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 
 
 @cli.group()

@@ -23,8 +23,8 @@ from chalie.mcp.importing import spec_from_options
 from chalie.mcp.probe import test_server
 from chalie.mcp.secrets import MissingSecret, resolve
 from chalie.mcp.spec import SpecError
-from chalie_app.cli import Ctx, cli
 from chalie_app.cli.daemon import fail
+from chalie_app.cli.group import Ctx, cli
 
 
 def _admin(obj: Ctx) -> McpAdmin:

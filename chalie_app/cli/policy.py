@@ -11,8 +11,8 @@ import click
 
 from chalie.display import NAME_CHARS, one_line
 from chalie.messages import CHANNELS
-from chalie_app.cli import Ctx, cli
 from chalie_app.cli.daemon import ask_daemon
+from chalie_app.cli.group import Ctx, cli
 
 ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
 

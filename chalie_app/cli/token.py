@@ -17,7 +17,7 @@ import json
 import click
 
 from chalie.tokens import TokenError, TokenStore
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 
 
 def _store(obj: Ctx) -> TokenStore:

@@ -9,7 +9,7 @@ import click
 
 from chalie.ability import FRAMEWORK_FIELDS
 from chalie.registry import DuplicateAbilityError, Registry
-from chalie_app.cli import Ctx, cli
+from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.prompt import ApprovalPrompt
 
 

@@ -10,8 +10,8 @@ import click
 
 from chalie.display import NAME_CHARS, PARAMS_CHARS, one_line
 from chalie.messages import TRAIL_STATUSES as STATUSES
-from chalie_app.cli import Ctx, cli
 from chalie_app.cli.daemon import ask_daemon
+from chalie_app.cli.group import Ctx, cli
 
 
 def _when(ts: float | None) -> str:

@@ -81,7 +81,7 @@ sys.path.insert(0, str(ROOT))
 
 from chalie.config import McpConfig  # noqa: E402
 from chalie.mcp.spec import ServerSpec  # noqa: E402
-from tests.mcp.rig import FixtureServer, Rig, wait_until  # noqa: E402
+from tools.fixture_mcp.rig import FixtureServer, Rig, wait_until  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -103,7 +103,7 @@ def bench_call(calls: int, transport: str) -> None:
     that does real work, as most remote tools do)."""
     from mcp import Client, StdioServerParameters
 
-    from tests.mcp.rig import stdio_spec
+    from tools.fixture_mcp.rig import stdio_spec
 
     srv = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))
@@ -347,7 +347,7 @@ def bench_changed() -> None:
 
 
 def bench_hung(calls: int) -> None:
-    from tests.mcp.rig import stdio_spec
+    from tools.fixture_mcp.rig import stdio_spec
 
     stuck = FixtureServer()
     home = Path(tempfile.mkdtemp(prefix="bm-"))

@@ -26,8 +26,8 @@ import zmq
 from actors.worker_pool import WorkerPool, WorkerPoolHandle
 from chalie.messages import TurnContext, WorkerJob
 
-NOOP = "tests.sample_abilities:Noop"
-SLEEP = "tests.sample_abilities:Sleep"
+NOOP = "tools.sample_abilities:Noop"
+SLEEP = "tools.sample_abilities:Sleep"
 CONTEXT = TurnContext(conversation_id="bench", turn_id="t")
 _ids = iter(range(10**9))
 

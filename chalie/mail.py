@@ -1,0 +1,209 @@
+"""In-process mail: the messages one actor or component sends another, never on a wire.
+
+They carry futures and results, so they are dataclasses, not the msgspec wire types of
+:mod:`chalie.messages`. Every message one actor sends another is here; an actor's
+messages to itself (its own timers, its event-loop callbacks) stay private in its module.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from chalie.messages import (
+    BackgroundResult,
+    Busy,
+    PermissionRequest,
+    ToolCall,
+    ToolOutcome,
+    TurnContext,
+)
+from chalie.policy import GateDecision
+from chalie.result import ToolResult
+
+# -- DispatcherActor --
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """DispatcherActor: run one call; its outcome completes ``reply``."""
+
+    call: ToolCall
+    reply: Future[ToolOutcome]
+
+
+@dataclass(frozen=True, slots=True)
+class GateAnswered:
+    """DispatcherActor: the PolicyActor's answer for call ``seq`` (a completed future)."""
+
+    seq: int
+    answer: Future[GateDecision]
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """DispatcherActor: an executor's result for call ``seq``."""
+
+    seq: int
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """DispatcherActor: call ``seq`` ran out of time."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTrail:
+    """DispatcherActor: write the trail's deferred ``running`` rows now."""
+
+
+@dataclass(slots=True)
+class GateAsk:
+    """PolicyActor: decide one call (sent with ``tell``); the decision completes ``reply``."""
+
+    call_id: str
+    context: TurnContext
+    tool: str
+    permission: str
+    internal: bool
+    act_summary: str
+    params_redacted: dict[str, Any]
+    reply: Future[GateDecision] = field(default_factory=Future)
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """PolicyActor: the caller no longer wants the decision (its call was cancelled)."""
+
+    reply: Future[GateDecision]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRequest:
+    """PolicyActor: ask (with ``ask``) for the actor's lock-free PolicyView."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireRequest:
+    """PolicyActor: a permission request's time is up."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointDied:
+    """A serving actor's server stopped serving unexpectedly (the actor fails, is restarted)."""
+
+    what: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExit:
+    """Supervisor: a child (by id and incarnation urn) exited, normally or not."""
+
+    child_id: str
+    urn: str
+    abnormal: bool
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestartChild:
+    """Supervisor: restart the child now, unless it exited again since (token)."""
+
+    child_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchChildren:
+    """Supervisor: look for plain-actor children that died without a report."""
+
+
+# -- TurnActor and its parent, the Conversations actor --
+
+
+@dataclass(frozen=True, slots=True)
+class StartTurn:
+    """TurnActor: run (or queue) one user message as a turn."""
+
+    turn_id: str
+    client_msg_id: str
+    text: str
+    busy: Busy = "queue"
+    send_no: int = 0
+    # This turn only: a person answers its asks (SendMessage.human_present).
+    human_present: bool = False
+    # Answered (queued or not) as soon as that is decided, before the turn's first step:
+    # the sender waits for this, not for the step.
+    taken: Future[bool] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRunningTurn:
+    """TurnActor (asked): cancel the running turn; answers whether one ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictIfIdle:
+    """TurnActor, from its parent over its limit of live actors: report idle now if nothing runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPermission:
+    """TurnActor: a call of its turn waits for its human's answer."""
+
+    request: PermissionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class SettlePermission:
+    """TurnActor: its human answered (or the request expired)."""
+
+    request_id: str
+    answer: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverBackground:
+    """TurnActor: the final envelope of one of its conversation's background calls."""
+
+    result: BackgroundResult
+
+
+@dataclass(frozen=True, slots=True)
+class TurnActorIdle:
+    """Conversations, from a TurnActor: nothing ran for idle_stop seconds, no send in flight."""
+
+    conversation_id: str
+    urn: str
+    send_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnActorCrashed:
+    """Conversations, from a TurnActor: it failed (its turn is ended as failed)."""
+
+    conversation_id: str
+    urn: str
+    error: str
+
+
+# -- McpConnectionActor --
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConnection:
+    """McpConnectionActor: a call met a broken connection (generation ``gen``); probe it now."""
+
+    gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshServer:
+    """McpConnectionActor: re-read the server's rows from the store (an approve) and re-sync."""

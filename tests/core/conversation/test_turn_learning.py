@@ -1,0 +1,192 @@
+"""Learning from use, end to end: a real daemon and turn, the scripted model, the CLI's list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.conversations import Conversations
+from actors.policy import PolicyActor
+from chalie.conversation.events import PermissionRequested
+from chalie.discovery.types import ToolDoc
+from tests.core.conversation.harness import Harness, wait_until
+
+ENTRY = "how late is it over in Osaka right now"
+
+
+@pytest.fixture(scope="module")
+def h() -> Iterator[Harness]:
+    harness = Harness(extra_toml='[channels.agent]\npolicy_channel = "external_agent"\n')
+    policy = harness.rt.child("policy", PolicyActor)
+    policy.call(PolicyActor.set, "external_agent", "clock", "allow")
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture(autouse=True)
+def no_examples(h: Harness) -> None:
+    h.rt.services.discovery.clear_examples()
+
+
+def find_then_clock(entry: str, zone: str = "Asia/Tokyo") -> dict[str, Any]:
+    return {
+        "steps": [
+            {
+                "tool_calls": [
+                    {
+                        "name": "find_tools",
+                        "arguments": {"query": [entry], "act_summary": "finding"},
+                    }
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"name": "clock", "arguments": {"zone": zone, "act_summary": "the time"}}
+                ]
+            },
+            {"text": "done"},
+        ]
+    }
+
+
+def run_turn(h: Harness, channel: str, answer: str | None = "allow_once") -> str:
+    accepted = h.send(ENTRY, channel)
+    if answer is not None:
+        cid = accepted.conversation_id
+        request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+        h.conversations.call(Conversations.answer, request[0].request_id, answer)
+    end = h.finished(accepted)
+    assert end.reason == "final"
+    return accepted.turn_id or ""
+
+
+def cli_examples(home: Path) -> list[dict[str, Any]]:
+    env = {**os.environ, "CHALIE_HOME": str(home)}
+    out = subprocess.run(
+        [sys.executable, "-m", "chalie", "discovery", "examples", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows: list[dict[str, Any]] = json.loads(out.stdout)
+    return rows
+
+
+def learned(h: Harness) -> list[str]:
+    # an ask of the actor: the store and the index change together inside one learn
+    return [e.text for e in h.rt.services.discovery.examples("clock")]
+
+
+def test_a_chat_turn_that_found_and_used_a_tool_teaches_its_entry(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    run_turn(h, "chat")
+    ended = time.monotonic()
+    wait_until(lambda: ENTRY in learned(h), 1.0, "the entry to be learned")
+    assert time.monotonic() - ended <= 1.0
+    result = h.rt.services.discovery.find([ENTRY])
+    assert "clock" in result.names
+    rows = cli_examples(h.home)
+    assert [(r["tool"], r["text"], r["channel"]) for r in rows] == [("clock", ENTRY, "chat")]
+    # a turn nobody knows (ended twice, or forged) teaches nothing
+    assert h.rt.services.discovery.learn_turn_soon("t_unknown", "chat", ["clock"]) == 0
+    assert h.rt.services.discovery.learn_turn_soon("x" * 100_000, "chat", ["y"] * 10_000) == 0
+
+
+def test_a_denied_call_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    turn_id = run_turn(h, "chat", answer="deny")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds  # the record was dropped
+
+
+def test_a_failed_call_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY, zone="Mars/Olympus_Mons"))
+    turn_id = run_turn(h, "chat")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
+def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
+    script = find_then_clock(ENTRY)
+    script["steps"][1]["tool_calls"][0]["arguments"]["async"] = True
+    h.script(script)
+    turn_id = run_turn(h, "chat")
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
+def test_an_external_agent_turn_teaches_nothing(h: Harness) -> None:
+    h.script(find_then_clock(ENTRY))
+    turn_id = run_turn(h, "agent", answer=None)
+    assert not h.rt.services.discovery.examples()
+    assert turn_id not in h.rt.services.discovery._finds
+
+
+def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "find_tools",
+                            "arguments": {"query": [ENTRY], "act_summary": "finding"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "clock", "arguments": {"zone": "Asia/Tokyo", "act_summary": "t"}}
+                    ]
+                },
+                {"hang": True},
+            ]
+        }
+    )
+    accepted = h.send(ENTRY, "chat")
+    cid = accepted.conversation_id
+    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once")
+    wait_until(lambda: len(h.server.requests) >= 3, what="the third model request")
+    assert h.conversations.call(Conversations.cancel, cid) is True
+    assert h.finished(accepted).reason == "cancelled"
+    wait_until(lambda: accepted.turn_id not in h.rt.services.discovery._finds, 1.0)
+    assert not h.rt.services.discovery.examples()
+
+
+def test_the_daemon_has_the_default_model_write_examples_for_a_tool_without_any(
+    h: Harness,
+) -> None:
+    phrases = [
+        "will it rain in Paris tomorrow",
+        "what's the weather forecast for this weekend",
+        "do I need an umbrella today",
+        "how hot will it get on Friday",
+    ]
+    h.script({"steps": [{"text": json.dumps(phrases)}]})
+    doc = ToolDoc("_mcp_acme_op_7", "Runs operation 7 on the Acme backend.", source="mcp:acme")
+    discovery = h.rt.services.discovery
+    discovery.add([doc])
+    try:
+        wait_until(lambda: len(discovery.examples(doc.name)) == len(phrases), 10)
+        rows = cli_examples(h.home)
+        assert {(r["tool"], r["channel"]) for r in rows} == {(doc.name, "model")}
+        assert doc.name in discovery.find(["weather forecast for Oslo this weekend"]).names
+        # the request went to [models.default], with no tools offered
+        body = h.server.requests[0]["body"]
+        assert doc.name in json.dumps(body["messages"]) and not body.get("tools")
+    finally:
+        discovery.remove([doc.name])
+    assert discovery.examples(doc.name) == []

@@ -1,0 +1,215 @@
+"""An in-process double of the Conversations actor and of the chat desk for the inbound MCP tests.
+
+The conversations double publishes the seam's event shapes (tagged by
+``type``, with ``conversation_id``/``seq``/``ts``), plays turns on its own
+thread as the real actor does, and records what it was asked so tests can
+prove what did not happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from chalie.mcp_server.exchange import AgentExchange
+from chalie.mcp_server.turns import Sent
+
+
+class _Ev(msgspec.Struct, kw_only=True, frozen=True):
+    conversation_id: str
+    seq: int
+    ts: float
+
+
+class TurnStarted(_Ev, tag="turn_started"):
+    turn_id: str
+    client_msg_id: str
+    text: str
+
+
+class ToolStarted(_Ev, tag="tool_started"):
+    turn_id: str
+    call_id: str
+    tool: str
+    act_summary: str
+
+
+class ToolFinished(_Ev, tag="tool_finished"):
+    turn_id: str
+    call_id: str
+    tool: str
+    status: str
+    code: str | None = None
+
+
+class PermissionRequest(_Ev, tag="permission_request"):
+    request_id: str
+    turn_id: str
+    tool: str
+    permission: str
+    act_summary: str
+    params: dict[str, Any]
+    expires_at: float
+
+
+class TurnFinished(_Ev, tag="turn_finished"):
+    turn_id: str
+    reason: str
+    text: str
+
+
+@dataclass
+class SentMessage:
+    conversation_id: str
+    text: str
+    client_msg_id: str
+    origin: str
+    channel: str = "external_agent"
+    human_present: bool = False
+
+
+@dataclass
+class _Conv:
+    seq: int = 0
+    events: list[Any] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class _Sub:
+    def __init__(self, subs: list[Any], entry: Any, lock: threading.Lock) -> None:
+        self._subs, self._entry, self._lock = subs, entry, lock
+
+    def close(self) -> None:
+        with self._lock:
+            if self._entry in self._subs:
+                self._subs.remove(self._entry)
+
+
+class FakeConversations:
+    """Conversations as a ConversationsPort: each send plays one scripted turn on a thread.
+
+    The script is chosen by words in the message: ``hang`` waits until the
+    turn is cancelled; ``deny`` adds a tool call whose ask became a deny;
+    otherwise find_tools then an allowed tool call, then the answer.
+    """
+
+    def __init__(self, delay: float = 0.0, send_delay: float = 0.0) -> None:
+        self.delay = delay
+        self.send_delay = send_delay
+        self.sent: list[SentMessage] = []
+        self.cancelled: list[str] = []
+        self.convs: dict[str, _Conv] = {}
+        self._subs: list[tuple[str, Callable[[Any], None]]] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    # -- the port ------------------------------------------------------------------------
+    async def send(
+        self,
+        *,
+        conversation_id: str | None,
+        text: str,
+        client_msg_id: str,
+        origin: str,
+        human_present: bool = False,
+    ) -> Sent:
+        with self._lock:
+            cid = conversation_id or f"c{next(self._ids)}"
+            conv = self.convs.setdefault(cid, _Conv())
+            conv.cancel = threading.Event()
+            self.sent.append(
+                SentMessage(cid, text, client_msg_id, origin, human_present=human_present)
+            )
+        turn_id = f"t{next(self._ids)}"
+        threading.Thread(
+            target=self._play, args=(cid, turn_id, text, client_msg_id), daemon=True
+        ).start()
+        if self.send_delay:  # a slow store: the turn runs before the caller hears back
+            await asyncio.get_running_loop().run_in_executor(None, time.sleep, self.send_delay)
+        return Sent(cid, None)
+
+    async def cancel(self, conversation_id: str) -> bool:
+        with self._lock:
+            self.cancelled.append(conversation_id)
+            conv = self.convs.get(conversation_id)
+        if conv is None:
+            return False
+        conv.cancel.set()
+        return True
+
+    async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
+        await asyncio.sleep(0)
+        with self._lock:
+            conv = self.convs.get(conversation_id)
+            return [e for e in conv.events if e.seq > after_seq][:limit] if conv else []
+
+    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> _Sub:
+        entry = (conversation_id, callback)
+        with self._lock:
+            self._subs.append(entry)
+        return _Sub(self._subs, entry, self._lock)
+
+    # -- the scripted turn -----------------------------------------------------------------
+    def _emit(self, cid: str, cls: type[Any], **fields: Any) -> None:
+        with self._lock:
+            conv = self.convs[cid]
+            conv.seq += 1
+            event = cls(conversation_id=cid, seq=conv.seq, ts=time.time(), **fields)
+            conv.events.append(event)
+            targets = [cb for key, cb in self._subs if key == cid]
+        for cb in targets:
+            cb(event)
+
+    def _play(self, cid: str, turn_id: str, text: str, client_msg_id: str) -> None:
+        conv = self.convs[cid]
+        self._emit(cid, TurnStarted, turn_id=turn_id, client_msg_id=client_msg_id, text=text)
+        if "hang" in text:
+            conv.cancel.wait(30)
+            self._emit(cid, TurnFinished, turn_id=turn_id, reason="cancelled", text="")
+            return
+        calls = [("find_tools", "looking for tools", "success", None)]
+        calls.append(("calculator", "computing 2+2", "success", None))
+        if "deny" in text:
+            calls.append(("send_email", "sending an email to bob", "error", "permission-denied"))
+        for i, (tool, summary, status, code) in enumerate(calls):
+            call_id = f"{turn_id}-{i}"
+            self._emit(
+                cid, ToolStarted, turn_id=turn_id, call_id=call_id, tool=tool, act_summary=summary
+            )
+            if self.delay:
+                time.sleep(self.delay)
+            self._emit(
+                cid,
+                ToolFinished,
+                turn_id=turn_id,
+                call_id=call_id,
+                tool=tool,
+                status=status,
+                code=code,
+            )
+        answer = "2+2 is 4."
+        if "deny" in text:
+            answer += " I could not send the email: it needs your user's approval."
+        self._emit(cid, TurnFinished, turn_id=turn_id, reason="final", text=answer)
+
+
+class FakeDesk:
+    """A chat desk with ``humans`` people connected, recording what it was shown."""
+
+    def __init__(self, humans: int = 1) -> None:
+        self.humans = humans
+        self.shown: list[AgentExchange] = []
+
+    def humans_connected(self) -> int:
+        return self.humans
+
+    def surface(self, exchange: AgentExchange) -> int:
+        self.shown.append(exchange)
+        return self.humans

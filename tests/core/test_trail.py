@@ -1,0 +1,274 @@
+"""The action trail: rows at start and end, redaction, crash recovery, queries, SIGKILL survival."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from chalie.trail import REDACTED, CallRecord, Trail, params_json, redact
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def record(trail: Trail, call_id: str = "c1", **over: object) -> CallRecord:
+    fields: dict[str, object] = dict(
+        call_id=call_id,
+        turn_id="t1",
+        conversation_id="conv",
+        channel="chat",
+        tool="email",
+        permission="email.send",
+        params='{"to":"bob"}',
+        act_summary="sending",
+    )
+    fields.update(over)
+    return trail.record_for(**fields)  # type: ignore[arg-type]
+
+
+def test_a_call_is_running_at_start_and_complete_at_the_end(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    rec = record(trail)
+    trail.start(rec)
+    (row,) = trail.query()
+    assert (row.status, row.ended_at, row.decision) == ("running", None, None)
+    trail.finish(rec, status="error", code="permission-denied", decision="deny", decided_by="human")
+    (row,) = trail.query()
+    assert (row.call_id, row.turn_id, row.conversation_id, row.channel) == (
+        "c1",
+        "t1",
+        "conv",
+        "chat",
+    )
+    assert (row.tool, row.permission, row.act_summary) == ("email", "email.send", "sending")
+    assert (row.status, row.code, row.decision, row.decided_by) == (
+        "error",
+        "permission-denied",
+        "deny",
+        "human",
+    )
+    assert row.ended_at is not None and row.ended_at >= row.started_at
+    trail.close()
+
+
+def test_an_end_written_before_its_start_leaves_one_complete_row(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    rec = record(trail)
+    trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+    trail.start(rec)
+    rows = trail.query()
+    assert [(r.status, r.decision) for r in rows] == [("success", "allow")]
+    trail.close()
+
+
+def test_the_database_file_is_private_and_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "chalie.db"
+    Trail(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_declared_and_secret_looking_parameters_are_redacted() -> None:
+    params = {
+        "to": "bob",
+        "body": "hi",
+        "pin": "1234",
+        "headers": {"Authorization": "Bearer abc", "accept": "json"},
+        "items": [{"api_key": "k", "name": "n"}],
+        "password": "hunter2",
+    }
+    out = redact(params, {"pin"})
+    assert out["pin"] == REDACTED and out["password"] == REDACTED
+    assert out["headers"] == {"Authorization": REDACTED, "accept": "json"}
+    assert out["items"] == [{"api_key": REDACTED, "name": "n"}]
+    assert (out["to"], out["body"]) == ("bob", "hi")
+    text = params_json(out)
+    for secret in ("1234", "hunter2", "Bearer abc", '"k"'):
+        assert secret not in text
+
+
+def test_huge_or_odd_parameters_are_stored_bounded() -> None:
+    text = params_json(redact({"blob": "x" * 100_000, "obj": object()}))
+    assert len(text) < 20_000
+    assert msgspec.json.decode(text)["_truncated"] is True
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(100):
+        node["d"] = {}
+        node = node["d"]  # type: ignore[assignment]
+    assert "[too deep]" in params_json(redact(deep))
+
+
+def test_recover_marks_rows_left_running_as_interrupted(tmp_path: Path) -> None:
+    path = tmp_path / "chalie.db"
+    trail = Trail(path)
+    done, stuck = record(trail, "done"), record(trail, "stuck")
+    trail.start(done)
+    trail.start(stuck)
+    trail.finish(done, status="success", code=None, decision="allow", decided_by="policy")
+    trail.close()
+    again = Trail(path)
+    assert again.recover() == 1
+    assert again.recover() == 0
+    rows = {r.call_id: r for r in again.query()}
+    assert (rows["stuck"].status, rows["stuck"].code) == ("interrupted", "interrupted")
+    # Its end is unknown: no duration that would really be the time until the restart.
+    assert rows["stuck"].ended_at is None
+    assert rows["done"].status == "success"
+    # New rows continue after the old ones.
+    later = record(again, "later")
+    assert later.id > max(r.id for r in rows.values())
+    again.close()
+
+
+def test_queries_filter_and_are_newest_first(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    for i, (tool, channel, status) in enumerate(
+        [
+            ("email", "chat", "success"),
+            ("clock", "subconscious", "error"),
+            ("email", "chat", "error"),
+        ]
+    ):
+        rec = record(trail, f"c{i}", tool=tool, channel=channel, conversation_id=f"conv{i % 2}")
+        trail.start(rec)
+        trail.finish(
+            rec,
+            status=status,
+            code=None if status == "success" else "tool-timeout",  # type: ignore[arg-type]
+            decision="allow",
+            decided_by="policy",
+        )
+    assert [r.call_id for r in trail.query()] == ["c2", "c1", "c0"]
+    assert [r.call_id for r in trail.query(tool="email")] == ["c2", "c0"]
+    assert [r.call_id for r in trail.query(status="error", channel="chat")] == ["c2"]
+    assert [r.call_id for r in trail.query(conversation_id="conv1")] == ["c1"]
+    assert [r.call_id for r in trail.query(code="tool-timeout", limit=1)] == ["c2"]
+    assert trail.query(call_id="c0")[0].tool == "email"
+    assert trail.query(since=2**40) == []
+    for bad in ({"limit": 0}, {"limit": 10**6}, {"limit": True}, {"status": "weird"}, {"tool": 5}):
+        with pytest.raises(ValueError):
+            trail.query(**bad)  # type: ignore[arg-type]
+    trail.close()
+
+
+def test_hostile_text_is_stored_verbatim_and_clipped(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    rec = record(
+        trail, "x'); DROP TABLE trail; --", tool="../../etc/passwd", act_summary="a" * 5000
+    )
+    trail.start(rec)
+    (row,) = trail.query()
+    assert row.call_id == "x'); DROP TABLE trail; --"
+    assert row.tool == "../../etc/passwd"
+    assert len(row.act_summary) == 512
+    trail.close()
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+
+    def work(n: int) -> None:
+        for i in range(50):
+            rec = record(trail, f"{n}-{i}")
+            trail.start(rec)
+            trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = trail.query(limit=1000)
+    assert len(rows) == 200 and {r.status for r in rows} == {"success"}
+    trail.close()
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from chalie.trail import Trail
+
+    trail = Trail(Path(sys.argv[1]))
+    for i in range(int(sys.argv[2])):
+        rec = trail.record_for(call_id=f"c{i}", turn_id="t", conversation_id="k", channel="chat",
+                               tool="email", permission="email", params="{}", act_summary="")
+        trail.start(rec)
+        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+        print(f"returned c{i}", flush=True)
+    rec = trail.record_for(call_id="in-flight", turn_id="t", conversation_id="k", channel="chat",
+                           tool="email", permission="email", params="{}", act_summary="")
+    trail.start(rec)
+    print("started in-flight", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
+    path = tmp_path / "chalie.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), "40"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    returned = []
+    for line in proc.stdout:
+        if line.startswith("returned "):
+            returned.append(line.split()[1])
+        if line.startswith("started in-flight"):
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=10)  # waits, and closes the pipes
+    assert proc.returncode == -signal.SIGKILL
+    assert len(returned) == 40
+
+    trail = Trail(path)
+    assert trail.recover() == 1
+    rows = {r.call_id: r for r in trail.query(limit=1000)}
+    assert all(rows[c].status == "success" for c in returned)
+    assert rows["in-flight"].status == "interrupted"
+    trail.close()
+
+
+def test_a_deferred_start_and_its_end_become_one_row(tmp_path: Path) -> None:
+    trail = Trail(tmp_path / "chalie.db")
+    rec = record(trail)
+    trail.defer_start(rec)
+    assert trail.query() == []
+    trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+    assert trail.flush_starts() == (0, None)
+    assert [(r.status, r.decision) for r in trail.query()] == [("success", "allow")]
+    trail.close()
+
+
+def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "chalie.db"
+    trail = Trail(path)
+    recs = [record(trail, f"c{i}") for i in range(3)]
+    for rec in recs:
+        trail.defer_start(rec)
+    assert trail.flush_starts() == (3, None)
+    reader = Trail(path)
+    assert {r.status for r in reader.query()} == {"running"}
+    trail.finish(recs[0], status="error", code="cancelled", decision="allow", decided_by="policy")
+    assert sorted(r.status for r in reader.query()) == ["error", "running", "running"]
+    assert len(reader.query()) == 3
+    reader.close()
+    trail.close()
