@@ -124,9 +124,9 @@ PHRASE_MIN_SIMILARITY = 0.6
 #   gate off (default):      unlearned half 37.6 / 62.8;  MetaTool 5-fold 71.2 / 90.7
 #   gate 0.45, offset 0.05:  unlearned half 45.3 / 75.3;  MetaTool 5-fold 69.4 / 87.6
 # (centring the phrase vectors, or a higher PHRASE_MIN_SIMILARITY, trade along the
-# same line in a numpy study). Off by default: the issue's targets are the 5-fold
+# same line in a numpy study). Off by default: the discovery targets are the 5-fold
 # figures. The lasting remedy is phrases for every tool (model-written examples
-# for tools that arrive without any, issue 12 section 3), not a weaker head.
+# for tools that arrive without any: chalie.discovery.written), not a weaker head.
 HEAD_PHRASE_GATE: float | None = None
 HEAD_OFFSET = 0.0
 HEAD_CANDIDATES = 32

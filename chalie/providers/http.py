@@ -3,8 +3,8 @@
 Why our own: a model request is one POST to one origin, read whole or as a
 stream of lines. httpx2 spent about 1 ms of the event loop's CPU on each
 (request building, pool probing, three layers of async generators, h11),
-which made the model client the largest single cost of a turn (issue 11's
-profile: 30 % of the daemon's CPU). This client does the same work on
+which made the model client the largest single cost of a turn (a profile
+of the daemon under inbound MCP load: 30 % of its CPU). This client does the same work on
 asyncio streams in a fraction of that; nothing else in Chalie uses it.
 
 What it does, and what it refuses:

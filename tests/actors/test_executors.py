@@ -1,4 +1,4 @@
-"""The dispatcher's seams and the defects of issue 8: executors, gated params, scope, outbox."""
+"""The dispatcher's seams and the defects a review found: executors, gated params, scope, outbox."""
 
 from __future__ import annotations
 

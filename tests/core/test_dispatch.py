@@ -375,7 +375,7 @@ def test_a_turn_that_declares_its_tools_may_call_only_those_and_what_find_tools_
     )
 
 
-# -- issue 8 section 1: the defects a review found -------------------------------------
+# -- the defects a review found --------------------------------------------------------
 
 
 def test_a_restricted_turn_with_an_empty_tool_list_can_call_nothing() -> None:
