@@ -39,7 +39,7 @@ from chalie.control import (
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
 from chalie.routing import Route
-from chalie.services import Services
+from chalie.services import DiscoveryService, Services
 from chalie.trail import Trail
 
 log = logging.getLogger("chalie.control")
@@ -209,12 +209,18 @@ class ControlCommands:
 
     # -- discovery ----------------------------------------------------------------------
     def index_rebuild(self, args: IndexRebuildArgs) -> ControlReply:
-        discovery: Any = self._host.services.discovery
+        discovery = self._discovery()
         job = discovery.start_rebuild(args.reuse) if args.start else discovery.state.job()
         return control.success({"job": job, "index": discovery.snapshot()})
 
     def discovery_examples(self, args: DiscoveryExamplesArgs) -> ControlReply:
-        return control.success(examples_command(self._host.services.discovery, args))
+        return control.success(examples_command(self._discovery(), args))
+
+    def _discovery(self) -> DiscoveryService:
+        discovery = self._host.services.discovery
+        if discovery is None:
+            raise ChildUnavailable("discovery", "the daemon runs no discovery index")
+        return discovery
 
     # -- reaching the children ----------------------------------------------------------
     # ChildUnavailable and PolicyError raised through these become replies (answer_errors).

@@ -67,6 +67,7 @@ from chalie.mail import (
     TurnActorIdle,
 )
 from chalie.messages import (
+    ANSWERS,
     BackgroundResult,
     CancelTurn,
     PermissionRequest,
@@ -111,7 +112,6 @@ CRASH_PERIOD: Final = 30.0
 ASK_TIMEOUT: Final = 10.0
 # Conversations whose channel is kept in memory (least recently used dropped first).
 CHANNELS_REMEMBERED: Final = 10_000
-ANSWERS: Final = frozenset({"allow_once", "allow_always", "deny"})
 
 
 @dataclass(frozen=True)
@@ -239,9 +239,9 @@ class Conversations(SupervisedActor):
         learning = self._rt.config.discovery
         if not learning.learn or channel not in learning.learn_channels:
             used = frozenset()
-        learn_turn_soon = getattr(self._rt.services.discovery, "learn_turn_soon", None)
-        if callable(learn_turn_soon):
-            learn_turn_soon(turn_id, channel, used)
+        discovery = self._rt.services.discovery
+        if discovery is not None:
+            discovery.learn_turn_soon(turn_id, channel, used)
 
     def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
 

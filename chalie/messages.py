@@ -21,6 +21,15 @@ DECISIONS: Final[tuple[str, ...]] = get_args(Decision)
 # A human's answer to a permission request.
 Answer = Literal["allow_once", "allow_always", "deny"]
 ANSWERS: Final[tuple[str, ...]] = get_args(Answer)
+# How a person types each answer: a word (``chalie policy answer ID once``) and its letter.
+ANSWER_WORDS: Final[dict[str, Answer]] = {
+    "once": "allow_once",
+    "always": "allow_always",
+    "deny": "deny",
+}
+ANSWER_LETTERS: Final[dict[str, Answer]] = {
+    word[0]: answer for word, answer in ANSWER_WORDS.items()
+}
 # Who decided a gate question.
 DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
 # How a call ended.

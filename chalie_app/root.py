@@ -133,6 +133,7 @@ class Runtime:
             mcp_server = (
                 self.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)
             )
+        discovery = self.services.discovery
         return {
             "pid": os.getpid(),
             "version": chalie.__version__,
@@ -143,7 +144,7 @@ class Runtime:
             "chat": chat,
             "mcp_server": mcp_server,
             "loop": self.loop.is_alive(),
-            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
+            "discovery": None if discovery is None else discovery.snapshot(),
         }
 
 
@@ -168,7 +169,8 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     embedder = LazyEmbedder.for_config(cfg.embedder.options(), idle_unload=cfg.embedder.idle_unload)
     # Each start runs on the supervisor's thread, so it must not ask the
     # supervisor anything: children find each other later, through ChildRefs.
-    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+    discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+    rt.services.discovery = discovery
     mcp = McpWiring(rt)  # registers cached MCP proxies before discovery starts
     specs = [
         ChildSpec(
@@ -187,7 +189,7 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
                 home=cfg.home,
                 embedder=embedder,
                 embedder_config=cfg.embedder.options(),
-                state=rt.services.discovery.state,
+                state=discovery.state,
                 db_path=rt.db_path,
                 learning=cfg.discovery,
                 writer=example_writer(rt),

@@ -7,7 +7,7 @@ with ``events(after_seq)`` and drops duplicates by ``seq``.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
@@ -21,16 +21,7 @@ FinishReason = Literal[
     "guard-tokens",
     "model-error",
 ]
-FINISH_REASONS: Final[tuple[str, ...]] = (
-    "final",
-    "cancelled",
-    "interrupted",
-    "guard-steps",
-    "guard-repeat",
-    "guard-time",
-    "guard-tokens",
-    "model-error",
-)
+FINISH_REASONS: Final[tuple[str, ...]] = get_args(FinishReason)
 
 
 class ConversationEvent(
@@ -123,6 +114,11 @@ Event = (
     | RichPayload
     | TurnFinished
     | ErrorEvent
+)
+
+# The ``type`` tag of every event, read from the union.
+EVENT_KINDS: Final[frozenset[str]] = frozenset(
+    str(cls.__struct_config__.tag) for cls in get_args(Event)
 )
 
 _encoder: Final = msgspec.json.Encoder()

@@ -13,23 +13,10 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 
+from chalie.conversation.events import EVENT_KINDS
+
 CHANNEL: Final = "external_agent"
 ORIGIN_PREFIX: Final = "mcp:"
-
-EVENT_KINDS: Final = frozenset(
-    {
-        "turn_started",
-        "text_delta",
-        "tool_started",
-        "tool_finished",
-        "permission_request",
-        "permission_settled",
-        "background_result",
-        "rich_payload",
-        "turn_finished",
-        "error",
-    }
-)
 
 
 class TurnRefused(Exception):

@@ -141,7 +141,7 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
         rig.start()
         admin = McpAdmin(rig.db, rig.home, on_change=rig.reload)
         services = Services(registry=rig.registry)
-        services.extra.update(mcp=admin, mcp_loop=rig.loop)
+        services.mcp, services.loop = admin, rig.loop
         ability = McpManager(None, services)
         P = McpManager.Params
         added = ability.run(
