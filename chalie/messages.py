@@ -30,6 +30,10 @@ ANSWER_WORDS: Final[dict[str, Answer]] = {
 ANSWER_LETTERS: Final[dict[str, Answer]] = {
     word[0]: answer for word, answer in ANSWER_WORDS.items()
 }
+# How a permission request ended: a person's answer, its time ran out, or its call
+# went away first (cancelled, its turn ended, the gate stopped).
+Settlement = Literal["allow_once", "allow_always", "deny", "expired", "withdrawn"]
+SETTLEMENTS: Final[tuple[str, ...]] = get_args(Settlement)
 # Who decided a gate question.
 DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
 # How a call ended.
@@ -124,6 +128,14 @@ class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=Tr
     answer: Answer
 
 
+class RequestSettled(Message, tag="request_settled", kw_only=True, frozen=True):
+    """Published by the PolicyActor, the request's one owner, when a request ends."""
+
+    request_id: str
+    conversation_id: str
+    answer: Settlement
+
+
 class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=True):
     """The final envelope of an async call, delivered to its conversation later."""
 
@@ -202,6 +214,7 @@ AnyMessage = (
     | CancelTurn
     | PermissionRequest
     | PermissionAnswer
+    | RequestSettled
     | BackgroundResult
     | WorkerReady
     | Heartbeat

@@ -11,6 +11,8 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
+from chalie.messages import Settlement
+
 FinishReason = Literal[
     "final",
     "cancelled",
@@ -69,12 +71,12 @@ class PermissionRequested(ConversationEvent, tag="permission_request", frozen=Tr
 
 
 class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):
-    """``answer``: allow_once | allow_always | deny (answered through the conversations),
-    allowed (answered elsewhere, e.g. ``chalie policy answer``), expired, or withdrawn
-    (the turn ended first)."""
+    """How the request ended, as its owner (the PolicyActor) said: a person's answer
+    (wherever given: a chat client, ``chalie policy answer``), expired, or withdrawn (the
+    call or its turn ended first)."""
 
     request_id: str
-    answer: str
+    answer: Settlement
 
 
 class BackgroundDelivered(ConversationEvent, tag="background_result", frozen=True, kw_only=True):
