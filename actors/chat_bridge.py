@@ -31,7 +31,6 @@ from chalie.chat.websocket import WebSocketBridge
 from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
-from chalie.supervision import ChildSpec
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")
@@ -142,23 +141,3 @@ class ChatBridge(ServingActor):
             await self._ws.stop()
         if self._zmq is not None:
             await self._zmq.stop()
-
-
-def child_specs(
-    config: ChatConfig,
-    home: Path,
-    db_path: Path,
-    loop: EventLoopThread,
-    events: EventBus,
-    conversations: ChildRef[Any],
-) -> list[ChildSpec]:
-    """The chat bridge's place in the tree (after the conversations), or none when disabled."""
-    if not config.enabled:
-        return []
-    return [
-        ChildSpec(
-            "chat",
-            lambda: ChatBridge.start(config, home, db_path, loop, events, conversations),
-            shutdown=10.0,
-        )
-    ]
