@@ -161,7 +161,11 @@ class ControlCommands:
 
     def trail(self, args: TrailArgs) -> ControlReply:
         rows = self._trail().query(
-            tool=args.tool, status=args.status, conversation_id=args.conversation, limit=args.limit
+            tool=args.tool,
+            status=args.status,
+            code=args.code,
+            conversation_id=args.conversation,
+            limit=args.limit,
         )
         return control.success(msgspec.to_builtins(rows))
 

@@ -24,7 +24,6 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
-import jsonschema
 import msgspec
 
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
@@ -119,6 +118,8 @@ def validate_ability(cls: type[Ability]) -> None:
     schema = cls.parameters
     if not isinstance(schema, Mapping) or schema.get("type") != "object":
         fail("parameters must be a JSON Schema object ({'type': 'object', ...})")
+    import jsonschema  # here: importing the contract (every CLI command) stays cheap
+
     try:
         jsonschema.Draft202012Validator.check_schema(dict(schema))
     except jsonschema.SchemaError as exc:

@@ -41,6 +41,12 @@ Status = Literal["success", "error"]
 # A trail row's status: a call's status, or still running, or cut off by a stop.
 TrailStatus = Literal["running", "success", "error", "interrupted"]
 TRAIL_STATUSES: Final[tuple[str, ...]] = get_args(TrailStatus)
+# The words ``chalie trail --status`` takes: each status, and the outcomes people name
+# that are stored as a status and a code (a cancelled call: status error, code cancelled).
+TRAIL_FILTERS: Final[dict[str, tuple[TrailStatus, str | None]]] = {
+    **{status: (status, None) for status in get_args(TrailStatus)},
+    "cancelled": ("error", "cancelled"),
+}
 # Where an ability runs: the key of the executor table (actors/executors).
 Isolation = Literal["inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
