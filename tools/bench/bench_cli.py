@@ -4,8 +4,9 @@ Starts a real ``chalie run`` on a temporary data directory, then runs each comma
 its own process, as an operator or a script does, ``RUNS`` times, and prints the median
 beside its floor (control commands <= 150 ms; ``tools call`` <= 250 ms plus the tool)
 and beside ``python3 -c pass`` measured in the same run. Bytecode is cached, as in an
-installed copy (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). ``stop`` is measured once at
-the end (it includes the daemon's own shutdown), and again with no daemon running.
+installed copy (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). ``stop`` is
+measured once at the end (it includes the daemon's own shutdown), and again with no
+daemon running.
 
 Run: python tools/bench/bench_cli.py [--runs N]
 """
