@@ -19,7 +19,6 @@ with a TypeError when it is created.
 from __future__ import annotations
 
 import copy
-import re
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
@@ -29,13 +28,10 @@ import msgspec
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.tool_names import FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
 
-NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
-NAME_MAX: Final = 64
 MIN_EXAMPLES: Final = 6
 MAX_EXAMPLES: Final = 8
-# Framework fields injected into every descriptor; no ability may declare them.
-FRAMEWORK_FIELDS: Final = ("act_summary", "async")
 # Names a subclass may not define: the assembler and everything it relies on.
 SEALED: Final = frozenset({"descriptor", "input_schema", "_inject_framework_fields"})
 

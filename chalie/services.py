@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from chalie.discovery.state import IndexState
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
-    from chalie.registry import Registry
 
 T = TypeVar("T")
 
@@ -139,7 +138,6 @@ class LoopService(Protocol):
 class Services:
     """What an inline ability (and the runtime around it) may reach; None: not running here."""
 
-    registry: Registry | None = None
     discovery: DiscoveryService | None = None
     turns: TurnTools = field(default_factory=TurnTools)
     # MCP outbound's management operations and the loop its probes run on (mcp_manager).

@@ -442,7 +442,7 @@ def _run_locked(
 ) -> int:
     registry, db_path = prepare(config)
     events = EventBus()
-    services = Services(registry=registry)
+    services = Services()
     loop = EventLoopThread()
     rt = Runtime(config, registry, events, loop, services, db_path)
     restore_signals = _install_signals(rt.stop_requested)

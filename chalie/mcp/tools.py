@@ -29,8 +29,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.ability import FRAMEWORK_FIELDS
 from chalie.mcp.names import proxy_name
+from chalie.tool_names import FRAMEWORK_FIELDS
 
 State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024

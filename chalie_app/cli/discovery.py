@@ -187,7 +187,7 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
             )
         for notice in status["notices"]:
             click.echo(f"warning: {notice}; `chalie index rebuild` replaces it", err=True)
-        services = Services(registry=registry, discovery=handle)
+        services = Services(discovery=handle)
         context = TurnContext(conversation_id="cli", turn_id=f"cli-{uuid.uuid4().hex[:8]}")
         try:
             params: Any = coerce_params(FindTools, {"query": list(query)})

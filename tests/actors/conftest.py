@@ -173,7 +173,7 @@ class Rig:
             "bad_classify",
         ):
             self.policy.proxy().set("chat", tool, "allow").get()
-        self.services = Services(registry=self.registry)
+        self.services = Services()
         self.handle = ChildRef(lambda: self.policy_ref, "policy", PolicyActor)
         self.ref = DispatcherActor.start(
             self.registry,

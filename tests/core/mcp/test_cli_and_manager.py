@@ -140,7 +140,7 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
     try:
         rig.start()
         admin = McpAdmin(rig.db, rig.home, on_change=rig.reload)
-        services = Services(registry=rig.registry)
+        services = Services()
         services.mcp, services.loop = admin, rig.loop
         ability = McpManager(None, services)
         P = McpManager.Params
