@@ -68,6 +68,7 @@ ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 class EmbedderConfig(Section, frozen=True):
     """Discovery's embedding model (default: MiniLM int8 ONNX, offline)."""
 
+    # Which model: onnx (MiniLM, offline), e5-multilingual, sentence-transformers, openai.
     backend: EmbedderBackend = "onnx"
     # Threads for one query inside the local model (default: up to 2).
     threads: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
@@ -102,10 +103,15 @@ Z85Key = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%
 class ChatConfig(Section, frozen=True):
     """The chat bridges: WebSocket (bearer token) and ZeroMQ (local ipc; TCP only with CURVE)."""
 
+    # Run the chat bridges at all.
     enabled: bool = True
+    # Serve the WebSocket transport (the local ZeroMQ one runs whenever chat does).
     websocket: bool = True
+    # The WebSocket's address (loopback unless allow_remote).
     host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "127.0.0.1"
+    # The WebSocket's TCP port (0: any free port).
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8461
+    # The WebSocket's URL path.
     path: Annotated[str, msgspec.Meta(pattern=r"^/[A-Za-z0-9/_-]{0,99}$")] = "/chat"
     # A host beyond loopback must be allowed explicitly (and is logged as a warning).
     allow_remote: bool = False
@@ -115,9 +121,13 @@ class ChatConfig(Section, frozen=True):
     zmq_tcp: Annotated[str, msgspec.Meta(pattern=r"^tcp://\S+$")] | None = None
     curve_secret_key_file: Path | None = None  # a zmq.auth secret certificate file
     curve_authorized_keys: list[Z85Key] = []  # clients' public keys (Z85)
+    # The largest frame a client may send, in bytes.
     max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 256 * 1024
+    # Frames queued for one client that does not read before it is dropped.
     send_queue: Annotated[int, msgspec.Meta(ge=4, le=100_000)] = 1024
+    # Clients connected at once.
     max_clients: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2048
+    # Conversations one client may have open at once.
     max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     # A ZeroMQ client silent this long is forgotten (`chalie chat` pings well within it).
     idle_timeout: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 300.0
@@ -146,20 +156,26 @@ HostName = Annotated[
 class McpServerConfig(Section, frozen=True):
     """The inbound MCP server (talk_to_chalie) and its per-token limits."""
 
+    # Run the inbound MCP server.
     enabled: bool = True
+    # The address it binds (loopback unless allow_remote).
     host: HostName = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8462  # 0: any free port
     # Binding beyond loopback needs this too, and is logged as a warning.
     allow_remote: bool = False
     # Extra Host / Origin values the DNS-rebinding guard accepts (for a remote bind).
     allowed_hosts: tuple[HostName, ...] = ()
+    # Extra Origin values the DNS-rebinding guard accepts.
     allowed_origins: tuple[Annotated[str, msgspec.Meta(max_length=2048)], ...] = ()
     # Per token: turns running at once, HTTP requests per minute, bytes per request.
     max_concurrent_turns: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 4
+    # HTTP requests per minute, per token.
     requests_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 600
+    # The largest request body, in bytes.
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1_024, le=16_777_216)] = 262_144
     # Stateful (2025-11-25) sessions, all tokens together, and their idle reaping.
     max_sessions: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1_000
+    # Seconds an idle stateful session is kept.
     session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
     # A turn that never reports its end is given up (and cancelled) after this long.
     turn_wait: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 900.0
@@ -183,19 +199,27 @@ ProviderKind = Literal["openai", "ollama", "anthropic"]
 class ModelConfig(Section, frozen=True):
     """One language model, ``[models.NAME]``; ``[models.default]`` serves unnamed channels."""
 
+    # The wire format the model server speaks: openai, ollama or anthropic.
     provider: ProviderKind = "openai"
+    # The model server's base URL.
     base_url: HttpUrl = "http://127.0.0.1:11434/v1"
+    # The model's name on that server.
     model: ModelName = "llama3.1"
     # The NAME of the environment variable holding the key; the key itself is never stored.
     api_key_env: EnvName | None = None
+    # Tokens the model reads at once: the turn's context budget.
     context_window: Annotated[int, msgspec.Meta(ge=256, le=100_000_000)] = 32768
+    # Tokens one answer may have.
     max_output_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
+    # Stream answers (text reaches the clients as it is written).
     stream: bool = True
+    # Seconds to connect to the model server.
     connect_timeout: Seconds = 10.0
     # Seconds without a byte from the model before the request counts as hung.
     read_timeout: Seconds = 120.0
     # Retries of a 429, 5xx, refused or dropped request, with exponential backoff.
     retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    # Seconds before the first retry, doubled for each next one.
     backoff: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 0.5
 
 
@@ -205,22 +229,34 @@ ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 class ChannelConfig(Section, frozen=True):
     """Overrides of one channel, ``[channels.NAME]``; an unset key keeps the shipped value."""
 
+    # A person answers this channel's permission requests.
     human_present: bool | None = None
+    # The permission table's channel its calls are gated on.
     policy_channel: Channel | None = None
+    # Tools always callable on this channel, without find_tools.
     pinned: tuple[ToolName, ...] | None = None
+    # Offer find_tools, so a turn can activate more tools.
     find_tools: bool | None = None
+    # Offer the async flag: calls may run in the background.
     async_offered: bool | None = None
+    # Model steps one turn may take (guard-steps).
     max_steps: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    # Repeats of the same tool call that end the turn (guard-repeat).
     max_repeat: Annotated[int, msgspec.Meta(ge=2, le=100)] | None = None
+    # Seconds one turn may run (guard-time).
     wall_clock: Seconds | None = None
+    # Tokens one turn may spend (guard-tokens).
     token_budget: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+    # The system prompt of this channel's turns.
     system_prompt: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    # The [models.NAME] this channel's turns use.
     model: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
 
 
 class ConversationsConfig(Section, frozen=True):
     # Seconds a conversation's actor stays after its last activity.
     idle_stop: Seconds = 600.0
+    # The longest user message, in characters.
     max_message_chars: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
     # User messages waiting behind a running turn, per conversation.
     max_queued: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 16
@@ -238,6 +274,7 @@ class DiscoveryConfig(Section, frozen=True):
     # Only where a human is present by default: an external agent must not teach
     # discovery to route other people's requests.
     learn_channels: tuple[Channel, ...] = ("chat",)
+    # Learned examples kept per tool.
     examples_per_tool: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
     # Tools that arrive without examples (remote MCP tools) get some written by
     # [models.default] in the background; nothing happens without that model.
@@ -261,12 +298,19 @@ class OutboxConfig(Section, frozen=True):
 class McpConfig(Section, frozen=True):
     """``[mcp]``: outbound MCP connections (a connection's own values override these)."""
 
+    # Seconds between probes of a connected server.
     heartbeat_interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 30.0
+    # Seconds a probe may take before the connection counts as lost.
     probe_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
+    # Seconds to connect to a server.
     connect_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    # Seconds to list a server's tools.
     list_timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    # Seconds a remote tool call may take.
     call_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 60.0
+    # Seconds before the first reconnect, doubled for each next one.
     backoff_base: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    # The longest wait between reconnects, in seconds.
     backoff_cap: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
     # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
     # so spawning stdio servers never competes with the daemon's own start.

@@ -85,10 +85,17 @@ def _fields(item: object) -> str:
 
 @cli.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 3600),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for a daemon that is starting to be ready (every actor up).",
+)
 @click.pass_obj
-def status_command(obj: Ctx, as_json: bool) -> None:
+def status_command(obj: Ctx, as_json: bool, wait: float | None) -> None:
     """Show the running daemon: actors and their restarts, workers, uptime."""
-    data = ask_daemon(obj, "status")
+    data = _wait_ready(obj, wait) if wait is not None else ask_daemon(obj, "status")
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -142,6 +149,24 @@ def status_command(obj: Ctx, as_json: bool) -> None:
             if isinstance(counts, dict):
                 line += f"  {key}: " + " ".join(f"{k} {v}" for k, v in counts.items())
         click.echo(line)
+
+
+def _wait_ready(obj: Ctx, seconds: float) -> Any:
+    """The status once every actor runs; exit 1 with one line when that takes too long."""
+    deadline = time.monotonic() + seconds
+    last = "no daemon running"
+    while True:
+        try:
+            reply = obj.client.call("status", None, timeout=max(0.5, deadline - time.monotonic()))
+        except control.DaemonNotRunning as exc:
+            last = str(exc)
+        else:
+            if reply.ok and all(child["alive"] for child in reply.data["actors"]):
+                return reply.data
+            last = "the daemon is starting (not every actor is up yet)"
+        if time.monotonic() >= deadline:
+            fail(f"not ready within {seconds:g} s: {last}", EXIT_NO_DAEMON)
+        time.sleep(0.05)
 
 
 @cli.command("stop")

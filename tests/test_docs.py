@@ -1,0 +1,65 @@
+"""docs/ says what the code says: generated parts are fresh, nothing is missing."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(ROOT / "tools"))
+
+import gen_docs  # noqa: E402
+import import_graph  # noqa: E402
+
+from chalie.errors import ERROR_CODES  # noqa: E402
+
+
+def test_the_generated_tables_are_fresh() -> None:
+    for path, make in gen_docs.TARGETS.items():
+        assert gen_docs.fill(path, make()) == path.read_text(), (
+            f"{path.name} is stale: run python3 tools/gen_docs.py"
+        )
+
+
+def test_every_config_key_is_documented_with_what_it_does() -> None:
+    text = (DOCS / "configuration.rst").read_text()
+    keys = gen_docs.config_keys()
+    assert len(keys) > 50
+    for key, _accepts, _default, note in keys:
+        assert f"``{key}``" in text, key
+        assert note, f"{key} has no comment in chalie/config.py"
+
+
+def test_every_error_code_is_documented_with_its_meaning() -> None:
+    text = (DOCS / "errors.rst").read_text()
+    for e in ERROR_CODES:
+        assert f"``{e.code}``\n     - {e.meaning}\n     - {e.when}" in text, e.code
+
+
+def test_the_import_graph_picture_is_the_codes() -> None:
+    picture = import_graph.draw(*import_graph.edges())
+    assert picture == (DOCS / "import-graph.svg").read_text(), (
+        "docs/import-graph.svg is stale: run python3 tools/import_graph.py"
+    )
+    nodes, links = import_graph.edges()
+    layer = {n: import_graph.LAYERS[n.split(".")[0]] for n in nodes}
+    assert [(a, b) for a, b in links if layer[b] > layer[a]] == []
+
+
+def test_the_tree_in_the_docs_is_the_tree_in_the_code() -> None:
+    from chalie_app import root
+
+    text = (DOCS / "architecture.rst").read_text()
+    listed = text.split(".. tree: begin", 1)[1].split(".. tree: end", 1)[0]
+    documented = re.findall(r"^- ``([a-z_]+)``", listed, flags=re.M)
+    in_code = [make.__name__.lstrip("_") for make in (*root.TREE, *root.LAST)]
+    assert documented == in_code
+
+
+def test_every_doc_is_listed_in_the_index() -> None:
+    index = (DOCS / "index.rst").read_text()
+    for path in sorted(DOCS.glob("*.rst")):
+        if path.name != "index.rst":
+            assert f":doc:`{path.stem}`" in index, path.name
