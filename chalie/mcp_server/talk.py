@@ -37,6 +37,7 @@ from mcp_types import CallToolResult, TextContent
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
+from chalie.mcp_server.rich import blocks
 from chalie.mcp_server.turns import (
     ConversationsPort,
     Sent,
@@ -270,7 +271,11 @@ class TalkToChalie:
             event = follow.accept(item)
             if event is None:
                 continue
-            if event.kind == "tool_started":
+            if event.kind == "rich_payload":
+                payload = getattr(item, "payload", None)
+                if isinstance(payload, dict):
+                    follow.rich.append(payload)
+            elif event.kind == "tool_started":
                 summary = event.act_summary or ""
                 await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
             elif event.kind == "tool_finished":
@@ -373,6 +378,7 @@ class _Follow:
         self.seen: set[int] = set()
         self.tools: list[TurnEvent] = []
         self.errors: list[TurnEvent] = []
+        self.rich: list[dict[str, Any]] = []  # the turn's rich payloads, in order
         self._pending: collections.deque[object] = collections.deque()
         self._scheduled = False
 
@@ -450,7 +456,7 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
         lines.append(f"(Chalie could not run {item['tool']}: {item['why']}.)")
     lines.append(f"[conversation_id: {cid}]")
     return CallToolResult(
-        content=[TextContent(type="text", text="\n\n".join(lines))],
+        content=[TextContent(type="text", text="\n\n".join(lines)), *blocks(follow.rich)],
         structured_content={
             "conversation_id": cid,
             "turn_id": follow.turn_id,

@@ -59,6 +59,30 @@ class PermissionRequest(_Ev, tag="permission_request"):
     expires_at: float
 
 
+class RichPayload(_Ev, tag="rich_payload"):
+    turn_id: str
+    call_id: str
+    tool: str
+    payload: dict[str, Any]
+
+
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+RICH = {
+    "items": [
+        {"type": "image", "mime_type": "image/png", "data": PNG},
+        {"type": "image", "mime_type": "image/png", "data": "not base64 at all!"},
+        {"type": "audio", "mime_type": "audio/wav", "data": "UklGRiQAAABXQVZF"},
+        {"type": "resource", "uri": "demo://doc/1", "mime_type": "text/plain", "text": "hello"},
+        {"type": "resource_link", "uri": "demo://doc/2", "name": "doc two"},
+        {"type": "mystery", "uri": "demo://x"},
+        "not an item",
+    ]
+}
+
+
 class TurnFinished(_Ev, tag="turn_finished"):
     turn_id: str
     reason: str
@@ -193,6 +217,10 @@ class FakeConversations:
                 tool=tool,
                 status=status,
                 code=code,
+            )
+        if "picture" in text:
+            self._emit(
+                cid, RichPayload, turn_id=turn_id, call_id=f"{turn_id}-p", tool="draw", payload=RICH
             )
         answer = "2+2 is 4."
         if "deny" in text:
