@@ -240,6 +240,7 @@ class McpConnectionActor(SupervisedActor):
             on_lost=lambda reason: self._tell(_Lost(gen, reason)),
             errlog=self._errlog,
             read_timeout=self._deps.timeout(self._spec),
+            asks=self._deps.asks,
         )
         self._link = link
         self._set_status("connecting", "connecting")

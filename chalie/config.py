@@ -333,6 +333,14 @@ class McpConfig(Section, frozen=True):
     # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
     # so spawning stdio servers never competes with the daemon's own start.
     start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
+    # A server's sampling/createMessage runs on this [models.NAME] (absent: sampling is refused).
+    sampling_model: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "default"
+    # Model tokens (prompt and answer) each server's sampling may spend a UTC day.
+    sampling_tokens_per_day: Annotated[int, msgspec.Meta(ge=0, le=100_000_000)] = 20_000
+    # The most a single sampling answer may be, whatever the server asks.
+    sampling_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
+    # Seconds the owner has to answer a server's elicitation.
+    elicitation_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
 
 
 class Config(Section, frozen=True):

@@ -8,7 +8,9 @@ Lifecycle of one call (all on the event-loop thread):
    as its ``origin``; the call follows the conversation's events (live, plus a
    backfill for a conversation created by this very send).
 3. Each ``tool_started`` of the turn becomes an MCP progress notification
-   carrying its ``act_summary``; ``tool_finished`` outcomes are collected.
+   carrying its ``act_summary``, and so does each ``tool_progress`` (a remote
+   tool's own progress); ``tool_finished`` outcomes are collected, and
+   ``rich_payload`` items become the answer's images, audio and resources.
    With ``loop_in_human`` and ``asks`` on (``[mcp_server] loop_in_human_asks``)
    while a chat client is connected, the turn runs with ``human_present`` (that
    turn only; :func:`chalie.policy.decide` then asks instead of denying) and
@@ -278,6 +280,13 @@ class TalkToChalie:
             elif event.kind == "tool_started":
                 summary = event.act_summary or ""
                 await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
+            elif event.kind == "tool_progress":
+                detail = getattr(item, "message", None) or ""
+                done, total = getattr(item, "progress", None), getattr(item, "total", None)
+                shown = f"{done:g}/{total:g}" if isinstance(total, float | int) else f"{done}"
+                await progress(
+                    f"{event.tool}: {detail} ({shown})" if detail else f"{event.tool}: {shown}"
+                )
             elif event.kind == "tool_finished":
                 follow.tools.append(event)
             elif event.kind == "permission_request":

@@ -26,6 +26,7 @@ EVENT_KINDS: Final = frozenset(
         "permission_settled",
         "background_result",
         "rich_payload",
+        "tool_progress",
         "turn_finished",
         "error",
     }
