@@ -136,12 +136,6 @@ class Budget:
                 (server, self.today(), max(0, tokens)),
             )
 
-    async def aclose(self) -> None:
-        """Close the model's connections (on the loop)."""
-        client, self._client = self._client, None
-        if client is not None and hasattr(client, "aclose"):
-            await client.aclose()
-
     def close(self) -> None:
         with self._lock:
             self._conn.close()
