@@ -93,6 +93,17 @@ async def count(n: int, ctx: Context, pause: float = 0.0) -> str:
 
 
 @srv.tool()
+async def stamp(n: int, ctx: Context, pause: float = 0.01) -> str:
+    """Report progress n times, each message the wall-clock time it was sent."""
+    import time
+
+    for i in range(n):
+        await ctx.report_progress(i + 1, n, repr(time.time()))
+        await asyncio.sleep(pause)
+    return f"stamped {n}"
+
+
+@srv.tool()
 async def chatter(n: int, ctx: Context) -> str:
     """Send n log messages."""
     for i in range(n):
