@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import msgspec
 import pykka
@@ -27,6 +27,7 @@ from chalie.call_desk import CallDesk, UnknownCall
 from chalie.control import (
     DiscoveryExamplesArgs,
     IndexRebuildArgs,
+    McpAnswerArgs,
     NoArgs,
     PolicyAnswerArgs,
     PolicyResetArgs,
@@ -41,6 +42,9 @@ from chalie.policy import PolicyError, check_channel, check_decision, check_perm
 from chalie.routing import Route
 from chalie.services import DiscoveryService, Services
 from chalie.trail import Trail
+
+if TYPE_CHECKING:
+    from actors.mcp_asks import ServerAsks
 
 log = logging.getLogger("chalie.control")
 
@@ -59,6 +63,11 @@ class ControlHost(Protocol):
 
     @property
     def services(self) -> Services: ...
+
+    @property
+    def mcp_asks(self) -> ServerAsks | None:
+        """Pending elicitations of MCP servers (None: MCP outbound is not running)."""
+        ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -91,6 +100,7 @@ class ControlCommands:
             Route("index.rebuild", IndexRebuildArgs, self.index_rebuild),
             Route("discovery.examples", DiscoveryExamplesArgs, self.discovery_examples),
             Route("mcp.reload", NoArgs, self.mcp_reload),
+            Route("mcp.answer", McpAnswerArgs, self.mcp_answer),
         ]
         return [answer_errors(row) for row in rows]
 
@@ -108,6 +118,21 @@ class ControlCommands:
 
         mcp = self._host.child("mcp", McpConnections).within(60)
         return control.success(mcp.call(McpConnections.reload))
+
+    def mcp_answer(self, args: McpAnswerArgs) -> ControlReply:
+        """The owner answers a server's elicitation (checked against the server's form)."""
+        from actors.mcp_asks import BadAnswer, ServerAsks
+
+        asks = self._host.mcp_asks
+        if not isinstance(asks, ServerAsks):
+            return control.failure(control.UNAVAILABLE, "MCP connections are not running")
+        try:
+            found = asks.answer(args.request_id, args.content)
+        except BadAnswer as exc:
+            return control.failure(control.INVALID_ARGS, str(exc))
+        if found == "unknown":
+            return control.failure(control.NOT_FOUND, f"no pending elicitation {args.request_id!r}")
+        return control.success({"request_id": args.request_id, "answered": True})
 
     # -- the daemon ---------------------------------------------------------------------
     def status(self, _args: NoArgs) -> ControlReply:
@@ -137,12 +162,16 @@ class ControlCommands:
             log.error("tools.call %s failed in the runtime: %s", args.call_id, exc)
             return control.failure(control.UNAVAILABLE, f"the call failed in the runtime: {exc}")
         shown = [msgspec.to_builtins(r) for r in news.permission_requests]
+        progress = msgspec.to_builtins(news.progress) if news.progress is not None else None
         if news.outcome is None:
-            return control.success({"state": "pending", "permission_requests": shown})
+            return control.success(
+                {"state": "pending", "permission_requests": shown, "progress": progress}
+            )
         return control.success(
             {
                 "state": "done",
                 "permission_requests": shown,
+                "progress": progress,
                 "outcome": msgspec.to_builtins(news.outcome),
             }
         )

@@ -10,7 +10,9 @@ Lifecycle of the actor:
    version), an immediate re-sync, and the heartbeat: every interval (with
    ±10 % jitter) a probe under a timeout. A failed probe, a lost session or a
    failed connect sets ``offline`` with the reason and schedules a reconnect
-   after a capped exponential backoff with jitter; every reconnect re-syncs.
+   after a capped exponential backoff with jitter; every reconnect re-syncs,
+   and so does every heartbeat cycle (the listing is digested: an unchanged
+   one is not re-planned, so a quiet server costs one round trip a cycle).
 3. ``tools/list_changed`` triggers a re-sync at once (coalesced while one
    runs). A re-sync lists every page, diffs against the store
    (:func:`chalie.mcp.tools.plan`), writes the rows, replaces the changed
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -112,6 +115,16 @@ class _FirstConnect:
 # -- the actor ---------------------------------------------------------------------------
 
 
+def listing_digest(listed: list[Any]) -> str:
+    """A digest of a tools/list answer: equal digests, nothing to re-plan."""
+    h = hashlib.blake2b(digest_size=16)
+    for tool in listed:
+        dump = getattr(tool, "model_dump_json", None)
+        h.update((dump(by_alias=True) if callable(dump) else repr(tool)).encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
 class McpConnectionActor(SupervisedActor):
     """Owns one server's session, heartbeat, re-sync and calls (see the module doc)."""
 
@@ -132,6 +145,7 @@ class McpConnectionActor(SupervisedActor):
         self._attempt = 0
         self._syncing = False
         self._dirty = False
+        self._digest = ""  # of the last listing applied: an unchanged one is not re-planned
         self._errlog: TextIO | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
@@ -226,6 +240,7 @@ class McpConnectionActor(SupervisedActor):
             on_lost=lambda reason: self._tell(_Lost(gen, reason)),
             errlog=self._errlog,
             read_timeout=self._deps.timeout(self._spec),
+            asks=self._deps.asks,
         )
         self._link = link
         self._set_status("connecting", "connecting")
@@ -302,6 +317,7 @@ class McpConnectionActor(SupervisedActor):
                 self._store.set_status(
                     self.name, "online", heartbeat=time.time(), latency_ms=latency * 1000
                 )
+        self._resync()  # every cycle: a server that changed its tools unannounced is seen
         self._schedule_beat()
 
     def _on_lost(self, msg: _Lost) -> None:
@@ -336,7 +352,11 @@ class McpConnectionActor(SupervisedActor):
                     error=f"tools/list failed: {reason}",
                 )
         else:
-            self._apply(msg.future.result())
+            listed = msg.future.result()
+            digest = listing_digest(listed)
+            if digest != self._digest:
+                self._apply(listed)
+                self._digest = digest
         if self._dirty:
             self._dirty = False
             self._resync()
@@ -367,6 +387,7 @@ class McpConnectionActor(SupervisedActor):
             log.info("mcp server %s re-synced", self.name, extra=self.last_sync)
 
     def _on_refresh(self) -> None:
+        self._digest = ""  # rows changed under us (an approval): the next listing re-plans
         old = self._rows
         self._load_rows()
         self._publish()

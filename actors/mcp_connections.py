@@ -20,6 +20,7 @@ from actors.loop import EventLoopThread
 from actors.mcp_connection import STOP_GRACE, McpConnectionActor, child_id
 from actors.mcp_deps import McpDeps, announce
 from actors.supervisor import Supervisor
+from chalie.events import EventBus
 from chalie.mail import RefreshServer
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
@@ -56,6 +57,10 @@ class McpConnections(Supervisor):
         super().on_stop()
         if self._store is not None:
             self._store.close()
+        aclose = getattr(self._deps.asks, "aclose", None)
+        if aclose is not None:  # the sampling model's connections, on the loop
+            with contextlib.suppress(Exception):
+                self._deps.loop.submit(aclose()).result(5)
 
     # -- dynamic children ---------------------------------------------------------------
     def _add(self, spec: ServerSpec, delay: float = 0.0) -> None:
@@ -125,11 +130,16 @@ class McpHandle:
     """What the MCP executor needs: the published routes, the loop, the connection actors."""
 
     def __init__(
-        self, directory: Directory, routes: dict[str, Route], loop: EventLoopThread
+        self,
+        directory: Directory,
+        routes: dict[str, Route],
+        loop: EventLoopThread,
+        bus: EventBus | None = None,
     ) -> None:
         self.directory = directory
         self.routes = routes
         self.loop = loop
+        self.bus = bus  # where a call's progress is published
 
     def connection(self, server: str) -> ChildRef[McpConnectionActor]:
         return self.directory.ref(child_id(server), McpConnectionActor)

@@ -21,6 +21,7 @@ from actors.policy import PolicyActor
 from chalie import messages
 from chalie.config import McpConfig
 from chalie.discovery.engine import registry_docs
+from chalie.mcp.peer import Asks
 from chalie.mcp.proxy import Installed, install_cached
 from chalie.mcp.route import Route
 from chalie.mcp.spec import ServerSpec
@@ -87,6 +88,8 @@ class McpDeps:
     errlog_dir: Path | None = None
     # server → the Route its actor last published (read by the MCP executor, lock-free)
     routes: dict[str, Route] = field(default_factory=dict)
+    # where servers' sampling and elicitation requests go (None: refused and declined)
+    asks: Asks | None = None
 
     def timeout(self, spec: ServerSpec) -> float:
         return spec.timeout(self.config.call_timeout)

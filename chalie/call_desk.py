@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from chalie.conversation.events import ToolProgress
 from chalie.events import EventBus, Subscription
 from chalie.messages import (
     Channel,
@@ -66,6 +67,8 @@ class CallNews:
 
     permission_requests: list[PermissionRequest]
     outcome: ToolOutcome | None = None
+    # The call's latest progress since the last poll (a remote tool's), if any.
+    progress: ToolProgress | None = None
 
     @property
     def done(self) -> bool:
@@ -79,6 +82,7 @@ class _Call:
     future: concurrent.futures.Future[ToolOutcome]
     news: threading.Event = field(default_factory=threading.Event)
     requests: list[PermissionRequest] = field(default_factory=list)
+    progress: ToolProgress | None = None
     subscription: Subscription | None = None
     touched: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -89,6 +93,15 @@ class _Call:
             with self.lock:
                 self.requests.append(event)
             self.news.set()
+        elif isinstance(event, ToolProgress) and event.call_id == self.call_id:
+            with self.lock:
+                self.progress = event  # the newest supersedes the rest
+            self.news.set()
+
+    def take_progress(self) -> ToolProgress | None:
+        with self.lock:
+            taken, self.progress = self.progress, None
+        return taken
 
     def take_requests(self) -> list[PermissionRequest]:
         with self.lock:
@@ -178,11 +191,12 @@ class CallDesk:
         entry.news.wait(wait)
         entry.news.clear()
         requests = entry.take_requests()
+        progress = entry.take_progress()
         if not entry.future.done():
             # Anything that lands after the clear sets news again: the next poll sees it.
-            return CallNews(requests)
+            return CallNews(requests, progress=progress)
         self._finish(entry)
-        return CallNews(requests, entry.future.result())
+        return CallNews(requests, entry.future.result(), progress)
 
     def in_progress(self) -> int:
         with self._lock:

@@ -31,6 +31,7 @@ import msgspec.inspect as mi
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
 from chalie.messages import Channel
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
+from chalie.ssrf import AllowEntry
 
 __all__ = [
     "ChatConfig",
@@ -43,6 +44,7 @@ __all__ = [
     "McpServerConfig",
     "OutboxConfig",
     "Section",
+    "WebConfig",
 ]
 
 
@@ -292,6 +294,75 @@ class OutboxConfig(Section, frozen=True):
     max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
 
 
+# -- [web]: fetching, reading, searching and browsing for the web delegates ------------
+
+SearchProvider = Literal["searxng", "brave", "tavily"]
+
+
+class WebSearchConfig(Section, frozen=True):
+    """``[web.search]``: the provider ``search`` asks (none: search says how to set one)."""
+
+    # The search provider: searxng, brave or tavily (none: no search).
+    provider: SearchProvider | None = None
+    # SearXNG: the instance's base URL (its JSON format must be enabled). Brave and
+    # Tavily have their public endpoints as defaults; set url to use another.
+    url: HttpUrl | None = None
+    # The NAME of the environment variable holding the key (Brave, Tavily), else the
+    # secret ``web-search`` in the secrets store; the key never reaches the model.
+    api_key_env: EnvName | None = None
+    # Results one search returns at most.
+    max_results: Annotated[int, msgspec.Meta(ge=1, le=50)] = 8
+    # Seconds one search may take.
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 15.0
+
+    def __post_init__(self) -> None:
+        if self.provider == "searxng" and self.url is None:
+            raise ValueError("web.search.provider searxng needs web.search.url")
+
+
+class BrowserConfig(Section, frozen=True):
+    """``[web.browser]``: the headless Chromium the ``browser`` tool drives."""
+
+    # The Chromium binary the browser tool starts.
+    executable: Path = Path("/usr/bin/chromium")
+    # Pages (one per delegate turn) open at once; a turn past it gets browser-unavailable.
+    max_sessions: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
+    # Seconds a turn's page stays open after its last action.
+    session_idle: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 120.0
+    # Seconds the browser process stays up with no page open (then it is closed).
+    idle_close: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 60.0
+    # Seconds one browser action may take.
+    action_timeout: Annotated[float, msgspec.Meta(gt=0, le=300)] = 15.0
+
+
+class WebConfig(Section, frozen=True):
+    """``[web]``: the SSRF guard's allow-list, fetch limits, readable folders, search, browser."""
+
+    # Destinations the SSRF guard admits although they are not public: an address, a
+    # network or a host name, each maybe with :port ("127.0.0.1:8080", "192.168.1.0/24").
+    allow: tuple[Annotated[str, msgspec.Meta(min_length=1, max_length=300)], ...] = ()
+    # Seconds a fetch may take, from connect to the last byte (fetch-timeout).
+    fetch_timeout: Annotated[float, msgspec.Meta(gt=0, le=300)] = 20.0
+    # The largest response body a fetch reads, in bytes (fetch-too-large).
+    max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1_073_741_824)] = 10 * 1024 * 1024
+    # Redirects one fetch follows (too-many-redirects).
+    max_redirects: Annotated[int, msgspec.Meta(ge=0, le=30)] = 5
+    # Characters of extracted text one result hands the model (the rest is cut, and said so).
+    max_text_chars: Annotated[int, msgspec.Meta(ge=500, le=2_000_000)] = 40_000
+    # Folders ``read`` may open files in (none: only fetched files and attachments).
+    read_folders: tuple[Path, ...] = ()
+    # The User-Agent header of fetches.
+    user_agent: Annotated[str, msgspec.Meta(min_length=1, max_length=300)] = (
+        "Mozilla/5.0 (compatible; Chalie/0.1; +https://chalie.invalid/bot)"
+    )
+    search: WebSearchConfig = WebSearchConfig()
+    browser: BrowserConfig = BrowserConfig()
+
+    def __post_init__(self) -> None:
+        for entry in self.allow:
+            AllowEntry.parse(entry)  # ValueError: the one line names the entry
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -315,6 +386,14 @@ class McpConfig(Section, frozen=True):
     # At daemon start, servers connect after start_delay..2*start_delay seconds (each its own),
     # so spawning stdio servers never competes with the daemon's own start.
     start_delay: Annotated[float, msgspec.Meta(ge=0, le=600)] = 1.0
+    # A server's sampling/createMessage runs on this [models.NAME] (absent: sampling is refused).
+    sampling_model: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "default"
+    # Model tokens (prompt and answer) each server's sampling may spend a UTC day.
+    sampling_tokens_per_day: Annotated[int, msgspec.Meta(ge=0, le=100_000_000)] = 20_000
+    # The most a single sampling answer may be, whatever the server asks.
+    sampling_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
+    # Seconds the owner has to answer a server's elicitation.
+    elicitation_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
 
 
 class Config(Section, frozen=True):
@@ -338,6 +417,7 @@ class Config(Section, frozen=True):
     discovery: DiscoveryConfig = DiscoveryConfig()
     mcp: McpConfig = McpConfig()
     outbox: OutboxConfig = OutboxConfig()
+    web: WebConfig = WebConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

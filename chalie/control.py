@@ -14,7 +14,8 @@ their arguments are the Structs below): ``status``, ``stop``,
 daemon; the CLI polls it for its outcome and for permission requests it must
 answer, and cancels it on Ctrl-C), ``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
-``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db).
+``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db),
+``mcp.answer`` (the owner's answer to a server's elicitation).
 """
 
 from __future__ import annotations
@@ -105,6 +106,13 @@ class PolicyResetArgs(Args):
 class PolicyAnswerArgs(Args):
     request_id: Id
     answer: Answer
+
+
+class McpAnswerArgs(Args):
+    """The owner's answer to a server's elicitation: the form's fields, or none to decline."""
+
+    request_id: Id
+    content: dict[str, str | int | float | bool | list[str] | None] | None = None
 
 
 class DiscoveryExamplesArgs(Args):

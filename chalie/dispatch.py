@@ -42,6 +42,7 @@ from jsonschema.exceptions import best_match
 from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
+from chalie.mcp.names import server_of
 from chalie.messages import (
     CHANNELS,
     INITIATORS,
@@ -208,6 +209,14 @@ def resolve(
             entry = None
     if not isinstance(entry, Entry):
         shown = str(tool)[:80]
+        server = server_of(tool) if isinstance(tool, str) else None
+        if server is not None and registry.get(tool) is None:
+            return ToolResult.error(
+                "mcp-unknown-tool",
+                f"no enabled MCP server offers {shown!r} (server {server!r} has no such tool).",
+                hint="call find_tools again to find a tool that does this now.",
+                meta={"mcp_server": server},
+            )
         return ToolResult.error(
             "unknown-tool",
             f"no tool named {shown!r} is available.",

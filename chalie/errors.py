@@ -230,6 +230,73 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "Its name, description or input schema differs from the pinned one; the operator "
         "must run chalie mcp approve.",
     ),
+    ErrorCode(
+        "blocked-address",
+        "The SSRF guard refused the destination: it is not a public address.",
+        "A URL, a redirect or a browser request whose host is or resolves to loopback, private, "
+        "link-local, unique-local, metadata or another non-public address not listed in [web] "
+        "allow; or a scheme other than http(s).",
+    ),
+    ErrorCode(
+        "fetch-failed",
+        "The page could not be fetched.",
+        "A name that does not resolve, a refused connection, a TLS failure, or an HTTP error "
+        "status.",
+    ),
+    ErrorCode(
+        "fetch-timeout",
+        "The page did not arrive in time.",
+        "The response was not complete within web.fetch_timeout seconds.",
+    ),
+    ErrorCode(
+        "fetch-too-large",
+        "The response is larger than the limit.",
+        "The body passed web.max_bytes (counted as it arrives, whatever Content-Length said).",
+    ),
+    ErrorCode(
+        "too-many-redirects",
+        "The redirect chain is longer than the limit.",
+        "More than web.max_redirects redirects, or a redirect loop.",
+    ),
+    ErrorCode(
+        "unsupported-content",
+        "The content is of a type the tool does not read.",
+        "A content type other than HTML, PDF, plain text, Markdown or JSON, or a document that "
+        "does not parse.",
+    ),
+    ErrorCode(
+        "no-search-provider",
+        "No web search provider is configured.",
+        "search was called with no [web.search] provider; the hint says how to configure SearXNG, "
+        "Brave or Tavily.",
+    ),
+    ErrorCode(
+        "search-failed",
+        "The search provider did not give results.",
+        "The provider refused the key, rate-limited, failed, or answered something that is not its"
+        " JSON.",
+    ),
+    ErrorCode(
+        "path-not-allowed",
+        "The file is not in a folder the tool may read.",
+        "read with a path outside web.read_folders (after resolving symbolic links), or one that "
+        "does not exist.",
+    ),
+    ErrorCode(
+        "browser-unavailable",
+        "The headless browser could not be used.",
+        "Chromium or Playwright is missing, failed to start, or the browser pool is full.",
+    ),
+    ErrorCode(
+        "browser-error",
+        "A browser action failed.",
+        "No page open, an element not found, or a page that did not load.",
+    ),
+    ErrorCode(
+        "delegate-failed",
+        "The delegate did not end with an answer.",
+        "Its sub-turn ended on a guard, a model error or a cancel; the message says which.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -19,14 +19,21 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from chalie.conversation.events import ConversationEvent
+from chalie.conversation.events import ConversationEvent, ToolProgress
 from chalie.mcp_server.exchange import AgentExchange
 from chalie.messages import BackgroundResult, PermissionRequest, RequestSettled
 
 log = logging.getLogger("chalie.events")
 
 # A conversation's numbered events (chalie.conversation.events) travel on the same bus.
-Event = PermissionRequest | RequestSettled | BackgroundResult | ConversationEvent | AgentExchange
+Event = (
+    PermissionRequest
+    | RequestSettled
+    | BackgroundResult
+    | ConversationEvent
+    | ToolProgress
+    | AgentExchange
+)
 # The key every human-facing client (a chat session) subscribes to: what a person
 # at a screen should see whatever conversation they have open.
 HUMANS: Final = "*humans*"

@@ -23,9 +23,18 @@ class McpWiring:
     """
 
     def __init__(self, rt: Any) -> None:
+        from actors.mcp_asks import ServerAsks
         from chalie.mcp.admin import McpAdmin
 
         self.directory = Directory()
+        asks = ServerAsks(
+            rt.config.mcp,
+            rt.db_path,
+            rt.child("policy", PolicyActor),
+            rt.events,
+            dict(rt.config.models),
+            approval_expiry=rt.config.approval_expiry,
+        )
         deps = McpDeps(
             db_path=rt.db_path,
             home=rt.config.home,
@@ -35,9 +44,10 @@ class McpWiring:
             discovery=rt.services.discovery,
             policy=rt.child("policy", PolicyActor),
             errlog_dir=rt.config.home / "logs",
+            asks=asks,
         )
         self.deps = deps
-        self.handle = McpHandle(self.directory, deps.routes, rt.loop)
+        self.handle = McpHandle(self.directory, deps.routes, rt.loop, rt.events)
         preload(deps)
 
         def reload() -> None:
@@ -46,6 +56,7 @@ class McpWiring:
 
         rt.services.mcp = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
         rt.services.loop = rt.loop
+        rt.mcp_asks = asks  # the control command `mcp.answer` settles elicitations there
         directory = self.directory
         self.spec = ChildSpec(
             "mcp", lambda: McpConnections.start(deps, directory=directory), shutdown=60.0

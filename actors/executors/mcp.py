@@ -7,7 +7,10 @@ disabled server, its server offline or refusing our credentials) is answered
 at once with its own code; otherwise the call is submitted to the session on
 the event loop with the job's timeout (a task created on the loop by one ``call_soon``, no
 cross-thread future in between), and the mapped result reaches ``done`` from
-the loop thread, exactly once. A call that finds the connection broken asks
+the loop thread, exactly once. The call carries its :class:`CallScope`: the server's
+progress becomes live ``tool_progress`` events on the call's conversation (the chat
+client's tooltip, an inbound agent's own progress), and its sampling and elicitation
+requests know whose turn they are in. A call that finds the connection broken asks
 the actor to probe it now. ``cancel`` cancels the call's task, which the SDK
 turns into an MCP ``notifications/cancelled``.
 """
@@ -18,17 +21,55 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import Any
+import time
+from typing import Any, Final
 
 from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
+from chalie.conversation.events import ToolProgress
+from chalie.events import EventBus
 from chalie.execution import FAULTS, Done, Job
 from chalie.mail import ProbeConnection
 from chalie.mcp import results
+from chalie.mcp.peer import CallScope, Progress
 from chalie.mcp.proxy import McpProxy, is_proxy
 from chalie.mcp.route import outcome, refusal
 
 log = logging.getLogger("chalie.dispatch")
+
+
+PROGRESS_PER_SECOND: Final = 20  # a call's progress events past this are dropped (a flood)
+
+
+def progress_sink(bus: EventBus | None, job: Job) -> Progress | None:
+    """Where a call's remote progress goes: a live ToolProgress on its conversation."""
+    if bus is None:
+        return None
+    ctx = job.context
+    window = [0.0, 0]  # the current second's start, events sent in it
+
+    def sink(done: float, total: float | None, message: str | None) -> None:  # on the loop
+        now = time.monotonic()
+        if now - window[0] >= 1.0:
+            window[0], window[1] = now, 0
+        if window[1] >= PROGRESS_PER_SECOND and (total is None or done < total):
+            return
+        window[1] += 1
+        bus.publish(
+            ctx.conversation_id,
+            ToolProgress(
+                conversation_id=ctx.conversation_id,
+                turn_id=ctx.turn_id,
+                call_id=job.call_id,
+                tool=job.tool,
+                progress=float(done),
+                total=float(total) if total is not None else None,
+                message=message,
+                ts=time.time(),
+            ),
+        )
+
+    return sink
 
 
 class McpExecutor:
@@ -69,6 +110,12 @@ class McpExecutor:
         assert route is not None and route.link is not None
         link, gen = route.link, route.gen
         job_id, params, timeout = job.job_id, dict(job.params), job.timeout
+        scope = CallScope(
+            proxy=job.tool,
+            call_id=job.call_id,
+            context=job.context,
+            on_progress=progress_sink(handle.bus, job),
+        )
 
         def finished(task: asyncio.Task[Any]) -> None:  # on the loop
             with self._lock:
@@ -87,7 +134,9 @@ class McpExecutor:
             with self._lock:
                 if job_id not in self._calls:
                     return  # cancelled before it began: the dispatcher already ended it
-                task = asyncio.get_running_loop().create_task(link.call(tool, params, timeout))
+                task = asyncio.get_running_loop().create_task(
+                    link.call(tool, params, timeout, scope)
+                )
                 self._calls[job_id] = task
             task.add_done_callback(finished)
 

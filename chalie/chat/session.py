@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from chalie.chat import protocol as p
+from chalie.conversation.events import ToolProgress
 from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.events import HUMANS
@@ -229,6 +230,9 @@ class ChatSession:
     def _on_live(self, stream: _Stream, event: Any) -> None:
         if self._streams.get(stream.conversation_id) is not stream or self.closed:
             return  # closed or reopened since
+        if isinstance(event, ToolProgress):
+            self.push(event)  # live only, unnumbered: never buffered, never a gap
+            return
         if stream.catching_up:
             stream.buffered.append(event)
             return

@@ -105,6 +105,26 @@ class ErrorEvent(ConversationEvent, tag="error", frozen=True, kw_only=True):
     message: str
 
 
+class ToolProgress(
+    msgspec.Struct, tag_field="type", tag="tool_progress", frozen=True, kw_only=True
+):
+    """A running call's progress (a remote tool's ``notifications/progress``).
+
+    Live only: not stored, not numbered (``seq`` 0), so a client that resumes does
+    not replay it; a newer one supersedes an older one for the same ``call_id``.
+    """
+
+    conversation_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+    seq: int = 0
+    ts: float = 0.0
+
+
 Event = (
     TurnStarted
     | TextDelta
@@ -116,11 +136,6 @@ Event = (
     | RichPayload
     | TurnFinished
     | ErrorEvent
-)
-
-# The ``type`` tag of every event, read from the union.
-EVENT_KINDS: Final[frozenset[str]] = frozenset(
-    str(cls.__struct_config__.tag) for cls in get_args(Event)
 )
 
 _encoder: Final = msgspec.json.Encoder()

@@ -26,11 +26,20 @@ from typing import Any, Final
 
 import msgspec
 
-from chalie.conversation.events import ConversationEvent, ToolFinished, TurnFinished, TurnStarted
+from chalie.conversation.events import (
+    ConversationEvent,
+    ToolFinished,
+    ToolProgress,
+    TurnFinished,
+    TurnStarted,
+)
 from chalie.conversation.port import ConversationsPort
 from chalie.conversation.requests import Accepted, SendMessage
 
 BACKFILL_LIMIT: Final = 1_000
+
+# What a follower hands over: a numbered event of the turn, or a live-only progress note.
+Followed = ConversationEvent | ToolProgress
 
 
 class TurnFollower:
@@ -80,8 +89,10 @@ class TurnFollower:
         while pending:
             self.queue.put_nowait(pending.popleft())
 
-    def accept(self, item: object) -> ConversationEvent | None:
+    def accept(self, item: object) -> Followed | None:
         """The event if it is this turn's and new, else None."""
+        if isinstance(item, ToolProgress):  # live only, never numbered nor replayed
+            return item if self.turn_id is not None and item.turn_id == self.turn_id else None
         if not isinstance(item, ConversationEvent):
             return None
         if item.seq:
@@ -94,11 +105,11 @@ class TurnFollower:
             return None
         return item if getattr(item, "turn_id", None) == self.turn_id else None
 
-    async def next(self) -> ConversationEvent | object:
+    async def next(self) -> Followed | object:
         """The next event of the turn, or a sentinel another task pushed."""
         while True:
             item = await self.queue.get()
-            if not isinstance(item, ConversationEvent):
+            if not isinstance(item, ConversationEvent | ToolProgress):
                 return item
             event = self.accept(item)
             if event is not None:
@@ -119,7 +130,7 @@ async def follow_turn(
     msg: SendMessage,
     *,
     timeout: float,
-    on_event: Callable[[ConversationEvent], Any] | None = None,
+    on_event: Callable[[Followed], Any] | None = None,
 ) -> TurnOutcome:
     """Send ``msg`` and wait for the end of the turn it starts.
 
@@ -147,7 +158,7 @@ async def follow_turn(
         async with asyncio.timeout(timeout):
             while True:
                 event = await follow.next()
-                if not isinstance(event, ConversationEvent):
+                if not isinstance(event, ConversationEvent | ToolProgress):
                     continue
                 if on_event is not None:
                     on_event(event)

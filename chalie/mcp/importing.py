@@ -109,6 +109,7 @@ def spec_from_entry(name: str, entry: Any, *, enabled: bool = True) -> ServerSpe
     if not isinstance(disabled, bool):
         raise SpecError("disabled must be true or false")
     common: dict[str, Any] = {"name": slug, "enabled": enabled and not disabled}
+    common.update(_options(entry))
     if transport == "stdio":
         command = entry.get("command")
         if not isinstance(command, str) or not command.strip():
@@ -132,6 +133,31 @@ def spec_from_entry(name: str, entry: Any, *, enabled: bool = True) -> ServerSpe
             transport=transport, url=url, headers=entry.get("headers") or {}, **common
         )
     return check_spec(spec)
+
+
+# Per-server options an entry may carry (seconds; both spellings), beyond the transport's.
+_OPTIONS: Final = {
+    "timeout": "call_timeout",
+    "callTimeout": "call_timeout",
+    "call_timeout": "call_timeout",
+    "connectTimeout": "connect_timeout",
+    "connect_timeout": "connect_timeout",
+    "heartbeat": "heartbeat",
+    "roots": "roots",
+    "samplingTokens": "sampling_tokens",
+    "sampling_tokens": "sampling_tokens",
+}
+
+
+def _options(entry: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, name in _OPTIONS.items():
+        if key in entry:
+            if name in out:
+                raise SpecError(f"{key} repeats another spelling of {name}")
+            value = entry[key]
+            out[name] = tuple(value) if name == "roots" and isinstance(value, list) else value
+    return out
 
 
 def parse_servers(text: str | bytes) -> Parsed:
@@ -172,6 +198,7 @@ def spec_from_options(
     headers: Sequence[str] = (),
     env: Sequence[str] = (),
     cwd: str = "",
+    options: dict[str, Any] | None = None,
 ) -> ServerSpec:
     """``chalie mcp add NAME --command ... | --url ...`` as a checked spec."""
     if (command is None) == (url is None):
@@ -206,4 +233,7 @@ def spec_from_options(
             "type": transport or "http",
             "headers": pairs("--header", headers, ":"),
         }
+    for key, value in (options or {}).items():
+        if value is not None and value != ():
+            entry[key] = list(value) if isinstance(value, tuple) else value
     return spec_from_entry(name, entry)

@@ -38,6 +38,7 @@ import os
 import ssl
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -49,10 +50,22 @@ from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
+from mcp_types import (
+    INVALID_REQUEST,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    ListRootsResult,
+    LoggingMessageNotificationParams,
+    Root,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
 from chalie.logs import Throttle
+from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
 from chalie.tls import tls_context
 
@@ -83,6 +96,20 @@ for _name in PEER_DRIVEN_LOGGERS:  # a logger's filters do not apply to its chil
 MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
 CLOSE_GRACE: Final = 6.0
+MAX_LOG_LINE: Final = 1000
+LOG_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+# A server's notifications/message lines: one logger, throttled like the SDK's junk lines.
+server_log = logging.getLogger("chalie.mcp.server_log")
+server_log.addFilter(Throttle())
 FailureKind = Literal["auth", "unreachable", "config"]
 
 
@@ -144,8 +171,13 @@ class Link:
         on_lost: Callable[[str], None] = lambda reason: None,
         errlog: TextIO | None = None,
         read_timeout: float = 60.0,
+        asks: Asks | None = None,
     ) -> None:
         self._spec = spec  # resolved: never log it
+        self._asks = asks
+        self.roots: tuple[str, ...] = spec.roots
+        self._inflight: dict[int, CallScope] = {}
+        self._next_call = 0
         self._on_change = on_change
         self._on_lost = on_lost
         self._errlog = errlog
@@ -182,6 +214,57 @@ class Link:
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             self._on_change()
+
+    # -- what the server asks of us (on the loop) ----------------------------------------
+    def scope(self) -> CallScope | None:
+        """The call a server's request belongs to: the current task's, else the only one."""
+        found = CURRENT.get()
+        if found is not None:
+            return found
+        if len(self._inflight) == 1:
+            return next(iter(self._inflight.values()))
+        return None
+
+    async def _list_roots(self, context: Any) -> ListRootsResult:
+        return ListRootsResult(roots=[Root(uri=uri) for uri in self.roots])  # type: ignore[arg-type]
+
+    async def _sample(
+        self, context: Any, params: CreateMessageRequestParams
+    ) -> CreateMessageResult | ErrorData:
+        if self._asks is None:
+            return ErrorData(code=INVALID_REQUEST, message="sampling is not available")
+        return await self._asks.sample(
+            self._spec.name, self.scope(), params, self._spec.sampling_tokens
+        )
+
+    async def _elicit(self, context: Any, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        if self._asks is None:
+            return ElicitResult(action="decline")
+        return await self._asks.elicit(self._spec.name, self.scope(), params)
+
+    async def _log(self, params: LoggingMessageNotificationParams) -> None:
+        """A server's log message, into its log: one line, scrubbed, throttled."""
+        level = LOG_LEVELS.get(str(params.level), logging.INFO)
+        data = params.data if isinstance(params.data, str) else repr(params.data)
+        text = " ".join(self.scrub(str(data)[: MAX_LOG_LINE * 2]).split())[:MAX_LOG_LINE]
+        origin = f" [{str(params.logger)[:60]}]" if params.logger else ""
+        server_log.log(level, "mcp server %s%s: %s", self._spec.name, origin, text)
+        if self._errlog is not None:
+            with contextlib.suppress(Exception):
+                self._errlog.write(
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {params.level}{origin} {text}\n"
+                )
+                self._errlog.flush()
+
+    async def set_roots(self, roots: tuple[str, ...]) -> None:
+        """New roots; the server hears roots/list_changed (handshake protocols; 2026-07-28 has
+        no client notifications: the server asks again on its next call)."""
+        self.roots = roots
+        client = self._client
+        if client is not None and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.send_roots_list_changed()
 
     # -- the owner task -------------------------------------------------------------
     def _transport(self, stack_http: list[httpx2.AsyncClient]) -> Any:
@@ -261,6 +344,11 @@ class Link:
                     message_handler=self._on_message,
                     cache=None,
                     client_info=Implementation(name="chalie", version=chalie.__version__),
+                    list_roots_callback=self._list_roots,
+                    sampling_callback=self._sample,
+                    elicitation_callback=self._elicit,
+                    logging_callback=self._log,
+                    log_level="info",
                 )
                 client_ = await stack.enter_async_context(session)
                 self._client = client_
@@ -384,10 +472,37 @@ class Link:
                 await client.session.send_ping()
         return time.monotonic() - started
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
-        """One tools/call; the CallToolResult, or MCPError / NotConnected / a transport error."""
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        scope: CallScope | None = None,
+    ) -> Any:
+        """One tools/call; the CallToolResult, or MCPError / NotConnected / a transport error.
+
+        Every call carries a progress token (the SDK sends one with a progress callback);
+        the server's progress, sampling and elicitation within it reach ``scope``."""
         client = self._require()
-        return await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
+        scope = scope or CallScope(proxy=tool, call_id="")
+        self._next_call += 1
+        key = self._next_call
+        self._inflight[key] = scope
+        token = CURRENT.set(scope)
+        sink = scope.on_progress
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            if sink is not None:
+                shown = " ".join(self.scrub(message).split())[:300] if message else None
+                sink(progress, total, shown)
+
+        try:
+            return await client.call_tool(
+                tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
+            )
+        finally:
+            CURRENT.reset(token)
+            self._inflight.pop(key, None)
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """End the session; the owner task gets ``grace`` seconds to leave cleanly."""

@@ -1,4 +1,4 @@
-"""A connection's specification: transport, command or URL, headers, env, timeouts; checked.
+"""A connection's specification: transport, command or URL, headers, env, timeouts, roots; checked.
 
 A :class:`ServerSpec` is what ``chalie.db`` stores for one remote server. It
 never holds a raw secret: header values, secret-looking environment values
@@ -11,6 +11,7 @@ entry point (import, add, the mcp_manager ability, the store) goes through.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
@@ -28,6 +29,8 @@ MAX_ARG: Final = 4096
 MAX_ENTRIES: Final = 64
 MAX_VALUE: Final = 8192
 MAX_URL: Final = 2048
+MAX_ROOTS: Final = 64
+MAX_SAMPLING_TOKENS: Final = 100_000_000
 HEADER_NAME: Final = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # A reference inside a value: ${VAR} (the daemon's environment) or ${secret:ID}.
@@ -60,6 +63,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     connect_timeout: float | None = None
     call_timeout: float | None = None
     heartbeat: float | None = None
+    # The roots this server is told about (file:// URIs); none by default.
+    roots: tuple[str, ...] = ()
+    # Model tokens this server's sampling requests may spend a day (None: the [mcp] default).
+    sampling_tokens: int | None = None
 
     def timeout(self, default: float) -> float:
         """Seconds a call of this server's tools may take: its own, else the default."""
@@ -107,6 +114,28 @@ def _timeout(field: str, value: Any, low: float, high: float) -> float | None:
     return float(value)
 
 
+def root_uri(value: Any) -> str:
+    """A root as a file:// URI: an absolute path or a file:// URI; SpecError otherwise."""
+    text = _text("roots[]", value, MAX_ARG, empty=False)
+    _no_line_breaks("roots[]", text)
+    if text.startswith("file://"):
+        path = text[len("file://") :]
+        if not path.startswith("/"):
+            raise SpecError(f"root {text[:60]!r} must be file:///absolute/path")
+        return text
+    if "://" in text:
+        raise SpecError(f"root {text[:60]!r} is not a file:// URI (only local roots are given)")
+    if not text.startswith("/"):
+        raise SpecError(f"root {text[:60]!r} must be an absolute path")
+    return Path(text).as_uri()
+
+
+def check_roots(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, tuple | list) or len(value) > MAX_ROOTS:
+        raise SpecError(f"roots must be a list of at most {MAX_ROOTS} paths or file:// URIs")
+    return tuple(dict.fromkeys(root_uri(r) for r in value))
+
+
 def check_spec(spec: ServerSpec) -> ServerSpec:
     """The spec itself once every field passes; SpecError naming the first one that does not."""
     try:
@@ -143,7 +172,21 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
         connect_timeout=_timeout("connect_timeout", spec.connect_timeout, 0.1, 600),
         call_timeout=_timeout("call_timeout", spec.call_timeout, 0.1, 86400),
         heartbeat=_timeout("heartbeat", spec.heartbeat, 1, 86400),
+        roots=check_roots(spec.roots),
+        sampling_tokens=_tokens(spec.sampling_tokens),
     )
+
+
+def _tokens(value: Any) -> int | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_SAMPLING_TOKENS
+    ):
+        raise SpecError(f"sampling_tokens must be a whole number from 0 to {MAX_SAMPLING_TOKENS}")
+    return value
 
 
 def references(value: str) -> list[tuple[bool, str]]:

@@ -30,9 +30,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.subscriptions import ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ServerCapabilities, ToolsCapability
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+import chalie
 from chalie.config import McpServerConfig
 from chalie.listener import tcp_listener
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
@@ -44,6 +46,18 @@ from chalie.mcp_server.validation import TOOL_NAME, input_schema
 log = logging.getLogger("chalie.mcp_server")
 
 PATH: Final = "/mcp"
+# What the MCPServer would answer that Chalie does not serve (an empty list is not a feature):
+# dropped, so a client gets "method not found" and the capabilities say only what is served.
+UNSERVED: Final = (
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+)
 INSTRUCTIONS: Final = (
     "Chalie is a personal executive assistant with its own tools. Call talk_to_chalie with "
     "a task in natural language; Chalie answers with what it did and found. It will not take "
@@ -112,6 +126,12 @@ def security(config: McpServerConfig, port: int) -> TransportSecuritySettings:
     )
 
 
+def url_of(host: str, port: int) -> str:
+    """The MCP endpoint's URL for a bound host and port."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{PATH}"
+
+
 def talk_tool(talk: TalkToChalie) -> Tool:
     """talk_to_chalie with its published schema; the body checks every field itself."""
     tool = Tool.from_function(
@@ -143,6 +163,15 @@ class ChalieServer(MCPServer):
         self.middleware[:] = [
             m for m in self.middleware if type(m).__name__ != "OpenTelemetryMiddleware"
         ]
+        low = self._lowlevel_server
+        for method in UNSERVED:
+            low._request_handlers.pop(method, None)
+        setattr(low, "get_capabilities", self.capabilities)  # noqa: B010 (the SDK's one seam)
+
+    def capabilities(self, *_args: Any, **_kwargs: Any) -> ServerCapabilities:
+        """What is served, the same in both protocol generations: tools, whose list changes
+        only in gateway mode (announced on the session and on ``subscriptions/listen``)."""
+        return ServerCapabilities(tools=ToolsCapability(list_changed=self.gateway.enabled))
 
     async def _handle_list_tools(self, ctx: Any, params: Any) -> Any:
         listed = await super()._handle_list_tools(ctx, params)
@@ -177,6 +206,7 @@ def build_app(
     server = ChalieServer(
         gateway or Gateway(False, None),
         name="chalie",
+        version=chalie.__version__,
         instructions=INSTRUCTIONS,
         tools=[talk_tool(talk)],
     )
@@ -198,6 +228,7 @@ def build_app(
         limits,
         max_body_bytes=config.max_body_bytes,
         max_sessions=config.max_sessions,
+        resource=url_of(config.host, port),
     )
 
     @contextlib.asynccontextmanager
@@ -233,9 +264,7 @@ class McpHttpServer:
 
     @property
     def url(self) -> str:
-        host = self.config.host
-        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        return f"http://{shown}:{self.port}{PATH}"
+        return url_of(self.config.host, self.port)
 
     @property
     def stopping(self) -> bool:

@@ -2,8 +2,14 @@
 
 Order for every HTTP request, each step answering itself when it refuses:
 
-1. ``Authorization: Bearer <token>`` parsed and verified against the token
-   store: missing, malformed, unknown or revoked → 401 with ``WWW-Authenticate``.
+0. ``GET /.well-known/oauth-protected-resource`` (RFC 9728, also with the
+   resource path after it) answers its metadata without a token: this resource
+   takes bearer tokens in the header and names no authorization server (tokens
+   come from ``chalie token``), so an OAuth-capable client reports a bad token
+   instead of an OAuth failure. Any other ``/.well-known/`` path is 404.
+1. ``Authorization: Bearer <token>`` (the scheme in any case, :func:`bearer_secret`)
+   parsed and verified against the token store: missing, malformed, unknown or
+   revoked → 401 with ``WWW-Authenticate`` (naming the metadata).
 2. The token's requests-per-minute bucket → 429 with ``Retry-After``.
 3. A body over the limit (by ``Content-Length`` or as it streams) → 413.
 4. A stateful session belongs to the token that opened it: a request naming
@@ -44,8 +50,16 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 CALLER_KEY: Final = "chalie.caller"
 REALM: Final = 'Bearer realm="chalie"'
 # Token checks read (and stamp) SQLite, which may wait on another writer: never on the loop.
-# RFC 6750 b64token, bounded.
-_BEARER: Final = re.compile(r"^Bearer ([A-Za-z0-9\-._~+/]{8,512}=*)$")
+# RFC 6750 b64token, bounded; the scheme is case-insensitive (RFC 9110 11.1).
+_BEARER: Final = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]{8,512}=*)$")
+WELL_KNOWN: Final = "/.well-known/"
+RESOURCE_METADATA: Final = "/.well-known/oauth-protected-resource"
+
+
+def bearer_secret(header: str) -> str | None:
+    """The token of an ``Authorization`` header value, or None when it is not a bearer one."""
+    match = _BEARER.match(header)
+    return match.group(1) if match is not None else None
 
 
 class NamedToken(Protocol):
@@ -131,8 +145,10 @@ class Gate:
         *,
         max_body_bytes: int,
         max_sessions: int = 1_000,
+        resource: str = "",
     ) -> None:
         self.app = app
+        self.resource = resource  # this server's MCP URL, as RFC 9728 metadata names it
         self._verifier_factory = verifier
         self._verifier: TokenVerifier | None = None
         self.limits = limits
@@ -148,6 +164,10 @@ class Gate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        path = str(scope.get("path", ""))
+        if path.startswith(WELL_KNOWN):
+            await self._well_known(path, send)
             return
         who = await self._authenticate(scope, send)
         if who is None:
@@ -195,8 +215,8 @@ class Gate:
         if raw is None:
             await self._unauthorized(send, REALM, "a bearer token is required")
             return None
-        match = _BEARER.match(raw.decode("latin-1"))
-        if match is None:
+        secret = bearer_secret(raw.decode("latin-1"))
+        if secret is None:
             await self._unauthorized(
                 send,
                 f'{REALM}, error="invalid_request"',
@@ -205,7 +225,7 @@ class Gate:
             return None
         try:
             # On the loop: one indexed read (the store writes last_used on a thread of its own).
-            info = self._verify(match.group(1))
+            info = self._verify(secret)
         except Exception:
             # Fail closed: a broken store admits nobody.
             log.exception("token store failed; request refused")
@@ -221,9 +241,43 @@ class Gate:
 
     async def _unauthorized(self, send: Send, challenge: str, message: str) -> None:
         self.stats.unauthorized += 1
+        if self.resource:
+            challenge += f', resource_metadata="{self._metadata_url()}"'
         await refuse(
             send, 401, "unauthorized", message, [(b"www-authenticate", challenge.encode())]
         )
+
+    def _metadata_url(self) -> str:
+        scheme, _, rest = self.resource.partition("://")
+        origin = rest.split("/", 1)[0]
+        return f"{scheme}://{origin}{RESOURCE_METADATA}"
+
+    async def _well_known(self, path: str, send: Send) -> None:
+        resource_path = "/" + self.resource.partition("://")[2].partition("/")[2]
+        if self.resource and path in (RESOURCE_METADATA, RESOURCE_METADATA + resource_path):
+            body = msgspec.json.encode(
+                {
+                    "resource": self.resource,
+                    "bearer_methods_supported": ["header"],
+                    "resource_name": "Chalie",
+                }
+            )
+            status = 200
+        else:
+            body = msgspec.json.encode({"error": "not_found"})
+            status = 404
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
     async def _too_many(self, send: Send, exc: Refused) -> None:
         await refuse(

@@ -30,6 +30,7 @@ from mcp_types import CallToolResult, TextContent
 from mcp_types import Tool as MCPTool
 
 from chalie.mcp_server.gate import Caller
+from chalie.mcp_server.rich import blocks
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
 
 log = logging.getLogger("chalie.mcp_server")
@@ -84,7 +85,7 @@ def refused(name: str) -> CallToolResult:
 def as_result(outcome: ToolOutcome) -> CallToolResult:
     """The dispatcher's outcome as MCP content: envelope text, the rest structured."""
     return CallToolResult(
-        content=[TextContent(type="text", text=outcome.envelope)],
+        content=[TextContent(type="text", text=outcome.envelope), *blocks([outcome.rich])],
         structured_content={
             "call_id": outcome.call_id,
             "tool": outcome.tool,

@@ -8,7 +8,9 @@ Lifecycle of one call (all on the event-loop thread):
    as its ``origin``; the call follows the conversation's events (live, plus a
    backfill for a conversation created by this very send).
 3. Each ``tool_started`` of the turn becomes an MCP progress notification
-   carrying its ``act_summary``; ``tool_finished`` outcomes are collected.
+   carrying its ``act_summary``, and so does each ``tool_progress`` (a remote
+   tool's own progress); ``tool_finished`` outcomes are collected, and
+   ``rich_payload`` items become the answer's images, audio and resources.
    With ``loop_in_human`` and ``asks`` on (``[mcp_server] loop_in_human_asks``)
    while a chat client is connected, the turn runs with ``human_present`` (that
    turn only; :func:`chalie.policy.decide` then asks instead of denying) and
@@ -36,7 +38,9 @@ from mcp_types import CallToolResult, TextContent
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequested,
+    RichPayload,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
 )
@@ -46,6 +50,7 @@ from chalie.conversation.requests import Accepted, ConversationError, SendMessag
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
+from chalie.mcp_server.rich import blocks
 from chalie.mcp_server.turns import CHANNEL, origin
 from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
 
@@ -273,9 +278,19 @@ class TalkToChalie:
             event = await follow.next()
             if event is _GONE:
                 raise _Gone
-            if isinstance(event, ToolStarted):
+            if isinstance(event, RichPayload):
+                if isinstance(event.payload, dict):
+                    follow.rich.append(event.payload)
+            elif isinstance(event, ToolStarted):
                 summary = event.act_summary or ""
                 await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
+            elif isinstance(event, ToolProgress):
+                detail = event.message or ""
+                done, total = event.progress, event.total
+                shown = f"{done:g}/{total:g}" if isinstance(total, float | int) else f"{done}"
+                await progress(
+                    f"{event.tool}: {detail} ({shown})" if detail else f"{event.tool}: {shown}"
+                )
             elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
             elif isinstance(event, PermissionRequested):
@@ -374,6 +389,7 @@ class _Follow(TurnFollower):
         super().__init__(loop, client_msg_id)
         self.tools: list[ToolFinished] = []
         self.errors: list[ErrorEvent] = []
+        self.rich: list[dict[str, Any]] = []  # the turn's rich payloads, in order
 
 
 def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:
@@ -393,7 +409,7 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
         lines.append(f"(Chalie could not run {item['tool']}: {item['why']}.)")
     lines.append(f"[conversation_id: {cid}]")
     return CallToolResult(
-        content=[TextContent(type="text", text="\n\n".join(lines))],
+        content=[TextContent(type="text", text="\n\n".join(lines)), *blocks(follow.rich)],
         structured_content={
             "conversation_id": cid,
             "turn_id": follow.turn_id,

@@ -153,6 +153,11 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
     default="auto",
     help="auto: 2026-07-28 when the server offers it; legacy: always the 2025-11-25 handshake.",
 )
+@click.option("--call-timeout", type=click.FloatRange(0.1, 86400), help="Seconds a call may take.")
+@click.option("--connect-timeout", type=click.FloatRange(0.1, 600), help="Seconds to connect.")
+@click.option("--heartbeat", type=click.FloatRange(1, 86400), help="Seconds between heartbeats.")
+@click.option("--root", "roots", multiple=True, help="A root the server is told of (repeatable).")
+@click.option("--sampling-tokens", type=click.IntRange(0), help="Sampling tokens a day.")
 @click.pass_obj
 def mcp_add(
     obj: Ctx,
@@ -166,6 +171,11 @@ def mcp_add(
     headers: tuple[str, ...],
     disabled: bool,
     protocol: str,
+    call_timeout: float | None,
+    connect_timeout: float | None,
+    heartbeat: float | None,
+    roots: tuple[str, ...],
+    sampling_tokens: int | None,
 ) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
     write ${VAR} to read one from the daemon's environment instead."""
@@ -182,6 +192,13 @@ def mcp_add(
             headers=headers,
             env=env,
             cwd=cwd,
+            options={
+                "call_timeout": call_timeout,
+                "connect_timeout": connect_timeout,
+                "heartbeat": heartbeat,
+                "roots": roots,
+                "sampling_tokens": sampling_tokens,
+            },
         )
     except SpecError as exc:
         fail(str(exc))
@@ -283,3 +300,32 @@ def mcp_approve(obj: Ctx, name: str, tool: str | None) -> None:
         return
     for proxy in out["approved"]:
         click.echo(f"approved {proxy} (its policy is ask until you set it)")
+
+
+@mcp.command("answer")
+@click.argument("request_id")
+@click.argument("answer", required=False)
+@click.option("--decline", is_flag=True, help="Decline the server's question.")
+@click.pass_obj
+def mcp_answer(obj: Ctx, request_id: str, answer: str | None, decline: bool) -> None:
+    """Answer a server's question (elicitation): ANSWER is a JSON object of its fields."""
+    if decline == (answer is not None):
+        fail("give a JSON object of the answer's fields, or --decline")
+    content: Any = None
+    if answer is not None:
+        try:
+            content = json.loads(answer)
+        except ValueError as exc:
+            fail(f"the answer is not JSON ({str(exc)[:80]})")
+        if not isinstance(content, dict):
+            fail("the answer must be a JSON object of the form's fields")
+    client = control.ControlClient(obj.config.home)
+    try:
+        reply = client.call(
+            "mcp.answer", {"request_id": request_id, "content": content}, timeout=30
+        )
+    except control.DaemonNotRunning:
+        fail("the daemon is not running")
+    finally:
+        client.close()
+    _echo_json(reply)

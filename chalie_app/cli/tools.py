@@ -13,6 +13,14 @@ from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.prompt import ApprovalPrompt
 
 
+def progress_line(progress: dict[str, Any]) -> str:
+    """A remote tool's progress as one line for the terminal."""
+    done, total = progress.get("progress"), progress.get("total")
+    shown = f"{done:g}/{total:g}" if isinstance(total, int | float) else f"{done}"
+    message = str(progress.get("message") or "")[:200]
+    return f"{progress.get('tool', '')}: {shown}" + (f" {message}" if message else "")
+
+
 def load_registry(ctx: Ctx) -> Registry:
     """The catalogue the daemon serves: built-in and drop-in abilities, and the proxies of
     every cached remote MCP tool (as the daemon registers them before it connects)."""
@@ -204,6 +212,9 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     prompt = ApprovalPrompt(still_pending)
     while True:
         news = ask_daemon(obj, "tools.poll", {"call_id": call_id, "wait": 2.0})
+        progress = news.get("progress")
+        if isinstance(progress, dict):
+            click.echo(f"chalie: {progress_line(progress)}", err=True)
         for request in news.get("permission_requests", []):
             from chalie.mcp.provenance import suffix  # a remote tool names its server
 

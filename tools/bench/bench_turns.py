@@ -131,9 +131,9 @@ class Turns:
         box: list[TurnFinished] = []
         # The turn id is known only after send: register under the conversation first.
         accepted = self.conversations.call(
-            Conversations.send,
+            Conversations.submit,
             SendMessage(conversation_id=cid, channel=channel, text=text, client_msg_id=""),
-        )
+        ).result(30)
         with self._lock:
             self._waiters[accepted.turn_id] = (done, box)
         # A turn may have finished before the waiter was registered: look in storage.

@@ -166,7 +166,7 @@ class Rig:
             side=SideWork(),
             errlog_dir=home / "logs",
         )
-        self.handle = McpHandle(self.directory, self.deps.routes, self.loop)
+        self.handle = McpHandle(self.directory, self.deps.routes, self.loop, self.bus)
         self.mcp: pykka.ActorRef[Any] | None = None
         self.dispatcher: pykka.ActorRef[Any] | None = None
         if dispatcher:
@@ -240,5 +240,9 @@ class Rig:
                 except pykka.ActorDeadError:
                     pass
         self.deps.side.close()
+        asks = self.deps.asks
+        if asks is not None and hasattr(asks, "aclose"):
+            self.loop.submit(asks.aclose()).result(10)
+            asks.close()  # type: ignore[attr-defined]
         self.admin.close()
         self.loop.stop()

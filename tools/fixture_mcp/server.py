@@ -5,7 +5,8 @@
 ``PORT <n>`` on stdout once it listens. Tools: ``echo``, ``add``,
 ``structured``, ``picture`` (an image), ``fail`` (isError), ``slow``
 (sleeps), ``grow`` (adds tools and announces list_changed), ``mutate``
-(changes ``echo``'s description and announces it), ``extra_<i>``.
+(changes ``echo``'s description and announces it), ``quietly`` (adds tools
+without announcing them), ``extra_<i>``.
 """
 
 from __future__ import annotations
@@ -125,6 +126,15 @@ def build(args: argparse.Namespace) -> Fixture:
                 numbered("grown", n), name=f"grown_{n}", description=f"Grown tool number {n}."
             )
         await announce(ctx)
+        return f"now {state['grown']} grown tools"
+
+    @srv.tool()
+    def quietly(count: int) -> str:
+        """Add tools without announcing them (only a re-sync finds them)."""
+        for _ in range(count):
+            state["grown"] += 1
+            n = state["grown"]
+            srv.add_tool(numbered("quiet", n), name=f"quiet_{n}", description=f"Quiet tool {n}.")
         return f"now {state['grown']} grown tools"
 
     @srv.tool()

@@ -152,7 +152,7 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
         listed = ability.run(P(action="list"))
         assert "tasktracker" in listed.body and "k-123-secret" not in listed.body
         tested = ability.run(P(action="test", name="tasktracker"))
-        assert tested.ok and '"tools":8' in tested.body
+        assert tested.ok and '"tools":9' in tested.body
         assert not ability.run(P(action="add", name="x")).ok  # needs a url or command
         assert ability.run(P(action="remove", name="nobody")).code == "invalid-param"
         assert ability.run(P(action="remove", name="tasktracker")).ok
@@ -191,7 +191,7 @@ def test_daemon_is_ready_before_servers_connect_and_calls_a_remote_tool(tmp_path
             r = run(home, "mcp", "list", "--json")
             return int(json.loads(r.stdout)[0]["tools"])
 
-        wait_until(lambda: tools() == 8, 30, "8 tools listed")
+        wait_until(lambda: tools() == 9, 30, "9 tools listed")
         run(home, "policy", "set", "chat", "_mcp_fx_*", "allow")
         r = d.cli("tools", "call", "_mcp_fx_echo", "text=via daemon")
         assert "via daemon" in r.stdout, r.stdout + r.stderr

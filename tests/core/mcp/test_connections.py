@@ -20,7 +20,7 @@ from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig, ctx, stdio_spec
 from tools.fixture_mcp.server import PNG
 
-FIXTURE_TOOLS = 8
+FIXTURE_TOOLS = 9
 
 
 @pytest.fixture
@@ -387,7 +387,7 @@ def test_disabled_and_removed_servers(rig: Rig, http: FixtureServer) -> None:
     wait_until(lambda: rig.run("_mcp_fx_echo", {"text": "x"}).status == "success", 15)
     rig.admin.remove("fx")
     rig.reload()
-    assert rig.run("_mcp_fx_echo", {"text": "x"}).code == "unknown-tool"
+    assert rig.run("_mcp_fx_echo", {"text": "x"}).code == "mcp-unknown-tool"
 
 
 def test_cached_tools_are_registered_while_the_server_is_offline(tmp_path: Path) -> None:

@@ -16,9 +16,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalie.conversation.events import ToolFinished, ToolStarted, TurnFinished, TurnStarted
+from chalie.conversation.events import (
+    RichPayload,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie.mcp_server.exchange import AgentExchange
+
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+RICH = {
+    "items": [
+        {"type": "image", "mime_type": "image/png", "data": PNG},
+        {"type": "image", "mime_type": "image/png", "data": "not base64 at all!"},
+        {"type": "audio", "mime_type": "audio/wav", "data": "UklGRiQAAABXQVZF"},
+        {"type": "resource", "uri": "demo://doc/1", "mime_type": "text/plain", "text": "hello"},
+        {"type": "resource_link", "uri": "demo://doc/2", "name": "doc two"},
+        {"type": "mystery", "uri": "demo://x"},
+        "not an item",
+    ]
+}
 
 
 @dataclass
@@ -146,6 +168,10 @@ class FakeConversations:
                 tool=tool,
                 status=status,
                 code=code,
+            )
+        if "picture" in text:
+            self._emit(
+                cid, RichPayload, turn_id=turn_id, call_id=f"{turn_id}-p", tool="draw", payload=RICH
             )
         answer = "2+2 is 4."
         if "deny" in text:

@@ -1,0 +1,373 @@
+"""ServerAsks: what Chalie answers when a connected server samples or elicits (on the loop).
+
+Sampling (``sampling/createMessage``), in order:
+
+1. The permission ``_mcp_<server>.sampling`` goes through the policy gate like a
+   tool call (default ``ask``): the turn whose call the server is serving is
+   asked, and the request shows the owner the server's whole prompt (bounded);
+   with no human behind the call (the inbound agent channel, the subconscious,
+   a request outside any call) ask becomes deny.
+2. The server's daily token budget (its ``sampling_tokens``, else
+   ``[mcp] sampling_tokens_per_day``; UTC days, in ``chalie.db``) must hold the
+   prompt's estimate plus the answer's bound; past it the server gets an error.
+3. The model (``[mcp] sampling_model``) answers the messages as data under
+   Chalie's own system prompt, with no tools; what it spent is booked.
+
+Elicitation (``elicitation/create``): with no human behind the call, decline.
+URL mode: the owner is shown the link through the gate (permission
+``_mcp_<server>.elicitation``; allowing means the owner will open it
+themselves, Chalie never opens it) and the answer is accept or decline. Form
+mode: a form asking for a credential is declined (never filled on the owner's
+behalf); any other form is a question to the owner: ``_mcp_<server>.elicitation``
+through the gate (the owner sees the question and the fields), then the answer
+from :meth:`ServerAsks.answer` (``chalie mcp answer``), checked against the
+requested schema, within ``[mcp] elicitation_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+from mcp_types import (
+    INVALID_REQUEST,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
+    TextContent,
+)
+
+from actors.child_ref import ChildRef
+from chalie.config import McpConfig, ModelConfig
+from chalie.db import connect
+from chalie.events import HUMANS, EventBus
+from chalie.mail import GateAsk
+from chalie.mcp.peer import (
+    MAX_SHOWN,
+    BadAnswer,
+    CallScope,
+    check_answer,
+    describe_request,
+    estimate_tokens,
+    model_request,
+    sampling_prompt,
+    secret_fields,
+)
+from chalie.messages import TurnContext
+from chalie.policy import GateDecision
+
+log = logging.getLogger("chalie.mcp")
+
+GATE_GRACE: Final = 30.0  # beyond the approval expiry, for the gate's own answer
+SAMPLING_ERROR: Final = INVALID_REQUEST
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS mcp_sampling ("
+    "server TEXT NOT NULL, day TEXT NOT NULL, tokens INTEGER NOT NULL DEFAULT 0, "
+    "requests INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (server, day))"
+)
+
+
+def permission(server: str, what: str) -> str:
+    """The gate's permission for a server's request (``sampling`` or ``elicitation``)."""
+    return f"_mcp_{server}.{what}"
+
+
+def headless(server: str) -> TurnContext:
+    """The context of a request no call holds: nobody to ask."""
+    return TurnContext(
+        conversation_id=f"mcp:{server}",
+        turn_id=f"mcp:{server}",
+        channel="subconscious",
+        human_present=False,
+        scope="restricted",
+        initiator="framework",
+    )
+
+
+class ElicitationAsked(msgspec.Struct, tag_field="type", tag="elicitation_request", frozen=True):
+    """Shown to the owner: a server's question, answered with ``chalie mcp answer``."""
+
+    request_id: str
+    conversation_id: str
+    server: str
+    message: str
+    fields: dict[str, Any]
+    expires_at: float
+
+
+class Budget:
+    """Tokens each server's sampling spent per UTC day, in ``chalie.db`` (off the loop)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._conn = connect(db_path)
+        self._conn.execute(_SCHEMA)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def today() -> str:
+        return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+
+    def spent(self, server: str) -> int:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT tokens FROM mcp_sampling WHERE server = ? AND day = ?",
+                (server, self.today()),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def book(self, server: str, tokens: int) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO mcp_sampling (server, day, tokens, requests) VALUES (?, ?, ?, 1) "
+                "ON CONFLICT (server, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
+                "requests = requests + 1",
+                (server, self.today(), max(0, tokens)),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+@dataclass
+class _Question:
+    server: str
+    schema: dict[str, Any]
+    future: concurrent.futures.Future[ElicitResult] = field(
+        default_factory=concurrent.futures.Future
+    )
+
+
+class ServerAsks:
+    """The Asks of every connection (chalie.mcp.peer); runs on the daemon's loop."""
+
+    def __init__(
+        self,
+        config: McpConfig,
+        db_path: Path,
+        policy: ChildRef[Any] | None,
+        bus: EventBus | None,
+        models: dict[str, ModelConfig],
+        *,
+        approval_expiry: float = 300.0,
+        model_client: Any = None,
+    ) -> None:
+        self._cfg = config
+        self._policy = policy
+        self._bus = bus
+        self._model_cfg = models.get(config.sampling_model)
+        self._client: Any = model_client  # made on the loop at first use
+        self._expiry = approval_expiry
+        self._budget = Budget(db_path)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-budget")
+        self._questions: dict[str, _Question] = {}
+        self._lock = threading.Lock()
+
+    async def aclose(self) -> None:
+        """Close the model's connections (on the loop)."""
+        client, self._client = self._client, None
+        if client is not None and hasattr(client, "aclose"):
+            await client.aclose()
+
+    def close(self) -> None:
+        with self._lock:
+            pending, self._questions = list(self._questions.values()), {}
+        for q in pending:
+            if not q.future.done():
+                q.future.set_result(ElicitResult(action="cancel"))
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._budget.close()
+
+    # -- the gate ----------------------------------------------------------------------
+    async def _gate(
+        self,
+        server: str,
+        scope: CallScope | None,
+        what: str,
+        summary: str,
+        params: dict[str, Any],
+    ) -> GateDecision | None:
+        """The gate's decision for a server's request; None when there is no gate."""
+        policy = self._policy
+        if policy is None:
+            return None
+        context = scope.context if scope is not None and scope.context is not None else None
+        reply: concurrent.futures.Future[GateDecision] = concurrent.futures.Future()
+        ask = GateAsk(
+            call_id=(scope.call_id if scope is not None and scope.call_id else uuid.uuid4().hex),
+            context=context or headless(server),
+            tool=scope.proxy if scope is not None else f"_mcp_{server}",
+            permission=permission(server, what),
+            internal=False,
+            act_summary=summary[:200],
+            params_redacted=params,
+            reply=reply,
+        )
+        try:
+            policy.tell(ask)
+            return await asyncio.wait_for(asyncio.wrap_future(reply), self._expiry + GATE_GRACE)
+        except Exception as exc:
+            log.warning("the gate did not decide %s for %s: %s", what, server, exc)
+            return None
+
+    # -- sampling ------------------------------------------------------------------------
+    async def sample(
+        self,
+        server: str,
+        scope: CallScope | None,
+        params: CreateMessageRequestParams,
+        budget: int | None = None,
+    ) -> CreateMessageResult | ErrorData:
+        started = time.monotonic()
+        prompt = sampling_prompt(params)
+        bound = min(int(params.max_tokens), self._cfg.sampling_max_tokens)
+        if self._model_cfg is None:
+            return self._refuse(server, f"no model [models.{self._cfg.sampling_model}]")
+        decision = await self._gate(
+            server,
+            scope,
+            "sampling",
+            f"the MCP server {server} asks Chalie's model: {' '.join(prompt.split())[:150]}",
+            {"prompt": prompt[:MAX_SHOWN], "max_tokens": bound},
+        )
+        if decision is None or not decision.allowed:
+            why = decision.message if decision is not None else "the gate is unavailable"
+            return self._refuse(server, f"sampling was not allowed ({why})")
+        loop = asyncio.get_running_loop()
+        limit = self._cfg.sampling_tokens_per_day if budget is None else budget
+        spent = await loop.run_in_executor(self._pool, self._budget.spent, server)
+        estimate = estimate_tokens(prompt) + bound
+        if spent + estimate > limit:
+            return self._refuse(
+                server, f"its sampling budget for today is spent ({spent} of {limit} tokens)"
+            )
+        request = model_request(params, bound)
+        try:
+            client = self._model()
+            answer = await client.complete(request, lambda _delta: None)
+        except Exception as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            log.warning("sampling for %s failed at the model: %s", server, code)
+            return self._refuse(server, f"the model failed ({code})")
+        used = answer.usage.total or estimate_tokens(prompt) + estimate_tokens(answer.text)
+        loop.run_in_executor(self._pool, self._budget.book, server, used)
+        log.info(
+            "sampled for mcp server %s",
+            server,
+            extra={"tokens": used, "ms": round((time.monotonic() - started) * 1000, 1)},
+        )
+        return CreateMessageResult(
+            role="assistant",
+            content=TextContent(type="text", text=answer.text),
+            model=self._model_cfg.model,
+            stop_reason="maxTokens" if answer.stop == "length" else "endTurn",
+        )
+
+    def _model(self) -> Any:
+        if self._client is None:
+            from chalie.providers.client import ModelClient
+
+            assert self._model_cfg is not None
+            self._client = ModelClient(self._cfg.sampling_model, self._model_cfg)
+        return self._client
+
+    @staticmethod
+    def _refuse(server: str, why: str) -> ErrorData:
+        log.info("mcp server %s: sampling refused: %s", server, why)
+        return ErrorData(code=SAMPLING_ERROR, message=f"Chalie refused to sample: {why}")
+
+    # -- elicitation -----------------------------------------------------------------------
+    async def elicit(
+        self, server: str, scope: CallScope | None, params: ElicitRequestParams
+    ) -> ElicitResult | ErrorData:
+        shown = describe_request(server, params)
+        if scope is None or not scope.human:
+            log.info("mcp server %s elicited with nobody to ask: declined", server)
+            return ElicitResult(action="decline")
+        if not isinstance(params, ElicitRequestFormParams):
+            url = str(getattr(params, "url", ""))[:2000]
+            decision = await self._gate(
+                server, scope, "elicitation", shown, {"url": url, "message": params.message}
+            )
+            # Never opened here: allowing means the owner opens it themselves.
+            accepted = decision is not None and decision.allowed
+            return ElicitResult(action="accept" if accepted else "decline")
+        schema = params.requested_schema
+        schema_dict: dict[str, Any] = (
+            schema
+            if isinstance(schema, dict)
+            else schema.model_dump(by_alias=True, exclude_none=True)
+        )
+        secrets = secret_fields(schema_dict)
+        if secrets:
+            log.info("mcp server %s asked for secrets (%s): declined", server, ", ".join(secrets))
+            return ElicitResult(action="decline")
+        fields = dict(schema_dict.get("properties") or {})
+        decision = await self._gate(
+            server, scope, "elicitation", shown, {"message": params.message, "fields": fields}
+        )
+        if decision is None or not decision.allowed:
+            return ElicitResult(action="decline")
+        return await self._ask_owner(server, scope, params.message, schema_dict)
+
+    async def _ask_owner(
+        self, server: str, scope: CallScope, message: str, schema: dict[str, Any]
+    ) -> ElicitResult:
+        request_id = uuid.uuid4().hex
+        question = _Question(server, schema)
+        with self._lock:
+            self._questions[request_id] = question
+        assert scope.context is not None
+        asked = ElicitationAsked(
+            request_id=request_id,
+            conversation_id=scope.context.conversation_id,
+            server=server,
+            message=message[:MAX_SHOWN],
+            fields=dict(schema.get("properties") or {}),
+            expires_at=time.time() + self._cfg.elicitation_timeout,
+        )
+        if self._bus is not None:
+            self._bus.publish(scope.context.conversation_id, asked)  # type: ignore[arg-type]
+            self._bus.publish(HUMANS, asked)  # type: ignore[arg-type]
+        log.info("mcp server %s asks the owner (request %s)", server, request_id)
+        try:
+            return await asyncio.wait_for(
+                asyncio.wrap_future(question.future), self._cfg.elicitation_timeout
+            )
+        except TimeoutError:
+            return ElicitResult(action="cancel")
+        finally:
+            with self._lock:
+                self._questions.pop(request_id, None)
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return sorted(self._questions)
+
+    def answer(self, request_id: str, content: Any) -> str:
+        """The owner's answer (None: decline); ``ok``, ``unknown``, or BadAnswer's reason."""
+        with self._lock:
+            question = self._questions.get(request_id)
+        if question is None or question.future.done():
+            return "unknown"
+        if content is None:
+            question.future.set_result(ElicitResult(action="decline"))
+            return "ok"
+        checked = check_answer(question.schema, content)  # raises BadAnswer
+        question.future.set_result(ElicitResult(action="accept", content=checked))
+        return "ok"
+
+
+__all__ = ["BadAnswer", "Budget", "ElicitationAsked", "ServerAsks", "headless", "permission"]

@@ -1,0 +1,208 @@
+"""A server that asks back (roots, sampling, elicitation, progress, logs), through the real
+dispatcher, policy gate and connection actors; the model is the scripted one on loopback."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.child_ref import ChildRef
+from actors.mcp_asks import ElicitationAsked, ServerAsks
+from chalie.config import McpConfig, ModelConfig
+from chalie.conversation.events import ToolProgress
+from chalie.mcp.spec import ServerSpec
+from chalie.messages import PermissionRequest, TurnContext
+from tests.conftest import wait_until
+from tools.fake_llm import FakeModelServer, load_script
+from tools.fixture_mcp.rig import FAST, ROOT, Rig
+
+pytestmark = pytest.mark.slow
+
+
+def capable(name: str = "cap", **kw: Any) -> ServerSpec:
+    return ServerSpec(
+        name=name,
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "tools.fixture_mcp.capable"),
+        cwd=str(ROOT),
+        **kw,
+    )
+
+
+@pytest.fixture
+def model() -> Iterator[FakeModelServer]:
+    script = {"on_user": {"text": "Valletta", "input_tokens": 30, "output_tokens": 2}}
+    srv = FakeModelServer(load_script(json.dumps(script))).start()
+    yield srv
+    srv.stop()
+
+
+def with_asks(rig: Rig, model: FakeModelServer | None, **cfg: Any) -> ServerAsks:
+    config = McpConfig(**{**{f: getattr(FAST, f) for f in FAST.__struct_fields__}, **cfg})
+    models = {}
+    if model is not None:
+        models["default"] = ModelConfig(
+            base_url=model.url + "/v1", model="scripted", retries=0, stream=False
+        )
+    asks = ServerAsks(
+        config, rig.db, ChildRef.to(rig.policy, "policy"), rig.bus, models, approval_expiry=30
+    )
+    rig.deps.asks = asks
+    return asks
+
+
+def turn(human: bool = True, channel: str = "chat") -> TurnContext:
+    return TurnContext(
+        conversation_id="conv",
+        turn_id="t1",
+        channel=channel,  # type: ignore[arg-type]
+        human_present=human,
+        scope="unrestricted",
+    )
+
+
+def test_roots_come_from_config_and_are_none_by_default(rig: Rig, tmp_path: Path) -> None:
+    rig.add(capable("bare"))
+    rig.add(capable("rooted", roots=(str(tmp_path), "file:///srv/data")))
+    rig.start()
+    rig.wait_tools("bare", 6, 40)
+    rig.wait_tools("rooted", 6, 40)
+    rig.allow("_mcp_bare_*")
+    rig.allow("_mcp_rooted_*")
+    assert "(no roots)" in rig.run("_mcp_bare_where").envelope
+    out = rig.run("_mcp_rooted_where")
+    assert out.status == "success"
+    assert f"{tmp_path.as_uri()},file:///srv/data" in out.envelope
+
+
+def test_sampling_is_gated_budgeted_and_runs_on_the_model(rig: Rig, model: FakeModelServer) -> None:
+    asks = with_asks(rig, model, sampling_tokens_per_day=120)
+    rig.add(capable())
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    # default ask; the inbound agent channel has no human: deny, the model never runs
+    out = rig.run(
+        "_mcp_cap_think", {"question": "capital of Malta?"}, context=turn(False, "external_agent")
+    )
+    assert out.status == "error" and "not allowed" in out.envelope
+    assert model.requests == []
+    # a human on chat: the owner is asked and sees the server's prompt
+    seen: list[PermissionRequest] = []
+    sub = rig.bus.subscribe(
+        "conv", lambda e: seen.append(e) if isinstance(e, PermissionRequest) else None
+    )
+    fut = rig.call("_mcp_cap_think", {"question": "capital of Malta?"}, context=turn())
+    wait_until(lambda: bool(seen), 20, "the sampling request reaches the owner")
+    (asked,) = seen
+    assert asked.permission == "_mcp_cap.sampling"
+    assert "capital of Malta?" in asked.params["prompt"] and "one word" in asked.params["prompt"]
+    rig.policy.proxy().answer(asked.request_id, "allow_once").get(timeout=5)
+    done = fut.result(30)
+    assert done.status == "success" and "model said: Valletta" in done.envelope
+    (sent,) = model.requests
+    assert "capital of Malta?" in json.dumps(sent)
+    sub.close()
+    # allowed always now; the daily budget (120 tokens) is spent after the next ones
+    rig.allow("_mcp_cap.sampling")
+    results = [rig.run("_mcp_cap_think", {"question": "again?"}, context=turn()) for _ in range(3)]
+    assert any("budget" in r.envelope for r in results)
+    assert asks._budget.spent("cap") > 0
+
+
+def test_elicitation_declines_without_a_human_and_never_fills_a_secret(
+    rig: Rig,
+) -> None:
+    with_asks(rig, None)
+    rig.add(capable())
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    rig.allow("_mcp_cap.elicitation")
+    out = rig.run("_mcp_cap_ask_name", context=turn(False, "external_agent"))
+    assert "no answer (decline)" in out.envelope
+    secret = rig.run("_mcp_cap_ask_password", context=turn())
+    assert "no login (decline)" in secret.envelope
+
+
+def test_a_form_elicitation_is_a_question_to_the_owner_checked_against_the_form(
+    rig: Rig,
+) -> None:
+    asks = with_asks(rig, None)
+    rig.add(capable())
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    rig.allow("_mcp_cap.elicitation")
+    asked: list[ElicitationAsked] = []
+    rig.bus.subscribe(
+        "conv", lambda e: asked.append(e) if isinstance(e, ElicitationAsked) else None
+    )
+    fut = rig.call("_mcp_cap_ask_name", context=turn())
+    wait_until(lambda: bool(asked), 20, "the question reaches the owner")
+    (q,) = asked
+    assert "name and age" in q.message and set(q.fields) == {"name", "age"}
+    from chalie.mcp.peer import BadAnswer
+
+    with pytest.raises(BadAnswer):
+        asks.answer(q.request_id, {"name": "Ann", "age": "old"})
+    with pytest.raises(BadAnswer):
+        asks.answer(q.request_id, {"name": {"nested": 1}, "age": 3})
+    assert asks.answer("nope", {"name": "x", "age": 1}) == "unknown"
+    assert asks.answer(q.request_id, {"name": "Ann", "age": 41}) == "ok"
+    assert "hello Ann (41)" in fut.result(30).envelope
+
+
+def test_progress_reaches_the_conversation_as_tool_progress(rig: Rig) -> None:
+    rig.add(capable())
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    got: list[ToolProgress] = []
+    lock = threading.Lock()
+
+    def keep(event: Any) -> None:
+        if isinstance(event, ToolProgress):
+            with lock:
+                got.append(event)
+
+    rig.bus.subscribe("conv", keep)
+    out = rig.run("_mcp_cap_count", {"n": 3}, call_id="p1", context=turn())
+    assert out.status == "success"
+    wait_until(lambda: len(got) == 3, 10, "three progress events")
+    assert [(g.progress, g.total, g.message) for g in got] == [
+        (1.0, 3.0, "step 1"),
+        (2.0, 3.0, "step 2"),
+        (3.0, 3.0, "step 3"),
+    ]
+    assert {(g.call_id, g.tool, g.turn_id) for g in got} == {("p1", "_mcp_cap_count", "t1")}
+
+
+def test_server_log_messages_reach_its_log_throttled_and_scrubbed(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.add(capable(env={"API_TOKEN": "hunter2"}))
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    with caplog.at_level(logging.INFO, logger="chalie.mcp.server_log"):
+        assert rig.run("_mcp_cap_chatter", {"n": 60}).status == "success"
+        wait_until(
+            lambda: sum("chatter line" in r.getMessage() for r in caplog.records) >= 5,
+            10,
+            "log lines",
+        )
+    lines = [r.getMessage() for r in caplog.records if "chatter line" in r.getMessage()]
+    assert 5 <= len(lines) < 60  # throttled
+    assert all("hunter2" not in line for line in lines)
+    logfile = rig.home / "logs" / "mcp-cap.log"
+    wait_until(lambda: logfile.exists() and "chatter line 0" in logfile.read_text(), 10, "file")
+    assert "hunter2" not in logfile.read_text()
