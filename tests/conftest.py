@@ -1,9 +1,11 @@
 """Helpers shared by the test modules: waiting on a condition, and a real daemon process.
 
 Markers (``setup.cfg``): ``slow`` marks tests that start a daemon, worker
-processes or build an index; ``pytest -m "not slow"`` runs the fast unit tests
-alone in seconds. A test module whose every test is slow says so with
-``pytestmark = pytest.mark.slow``.
+processes, a model or MCP server, or build an index; ``pytest -m "not slow"``
+runs the fast unit tests alone, in seconds. A test module whose every test is
+slow says so with ``pytestmark = pytest.mark.slow``. The helpers that start a
+daemon call :func:`require_slow`, so a test that starts one unmarked fails,
+naming the mark it needs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chalie import control
+
+_RUNNING: dict[str, bool] = {"slow": True}
+
+
+@pytest.fixture(autouse=True)
+def _note_the_slow_mark(request: pytest.FixtureRequest) -> None:
+    _RUNNING["slow"] = request.node.get_closest_marker("slow") is not None
+
+
+def require_slow(what: str) -> None:
+    """Fail a test that starts ``what`` (a daemon, a model server...) without the slow mark."""
+    if not _RUNNING["slow"]:
+        pytest.fail(f"this test starts {what}: mark it @pytest.mark.slow", pytrace=False)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
@@ -93,6 +110,7 @@ class DaemonProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> DaemonProcess:
+        require_slow("a daemon process")
         config = self.home / "config.toml"
         if self.home.is_dir() and not config.exists():
             # Tests never bind fixed ports: the inbound MCP server takes an ephemeral one.

@@ -13,7 +13,7 @@ from chalie.config import Config
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
-from tests.conftest import wait_until
+from tests.conftest import require_slow, wait_until
 from tests.core.conversation.harness import config_toml
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
@@ -21,6 +21,7 @@ from tools.fake_llm.script import Player
 
 class Daemon:
     def __init__(self) -> None:
+        require_slow("a daemon")
         self.server = FakeModelServer(load_script("{}")).start()
         self.home = Path(tempfile.mkdtemp(prefix="che-", dir="/tmp"))
         text = config_toml(self.server) + "[chat]\nport = 0\n"

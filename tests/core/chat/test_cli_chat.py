@@ -13,12 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.conversation.events import PermissionRequested
 from tests.conftest import wait_until
 from tests.core.chat.conftest import collect
 from tests.core.chat.daemon import Daemon, clock_script
+
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 ASKING = clock_script("clock\x1b[2J\nFAKE LINE")
 

@@ -16,6 +16,9 @@ from chalie.chat.client import ChatClient
 from tests.core.chat.conftest import collect, collect_all
 from tests.core.chat.daemon import Daemon, clock_script
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 SCRIPT = clock_script("reading the clock")
 
 

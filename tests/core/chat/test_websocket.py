@@ -197,6 +197,7 @@ def test_past_max_clients_a_newcomer_gets_503(short_home: Path) -> None:
         stop_bridge(b)
 
 
+@pytest.mark.slow
 def test_a_thousand_websocket_connections_and_the_daemon_still_answers(short_home: Path) -> None:
     b = start_bridge(short_home)
     try:

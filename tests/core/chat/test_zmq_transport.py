@@ -172,6 +172,7 @@ def test_a_client_that_never_reads_is_dropped_and_others_are_served(short_home: 
         stop_bridge(b)
 
 
+@pytest.mark.slow
 def test_a_thousand_clients_then_a_cap_and_everyone_else_is_served(short_home: Any) -> None:
     from tests.core.chat.conftest import start_bridge, stop_bridge
 

@@ -16,7 +16,7 @@ from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie_app import root
 from chalie_app.root import Runtime
-from tests.conftest import wait_until
+from tests.conftest import require_slow, wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
 
@@ -87,6 +87,7 @@ class Harness:
     """The daemon, the model server, and the live events of every conversation."""
 
     def __init__(self, extra_toml: str = "", conversations: str = "") -> None:
+        require_slow("a daemon and a scripted model")
         self.server = FakeModelServer(load_script("{}")).start()
         self.home = Path(tempfile.mkdtemp(prefix="cvh-", dir="/tmp"))
         (self.home / "config.toml").write_text(config_toml(self.server, conversations) + extra_toml)

@@ -6,9 +6,14 @@ daemons in one process would share a port and pykka's registry.
 
 from __future__ import annotations
 
+import pytest
+
 from actors.conversations import Conversations
 from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
 
 
 def test_past_max_live_the_least_recently_used_idle_actors_stop_and_come_back() -> None:

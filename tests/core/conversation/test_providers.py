@@ -213,6 +213,7 @@ def test_a_hostile_stream_chunk_is_a_clean_error_or_ignored(
         assert exc.code == "model-bad-response"
 
 
+@pytest.mark.slow
 def test_the_scripted_server_runs_from_the_command_line(tmp_path: Any) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"on_user": {"text": "from the CLI"}}))

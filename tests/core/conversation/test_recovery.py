@@ -14,6 +14,9 @@ from tests.conftest import DaemonProcess, short_home
 from tests.core.conversation.harness import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 SLOW_TOOL = textwrap.dedent(
     """
     import time

@@ -19,6 +19,9 @@ from chalie.conversation.events import PermissionRequested
 from chalie.discovery.types import ToolDoc
 from tests.core.conversation.harness import Harness, wait_until
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ENTRY = "how late is it over in Osaka right now"
 
 

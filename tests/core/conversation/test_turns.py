@@ -25,6 +25,9 @@ from chalie.conversation.requests import Accepted, ConversationError
 from chalie.mail import StartTurn
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def h() -> Iterator[Harness]:

@@ -24,6 +24,9 @@ from chalie.registry import Registry
 from chalie_app.cli import cli
 from tests.conftest import DaemonProcess, short_home, wait_until
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:

@@ -30,6 +30,9 @@ from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
 from chalie_app.cli import cli
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 DOCS = [
     ToolDoc("horoscope", "Daily horoscope for a star sign.", ()),
     ToolDoc("zodiac_facts", "Facts about the signs of the zodiac.", ()),

@@ -36,6 +36,9 @@ from tests.core.conversation.harness import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 WEATHER = [
     "will it rain in Paris tomorrow",
     "what's the weather forecast for this weekend",

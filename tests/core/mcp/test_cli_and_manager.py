@@ -19,6 +19,9 @@ from chalie_app.cli import cli
 from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 def run(home: Path, *args: str) -> Any:
     return CliRunner().invoke(cli, ["--home", str(home), *args])

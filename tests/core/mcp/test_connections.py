@@ -20,6 +20,9 @@ from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig, ctx, stdio_spec
 from tools.fixture_mcp.server import PNG
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 FIXTURE_TOOLS = 9
 
 

@@ -14,6 +14,9 @@ from chalie.mcp.spec import ServerSpec
 from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def found(tmp_path: Path) -> Iterator[tuple[Rig, DiscoveryHandle, FixtureServer]]:

@@ -9,6 +9,9 @@ from chalie.mcp.spec import ServerSpec
 from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.slow
 def test_the_heartbeat_finds_tools_added_without_an_announcement(rig: Rig) -> None:

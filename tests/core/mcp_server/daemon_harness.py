@@ -15,13 +15,14 @@ from actors.mcp_server import McpServerActor
 from chalie.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime
-from tests.conftest import wait_until
+from tests.conftest import require_slow, wait_until
 from tools.fake_llm.script import Script
 from tools.fake_llm.server import FakeModelServer
 
 
 @contextlib.contextmanager
 def live_daemon(script: Script, extra_toml: str = "") -> Iterator[tuple[Runtime, str]]:
+    require_slow("a daemon")
     """Start the daemon on a fresh home against ``script``; yield its runtime and MCP URL."""
     home = Path(tempfile.mkdtemp(prefix="chm-", dir="/tmp"))
     model = FakeModelServer(script).start()

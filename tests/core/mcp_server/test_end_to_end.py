@@ -17,6 +17,9 @@ from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ARGS: dict[str, Any] = {
     "message": "what is 2+2, and what time is it?",
     "agent_name": "claude-code",

@@ -15,6 +15,9 @@ from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 FIND = {"query": ["calculator", "clock"], "act_summary": "looking for arithmetic and time"}
 ADD = {"expression": "2+3", "act_summary": "adding 2 and 3"}
 NOW = {"action": "now", "zone": "UTC", "act_summary": "reading the clock"}

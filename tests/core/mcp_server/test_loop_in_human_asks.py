@@ -22,6 +22,9 @@ from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
 from tests.core.mcp_server.harness import connect, running
 from tools.fake_llm.script import Script, Step, ToolCallStep
 
+# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ARGS: dict[str, Any] = {
     "message": "what time is it in UTC?",
     "agent_name": "travel-bot",

@@ -325,6 +325,7 @@ def test_wrong_host_or_origin_is_refused() -> None:
         assert good.status_code == 200
 
 
+@pytest.mark.slow
 def test_a_flood_of_sessions_is_bounded_and_the_server_keeps_serving() -> None:
     with running(max_sessions=20, requests_per_minute=10_000) as r:
         secret = r.tokens.create("flood")
