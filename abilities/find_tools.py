@@ -63,7 +63,7 @@ def bad_query(exc: QueryError) -> ToolResult:
 
 def ask_discovery(ability: Ability, ask: Callable[[Any], T]) -> T | ToolResult:
     """Ask the discovery service; its failures become error results."""
-    discovery = getattr(ability.services, "discovery", None)
+    discovery = None if ability.services is None else ability.services.discovery
     if discovery is None:
         return index_error(RuntimeError("no discovery service is attached"))
     try:
@@ -106,9 +106,8 @@ class FindTools(Ability):
         if names and self.context is not None and self.services is not None:
             self.services.turns.inject(self.context.turn_id, names)
             # so that the turn's end can learn from which entry led to which tool
-            remember = getattr(self.services.discovery, "remember", None)
-            if callable(remember):
-                remember(self.context.turn_id, outcome)
+            if self.services.discovery is not None:
+                self.services.discovery.remember(self.context.turn_id, outcome)
         return ToolResult.success(
             outcome.body(), meta={"injected": len(names), "not_found": len(outcome.not_found)}
         )

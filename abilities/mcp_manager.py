@@ -84,7 +84,7 @@ class McpManager(Ability):
         return action if action in RISKY else None
 
     def run(self, params: McpManagerParams) -> ToolResult:
-        admin = self.services.extra.get("mcp") if self.services is not None else None
+        admin = self.services.mcp if self.services is not None else None
         if admin is None:
             return ToolResult.error(
                 "internal-error",
@@ -140,7 +140,7 @@ class McpManager(Ability):
         from chalie.mcp.probe import test_server
         from chalie.mcp.secrets import MissingSecret, resolve
 
-        loop = self.services.extra.get("mcp_loop") if self.services is not None else None
+        loop = self.services.loop if self.services is not None else None
         try:
             resolved = resolve(admin.spec(name), admin.secrets)
         except MissingSecret as exc:

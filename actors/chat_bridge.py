@@ -10,9 +10,9 @@ Lifecycle, in order:
    supervisor restarts it (new sockets, same token store).
 4. ``on_stop`` closes every client session, both sockets and the store.
 
-The transports reach the Conversations actor (its port) through
-:class:`ActorConversations`, which awaits each answer on the loop (no thread
-waits for it).
+The transports reach the conversations through the one port adapter,
+:class:`~actors.conversations_port.ActorConversations`, which awaits each answer
+on the loop (no thread waits for it).
 """
 
 from __future__ import annotations
@@ -20,23 +20,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-import pykka
-
-from actors.child_ref import ChildRef, ChildUnavailable
-from actors.conversations import Conversations, send_on_loop
+from actors.child_ref import ChildRef
+from actors.conversations_port import ActorConversations
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
-from chalie.chat import protocol as p
-from chalie.chat.session import AcceptedLike, Closable, ConversationsUnavailable, Refused
 from chalie.chat.websocket import WebSocketBridge
 from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
-from chalie.supervision import ChildSpec
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")
@@ -45,80 +39,6 @@ T = TypeVar("T")
 
 CALL_TIMEOUT: Final = 10.0
 START_TIMEOUT: Final = 10.0
-
-# Builds the conversations service's SendMessage from the frame's fields.
-SendMessageFactory = Callable[..., Any]
-
-
-class ActorConversations:
-    """The sessions' :class:`~chalie.chat.session.ConversationsPort` over the Conversations.
-
-    Async code never waits on a pykka future (DESIGN.md): each call is awaited
-    with :meth:`ChildRef.acall`, answered on the loop by a callback; a send is
-    stored by the Conversations actor (``submit``), and the loop, not that
-    actor, waits for the TurnActor to take the turn.
-    """
-
-    def __init__(
-        self,
-        conversations: ChildRef[Any],
-        events: EventBus,
-        send_message: SendMessageFactory,
-        *,
-        timeout: float = CALL_TIMEOUT,
-    ) -> None:
-        self._child = conversations.within(timeout)
-        self._events = events
-        self._send_message = send_message
-        self._timeout = timeout
-
-    async def send(self, frame: p.Send, origin: str) -> AcceptedLike:
-        msg = self._send_message(
-            conversation_id=frame.conversation_id,
-            channel=frame.channel,
-            text=frame.text,
-            client_msg_id=frame.client_msg_id,
-            busy=frame.busy,
-            origin=origin,
-        )
-        return await self._call("send", send_on_loop(self._child, msg, self._timeout))
-
-    async def cancel(self, conversation_id: str) -> bool:
-        return bool(
-            await self._call("cancel", self._child.acall(Conversations.cancel, conversation_id))
-        )
-
-    async def events(self, conversation_id: str, after_seq: int, limit: int) -> Sequence[Any]:
-        found: Sequence[Any] = await self._call(
-            "events",
-            self._child.acall(Conversations.events, conversation_id, after_seq, limit),
-        )
-        return found
-
-    async def answer(self, request_id: str, answer: str) -> bool:
-        answered = self._child.acall(Conversations.answer, request_id, answer)
-        return await self._call("answer", answered) is not False
-
-    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closable:
-        return self._events.subscribe(conversation_id, callback)
-
-    async def _call(self, method: str, answer: Awaitable[T]) -> T:
-        """The answer, or the session's errors: unavailable (retry later) or refused."""
-        try:
-            return await answer
-        except ChildUnavailable as exc:
-            raise ConversationsUnavailable(str(exc)) from None
-        except pykka.ActorDeadError:
-            raise ConversationsUnavailable("the conversations service is restarting") from None
-        except (TimeoutError, pykka.Timeout):
-            raise ConversationsUnavailable(
-                f"the conversations service did not answer {method} in {self._timeout:g} s"
-            ) from None
-        except ValueError as exc:
-            code = getattr(exc, "code", None)
-            if isinstance(code, str):  # the service refused the request (ConversationError)
-                raise Refused(code, str(exc)) from None
-            raise
 
 
 class ChatBridge(ServingActor):
@@ -132,14 +52,13 @@ class ChatBridge(ServingActor):
         loop: EventLoopThread,
         events: EventBus,
         conversations: ChildRef[Any],
-        send_message: SendMessageFactory,
     ) -> None:
         super().__init__()
         self._config = config
         self._home = home
         self._db_path = db_path
         self._loop = loop
-        self._port = ActorConversations(conversations, events, send_message)
+        self._port = ActorConversations(conversations, events)
         self._tokens: TokenStore | None = None
         self._ws: WebSocketBridge | None = None
         self._zmq: ZmqBridge | None = None
@@ -222,27 +141,3 @@ class ChatBridge(ServingActor):
             await self._ws.stop()
         if self._zmq is not None:
             await self._zmq.stop()
-
-
-def child_specs(
-    config: ChatConfig,
-    home: Path,
-    db_path: Path,
-    loop: EventLoopThread,
-    events: EventBus,
-    conversations: ChildRef[Any],
-) -> list[ChildSpec]:
-    """The chat bridge's place in the tree (after the conversations), or none when disabled."""
-    from chalie.conversation.requests import SendMessage
-
-    if not config.enabled:
-        return []
-    return [
-        ChildSpec(
-            "chat",
-            lambda: ChatBridge.start(
-                config, home, db_path, loop, events, conversations, SendMessage
-            ),
-            shutdown=10.0,
-        )
-    ]

@@ -40,7 +40,7 @@ from chalie.control import (
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
 from chalie.routing import Route
-from chalie.services import Services
+from chalie.services import DiscoveryService, Services
 from chalie.trail import Trail
 
 log = logging.getLogger("chalie.control")
@@ -113,10 +113,10 @@ class ControlCommands:
 
     def mcp_answer(self, args: McpAnswerArgs) -> ControlReply:
         """The owner answers a server's elicitation (checked against the server's form)."""
-        from actors.mcp_asks import BadAnswer, ServerAsks
+        from actors.mcp_asks import BadAnswer
 
-        asks = self._host.services.extra.get("mcp_asks")
-        if not isinstance(asks, ServerAsks):
+        asks = self._host.services.mcp_asks
+        if asks is None:
             return control.failure(control.UNAVAILABLE, "MCP connections are not running")
         try:
             found = asks.answer(args.request_id, args.content)
@@ -182,7 +182,11 @@ class ControlCommands:
 
     def trail(self, args: TrailArgs) -> ControlReply:
         rows = self._trail().query(
-            tool=args.tool, status=args.status, conversation_id=args.conversation, limit=args.limit
+            tool=args.tool,
+            status=args.status,
+            code=args.code,
+            conversation_id=args.conversation,
+            limit=args.limit,
         )
         return control.success(msgspec.to_builtins(rows))
 
@@ -230,12 +234,18 @@ class ControlCommands:
 
     # -- discovery ----------------------------------------------------------------------
     def index_rebuild(self, args: IndexRebuildArgs) -> ControlReply:
-        discovery: Any = self._host.services.discovery
+        discovery = self._discovery()
         job = discovery.start_rebuild(args.reuse) if args.start else discovery.state.job()
         return control.success({"job": job, "index": discovery.snapshot()})
 
     def discovery_examples(self, args: DiscoveryExamplesArgs) -> ControlReply:
-        return control.success(examples_command(self._host.services.discovery, args))
+        return control.success(examples_command(self._discovery(), args))
+
+    def _discovery(self) -> DiscoveryService:
+        discovery = self._host.services.discovery
+        if discovery is None:
+            raise ChildUnavailable("discovery", "the daemon runs no discovery index")
+        return discovery
 
     # -- reaching the children ----------------------------------------------------------
     # ChildUnavailable and PolicyError raised through these become replies (answer_errors).

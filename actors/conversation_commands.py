@@ -1,10 +1,5 @@
-"""The control socket's conversation commands: ``chalie ask`` and ``chalie conversations ...``."""
-
 from __future__ import annotations
 
-import contextlib
-import queue
-import time
 from typing import Any
 
 import msgspec
@@ -12,8 +7,10 @@ import msgspec
 from actors.child_ref import ChildRef
 from actors.control_commands import answer_errors
 from actors.conversations import ASK_TIMEOUT, Conversations, ConversationsHost, new_id
+from actors.conversations_port import ActorConversations
 from chalie import control
-from chalie.conversation.events import ToolFinished, TurnFinished
+from chalie.conversation.follow import follow_turn
+from chalie.conversation.port import ConversationsUnavailable
 from chalie.conversation.requests import (
     AskArgs,
     ConversationArgs,
@@ -21,17 +18,23 @@ from chalie.conversation.requests import (
     ConversationsListArgs,
     SendMessage,
 )
-from chalie.messages import (
-    ControlReply,
-)
+from chalie.messages import ControlReply
 from chalie.routing import Route
 
 
 class ConversationCommands:
-    """The control socket's conversation commands: one routing-table row each."""
+    """The control socket's conversation commands: one routing-table row each.
+
+    A handler runs on the control endpoint's handler thread; what it asks of the
+    conversations goes through the conversations port (on the loop), as every
+    client's does.
+    """
 
     def __init__(self, host: ConversationsHost) -> None:
         self._host = host
+        self._port = ActorConversations(
+            host.child("conversations", Conversations), host.events, timeout=ASK_TIMEOUT
+        )
 
     def routes(self) -> list[Route[Any]]:
         rows: list[Route[Any]] = [
@@ -59,14 +62,14 @@ class ConversationCommands:
 
     def delete(self, args: ConversationArgs) -> ControlReply:
         cid = args.conversation_id
-        if not self._conversations().call(Conversations.delete, cid):
+        deleted = self._host.loop.submit(self._port.delete(cid)).result(ASK_TIMEOUT * 2)
+        if not deleted:
             return control.failure("unknown-conversation", f"no conversation {cid!r}")
         return control.success({"conversation_id": cid, "deleted": True})
 
     def ask(self, args: AskArgs) -> ControlReply:
-        """Run one turn without a human and wait for its end (this handler thread blocks)."""
-        conversations = self._conversations()
-        channels = conversations.call(Conversations.channels)
+        """Run one turn without a human and wait for its end (this handler thread waits)."""
+        channels = self._conversations().call(Conversations.channels)
         channel = channels.get(args.channel)
         if channel is None:
             return control.failure(
@@ -80,50 +83,31 @@ class ConversationCommands:
                 "use a channel such as subconscious",
             )
         cid = args.conversation_id or new_id("c")
-        finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
-        tools: list[dict[str, Any]] = []
-
-        def on_event(event: Any) -> None:
-            if isinstance(event, TurnFinished):
-                finished.put(event)
-            elif isinstance(event, ToolFinished):
-                tools.append({"tool": event.tool, "status": event.status, "code": event.code})
-
-        with self._host.events.subscribe(cid, on_event):
-            accepted = conversations.call(
-                Conversations.send,
-                SendMessage(
-                    conversation_id=cid,
-                    channel=args.channel,
-                    text=args.text,
-                    client_msg_id=new_id("ask"),
-                    origin="cli-ask",
-                ),
+        msg = SendMessage(
+            conversation_id=cid,
+            channel=args.channel,
+            text=args.text,
+            client_msg_id=new_id("ask"),
+            origin="cli-ask",
+        )
+        following = self._host.loop.submit(follow_turn(self._port, msg, timeout=args.timeout))
+        try:
+            outcome = following.result(args.timeout + ASK_TIMEOUT)
+        except TimeoutError:
+            return control.failure(
+                "tool-timeout",
+                f"the turn did not finish within {args.timeout:g} s",
+                conversation_id=cid,
             )
-            deadline = time.monotonic() + args.timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    with contextlib.suppress(Exception):
-                        conversations.call(Conversations.cancel, cid)
-                    return control.failure(
-                        "tool-timeout",
-                        f"the turn did not finish within {args.timeout:g} s",
-                        conversation_id=cid,
-                    )
-                try:
-                    event = finished.get(timeout=min(left, 1.0))
-                except queue.Empty:
-                    continue
-                if event.turn_id == accepted.turn_id:
-                    break
         return control.success(
             {
                 "conversation_id": cid,
-                "turn_id": accepted.turn_id,
-                "reason": event.reason,
-                "text": event.text,
-                "tools": tools,
+                "turn_id": outcome.accepted.turn_id,
+                "reason": outcome.finished.reason,
+                "text": outcome.finished.text,
+                "tools": [
+                    {"tool": t.tool, "status": t.status, "code": t.code} for t in outcome.tools
+                ],
             }
         )
 
@@ -136,5 +120,7 @@ def _conversation_errors(route: Route[Any]) -> Route[Any]:
             return route.handler(args)
         except ConversationError as exc:
             return control.failure(exc.code, exc.message)
+        except ConversationsUnavailable as exc:
+            return control.failure(control.UNAVAILABLE, str(exc))
 
     return Route(route.name, route.args, run)

@@ -1,13 +1,16 @@
-"""Conversations: the supervisor of one TurnActor per conversation, and the seam clients call.
+"""Conversations: the supervisor of one TurnActor per conversation, and what clients call.
+
+Clients reach it through the conversations port (``actors/conversations_port.py``).
 
 Lifecycle, in order:
 
 1. ``on_start``: open the conversation tables in ``chalie.db``, close what a
    crash left open (turns left running end ``interrupted``; tool calls left
    without a result get an ``interrupted`` result), and subscribe to the
-   event bus for permission requests and background results, which it
-   routes to the conversation's actor.
-2. :meth:`send` validates and stores the message (a seen ``client_msg_id``
+   event bus for background results only (a conversation may have no live
+   TurnActor to hear its own); permission requests and how they ended reach the
+   running turn's actor directly from the PolicyActor, their one owner.
+2. :meth:`submit` validates and stores the message (a seen ``client_msg_id``
    starts nothing), creates the conversation's TurnActor on demand (it loads
    the history from storage) and hands it the turn.
 3. A TurnActor idle for ``conversations.idle_stop`` seconds reports it and is
@@ -18,14 +21,18 @@ Lifecycle, in order:
    until the next message.
 5. ``on_stop``: stop every TurnActor (a running turn ends ``interrupted``),
    close the model clients on the loop, close the store.
+
+The actor never blocks its mailbox on another actor: ``submit``, ``cancel``,
+``answer`` and ``delete`` return a future that the TurnActor or the PolicyActor
+completes (a delete removes the rows once the conversation's actor has stopped).
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -60,16 +67,14 @@ from chalie.mail import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
-    RelayPermission,
-    SettlePermission,
     StartTurn,
     TurnActorCrashed,
     TurnActorIdle,
 )
 from chalie.messages import (
+    ANSWERS,
     BackgroundResult,
     CancelTurn,
-    PermissionRequest,
     ToolCall,
     ToolOutcome,
 )
@@ -109,14 +114,23 @@ K = TypeVar("K", bound=pykka.Actor)
 MAX_CRASHES: Final = 3
 CRASH_PERIOD: Final = 30.0
 ASK_TIMEOUT: Final = 10.0
+# How long a delete waits for the conversation's TurnActor to stop.
+STOP_WAIT: Final = 5.0
 # Conversations whose channel is kept in memory (least recently used dropped first).
 CHANNELS_REMEMBERED: Final = 10_000
-ANSWERS: Final = frozenset({"allow_once", "allow_always", "deny"})
 
 
 @dataclass(frozen=True)
 class _Route:
-    event: PermissionRequest | BackgroundResult
+    event: BackgroundResult
+
+
+@dataclass(frozen=True)
+class _Delete:
+    """A deleted conversation's TurnActor has stopped: its rows can go."""
+
+    conversation_id: str
+    reply: concurrent.futures.Future[bool]
 
 
 @dataclass
@@ -140,7 +154,6 @@ class Conversations(SupervisedActor):
         # Least recently used first: a use moves a conversation to the end.
         self._live: OrderedDict[str, _Live] = OrderedDict()
         self._crashes: dict[str, deque[float]] = {}
-        self._requests: dict[str, str] = {}  # permission request id -> conversation id
         self._send_no = 0
         # The channel of conversations seen (it never changes): no read for each message.
         self._channel_of: OrderedDict[str, str] = OrderedDict()
@@ -185,11 +198,12 @@ class Conversations(SupervisedActor):
         ref = self.actor_ref
 
         def route(event: Any) -> None:
-            if isinstance(event, (PermissionRequest, BackgroundResult)):
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.tell(_Route(event))
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(_Route(event))
 
-        self._sub = rt.events.subscribe(None, route)
+        # Background results only (a conversation may have no live TurnActor to hear its
+        # own): permission requests reach the running turn's actor directly.
+        self._sub = rt.events.subscribe(None, route, kinds=(BackgroundResult,))
 
     def on_stop(self) -> None:
         self._close()
@@ -239,9 +253,9 @@ class Conversations(SupervisedActor):
         learning = self._rt.config.discovery
         if not learning.learn or channel not in learning.learn_channels:
             used = frozenset()
-        learn_turn_soon = getattr(self._rt.services.discovery, "learn_turn_soon", None)
-        if callable(learn_turn_soon):
-            learn_turn_soon(turn_id, channel, used)
+        discovery = self._rt.services.discovery
+        if discovery is not None:
+            discovery.learn_turn_soon(turn_id, channel, used)
 
     def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
 
@@ -282,19 +296,6 @@ class Conversations(SupervisedActor):
         return self._store
 
     # -- the seam -------------------------------------------------------------------------
-    def send(self, msg: SendMessage) -> Accepted:
-        """Store the message and start (or queue) its turn; raises ConversationError.
-
-        Waits, on this actor's thread, for the TurnActor to take the turn: for
-        callers on a thread. Async callers use :meth:`submit`.
-        """
-        try:
-            return self.submit(msg).result(timeout=ASK_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            raise pykka.Timeout(
-                f"the conversation did not take the turn in {ASK_TIMEOUT:g} s"
-            ) from None
-
     def submit(self, msg: SendMessage) -> concurrent.futures.Future[Accepted]:
         """Store the message and hand its turn to the conversation's TurnActor, without waiting.
 
@@ -377,41 +378,47 @@ class Conversations(SupervisedActor):
         asked.add_done_callback(asked_done)
         return out
 
-    def cancel(self, conversation_id: str) -> bool:
-        """Cancel the conversation's running turn; False when none runs."""
+    def cancel(self, conversation_id: str) -> concurrent.futures.Future[bool]:
+        """Cancel the conversation's running turn; the future says whether one ran.
+
+        Answered by the TurnActor; this actor does not wait for it.
+        """
         check_id(conversation_id)
+        out: concurrent.futures.Future[bool] = concurrent.futures.Future()
         live = self._live.get(conversation_id)
         if live is None:
-            return False
+            out.set_result(False)
+            return out
         try:
-            return bool(live.ref.ask(CancelRunningTurn(), timeout=ASK_TIMEOUT))
+            asked = live.ref.ask(CancelRunningTurn(), block=False)
         except pykka.ActorDeadError:
-            return False
+            out.set_result(False)
+            return out
+        assert isinstance(asked, CallbackFuture)  # a TurnActor's asks call back
+        asked.add_done_callback(lambda done: _settle_bool(out, done))
+        return out
 
     def events(self, conversation_id: str, after_seq: int = 0, limit: int = 200) -> list[Event]:
         check_id(conversation_id)
         return self.store.events(conversation_id, after_seq, limit)
 
-    def answer(self, request_id: str, answer: str) -> bool:
-        """Forward a permission answer to the gate; False when no such request is pending."""
+    def answer(self, request_id: str, answer: str) -> concurrent.futures.Future[bool]:
+        """Hand a person's answer to the gate, the request's one owner; the future says
+        whether the request was pending. The PolicyActor answers it; this actor does not wait.
+        """
         if answer not in ANSWERS:
             raise ConversationError(
                 "invalid-message", f"answer must be one of {', '.join(sorted(ANSWERS))}"
             )
         if not isinstance(request_id, str) or len(request_id) > 128:
             raise ConversationError("invalid-message", "request_id is not a request id")
-        # The turn hears the answer before the gate does: the call can only end
-        # after the gate's answer, so its settlement is always this answer, never
-        # the "allowed" inferred from the call's outcome (a race otherwise).
-        cid = self._requests.get(request_id)
-        live = self._live.get(cid) if cid is not None else None
-        if live is not None:
-            with contextlib.suppress(pykka.ActorDeadError):
-                live.ref.tell(SettlePermission(request_id, answer))
-        policy = self._rt.child("policy", PolicyActor).within(ASK_TIMEOUT)
-        found = policy.call(PolicyActor.answer, request_id, answer)
-        self._requests.pop(request_id, None)
-        return found is not False
+        out: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        answered = self._rt.child("policy", PolicyActor).future(
+            PolicyActor.answer, request_id, answer
+        )
+        assert isinstance(answered, CallbackFuture)  # the PolicyActor's answers call back
+        answered.add_done_callback(lambda done: _settle_bool(out, done))
+        return out
 
     def list(self, limit: int = 100) -> list[ConversationInfo]:
         return self.store.list(limit)
@@ -429,14 +436,31 @@ class Conversations(SupervisedActor):
             "live": conversation_id in self._live,
         }
 
-    def delete(self, conversation_id: str) -> bool:
+    def delete(self, conversation_id: str) -> concurrent.futures.Future[bool]:
+        """Delete a conversation; the future says whether it existed.
+
+        A live TurnActor is stopped first (without waiting here): its rows go once it
+        has stopped, so nothing it writes while stopping outlives the delete.
+        """
         check_id(conversation_id)
-        live = self._live.pop(conversation_id, None)
-        if live is not None:
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                live.ref.stop(block=True, timeout=5)
+        out: concurrent.futures.Future[bool] = concurrent.futures.Future()
         self._channel_of.pop(conversation_id, None)
-        return self.store.delete(conversation_id)
+        live = self._live.pop(conversation_id, None)
+        if live is None:
+            out.set_result(self.store.delete(conversation_id))
+            return out
+        ref = self.actor_ref
+        stopping = live.ref.stop(block=False)
+
+        def stopped() -> None:
+            # pykka's stop future has no done-callbacks: a helper thread waits for it.
+            with contextlib.suppress(pykka.Timeout):
+                stopping.get(timeout=STOP_WAIT)
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(_Delete(conversation_id, out))
+
+        threading.Thread(target=stopped, name="conversation-delete", daemon=True).start()
+        return out
 
     def live(self) -> int:
         """How many TurnActors run now."""
@@ -499,6 +523,12 @@ class Conversations(SupervisedActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Route):
             self._route(message.event)
+        elif isinstance(message, _Delete):
+            self._channel_of.pop(message.conversation_id, None)
+            try:
+                message.reply.set_result(self.store.delete(message.conversation_id))
+            except Exception as exc:
+                message.reply.set_exception(exc)
         elif isinstance(message, TurnActorIdle):
             live = self._live.get(message.conversation_id)
             if (
@@ -514,17 +544,11 @@ class Conversations(SupervisedActor):
             return super().on_receive(message)
         return None
 
-    def _route(self, event: PermissionRequest | BackgroundResult) -> None:
+    def _route(self, event: BackgroundResult) -> None:
         cid = event.conversation_id
         if self._store is None or self._known_channel(cid) is None:
             return  # a call made outside any conversation (the CLI's tools call)
-        if isinstance(event, PermissionRequest):
-            self._requests[event.request_id] = cid
-            if len(self._requests) > 10_000:
-                self._requests.pop(next(iter(self._requests)))
-            self._actor(cid).ref.tell(RelayPermission(event))
-        else:
-            self._actor(cid).ref.tell(DeliverBackground(event))
+        self._actor(cid).ref.tell(DeliverBackground(event))
 
     def _crashed(self, message: TurnActorCrashed) -> None:
         cid = message.conversation_id
@@ -546,15 +570,21 @@ class Conversations(SupervisedActor):
         self._actor(cid)
 
 
-async def send_on_loop(
-    conversations: ChildRef[Conversations], msg: SendMessage, timeout: float
-) -> Accepted:
-    """:meth:`Conversations.send` for async code: the message is stored by the actor
-    (``submit``), and the loop, not that actor's thread, waits for the TurnActor to take
-    the turn. Raises what ``send`` does, ChildUnavailable, or TimeoutError after ``timeout``."""
-    taken = await conversations.within(timeout).acall(Conversations.submit, msg)
-    async with asyncio.timeout(timeout):
-        return await asyncio.wrap_future(taken)
+def _settle_bool(out: concurrent.futures.Future[bool], done: Any) -> None:
+    """Complete ``out`` with an answered pykka future's value as a bool (or its error).
+
+    A dead actor means nothing ran (False); any other failure is passed on.
+    """
+    try:
+        value = done.get(timeout=10)
+    except pykka.ActorDeadError:
+        value = False
+    except BaseException as exc:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            out.set_exception(exc)
+        return
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        out.set_result(value is not False and bool(value))
 
 
 def new_id(prefix: str) -> str:

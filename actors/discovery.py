@@ -48,6 +48,7 @@ from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexCorruptError, ToolDoc
 from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
 from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
+from chalie.services import DiscoveryService
 
 log = logging.getLogger("chalie.discovery")
 
@@ -600,7 +601,7 @@ def example_view(example: Example) -> dict[str, Any]:
     }
 
 
-def examples_command(handle: DiscoveryHandle, args: Any) -> dict[str, Any]:
+def examples_command(handle: DiscoveryService, args: Any) -> dict[str, Any]:
     """The ``discovery.examples`` control command (chalie.control.DiscoveryExamplesArgs)."""
     if args.action == "list":
         return {"examples": [example_view(e) for e in handle.examples(args.tool)]}

@@ -355,9 +355,7 @@ class DispatcherActor(SupervisedActor):
         if bad is not None:
             self._end_early(call, reply, bad)
             return
-        entry = steps.resolve(
-            self._registry, call.tool, call.context, getattr(self._services, "turns", None)
-        )
+        entry = steps.resolve(self._registry, call.tool, call.context, self._services.turns)
         if isinstance(entry, ToolResult):
             self._end_early(call, reply, entry)
             return

@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pykka
 
 from actors.child_ref import ChildRef, ChildUnavailable
-from actors.conversations import Conversations, send_on_loop
+from actors.conversations import Conversations
+from actors.conversations_port import ActorConversations
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.config import McpServerConfig
-from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.conversation.port import ConversationsPort
 from chalie.dispatch import envelope_name
 from chalie.envelope import render
 from chalie.events import HUMANS, EventBus
@@ -41,13 +42,6 @@ from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.gateway import Gateway, ToolsPort
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
-from chalie.mcp_server.turns import (
-    CHANNEL,
-    Closeable,
-    ConversationsPort,
-    Sent,
-    TurnRefused,
-)
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import Registry
 from chalie.services import TurnTools
@@ -58,67 +52,6 @@ log = logging.getLogger("chalie.mcp_server")
 START_TIMEOUT = 15.0
 CALL_TIMEOUT = 15.0
 T = TypeVar("T")
-
-
-class ActorConversations:
-    """For the loop: the Conversations actor's proxy methods and the event bus.
-
-    Async code never waits on a pykka future (DESIGN.md): each call is
-    awaited with :meth:`ChildRef.acall`, answered on the loop by a callback.
-    """
-
-    def __init__(self, conversations: ChildRef[Conversations], bus: EventBus) -> None:
-        self._child = conversations.within(CALL_TIMEOUT)
-        self._bus = bus
-
-    @staticmethod
-    async def _call(answer: Awaitable[T]) -> T:
-        try:
-            return await answer
-        except ConversationError as exc:
-            raise TurnRefused(exc.code, str(exc)) from None
-        except ChildUnavailable as exc:
-            raise TurnRefused(
-                "internal-error", f"the conversations are unavailable: {exc}"
-            ) from None
-        except TimeoutError:
-            raise TurnRefused(
-                "internal-error", f"the conversations did not answer within {CALL_TIMEOUT:g} s"
-            ) from None
-
-    async def send(
-        self,
-        *,
-        conversation_id: str | None,
-        text: str,
-        client_msg_id: str,
-        origin: str,
-        human_present: bool = False,
-    ) -> Sent:
-        msg = SendMessage(
-            conversation_id=conversation_id,
-            channel=CHANNEL,
-            text=text,
-            client_msg_id=client_msg_id,
-            origin=origin,
-            human_present=human_present,
-        )
-        accepted = await self._call(send_on_loop(self._child, msg, CALL_TIMEOUT))
-        return Sent(accepted.conversation_id, accepted.turn_id)
-
-    async def cancel(self, conversation_id: str) -> bool:
-        child = self._child
-        return await self._call(child.acall(Conversations.cancel, conversation_id))
-
-    async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
-        child = self._child
-        found = await self._call(
-            child.acall(Conversations.events, conversation_id, after_seq, limit)
-        )
-        return list(found)
-
-    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
-        return self._bus.subscribe(conversation_id, callback)
 
 
 class DispatcherTools:

@@ -13,6 +13,11 @@ Lifecycle of one gate request (:meth:`PolicyActor.gate`):
    request nobody is subscribed to still waits: the operator sees it in
    :meth:`pending` (``chalie policy list``) and may answer it there.
 4. Any exception inside the gate is a deny (``fail-closed``), logged.
+5. A request ends once, here: answered, expired, or withdrawn (its call was
+   cancelled, or the gate stops). The actor publishes a :class:`RequestSettled`
+   to the conversation first, then completes the caller's future, so the turn
+   records how its request ended before the call it held can report.
+   This actor is the request's one owner: nobody else keeps or infers it.
 
 The reply is a ``concurrent.futures.Future[GateDecision]``: through a proxy,
 ``proxy.gate(...).get()`` returns that future at once and ``.result()`` waits
@@ -40,7 +45,7 @@ from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.events import EventBus
 from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
-from chalie.messages import Decision, PermissionRequest, TurnContext
+from chalie.messages import Decision, PermissionRequest, RequestSettled, Settlement, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
@@ -100,10 +105,25 @@ class PolicyActor(SupervisedActor):
         self._drop_pending("the permission gate failed while waiting for the answer")
 
     def _drop_pending(self, reason: str) -> None:
-        for pending in self._pending.values():
+        pending_now, self._pending = self._pending, {}
+        for pending in pending_now.values():
             pending.timer.cancel()
-            _complete(pending.reply, rules.failed_closed(reason))
-        self._pending.clear()
+            self._settle(pending, "withdrawn", rules.failed_closed(reason))
+
+    def _settle(self, pending: _Pending, answer: Settlement, decision: GateDecision) -> None:
+        """End one request: its conversation hears how, then its caller gets the decision.
+
+        Published first, so the turn records the settlement before the call it held
+        can run and report (the request has this one owner; nobody infers it).
+        """
+        request = pending.request
+        settled = RequestSettled(
+            request_id=request.request_id, conversation_id=request.conversation_id, answer=answer
+        )
+        try:
+            self._events.publish(request.conversation_id, settled)
+        finally:
+            _complete(pending.reply, decision)
 
     @property
     def store(self) -> PolicyStore:
@@ -231,14 +251,16 @@ class PolicyActor(SupervisedActor):
         if pending is not None:
             log.info("permission request %s for %s expired", request_id, pending.request.permission)
             permission = pending.request.permission
-            _complete(pending.reply, rules.approval_expired(permission, self._expiry))
+            self._settle(pending, "expired", rules.approval_expired(permission, self._expiry))
 
     def _withdraw(self, reply: Future[GateDecision]) -> None:
         for request_id, pending in list(self._pending.items()):
             if pending.reply is reply:
                 del self._pending[request_id]
                 pending.timer.cancel()
-                _complete(reply, rules.denied_by_human(pending.request.permission))
+                self._settle(
+                    pending, "withdrawn", rules.denied_by_human(pending.request.permission)
+                )
                 log.info("permission request %s withdrawn by its caller", request_id)
 
     def answer(self, request_id: str, answer: str) -> bool:
@@ -257,7 +279,7 @@ class PolicyActor(SupervisedActor):
         except Exception as exc:
             log.exception("applying the answer to %s failed; denying", request_id)
             decision = rules.failed_closed(type(exc).__name__)
-        _complete(pending.reply, decision)
+        self._settle(pending, answer, decision)  # type: ignore[arg-type]  # checked above
         return True
 
     # -- the operator's surface --------------------------------------------------

@@ -62,31 +62,34 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
+from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
-    RelayPermission,
-    SettlePermission,
     StartTurn,
     TurnActorCrashed,
     TurnActorIdle,
 )
-from chalie.messages import BackgroundResult, PermissionRequest, ToolCall, ToolOutcome, TurnContext
+from chalie.messages import (
+    BackgroundResult,
+    PermissionRequest,
+    RequestSettled,
+    ToolCall,
+    ToolOutcome,
+    TurnContext,
+)
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 
 log = logging.getLogger("chalie.turn")
 
 CANCELLED_LINE: Final = "The turn was cancelled."
-# How a permission request ended when its call's outcome tells it (answered elsewhere).
-SETTLED_BY_CODE: Final = {"permission-denied": "deny", "approval-expired": "expired"}
+# A call that ended with one of these was refused by a person or the gate: the turn
+# does not learn from the tool (the user did not want it).
+DENIED_CODES: Final = frozenset({"permission-denied", "approval-expired"})
 # Tool calls one model response may start; the rest get an error result.
 MAX_CALLS_PER_STEP: Final = 32
-
-
-class Publisher(Protocol):
-    def publish(self, conversation_id: str, event: Any) -> int: ...
 
 
 class Dispatch(Protocol):
@@ -108,7 +111,7 @@ class TurnDeps:
     forget: Callable[[str], None]  # release a finished turn's injections
     pending_background: Callable[[str], list[BackgroundResult]]  # the outbox, after a restart
     ack_background: Callable[[list[int]], object]  # results now stored in the history
-    bus: Publisher
+    bus: EventBus
     idle_stop: float = 600.0
     max_queued: int = 16
     # At a turn's end: (turn id, policy channel, tools it used with success and no
@@ -148,6 +151,13 @@ class _ModelDone:
     response: ModelResponse | None
     error: ProviderError | None
     tail: str = ""  # streamed text not yet sent as a delta (stored with the answer)
+
+
+@dataclass(frozen=True)
+class _Heard:
+    """From the bus: a permission request of this conversation, or how one ended."""
+
+    event: PermissionRequest | RequestSettled
 
 
 @dataclass(frozen=True)
@@ -224,10 +234,22 @@ class TurnActor(Actor):
         self._send_no = 0
         self._channel: Channel | None = None
         self._idle_timer: list[asyncio.TimerHandle] = []
+        self._requests: Subscription | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def on_start(self) -> None:
         deps = self._deps
+        ref = self.actor_ref
+
+        def heard(event: Any) -> None:  # on the PolicyActor's thread
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(_Heard(event))
+
+        # The PolicyActor owns this conversation's permission requests; the turn hears
+        # them and how each ended, and records both in the conversation's events.
+        self._requests = deps.bus.subscribe(
+            self.conversation_id, heard, kinds=(PermissionRequest, RequestSettled)
+        )
         for event in deps.store.recover(self.conversation_id):
             deps.bus.publish(self.conversation_id, event)
         loaded = deps.store.load(self.conversation_id)
@@ -248,11 +270,18 @@ class TurnActor(Actor):
         self._next_or_idle()
 
     def on_stop(self) -> None:
+        self._close_requests()
         self._unschedule(self._idle_timer)
         if self._turn is not None:
             self._finish("interrupted", "The conversation was stopped during the turn.")
 
+    def _close_requests(self) -> None:
+        if self._requests is not None:
+            self._requests.close()
+            self._requests = None
+
     def on_failure(self, *exc: Any) -> None:
+        self._close_requests()
         self._gen += 1
         turn = self._turn
         if turn is not None and turn.model is not None:
@@ -298,10 +327,11 @@ class TurnActor(Actor):
                 )
         elif isinstance(message, CancelRunningTurn):
             return self._cancel()
-        elif isinstance(message, RelayPermission):
-            self._permission(message.request)
-        elif isinstance(message, SettlePermission):
-            self._settled(message.request_id, message.answer)
+        elif isinstance(message, _Heard):
+            if isinstance(message.event, PermissionRequest):
+                self._permission(message.event)
+            else:
+                self._settled(message.event.request_id, message.event.answer)
         elif isinstance(message, DeliverBackground):
             self._background(message.result)
         elif isinstance(message, _Deadline):
@@ -598,9 +628,9 @@ class TurnActor(Actor):
         if outcome.status == "success" and not outcome.background:
             # a call sent to the background has not succeeded yet: it teaches nothing
             turn.succeeded.add(call.tool)
-        elif outcome.code in SETTLED_BY_CODE:
+        elif outcome.code in DENIED_CODES:
             turn.denied.add(call.tool)
-        events: list[ConversationEvent] = self._settled_by(turn, call.tool, outcome)
+        events: list[ConversationEvent] = []
         events.append(
             self._event(
                 ToolFinished,
@@ -672,17 +702,8 @@ class TurnActor(Actor):
     def _settled(self, request_id: str, answer: str) -> None:
         turn = self._turn
         if turn is None or turn.requests.pop(request_id, None) is None:
-            return  # already settled by the call's outcome, or withdrawn with its turn
+            return  # not this turn's, or withdrawn with its turn
         self._emit(PermissionSettled, request_id=request_id, answer=answer)
-
-    def _settled_by(self, turn: _Turn, tool: str, outcome: ToolOutcome) -> list[ConversationEvent]:
-        """A call that asked ended: its request was answered (here or elsewhere) or expired."""
-        request_id = next((r for r, t in turn.requests.items() if t == tool), None)
-        if request_id is None:
-            return []
-        del turn.requests[request_id]
-        answer = SETTLED_BY_CODE.get(outcome.code or "", "allowed")
-        return [self._event(PermissionSettled, request_id=request_id, answer=answer)]
 
     def _background(self, result: BackgroundResult) -> None:
         if result.call_id in self._delivered:

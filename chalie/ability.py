@@ -19,24 +19,19 @@ with a TypeError when it is created.
 from __future__ import annotations
 
 import copy
-import re
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
-import jsonschema
 import msgspec
 
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.tool_names import FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
 
-NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
-NAME_MAX: Final = 64
 MIN_EXAMPLES: Final = 6
 MAX_EXAMPLES: Final = 8
-# Framework fields injected into every descriptor; no ability may declare them.
-FRAMEWORK_FIELDS: Final = ("act_summary", "async")
 # Names a subclass may not define: the assembler and everything it relies on.
 SEALED: Final = frozenset({"descriptor", "input_schema", "_inject_framework_fields"})
 
@@ -119,6 +114,8 @@ def validate_ability(cls: type[Ability]) -> None:
     schema = cls.parameters
     if not isinstance(schema, Mapping) or schema.get("type") != "object":
         fail("parameters must be a JSON Schema object ({'type': 'object', ...})")
+    import jsonschema  # here: importing the contract (every CLI command) stays cheap
+
     try:
         jsonschema.Draft202012Validator.check_schema(dict(schema))
     except jsonschema.SchemaError as exc:

@@ -87,6 +87,7 @@ class ToolsCancelArgs(Args):
 class TrailArgs(Args):
     tool: ToolName | None = None
     status: TrailStatus | None = None
+    code: Short | None = None
     conversation: Id | None = None
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 20
 

@@ -39,7 +39,7 @@ import msgspec
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
-from chalie.ability import FRAMEWORK_FIELDS, Ability, struct_schema
+from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.mcp.names import server_of
@@ -53,6 +53,7 @@ from chalie.messages import (
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
+from chalie.tool_names import FRAMEWORK_FIELDS
 
 MAX_ARGUMENT_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 32

@@ -21,12 +21,19 @@ from typing import Final
 
 from chalie.conversation.events import ConversationEvent, ToolProgress
 from chalie.mcp_server.exchange import AgentExchange
-from chalie.messages import BackgroundResult, PermissionRequest
+from chalie.messages import BackgroundResult, PermissionRequest, RequestSettled
 
 log = logging.getLogger("chalie.events")
 
 # A conversation's numbered events (chalie.conversation.events) travel on the same bus.
-Event = PermissionRequest | BackgroundResult | ConversationEvent | ToolProgress | AgentExchange
+Event = (
+    PermissionRequest
+    | RequestSettled
+    | BackgroundResult
+    | ConversationEvent
+    | ToolProgress
+    | AgentExchange
+)
 # The key every human-facing client (a chat session) subscribes to: what a person
 # at a screen should see whatever conversation they have open.
 HUMANS: Final = "*humans*"
@@ -36,10 +43,18 @@ Callback = Callable[[Event], None]
 class Subscription:
     """A registered callback; ``close()`` unsubscribes (idempotent)."""
 
-    def __init__(self, bus: EventBus, key: str | None, callback: Callback) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        key: str | None,
+        callback: Callback,
+        kinds: tuple[type, ...] | None = None,
+    ) -> None:
         self._bus = bus
         self.conversation_id = key
         self.callback = callback
+        # Only events of these types reach the callback (None: every event).
+        self.kinds = kinds
         self.closed = False
 
     def close(self) -> None:
@@ -69,9 +84,19 @@ class EventBus:
         self._lock = threading.Lock()
         self._subs: dict[str | None, tuple[Subscription, ...]] = {}
 
-    def subscribe(self, conversation_id: str | None, callback: Callback) -> Subscription:
-        """Deliver a conversation's events (every one's, for ``None``) to ``callback``."""
-        sub = Subscription(self, conversation_id, callback)
+    def subscribe(
+        self,
+        conversation_id: str | None,
+        callback: Callback,
+        *,
+        kinds: tuple[type, ...] | None = None,
+    ) -> Subscription:
+        """Deliver a conversation's events (every one's, for ``None``) to ``callback``.
+
+        ``kinds``: only events of these types (a subscriber that wants two kinds does not
+        hear every text delta of every conversation).
+        """
+        sub = Subscription(self, conversation_id, callback, kinds)
         self._add(sub)
         return sub
 
@@ -107,6 +132,8 @@ class EventBus:
             targets = self._subs.get(conversation_id, ()) + self._subs.get(None, ())
         delivered = 0
         for sub in targets:
+            if sub.kinds is not None and not isinstance(event, sub.kinds):
+                continue
             try:
                 sub.callback(event)
                 delivered += 1

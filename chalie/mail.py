@@ -14,7 +14,6 @@ from typing import Any
 from chalie.messages import (
     BackgroundResult,
     Busy,
-    PermissionRequest,
     ToolCall,
     ToolOutcome,
     TurnContext,
@@ -152,21 +151,6 @@ class CancelRunningTurn:
 @dataclass(frozen=True, slots=True)
 class EvictIfIdle:
     """TurnActor, from its parent over its limit of live actors: report idle now if nothing runs."""
-
-
-@dataclass(frozen=True, slots=True)
-class RelayPermission:
-    """TurnActor: a call of its turn waits for its human's answer."""
-
-    request: PermissionRequest
-
-
-@dataclass(frozen=True, slots=True)
-class SettlePermission:
-    """TurnActor: its human answered (or the request expired)."""
-
-    request_id: str
-    answer: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,19 @@ DECISIONS: Final[tuple[str, ...]] = get_args(Decision)
 # A human's answer to a permission request.
 Answer = Literal["allow_once", "allow_always", "deny"]
 ANSWERS: Final[tuple[str, ...]] = get_args(Answer)
+# How a person types each answer: a word (``chalie policy answer ID once``) and its letter.
+ANSWER_WORDS: Final[dict[str, Answer]] = {
+    "once": "allow_once",
+    "always": "allow_always",
+    "deny": "deny",
+}
+ANSWER_LETTERS: Final[dict[str, Answer]] = {
+    word[0]: answer for word, answer in ANSWER_WORDS.items()
+}
+# How a permission request ended: a person's answer, its time ran out, or its call
+# went away first (cancelled, its turn ended, the gate stopped).
+Settlement = Literal["allow_once", "allow_always", "deny", "expired", "withdrawn"]
+SETTLEMENTS: Final[tuple[str, ...]] = get_args(Settlement)
 # Who decided a gate question.
 DecidedBy = Literal["policy", "human", "internal", "fail-closed"]
 # How a call ended.
@@ -28,6 +41,12 @@ Status = Literal["success", "error"]
 # A trail row's status: a call's status, or still running, or cut off by a stop.
 TrailStatus = Literal["running", "success", "error", "interrupted"]
 TRAIL_STATUSES: Final[tuple[str, ...]] = get_args(TrailStatus)
+# The words ``chalie trail --status`` takes: each status, and the outcomes people name
+# that are stored as a status and a code (a cancelled call: status error, code cancelled).
+TRAIL_FILTERS: Final[dict[str, tuple[TrailStatus, str | None]]] = {
+    **{status: (status, None) for status in get_args(TrailStatus)},
+    "cancelled": ("error", "cancelled"),
+}
 # Where an ability runs: the key of the executor table (actors/executors).
 Isolation = Literal["inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
@@ -115,6 +134,14 @@ class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=Tr
     answer: Answer
 
 
+class RequestSettled(Message, tag="request_settled", kw_only=True, frozen=True):
+    """Published by the PolicyActor, the request's one owner, when a request ends."""
+
+    request_id: str
+    conversation_id: str
+    answer: Settlement
+
+
 class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=True):
     """The final envelope of an async call, delivered to its conversation later."""
 
@@ -193,6 +220,7 @@ AnyMessage = (
     | CancelTurn
     | PermissionRequest
     | PermissionAnswer
+    | RequestSettled
     | BackgroundResult
     | WorkerReady
     | Heartbeat

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
@@ -238,12 +238,19 @@ def answer_decision(answer: str, permission: str) -> GateDecision:
 
 # -- the store ---------------------------------------------------------------
 
-_SCHEMA: Final = """
+
+def _sql_set(values: tuple[str, ...]) -> str:
+    """``'a', 'b'``: an SQL list of the literal's values (they are plain identifiers)."""
+    assert all(re.fullmatch(r"[a-z_-]+", v) for v in values)
+    return ", ".join(f"'{v}'" for v in values)
+
+
+_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS policy (
     channel    TEXT NOT NULL,
     permission TEXT NOT NULL,
-    decision   TEXT NOT NULL CHECK (decision IN ('allow', 'ask', 'deny', 'internal')),
-    origin     TEXT NOT NULL CHECK (origin IN ('set', 'seen')),
+    decision   TEXT NOT NULL CHECK (decision IN ({_sql_set(DECISIONS)})),
+    origin     TEXT NOT NULL CHECK (origin IN ({_sql_set(get_args(Origin))})),
     updated_at REAL NOT NULL,
     PRIMARY KEY (channel, permission)
 )

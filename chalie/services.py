@@ -9,9 +9,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from chalie.discovery.cascade import FindResult
+    from chalie.discovery.learning import Example
+    from chalie.discovery.skills import Skill
+    from chalie.discovery.state import IndexState
+    from chalie.discovery.types import ToolDoc
+    from chalie.mcp.admin import McpAdmin
+
+T = TypeVar("T")
 
 DEFAULT_MAX_TURNS: Final = 10_000
 DEFAULT_MAX_NAMES: Final = 1_000
@@ -86,9 +97,59 @@ class TurnTools:
             self._by_turn.popitem(last=False)
 
 
+class DiscoveryService(Protocol):
+    """The discovery index as its users reach it (the daemon's DiscoveryHandle)."""
+
+    @property
+    def state(self) -> IndexState: ...
+
+    def find(self, queries: Sequence[str], *, k: int = ...) -> FindResult: ...
+
+    def find_skills(
+        self, queries: Sequence[str], *, k: int = ...
+    ) -> tuple[FindResult, list[Skill]]: ...
+
+    def add(self, docs: Sequence[ToolDoc]) -> None: ...
+
+    def remove(self, names: Iterable[str]) -> None: ...
+
+    def remember(self, turn_id: str, result: FindResult) -> None: ...
+
+    def learn_turn_soon(self, turn_id: str, channel: str, used: Iterable[str]) -> int: ...
+
+    def examples(self, tool: str | None = None) -> list[Example]: ...
+
+    def forget(self, target: str | int) -> int: ...
+
+    def clear_examples(self) -> int: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def start_rebuild(self, reuse: bool = False) -> dict[str, Any]: ...
+
+
+class LoopService(Protocol):
+    """The daemon's event loop, for work a thread hands it (``actors.loop.EventLoopThread``)."""
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]: ...
+
+
+class ElicitationAnswers(Protocol):
+    """The owner's answers to remote servers' elicitations (``actors.mcp_asks.ServerAsks``)."""
+
+    def answer(self, request_id: str, content: Any) -> str:
+        """``ok`` or ``unknown``; a content the server's form refuses raises."""
+        ...
+
+
 @dataclass
 class Services:
-    registry: Any = None  # chalie.registry.Registry
-    discovery: Any = None  # the discovery engine (chalie.discovery)
+    """What an inline ability (and the runtime around it) may reach; None: not running here."""
+
+    discovery: DiscoveryService | None = None
     turns: TurnTools = field(default_factory=TurnTools)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # MCP outbound's management operations and the loop its probes run on (mcp_manager).
+    mcp: McpAdmin | None = None
+    loop: LoopService | None = None
+    # The owner's answers to the servers' elicitations (chalie mcp answer).
+    mcp_asks: ElicitationAnswers | None = None

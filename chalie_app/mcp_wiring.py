@@ -18,7 +18,7 @@ class McpWiring:
     Building it registers every cached proxy (so the discovery actor, which
     starts later, indexes them from its first build, offline), makes the
     handle the MCP executor uses (``parts={"mcp": wiring.handle}``), puts the
-    management operations in ``services.extra["mcp"]`` for the mcp_manager
+    management operations in ``services.mcp`` for the mcp_manager
     ability, and gives the tree its child spec (``wiring.spec``).
     """
 
@@ -54,9 +54,9 @@ class McpWiring:
             with contextlib.suppress(Exception):
                 rt.child("mcp", McpConnections).within(30).call(McpConnections.reload)
 
-        rt.services.extra["mcp"] = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
-        rt.services.extra["mcp_loop"] = rt.loop
-        rt.services.extra["mcp_asks"] = asks
+        rt.services.mcp = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
+        rt.services.loop = rt.loop
+        rt.services.mcp_asks = asks
         directory = self.directory
         self.spec = ChildSpec(
             "mcp", lambda: McpConnections.start(deps, directory=directory), shutdown=60.0

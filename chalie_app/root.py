@@ -12,10 +12,11 @@ Start-up, in order (:func:`run`):
 2. Collect the registry (a duplicate name is a one-line start-up error) and
    mark trail rows a crash left ``running`` as interrupted.
 3. Start the uvloop loop thread, then the supervisor tree. The children, in
-   start order (:func:`child_specs`): policy, workers, discovery (its place is
-   kept; it joins when it lands), dispatcher, any extra children, control.
-   The tree stops them in reverse order, so the control endpoint closes first
-   and the workers are reaped after the dispatcher stopped sending them work.
+   start order (:data:`TREE`, one function a child): policy, workers, discovery,
+   dispatcher, mcp, conversations, chat (when enabled), mcp_server, any extra
+   children, control. The tree stops them in reverse order, so the control
+   endpoint closes first and the workers are reaped after the dispatcher stopped
+   sending them work.
 4. Write the pid file and wait for a stop: SIGINT or SIGTERM, ``chalie stop``,
    or an escalation from the root supervisor (restart intensity exceeded).
 5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
@@ -36,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pykka
 
@@ -133,6 +134,7 @@ class Runtime:
             mcp_server = (
                 self.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)
             )
+        discovery = self.services.discovery
         return {
             "pid": os.getpid(),
             "version": chalie.__version__,
@@ -143,117 +145,203 @@ class Runtime:
             "chat": chat,
             "mcp_server": mcp_server,
             "loop": self.loop.is_alive(),
-            "discovery": getattr(self.services.discovery, "snapshot", dict)(),
+            "discovery": None if discovery is None else discovery.snapshot(),
         }
 
 
 ExtraChild = Callable[[Runtime], ChildSpec]
 
 
-def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
-    """The tree's children in start order; the supervisor stops them in reverse."""
-    from actors import chat_bridge, mcp_server
-    from actors.conversation_commands import ConversationCommands
-    from actors.conversations import Conversations
-    from actors.discovery import DiscoveryActor, DiscoveryHandle
-    from actors.dispatcher import DispatcherActor
+@dataclass
+class Parts:
+    """What several children of the tree are built with: made once, before any starts.
+
+    Each start runs on the supervisor's thread, so it must not ask the supervisor
+    anything: children find each other later, through ChildRefs.
+    """
+
+    workers: Any  # actors.worker_pool.WorkerPoolHandle
+    embedder: Any  # chalie.discovery.lazy_embedder.LazyEmbedder
+    discovery: Any  # actors.discovery.DiscoveryHandle
+    mcp: Any  # chalie_app.mcp_wiring.McpWiring
+
+    @classmethod
+    def build(cls, rt: Runtime) -> Parts:
+        from actors.discovery import DiscoveryActor, DiscoveryHandle
+        from actors.worker_pool import WorkerPoolHandle
+        from chalie.discovery.lazy_embedder import LazyEmbedder
+        from chalie_app.mcp_wiring import McpWiring
+
+        cfg = rt.config
+        discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+        rt.services.discovery = discovery
+        return cls(
+            workers=WorkerPoolHandle(),
+            # The local embedding model loads on the first find, not at start (idle memory).
+            embedder=LazyEmbedder.for_config(
+                cfg.embedder.options(), idle_unload=cfg.embedder.idle_unload
+            ),
+            discovery=discovery,
+            mcp=McpWiring(rt),  # registers cached MCP proxies before discovery starts
+        )
+
+
+# -- the tree: one function a child, each giving its ChildSpec (None: not configured) ----
+
+
+def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.policy import PolicyActor
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
-    from chalie.discovery.lazy_embedder import LazyEmbedder
-    from chalie_app.mcp_wiring import McpWiring
+
+    expiry = rt.config.approval_expiry
+    return ChildSpec(
+        "policy", lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=expiry)
+    )
+
+
+def _workers(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.worker_pool import WorkerPool
 
     cfg = rt.config
-    workers_handle = WorkerPoolHandle()
-    # The local embedding model loads on the first find, not at start (idle memory).
-    embedder = LazyEmbedder.for_config(cfg.embedder.options(), idle_unload=cfg.embedder.idle_unload)
-    # Each start runs on the supervisor's thread, so it must not ask the
-    # supervisor anything: children find each other later, through ChildRefs.
-    rt.services.discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
-    mcp = McpWiring(rt)  # registers cached MCP proxies before discovery starts
-    specs = [
-        ChildSpec(
-            "policy",
-            lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=cfg.approval_expiry),
+    return ChildSpec(
+        "workers",
+        lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=parts.workers),
+        shutdown=10.0,
+    )
+
+
+def _discovery(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.discovery import DiscoveryActor
+
+    cfg = rt.config
+    return ChildSpec(
+        "discovery",
+        lambda: DiscoveryActor.start(
+            registry=rt.registry,
+            home=cfg.home,
+            embedder=parts.embedder,
+            embedder_config=cfg.embedder.options(),
+            state=parts.discovery.state,
+            db_path=rt.db_path,
+            learning=cfg.discovery,
+            writer=example_writer(rt),
         ),
-        ChildSpec(
-            "workers",
-            lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=workers_handle),
-            shutdown=10.0,
-        ),
-        ChildSpec(
-            "discovery",
-            lambda: DiscoveryActor.start(
-                registry=rt.registry,
-                home=cfg.home,
-                embedder=embedder,
-                embedder_config=cfg.embedder.options(),
-                state=rt.services.discovery.state,
-                db_path=rt.db_path,
-                learning=cfg.discovery,
-                writer=example_writer(rt),
-            ),
-            shutdown=10.0,
-        ),
-        ChildSpec(
-            "dispatcher",
-            lambda: DispatcherActor.start(
-                rt.registry,
-                rt.services,
-                rt.db_path,
-                rt.child("policy", PolicyActor),
-                workers_handle,
-                rt.events,
-                inline_threads=cfg.inline_threads,
-                children=rt.directory,
-                outbox_max_age=cfg.outbox.max_age,
-                outbox_max_rows=cfg.outbox.max_rows,
-                parts={"mcp": mcp.handle},
-            ),
-        ),
-        mcp.spec,
-    ]
-    specs.append(ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0))
-    specs.extend(
-        chat_bridge.child_specs(
-            cfg.chat,
-            cfg.home,
+        shutdown=10.0,
+    )
+
+
+def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.dispatcher import DispatcherActor
+    from actors.policy import PolicyActor
+
+    cfg = rt.config
+    return ChildSpec(
+        "dispatcher",
+        lambda: DispatcherActor.start(
+            rt.registry,
+            rt.services,
             rt.db_path,
-            rt.loop,
+            rt.child("policy", PolicyActor),
+            parts.workers,
             rt.events,
+            inline_threads=cfg.inline_threads,
+            children=rt.directory,
+            outbox_max_age=cfg.outbox.max_age,
+            outbox_max_rows=cfg.outbox.max_rows,
+            parts={"mcp": parts.mcp.handle},
+        ),
+    )
+
+
+def _mcp(rt: Runtime, parts: Parts) -> ChildSpec:
+    spec: ChildSpec = parts.mcp.spec
+    return spec
+
+
+def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.conversations import Conversations
+
+    return ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0)
+
+
+def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
+    from actors.chat_bridge import ChatBridge
+    from actors.conversations import Conversations
+
+    cfg = rt.config
+    if not cfg.chat.enabled:
+        return None
+    conversations = rt.child("conversations", Conversations)
+    return ChildSpec(
+        "chat",
+        lambda: ChatBridge.start(cfg.chat, cfg.home, rt.db_path, rt.loop, rt.events, conversations),
+        shutdown=10.0,
+    )
+
+
+def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors import mcp_server
+    from actors.conversations import Conversations
+    from actors.dispatcher import DispatcherActor
+
+    cfg = rt.config
+    return ChildSpec(
+        "mcp_server",
+        lambda: mcp_server.start_for(
+            cfg.mcp_server,
+            rt.loop,
+            rt.db_path,
             rt.child("conversations", Conversations),
-        )
-    )
-    specs.append(
-        ChildSpec(
-            "mcp_server",
-            lambda: mcp_server.start_for(
-                cfg.mcp_server,
-                rt.loop,
-                rt.db_path,
-                rt.child("conversations", Conversations),
-                rt.events,
-                mcp_server.DispatcherTools(
-                    rt.child("dispatcher", DispatcherActor), rt.registry, rt.services.turns
-                ),
+            rt.events,
+            mcp_server.DispatcherTools(
+                rt.child("dispatcher", DispatcherActor), rt.registry, rt.services.turns
             ),
-            shutdown=10.0,
-        )
+        ),
+        shutdown=10.0,
     )
+
+
+def _control(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.conversation_commands import ConversationCommands
+
+    cfg = rt.config
+    return ChildSpec(
+        "control",
+        lambda: ControlActor.start(
+            rt,
+            home=cfg.home,
+            loop=rt.loop,
+            events=rt.events,
+            dispatch=rt.dispatch,
+            end_turn=rt.services.turns.forget,
+            routes=ConversationCommands(rt).routes(),
+        ),
+    )
+
+
+Child = Callable[[Runtime, Parts], ChildSpec | None]
+
+# The tree's children in start order; the supervisor stops them in reverse, so the
+# control endpoint closes first and the workers are reaped after the dispatcher stopped
+# sending them work. Any extra children (tests) start just before control.
+TREE: Final[tuple[Child, ...]] = (
+    _policy,
+    _workers,
+    _discovery,
+    _dispatcher,
+    _mcp,
+    _conversations,
+    _chat,
+    _mcp_server,
+)
+LAST: Final[tuple[Child, ...]] = (_control,)
+
+
+def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec]:
+    """The tree's children in start order (:data:`TREE`, any extra ones, then control)."""
+    parts = Parts.build(rt)
+    specs = [spec for make in TREE if (spec := make(rt, parts)) is not None]
     specs.extend(make(rt) for make in extra)
-    specs.append(
-        ChildSpec(
-            "control",
-            lambda: ControlActor.start(
-                rt,
-                home=cfg.home,
-                loop=rt.loop,
-                events=rt.events,
-                dispatch=rt.dispatch,
-                end_turn=rt.services.turns.forget,
-                routes=ConversationCommands(rt).routes(),
-            ),
-        )
-    )
+    specs.extend(spec for make in LAST if (spec := make(rt, parts)) is not None)
     return specs
 
 
@@ -354,7 +442,7 @@ def _run_locked(
 ) -> int:
     registry, db_path = prepare(config)
     events = EventBus()
-    services = Services(registry=registry)
+    services = Services()
     loop = EventLoopThread()
     rt = Runtime(config, registry, events, loop, services, db_path)
     restore_signals = _install_signals(rt.stop_requested)

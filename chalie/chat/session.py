@@ -22,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from chalie.chat import protocol as p
 from chalie.conversation.events import ToolProgress
+from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
+from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.events import HUMANS
 
 log = logging.getLogger("chalie.chat")
@@ -37,53 +39,12 @@ log = logging.getLogger("chalie.chat")
 EVENT_PAGE = 200
 
 
-class Closable(Protocol):
-    def close(self) -> None: ...
-
-
-class AcceptedLike(Protocol):
-    @property
-    def conversation_id(self) -> str: ...
-    @property
-    def turn_id(self) -> str | None: ...
-    @property
-    def queued(self) -> bool: ...
-    @property
-    def duplicate(self) -> bool: ...
-
-
-class ConversationsUnavailable(RuntimeError):
-    """The conversations service did not answer (restarting, stopping, overloaded)."""
-
-
-class Refused(ValueError):
-    """The conversations service refused the request; ``code`` is its stable error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class ConversationsPort(Protocol):
-    """What a session needs from the Conversations actor (its port), awaitable on the loop."""
-
-    async def send(self, frame: p.Send, origin: str) -> AcceptedLike: ...
-
-    async def cancel(self, conversation_id: str) -> bool: ...
-
-    async def events(self, conversation_id: str, after_seq: int, limit: int) -> Sequence[Any]: ...
-
-    async def answer(self, request_id: str, answer: str) -> bool: ...
-
-    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closable: ...
-
-
 @dataclass
 class _Stream:
     """One open conversation in one session."""
 
     conversation_id: str
-    subscription: Closable | None = None
+    subscription: Closeable | None = None
     last_seq: int | None = None  # None: live only, no baseline yet
     catching_up: bool = True
     buffered: list[Any] = field(default_factory=list)
@@ -113,7 +74,7 @@ class ChatSession:
         self._tasks: set[asyncio.Task[None]] = set()
         self.dropped = False
         self.closed = False
-        self._humans: Closable | None = None
+        self._humans: Closeable | None = None
 
     # -- out --------------------------------------------------------------------
     def push(self, frame: msgspec.Struct) -> None:
@@ -153,7 +114,7 @@ class ChatSession:
             await self._dispatch(msg)
         except ConversationsUnavailable as exc:
             self.push(p.Rejected(id=msg.id, code=p.UNAVAILABLE, message=str(exc)[:300]))
-        except Refused as exc:
+        except ConversationError as exc:
             self.push(p.Rejected(id=msg.id, code=exc.code, message=str(exc)[:300]))
         except Exception as exc:  # a fault here must not end the client's session
             log.exception("chat frame %s failed", type(msg).__name__)
@@ -188,7 +149,16 @@ class ChatSession:
             self._subscribe(_Stream(cid, catching_up=False))
             opened_here = True
         try:
-            accepted = await self._port.send(msg, self.origin)
+            accepted = await self._port.send(
+                SendMessage(
+                    conversation_id=msg.conversation_id,
+                    channel=msg.channel,
+                    text=msg.text,
+                    client_msg_id=msg.client_msg_id,
+                    busy=msg.busy,
+                    origin=self.origin,
+                )
+            )
         except BaseException:
             if opened_here and cid is not None:
                 self._close_stream(cid)  # a refused message opens nothing

@@ -26,8 +26,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chalie.chat import protocol as p
-from chalie.chat.session import ChatSession, ConversationsPort
+from chalie.chat.session import ChatSession
 from chalie.config import LOOPBACK_HOSTS, ChatConfig
+from chalie.conversation.port import ConversationsPort
 from chalie.listener import tcp_listener
 from chalie.tokens import TokenInfo, bearer
 

@@ -34,8 +34,9 @@ import zmq.asyncio
 from zmq.auth.asyncio import AsyncioAuthenticator
 
 from chalie.chat import protocol as p
-from chalie.chat.session import ChatSession, ConversationsPort
+from chalie.chat.session import ChatSession
 from chalie.config import ChatConfig
+from chalie.conversation.port import ConversationsPort
 
 log = logging.getLogger("chalie.chat.zmq")
 

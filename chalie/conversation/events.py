@@ -7,9 +7,11 @@ with ``events(after_seq)`` and drops duplicates by ``seq``.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import msgspec
+
+from chalie.messages import Settlement
 
 FinishReason = Literal[
     "final",
@@ -21,16 +23,7 @@ FinishReason = Literal[
     "guard-tokens",
     "model-error",
 ]
-FINISH_REASONS: Final[tuple[str, ...]] = (
-    "final",
-    "cancelled",
-    "interrupted",
-    "guard-steps",
-    "guard-repeat",
-    "guard-time",
-    "guard-tokens",
-    "model-error",
-)
+FINISH_REASONS: Final[tuple[str, ...]] = get_args(FinishReason)
 
 
 class ConversationEvent(
@@ -78,12 +71,12 @@ class PermissionRequested(ConversationEvent, tag="permission_request", frozen=Tr
 
 
 class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):
-    """``answer``: allow_once | allow_always | deny (answered through the conversations),
-    allowed (answered elsewhere, e.g. ``chalie policy answer``), expired, or withdrawn
-    (the turn ended first)."""
+    """How the request ended, as its owner (the PolicyActor) said: a person's answer
+    (wherever given: a chat client, ``chalie policy answer``), expired, or withdrawn (the
+    call or its turn ended first)."""
 
     request_id: str
-    answer: str
+    answer: Settlement
 
 
 class BackgroundDelivered(ConversationEvent, tag="background_result", frozen=True, kw_only=True):
@@ -143,6 +136,11 @@ Event = (
     | RichPayload
     | TurnFinished
     | ErrorEvent
+)
+
+# The ``type`` tag of every event, read from the union.
+EVENT_KINDS: Final[frozenset[str]] = frozenset(
+    str(cls.__struct_config__.tag) for cls in get_args(Event)
 )
 
 _encoder: Final = msgspec.json.Encoder()

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-from chalie.ability import NAME_MAX, NAME_PATTERN
 from chalie.discovery.types import ToolDoc
+from chalie.tool_names import NAME_MAX, NAME_PATTERN
 
 log = logging.getLogger("chalie.discovery.skills")
 

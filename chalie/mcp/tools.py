@@ -27,11 +27,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-import jsonschema
 import msgspec
 
-from chalie.ability import FRAMEWORK_FIELDS
 from chalie.mcp.names import proxy_name
+from chalie.tool_names import FRAMEWORK_FIELDS
 
 State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024
@@ -128,6 +127,8 @@ def schema_problem(schema: Any) -> str | None:
     clash = [f for f in FRAMEWORK_FIELDS if f in props]
     if clash:
         return f"it declares parameters the framework reserves ({', '.join(clash)})"
+    import jsonschema  # here: `chalie mcp list` and the store need no schema checker
+
     try:
         jsonschema.Draft202012Validator.check_schema({**schema, "type": "object"})
     except jsonschema.SchemaError as exc:

@@ -25,7 +25,6 @@ Lifecycle of one call (all on the event-loop thread):
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -36,24 +35,28 @@ from typing import Any, Final
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 
+from chalie.conversation.events import (
+    ErrorEvent,
+    PermissionRequested,
+    RichPayload,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+    TurnFinished,
+)
+from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
+from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
+from chalie.conversation.requests import Accepted, ConversationError, SendMessage
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.rich import blocks
-from chalie.mcp_server.turns import (
-    ConversationsPort,
-    Sent,
-    TurnEvent,
-    TurnRefused,
-    origin,
-    view,
-)
+from chalie.mcp_server.turns import CHANNEL, origin
 from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
 
 log = logging.getLogger("chalie.mcp_server")
 
 _GONE: Final = object()
-BACKFILL_LIMIT: Final = 1_000
 
 DENY_WHY: Final = {
     "permission-denied": (
@@ -140,7 +143,7 @@ class TalkToChalie:
             "conversation_id": conversation_id,
         }
         try:
-            req = check({k: v for k, v in arguments.items() if v is not None or k == "message"})
+            req = check(arguments)
         except InvalidArguments as exc:
             self.stats.invalid += 1
             fields = [{"field": e.field, "problem": e.problem} for e in exc.errors]
@@ -173,11 +176,14 @@ class TalkToChalie:
         try:
             sending = asyncio.ensure_future(
                 self.port.send(
-                    conversation_id=req.conversation_id,
-                    text=framed(req),
-                    client_msg_id=follow.client_msg_id,
-                    origin=origin(caller.token_name),
-                    human_present=human,
+                    SendMessage(
+                        conversation_id=req.conversation_id,
+                        channel=CHANNEL,
+                        text=framed(req),
+                        client_msg_id=follow.client_msg_id,
+                        origin=origin(caller.token_name),
+                        human_present=human,
+                    )
                 )
             )
             try:
@@ -188,8 +194,10 @@ class TalkToChalie:
                 self.stats.cancelled += 1
                 sending.add_done_callback(self._cancel_once_sent)
                 raise
-            except TurnRefused as exc:
+            except ConversationError as exc:
                 raise ToolCallError(exc.code, str(exc)) from None
+            except ConversationsUnavailable as exc:
+                raise ToolCallError("internal-error", f"{exc}; retry later") from None
             except Exception as exc:
                 log.warning("conversations refused an inbound message: %s", exc)
                 raise ToolCallError(
@@ -258,7 +266,7 @@ class TalkToChalie:
 
     async def _until_finished(
         self, ctx: Context, follow: _Follow, caller: Caller, req: TalkRequest, cid: str
-    ) -> TurnEvent:
+    ) -> TurnFinished:
         sent = 0  # MCP progress must increase: one count per notification
 
         async def progress(message: str) -> None:
@@ -267,36 +275,31 @@ class TalkToChalie:
             await ctx.report_progress(sent, None, message)
 
         while True:
-            item = await follow.queue.get()
-            if item is _GONE:
+            event = await follow.next()
+            if event is _GONE:
                 raise _Gone
-            event = follow.accept(item)
-            if event is None:
-                continue
-            if event.kind == "rich_payload":
-                payload = getattr(item, "payload", None)
-                if isinstance(payload, dict):
-                    follow.rich.append(payload)
-            elif event.kind == "tool_started":
+            if isinstance(event, RichPayload):
+                follow.rich.append(event.payload)
+            elif isinstance(event, ToolStarted):
                 summary = event.act_summary or ""
                 await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
-            elif event.kind == "tool_progress":
-                detail = getattr(item, "message", None) or ""
-                done, total = getattr(item, "progress", None), getattr(item, "total", None)
-                shown = f"{done:g}/{total:g}" if isinstance(total, float | int) else f"{done}"
+            elif isinstance(event, ToolProgress):
+                detail = event.message or ""
+                done, total = event.progress, event.total
+                shown = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
                 await progress(
                     f"{event.tool}: {detail} ({shown})" if detail else f"{event.tool}: {shown}"
                 )
-            elif event.kind == "tool_finished":
+            elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
-            elif event.kind == "permission_request":
+            elif isinstance(event, PermissionRequested):
                 if req.loop_in_human:
                     self._ask_people(cid, caller, req, event)
                 await progress(f"waiting for a person to approve {event.tool}")
-            elif event.kind == "error":
+            elif isinstance(event, ErrorEvent):
                 follow.errors.append(event)
                 await progress(f"{event.code}: {event.message}")
-            elif event.kind == "turn_finished":
+            elif isinstance(event, TurnFinished):
                 return event
 
     def _humans(self) -> int:
@@ -306,7 +309,9 @@ class TalkToChalie:
             log.exception("could not count the connected people")
             return 0  # fail closed: nobody to ask, so ask is deny
 
-    def _ask_people(self, cid: str, caller: Caller, req: TalkRequest, event: TurnEvent) -> None:
+    def _ask_people(
+        self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequested
+    ) -> None:
         what = event.act_summary or event.tool or "an action"
         prompt = (
             f"Agent {req.agent_name!r} (token {caller.token_name}, project "
@@ -332,7 +337,7 @@ class TalkToChalie:
         except Exception:
             log.exception("could not show a permission request to the people")
 
-    def _cancel_once_sent(self, sending: asyncio.Future[Sent]) -> None:
+    def _cancel_once_sent(self, sending: asyncio.Future[Accepted]) -> None:
         if not sending.cancelled() and sending.exception() is None:
             self._cancel_later(sending.result().conversation_id)
 
@@ -376,76 +381,14 @@ async def _when_gone(caller: Caller, follow: _Follow) -> None:
     follow.queue.put_nowait(_GONE)
 
 
-class _Follow:
-    """One call's view of its conversation: which events are its turn's, and what they said."""
+class _Follow(TurnFollower):
+    """One call's turn, and what its tools and errors said."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, client_msg_id: str) -> None:
-        self.loop = loop
-        self.client_msg_id = client_msg_id
-        self.turn_id: str | None = None
-        self.queue: asyncio.Queue[object] = asyncio.Queue()
-        self.seen: set[int] = set()
-        self.tools: list[TurnEvent] = []
-        self.errors: list[TurnEvent] = []
+        super().__init__(loop, client_msg_id)
+        self.tools: list[ToolFinished] = []
+        self.errors: list[ErrorEvent] = []
         self.rich: list[dict[str, Any]] = []  # the turn's rich payloads, in order
-        self._pending: collections.deque[object] = collections.deque()
-        self._scheduled = False
-
-    def push(self, event: object) -> None:
-        """From any thread: hand an event to the call's loop.
-
-        A burst (a turn publishes its events in batches) wakes the loop once:
-        the events wait in a deque and one scheduled drain moves them all.
-        """
-        self._pending.append(event)
-        if self._scheduled:
-            return  # the drain not yet run takes this one too
-        self._scheduled = True
-        try:
-            self.loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            pass  # the loop is closing; nobody waits any more
-
-    def backfill(self, events: list[object]) -> None:
-        """On the loop: stored events read after subscribing go before the live ones.
-
-        The turn runs while this call subscribes and reads what was stored
-        before: a live event (the turn's end) may already be queued ahead of
-        a stored earlier one (its errors). Both are merged in ``seq`` order;
-        the duplicates are dropped later by :meth:`accept`.
-        """
-        queued: list[object] = []
-        while not self.queue.empty():
-            queued.append(self.queue.get_nowait())
-        while self._pending:
-            queued.append(self._pending.popleft())
-        for event in sorted([*events, *queued], key=_seq_of):
-            self.queue.put_nowait(event)
-
-    def _drain(self) -> None:
-        self._scheduled = False  # before taking: a push from now on schedules anew
-        pending = self._pending
-        while pending:
-            self.queue.put_nowait(pending.popleft())
-
-    def accept(self, item: object) -> TurnEvent | None:
-        event = view(item)
-        if event is None:
-            return None
-        if event.seq:
-            if event.seq in self.seen:
-                return None  # the backfill and the live feed overlap
-            self.seen.add(event.seq)
-        if self.turn_id is None:
-            if event.kind == "turn_started" and event.client_msg_id == self.client_msg_id:
-                self.turn_id = event.turn_id
-            return None
-        return event if event.turn_id == self.turn_id else None
-
-
-def _seq_of(event: object) -> int:
-    seq = getattr(event, "seq", 0)
-    return seq if isinstance(seq, int) else 0
 
 
 def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:

@@ -1,13 +1,17 @@
-"""The arguments of ``talk_to_chalie``: their JSON Schema and one itemised check of every field.
+"""The arguments of ``talk_to_chalie``: one msgspec type, its JSON Schema and its itemised check.
 
-The schema is what MCP clients see; :func:`check` is what the server enforces,
-and it names every bad field at once (never only the first).
+:class:`TalkRequest` is the one definition: each field's type, bounds, pattern and
+description. The schema MCP clients see is generated from it (:func:`input_schema`),
+and :func:`check` validates each field against its own annotated type, so every bad
+field is named at once (msgspec alone stops at the first), each with a problem read
+from the same constraints.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -20,13 +24,83 @@ CONVERSATION_ID_MAX: Final = 64
 # Letters (any script), digits, space and ``_ - . : /``.
 _SAFE_CHAR: Final = re.compile(r"[\w \-.:/]")
 SAFE: Final = "letters, digits, space and _ - . : /"
-FIELDS: Final = (
-    "message",
-    "agent_name",
-    "project_or_task_name",
-    "loop_in_human",
-    "conversation_id",
-)
+
+
+def _bad_name(value: str) -> str:
+    bad = sorted({c for c in value if not _SAFE_CHAR.fullmatch(c)})
+    if not bad:
+        return "must not be empty or blank"
+    return f"only {SAFE} are allowed (found {', '.join(repr(c) for c in bad[:5])})"
+
+
+def _bad_message(value: str) -> str:
+    return "must not contain NUL characters" if "\x00" in value else "must not be empty or blank"
+
+
+def _bad_id(_value: str) -> str:
+    return "is not a conversation id Chalie returned"
+
+
+def _name(description: str) -> msgspec.Meta:
+    return msgspec.Meta(
+        min_length=1,
+        max_length=NAME_MAX,
+        # safe characters only, and at least one that is not a space
+        pattern=r"^(?=.*[^ ])[\w \-.:/]+$",
+        description=f"{description} Safe characters: {SAFE}",
+        extra={"pattern_problem": _bad_name},
+    )
+
+
+AgentName = Annotated[str, _name("Who is asking (your agent's name).")]
+ProjectName = Annotated[str, _name("The project or task this is about.")]
+
+
+class TalkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A ``talk_to_chalie`` call: the one definition of its parameters."""
+
+    message: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=MESSAGE_MAX,
+            # something besides white space, and no NUL
+            pattern=r"^(?=[\s\S]*\S)[^\x00]*$",
+            description="What you want from Chalie, in natural language.",
+            extra={"pattern_problem": _bad_message},
+        ),
+    ]
+    agent_name: AgentName
+    project_or_task_name: ProjectName
+    loop_in_human: Annotated[
+        bool,
+        msgspec.Meta(
+            description=(
+                "True when the exchange involves a decision the user should know about "
+                "or touches their personal data: Chalie surfaces it to them."
+            )
+        ),
+    ] = False
+    conversation_id: Annotated[
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=CONVERSATION_ID_MAX,
+                pattern=ID_PATTERN.pattern,
+                extra={"pattern_problem": _bad_id},
+            ),
+        ]
+        | None,
+        msgspec.Meta(
+            description=(
+                "Continue an earlier exchange: the conversation_id a previous answer returned."
+            )
+        ),
+    ] = None
+
+
+FIELDS: Final = TalkRequest.__struct_fields__
+_REQUIRED: Final = FIELDS[: len(FIELDS) - len(TalkRequest.__struct_defaults__)]
 
 
 class FieldError(msgspec.Struct, frozen=True):
@@ -34,16 +108,6 @@ class FieldError(msgspec.Struct, frozen=True):
 
     field: str
     problem: str
-
-
-class TalkRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A validated ``talk_to_chalie`` call."""
-
-    message: str
-    agent_name: str
-    project_or_task_name: str
-    loop_in_human: bool = False
-    conversation_id: str | None = None
 
 
 class InvalidArguments(Exception):
@@ -62,64 +126,19 @@ def describe(errors: list[FieldError]) -> str:
 
 
 def input_schema() -> dict[str, Any]:
-    name_rule = {
-        "type": "string",
-        "minLength": 1,
-        "maxLength": NAME_MAX,
-        "pattern": r"^[\w \-.:/]+$",
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "message": {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": MESSAGE_MAX,
-                "description": "What you want from Chalie, in natural language.",
-            },
-            "agent_name": {
-                **name_rule,
-                "description": "Who is asking (your agent's name). Safe characters: " + SAFE,
-            },
-            "project_or_task_name": {
-                **name_rule,
-                "description": "The project or task this is about. Safe characters: " + SAFE,
-            },
-            "loop_in_human": {
-                "type": "boolean",
-                "default": False,
-                "description": (
-                    "True when the exchange involves a decision the user should know about "
-                    "or touches their personal data: Chalie surfaces it to them."
-                ),
-            },
-            "conversation_id": {
-                "type": "string",
-                "maxLength": CONVERSATION_ID_MAX,
-                "description": (
-                    "Continue an earlier exchange: the conversation_id a previous answer returned."
-                ),
-            },
-        },
-        "required": ["message", "agent_name", "project_or_task_name"],
-        "additionalProperties": False,
-    }
+    """The JSON Schema of :class:`TalkRequest`, inline (MCP clients want no ``$ref``)."""
+    (ref,), components = msgspec.json.schema_components([TalkRequest])
+    schema: dict[str, Any] = dict(components[ref["$ref"].rsplit("/", 1)[-1]])
+    schema.pop("title", None)
+    schema.pop("description", None)
+    return schema
 
 
-def _name_problem(value: Any) -> str | None:
-    if value is None:
-        return "required"
-    if not isinstance(value, str):
-        return f"must be a string, not {_kind(value)}"
-    if not value.strip():
-        return "must not be empty or blank"
-    if len(value) > NAME_MAX:
-        return f"must be at most {NAME_MAX} characters (got {len(value)})"
-    bad = sorted({c for c in value if not _SAFE_CHAR.fullmatch(c)})
-    if bad:
-        shown = ", ".join(repr(c) for c in bad[:5])
-        return f"only {SAFE} are allowed (found {shown})"
-    return None
+# -- the itemised check ----------------------------------------------------------------
+
+
+_TYPES: Final = get_type_hints(TalkRequest, include_extras=True)
+_KINDS: Final = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
 def _kind(value: Any) -> str:
@@ -138,49 +157,62 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+def _base(annotation: Any) -> tuple[type, msgspec.Meta | None]:
+    """The field's plain type and its constraints (``X | None`` read as ``X``)."""
+    if get_origin(annotation) is Annotated:
+        base, *metas = get_args(annotation)
+        if get_origin(base) is not Annotated and type(None) not in get_args(base):
+            return base, next((m for m in metas if isinstance(m, msgspec.Meta)), None)
+        annotation = base
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return _base(args[0]) if args else (annotation, None)
+
+
+def _problem(name: str, value: Any) -> str | None:
+    """What is wrong with one field's value, read from its annotated type (None: nothing)."""
+    annotation = _TYPES[name]
+    try:
+        msgspec.convert(value, annotation, strict=True)
+        return None
+    except msgspec.ValidationError:
+        pass
+    base, meta = _base(annotation)
+    if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
+        return f"must be {_KINDS.get(base, base.__name__)}, not {_kind(value)}"
+    if meta is not None and isinstance(value, str):
+        if meta.max_length is not None and len(value) > meta.max_length:
+            return f"must be at most {meta.max_length} characters (got {len(value)})"
+        if meta.min_length is not None and len(value) < meta.min_length:
+            return "must not be empty or blank"
+        explain: Callable[[str], str] | None = (meta.extra or {}).get("pattern_problem")
+        if explain is not None:
+            return explain(value)
+    return "is not valid"
+
+
 def check(arguments: dict[str, Any]) -> TalkRequest:
-    """A TalkRequest, or InvalidArguments naming every bad field."""
-    errors: list[FieldError] = []
-    message = arguments.get("message")
-    if message is None:
-        errors.append(FieldError("message", "required"))
-    elif not isinstance(message, str):
-        errors.append(FieldError("message", f"must be a string, not {_kind(message)}"))
-    elif not message.strip():
-        errors.append(FieldError("message", "must not be empty or blank"))
-    elif len(message) > MESSAGE_MAX:
-        errors.append(
-            FieldError("message", f"must be at most {MESSAGE_MAX} characters (got {len(message)})")
-        )
-    elif "\x00" in message:
-        errors.append(FieldError("message", "must not contain NUL characters"))
-    for name in ("agent_name", "project_or_task_name"):
-        problem = _name_problem(arguments.get(name))
-        if problem:
-            errors.append(FieldError(name, problem))
-    loop = arguments.get("loop_in_human", False)
-    if loop is None:
-        loop = False
-    if not isinstance(loop, bool):
-        errors.append(FieldError("loop_in_human", f"must be a boolean, not {_kind(loop)}"))
-    conv = arguments.get("conversation_id")
-    if conv is not None:
-        if not isinstance(conv, str):
-            errors.append(FieldError("conversation_id", f"must be a string, not {_kind(conv)}"))
-        elif not conv:
-            conv = None  # an empty id means "a new exchange", as clients often send ""
-        elif not ID_PATTERN.match(conv):
-            errors.append(FieldError("conversation_id", "is not a conversation id Chalie returned"))
-    unknown = sorted(k for k in arguments if k not in FIELDS)
-    for key in unknown[:10]:
-        errors.append(FieldError(key[:64], "is not a parameter of talk_to_chalie"))
+    """A TalkRequest, or InvalidArguments naming every bad field.
+
+    A null is an absent field, and an empty ``conversation_id`` means a new exchange
+    (clients often send ""). Names are stripped of surrounding spaces.
+    """
+    given = {k: v for k, v in arguments.items() if v is not None}
+    if given.get("conversation_id") == "":
+        del given["conversation_id"]
+    errors = [FieldError(name, "required") for name in _REQUIRED if name not in given]
+    errors += [
+        FieldError(name, problem)
+        for name in FIELDS
+        if name in given and (problem := _problem(name, given[name])) is not None
+    ]
+    unknown = sorted(k for k in given if k not in FIELDS)
+    errors += [FieldError(key[:64], f"is not a parameter of {TOOL_NAME}") for key in unknown[:10]]
     if errors:
-        raise InvalidArguments(errors)
-    assert isinstance(message, str)
-    return TalkRequest(
-        message=message,
-        agent_name=str(arguments["agent_name"]).strip(),
-        project_or_task_name=str(arguments["project_or_task_name"]).strip(),
-        loop_in_human=bool(loop),
-        conversation_id=conv if isinstance(conv, str) and conv else None,
-    )
+        raise InvalidArguments(sorted(errors, key=_order))
+    for name in ("agent_name", "project_or_task_name"):
+        given[name] = given[name].strip()
+    return msgspec.convert(given, TalkRequest, strict=True)
+
+
+def _order(error: FieldError) -> int:
+    return FIELDS.index(error.field) if error.field in FIELDS else len(FIELDS)

@@ -24,16 +24,12 @@ from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
 from chalie.display import one_line, params_line
-from chalie.messages import Answer
+from chalie.messages import ANSWER_LETTERS, Answer
 from chalie_app.cli.group import Ctx, cli
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0
-ANSWERS: Final[dict[str, Answer]] = {
-    "o": "allow_once",
-    "a": "allow_always",
-    "d": "deny",
-}
+ANSWERS: Final[dict[str, Answer]] = ANSWER_LETTERS
 HELP: Final = "commands: /new (a new conversation), /history, /quit"
 
 

@@ -78,8 +78,14 @@ def _when(ts: float) -> str:
 
 
 @conversations.command("list")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="At most this many, the most recent first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the conversations as JSON.")
 @click.pass_obj
 def conversations_list(obj: Ctx, limit: int, as_json: bool) -> None:
     """The most recently active conversations first."""
@@ -99,7 +105,7 @@ def conversations_list(obj: Ctx, limit: int, as_json: bool) -> None:
 
 @conversations.command("show")
 @click.argument("conversation_id")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the conversation as JSON.")
 @click.pass_obj
 def conversations_show(obj: Ctx, conversation_id: str, as_json: bool) -> None:
     """A conversation's history and turns."""

@@ -148,8 +148,16 @@ def status_command(obj: Ctx, as_json: bool) -> None:
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait for the exit.")
 @click.pass_obj
 def stop_command(obj: Ctx, timeout: float) -> None:
-    """Stop the running daemon and wait until its process is gone."""
-    data = ask_daemon(obj, "stop")
+    """Stop the running daemon and wait until its process is gone (none running: exit 0)."""
+    try:
+        reply = obj.client.call("stop", None, timeout=15.0)
+    except control.DaemonNotRunning:
+        # As `systemctl stop` of a stopped unit: the wanted state holds already.
+        click.echo(f"chalie: no daemon running on {obj.config.home}; nothing to stop")
+        return
+    if not reply.ok:
+        fail(f"{reply.error}: {reply.data.get('message', '')}", EXIT_ERROR_REPLY)
+    data = reply.data
     pid = int(data["pid"])
     deadline = time.monotonic() + timeout
     while control.process_alive(pid):

@@ -14,30 +14,23 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
-import pykka
 
-from abilities.find_tools import FindTools
-from actors.discovery import DiscoveryActor, DiscoveryHandle
 from chalie import control
-from chalie.discovery.embedder import Embedder, EmbedderError, load_embedder
-from chalie.discovery.engine import DiscoveryEngine, registry_docs
-from chalie.discovery.skills import SkillLibrary
-from chalie.discovery.types import IndexCorruptError
-from chalie.envelope import render
-from chalie.home import index_dirs
-from chalie.invoke import coerce_params, invoke
-from chalie.messages import TurnContext
-from chalie.services import Services
 from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.tools import load_registry, tools
+
+if TYPE_CHECKING:
+    from chalie.discovery.embedder import Embedder
 
 REBUILD_POLL_SECONDS: Final = 0.25
 
 
 def _embedder(obj: Ctx) -> Embedder:
+    from chalie.discovery.embedder import EmbedderError, load_embedder
+
     try:
         return load_embedder(obj.config.embedder.options())
     except EmbedderError as exc:
@@ -123,6 +116,11 @@ def _learned_phrases(obj: Ctx) -> dict[str, list[str]] | None:
 
 
 def _rebuild_here(obj: Ctx, reuse: bool) -> None:
+    from chalie.discovery.engine import DiscoveryEngine, registry_docs
+    from chalie.discovery.skills import SkillLibrary
+    from chalie.discovery.types import IndexCorruptError
+    from chalie.home import index_dirs
+
     registry = load_registry(obj)
     docs = registry_docs(registry)
     library = SkillLibrary.standard(obj.config.home)
@@ -165,6 +163,15 @@ def _rebuild_here(obj: Ctx, reuse: bool) -> None:
 @click.pass_obj
 def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
     """Run find_tools: one QUERY per tool name or described action."""
+    import pykka
+
+    from abilities.find_tools import FindTools
+    from actors.discovery import DiscoveryActor, DiscoveryHandle
+    from chalie.envelope import render
+    from chalie.invoke import coerce_params, invoke
+    from chalie.messages import TurnContext
+    from chalie.services import Services
+
     registry = load_registry(obj)
     embedder = _embedder(obj)
     ref = DiscoveryActor.start(
@@ -180,7 +187,7 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
             )
         for notice in status["notices"]:
             click.echo(f"warning: {notice}; `chalie index rebuild` replaces it", err=True)
-        services = Services(registry=registry, discovery=handle)
+        services = Services(discovery=handle)
         context = TurnContext(conversation_id="cli", turn_id=f"cli-{uuid.uuid4().hex[:8]}")
         try:
             params: Any = coerce_params(FindTools, {"query": list(query)})

@@ -18,11 +18,8 @@ import click
 import msgspec
 
 from chalie import control
+from chalie.display import one_line
 from chalie.mcp.admin import McpAdmin, McpAdminError
-from chalie.mcp.importing import spec_from_options
-from chalie.mcp.probe import test_server
-from chalie.mcp.secrets import MissingSecret, resolve
-from chalie.mcp.spec import SpecError
 from chalie_app.cli.daemon import fail
 from chalie_app.cli.group import Ctx, cli
 
@@ -69,7 +66,7 @@ def mcp() -> None:
 
 
 @mcp.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON, for scripts.")
 @click.pass_obj
 def mcp_list(obj: Ctx, as_json: bool) -> None:
     """Every connection: status, transport, tool count, last heartbeat, last error."""
@@ -91,15 +88,38 @@ def mcp_list(obj: Ctx, as_json: bool) -> None:
 
 @mcp.command("show")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON, for scripts.")
 @click.pass_obj
-def mcp_show(obj: Ctx, name: str) -> None:
+def mcp_show(obj: Ctx, name: str, as_json: bool) -> None:
     """One connection in full (secrets only as references)."""
-    _echo_json(_run(obj, "show", name))
+    shown = _run(obj, "show", name)
+    if as_json:
+        _echo_json(shown)
+        return
+    for line in _readable(shown):
+        click.echo(line)
+
+
+def _readable(value: Any, indent: str = "") -> list[str]:
+    """``key: value`` lines, nested mappings and lists indented below their key."""
+    lines: list[str] = []
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        label = f"{indent}{key}:" if isinstance(value, dict) else f"{indent}-"
+        if isinstance(item, dict | list) and item:
+            lines.append(label)
+            lines.extend(_readable(item, indent + "  "))
+        elif isinstance(item, dict | list):
+            lines.append(f"{label} (none)")
+        else:
+            shown = "-" if item is None or item == "" else item
+            lines.append(f"{label} {one_line(str(shown), 200)}")
+    return lines
 
 
 @mcp.command("tools")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON, for scripts.")
 @click.pass_obj
 def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
     """A server's tools: proxy name, remote name, state (active, quarantined, gone...)."""
@@ -120,7 +140,11 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--env", "env", multiple=True, help="NAME=VALUE for --command (repeatable).")
 @click.option("--cwd", default="", help="Working directory of --command.")
 @click.option("--url", help="A Streamable HTTP or SSE server's URL.")
-@click.option("--transport", type=click.Choice(("stdio", "http", "sse")))
+@click.option(
+    "--transport",
+    type=click.Choice(("stdio", "http", "sse")),
+    help="How to reach the server (default: stdio with --command, http with --url).",
+)
 @click.option("--header", "headers", multiple=True, help="'Name: value' for --url (repeatable).")
 @click.option("--disabled", is_flag=True, help="Add it without connecting.")
 @click.option(
@@ -155,6 +179,9 @@ def mcp_add(
 ) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
     write ${VAR} to read one from the daemon's environment instead."""
+    from chalie.mcp.importing import spec_from_options
+    from chalie.mcp.spec import SpecError
+
     try:
         spec = spec_from_options(
             name,
@@ -203,10 +230,19 @@ def mcp_import(obj: Ctx, file: Path, replace: bool) -> None:
 
 @mcp.command("test")
 @click.argument("name")
-@click.option("--timeout", type=click.FloatRange(0.1, 600), default=30.0)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 600),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the server.",
+)
 @click.pass_obj
 def mcp_test(obj: Ctx, name: str, timeout: float) -> None:
     """Connect, list the tools, report the protocol version and latency; keep nothing."""
+    from chalie.mcp.probe import test_server
+    from chalie.mcp.secrets import MissingSecret, resolve
+
     admin = _admin(obj)
     try:
         spec = admin.spec(name)

@@ -10,11 +10,11 @@ from typing import Any
 import click
 
 from chalie.display import NAME_CHARS, one_line
-from chalie.messages import CHANNELS
+from chalie.messages import ANSWER_WORDS, CHANNELS
 from chalie_app.cli.daemon import ask_daemon
 from chalie_app.cli.group import Ctx, cli
 
-ANSWERS = {"once": "allow_once", "always": "allow_always", "deny": "deny"}
+ANSWERS = ANSWER_WORDS
 
 
 def _provenance(obj: Ctx, permission: str) -> str:

@@ -20,8 +20,9 @@ from typing import Any, Final, TextIO
 import click
 
 from chalie.display import ACT_SUMMARY_CHARS, NAME_CHARS, one_line, params_line
+from chalie.messages import ANSWER_LETTERS
 
-ANSWERS: Final = {"o": "allow_once", "a": "allow_always", "d": "deny"}
+ANSWERS: Final = ANSWER_LETTERS
 QUESTION: Final = "allow [o]nce, [a]lways, or [d]eny? "
 MAX_LINE: Final = 4096
 

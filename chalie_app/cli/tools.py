@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from chalie.ability import FRAMEWORK_FIELDS
 from chalie.registry import DuplicateAbilityError, Registry
+from chalie.tool_names import FRAMEWORK_FIELDS
 from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.prompt import ApprovalPrompt
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from chalie.display import NAME_CHARS, PARAMS_CHARS, one_line
-from chalie.messages import TRAIL_STATUSES as STATUSES
+from chalie.messages import TRAIL_FILTERS
 from chalie_app.cli.daemon import ask_daemon
 from chalie_app.cli.group import Ctx, cli
 
@@ -30,9 +30,19 @@ def _took(row: dict[str, Any]) -> str:
 
 @cli.command("trail")
 @click.option("--tool", help="Only calls to this tool.")
-@click.option("--status", type=click.Choice(STATUSES), help="Only calls with this status.")
+@click.option(
+    "--status",
+    type=click.Choice(tuple(TRAIL_FILTERS)),
+    help="Only calls with this outcome (cancelled: the calls that were cancelled).",
+)
 @click.option("--conversation", help="Only calls from this conversation id.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="At most this many rows.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON, newest first.")
 @click.pass_obj
 def trail_command(
@@ -45,7 +55,13 @@ def trail_command(
 ) -> None:
     """Show recent tool calls, newest first, from the running daemon."""
     args: dict[str, Any] = {"limit": limit}
-    for key, value in (("tool", tool), ("status", status), ("conversation", conversation)):
+    stored, code = TRAIL_FILTERS[status] if status is not None else (None, None)
+    for key, value in (
+        ("tool", tool),
+        ("status", stored),
+        ("code", code),
+        ("conversation", conversation),
+    ):
         if value is not None:
             args[key] = value
     rows: list[dict[str, Any]] = ask_daemon(obj, "trail", args)

@@ -86,7 +86,7 @@ def test_each_meta_tool_describes_itself_in_its_own_words() -> None:
 def test_find_tools_injects_what_it_found_into_the_calling_turn(
     actor: pykka.ActorRef[Any], registry: Registry
 ) -> None:
-    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    services = Services(discovery=DiscoveryHandle(actor))
     result = call(
         FindTools, services, {"query": ["calculator", "what time is it in Tokyo", "xq zzv wpt"]}
     )
@@ -116,7 +116,7 @@ def test_find_tools_sees_tools_added_at_run_time(
             )
         ]
     )
-    services = Services(registry=registry, discovery=handle)
+    services = Services(discovery=handle)
     result = call(FindTools, services, {"query": ["append"]})
     assert json.loads(result.body)["injected"][0]["name"] == "_mcp_notes_append"
     handle.remove(["_mcp_notes_append"])
@@ -128,7 +128,7 @@ def test_find_tools_sees_tools_added_at_run_time(
 def test_find_skills_returns_each_playbooks_full_text(
     actor: pykka.ActorRef[Any], registry: Registry
 ) -> None:
-    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    services = Services(discovery=DiscoveryHandle(actor))
     result = call(FindSkills, services, {"query": ["recover_from_tool_errors"]})
     assert result.ok
     (skill,) = json.loads(result.body)["injected"]
@@ -172,7 +172,7 @@ def test_an_index_that_cannot_be_read_or_rebuilt_is_a_loud_error(
     tools_dir.write_text("this should be a directory")  # unreadable and unbuildable
     ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
     try:
-        services = Services(registry=registry, discovery=DiscoveryHandle(ref))
+        services = Services(discovery=DiscoveryHandle(ref))
         for ability in (FindTools, FindSkills):
             result = call(ability, services, {"query": ["clock"]})
             assert result.code == "discovery-index-error", result.body
@@ -185,7 +185,7 @@ def test_an_index_that_cannot_be_read_or_rebuilt_is_a_loud_error(
 def test_a_stopped_discovery_actor_is_a_loud_error(
     actor: pykka.ActorRef[Any], registry: Registry
 ) -> None:
-    services = Services(registry=registry, discovery=DiscoveryHandle(actor))
+    services = Services(discovery=DiscoveryHandle(actor))
     actor.stop()
     assert call(FindTools, services, {"query": ["clock"]}).code == "discovery-index-error"
 
@@ -281,7 +281,7 @@ def test_a_supervised_discovery_actor_is_restarted_and_found_again(
     sup = Supervisor.start([spec], backoff_base=0.01)
     try:
         child = sup.proxy().child_ref("discovery").get(timeout=5)
-        services = Services(registry=registry, discovery=DiscoveryHandle(child, timeout=10))
+        services = Services(discovery=DiscoveryHandle(child, timeout=10))
         assert json.loads(call(FindTools, services, {"query": ["clock"]}).body)["injected"]
         first = child.current()
         first.stop()  # an unrequested stop: the supervisor restarts it
@@ -305,7 +305,7 @@ def test_a_failed_load_is_retried_once_the_cause_is_gone(
     tools_dir.write_text("in the way")
     ref = DiscoveryActor.start(registry=registry, home=tmp_path, embedder=embedder)
     try:
-        services = Services(registry=registry, discovery=DiscoveryHandle(ref))
+        services = Services(discovery=DiscoveryHandle(ref))
         assert call(FindTools, services, {"query": ["clock"]}).code == "discovery-index-error"
         tools_dir.unlink()
         # within the retry interval the error stands; after it, the load is tried again

@@ -19,6 +19,7 @@ from chalie.envelope import parse
 from chalie.events import EventBus
 from chalie.messages import (
     PermissionRequest,
+    RequestSettled,
     ToolCall,
     ToolOutcome,
     TurnContext,
@@ -172,7 +173,7 @@ class Rig:
             "bad_classify",
         ):
             self.policy.proxy().set("chat", tool, "allow").get()
-        self.services = Services(registry=self.registry)
+        self.services = Services()
         self.handle = ChildRef(lambda: self.policy_ref, "policy", PolicyActor)
         self.ref = DispatcherActor.start(
             self.registry,
@@ -207,9 +208,12 @@ class Rig:
         return rows
 
     def request(self) -> PermissionRequest:
-        event = self.events.queue.get(timeout=5)
-        assert isinstance(event, PermissionRequest), event
-        return event
+        """The next permission request published (settlements of earlier ones skipped)."""
+        while True:
+            event = self.events.queue.get(timeout=5)
+            if not isinstance(event, RequestSettled):
+                assert isinstance(event, PermissionRequest), event
+                return event
 
 
 @pytest.fixture

@@ -422,7 +422,7 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
     result = CliRunner().invoke(cli, ["--home", str(home), "status"])
     assert result.exit_code == 1 and "no daemon running" in result.stderr
     result = CliRunner().invoke(cli, ["--home", str(home), "stop"])
-    assert result.exit_code == 1 and "no daemon running" in result.stderr
+    assert result.exit_code == 0 and "no daemon running" in result.stdout
     assert time.monotonic() - began < 5
     # Held by a live process, the lock makes the same pid file a daemon's.
     holder = subprocess.Popen(

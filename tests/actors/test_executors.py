@@ -17,7 +17,7 @@ from actors.executors import EXECUTORS, ExecutorEnv
 from chalie.ability import Ability
 from chalie.envelope import parse
 from chalie.execution import Done, Executor, Job
-from chalie.messages import BackgroundResult, ToolCall, TurnContext
+from chalie.messages import ISOLATIONS, BackgroundResult, ToolCall, TurnContext
 from chalie.outbox import Outbox, OutboxError
 from chalie.result import ToolResult
 from chalie.services import Services
@@ -411,3 +411,9 @@ def test_turn_tools_stay_bounded_when_turns_never_end() -> None:
     assert turns.injected("t999") == frozenset()
     turns.inject("fresh", ["x"])
     assert len(turns) == 1
+
+
+def test_the_executor_table_has_one_row_for_each_isolation() -> None:
+    # An ability may declare any Isolation; the dispatcher must have an executor for each,
+    # and a row no ability can select is dead.
+    assert sorted(EXECUTORS) == sorted(ISOLATIONS)

@@ -105,7 +105,6 @@ def envelope_body(stdout: str) -> dict[str, object]:
     "args",
     [
         ["status"],
-        ["stop"],
         ["trail"],
         ["policy", "list"],
         ["policy", "set", "chat", "clock", "allow"],
@@ -123,6 +122,53 @@ def test_a_command_without_a_daemon_says_so_in_one_line_and_fails(
         f"chalie: no daemon running on {home.resolve()} (start it with `chalie run`)\n"
     )
     assert result.stdout == ""
+
+
+def test_stop_without_a_daemon_is_a_message_and_success(tmp_path: Path) -> None:
+    # As `systemctl stop` of a stopped unit: the wanted state already holds.
+    home = tmp_path / "home"
+    result = CliRunner().invoke(cli, ["--home", str(home), "stop"])
+    assert result.exit_code == 0, result.output
+    assert "no daemon running" in result.stdout and "nothing to stop" in result.stdout
+
+
+def test_the_habits_people_have(tmp_path: Path) -> None:
+    from chalie import __version__
+
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--version"]).stdout == f"chalie {__version__}\n"
+    assert "Usage: chalie" in runner.invoke(cli, ["-h"]).stdout
+    assert "Usage: chalie status" in runner.invoke(cli, ["status", "-h"]).stdout
+    # --home after the command means the same as before it
+    home = tmp_path / "after"
+    after = runner.invoke(cli, ["status", "--home", str(home)])
+    assert after.exit_code != 0 and str(home.resolve()) in after.stderr
+    nested = runner.invoke(cli, ["policy", "list", "--home", str(home)])
+    assert str(home.resolve()) in nested.stderr
+
+
+def test_every_option_of_every_command_has_a_help_text() -> None:
+    import click
+
+    from chalie_app.cli.group import COMMANDS, load_all
+
+    load_all()
+    missing = []
+
+    def walk(command: click.Command, path: str) -> None:
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.help:
+                missing.append(f"{path} {param.opts[0]}")
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "chalie")
+    assert missing == []
+    # the one-line help `chalie --help` lists without importing is each command's own
+    for name, (_modules, line) in COMMANDS.items():
+        own = cli.commands[name].get_short_help_str(1000)
+        assert own == line or (line.endswith("...") and own.startswith(line[:-3])), name
 
 
 def test_tools_list_works_without_a_daemon() -> None:
@@ -601,3 +647,13 @@ def test_a_rejected_policy_set_is_one_line_and_logs_no_traceback(
     assert d.cli("status").returncode == 0  # orders the log after the rejected request
     logged = json.dumps(d.log_lines()[before:])
     assert "PolicyError" not in logged and "Traceback" not in logged
+
+
+def test_trail_filters_by_the_word_cancelled(tmp_path: Path) -> None:
+    from chalie.messages import TRAIL_FILTERS
+
+    assert TRAIL_FILTERS["cancelled"] == ("error", "cancelled")
+    result = CliRunner().invoke(
+        cli, ["--home", str(tmp_path / "h"), "trail", "--status", "cancelled"]
+    )
+    assert "Invalid value" not in result.output and "no daemon running" in result.stderr

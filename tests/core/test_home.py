@@ -140,4 +140,4 @@ def test_the_layout_names_every_path_inside_the_home(tmp_path: Path) -> None:
 
 def test_help_names_the_environment_variable_and_where_home_goes() -> None:
     out = CliRunner().invoke(cli, ["--help"]).stdout
-    assert "CHALIE_HOME" in out and "before the command" in out
+    assert "CHALIE_HOME" in out and "before or after the command" in out

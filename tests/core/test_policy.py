@@ -18,7 +18,7 @@ import pytest
 from actors.policy import PolicyActor
 from chalie import policy as rules
 from chalie.events import EventBus
-from chalie.messages import PermissionRequest, ToolCall, TurnContext, decode, encode
+from chalie.messages import PermissionRequest, RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 
 
@@ -201,9 +201,12 @@ class Gate:
         return fut
 
     def request(self) -> PermissionRequest:
-        event = self.events.queue.get(timeout=5)
-        assert isinstance(event, PermissionRequest)
-        return event
+        """The next permission request published (settlements of earlier ones skipped)."""
+        while True:
+            event = self.events.queue.get(timeout=5)
+            if not isinstance(event, RequestSettled):
+                assert isinstance(event, PermissionRequest), event
+                return event
 
 
 def test_allow_and_deny_entries_decide_at_once_by_policy(tmp_path: Path) -> None:
@@ -273,6 +276,10 @@ def test_ask_on_chat_publishes_a_request_to_the_conversation_and_waits(tmp_path:
     assert g.proxy.answer(request.request_id, "allow_once").get() is True
     assert fut.result(2) == GateDecision(decision="allow", decided_by="human")
     assert g.proxy.pending().get() == []
+    # The gate, the request's one owner, tells the conversation how it ended.
+    settled = mine.queue.get(timeout=5)
+    assert isinstance(settled, RequestSettled)
+    assert (settled.request_id, settled.answer) == (request.request_id, "allow_once")
     # Once is once: the next call asks again.
     g.gate("email.send", ctx(conversation="conv-7"))
     assert isinstance(mine.queue.get(timeout=5), PermissionRequest)

@@ -165,9 +165,7 @@ def main() -> None:
     bus = EventBus()
     policy = PolicyActor.start(home / "chalie.db", bus)
     policy.proxy().set("chat", "noop", "allow").get()
-    dispatcher = DispatcherActor.start(
-        registry, Services(registry=registry), home / "chalie.db", policy, None, bus
-    )
+    dispatcher = DispatcherActor.start(registry, Services(), home / "chalie.db", policy, None, bus)
     echo = Echo.start()
     ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat", injected=("noop",))
     call = ToolCall(

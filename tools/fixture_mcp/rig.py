@@ -172,7 +172,7 @@ class Rig:
         if dispatcher:
             self.dispatcher = DispatcherActor.start(
                 self.registry,
-                Services(registry=self.registry),
+                Services(),
                 self.db,
                 self.policy,
                 None,

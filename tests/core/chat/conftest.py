@@ -19,7 +19,7 @@ from chalie.chat.client import ChatClient
 from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
-from tests.core.chat.conversations_double import FakeConversations, SendMessage
+from tests.core.chat.conversations_double import FakeConversations
 from tests.core.chat.daemon import Daemon
 
 
@@ -50,7 +50,7 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     convs = FakeConversations.start(bus)
     cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
     ref = ChatBridge.start(
-        cfg, home, home / "chalie.db", loop, bus, ChildRef.to(convs, "conversations"), SendMessage
+        cfg, home, home / "chalie.db", loop, bus, ChildRef.to(convs, "conversations")
     )
     ref.proxy().addresses().get(timeout=15)  # on_start has run: the transports listen
     written = home / FIRST_TOKEN_FILE

@@ -1,11 +1,12 @@
 """A double of the Conversations actor: exact in its interface, scripted in its turns.
 
 It is a real actor (``actors.actor.Actor``, so its answers call back)
-with the seam's proxy methods (``submit``, ``send``, ``cancel``, ``events``,
-``answer``), the seam's own types (``chalie.conversation.events``
-and ``requests``; events numbered per conversation from 1, stored before
-they are published on the EventBus), a queue of one running turn per conversation,
-and ``client_msg_id`` deduplication. Its turns follow the user's text:
+with the Conversations actor's proxy methods (``submit``, ``cancel``, ``events``,
+``answer``; each but ``events`` answering with a future, as the actor does), the
+conversations' own types (``chalie.conversation.events`` and ``requests``; events
+numbered per conversation from 1, stored before they are published on the EventBus),
+a queue of one running turn per conversation, and ``client_msg_id`` deduplication.
+Its turns follow the user's text:
 
 - ``ask ...``: a tool call gated by ask: ``tool_started`` and a
   ``permission_request``; the turn waits for :meth:`answer`;
@@ -64,12 +65,12 @@ class FakeConversations(Actor):
         """The seam's async entry: the turn is taken (or queued) at once here."""
         out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
         try:
-            out.set_result(self.send(msg))
+            out.set_result(self._send(msg))
         except Exception as exc:
             out.set_exception(exc)
         return out
 
-    def send(self, msg: SendMessage) -> Accepted:
+    def _send(self, msg: SendMessage) -> Accepted:
         self.sends.append(msg)
         cid = msg.conversation_id or f"c{next(self._ids)}"
         conv = self._convs.setdefault(cid, _Conversation(cid))
@@ -90,7 +91,10 @@ class FakeConversations(Actor):
         self._start(conv, turn_id, msg)
         return Accepted(conversation_id=cid, turn_id=turn_id, queued=False, duplicate=False)
 
-    def cancel(self, conversation_id: str) -> bool:
+    def cancel(self, conversation_id: str) -> concurrent.futures.Future[bool]:
+        return _done(self._cancel(conversation_id))
+
+    def _cancel(self, conversation_id: str) -> bool:
         conv = self._convs.get(conversation_id)
         if conv is None or conv.running is None:
             return False
@@ -106,7 +110,10 @@ class FakeConversations(Actor):
             return []
         return conv.events[after_seq : after_seq + limit]
 
-    def answer(self, request_id: str, answer: str) -> bool:
+    def answer(self, request_id: str, answer: str) -> concurrent.futures.Future[bool]:
+        return _done(self._answer(request_id, answer))
+
+    def _answer(self, request_id: str, answer: str) -> bool:
         found = self._pending.pop(request_id, None)
         if found is None:
             return False
@@ -223,3 +230,9 @@ class FakeConversations(Actor):
         if conv.queue:
             next_turn, msg = conv.queue.pop(0)
             self._start(conv, next_turn, msg)
+
+
+def _done(value: bool) -> concurrent.futures.Future[bool]:
+    out: concurrent.futures.Future[bool] = concurrent.futures.Future()
+    out.set_result(value)
+    return out

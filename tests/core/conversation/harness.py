@@ -137,7 +137,7 @@ class Harness:
         busy: str = "queue",
     ) -> Accepted:
         result: Accepted = self.conversations.call(
-            Conversations.send,
+            Conversations.submit,
             SendMessage(
                 conversation_id=conversation_id,
                 channel=channel,
@@ -145,7 +145,7 @@ class Harness:
                 client_msg_id=client_msg_id,
                 busy=busy,  # type: ignore[arg-type]
             ),
-        )
+        ).result(10)
         return result
 
     def of(self, conversation_id: str, kind: type | None = None) -> list[Any]:

@@ -64,7 +64,7 @@ def run_turn(h: Harness, channel: str, answer: str | None = "allow_once") -> str
     if answer is not None:
         cid = accepted.conversation_id
         request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
-        h.conversations.call(Conversations.answer, request[0].request_id, answer)
+        h.conversations.call(Conversations.answer, request[0].request_id, answer).result(10)
     end = h.finished(accepted)
     assert end.reason == "final"
     return accepted.turn_id or ""
@@ -158,9 +158,9 @@ def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
     accepted = h.send(ENTRY, "chat")
     cid = accepted.conversation_id
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
-    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once")
+    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once").result(10)
     wait_until(lambda: len(h.server.requests) >= 3, what="the third model request")
-    assert h.conversations.call(Conversations.cancel, cid) is True
+    assert h.conversations.call(Conversations.cancel, cid).result(10) is True
     assert h.finished(accepted).reason == "cancelled"
     wait_until(lambda: accepted.turn_id not in h.rt.services.discovery._finds, 1.0)
     assert not h.rt.services.discovery.examples()

@@ -103,7 +103,10 @@ def test_a_turn_finds_a_tool_asks_the_human_runs_it_and_answers(h: Harness, fmt:
     cid = accepted.conversation_id
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")[0]
     assert request.tool == "clock" and request.turn_id == accepted.turn_id
-    assert h.conversations.call(Conversations.answer, request.request_id, "allow_once") is True
+    assert (
+        h.conversations.call(Conversations.answer, request.request_id, "allow_once").result(10)
+        is True
+    )
     end = h.finished(accepted)
     assert end.reason == "final" and end.text == "It is evening in Tokyo."
     stored = h.stored(cid)
@@ -300,9 +303,9 @@ def test_cancel_ends_the_running_turn_and_closes_its_calls(h: Harness) -> None:
     accepted = h.send("hello", "bg-openai")
     cid = accepted.conversation_id
     wait_until(lambda: h.server.requests, what="the model request")
-    assert h.conversations.call(Conversations.cancel, cid) is True
+    assert h.conversations.call(Conversations.cancel, cid).result(10) is True
     assert h.finished(accepted).reason == "cancelled"
-    assert h.conversations.call(Conversations.cancel, cid) is False
+    assert h.conversations.call(Conversations.cancel, cid).result(10) is False
 
 
 def test_a_second_message_is_queued_and_runs_after_the_first(h: Harness) -> None:
@@ -344,7 +347,7 @@ def test_the_queue_is_bounded(h: Harness) -> None:
     assert [q.queued for q in queued] == [True, True, False]
     refused = h.finished(queued[2])
     assert refused.reason == "cancelled" and "Too many" in refused.text
-    h.conversations.call(Conversations.cancel, cid)
+    h.conversations.call(Conversations.cancel, cid).result(10)
     for q in queued[:2]:
         assert h.finished(q).text == "later"
 
@@ -384,8 +387,8 @@ def test_a_conversation_keeps_its_channel(h: Harness) -> None:
 
 def test_bad_permission_answers_are_refused(h: Harness) -> None:
     with pytest.raises(ConversationError):
-        h.conversations.call(Conversations.answer, "r1", "sure")
-    assert h.conversations.call(Conversations.answer, "no-such-request", "deny") is False
+        h.conversations.call(Conversations.answer, "r1", "sure").result(10)
+    assert h.conversations.call(Conversations.answer, "no-such-request", "deny").result(10) is False
 
 
 def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goes_on(
@@ -573,8 +576,9 @@ def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harne
         PolicyActor.answer, request.request_id, "allow_once"
     )
     assert h.finished(second).reason == "final"
+    # The PolicyActor owns the request: its settlement is the answer given, wherever given.
     settled = [e for e in h.of(cid, PermissionSettled) if e.request_id == request.request_id]
-    assert [e.answer for e in settled] == ["allowed"]
+    assert [e.answer for e in settled] == ["allow_once"]
 
 
 def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -> None:
@@ -626,7 +630,7 @@ def test_a_conversation_keeps_its_channel_until_it_is_deleted(h: Harness) -> Non
     with pytest.raises(ConversationError) as refused:
         h.send("elsewhere", "bg-ollama", conversation_id=cid)
     assert refused.value.code == "invalid-message" and "bg-openai" in str(refused.value)
-    assert h.conversations.call(Conversations.delete, cid) is True
+    assert h.conversations.call(Conversations.delete, cid).result(10) is True
     assert h.conversations.call(Conversations.show, cid) is None
     # the id is free again: a new conversation on the other channel, without the old history
     again = h.send("a fresh start", "bg-ollama", conversation_id=cid)

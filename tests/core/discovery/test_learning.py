@@ -308,8 +308,7 @@ def test_a_turn_learns_the_entry_that_led_to_the_tool_it_used(
     from chalie.services import Services
 
     handle = DiscoveryHandle(actor)
-    registry = Registry.collect(entry_points=False)
-    services = Services(registry=registry, discovery=handle)
+    services = Services(discovery=handle)
     context = TurnContext(conversation_id="c", turn_id="turn-9")
     entries = ["what's the hour over in Lima", "calculator", "square root of 1764 please"]
     result = invoke(FindTools(context, services), coerce_params(FindTools, {"query": entries}))

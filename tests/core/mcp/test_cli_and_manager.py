@@ -140,8 +140,8 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
     try:
         rig.start()
         admin = McpAdmin(rig.db, rig.home, on_change=rig.reload)
-        services = Services(registry=rig.registry)
-        services.extra.update(mcp=admin, mcp_loop=rig.loop)
+        services = Services()
+        services.mcp, services.loop = admin, rig.loop
         ability = McpManager(None, services)
         P = McpManager.Params
         added = ability.run(
@@ -212,7 +212,8 @@ def test_daemon_is_ready_before_servers_connect_and_calls_a_remote_tool(tmp_path
 def test_add_can_force_the_legacy_handshake(tmp_path: Path) -> None:
     r = run(tmp_path, "mcp", "add", "old", "--url", "https://h/mcp", "--protocol", "legacy")
     assert r.exit_code == 0
-    assert json.loads(run(tmp_path, "mcp", "show", "old").stdout)["spec"]["protocol"] == "legacy"
+    shown = run(tmp_path, "mcp", "show", "old", "--json").stdout
+    assert json.loads(shown)["spec"]["protocol"] == "legacy"
     assert run(tmp_path, "mcp", "add", "x", "--url", "https://h/mcp", "--protocol", "v9").exit_code
 
 

@@ -16,55 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
+from chalie.conversation.events import (
+    RichPayload,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from chalie.conversation.requests import Accepted, SendMessage
 from chalie.mcp_server.exchange import AgentExchange
-from chalie.mcp_server.turns import Sent
-
-
-class _Ev(msgspec.Struct, kw_only=True, frozen=True):
-    conversation_id: str
-    seq: int
-    ts: float
-
-
-class TurnStarted(_Ev, tag="turn_started"):
-    turn_id: str
-    client_msg_id: str
-    text: str
-
-
-class ToolStarted(_Ev, tag="tool_started"):
-    turn_id: str
-    call_id: str
-    tool: str
-    act_summary: str
-
-
-class ToolFinished(_Ev, tag="tool_finished"):
-    turn_id: str
-    call_id: str
-    tool: str
-    status: str
-    code: str | None = None
-
-
-class PermissionRequest(_Ev, tag="permission_request"):
-    request_id: str
-    turn_id: str
-    tool: str
-    permission: str
-    act_summary: str
-    params: dict[str, Any]
-    expires_at: float
-
-
-class RichPayload(_Ev, tag="rich_payload"):
-    turn_id: str
-    call_id: str
-    tool: str
-    payload: dict[str, Any]
-
 
 PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
@@ -81,12 +41,6 @@ RICH = {
         "not an item",
     ]
 }
-
-
-class TurnFinished(_Ev, tag="turn_finished"):
-    turn_id: str
-    reason: str
-    text: str
 
 
 @dataclass
@@ -135,15 +89,9 @@ class FakeConversations:
         self._ids = itertools.count(1)
 
     # -- the port ------------------------------------------------------------------------
-    async def send(
-        self,
-        *,
-        conversation_id: str | None,
-        text: str,
-        client_msg_id: str,
-        origin: str,
-        human_present: bool = False,
-    ) -> Sent:
+    async def send(self, msg: SendMessage) -> Accepted:
+        conversation_id, text, client_msg_id = msg.conversation_id, msg.text, msg.client_msg_id
+        origin, human_present = msg.origin, msg.human_present
         with self._lock:
             cid = conversation_id or f"c{next(self._ids)}"
             conv = self.convs.setdefault(cid, _Conv())
@@ -157,7 +105,7 @@ class FakeConversations:
         ).start()
         if self.send_delay:  # a slow store: the turn runs before the caller hears back
             await asyncio.get_running_loop().run_in_executor(None, time.sleep, self.send_delay)
-        return Sent(cid, None)
+        return Accepted(conversation_id=cid, turn_id=None, queued=False, duplicate=False)
 
     async def cancel(self, conversation_id: str) -> bool:
         with self._lock:
@@ -167,6 +115,9 @@ class FakeConversations:
             return False
         conv.cancel.set()
         return True
+
+    async def answer(self, request_id: str, answer: str) -> bool:
+        return False  # the scripted turns never ask
 
     async def events(self, conversation_id: str, after_seq: int, limit: int) -> list[Any]:
         await asyncio.sleep(0)
@@ -217,6 +168,10 @@ class FakeConversations:
                 tool=tool,
                 status=status,
                 code=code,
+            )
+        if "picture" in text:
+            self._emit(
+                cid, RichPayload, turn_id=turn_id, call_id=f"{turn_id}-p", tool="draw", payload=RICH
             )
         if "picture" in text:
             self._emit(

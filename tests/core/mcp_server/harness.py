@@ -15,12 +15,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from actors.loop import EventLoopThread
 from chalie.config import McpServerConfig
+from chalie.conversation.port import ConversationsPort
 from chalie.mcp_server.app import McpHttpServer
 from chalie.mcp_server.exchange import HumanDesk
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
-from chalie.mcp_server.turns import ConversationsPort
 from chalie.tokens import TokenStore
 from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
 

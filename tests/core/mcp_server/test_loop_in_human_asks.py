@@ -15,7 +15,6 @@ from actors.conversations import Conversations
 from actors.mcp_server import BusDesk
 from chalie.chat import protocol as p
 from chalie.config import ChatConfig
-from chalie.conversation.requests import SendMessage
 from chalie.tokens import TokenStore
 from tests.conftest import wait_until
 from tests.core.mcp_server.daemon_harness import live_daemon
@@ -70,7 +69,6 @@ def test_an_ask_on_a_loop_in_human_turn_is_put_to_the_connected_person() -> None
             rt.loop,
             rt.events,
             rt.child("conversations", Conversations),
-            SendMessage,
         )
         try:
             bridge.proxy().addresses().get(timeout=15)

@@ -103,3 +103,13 @@ def test_the_schema_publishes_the_same_rules() -> None:
     assert schema["properties"]["message"]["maxLength"] == MESSAGE_MAX
     assert schema["properties"]["agent_name"]["maxLength"] == NAME_MAX
     assert schema["properties"]["loop_in_human"]["default"] is False
+
+
+def test_the_schema_and_the_check_come_from_the_one_type() -> None:
+    from chalie.mcp_server.validation import FIELDS, TalkRequest
+
+    schema = input_schema()
+    assert tuple(schema["properties"]) == FIELDS == TalkRequest.__struct_fields__
+    assert schema["additionalProperties"] is False
+    assert all(prop.get("description") for prop in schema["properties"].values())
+    assert "$ref" not in str(schema)

@@ -1,0 +1,56 @@
+"""The conversations port: the one way a client reaches the conversations.
+
+The chat bridges, the inbound MCP server and the control commands (``chalie ask``,
+``chalie conversations ...``) all use this protocol, and the daemon has one adapter
+for it (``actors/conversations_port.py``, over the Conversations and Policy actors).
+Every method is awaited on the daemon's event loop and never blocks it.
+
+Who may touch which conversation is checked in that one adapter: every client's
+request passes through it, so a rule written there holds for all of them.
+
+Errors: :class:`~chalie.conversation.requests.ConversationError` when the
+conversations refuse a request (its ``code`` is a stable error code), and
+:class:`ConversationsUnavailable` when they did not answer (restarting, stopping,
+overloaded: try again later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from chalie.conversation.events import Event
+from chalie.conversation.requests import Accepted, SendMessage
+
+
+class ConversationsUnavailable(RuntimeError):
+    """The conversations did not answer (restarting, stopping, overloaded)."""
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class ConversationsPort(Protocol):
+    """What every client may ask of the conversations, awaitable on the event loop."""
+
+    async def send(self, msg: SendMessage) -> Accepted:
+        """Store the message and start (or queue) its turn."""
+        ...
+
+    async def cancel(self, conversation_id: str) -> bool:
+        """Cancel the conversation's running turn; False when none runs."""
+        ...
+
+    async def events(self, conversation_id: str, after_seq: int, limit: int) -> Sequence[Event]:
+        """The stored events after ``after_seq``, at most ``limit``, in order."""
+        ...
+
+    async def answer(self, request_id: str, answer: str) -> bool:
+        """A person's answer to a permission request; False when it is no longer pending."""
+        ...
+
+    def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
+        """Live events of one conversation (or of a bus key such as ``HUMANS``);
+        ``callback`` runs on the publisher's thread."""
+        ...
