@@ -173,10 +173,6 @@ class FakeConversations:
             self._emit(
                 cid, RichPayload, turn_id=turn_id, call_id=f"{turn_id}-p", tool="draw", payload=RICH
             )
-        if "picture" in text:
-            self._emit(
-                cid, RichPayload, turn_id=turn_id, call_id=f"{turn_id}-p", tool="draw", payload=RICH
-            )
         answer = "2+2 is 4."
         if "deny" in text:
             answer += " I could not send the email: it needs your user's approval."
