@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 import pykka
@@ -43,9 +43,6 @@ from chalie.routing import Route
 from chalie.services import DiscoveryService, Services
 from chalie.trail import Trail
 
-if TYPE_CHECKING:
-    from actors.mcp_asks import ServerAsks
-
 log = logging.getLogger("chalie.control")
 
 ACTOR_TIMEOUT: Final = 10.0
@@ -63,11 +60,6 @@ class ControlHost(Protocol):
 
     @property
     def services(self) -> Services: ...
-
-    @property
-    def mcp_asks(self) -> ServerAsks | None:
-        """Pending elicitations of MCP servers (None: MCP outbound is not running)."""
-        ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -121,10 +113,10 @@ class ControlCommands:
 
     def mcp_answer(self, args: McpAnswerArgs) -> ControlReply:
         """The owner answers a server's elicitation (checked against the server's form)."""
-        from actors.mcp_asks import BadAnswer, ServerAsks
+        from actors.mcp_asks import BadAnswer
 
-        asks = self._host.mcp_asks
-        if not isinstance(asks, ServerAsks):
+        asks = self._host.services.mcp_asks
+        if asks is None:
             return control.failure(control.UNAVAILABLE, "MCP connections are not running")
         try:
             found = asks.answer(args.request_id, args.content)

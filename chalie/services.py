@@ -134,6 +134,14 @@ class LoopService(Protocol):
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]: ...
 
 
+class ElicitationAnswers(Protocol):
+    """The owner's answers to remote servers' elicitations (``actors.mcp_asks.ServerAsks``)."""
+
+    def answer(self, request_id: str, content: Any) -> str:
+        """``ok`` or ``unknown``; a content the server's form refuses raises."""
+        ...
+
+
 @dataclass
 class Services:
     """What an inline ability (and the runtime around it) may reach; None: not running here."""
@@ -143,3 +151,5 @@ class Services:
     # MCP outbound's management operations and the loop its probes run on (mcp_manager).
     mcp: McpAdmin | None = None
     loop: LoopService | None = None
+    # The owner's answers to the servers' elicitations (chalie mcp answer).
+    mcp_asks: ElicitationAnswers | None = None

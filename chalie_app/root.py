@@ -69,7 +69,6 @@ from chalie.supervision import ChildSpec
 
 if TYPE_CHECKING:
     from actors.discovery import WriterFactory
-    from actors.mcp_asks import ServerAsks
 
 log = logging.getLogger("chalie.daemon")
 
@@ -95,8 +94,6 @@ class Runtime:
     supervisor: pykka.ActorRef[Any] | None = None
     # The tree's child directory: restart-proof typed handles, made without asking anyone.
     directory: Directory = field(default_factory=Directory)
-    # MCP servers' pending elicitations (set by the MCP wiring; the control commands read it).
-    mcp_asks: ServerAsks | None = None
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
         """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""

@@ -38,9 +38,6 @@ from chalie.conversation.requests import Accepted, SendMessage
 
 BACKFILL_LIMIT: Final = 1_000
 
-# What a follower hands over: a numbered event of the turn, or a live-only progress note.
-Followed = ConversationEvent | ToolProgress
-
 
 class TurnFollower:
     """Which events of a conversation are one turn's; fed from any thread, read on the loop."""
@@ -89,9 +86,13 @@ class TurnFollower:
         while pending:
             self.queue.put_nowait(pending.popleft())
 
-    def accept(self, item: object) -> Followed | None:
-        """The event if it is this turn's and new, else None."""
-        if isinstance(item, ToolProgress):  # live only, never numbered nor replayed
+    def accept(self, item: object) -> ConversationEvent | ToolProgress | None:
+        """The event if it is this turn's and new, else None.
+
+        A :class:`ToolProgress` is live only (not numbered): it is the turn's when its
+        ``turn_id`` is, once the turn has started.
+        """
+        if isinstance(item, ToolProgress):
             return item if self.turn_id is not None and item.turn_id == self.turn_id else None
         if not isinstance(item, ConversationEvent):
             return None
@@ -105,7 +106,7 @@ class TurnFollower:
             return None
         return item if getattr(item, "turn_id", None) == self.turn_id else None
 
-    async def next(self) -> Followed | object:
+    async def next(self) -> ConversationEvent | ToolProgress | object:
         """The next event of the turn, or a sentinel another task pushed."""
         while True:
             item = await self.queue.get()
@@ -130,7 +131,7 @@ async def follow_turn(
     msg: SendMessage,
     *,
     timeout: float,
-    on_event: Callable[[Followed], Any] | None = None,
+    on_event: Callable[[ConversationEvent], Any] | None = None,
 ) -> TurnOutcome:
     """Send ``msg`` and wait for the end of the turn it starts.
 
@@ -158,7 +159,7 @@ async def follow_turn(
         async with asyncio.timeout(timeout):
             while True:
                 event = await follow.next()
-                if not isinstance(event, ConversationEvent | ToolProgress):
+                if not isinstance(event, ConversationEvent):
                     continue
                 if on_event is not None:
                     on_event(event)

@@ -279,15 +279,14 @@ class TalkToChalie:
             if event is _GONE:
                 raise _Gone
             if isinstance(event, RichPayload):
-                if isinstance(event.payload, dict):
-                    follow.rich.append(event.payload)
+                follow.rich.append(event.payload)
             elif isinstance(event, ToolStarted):
                 summary = event.act_summary or ""
                 await progress(f"{event.tool}: {summary}" if summary else str(event.tool))
             elif isinstance(event, ToolProgress):
                 detail = event.message or ""
                 done, total = event.progress, event.total
-                shown = f"{done:g}/{total:g}" if isinstance(total, float | int) else f"{done}"
+                shown = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
                 await progress(
                     f"{event.tool}: {detail} ({shown})" if detail else f"{event.tool}: {shown}"
                 )

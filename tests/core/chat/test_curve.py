@@ -23,7 +23,7 @@ def keys(where: Path, name: str) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def handshake(client: ChatClient, timeout: float = 10.0) -> int:
+def handshake(client: ChatClient, timeout: float = 60.0) -> int:
     """The first handshake event the client's socket reports."""
     monitor = client.sock.get_monitor_socket(
         zmq.EVENT_HANDSHAKE_SUCCEEDED
