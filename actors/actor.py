@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 import pykka
 
 from actors.future import CallbackFuture
+from actors.timers import TimerInbox
 from chalie.mail import ChildExit
 
 log = logging.getLogger("chalie.supervisor")
@@ -100,10 +100,22 @@ def binding(supervisor: pykka.ActorRef[Any], child_id: str) -> Iterator[None]:
         _starting.binding = None
 
 
-class Actor(pykka.ThreadingActor):
-    """Our threading actor: asks answered with a :class:`CallbackFuture`, a C inbox.
+def tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> None:
+    """Tell ``ref`` ``message``; an actor that has stopped meanwhile hears nothing.
 
-    Both through pykka's hooks for actor implementations.
+    The one way a callback, a subscription or another thread tells an actor that may be gone.
+    """
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(message)
+
+
+class Actor(pykka.ThreadingActor):
+    """Our threading actor: asks answered with a :class:`CallbackFuture`; timers in the inbox.
+
+    Both through pykka's hooks for actor implementations. An actor's own timers are
+    :meth:`schedule` and :meth:`unschedule` (on its thread): the message comes out of
+    the inbox when due, as if it had been sent (:mod:`actors.timers`), so no timer
+    thread runs and the actor's state stays on its thread.
     """
 
     @staticmethod
@@ -112,9 +124,21 @@ class Actor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> Any:
-        # The C SimpleQueue hands a message over in about half the time of queue.Queue
-        # (no Condition, no task accounting) and has all an inbox needs.
-        return queue.SimpleQueue()
+        return TimerInbox()
+
+    @property
+    def timers(self) -> TimerInbox:
+        inbox = self.actor_inbox
+        assert isinstance(inbox, TimerInbox)
+        return inbox
+
+    def schedule(self, seconds: float, message: Any) -> int:
+        """Deliver ``message`` to this actor after ``seconds`` (its thread only); a handle."""
+        return self.timers.add(seconds, message)
+
+    def unschedule(self, handle: int) -> None:
+        """Forget a timer (a handle that fired or was forgotten already is ignored)."""
+        self.timers.cancel(handle)
 
 
 class SupervisedActor(Actor):

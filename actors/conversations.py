@@ -42,7 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import pykka
 
-from actors.actor import SupervisedActor
+from actors.actor import SupervisedActor, tell_quietly
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.dispatcher import DispatcherActor, submit
 from actors.future import CallbackFuture
@@ -198,8 +198,7 @@ class Conversations(SupervisedActor):
         ref = self.actor_ref
 
         def route(event: Any) -> None:
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(_Route(event))
+            tell_quietly(ref, _Route(event))
 
         # Background results only (a conversation may have no live TurnActor to hear its
         # own): permission requests reach the running turn's actor directly.
@@ -456,8 +455,7 @@ class Conversations(SupervisedActor):
             # pykka's stop future has no done-callbacks: a helper thread waits for it.
             with contextlib.suppress(pykka.Timeout):
                 stopping.get(timeout=STOP_WAIT)
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(_Delete(conversation_id, out))
+            tell_quietly(ref, _Delete(conversation_id, out))
 
         threading.Thread(target=stopped, name="conversation-delete", daemon=True).start()
         return out
@@ -516,8 +514,7 @@ class Conversations(SupervisedActor):
                 return
             if not live.evicting:
                 live.evicting = True
-                with contextlib.suppress(pykka.ActorDeadError):
-                    live.ref.tell(EvictIfIdle())
+                tell_quietly(live.ref, EvictIfIdle())
             excess -= 1
 
     def on_receive(self, message: Any) -> Any:

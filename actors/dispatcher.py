@@ -58,7 +58,7 @@ from typing import Any, Final
 
 import pykka
 
-from actors.actor import SupervisedActor
+from actors.actor import SupervisedActor, tell_quietly
 from actors.child_ref import ChildRef
 from actors.directory import Directory
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
@@ -156,12 +156,6 @@ def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
 class DispatcherActor(SupervisedActor):
     """The only path from a turn to an ability; see the module docstring for the steps."""
 
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        # A C SimpleQueue (half the hand-over time of queue.Queue; every call
-        # crosses this inbox twice) that also delivers the timers.
-        return TimerInbox()
-
     def __init__(
         self,
         registry: Any,
@@ -204,9 +198,7 @@ class DispatcherActor(SupervisedActor):
         self._view_urn: str | None = None
         self._view: PolicyView | None = None
         self._view_future: pykka.Future[Any] | None = None
-        inbox = self.actor_inbox
-        assert isinstance(inbox, TimerInbox)
-        self._timers: TimerInbox = inbox  # deadlines and the trail flush, on this thread
+        self._timers: TimerInbox = self.timers  # deadlines and the trail flush, on this thread
         self._flush_timer: int | None = None  # the pending FlushTrail, if any
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
@@ -713,7 +705,4 @@ def _answer(state: _Call, fut: Future[GateDecision]) -> GateDecision:
 
 
 def _tell(ref: pykka.ActorRef[Any], message: Any) -> None:
-    try:
-        ref.tell(message)
-    except pykka.ActorDeadError:
-        pass  # the dispatcher stopped; its on_stop already ended the call
+    tell_quietly(ref, message)

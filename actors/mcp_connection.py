@@ -41,9 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-import pykka
-
-from actors.actor import SupervisedActor
+from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask
 from chalie.mail import ProbeConnection, RefreshServer
 from chalie.mcp.proxy import install
@@ -198,8 +196,7 @@ class McpConnectionActor(SupervisedActor):
 
     # -- plumbing ----------------------------------------------------------------------
     def _tell(self, message: Any) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(message)
+        tell_quietly(self.actor_ref, message)
 
     def _later(self, delay: float, message: Any) -> None:
         """Deliver ``message`` to this actor after ``delay`` seconds (a loop timer, no thread)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pykka
 
+from actors.actor import tell_quietly
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.directory import Directory
 from actors.loop import EventLoopThread
@@ -114,8 +115,7 @@ class McpConnections(Supervisor):
             if name not in started:
                 ref = self.child(child_id(name))
                 if ref is not None:
-                    with contextlib.suppress(pykka.ActorDeadError):
-                        ref.tell(RefreshServer())
+                    tell_quietly(ref, RefreshServer())
         return {"started": started, "stopped": stopped, "unregistered": len(gone)}
 
     def reload(self) -> dict[str, Any]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 import time
 import uuid
 from concurrent.futures import Future
@@ -67,7 +66,7 @@ class PolicyView:
 class _Pending:
     request: PermissionRequest
     reply: Future[GateDecision]
-    timer: threading.Timer
+    timer: int  # the expiry, in this actor's inbox
 
 
 def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
@@ -107,7 +106,7 @@ class PolicyActor(SupervisedActor):
     def _drop_pending(self, reason: str) -> None:
         pending_now, self._pending = self._pending, {}
         for pending in pending_now.values():
-            pending.timer.cancel()
+            self.unschedule(pending.timer)
             self._settle(pending, "withdrawn", rules.failed_closed(reason))
 
     def _settle(self, pending: _Pending, answer: Settlement, decision: GateDecision) -> None:
@@ -232,11 +231,8 @@ class PolicyActor(SupervisedActor):
             params=params_redacted,
             expires_at=time.time() + self._expiry,
         )
-        ref = self.actor_ref
-        timer = threading.Timer(self._expiry, _tell_quietly, args=(ref, ExpireRequest(request_id)))
-        timer.daemon = True
+        timer = self.schedule(self._expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, reply, timer)
-        timer.start()
         log.info(
             "asking conversation %s to allow %s (request %s, call %s)",
             context.conversation_id,
@@ -257,7 +253,7 @@ class PolicyActor(SupervisedActor):
         for request_id, pending in list(self._pending.items()):
             if pending.reply is reply:
                 del self._pending[request_id]
-                pending.timer.cancel()
+                self.unschedule(pending.timer)
                 self._settle(
                     pending, "withdrawn", rules.denied_by_human(pending.request.permission)
                 )
@@ -270,7 +266,7 @@ class PolicyActor(SupervisedActor):
         pending = self._pending.pop(request_id, None) if isinstance(request_id, str) else None
         if pending is None:
             return False
-        pending.timer.cancel()
+        self.unschedule(pending.timer)
         request = pending.request
         try:
             if answer == "allow_always":
@@ -297,10 +293,3 @@ class PolicyActor(SupervisedActor):
 
     def pending(self) -> builtins.list[PermissionRequest]:
         return [p.request for p in self._pending.values()]
-
-
-def _tell_quietly(ref: Any, message: Any) -> None:
-    try:
-        ref.tell(message)
-    except Exception:  # the actor is gone; its on_stop already denied the request
-        pass

@@ -13,13 +13,10 @@ Lifecycle, in order:
 
 from __future__ import annotations
 
-import contextlib
 from types import TracebackType
 from typing import Any
 
-import pykka
-
-from actors.actor import SupervisedActor
+from actors.actor import SupervisedActor, tell_quietly
 from chalie.mail import EndpointDied
 
 
@@ -31,8 +28,7 @@ class ServingActor(SupervisedActor):
 
     def stopped_serving(self, error: str) -> None:
         """From any thread: the server ended unexpectedly; the actor fails on its own thread."""
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(EndpointDied(self.serving, error))
+        tell_quietly(self.actor_ref, EndpointDied(self.serving, error))
 
     def close(self) -> None:
         """Stop the server and release what the actor holds (idempotent)."""

@@ -105,7 +105,6 @@ class Supervisor(SupervisedActor):
         self._on_escalate = on_escalate
         self._clock = clock
         self._born = time.monotonic()
-        self._timers: set[threading.Timer] = set()
         self._escalated: tuple[str, str] | None = None
         self._shutting_down = False
         self.directory = directory if directory is not None else Directory()
@@ -118,8 +117,6 @@ class Supervisor(SupervisedActor):
 
     def on_stop(self) -> None:
         self._shutting_down = True
-        for timer in list(self._timers):
-            timer.cancel()
         for child in reversed(self._children):
             self._stop_child(child)
         if self._escalated is not None and self._binding is None:
@@ -305,16 +302,6 @@ class Supervisor(SupervisedActor):
             pass
 
     def _schedule(self, delay: float, message: Any) -> None:
-        ref = self.actor_ref
-
-        def fire() -> None:
-            self._timers.discard(timer)
-            try:
-                ref.tell(message)
-            except pykka.ActorDeadError:
-                pass
-
-        timer = threading.Timer(delay, fire)
-        timer.daemon = True
-        self._timers.add(timer)
-        timer.start()
+        # In this actor's inbox (actors.actor.Actor.schedule): no timer thread, and a
+        # stopped supervisor's timers simply never come out.
+        self.schedule(delay, message)

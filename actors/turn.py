@@ -42,7 +42,7 @@ from typing import Any, Final, Protocol
 
 import pykka
 
-from actors.actor import Actor
+from actors.actor import Actor, tell_quietly
 from actors.loop import EventLoopThread
 from chalie.conversation import act
 from chalie.conversation.channels import Channel
@@ -205,7 +205,7 @@ class _Turn:
     requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
     succeeded: set[str] = field(default_factory=set)  # tools called with success
     denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
-    deadline: list[asyncio.TimerHandle] = field(default_factory=list)
+    deadline: list[int] = field(default_factory=list)  # this actor's timer handles
     human_present: bool = False  # a person answers this turn's asks (StartTurn)
 
 
@@ -233,7 +233,7 @@ class TurnActor(Actor):
         self._delivered: set[str] = set()
         self._send_no = 0
         self._channel: Channel | None = None
-        self._idle_timer: list[asyncio.TimerHandle] = []
+        self._idle_timer: list[int] = []
         self._requests: Subscription | None = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -242,8 +242,7 @@ class TurnActor(Actor):
         ref = self.actor_ref
 
         def heard(event: Any) -> None:  # on the PolicyActor's thread
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(_Heard(event))
+            tell_quietly(ref, _Heard(event))
 
         # The PolicyActor owns this conversation's permission requests; the turn hears
         # them and how each ended, and records both in the conversation's events.
@@ -288,8 +287,9 @@ class TurnActor(Actor):
             turn.model.cancel()
         if self._parent is not None:
             err = exc[1] if len(exc) > 1 else None
-            with contextlib.suppress(pykka.ActorDeadError):
-                self._parent.tell(TurnActorCrashed(self.conversation_id, self.actor_urn, repr(err)))
+            tell_quietly(
+                self._parent, TurnActorCrashed(self.conversation_id, self.actor_urn, repr(err))
+            )
 
     def _report_idle(self) -> None:
         if self._turn is None and not self._queue and self._parent is not None:
@@ -494,12 +494,12 @@ class TurnActor(Actor):
 
         async def complete() -> tuple[ModelResponse, str]:  # on the loop
             deltas = DeltaThrottle(
-                asyncio.get_running_loop(), lambda text: _tell_quietly(ref, _Delta(gen, text))
+                asyncio.get_running_loop(), lambda text: tell_quietly(ref, _Delta(gen, text))
             )
 
             def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
                 deltas.flush()
-                _tell_quietly(ref, _Retry(gen, attempt, error, delay))
+                tell_quietly(ref, _Retry(gen, attempt, error, delay))
 
             try:
                 response = await client.complete(request, deltas.add, on_retry)
@@ -515,7 +515,7 @@ class TurnActor(Actor):
             self._model_done(None, ProviderError("model-unreachable", str(exc), retryable=False))
             return
         turn.model = future
-        future.add_done_callback(lambda f: _tell_quietly(ref, _model_result(gen, f)))
+        future.add_done_callback(lambda f: tell_quietly(ref, _model_result(gen, f)))
 
     def _model_done(
         self, response: ModelResponse | None, error: ProviderError | None, tail: str = ""
@@ -822,43 +822,20 @@ class TurnActor(Actor):
         self._schedule(self._deps.idle_stop, _IdleCheck(self._gen), self._idle_timer)
 
     # -- timers on the loop (a thread per timer would cost a thread per conversation) ----
-    def _schedule(self, delay: float, message: Any, box: list[asyncio.TimerHandle]) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop = self._deps.loop.loop
-            loop.call_soon_threadsafe(_later, loop, delay, self.actor_ref, message, box)
+    def _schedule(self, delay: float, message: Any, box: list[int]) -> None:
+        box.append(self.schedule(delay, message))  # in this actor's inbox
 
-    def _unschedule(self, box: list[asyncio.TimerHandle]) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop = self._deps.loop.loop
-            loop.call_soon_threadsafe(_cancel_timers, box)
-
-
-def _later(
-    loop: asyncio.AbstractEventLoop,
-    delay: float,
-    ref: pykka.ActorRef[Any],
-    msg: Any,
-    box: list[asyncio.TimerHandle],
-) -> None:
-    box.append(loop.call_later(delay, _tell_quietly, ref, msg))
-
-
-def _cancel_timers(box: list[asyncio.TimerHandle]) -> None:
-    for handle in box:
-        handle.cancel()
-    box.clear()
-
-
-def _tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> None:
-    with contextlib.suppress(pykka.ActorDeadError):
-        ref.tell(message)
+    def _unschedule(self, box: list[int]) -> None:
+        for handle in box:
+            self.unschedule(handle)
+        box.clear()
 
 
 def _tool_callback(
     ref: pykka.ActorRef[Any], gen: int, index: int
 ) -> Callable[[concurrent.futures.Future[ToolOutcome]], None]:
     def done(future: concurrent.futures.Future[ToolOutcome]) -> None:
-        _tell_quietly(ref, _ToolDone(gen, index, future.result()))
+        tell_quietly(ref, _ToolDone(gen, index, future.result()))
 
     return done
 

@@ -26,9 +26,9 @@ from chalie import control
 _RUNNING: dict[str, bool] = {"slow": True}
 
 
-@pytest.fixture(autouse=True)
-def _note_the_slow_mark(request: pytest.FixtureRequest) -> None:
-    _RUNNING["slow"] = request.node.get_closest_marker("slow") is not None
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before any fixture of the test is set up (a module's daemon fixture included).
+    _RUNNING["slow"] = item.get_closest_marker("slow") is not None
 
 
 def require_slow(what: str) -> None:
