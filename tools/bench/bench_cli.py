@@ -4,7 +4,9 @@ Starts a real ``chalie run`` on a temporary data directory, then runs each comma
 its own process, as an operator or a script does, ``RUNS`` times, and prints the median
 beside its floor (control commands <= 150 ms; ``tools call`` <= 250 ms plus the tool)
 and beside ``python3 -c pass`` measured in the same run. Bytecode is cached, as in an
-installed copy (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). ``stop`` is
+installed copy (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). Each figure's CPU time
+(user + system, of the command's process) is printed too: it moves much less than the
+wall clock on a loaded machine. ``stop`` is
 measured once at the end (it includes the daemon's own shutdown), and again with no
 daemon running.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,10 +47,18 @@ COMMANDS: list[tuple[str, list[str], float]] = [
 ]
 
 
+CPU: dict[str, list[float]] = {}
+
+
 def timed(argv: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one run; its CPU seconds (user + system) are noted in CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU.setdefault(" ".join(argv), []).append(cpu)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
     return took
@@ -55,7 +66,12 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 def median_of(argv: list[str], env: dict[str, str], runs: int) -> float:
     timed(argv, env)  # warm the page cache and the bytecode
+    CPU.pop(" ".join(argv), None)
     return statistics.median(timed(argv, env) for _ in range(runs))
+
+
+def cpu_of(argv: list[str]) -> float:
+    return statistics.median(CPU.get(" ".join(argv), [0.0]))
 
 
 def start(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -84,11 +100,12 @@ def start(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     raise SystemExit("the daemon did not become ready")
 
 
-def row(name: str, took: float, floor: float, floor_name: str, base: float) -> str:
+def row(name: str, took: float, floor: float, floor_name: str, base: float, cpu: float) -> str:
     verdict = "ok" if took <= floor else "OVER"
     return (
         f"{name:<22} {took * 1000:7.1f} ms   {floor_name} {floor * 1000:5.0f} ms  "
-        f"ratio {took / floor:4.2f}  {verdict:<4}   {took / base:5.1f}x python3 -c pass"
+        f"ratio {took / floor:4.2f}  {verdict:<4}   {took / base:5.1f}x python3 -c pass   "
+        f"cpu {cpu * 1000:5.1f} ms"
     )
 
 
@@ -103,19 +120,29 @@ def main() -> None:
     chalie = [sys.executable, "-m", "chalie", "--home", str(home)]
     proc = start(home, env)
     try:
-        base = median_of([sys.executable, "-c", "pass"], env, args.runs)
+        bare = [sys.executable, "-c", "pass"]
+        base = median_of(bare, env, args.runs)
         subprocess.run([*chalie, "policy", "set", "chat", "clock", "allow"], env=env, check=True)
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; runs: {args.runs}")
-        print(f"{'python3 -c pass':<22} {base * 1000:7.1f} ms   (the floor of any Python command)")
+        print(
+            f"{'python3 -c pass':<22} {base * 1000:7.1f} ms   (the floor of any Python command)"
+            f"   cpu {cpu_of(bare) * 1000:5.1f} ms"
+        )
         for name, argv, floor in COMMANDS:
             took = median_of([*chalie, *argv], env, args.runs)
             floor_name = "floor" if floor == CONTROL_FLOOR else "floor+tool"
-            print(row(name, took, floor, floor_name, base))
+            print(row(name, took, floor, floor_name, base, cpu_of([*chalie, *argv])))
         stop = timed([*chalie, "stop"], env)
         proc.wait(60)
-        print(row("stop (daemon exits)", stop, CONTROL_FLOOR, "floor", base) + "  (once)")
-        print(row("stop (none running)", median_of([*chalie, "stop"], env, args.runs),
-                  CONTROL_FLOOR, "floor", base))  # fmt: skip
+        stop_cpu = cpu_of([*chalie, "stop"])
+        print(row("stop (daemon exits)", stop, CONTROL_FLOOR, "floor", base, stop_cpu) + " (once)")
+        CPU.pop(" ".join([*chalie, "stop"]), None)
+        idle = median_of([*chalie, "stop"], env, args.runs)
+        print(
+            row(
+                "stop (none running)", idle, CONTROL_FLOOR, "floor", base, cpu_of([*chalie, "stop"])
+            )
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
