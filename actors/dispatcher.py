@@ -360,11 +360,15 @@ class DispatcherActor(SupervisedActor):
             self._end_early(call, reply, entry)
             return
         cls = entry.cls
-        fields = steps.framework_fields(call.arguments, call.context, cls.name)
-        if isinstance(fields, ToolResult):
-            self._end_early(call, reply, fields, cls=cls)
-            return
-        params, act_summary, run_async = fields
+        if call.bare is not None:
+            fields = steps.bare_arguments(cls, call.bare)
+            if isinstance(fields, ToolResult):
+                self._end_early(call, reply, fields, cls=cls)
+                return
+        else:
+            fields = steps.framework_fields(call.arguments, call.context, cls)
+        params, act_summary, run_async = fields.params, fields.act_summary, fields.run_async
+        healed = "; ".join(fields.healed)
         try:
             instance = cls(call.context, self._services)
         except Exception as exc:
@@ -376,11 +380,16 @@ class DispatcherActor(SupervisedActor):
                 act_summary=act_summary,
                 params=params,
                 cls=cls,
+                healed=healed,
             )
             return
         pre = steps.prevalidate(cls, params)
         if isinstance(pre, ToolResult):
-            self._end_early(call, reply, pre, act_summary=act_summary, params=params, cls=cls)
+            if call.context.initiator == "model":
+                pre = steps.with_shape(cls, pre)
+            self._end_early(
+                call, reply, pre, act_summary=act_summary, params=params, cls=cls, healed=healed
+            )
             return
         redacted = redact(pre.params, cls.sensitive)
         gate: GateDecision | None = None
@@ -403,6 +412,7 @@ class DispatcherActor(SupervisedActor):
             params=params_json(redacted),
             act_summary=act_summary,
             background=background,
+            healed=healed,
         )
         state = _Call(
             seq=next(self._seq),
@@ -461,6 +471,7 @@ class DispatcherActor(SupervisedActor):
         act_summary: str = "",
         params: dict[str, Any] | None = None,
         cls: type[Ability] | None = None,
+        healed: str = "",
     ) -> None:
         """A call that failed before the gate: one complete trail row, then the reply."""
         outcome = _error_outcome(call, result)
@@ -478,6 +489,7 @@ class DispatcherActor(SupervisedActor):
                 if params
                 else "{}",
                 act_summary=act_summary,
+                healed=healed,
             )
             self._trail.finish(
                 rec, status="error", code=result.code, decision=None, decided_by=None, started=False

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
+from chalie.healing import ACT_SUMMARY_DESCRIPTION
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
@@ -136,6 +137,14 @@ def validate_ability(cls: type[Ability]) -> None:
             fail(f"action {action!r} requires parameters the schema lacks: {missing}")
     if cls.actions and cls.action_param not in props:
         fail(f"an action map needs the {cls.action_param!r} parameter in the schema")
+    aliases = cls.aliases
+    if not isinstance(aliases, Mapping) or not all(
+        isinstance(a, str) and isinstance(t, str) for a, t in aliases.items()
+    ):
+        fail("aliases must map alias -> parameter name")
+    bad_alias = [a for a, t in aliases.items() if a in props or t not in props]
+    if bad_alias:
+        fail(f"aliases must be new names for declared parameters: {bad_alias}")
     unknown_sensitive = [p for p in cls.sensitive if p not in props]
     if unknown_sensitive:
         fail(f"sensitive names parameters the schema lacks: {unknown_sensitive}")
@@ -165,6 +174,9 @@ class Ability(metaclass=AbilityMeta):
     sensitive: ClassVar[frozenset[str]] = frozenset()
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
+    # Other names a model uses for a parameter (alias -> parameter), read as that
+    # parameter when the real name is absent (chalie.healing). Declared here only.
+    aliases: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self, context: TurnContext | None = None, services: Services | None = None
@@ -203,18 +215,11 @@ class Ability(metaclass=AbilityMeta):
     @staticmethod
     def _inject_framework_fields(schema: dict[str, Any], allow_async: bool) -> None:
         props = dict(schema["properties"])
-        props["act_summary"] = {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 200,
-            "description": "A short tooltip shown to the user while this call runs.",
-        }
+        # Short on purpose: every pinned tool repeats these in every request, and a
+        # small model copies example values (so placeholders, never examples).
+        props["act_summary"] = {"type": "string", "description": ACT_SUMMARY_DESCRIPTION}
         if allow_async:
-            props["async"] = {
-                "type": "boolean",
-                "default": False,
-                "description": "Run in the background; the result arrives later as an event.",
-            }
+            props["async"] = {"type": "boolean", "description": "Run in the background."}
         schema["properties"] = props
         required = [r for r in schema.get("required", []) if r != "act_summary"]
         schema["required"] = [*required, "act_summary"]

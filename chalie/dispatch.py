@@ -12,8 +12,9 @@ tool call; each step returns either its product or the error
    (also for a tool the turn may not call: see :func:`available`; a
    restricted turn reaches only its pins and what find_tools injected).
 3. :func:`framework_fields` takes ``act_summary`` and ``async`` out of the
-   arguments; a model's call without a non-blank ``act_summary`` is
-   ``missing-params`` (a framework-initiated call gets one supplied).
+   arguments and heals the rest where one reading exists (:mod:`chalie.healing`;
+   :func:`bare_arguments` for arguments sent as a bare value); a missing or
+   copied ``act_summary`` is written by the framework, never refused.
 4. :func:`prevalidate`: every declared default applied first, then the action
    map (``unknown-action`` with the valid actions, ``missing-params`` naming
    them), then the JSON Schema (``invalid-param`` naming the field, with the
@@ -39,6 +40,7 @@ import msgspec
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
+from chalie import healing
 from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
@@ -164,7 +166,7 @@ def check_call(call: ToolCall) -> ToolResult | None:
             "every argument name must be a string.",
             hint="use string keys only.",
         )
-    why = _oversized(args)
+    why = _oversized(args) or (_oversized({"_": call.bare}) if call.bare is not None else None)
     if why:
         return ToolResult.error(
             "invalid-param",
@@ -225,39 +227,69 @@ def resolve(
     return entry
 
 
-# -- 3. framework fields ----------------------------------------------------------
+# -- 3. framework fields and healing ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A call's ability params (healed), its act_summary, async, and what healing changed."""
+
+    params: dict[str, Any]
+    act_summary: str
+    run_async: bool
+    healed: tuple[str, ...] = ()
 
 
 def framework_fields(
-    arguments: Mapping[str, Any], context: TurnContext, tool: str
-) -> tuple[dict[str, Any], str, bool] | ToolResult:
-    """(ability params, act_summary, async), or the error for a missing ``act_summary``.
+    arguments: Mapping[str, Any], context: TurnContext, cls: type[Ability]
+) -> Fields:
+    """The framework fields taken out, the params healed, the act_summary settled.
 
-    A model must say what the call is for: no ``act_summary``, an empty or a
-    blank one is ``missing-params`` naming it. A framework-initiated call
-    (``context.initiator == "framework"``) may omit it; the runtime supplies
-    :data:`FRAMEWORK_SUMMARY`.
+    A missing, empty, non-text or copied ``act_summary`` never costs a model a call:
+    the framework writes one from the tool's tooltip and the (healed) arguments
+    (:func:`chalie.healing.summary_for`), and says so on the trail. A
+    framework-initiated call that says nothing gets :data:`FRAMEWORK_SUMMARY`.
     """
-    params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
-    act = arguments.get("act_summary")
+    raw = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
+    healed = healing.heal(cls, raw)
     run_async = arguments.get("async") is True
-    if act is not None and not isinstance(act, str):
+    notes = list(healed.notes)
+    given = arguments.get("act_summary")
+    if context.initiator == "framework" and not (isinstance(given, str) and given.strip()):
+        act = FRAMEWORK_SUMMARY
+    else:
+        act, note = healing.summary_for(cls, given, healed.arguments)
+        if note:
+            notes.append(note)
+    return Fields(healed.arguments, act[:MAX_SUMMARY], run_async, tuple(notes))
+
+
+def bare_arguments(cls: type[Ability], value: Any) -> Fields | ToolResult:
+    """Arguments sent as a bare value: healed into the object when one reading exists."""
+    healed = healing.heal_bare(cls, value)
+    if healed is None:
         return ToolResult.error(
             "invalid-param",
-            "act_summary must be a string.",
-            hint="pass act_summary as a short sentence saying what this call does.",
-            meta={"param": "act_summary"},
+            f"the arguments must be a JSON object, not a bare {healing.json_type(value)}.",
+            hint=f"call {cls.name} as {healing.shape(cls)}",
         )
-    if act is None or not act.strip():
-        if context.initiator != "framework":
-            return ToolResult.error(
-                "missing-params",
-                f"{tool} needs act_summary.",
-                hint="pass act_summary: a short sentence telling the user what this call does.",
-                meta={"param": "act_summary"},
-            )
-        act = FRAMEWORK_SUMMARY
-    return params, act.strip()[:MAX_SUMMARY], run_async
+    summary = healing.written_summary(cls, healed.arguments)
+    notes = (*healed.notes, "act_summary missing: written from the tooltip")
+    return Fields(healed.arguments, summary, False, notes)
+
+
+def with_shape(cls: type[Ability], result: ToolResult) -> ToolResult:
+    """A pre-validation error whose hint also shows the call's correct shape."""
+    if result.code not in ("missing-params", "invalid-param", "unknown-action"):
+        return result
+    hint = f"{result.hint or ''} Call it as {healing.shape(cls)}".strip()
+    return ToolResult.error(
+        result.code or "invalid-param",
+        result.body if isinstance(result.body, str) else str(result.body),
+        hint=hint,
+        valid_values=result.valid_values,
+        meta=dict(result.meta),
+    )
 
 
 # -- 4. pre-validation -----------------------------------------------------------

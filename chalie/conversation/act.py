@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,8 +19,10 @@ import msgspec
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import FinishReason
 from chalie.dispatch import envelope_name
+from chalie.envelope import parse as parse_envelope
 from chalie.envelope import render
-from chalie.providers.types import ChatMessage, ToolCallPart
+from chalie.providers.rescue import rescue
+from chalie.providers.types import ChatMessage, ModelResponse, ToolCallPart
 from chalie.result import ToolResult
 
 # A rough, tokenizer-free estimate: about four characters a token, plus framing.
@@ -145,8 +148,7 @@ class Guards:
 
     def record_call(self, call: ToolCallPart) -> bool:
         """Count a tool call; True when it is the Nth identical one (the repeat guard trips)."""
-        args = call.raw if call.arguments is None else json.dumps(call.arguments, sort_keys=True)
-        key = f"{call.name}\x00{args}"
+        key = call_key(call)
         self.seen[key] += 1
         return self.seen[key] >= self.channel.max_repeat
 
@@ -158,6 +160,77 @@ class Guards:
             "guard-tokens": self.channel.token_budget,
         }.get(reason, 0)
         return GUARD_LINES.get(reason, "The turn ended.").format(limit=limit)
+
+
+def call_key(call: ToolCallPart) -> str:
+    """What makes two calls the same: the name and the arguments (act_summary aside)."""
+    if call.arguments is None:
+        args = call.raw
+    else:
+        args = json.dumps(
+            {k: v for k, v in call.arguments.items() if k != "act_summary"},
+            sort_keys=True,
+            default=str,
+        )
+    return f"{call.name}\x00{args}"
+
+
+# The one-line notes a small model needs to stop calling and answer (issue 24: after a
+# result, 9 of 9 replays called again; with this note or without tools, 6 of 6 answered).
+REPEAT_NOTE: Final = (
+    "You already have this result. Answer the user in plain words; do not call a tool again."
+)
+EMPTY_NUDGE: Final = "Your answer was empty. Answer the user in words."
+EMPTY_LINE: Final = "The model gave no answer."
+RESULT_SHOWN: Final = 600
+
+
+def repeated_result(envelope: str) -> str:
+    """The earlier result of a call the model repeated, with the note to answer."""
+    return f"{envelope}\n{REPEAT_NOTE}"
+
+
+def result_for_user(tool: str, envelope: str) -> str:
+    """A successful call's result as a line for the user (when a guard ends the turn)."""
+    try:
+        parsed = parse_envelope(envelope)
+    except ValueError:
+        parsed = []
+    body = parsed[0].content if parsed else envelope
+    body = " ".join(body.split())
+    if len(body) > RESULT_SHOWN:
+        body = body[: RESULT_SHOWN - 3] + "..."
+    return f"The result of {tool}: {body}"
+
+
+def rescued_response(response: ModelResponse, offered: Collection[str]) -> ModelResponse | None:
+    """The response with the calls it wrote as text made calls (None: none to rescue)."""
+    if response.tool_calls:
+        return None
+    found = rescue(response.text, offered)
+    if found is None:
+        return None
+    parts = tuple(
+        ToolCallPart(
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            name=c.name,
+            arguments=c.arguments,
+            raw="" if c.arguments is not None else c.raw,
+        )
+        for c in found.calls
+    )
+    return ModelResponse(text=found.text, tool_calls=parts, usage=response.usage, stop="tool_calls")
+
+
+def bare_arguments(call: ToolCallPart) -> Any:
+    """A call's arguments that are JSON but not an object (``["clock"]``), else None."""
+    if call.arguments is not None or not call.raw.strip():
+        return None
+    try:
+        value = json.loads(call.raw)
+    except ValueError:
+        return None
+    return None if isinstance(value, dict) or value is None else value
 
 
 def malformed_arguments(call: ToolCallPart) -> str:
