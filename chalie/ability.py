@@ -209,6 +209,7 @@ class Ability(metaclass=AbilityMeta):
         """The parameters schema with the framework fields injected."""
         schema = copy.deepcopy(dict(cls.parameters))
         schema.setdefault("properties", {})
+        schema.pop("description", None)  # the Params docstring: the summary says it already
         cls._inject_framework_fields(schema, allow_async)
         return schema
 
@@ -244,10 +245,41 @@ class Ability(metaclass=AbilityMeta):
             found = {
                 "name": cls.name,
                 "description": cls.summary,
-                "input_schema": cls.input_schema(allow_async=allow_async),
+                "input_schema": model_schema(cls.input_schema(allow_async=allow_async)),
             }
             memo[key] = found
         return found
+
+
+# Bounds the model need not read: pre-validation enforces them from ``parameters`` and
+# names the bound in its error. Each pinned tool costs its schema in every request.
+MODEL_DROPPED: Final = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
+
+
+def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as the model reads it: size bounds left out, ``X | None`` shown as ``X``.
+
+    An optional parameter that may be null is one the model can leave out; its
+    ``anyOf: [X, {"type": "null"}]`` and ``default: null`` only cost tokens.
+    """
+    out = {k: v for k, v in schema.items() if k not in MODEL_DROPPED}
+    options = out.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) == 1 and len(options) == 2 and isinstance(kept[0], dict):
+            del out["anyOf"]
+            if out.get("default", 0) is None:
+                del out["default"]
+            out = {**model_schema(kept[0]), **out}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {
+            k: model_schema(v) if isinstance(v, dict) else v for k, v in props.items()
+        }
+    items = out.get("items")
+    if isinstance(items, dict):
+        out["items"] = model_schema(items)
+    return out
 
 
 def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str, Any]:

@@ -29,9 +29,10 @@ tool call; each step returns either its product or the error
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -66,6 +67,7 @@ MAX_SUMMARY: Final = 200
 # What the trail and the prompt show for a framework-initiated call that says nothing.
 FRAMEWORK_SUMMARY: Final = "called directly by the operator or the runtime"
 
+log = logging.getLogger("chalie.dispatch")
 _validators: dict[type[Ability], jsonschema.protocols.Validator] = {}
 _validators_lock = threading.Lock()
 _derived: dict[type[Ability], bool] = {}
@@ -219,12 +221,77 @@ def resolve(
                 hint="call find_tools again to find a tool that does this now.",
                 meta={"mcp_server": server},
             )
+        return unknown_tool(tool, ())
+    return entry
+
+
+MAX_SUGGESTED: Final = 3
+MAX_SUGGESTION_QUERIES: Final = 4
+SUGGESTION_QUERY_CHARS: Final = 200
+
+
+def suggestion_queries(tool: object, arguments: Mapping[str, Any]) -> list[str]:
+    """What to look an unknown tool up by: its name in words, then the call's text values."""
+    out: list[str] = []
+    name = re.sub(r"[_\-.]+", " ", str(tool)).strip()[:SUGGESTION_QUERY_CHARS]
+    if name:
+        out.append(name)
+    for key, value in arguments.items():
+        if key in FRAMEWORK_FIELDS:
+            continue
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and item.strip() and len(out) < MAX_SUGGESTION_QUERIES:
+                out.append(item.strip()[:SUGGESTION_QUERY_CHARS])
+    return list(dict.fromkeys(out))
+
+
+def unknown_tool(tool: object, closest: Sequence[str], *, injected: bool = False) -> ToolResult:
+    """``unknown-tool``; with the closest real tools as its valid values when there are any."""
+    shown = str(tool)[:80]
+    if not closest:
         return ToolResult.error(
             "unknown-tool",
             f"no tool named {shown!r} is available.",
-            hint="call find_tools with what you want to do to get the right tool for this turn.",
+            hint="describe the action to find_tools in a few words, or answer without a tool.",
         )
-    return entry
+    names = ", ".join(closest)
+    ready = " (now callable)" if injected else ""
+    return ToolResult.error(
+        "unknown-tool",
+        f"no tool named {shown!r}; the closest: {names}{ready}.",
+        hint=f"call {closest[0]} instead, with its own parameters.",
+        valid_values=_values(closest),
+    )
+
+
+def closest_tools(
+    discovery: Any,
+    turns: Any,
+    registry: Any,
+    call: ToolCall,
+) -> ToolResult:
+    """The unknown-tool error for ``call`` naming the closest tools the turn can call.
+
+    Runs the discovery cascade over the requested name and the call's text values.
+    On a channel that offers find_tools the tools found are injected into the turn,
+    as find_tools would have; elsewhere only the channel's own pins are named.
+    Blocking (it asks the discovery actor): never on the dispatcher's thread.
+    """
+    ctx = call.context
+    queries = suggestion_queries(call.tool, call.arguments)
+    names: list[str] = []
+    try:
+        found = discovery.find(queries)
+        names = [n for n in found.names if n != call.tool]
+    except Exception as exc:  # discovery is a help here, never a reason to fail the call
+        log.info("no suggestions for unknown tool: %s", type(exc).__name__)
+    can_find = "find_tools" in ctx.injected
+    offered = [n for n in names if can_find or n in ctx.injected][:MAX_SUGGESTED]
+    offered = [n for n in offered if isinstance(registry.get(n), Entry)]
+    if can_find and offered and turns is not None:
+        turns.inject(ctx.turn_id, offered)
+    return unknown_tool(call.tool, offered, injected=can_find and bool(offered))
 
 
 # -- 3. framework fields and healing ------------------------------------------------

@@ -440,26 +440,33 @@ def test_the_tool_runs_with_exactly_the_params_the_gate_saw() -> None:
     assert pre.value == pre.params == {"action": "delete_all", "path": "/"}
 
 
-@pytest.mark.parametrize("summary", [None, "", "   ", "\n\t"])
-def test_a_model_call_without_act_summary_is_missing_params(summary: str | None) -> None:
-    args: dict[str, Any] = {"action": "read"}
+@pytest.mark.parametrize("summary", [None, "", "   ", "\n\t", 5, "<what this call does>"])
+def test_a_model_call_without_a_usable_act_summary_gets_one_written(summary: object) -> None:
+    args: dict[str, Any] = {"action": "read", "folder": "inbox"}
     if summary is not None:
         args["act_summary"] = summary
-    result = steps.framework_fields(args, ctx(), "mail")
-    assert code_of(result) == "missing-params"
-    assert isinstance(result, ToolResult) and "act_summary" in result.body
-    assert result.meta["param"] == "act_summary"
+    fields = steps.framework_fields(args, ctx(), Mail)
+    assert fields.params == {"action": "read", "folder": "inbox"}
+    assert fields.act_summary == "Mail (action=read, folder=inbox)"
+    assert any(n.startswith("act_summary") for n in fields.healed)
 
 
 def test_a_framework_call_gets_its_act_summary_supplied() -> None:
-    found = steps.framework_fields({"action": "read"}, ctx(initiator="framework"), "mail")
-    assert found == ({"action": "read"}, steps.FRAMEWORK_SUMMARY, False)
-    kept = steps.framework_fields({"act_summary": " mine "}, ctx(initiator="framework"), "mail")
-    assert not isinstance(kept, ToolResult) and kept[1] == "mine"
+    found = steps.framework_fields({"action": "read"}, ctx(initiator="framework"), Mail)
+    assert (found.params, found.act_summary, found.run_async) == (
+        {"action": "read"},
+        steps.FRAMEWORK_SUMMARY,
+        False,
+    )
+    kept = steps.framework_fields({"act_summary": " mine "}, ctx(initiator="framework"), Mail)
+    assert kept.act_summary == "mine" and not kept.healed
 
 
-def test_a_non_string_act_summary_is_invalid() -> None:
-    assert code_of(steps.framework_fields({"act_summary": 5}, ctx(), "mail")) == "invalid-param"
+def test_a_written_act_summary_is_one_escaped_line() -> None:
+    args = {"action": "send", "to": "a\nb\x1b[31m", "body": "x" * 500, "act_summary": ""}
+    fields = steps.framework_fields(args, ctx(), Mail)
+    assert "\n" not in fields.act_summary and "\x1b" not in fields.act_summary
+    assert len(fields.act_summary) <= 200
 
 
 @pytest.mark.parametrize(("field", "value"), [("scope", "everything"), ("initiator", "root")])
