@@ -21,7 +21,7 @@ Tasks = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=MAX_ENTRIES,
-        description="One entry per task: <the task>, in a few words.",
+        description="One entry per task you want a playbook for: <the task>.",
     ),
 ]
 
