@@ -307,7 +307,9 @@ class DispatcherActor(SupervisedActor):
                 result = steps.closest_tools(discovery, turns, self._registry, call)
             except Exception:
                 log.exception("looking up the closest tools failed")
-                result = steps.unknown_tool(call.tool, ())
+                result = steps.unknown_tool(
+                    call.tool, (), can_find="find_tools" in call.context.injected
+                )
             _tell(me, Suggested(call, reply, result))
 
         self._suggesting += 1

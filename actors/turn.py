@@ -224,6 +224,7 @@ class _Turn:
     nudge: str = ""  # a one-off note after the history in the next request (never stored)
     nudged: bool = False  # the empty-answer nudge was spent
     no_tools: bool = False  # the next request goes without tools (the model must answer)
+    model_notes: set[str] = field(default_factory=set)  # error lines meant for the model
 
 
 class TurnActor(Actor):
@@ -580,8 +581,11 @@ class TurnActor(Actor):
         )
         if tail:  # the step's last words: stored and published with the answer
             batch.events.append(self._event(TextDelta, turn_id=turn.turn_id, text=tail))
-        if not response.tool_calls and not response.text.strip():
-            # An empty answer: one nudge, then the turn ends saying so (never "final").
+        if not response.tool_calls and (
+            not response.text.strip() or act.recites_a_note(response.text, turn.model_notes)
+        ):
+            # An empty answer (or a hint meant for the model, recited): one nudge, then
+            # the turn ends saying so (never "final").
             if turn.nudged:
                 self._finish("empty-answer", act.EMPTY_LINE, batch)
                 return
@@ -707,6 +711,8 @@ class TurnActor(Actor):
             return
         call = turn.calls[index]
         call.result = outcome.envelope
+        if outcome.status == "error":
+            turn.model_notes.update(act.model_notes(outcome.envelope))
         turn.codes.append(f"{call.tool[:64]}:{outcome.code or outcome.status}")
         if outcome.status == "success" and not outcome.background:
             # a call sent to the background has not succeeded yet: it teaches nothing

@@ -221,7 +221,7 @@ def resolve(
                 hint="call find_tools again to find a tool that does this now.",
                 meta={"mcp_server": server},
             )
-        return unknown_tool(tool, ())
+        return unknown_tool(tool, (), can_find=context is None or "find_tools" in context.injected)
     return entry
 
 
@@ -246,14 +246,21 @@ def suggestion_queries(tool: object, arguments: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def unknown_tool(tool: object, closest: Sequence[str], *, injected: bool = False) -> ToolResult:
+def unknown_tool(
+    tool: object, closest: Sequence[str], *, injected: bool = False, can_find: bool = True
+) -> ToolResult:
     """``unknown-tool``; with the closest real tools as its valid values when there are any."""
     shown = str(tool)[:80]
     if not closest:
+        where = (
+            "describe the action to find_tools in a few words"
+            if can_find
+            else ("use one of the tools you were given")
+        )
         return ToolResult.error(
             "unknown-tool",
             f"no tool named {shown!r} is available.",
-            hint="describe the action to find_tools in a few words, or answer without a tool.",
+            hint=f"{where}, or answer without a tool.",
         )
     names = ", ".join(closest)
     ready = " (now callable)" if injected else ""
@@ -291,7 +298,7 @@ def closest_tools(
     offered = [n for n in offered if isinstance(registry.get(n), Entry)]
     if can_find and offered and turns is not None:
         turns.inject(ctx.turn_id, offered)
-    return unknown_tool(call.tool, offered, injected=can_find and bool(offered))
+    return unknown_tool(call.tool, offered, injected=can_find and bool(offered), can_find=can_find)
 
 
 # -- 3. framework fields and healing ------------------------------------------------

@@ -180,9 +180,32 @@ def call_key(call: ToolCallPart) -> str:
 REPEAT_NOTE: Final = (
     "You already have this result. Answer the user in plain words; do not call a tool again."
 )
-EMPTY_NUDGE: Final = "Your answer was empty. Answer the user in words."
+EMPTY_NUDGE: Final = "Answer the user in words."
 EMPTY_LINE: Final = "The model gave no answer."
 RESULT_SHOWN: Final = 600
+
+
+def model_notes(envelope: str) -> list[str]:
+    """An error envelope's lines meant for the model: its message and its hint."""
+    try:
+        parsed = parse_envelope(envelope)
+    except ValueError:
+        return []
+    out: list[str] = []
+    for env in parsed:
+        if env.attrs.get("status") != "error":
+            continue
+        for line in env.content.splitlines():
+            line = line.removeprefix("hint: ").strip()
+            if line and not line.startswith("valid values:"):
+                out.append(" ".join(line.split()).lower())
+    return out
+
+
+def recites_a_note(text: str, notes: Collection[str]) -> bool:
+    """Whether an answer is only a note meant for the model (a hint it could not act on)."""
+    said = " ".join(text.split()).lower().strip(" .")
+    return bool(said) and any(said == n.strip(" .") for n in notes)
 
 
 def repeated_result(envelope: str) -> str:

@@ -401,6 +401,18 @@ def library() -> list[Sloppy]:
         },
         "I cannot convert currencies.",
     )
+    # A hint meant for the model, told to the user as the answer.
+    add(
+        "hint-recited",
+        "hint-recited",
+        "what is the weather in Valletta",
+        "direct",
+        {
+            "steps": [step(call("weather", {"city": "Valletta"})), step(call("$suggested"))],
+            "on_user": {"text": "I cannot check the weather here."},
+        },
+        "I cannot check the weather here.",
+    )
     # Clean conversations: the calls a good model makes.
     add(
         "clean-clock",
