@@ -11,7 +11,7 @@ import pytest
 from actors.policy import PolicyActor
 from chalie.conversation.events import TextDelta
 from tests.conftest import wait_until
-from tests.conversation.harness import Harness
+from tests.core.conversation.harness import Harness
 from tools.fake_llm.sloppy import Sloppy, library
 
 pytestmark = pytest.mark.slow
