@@ -144,3 +144,20 @@ def test_a_small_catalogue_does_not_bring_an_unrelated_tool_along(h: Harness) ->
         assert discovery.find([query]).names == ["clock"], query
     for query in ("multiply", "math", "calculate percentage"):
         assert discovery.find([query]).names == ["calculator"], query
+
+
+def test_with_rescue_off_a_call_written_as_text_is_the_answer(h: Harness) -> None:
+    case = case_named("text-bare-direct")
+    h.script(case.script)
+    end = h.finished(h.send(case.prompt, "literal"))
+    assert end.reason == "final" and end.text.startswith('{"name": "calculator"')
+
+
+def test_with_answer_nudge_off_a_repeat_keeps_its_tools_but_is_not_run(h: Harness) -> None:
+    case = case_named("repeat-after-result-direct")
+    h.script(case.script)
+    accepted = h.send(case.prompt, "literal")
+    end = h.finished(accepted)
+    assert end.reason == "final" and case.expect in end.text  # the note alone was enough
+    assert [r.tool for r in trail_rows(h, accepted.conversation_id)] == ["clock"]
+    assert h.server.requests[-1]["body"].get("tools")
