@@ -264,12 +264,13 @@ def unknown_tool(
         )
     names = ", ".join(closest)
     ready = " (now callable)" if injected else ""
-    return ToolResult.error(
-        "unknown-tool",
-        f"no tool named {shown!r}; the closest: {names}{ready}.",
-        hint=f"call {closest[0]} instead, with its own parameters.",
-        valid_values=_values(closest),
-    )
+    if closest[0] == tool:  # a real tool this turn had not activated: now it has
+        message = f"{shown!r} was not active in this turn; it is now callable."
+        hint = f"call {closest[0]} again."
+    else:
+        message = f"no tool named {shown!r}; the closest: {names}{ready}."
+        hint = f"call {closest[0]} instead, with its own parameters."
+    return ToolResult.error("unknown-tool", message, hint=hint, valid_values=_values(closest))
 
 
 def closest_tools(
@@ -290,7 +291,7 @@ def closest_tools(
     names: list[str] = []
     try:
         found = discovery.find(queries)
-        names = [n for n in found.names if n != call.tool]
+        names = list(found.names)
     except Exception as exc:  # discovery is a help here, never a reason to fail the call
         log.info("no suggestions for unknown tool: %s", type(exc).__name__)
     can_find = "find_tools" in ctx.injected

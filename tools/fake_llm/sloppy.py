@@ -263,6 +263,14 @@ def library() -> list[Sloppy]:
                 result(value),
             )
     add(
+        "called-without-find",
+        "invented-name",
+        "what time is it in Tokyo",
+        "finding",
+        _then_answer(step(clock()), step(call("$suggested", {"zone": "Asia/Tokyo"}))),
+        TOKYO,
+    )
+    add(
         "invented-after-find",
         "invented-name",
         "what is sqrt(2) times pi",
