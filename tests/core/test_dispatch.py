@@ -474,3 +474,75 @@ def test_a_context_with_an_unknown_scope_or_initiator_is_refused(field: str, val
     result = steps.check_call(call(context=ctx(**{field: value})))
     assert code_of(result) == "invalid-param"
     assert isinstance(result, ToolResult) and result.meta["param"] == field
+
+
+# -- unknown names: the closest real tools ----------------------------------------------
+
+
+class FakeFinds:
+    """The discovery seam: what find() was asked, and a fixed answer."""
+
+    def __init__(self, names: list[str], fail: bool = False) -> None:
+        self.asked: list[list[str]] = []
+        self.names, self.fail = names, fail
+
+    def find(self, queries: list[str]) -> Any:
+        self.asked.append(list(queries))
+        if self.fail:
+            raise RuntimeError("index down")
+        return type("Found", (), {"names": self.names})()
+
+
+def registry_of(*classes: type[Ability]) -> Registry:
+    reg = Registry()
+    for cls in classes:
+        reg.add(cls, source="tests")
+    return reg
+
+
+def test_an_unknown_name_is_looked_up_by_its_words_and_its_text_arguments() -> None:
+    assert steps.suggestion_queries("calculate_percentage", {"of": "240", "n": 15}) == [
+        "calculate percentage",
+        "240",
+    ]
+    assert steps.suggestion_queries("x", {"act_summary": "ignored", "q": ["a", "b"]}) == [
+        "x",
+        "a",
+        "b",
+    ]
+
+
+def test_on_a_find_tools_channel_the_closest_tools_are_named_and_injected() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    finds = FakeFinds(["mail", "plain", "gone"])
+    context = ctx(injected=("find_tools",), scope="restricted")
+    result = steps.closest_tools(
+        finds, turns, registry_of(Mail, Plain), call(tool="send_mail", context=context)
+    )
+    assert result.code == "unknown-tool" and result.valid_values == ("mail", "plain")
+    assert turns.injected("turn") == {"mail", "plain"}  # "gone" is not registered
+    assert (
+        "now callable" in str(result.body)
+        and result.hint == "call mail instead, with its own parameters."
+    )
+
+
+def test_without_find_tools_only_the_channels_own_pins_are_named_and_nothing_is_injected() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    context = ctx(injected=("plain",), scope="restricted")
+    result = steps.closest_tools(
+        FakeFinds(["mail", "plain"]),
+        turns,
+        registry_of(Mail, Plain),
+        call(tool="x", context=context),
+    )
+    assert result.valid_values == ("plain",) and turns.injected("turn") == frozenset()
+
+
+def test_a_discovery_failure_still_answers_unknown_tool() -> None:
+    result = steps.closest_tools(FakeFinds([], fail=True), None, registry_of(Mail), call(tool="x"))
+    assert result.code == "unknown-tool" and result.valid_values is None
