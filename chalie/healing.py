@@ -135,13 +135,27 @@ def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
 
 
 _NOTHING: Final = object()
+MAX_DEPTH: Final = 32  # the dispatcher's own bound on nesting (chalie.dispatch.MAX_DEPTH)
+
+
+def _shallow(text: str) -> bool:
+    """Whether a JSON text nests at most MAX_DEPTH brackets (checked before parsing it)."""
+    depth = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif ch in "}]":
+            depth -= 1
+    return True
 
 
 def _fix_value(value: Any, types: set[str]) -> Any:
     """One reading of ``value`` in one of ``types``, or ``_NOTHING``."""
     if isinstance(value, str):
         text = value.strip()
-        if types & {"object", "array"} and text[:1] in ("{", "["):
+        if types & {"object", "array"} and text[:1] in ("{", "[") and _shallow(text):
             try:
                 parsed = json.loads(text)
             except ValueError:

@@ -28,6 +28,7 @@ Rescue = Literal["auto", "off"]
 RESCUE_WIRES: Final = frozenset({"openai", "ollama"})
 MAX_RESCUE_CHARS: Final = 200_000
 MAX_CALLS: Final = 32
+MAX_DEPTH: Final = 64  # brackets; a call's arguments nest a few levels, never dozens
 
 _TAG: Final = re.compile(
     r"<(tool_call|tool_calls|function_call|functioncall)>\s*(.*?)\s*(?:</\1>|$)", re.S | re.I
@@ -64,13 +65,32 @@ class Rescued:
 
 
 def _loads(text: str) -> Any:
-    """JSON, or the same with a template's doubled braces collapsed; ValueError otherwise."""
+    """JSON, or the same with a template's doubled braces collapsed; ValueError otherwise.
+
+    Nesting deeper than :data:`MAX_DEPTH` is refused before parsing (the parser
+    would recurse until the interpreter's limit).
+    """
+    if _too_deep(text):
+        raise ValueError("nested too deeply")
     try:
         return json.loads(text)
     except ValueError:
         if "{{" not in text and "}}" not in text:
             raise
     return json.loads(text.replace("{{", "{").replace("}}", "}"))
+
+
+def _too_deep(text: str) -> bool:
+    """Whether brackets in ``text`` open deeper than MAX_DEPTH (strings not excluded: a bound)."""
+    depth = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif ch in "}]":
+            depth = max(0, depth - 1)
+    return False
 
 
 def _as_call(value: Any) -> TextCall | None:
@@ -122,6 +142,8 @@ def _calls(value: Any, offered: Collection[str]) -> list[TextCall] | None:
 def _objects(text: str) -> Iterator[tuple[int, int, Any]]:
     """Every top-level JSON object or array in ``text``: (start, end, value)."""
     decoder = json.JSONDecoder()
+    if _too_deep(text):
+        return
     i = 0
     while i < len(text):
         if text[i] not in "{[":

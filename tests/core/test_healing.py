@@ -130,3 +130,10 @@ def test_shipped_descriptions_hold_no_copyable_example_values() -> None:
         text = str({k: v for k, v in described.items() if k != "name"})
         for copied in ("e.g.", "Europe/Malta", "17.5", "clock", "convert a time between"):
             assert copied not in text, (cls.name, copied)
+
+
+def test_a_hostile_json_string_is_not_parsed_past_the_depth_bound() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    healed = healing.heal(Shapes, {"tags": deep, "items": "{" * 50_000})
+    assert healed.arguments["tags"] == [deep]  # one value for the list: validation refuses it
+    assert healed.arguments["items"] == "{" * 50_000

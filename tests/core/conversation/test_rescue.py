@@ -90,3 +90,18 @@ def test_a_line_that_only_looks_like_a_marker_start_is_released() -> None:
     held = HeldText()
     assert held.feed("<b>bold</b>\n") == "<b>bold</b>\n"
     assert held.feed("`code` here") == "`code` here"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"name": "clock", "arguments": ' + "[" * 50_000 + "]" * 50_000 + "}",
+        "{" * 300_000,
+        "```json\n" + "{" * 10_000,
+        "<tool_call>" * 10_000,
+        "\x00\ud800{\x1b[2J",
+    ],
+)
+def test_hostile_text_is_never_an_error_and_never_a_call(text: str) -> None:
+    assert rescue(text, OFFERED) is None
