@@ -62,6 +62,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
+from chalie.dispatch import envelope_name
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
@@ -647,7 +648,7 @@ class TurnActor(Actor):
                 # The same call again after it succeeded: not run again. The model gets
                 # the earlier result with a note to answer, and (answer_nudge) no tools.
                 call.result = act.repeated_result(earlier[1])
-                turn.codes.append(f"{part.name[:64]}:repeated")
+                turn.codes.append(f"{envelope_name(part.name)}:repeated")
                 if cfg_nudge(self._deps.models(channel.model)):
                     turn.no_tools = True
                 batch.events.append(
@@ -664,7 +665,7 @@ class TurnActor(Actor):
             bare = act.bare_arguments(part) if part.arguments is None else None
             if part.arguments is None and bare is None:
                 call.result = act.malformed_arguments(part)
-                turn.codes.append(f"{part.name[:64]}:invalid-param")
+                turn.codes.append(f"{envelope_name(part.name)}:invalid-param")
                 batch.events.append(
                     self._event(
                         ToolFinished,
@@ -713,7 +714,7 @@ class TurnActor(Actor):
         call.result = outcome.envelope
         if outcome.status == "error":
             turn.model_notes.update(act.model_notes(outcome.envelope))
-        turn.codes.append(f"{call.tool[:64]}:{outcome.code or outcome.status}")
+        turn.codes.append(f"{envelope_name(call.tool)}:{outcome.code or outcome.status}")
         if outcome.status == "success" and not outcome.background:
             # a call sent to the background has not succeeded yet: it teaches nothing
             turn.succeeded.add(call.tool)
