@@ -25,11 +25,10 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from chalie.healing import ACT_SUMMARY_DESCRIPTION
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.tool_names import FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
+from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
 
 MIN_EXAMPLES: Final = 6
 MAX_EXAMPLES: Final = 8

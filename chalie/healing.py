@@ -19,21 +19,18 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from chalie.ability import Ability
 from chalie.display import one_line
+from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS
 
-if TYPE_CHECKING:
-    from chalie.ability import Ability
-
-# The framework's act_summary description (chalie.ability injects it into every schema).
-ACT_SUMMARY_DESCRIPTION: Final = "<what this call does, in a few words>"
 MAX_SUMMARY: Final = 200
 SUMMARY_ARG_CHARS: Final = 40
 _NUMBER: Final = re.compile(r"^\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*$")
 _INTEGER: Final = re.compile(r"^\s*-?\d+\s*$")
 _PLACEHOLDER: Final = re.compile(r"^\s*<[^<>]*>\s*$")
-FRAMEWORK: Final = ("act_summary", "async")
+FRAMEWORK: Final = FRAMEWORK_FIELDS
 
 
 @dataclass(frozen=True)
