@@ -127,6 +127,9 @@ class TurnDeps:
     # At a turn's end: (turn id, policy channel, tools it used with success and no
     # denial; empty when the turn did not end with an answer). Must not block.
     learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
+    # The tooltip shown while a call runs: the model's act_summary, or one the framework
+    # writes from the tool's tooltip and arguments (chalie.healing.summary_for).
+    summary: Callable[[str, dict[str, Any]], str] = lambda _t, _a: ""
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -628,10 +631,7 @@ class TurnActor(Actor):
                     f"Only {MAX_CALLS_PER_STEP} tool calls run per step; this one did not.",
                 )
                 continue
-            summary = ""
-            if part.arguments is not None:
-                raw_summary = part.arguments.get("act_summary")
-                summary = raw_summary[:200] if isinstance(raw_summary, str) else ""
+            summary = self._deps.summary(part.name, part.arguments or {})[:200]
             batch.events.append(
                 self._event(
                     ToolStarted,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from actors.policy import PolicyActor
-from chalie.conversation.events import TextDelta
+from chalie.conversation.events import TextDelta, ToolStarted
 from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
 from tools.fake_llm.sloppy import Sloppy, library
@@ -76,6 +76,8 @@ def test_each_healing_is_recorded_on_the_trail(h: Harness) -> None:
     (row,) = trail_rows(h, accepted.conversation_id)
     assert row.status == "success" and row.healed == "act_summary missing: written from the tooltip"
     assert row.act_summary == "Arithmetic and math expressions (expression=1234*5678)"
+    started = [e for e in h.stored(accepted.conversation_id) if isinstance(e, ToolStarted)]
+    assert [e.act_summary for e in started] == [row.act_summary]  # the user sees the same
     accepted, _ = run(h, case_named("bare-array"))
     finds = [r for r in trail_rows(h, accepted.conversation_id) if r.tool == "find_tools"]
     assert finds[0].healed.startswith("a bare array was read as query")
