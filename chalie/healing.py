@@ -193,7 +193,7 @@ def written_summary(cls: type[Ability], params: Mapping[str, Any]) -> str:
 def summary_for(cls: type[Ability], given: Any, params: Mapping[str, Any]) -> tuple[str, str]:
     """(the act_summary to use, a healing note or ``""``) for a model's call."""
     if isinstance(given, str) and given.strip() and not is_copied_summary(given, cls):
-        return one_line(" ".join(given.split()), MAX_SUMMARY), ""
+        return given.strip()[:MAX_SUMMARY], ""  # the model's own words: shown escaped
     why = "missing" if given is None else "copied" if isinstance(given, str) and given else "empty"
     if given is not None and not isinstance(given, str):
         why = "not text"

@@ -223,28 +223,6 @@ def test_ctrl_c_cancels_the_turn_and_a_second_exits(d: Daemon) -> None:
             t.proc.kill()
 
 
-def test_a_daemon_that_stops_mid_turn_is_a_clean_message() -> None:
-    d = Daemon()
-    stopped = False
-    try:
-        d.script({"steps": [{"text": "late", "delay": 60}]})
-        t = Terminal(d.home, "--channel", "chat-openai")
-        try:
-            t.expect("you> ")
-            t.type("take your time")
-            wait_until(lambda: d.server.requests)
-            d.close()
-            stopped = True
-            t.expect("the daemon stopped")
-            assert t.close() == 1
-        finally:
-            if t.proc.poll() is None:
-                t.proc.kill()
-    finally:
-        if not stopped:
-            d.close()
-
-
 def test_an_empty_answer_is_nudged_once_then_piped_chat_and_ask_exit_1(d: Daemon) -> None:
     d.script({"on_user": {"text": ""}})
     done = chalie(d.home, "--channel", "chat-openai", stdin="hello\n")
@@ -271,3 +249,25 @@ def test_an_empty_answer_is_nudged_once_then_piped_chat_and_ask_exit_1(d: Daemon
         timeout=60,
     )
     assert asked.returncode == 1 and "empty-answer" in asked.stderr
+
+
+def test_a_daemon_that_stops_mid_turn_is_a_clean_message() -> None:
+    d = Daemon()
+    stopped = False
+    try:
+        d.script({"steps": [{"text": "late", "delay": 60}]})
+        t = Terminal(d.home, "--channel", "chat-openai")
+        try:
+            t.expect("you> ")
+            t.type("take your time")
+            wait_until(lambda: d.server.requests)
+            d.close()
+            stopped = True
+            t.expect("the daemon stopped")
+            assert t.close() == 1
+        finally:
+            if t.proc.poll() is None:
+                t.proc.kill()
+    finally:
+        if not stopped:
+            d.close()
