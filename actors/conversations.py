@@ -50,7 +50,6 @@ from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
 from chalie import healing
-from chalie.ability import FRAMEWORK_FIELDS
 from chalie.config import Config, ModelConfig
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.events import Event
@@ -84,6 +83,7 @@ from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
+from chalie.tool_names import FRAMEWORK_FIELDS
 
 
 class ConversationsHost(Protocol):

@@ -201,7 +201,11 @@ def test_an_ambiguous_bare_name_is_refused_with_its_candidates(engine: Discovery
 
 def test_the_body_has_the_published_shape(engine: DiscoveryEngine) -> None:
     body = engine.find(["weather", "zzzz qqqq"]).body()
-    assert set(body) == {"injected", "not_found"}
+    # an entry found nothing: the model is told what kinds of tools exist, and that it
+    # may answer without one
+    assert set(body) == {"injected", "not_found", "kinds", "note"}
+    assert "without a tool" in body["note"] and body["kinds"]
+    assert set(engine.find(["weather"]).body()) == {"injected", "not_found"}
     assert body["injected"] == [
         {
             "name": "get_weather",
