@@ -662,8 +662,8 @@ class TurnActor(Actor):
                     )
                 )
                 continue
-            bare = act.bare_arguments(part) if part.arguments is None else None
-            if part.arguments is None and bare is None:
+            arguments, bare = act.loose_arguments(part)
+            if arguments is None and bare is None:
                 call.result = act.malformed_arguments(part)
                 turn.codes.append(f"{envelope_name(part.name)}:invalid-param")
                 batch.events.append(
@@ -683,7 +683,7 @@ class TurnActor(Actor):
                     ToolCall(
                         call_id=part.id,
                         tool=part.name,
-                        arguments=part.arguments or {},
+                        arguments=arguments or {},
                         context=context,
                         bare=bare,
                     ),

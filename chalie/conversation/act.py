@@ -21,7 +21,7 @@ from chalie.conversation.events import FinishReason
 from chalie.dispatch import envelope_name
 from chalie.envelope import parse as parse_envelope
 from chalie.envelope import render
-from chalie.providers.rescue import rescue
+from chalie.providers.rescue import loads, rescue
 from chalie.providers.types import ChatMessage, ModelResponse, ToolCallPart
 from chalie.result import ToolResult
 
@@ -245,15 +245,21 @@ def rescued_response(response: ModelResponse, offered: Collection[str]) -> Model
     return ModelResponse(text=found.text, tool_calls=parts, usage=response.usage, stop="tool_calls")
 
 
-def bare_arguments(call: ToolCallPart) -> Any:
-    """A call's arguments that are JSON but not an object (``["clock"]``), else None."""
-    if call.arguments is not None or not call.raw.strip():
-        return None
+def loose_arguments(call: ToolCallPart) -> tuple[dict[str, Any] | None, Any]:
+    """(the arguments as an object, or the bare value they are) for a call whose arguments
+    did not parse as an object: ``["clock"]`` is bare, a template's doubled braces
+    ``{{"zone": "UTC"}}`` are the object. (None, None): not JSON at all (or too deep)."""
+    if call.arguments is not None:
+        return call.arguments, None
+    if not call.raw.strip():
+        return None, None
     try:
-        value = json.loads(call.raw)
+        value = loads(call.raw)
     except ValueError:
-        return None
-    return None if isinstance(value, dict) or value is None else value
+        return None, None
+    if isinstance(value, dict):
+        return value, None
+    return None, value
 
 
 def malformed_arguments(call: ToolCallPart) -> str:

@@ -64,7 +64,7 @@ class Rescued:
     text: str  # what the model wrote around the calls
 
 
-def _loads(text: str) -> Any:
+def loads(text: str) -> Any:
     """JSON, or the same with a template's doubled braces collapsed; ValueError otherwise.
 
     Nesting deeper than :data:`MAX_DEPTH` is refused before parsing (the parser
@@ -116,7 +116,7 @@ def _as_call(value: Any) -> TextCall | None:
     explicit = key is not None
     if isinstance(args, str):
         try:
-            args = _loads(args) if args.strip() else {}
+            args = loads(args) if args.strip() else {}
         except ValueError:
             return TextCall(name, None, args[:2000], explicit)
     if isinstance(args, dict):
@@ -158,7 +158,7 @@ def _objects(text: str) -> Iterator[tuple[int, int, Any]]:
                 close = text.find("}}", i)
                 if close > 0:
                     try:
-                        found = (i, close + 2, _loads(text[i : close + 2]))
+                        found = (i, close + 2, loads(text[i : close + 2]))
                     except ValueError:
                         found = None
         if found is None:
@@ -180,7 +180,7 @@ def rescue(text: str, offered: Collection[str]) -> Rescued | None:
         for match in spans:
             body = match.group(2).strip()
             try:
-                found = _calls(_loads(body), offered)
+                found = _calls(loads(body), offered)
             except ValueError:
                 found = None
             if found:
@@ -191,7 +191,7 @@ def rescue(text: str, offered: Collection[str]) -> Rescued | None:
                 return None  # a fenced example inside prose, naming nothing we offer
             return Rescued(tuple(calls[:MAX_CALLS]), outside)
     try:
-        found = _calls(_loads(whole), offered)
+        found = _calls(loads(whole), offered)
     except ValueError:
         found = None
     if found:

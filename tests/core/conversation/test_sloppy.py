@@ -163,3 +163,19 @@ def test_with_answer_nudge_off_a_repeat_keeps_its_tools_but_is_not_run(h: Harnes
     assert end.reason == "final" and case.expect in end.text  # the note alone was enough
     assert [r.tool for r in trail_rows(h, accepted.conversation_id)] == ["clock"]
     assert h.server.requests[-1]["body"].get("tools")
+
+
+def test_hostile_or_doubled_raw_arguments_never_break_the_turn(h: Harness) -> None:
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [{"name": "calculator", "raw": "[" * 5000}]},
+                {"tool_calls": [{"name": "calculator", "raw": '{{"expression": "6*7"}}'}]},
+                {"text": "Here it is: {last_result}"},
+            ]
+        }
+    )
+    end = h.finished(h.send("six times seven", "sloppy-direct-openai"))
+    assert end.reason == "final" and '"result":"42"' in end.text
+    first = h.server.requests[1]["body"]["messages"][-1]["content"]
+    assert "code=invalid-param" in first
