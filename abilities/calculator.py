@@ -264,15 +264,19 @@ class CalculatorParams(msgspec.Struct, forbid_unknown_fields=True):
 
     expression: Annotated[
         str,
-        msgspec.Meta(min_length=1, max_length=MAX_LENGTH, description="e.g. (17.5*3)/4 + sqrt(2)"),
+        msgspec.Meta(
+            min_length=1,
+            max_length=MAX_LENGTH,
+            description="<expression>: numbers, + - * / ** ( ) and functions like sqrt(<x>)",
+        ),
     ]
 
 
 class Calculator(Ability):
     name = "calculator"
     summary = (
-        "Evaluates arithmetic and math expressions exactly: + - * / // % and powers, "
-        "parentheses, square roots, logarithms, trigonometry, factorials, pi and e."
+        "Evaluates arithmetic and math expressions exactly: adds, subtracts, multiplies, "
+        "divides, percentages, powers, square roots, logarithms, trigonometry, factorials."
     )
     tooltip = "Arithmetic and math expressions"
     examples = (
@@ -285,6 +289,14 @@ class Calculator(Ability):
         "compute (3 + 4) * 12 / 7",
     )
     Params = CalculatorParams
+    aliases = {
+        "expr": "expression",
+        "input": "expression",
+        "query": "expression",
+        "math": "expression",
+        "formula": "expression",
+        "equation": "expression",
+    }
     timeout = 5.0
 
     def run(self, params: CalculatorParams) -> ToolResult:

@@ -12,7 +12,7 @@ from chalie.ability import Ability
 from chalie.result import ToolResult
 
 Zone = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=64, description="IANA zone, e.g. Europe/Malta")
+    str, msgspec.Meta(min_length=1, max_length=64, description="<Region/City> IANA time zone name")
 ]
 
 
@@ -24,7 +24,9 @@ class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
     time: (
         Annotated[
             str,
-            msgspec.Meta(max_length=64, description="ISO 8601 date-time to convert (convert only)"),
+            msgspec.Meta(
+                max_length=64, description="<ISO 8601 date-time> to convert (convert only)"
+            ),
         ]
         | None
     ) = None
@@ -78,6 +80,15 @@ class Clock(Ability):
     )
     Params = ClockParams
     actions = {"now": (), "convert": ("time", "to_zone")}
+    aliases = {
+        "timezone": "zone",
+        "time_zone": "zone",
+        "tz": "zone",
+        "location": "zone",
+        "from_zone": "zone",
+        "target_zone": "to_zone",
+        "datetime": "time",
+    }
     timeout = 5.0
 
     def run(self, params: ClockParams) -> ToolResult:

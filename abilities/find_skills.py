@@ -21,11 +21,7 @@ Tasks = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=MAX_ENTRIES,
-        description=(
-            "One entry per task you want a playbook for: a playbook name (e.g. "
-            "'plan_a_trip') or a description of the task (e.g. 'schedule a meeting "
-            "across time zones'). Nothing becomes callable; each match returns its text."
-        ),
+        description="One entry per task you want a playbook for: <the task>.",
     ),
 ]
 
@@ -38,11 +34,7 @@ class FindSkillsParams(msgspec.Struct, forbid_unknown_fields=True):
 
 class FindSkills(Ability):
     name = "find_skills"
-    summary = (
-        "Pulls step-by-step playbooks for a complex task (planning a trip, scheduling across "
-        "time zones, researching a question, recovering from tool errors). Pass one entry per "
-        "task, a playbook name or a description; each match comes back with its full text."
-    )
+    summary = "Returns step-by-step playbooks for a complex, many-step task."
     tooltip = "Find step-by-step playbooks"
     examples = (
         "how should I approach planning a trip",
@@ -53,6 +45,13 @@ class FindSkills(Ability):
         "get the playbook for research",
     )
     Params = FindSkillsParams
+    aliases = {
+        "queries": "query",
+        "tasks": "query",
+        "task": "query",
+        "skills": "query",
+        "q": "query",
+    }
     internal = True
     discoverable = False
     timeout = 30.0

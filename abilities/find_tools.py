@@ -28,11 +28,7 @@ Entries = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=MAX_ENTRIES,
-        description=(
-            "One entry per tool you need: a tool name (e.g. 'clock') or a described "
-            "action (e.g. 'convert a time between time zones'). Ask for everything "
-            "the task needs in one call."
-        ),
+        description="One entry per need: <what you want done>, in a few words.",
     ),
 ]
 
@@ -77,9 +73,8 @@ def ask_discovery(ability: Ability, ask: Callable[[Any], T]) -> T | ToolResult:
 class FindTools(Ability):
     name = "find_tools"
     summary = (
-        "Activates the tools you need for this turn. Pass one entry per need, either a tool "
-        "name or a short description of the action; matching tools become callable right "
-        "after this call. Entries that match nothing are listed in not_found."
+        "Makes more tools callable when an action needs one you do not have. "
+        "Matching tools can be called in your next step."
     )
     tooltip = "Find and activate tools"
     examples = (
@@ -91,6 +86,15 @@ class FindTools(Ability):
         "search for tools that read web pages",
     )
     Params = FindToolsParams
+    aliases = {
+        "queries": "query",
+        "tools": "query",
+        "entries": "query",
+        "needs": "query",
+        "q": "query",
+        "tool": "query",
+        "names": "query",
+    }
     internal = True
     discoverable = False
     timeout = 30.0

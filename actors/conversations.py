@@ -49,6 +49,7 @@ from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
+from chalie import healing
 from chalie.config import Config, ModelConfig
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.events import Event
@@ -82,6 +83,7 @@ from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
+from chalie.tool_names import FRAMEWORK_FIELDS
 
 
 class ConversationsHost(Protocol):
@@ -194,6 +196,7 @@ class Conversations(SupervisedActor):
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
             learn=self._learn,
+            summary=self._summary,
         )
         ref = self.actor_ref
 
@@ -287,6 +290,14 @@ class Conversations(SupervisedActor):
             if entry is not None:
                 out.append(entry.cls.descriptor(allow_async=allow_async))
         return out
+
+    def _summary(self, name: str, arguments: dict[str, Any]) -> str:
+        """The tooltip for a call about to start (the dispatcher records the same one)."""
+        entry = self._rt.registry.get(name) if len(name) <= 200 else None
+        if entry is None:
+            return ""
+        params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
+        return healing.summary_for(entry.cls, arguments.get("act_summary"), params)[0]
 
     @property
     def store(self) -> ConversationStore:

@@ -51,7 +51,7 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -79,6 +79,7 @@ from chalie.mail import (
     FlushTrail,
     GateAnswered,
     GateAsk,
+    Suggested,
     ViewRequest,
     Withdraw,
 )
@@ -93,6 +94,8 @@ __all__ = ["DEFAULT_LANE_QUEUE", "DispatcherActor", "WorkerPool", "submit"]
 
 log = logging.getLogger("chalie.dispatch")
 
+# Unknown-tool lookups waiting at most; past this the plain error is answered.
+MAX_SUGGESTING: Final = 64
 # How long a call may run before its ``running`` trail row must be on disk.
 START_ROW_DELAY: Final = 0.002
 
@@ -200,6 +203,9 @@ class DispatcherActor(SupervisedActor):
         self._view_future: pykka.Future[Any] | None = None
         self._timers: TimerInbox = self.timers  # deadlines and the trail flush, on this thread
         self._flush_timer: int | None = None  # the pending FlushTrail, if any
+        # Unknown tool names are looked up in discovery on this one thread (it blocks).
+        self._suggester: ThreadPoolExecutor | None = None
+        self._suggesting = 0
         self._trail: Trail | None = None
         self._outbox: Outbox | None = None
         check_limits(outbox_max_age, outbox_max_rows)
@@ -227,6 +233,8 @@ class DispatcherActor(SupervisedActor):
     def _shutdown(self, reason: str) -> None:
         for state in list(self._inflight.values()):
             self._abort(state, FAULTS.stopped(reason))
+        if self._suggester is not None:
+            self._suggester.shutdown(wait=False, cancel_futures=True)
         for executor in self._executors.values():
             try:
                 executor.close()
@@ -265,6 +273,44 @@ class DispatcherActor(SupervisedActor):
 
     def _on_flush(self, message: FlushTrail) -> None:
         self._flush_starts()
+
+    def _on_suggested(self, message: Suggested) -> None:
+        self._suggesting -= 1
+        self._end_early(message.call, message.reply, message.result)
+
+    def _suggest(self, call: ToolCall, reply: Future[ToolOutcome]) -> bool:
+        """Look the closest real tools up for a model's unknown name, off this thread.
+
+        False when there is no discovery to ask or too many lookups wait already
+        (the plain unknown-tool error is answered at once).
+        """
+        discovery = getattr(self._services, "discovery", None)
+        if call.context.initiator != "model" or discovery is None:
+            return False
+        if self._suggesting >= MAX_SUGGESTING:
+            return False
+        if self._suggester is None:
+            self._suggester = ThreadPoolExecutor(1, thread_name_prefix="dispatch-suggest")
+        me = self.actor_ref
+        turns = getattr(self._services, "turns", None)
+
+        def lookup() -> None:
+            try:
+                result = steps.closest_tools(discovery, turns, self._registry, call)
+            except Exception:
+                log.exception("looking up the closest tools failed")
+                result = steps.unknown_tool(
+                    call.tool, (), can_find="find_tools" in call.context.injected
+                )
+            _tell(me, Suggested(call, reply, result))
+
+        self._suggesting += 1
+        try:
+            self._suggester.submit(lookup)
+        except RuntimeError:  # shutting down
+            self._suggesting -= 1
+            return False
+        return True
 
     def _on_tool_call(self, message: ToolCall) -> Future[ToolOutcome]:
         return self.dispatch(message)
@@ -349,14 +395,19 @@ class DispatcherActor(SupervisedActor):
             return
         entry = steps.resolve(self._registry, call.tool, call.context, self._services.turns)
         if isinstance(entry, ToolResult):
-            self._end_early(call, reply, entry)
+            if entry.code != "unknown-tool" or not self._suggest(call, reply):
+                self._end_early(call, reply, entry)
             return
         cls = entry.cls
-        fields = steps.framework_fields(call.arguments, call.context, cls.name)
-        if isinstance(fields, ToolResult):
-            self._end_early(call, reply, fields, cls=cls)
-            return
-        params, act_summary, run_async = fields
+        if call.bare is not None:
+            fields = steps.bare_arguments(cls, call.bare)
+            if isinstance(fields, ToolResult):
+                self._end_early(call, reply, fields, cls=cls)
+                return
+        else:
+            fields = steps.framework_fields(call.arguments, call.context, cls)
+        params, act_summary, run_async = fields.params, fields.act_summary, fields.run_async
+        healed = "; ".join(fields.healed)
         try:
             instance = cls(call.context, self._services)
         except Exception as exc:
@@ -368,11 +419,16 @@ class DispatcherActor(SupervisedActor):
                 act_summary=act_summary,
                 params=params,
                 cls=cls,
+                healed=healed,
             )
             return
         pre = steps.prevalidate(cls, params)
         if isinstance(pre, ToolResult):
-            self._end_early(call, reply, pre, act_summary=act_summary, params=params, cls=cls)
+            if call.context.initiator == "model":
+                pre = steps.with_shape(cls, pre)
+            self._end_early(
+                call, reply, pre, act_summary=act_summary, params=params, cls=cls, healed=healed
+            )
             return
         redacted = redact(pre.params, cls.sensitive)
         gate: GateDecision | None = None
@@ -395,6 +451,7 @@ class DispatcherActor(SupervisedActor):
             params=params_json(redacted),
             act_summary=act_summary,
             background=background,
+            healed=healed,
         )
         state = _Call(
             seq=next(self._seq),
@@ -453,6 +510,7 @@ class DispatcherActor(SupervisedActor):
         act_summary: str = "",
         params: dict[str, Any] | None = None,
         cls: type[Ability] | None = None,
+        healed: str = "",
     ) -> None:
         """A call that failed before the gate: one complete trail row, then the reply."""
         outcome = _error_outcome(call, result)
@@ -470,6 +528,7 @@ class DispatcherActor(SupervisedActor):
                 if params
                 else "{}",
                 act_summary=act_summary,
+                healed=healed,
             )
             self._trail.finish(
                 rec, status="error", code=result.code, decision=None, decided_by=None, started=False
@@ -689,6 +748,7 @@ _HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
     Deadline: DispatcherActor._on_deadline,
     FlushTrail: DispatcherActor._on_flush,
     ToolCall: DispatcherActor._on_tool_call,
+    Suggested: DispatcherActor._on_suggested,
     CancelTurn: DispatcherActor._on_cancel_turn,
 }
 

@@ -62,6 +62,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
+from chalie.dispatch import envelope_name
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
@@ -79,6 +80,7 @@ from chalie.messages import (
     ToolOutcome,
     TurnContext,
 )
+from chalie.providers import rescue
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 
@@ -90,6 +92,14 @@ CANCELLED_LINE: Final = "The turn was cancelled."
 DENIED_CODES: Final = frozenset({"permission-denied", "approval-expired"})
 # Tool calls one model response may start; the rest get an error result.
 MAX_CALLS_PER_STEP: Final = 32
+# Calls whose repetition is not an answer already in hand (they change what is callable).
+META_TOOLS: Final = frozenset({"find_tools", "find_skills"})
+
+
+def cfg_nudge(client: ModelClient) -> bool:
+    """Whether a repeat after success sends the next request without tools."""
+    cfg = client.config
+    return cfg.answer_nudge == "auto" and rescue.enabled("auto", cfg.provider)
 
 
 class Dispatch(Protocol):
@@ -117,6 +127,9 @@ class TurnDeps:
     # At a turn's end: (turn id, policy channel, tools it used with success and no
     # denial; empty when the turn did not end with an answer). Must not block.
     learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
+    # The tooltip shown while a call runs: the model's act_summary, or one the framework
+    # writes from the tool's tooltip and arguments (chalie.healing.summary_for).
+    summary: Callable[[str, dict[str, Any]], str] = lambda _t, _a: ""
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -191,6 +204,7 @@ class _Call:
     call_id: str
     tool: str
     result: str | None = None
+    key: str = ""  # act.call_key: a later identical call gets this one's result
 
 
 @dataclass
@@ -207,6 +221,14 @@ class _Turn:
     denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
     deadline: list[int] = field(default_factory=list)  # this actor's timer handles
     human_present: bool = False  # a person answers this turn's asks (StartTurn)
+    started: float = field(default_factory=time.monotonic)
+    done: dict[str, tuple[str, str]] = field(default_factory=dict)  # call key -> tool, result
+    last_ok: tuple[str, str] | None = None  # the latest successful call: tool, envelope
+    codes: list[str] = field(default_factory=list)  # "tool:code" of each call, for the log
+    nudge: str = ""  # a one-off note after the history in the next request (never stored)
+    nudged: bool = False  # the empty-answer nudge was spent
+    no_tools: bool = False  # the next request goes without tools (the model must answer)
+    model_notes: set[str] = field(default_factory=set)  # error lines meant for the model
 
 
 class TurnActor(Actor):
@@ -471,8 +493,12 @@ class TurnActor(Actor):
             self._finish(stop, turn.guards.line(stop))
             return
         client = self._deps.models(channel.model)
-        tools = tuple(self._deps.descriptors(self._tool_names(turn), channel.async_offered))
+        names = self._tool_names(turn)
+        tools = tuple(self._deps.descriptors(names, channel.async_offered))
         cfg = client.config
+        if turn.no_tools:
+            turn.no_tools = False
+            tools = ()
         budget = (
             cfg.context_window
             - cfg.max_output_tokens
@@ -483,29 +509,51 @@ class TurnActor(Actor):
         for note in fitted.notes:
             if note not in turn.notes:
                 turn.notes.append(note)
+        messages = tuple(fitted.messages)
+        if turn.nudge:  # a one-off note for this request only: never stored
+            messages = (*messages, ChatMessage(role="user", text=turn.nudge))
+            turn.nudge = ""
         request = ModelRequest(
             system=channel.system_prompt,
-            messages=tuple(fitted.messages),
+            messages=messages,
             tools=tools,
             max_tokens=cfg.max_output_tokens,
         )
         gen = self._gen
         ref = self.actor_ref
+        # Calls written as text are read back only where tools were offered.
+        offered = (
+            frozenset(names)
+            if tools and rescue.enabled(cfg.tool_call_rescue, cfg.provider)
+            else None
+        )
 
         async def complete() -> tuple[ModelResponse, str]:  # on the loop
             deltas = DeltaThrottle(
                 asyncio.get_running_loop(), lambda text: tell_quietly(ref, _Delta(gen, text))
             )
+            held = rescue.HeldText() if offered is not None else None
+
+            def on_delta(text: str) -> None:
+                deltas.add(held.feed(text) if held is not None else text)
 
             def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
+                if held is not None:
+                    held.release()  # the retry streams the answer again from its start
                 deltas.flush()
                 tell_quietly(ref, _Retry(gen, attempt, error, delay))
 
             try:
-                response = await client.complete(request, deltas.add, on_retry)
+                response = await client.complete(request, on_delta, on_retry)
             except BaseException:
                 deltas.flush()  # what streamed before the failure reaches the actor first
                 raise
+            if offered is not None and held is not None:
+                rescued = act.rescued_response(response, offered)
+                if rescued is not None:
+                    held.release()  # the call is never shown as an answer
+                    return rescued, deltas.take()
+                deltas.add(held.release())
             # The words not yet passed on are stored with the answer, in the same write.
             return response, deltas.take()
 
@@ -537,6 +585,20 @@ class TurnActor(Actor):
         )
         if tail:  # the step's last words: stored and published with the answer
             batch.events.append(self._event(TextDelta, turn_id=turn.turn_id, text=tail))
+        if not response.tool_calls and (
+            not response.text.strip() or act.recites_a_note(response.text, turn.model_notes)
+        ):
+            # An empty answer (or a hint meant for the model, recited): one nudge, then
+            # the turn ends saying so (never "final").
+            if turn.nudged:
+                self._finish("empty-answer", act.EMPTY_LINE, batch)
+                return
+            turn.nudged = True
+            turn.nudge = act.EMPTY_NUDGE
+            self._deps.store.write(batch)
+            self._publish(batch.events)
+            self._step()
+            return
         message = ChatMessage(role="assistant", text=response.text, tool_calls=response.tool_calls)
         self._append(batch, turn.turn_id, message)
         if not response.tool_calls:
@@ -560,7 +622,7 @@ class TurnActor(Actor):
         del names
         turn.calls = []
         for index, part in enumerate(response.tool_calls):
-            call = _Call(index, part.id, part.name)
+            call = _Call(index, part.id, part.name, key=act.call_key(part))
             turn.calls.append(call)
             if index >= MAX_CALLS_PER_STEP:
                 call.result = act.closed_call(
@@ -569,10 +631,7 @@ class TurnActor(Actor):
                     f"Only {MAX_CALLS_PER_STEP} tool calls run per step; this one did not.",
                 )
                 continue
-            summary = ""
-            if part.arguments is not None:
-                raw_summary = part.arguments.get("act_summary")
-                summary = raw_summary[:200] if isinstance(raw_summary, str) else ""
+            summary = self._deps.summary(part.name, part.arguments or {})[:200]
             batch.events.append(
                 self._event(
                     ToolStarted,
@@ -584,8 +643,29 @@ class TurnActor(Actor):
             )
             if turn.guards.record_call(part):
                 repeat = True
-            if part.arguments is None:
+            earlier = turn.done.get(call.key)
+            if earlier is not None and not repeat:
+                # The same call again after it succeeded: not run again. The model gets
+                # the earlier result with a note to answer, and (answer_nudge) no tools.
+                call.result = act.repeated_result(earlier[1])
+                turn.codes.append(f"{envelope_name(part.name)}:repeated")
+                if cfg_nudge(self._deps.models(channel.model)):
+                    turn.no_tools = True
+                batch.events.append(
+                    self._event(
+                        ToolFinished,
+                        turn_id=turn.turn_id,
+                        call_id=part.id,
+                        tool=part.name[:128],
+                        status="success",
+                        code="repeated",
+                    )
+                )
+                continue
+            arguments, bare = act.loose_arguments(part)
+            if arguments is None and bare is None:
                 call.result = act.malformed_arguments(part)
+                turn.codes.append(f"{envelope_name(part.name)}:invalid-param")
                 batch.events.append(
                     self._event(
                         ToolFinished,
@@ -601,14 +681,21 @@ class TurnActor(Actor):
                 (
                     call,
                     ToolCall(
-                        call_id=part.id, tool=part.name, arguments=part.arguments, context=context
+                        call_id=part.id,
+                        tool=part.name,
+                        arguments=arguments or {},
+                        context=context,
+                        bare=bare,
                     ),
                 )
             )
         self._deps.store.write(batch)
         if repeat:
             self._publish(batch.events)
-            self._finish("guard-repeat", turn.guards.line("guard-repeat"))
+            line = turn.guards.line("guard-repeat")
+            if turn.last_ok is not None:  # the user gets the result the model had in hand
+                line = f"{line} {act.result_for_user(*turn.last_ok)}"
+            self._finish("guard-repeat", line)
             return
         gen = self._gen
         ref = self.actor_ref
@@ -625,9 +712,15 @@ class TurnActor(Actor):
             return
         call = turn.calls[index]
         call.result = outcome.envelope
+        if outcome.status == "error":
+            turn.model_notes.update(act.model_notes(outcome.envelope))
+        turn.codes.append(f"{envelope_name(call.tool)}:{outcome.code or outcome.status}")
         if outcome.status == "success" and not outcome.background:
             # a call sent to the background has not succeeded yet: it teaches nothing
             turn.succeeded.add(call.tool)
+            if call.tool not in META_TOOLS:
+                turn.done[call.key] = (call.tool, outcome.envelope)
+                turn.last_ok = (call.tool, outcome.envelope)
         elif outcome.code in DENIED_CODES:
             turn.denied.add(call.tool)
         events: list[ConversationEvent] = []
@@ -796,7 +889,29 @@ class TurnActor(Actor):
         self._publish(batch.events)
         self._deps.forget(turn.turn_id)
         self._learn(turn, reason)
+        self._log_turn(turn, reason)
         self._next_or_idle()
+
+    def _log_turn(self, turn: _Turn, reason: FinishReason) -> None:
+        """One info line a turn: who, where, how far, which tools with which codes, why."""
+        channel = self._channel
+        log.info(
+            "turn ended: conversation=%s channel=%s steps=%d tools=%s reason=%s duration=%.0fms",
+            self.conversation_id,
+            channel.name if channel else "?",
+            turn.guards.steps,
+            ",".join(turn.codes) or "-",
+            reason,
+            (time.monotonic() - turn.started) * 1000,
+            extra={
+                "conversation_id": self.conversation_id,
+                "turn_id": turn.turn_id,
+                "channel": channel.name if channel else "",
+                "steps": turn.guards.steps,
+                "tools": list(turn.codes),
+                "reason": reason,
+            },
+        )
 
     def _learn(self, turn: _Turn, reason: FinishReason) -> None:
         """Hand what the turn used to discovery's learning; only an answered turn teaches."""

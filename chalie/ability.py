@@ -28,7 +28,7 @@ import msgspec
 from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.tool_names import FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
+from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
 
 MIN_EXAMPLES: Final = 6
 MAX_EXAMPLES: Final = 8
@@ -136,6 +136,14 @@ def validate_ability(cls: type[Ability]) -> None:
             fail(f"action {action!r} requires parameters the schema lacks: {missing}")
     if cls.actions and cls.action_param not in props:
         fail(f"an action map needs the {cls.action_param!r} parameter in the schema")
+    aliases = cls.aliases
+    if not isinstance(aliases, Mapping) or not all(
+        isinstance(a, str) and isinstance(t, str) for a, t in aliases.items()
+    ):
+        fail("aliases must map alias -> parameter name")
+    bad_alias = [a for a, t in aliases.items() if a in props or t not in props]
+    if bad_alias:
+        fail(f"aliases must be new names for declared parameters: {bad_alias}")
     unknown_sensitive = [p for p in cls.sensitive if p not in props]
     if unknown_sensitive:
         fail(f"sensitive names parameters the schema lacks: {unknown_sensitive}")
@@ -165,6 +173,9 @@ class Ability(metaclass=AbilityMeta):
     sensitive: ClassVar[frozenset[str]] = frozenset()
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
+    # Other names a model uses for a parameter (alias -> parameter), read as that
+    # parameter when the real name is absent (chalie.healing). Declared here only.
+    aliases: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self, context: TurnContext | None = None, services: Services | None = None
@@ -197,24 +208,18 @@ class Ability(metaclass=AbilityMeta):
         """The parameters schema with the framework fields injected."""
         schema = copy.deepcopy(dict(cls.parameters))
         schema.setdefault("properties", {})
+        schema.pop("description", None)  # the Params docstring: the summary says it already
         cls._inject_framework_fields(schema, allow_async)
         return schema
 
     @staticmethod
     def _inject_framework_fields(schema: dict[str, Any], allow_async: bool) -> None:
         props = dict(schema["properties"])
-        props["act_summary"] = {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 200,
-            "description": "A short tooltip shown to the user while this call runs.",
-        }
+        # Short on purpose: every pinned tool repeats these in every request, and a
+        # small model copies example values (so placeholders, never examples).
+        props["act_summary"] = {"type": "string", "description": ACT_SUMMARY_DESCRIPTION}
         if allow_async:
-            props["async"] = {
-                "type": "boolean",
-                "default": False,
-                "description": "Run in the background; the result arrives later as an event.",
-            }
+            props["async"] = {"type": "boolean", "description": "Run in the background."}
         schema["properties"] = props
         required = [r for r in schema.get("required", []) if r != "act_summary"]
         schema["required"] = [*required, "act_summary"]
@@ -239,10 +244,41 @@ class Ability(metaclass=AbilityMeta):
             found = {
                 "name": cls.name,
                 "description": cls.summary,
-                "input_schema": cls.input_schema(allow_async=allow_async),
+                "input_schema": model_schema(cls.input_schema(allow_async=allow_async)),
             }
             memo[key] = found
         return found
+
+
+# Bounds the model need not read: pre-validation enforces them from ``parameters`` and
+# names the bound in its error. Each pinned tool costs its schema in every request.
+MODEL_DROPPED: Final = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
+
+
+def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as the model reads it: size bounds left out, ``X | None`` shown as ``X``.
+
+    An optional parameter that may be null is one the model can leave out; its
+    ``anyOf: [X, {"type": "null"}]`` and ``default: null`` only cost tokens.
+    """
+    out = {k: v for k, v in schema.items() if k not in MODEL_DROPPED}
+    options = out.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) == 1 and len(options) == 2 and isinstance(kept[0], dict):
+            del out["anyOf"]
+            if out.get("default", 0) is None:
+                del out["default"]
+            out = {**model_schema(kept[0]), **out}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {
+            k: model_schema(v) if isinstance(v, dict) else v for k, v in props.items()
+        }
+    items = out.get("items")
+    if isinstance(items, dict):
+        out["items"] = model_schema(items)
+    return out
 
 
 def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str, Any]:

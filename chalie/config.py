@@ -223,6 +223,12 @@ class ModelConfig(Section, frozen=True):
     retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
     # Seconds before the first retry, doubled for each next one.
     backoff: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 0.5
+    # A tool call the model wrote as text (bare JSON, a ```json fence, <tool_call> tags)
+    # is read as the call; "auto": on for the openai and ollama wires.
+    tool_call_rescue: Literal["auto", "off"] = "auto"
+    # After a call repeats one that succeeded, the model gets the earlier result with a
+    # note to answer, and (openai and ollama wires) its next request carries no tools.
+    answer_nudge: Literal["auto", "off"] = "auto"
 
 
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

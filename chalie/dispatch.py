@@ -12,8 +12,9 @@ tool call; each step returns either its product or the error
    (also for a tool the turn may not call: see :func:`available`; a
    restricted turn reaches only its pins and what find_tools injected).
 3. :func:`framework_fields` takes ``act_summary`` and ``async`` out of the
-   arguments; a model's call without a non-blank ``act_summary`` is
-   ``missing-params`` (a framework-initiated call gets one supplied).
+   arguments and heals the rest where one reading exists (:mod:`chalie.healing`;
+   :func:`bare_arguments` for arguments sent as a bare value); a missing or
+   copied ``act_summary`` is written by the framework, never refused.
 4. :func:`prevalidate`: every declared default applied first, then the action
    map (``unknown-action`` with the valid actions, ``missing-params`` naming
    them), then the JSON Schema (``invalid-param`` naming the field, with the
@@ -28,9 +29,10 @@ tool call; each step returns either its product or the error
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,6 +41,7 @@ import msgspec
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import best_match
 
+from chalie import healing
 from chalie.ability import Ability, struct_schema
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
@@ -64,6 +67,7 @@ MAX_SUMMARY: Final = 200
 # What the trail and the prompt show for a framework-initiated call that says nothing.
 FRAMEWORK_SUMMARY: Final = "called directly by the operator or the runtime"
 
+log = logging.getLogger("chalie.dispatch")
 _validators: dict[type[Ability], jsonschema.protocols.Validator] = {}
 _validators_lock = threading.Lock()
 _derived: dict[type[Ability], bool] = {}
@@ -164,7 +168,7 @@ def check_call(call: ToolCall) -> ToolResult | None:
             "every argument name must be a string.",
             hint="use string keys only.",
         )
-    why = _oversized(args)
+    why = _oversized(args) or (_oversized({"_": call.bare}) if call.bare is not None else None)
     if why:
         return ToolResult.error(
             "invalid-param",
@@ -217,47 +221,150 @@ def resolve(
                 hint="call find_tools again to find a tool that does this now.",
                 meta={"mcp_server": server},
             )
-        return ToolResult.error(
-            "unknown-tool",
-            f"no tool named {shown!r} is available.",
-            hint="call find_tools with what you want to do to get the right tool for this turn.",
-        )
+        return unknown_tool(tool, (), can_find=context is None or "find_tools" in context.injected)
     return entry
 
 
-# -- 3. framework fields ----------------------------------------------------------
+MAX_SUGGESTED: Final = 3
+MAX_SUGGESTION_QUERIES: Final = 4
+SUGGESTION_QUERY_CHARS: Final = 200
+
+
+def suggestion_queries(tool: object, arguments: Mapping[str, Any]) -> list[str]:
+    """What to look an unknown tool up by: its name in words, then the call's text values."""
+    out: list[str] = []
+    name = re.sub(r"[_\-.]+", " ", str(tool)).strip()[:SUGGESTION_QUERY_CHARS]
+    if name:
+        out.append(name)
+    for key, value in arguments.items():
+        if key in FRAMEWORK_FIELDS:
+            continue
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and item.strip() and len(out) < MAX_SUGGESTION_QUERIES:
+                out.append(item.strip()[:SUGGESTION_QUERY_CHARS])
+    return list(dict.fromkeys(out))
+
+
+def unknown_tool(
+    tool: object, closest: Sequence[str], *, injected: bool = False, can_find: bool = True
+) -> ToolResult:
+    """``unknown-tool``; with the closest real tools as its valid values when there are any."""
+    shown = str(tool)[:80]
+    if not closest:
+        where = (
+            "describe the action to find_tools in a few words"
+            if can_find
+            else ("use one of the tools you were given")
+        )
+        return ToolResult.error(
+            "unknown-tool",
+            f"no tool named {shown!r} is available.",
+            hint=f"{where}, or answer without a tool.",
+        )
+    names = ", ".join(closest)
+    ready = " (now callable)" if injected else ""
+    if closest[0] == tool:  # a real tool this turn had not activated: now it has
+        message = f"{shown!r} was not active in this turn; it is now callable."
+        hint = f"call {closest[0]} again."
+    else:
+        message = f"no tool named {shown!r}; the closest: {names}{ready}."
+        hint = f"call {closest[0]} instead, with its own parameters."
+    return ToolResult.error("unknown-tool", message, hint=hint, valid_values=_values(closest))
+
+
+def closest_tools(
+    discovery: Any,
+    turns: Any,
+    registry: Any,
+    call: ToolCall,
+) -> ToolResult:
+    """The unknown-tool error for ``call`` naming the closest tools the turn can call.
+
+    Runs the discovery cascade over the requested name and the call's text values.
+    On a channel that offers find_tools the tools found are injected into the turn,
+    as find_tools would have; elsewhere only the channel's own pins are named.
+    Blocking (it asks the discovery actor): never on the dispatcher's thread.
+    """
+    ctx = call.context
+    queries = suggestion_queries(call.tool, call.arguments)
+    names: list[str] = []
+    try:
+        found = discovery.find(queries)
+        names = list(found.names)
+    except Exception as exc:  # discovery is a help here, never a reason to fail the call
+        log.info("no suggestions for unknown tool: %s", type(exc).__name__)
+    can_find = "find_tools" in ctx.injected
+    offered = [n for n in names if can_find or n in ctx.injected][:MAX_SUGGESTED]
+    offered = [n for n in offered if isinstance(registry.get(n), Entry)]
+    if can_find and offered and turns is not None:
+        turns.inject(ctx.turn_id, offered)
+    return unknown_tool(call.tool, offered, injected=can_find and bool(offered), can_find=can_find)
+
+
+# -- 3. framework fields and healing ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A call's ability params (healed), its act_summary, async, and what healing changed."""
+
+    params: dict[str, Any]
+    act_summary: str
+    run_async: bool
+    healed: tuple[str, ...] = ()
 
 
 def framework_fields(
-    arguments: Mapping[str, Any], context: TurnContext, tool: str
-) -> tuple[dict[str, Any], str, bool] | ToolResult:
-    """(ability params, act_summary, async), or the error for a missing ``act_summary``.
+    arguments: Mapping[str, Any], context: TurnContext, cls: type[Ability]
+) -> Fields:
+    """The framework fields taken out, the params healed, the act_summary settled.
 
-    A model must say what the call is for: no ``act_summary``, an empty or a
-    blank one is ``missing-params`` naming it. A framework-initiated call
-    (``context.initiator == "framework"``) may omit it; the runtime supplies
-    :data:`FRAMEWORK_SUMMARY`.
+    A missing, empty, non-text or copied ``act_summary`` never costs a model a call:
+    the framework writes one from the tool's tooltip and the (healed) arguments
+    (:func:`chalie.healing.summary_for`), and says so on the trail. A
+    framework-initiated call that says nothing gets :data:`FRAMEWORK_SUMMARY`.
     """
-    params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
-    act = arguments.get("act_summary")
+    raw = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
+    healed = healing.heal(cls, raw)
     run_async = arguments.get("async") is True
-    if act is not None and not isinstance(act, str):
+    notes = list(healed.notes)
+    given = arguments.get("act_summary")
+    if context.initiator == "framework" and not (isinstance(given, str) and given.strip()):
+        act = FRAMEWORK_SUMMARY
+    else:
+        act, note = healing.summary_for(cls, given, healed.arguments)
+        if note:
+            notes.append(note)
+    return Fields(healed.arguments, act[:MAX_SUMMARY], run_async, tuple(notes))
+
+
+def bare_arguments(cls: type[Ability], value: Any) -> Fields | ToolResult:
+    """Arguments sent as a bare value: healed into the object when one reading exists."""
+    healed = healing.heal_bare(cls, value)
+    if healed is None:
         return ToolResult.error(
             "invalid-param",
-            "act_summary must be a string.",
-            hint="pass act_summary as a short sentence saying what this call does.",
-            meta={"param": "act_summary"},
+            f"the arguments must be a JSON object, not a bare {healing.json_type(value)}.",
+            hint=f"call {cls.name} as {healing.shape(cls)}",
         )
-    if act is None or not act.strip():
-        if context.initiator != "framework":
-            return ToolResult.error(
-                "missing-params",
-                f"{tool} needs act_summary.",
-                hint="pass act_summary: a short sentence telling the user what this call does.",
-                meta={"param": "act_summary"},
-            )
-        act = FRAMEWORK_SUMMARY
-    return params, act.strip()[:MAX_SUMMARY], run_async
+    summary = healing.written_summary(cls, healed.arguments)
+    notes = (*healed.notes, "act_summary missing: written from the tooltip")
+    return Fields(healed.arguments, summary, False, notes)
+
+
+def with_shape(cls: type[Ability], result: ToolResult) -> ToolResult:
+    """A pre-validation error whose hint also shows the call's correct shape."""
+    if result.code not in ("missing-params", "invalid-param", "unknown-action"):
+        return result
+    hint = f"{result.hint or ''} Call it as {healing.shape(cls)}".strip()
+    return ToolResult.error(
+        result.code or "invalid-param",
+        result.body if isinstance(result.body, str) else str(result.body),
+        hint=hint,
+        valid_values=result.valid_values,
+        meta=dict(result.meta),
+    )
 
 
 # -- 4. pre-validation -----------------------------------------------------------

@@ -41,8 +41,8 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ),
     ErrorCode(
         "missing-params",
-        "A required parameter (or the call's act_summary) is absent.",
-        "Pre-validation (act_summary, the action map), before the permission gate.",
+        "A required parameter is absent (a missing act_summary is written, not refused).",
+        "Pre-validation (the action map, the schema), before the permission gate.",
     ),
     ErrorCode(
         "invalid-param",

@@ -41,6 +41,15 @@ class GateAnswered:
 
 
 @dataclass(frozen=True, slots=True)
+class Suggested:
+    """DispatcherActor: the unknown-tool answer for a call, with the closest tools found."""
+
+    call: ToolCall
+    reply: Future[ToolOutcome]
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
 class Executed:
     """DispatcherActor: an executor's result for call ``seq``."""
 

@@ -97,6 +97,9 @@ class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):
     tool: str
     arguments: dict[str, Any] = {}
     context: TurnContext
+    # Arguments the model sent as a bare JSON value (``["clock"]``), not an object: the
+    # dispatcher reads them as the tool's one required parameter or refuses them.
+    bare: Any = None
 
 
 class ToolOutcome(Message, tag="tool_outcome", kw_only=True, frozen=True):

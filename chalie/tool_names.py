@@ -15,3 +15,5 @@ NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 NAME_MAX: Final = 64
 # Framework fields injected into every descriptor; no ability may declare them.
 FRAMEWORK_FIELDS: Final = ("act_summary", "async")
+# What the model reads for act_summary: a placeholder, since small models copy examples.
+ACT_SUMMARY_DESCRIPTION: Final = "<what this call does, in a few words>"

@@ -61,10 +61,13 @@ _SCHEMA: Final = (
         act_summary     TEXT NOT NULL DEFAULT '',
         background      INTEGER NOT NULL DEFAULT 0,
         started_at      REAL NOT NULL,
-        ended_at        REAL
+        ended_at        REAL,
+        healed          TEXT NOT NULL DEFAULT ''
     )
     """,
 )
+# Columns added after the first release, each with the ALTER that adds it to an older file.
+_ADDED: Final = {"healed": "ALTER TABLE trail ADD COLUMN healed TEXT NOT NULL DEFAULT ''"}
 
 _json = msgspec.json.Encoder()
 
@@ -86,6 +89,8 @@ class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
     background: bool
     started_at: float
     ended_at: float | None
+    # What the dispatcher healed in the model's arguments (chalie.healing), "; "-joined.
+    healed: str = ""
 
 
 _COLUMNS: Final = tuple(TrailRow.__struct_fields__)
@@ -147,12 +152,13 @@ class CallRecord(msgspec.Struct, kw_only=True):
     act_summary: str
     background: bool = False
     started_at: float = 0.0
+    healed: str = ""
 
 
 _INSERT: Final = (
     "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
-    "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at, "
+    "healed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -173,6 +179,10 @@ class Trail:
         self._lock = threading.Lock()
         for statement in _SCHEMA:
             self._conn.execute(statement)
+        have = {row[1] for row in self._conn.execute("PRAGMA table_info(trail)")}
+        for column, alter in _ADDED.items():
+            if column not in have:
+                self._conn.execute(alter)
         top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM trail").fetchone()[0]
         self._ids = itertools.count(int(top) + 1)
         self._running: set[int] = set()
@@ -212,6 +222,7 @@ class Trail:
         params: str,
         act_summary: str,
         background: bool = False,
+        healed: str = "",
     ) -> CallRecord:
         """A CallRecord with a reserved id and clipped text fields, started now."""
         return CallRecord(
@@ -226,6 +237,7 @@ class Trail:
             act_summary=_clip(act_summary),
             background=background,
             started_at=time.time(),
+            healed=_clip(healed),
         )
 
     def _insert(
@@ -256,6 +268,7 @@ class Trail:
                 int(rec.background),
                 rec.started_at,
                 ended_at,
+                rec.healed,
             ),
         )
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -18,8 +19,10 @@ import msgspec
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import FinishReason
 from chalie.dispatch import envelope_name
+from chalie.envelope import parse as parse_envelope
 from chalie.envelope import render
-from chalie.providers.types import ChatMessage, ToolCallPart
+from chalie.providers.rescue import loads, rescue
+from chalie.providers.types import ChatMessage, ModelResponse, ToolCallPart
 from chalie.result import ToolResult
 
 # A rough, tokenizer-free estimate: about four characters a token, plus framing.
@@ -145,8 +148,7 @@ class Guards:
 
     def record_call(self, call: ToolCallPart) -> bool:
         """Count a tool call; True when it is the Nth identical one (the repeat guard trips)."""
-        args = call.raw if call.arguments is None else json.dumps(call.arguments, sort_keys=True)
-        key = f"{call.name}\x00{args}"
+        key = call_key(call)
         self.seen[key] += 1
         return self.seen[key] >= self.channel.max_repeat
 
@@ -158,6 +160,106 @@ class Guards:
             "guard-tokens": self.channel.token_budget,
         }.get(reason, 0)
         return GUARD_LINES.get(reason, "The turn ended.").format(limit=limit)
+
+
+def call_key(call: ToolCallPart) -> str:
+    """What makes two calls the same: the name and the arguments (act_summary aside)."""
+    if call.arguments is None:
+        args = call.raw
+    else:
+        args = json.dumps(
+            {k: v for k, v in call.arguments.items() if k != "act_summary"},
+            sort_keys=True,
+            default=str,
+        )
+    return f"{call.name}\x00{args}"
+
+
+# The one-line notes a small model needs to stop calling and answer (issue 24: after a
+# result, 9 of 9 replays called again; with this note or without tools, 6 of 6 answered).
+REPEAT_NOTE: Final = (
+    "You already have this result. Answer the user in plain words; do not call a tool again."
+)
+EMPTY_NUDGE: Final = "Answer the user in words."
+EMPTY_LINE: Final = "The model gave no answer."
+RESULT_SHOWN: Final = 600
+
+
+def model_notes(envelope: str) -> list[str]:
+    """An error envelope's lines meant for the model: its message and its hint."""
+    try:
+        parsed = parse_envelope(envelope)
+    except ValueError:
+        return []
+    out: list[str] = []
+    for env in parsed:
+        if env.attrs.get("status") != "error":
+            continue
+        for line in env.content.splitlines():
+            line = line.removeprefix("hint: ").strip()
+            if line and not line.startswith("valid values:"):
+                out.append(" ".join(line.split()).lower())
+    return out
+
+
+def recites_a_note(text: str, notes: Collection[str]) -> bool:
+    """Whether an answer is only a note meant for the model (a hint it could not act on)."""
+    said = " ".join(text.split()).lower().strip(" .")
+    return bool(said) and any(said == n.strip(" .") for n in notes)
+
+
+def repeated_result(envelope: str) -> str:
+    """The earlier result of a call the model repeated, with the note to answer."""
+    return f"{envelope}\n{REPEAT_NOTE}"
+
+
+def result_for_user(tool: str, envelope: str) -> str:
+    """A successful call's result as a line for the user (when a guard ends the turn)."""
+    try:
+        parsed = parse_envelope(envelope)
+    except ValueError:
+        parsed = []
+    body = parsed[0].content if parsed else envelope
+    body = " ".join(body.split())
+    if len(body) > RESULT_SHOWN:
+        body = body[: RESULT_SHOWN - 3] + "..."
+    return f"The result of {tool}: {body}"
+
+
+def rescued_response(response: ModelResponse, offered: Collection[str]) -> ModelResponse | None:
+    """The response with the calls it wrote as text made calls (None: none to rescue)."""
+    if response.tool_calls:
+        return None
+    found = rescue(response.text, offered)
+    if found is None:
+        return None
+    parts = tuple(
+        ToolCallPart(
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            name=c.name,
+            arguments=c.arguments,
+            raw="" if c.arguments is not None else c.raw,
+        )
+        for c in found.calls
+    )
+    return ModelResponse(text=found.text, tool_calls=parts, usage=response.usage, stop="tool_calls")
+
+
+def loose_arguments(call: ToolCallPart) -> tuple[dict[str, Any] | None, Any]:
+    """(the arguments as an object, or the bare value they are) for a call whose arguments
+    did not parse as an object: ``["clock"]`` is bare, a template's doubled braces
+    ``{{"zone": "UTC"}}`` are the object. (None, None): not JSON at all (or too deep)."""
+    if call.arguments is not None:
+        return call.arguments, None
+    if not call.raw.strip():
+        return None, None
+    try:
+        value = loads(call.raw)
+    except ValueError:
+        return None, None
+    if isinstance(value, dict):
+        return value, None
+    return None, value
 
 
 def malformed_arguments(call: ToolCallPart) -> str:

@@ -18,16 +18,17 @@ from chalie.messages import Channel as PolicyChannel
 
 CHANNEL_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
+# Short (a small model reads it at every step) and plain: answer directly; find_tools
+# only for an action; one result is enough.
 CHAT_PROMPT: Final = (
-    "You are Chalie, a helpful assistant with tools. Tools beyond the ones listed are "
-    "activated by calling find_tools with one entry per need; they become callable in your "
-    "next step. Every tool call needs an act_summary: a short line telling the user what "
-    "the call does. Answer in plain text once you have what you need."
+    "You are Chalie, a helpful assistant. Answer directly when no tool is needed. "
+    "When an action needs a tool you do not have, call find_tools first. "
+    "After a tool result, answer the user in plain words."
 )
 BACKGROUND_PROMPT: Final = (
-    "You are Chalie working in the background: no person is watching and nobody can approve "
-    "a request, so a tool that needs approval is refused; do not retry a refused call. "
-    "Activate tools with find_tools. Finish with a short plain-text answer."
+    "You are Chalie working in the background; nobody can approve a request, so do not "
+    "retry a refused call. Answer directly when no tool is needed; call find_tools only "
+    "when an action needs a tool. Finish with a short plain-text answer."
 )
 DELEGATE_PROMPT: Final = (
     "You are a delegate of Chalie with a fixed set of tools. Use them to do the task you are "

@@ -22,6 +22,7 @@ FinishReason = Literal[
     "guard-time",
     "guard-tokens",
     "model-error",
+    "empty-answer",
 ]
 FINISH_REASONS: Final[tuple[str, ...]] = get_args(FinishReason)
 

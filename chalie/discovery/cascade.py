@@ -20,6 +20,17 @@ DEFAULT_K: Final = 5
 MAX_K: Final = 50
 
 Rung = Literal["exact", "keyword", "vector", "ambiguous", "none"]
+# A catalogue this small cuts vector runners-up that are not nearly as close as the best.
+SMALL_CATALOGUE: Final = 16
+RUNNER_UP_MARGIN: Final = 0.15
+MAX_KINDS: Final = 12
+NOT_FOUND_NOTE: Final = "Nothing matched some entries. You may answer the user without a tool."
+# What an entry that found nothing tells the model (small models otherwise invent a tool
+# named after their search, or search again until a guard stops them).
+NOT_FOUND_HINT: Final = (
+    "describe the action in a few words (what you want done), not a tool name; "
+    "if no tool fits, answer the user without one"
+)
 
 
 class QueryError(ValueError):
@@ -60,15 +71,21 @@ class FindResult:
     injected: list[ToolDoc] = field(default_factory=list)
     not_found: list[dict[str, Any]] = field(default_factory=list)
     entries: list[EntryOutcome] = field(default_factory=list)
+    # What kinds of tools exist (tooltips), told to the model when an entry found nothing.
+    kinds: list[str] = field(default_factory=list)
     # name -> definition digest of each injected tool, for learning from its use
     definitions: dict[str, str] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         """The find_tools body: ``{"injected": [{name, summary}], "not_found": [...]}``."""
-        return {
+        body: dict[str, Any] = {
             "injected": [{"name": d.name, "summary": d.summary} for d in self.injected],
             "not_found": list(self.not_found),
         }
+        if self.not_found:
+            body["kinds"] = list(self.kinds)
+            body["note"] = NOT_FOUND_NOTE
+        return body
 
     @property
     def names(self) -> list[str]:
@@ -123,6 +140,12 @@ def vector_rung(
     entry: str, hits: list[tuple[str, float]], known: Mapping[str, ToolDoc], k: int
 ) -> EntryOutcome:
     hits = [(n, d) for n, d in hits if n in known][:k]
+    if hits and len(known) <= SMALL_CATALOGUE:
+        # With a handful of tools every one is a near neighbour of something: a runner-up
+        # is kept only when it is nearly as close as the best hit ("what time is it"
+        # must not bring the calculator along because it is one of two).
+        best = hits[0][1]
+        hits = [(n, d) for n, d in hits if d <= best + RUNNER_UP_MARGIN]
     if hits:
         return EntryOutcome(
             entry, "vector", tuple(n for n, _ in hits), distances=tuple(float(d) for _, d in hits)
@@ -169,10 +192,20 @@ def run_cascade(
             )
             continue
         if outcome.rung == "none":
-            not_found.append({"query": outcome.query, "reason": "no-match"})
+            not_found.append({"query": outcome.query, "reason": "no-match", "hint": NOT_FOUND_HINT})
             continue
         for name in outcome.names:
             if name not in seen:
                 seen.add(name)
                 injected.append(known[name])
-    return FindResult(injected=injected, not_found=not_found, entries=outcomes)
+    kinds = kinds_of(known) if not_found else []
+    return FindResult(injected=injected, not_found=not_found, entries=outcomes, kinds=kinds)
+
+
+def kinds_of(known: Mapping[str, ToolDoc]) -> list[str]:
+    """What kinds of tools the catalogue holds: a few tooltips, and how many more."""
+    tips = sorted({d.tooltip or d.name for d in known.values()})
+    shown = tips[:MAX_KINDS]
+    if len(tips) > MAX_KINDS:
+        shown.append(f"and {len(tips) - MAX_KINDS} more")
+    return shown

@@ -51,7 +51,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str]:
     text = raw if isinstance(raw, str) else json.dumps(raw)
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's text nested past the parser's depth
         return None, text[:2000]
     return (value, "") if isinstance(value, dict) else (None, text[:2000])
 

@@ -88,3 +88,5 @@ def trail_command(
             f"    params {one_line(row['params'], PARAMS_CHARS)}{where}"
             + (f"  — {one_line(row['act_summary'])}" if row.get("act_summary") else "")
         )
+        if row.get("healed"):
+            click.echo(f"    healed {one_line(row['healed'], PARAMS_CHARS)}")

@@ -18,6 +18,7 @@ from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
 from actors.supervisor import Supervisor
 from chalie.ability import Ability
+from chalie.discovery.cascade import NOT_FOUND_HINT
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST
 from chalie.discovery.types import ToolDoc
@@ -78,7 +79,7 @@ def test_each_meta_tool_describes_itself_in_its_own_words() -> None:
     skills_schema = FindSkills.descriptor()["input_schema"]
     skills_text = json.dumps(skills_schema).lower()
     assert "activate" not in skills_text and "playbook" in skills_text
-    assert "activate" in json.dumps(tools_schema).lower()
+    assert "callable" in json.dumps(FindTools.descriptor()).lower()
     tools_query = tools_schema["properties"]["query"]["description"]
     assert skills_schema["properties"]["query"]["description"] != tools_query
 
@@ -95,7 +96,12 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
     names = [t["name"] for t in body["injected"]]
     assert names == ["calculator", "clock"]
     assert all(set(t) == {"name", "summary"} for t in body["injected"])
-    assert body["not_found"] == [{"query": "xq zzv wpt", "reason": "no-match"}]
+    assert body["not_found"] == [
+        {"query": "xq zzv wpt", "reason": "no-match", "hint": NOT_FOUND_HINT}
+    ]
+    # after a not-found the model is told it may answer without a tool, and what exists
+    assert "without a tool" in body["note"]
+    assert "Arithmetic and math expressions" in body["kinds"]
     assert result.meta == {"injected": 2, "not_found": 1}
     assert services.turns.injected("turn-1") == {"calculator", "clock"}
     assert services.turns.injected("another-turn") == frozenset()

@@ -597,6 +597,9 @@ def test_a_turn_calls_only_its_pinned_and_injected_tools(rig: Rig) -> None:
     pinned = ctx("t-pins", injected=("lookup",), scope="restricted")
     assert rig.run("lookup", context=pinned).status == "success"
     refused = rig.run("fast", context=pinned)
-    assert refused.code == "unknown-tool" and "find_tools" in refused.envelope
+    # No find_tools on this turn: the hint sends the model to what it was given.
+    assert refused.code == "unknown-tool" and "tools you were given" in refused.envelope
+    finding = ctx("t-find", injected=("lookup", "find_tools"), scope="restricted")
+    assert "find_tools" in rig.run("fast", context=finding).envelope
     rig.services.turns.inject("t-pins", ["fast"])
     assert rig.run("fast", context=pinned).status == "success"

@@ -487,6 +487,18 @@ def test_trail_lists_calls_newest_first_and_filters(clean_policy: DaemonProcess)
     assert d.cli("trail", "--limit", "0").returncode == 2
 
 
+def test_trail_shows_what_the_dispatcher_healed(clean_policy: DaemonProcess) -> None:
+    d = clean_policy
+    assert d.cli("policy", "set", "chat", "calculator", "allow").returncode == 0
+    conv = f"conv-{time.monotonic_ns()}"
+    done = d.cli("tools", "call", "calculator", "expr=6*7", "--conversation", conv)
+    assert done.returncode == 0 and "42" in done.stdout
+    (row,) = json.loads(d.cli("trail", "--conversation", conv, "--json").stdout)
+    assert row["healed"] == "parameter 'expr' was read as 'expression'"
+    text = d.cli("trail", "--conversation", conv).stdout
+    assert "healed parameter 'expr' was read as 'expression'" in text
+
+
 def test_garbage_on_the_live_control_socket_gets_an_error_and_the_daemon_keeps_serving(
     live: DaemonProcess,
 ) -> None:

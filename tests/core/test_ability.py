@@ -146,11 +146,7 @@ def test_descriptor_injects_act_summary_and_async_only_where_allowed() -> None:
     assert "async" not in props
     assert plain["input_schema"]["required"] == ["q", "act_summary"]
     with_async = cls.descriptor(allow_async=True)["input_schema"]["properties"]
-    assert with_async["async"] == {
-        "type": "boolean",
-        "default": False,
-        "description": "Run in the background; the result arrives later as an event.",
-    }
+    assert with_async["async"] == {"type": "boolean", "description": "Run in the background."}
     # the class's own schema is untouched by assembly
     assert "act_summary" not in cls.parameters["properties"]
 

@@ -47,6 +47,13 @@ def test_an_absent_file_gives_every_default_and_creates_nothing(tmp_path: Path) 
         ("[embedder]\nidle_unload = -1", "embedder.idle_unload", "-1", "from 0 to 86400"),
         ("[outbox]\nmax_age = 0", "outbox.max_age", "0", "from 60 to 7776000"),
         ("[outbox]\nmax_rows = 0", "outbox.max_rows", "0", "from 1 to 1000000"),
+        (
+            "[models.small]\ntool_call_rescue = 'maybe'",
+            "models.small.tool_call_rescue",
+            '"maybe"',
+            "auto",
+        ),
+        ("[models.small]\nanswer_nudge = 1", "models.small.answer_nudge", "1", "off"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_key_value_and_range(

@@ -440,26 +440,33 @@ def test_the_tool_runs_with_exactly_the_params_the_gate_saw() -> None:
     assert pre.value == pre.params == {"action": "delete_all", "path": "/"}
 
 
-@pytest.mark.parametrize("summary", [None, "", "   ", "\n\t"])
-def test_a_model_call_without_act_summary_is_missing_params(summary: str | None) -> None:
-    args: dict[str, Any] = {"action": "read"}
+@pytest.mark.parametrize("summary", [None, "", "   ", "\n\t", 5, "<what this call does>"])
+def test_a_model_call_without_a_usable_act_summary_gets_one_written(summary: object) -> None:
+    args: dict[str, Any] = {"action": "read", "folder": "inbox"}
     if summary is not None:
         args["act_summary"] = summary
-    result = steps.framework_fields(args, ctx(), "mail")
-    assert code_of(result) == "missing-params"
-    assert isinstance(result, ToolResult) and "act_summary" in result.body
-    assert result.meta["param"] == "act_summary"
+    fields = steps.framework_fields(args, ctx(), Mail)
+    assert fields.params == {"action": "read", "folder": "inbox"}
+    assert fields.act_summary == "Mail (action=read, folder=inbox)"
+    assert any(n.startswith("act_summary") for n in fields.healed)
 
 
 def test_a_framework_call_gets_its_act_summary_supplied() -> None:
-    found = steps.framework_fields({"action": "read"}, ctx(initiator="framework"), "mail")
-    assert found == ({"action": "read"}, steps.FRAMEWORK_SUMMARY, False)
-    kept = steps.framework_fields({"act_summary": " mine "}, ctx(initiator="framework"), "mail")
-    assert not isinstance(kept, ToolResult) and kept[1] == "mine"
+    found = steps.framework_fields({"action": "read"}, ctx(initiator="framework"), Mail)
+    assert (found.params, found.act_summary, found.run_async) == (
+        {"action": "read"},
+        steps.FRAMEWORK_SUMMARY,
+        False,
+    )
+    kept = steps.framework_fields({"act_summary": " mine "}, ctx(initiator="framework"), Mail)
+    assert kept.act_summary == "mine" and not kept.healed
 
 
-def test_a_non_string_act_summary_is_invalid() -> None:
-    assert code_of(steps.framework_fields({"act_summary": 5}, ctx(), "mail")) == "invalid-param"
+def test_a_written_act_summary_is_one_escaped_line() -> None:
+    args = {"action": "send", "to": "a\nb\x1b[31m", "body": "x" * 500, "act_summary": ""}
+    fields = steps.framework_fields(args, ctx(), Mail)
+    assert "\n" not in fields.act_summary and "\x1b" not in fields.act_summary
+    assert len(fields.act_summary) <= 200
 
 
 @pytest.mark.parametrize(("field", "value"), [("scope", "everything"), ("initiator", "root")])
@@ -467,3 +474,75 @@ def test_a_context_with_an_unknown_scope_or_initiator_is_refused(field: str, val
     result = steps.check_call(call(context=ctx(**{field: value})))
     assert code_of(result) == "invalid-param"
     assert isinstance(result, ToolResult) and result.meta["param"] == field
+
+
+# -- unknown names: the closest real tools ----------------------------------------------
+
+
+class FakeFinds:
+    """The discovery seam: what find() was asked, and a fixed answer."""
+
+    def __init__(self, names: list[str], fail: bool = False) -> None:
+        self.asked: list[list[str]] = []
+        self.names, self.fail = names, fail
+
+    def find(self, queries: list[str]) -> Any:
+        self.asked.append(list(queries))
+        if self.fail:
+            raise RuntimeError("index down")
+        return type("Found", (), {"names": self.names})()
+
+
+def registry_of(*classes: type[Ability]) -> Registry:
+    reg = Registry()
+    for cls in classes:
+        reg.add(cls, source="tests")
+    return reg
+
+
+def test_an_unknown_name_is_looked_up_by_its_words_and_its_text_arguments() -> None:
+    assert steps.suggestion_queries("calculate_percentage", {"of": "240", "n": 15}) == [
+        "calculate percentage",
+        "240",
+    ]
+    assert steps.suggestion_queries("x", {"act_summary": "ignored", "q": ["a", "b"]}) == [
+        "x",
+        "a",
+        "b",
+    ]
+
+
+def test_on_a_find_tools_channel_the_closest_tools_are_named_and_injected() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    finds = FakeFinds(["mail", "plain", "gone"])
+    context = ctx(injected=("find_tools",), scope="restricted")
+    result = steps.closest_tools(
+        finds, turns, registry_of(Mail, Plain), call(tool="send_mail", context=context)
+    )
+    assert result.code == "unknown-tool" and result.valid_values == ("mail", "plain")
+    assert turns.injected("turn") == {"mail", "plain"}  # "gone" is not registered
+    assert (
+        "now callable" in str(result.body)
+        and result.hint == "call mail instead, with its own parameters."
+    )
+
+
+def test_without_find_tools_only_the_channels_own_pins_are_named_and_nothing_is_injected() -> None:
+    from chalie.services import TurnTools
+
+    turns = TurnTools()
+    context = ctx(injected=("plain",), scope="restricted")
+    result = steps.closest_tools(
+        FakeFinds(["mail", "plain"]),
+        turns,
+        registry_of(Mail, Plain),
+        call(tool="x", context=context),
+    )
+    assert result.valid_values == ("plain",) and turns.injected("turn") == frozenset()
+
+
+def test_a_discovery_failure_still_answers_unknown_tool() -> None:
+    result = steps.closest_tools(FakeFinds([], fail=True), None, registry_of(Mail), call(tool="x"))
+    assert result.code == "unknown-tool" and result.valid_values is None

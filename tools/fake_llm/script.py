@@ -16,7 +16,17 @@ HTTP 500 "script exhausted". A STEP is an object:
 - ``status`` (with ``retry_after``, ``body``): answer an HTTP error instead;
 - ``hang``: never answer; ``drop_after``: close the connection after N stream chunks;
 - ``delay``: seconds to wait before answering; ``chunk``: characters per text delta;
-  ``chunk_delay``: seconds between two stream frames (a model writing at its own pace).
+  ``chunk_delay``: seconds between two stream frames (a model writing at its own pace);
+- ``cases``: ``[{"tools": bool, "offered": NAME, "result_has": TEXT, "then": STEP}]``:
+  the first case whose every given condition holds answers instead (``tools``: the
+  request offers any tool; ``offered``: it offers NAME; ``result_has``: the last tool
+  result contains TEXT; ``described``: the offered tools' descriptions contain TEXT, as
+  a model copying an example value would), so a script can react the way a model would.
+
+In ``text``, ``{last_result}`` is the content of the last tool result the request
+carries. A tool call named ``$suggested`` calls the first valid value of the last
+tool result (an unknown-tool error's closest tool); with none, the step answers
+the result's hint as text instead (what small models do with a hint).
 """
 
 from __future__ import annotations
@@ -41,7 +51,16 @@ class ToolCallStep(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return json.dumps(self.arguments or {})
 
 
+class Case(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    tools: bool | None = None
+    offered: str | None = None
+    result_has: str | None = None
+    described: str | None = None
+    then: Step
+
+
 class Step(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    cases: list[Case] = []
     text: str = ""
     tool_calls: list[ToolCallStep] = []
     status: int | None = None
@@ -114,3 +133,88 @@ def last_is_tool(fmt: str, body: dict[str, Any]) -> bool:
 
 def call_id() -> str:
     return "call_" + uuid.uuid4().hex[:20]
+
+
+def offered_tools(fmt: str, body: dict[str, Any]) -> list[str]:
+    """The names of the tools the request offers, in any of the three formats."""
+    out = []
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(name, str):
+            out.append(name)
+    return out
+
+
+def last_result(fmt: str, body: dict[str, Any]) -> str:
+    """The text of the last tool result in the request ("" when there is none)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "tool":
+            return str(message.get("content") or "")
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in reversed(content):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    if isinstance(inner, list):
+                        return " ".join(str(b.get("text", "")) for b in inner)
+                    return str(inner or "")
+    return ""
+
+
+def result_content(envelope: str) -> str:
+    """An envelope's content lines (between its tags), or the text as it is."""
+    lines = envelope.splitlines()
+    if len(lines) >= 2 and lines[0].startswith("[") and lines[-1].startswith("[end:"):
+        return "\n".join(lines[1:-1])
+    return envelope
+
+
+def _first_valid(envelope: str) -> str | None:
+    for line in envelope.splitlines():
+        if line.startswith("valid values: "):
+            try:
+                values = json.loads(line[len("valid values: ") :])
+            except ValueError:
+                return None
+            return str(values[0]) if values else None
+    return None
+
+
+def _hint(envelope: str) -> str:
+    for line in envelope.splitlines():
+        if line.startswith("hint: "):
+            return line[len("hint: ") :]
+    return result_content(envelope)
+
+
+def resolve(step: Step, fmt: str, body: dict[str, Any]) -> Step:
+    """The step that answers this request: its first matching case, placeholders filled."""
+    offered = offered_tools(fmt, body)
+    result = last_result(fmt, body)
+    for case in step.cases:
+        if case.tools is not None and case.tools != bool(offered):
+            continue
+        if case.offered is not None and case.offered not in offered:
+            continue
+        if case.result_has is not None and case.result_has not in result:
+            continue
+        if case.described is not None and case.described not in json.dumps(body.get("tools")):
+            continue
+        return resolve(case.then, fmt, body)
+    if any(tc.name == "$suggested" for tc in step.tool_calls):
+        suggested = _first_valid(result)
+        if suggested is None:
+            return msgspec.structs.replace(step, tool_calls=[], text=_hint(result))
+        calls = [
+            msgspec.structs.replace(tc, name=suggested) if tc.name == "$suggested" else tc
+            for tc in step.tool_calls
+        ]
+        step = msgspec.structs.replace(step, tool_calls=calls)
+    if "{last_result}" in step.text:
+        step = msgspec.structs.replace(
+            step, text=step.text.replace("{last_result}", result_content(result))
+        )
+    return step

@@ -20,7 +20,15 @@ from typing import Any
 import uvicorn
 
 from chalie.listener import tcp_listener
-from tools.fake_llm.script import Player, Script, Step, call_id, last_is_tool, last_user_text
+from tools.fake_llm.script import (
+    Player,
+    Script,
+    Step,
+    call_id,
+    last_is_tool,
+    last_user_text,
+    resolve,
+)
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -369,7 +377,7 @@ class FakeModelApp:
         if step is None:
             await self._json(send, 500, {"error": {"message": "script exhausted"}})
             return
-        await self._answer(send, fmt, body, step)
+        await self._answer(send, fmt, body, resolve(step, fmt, body))
         self.answered.append(time.monotonic())
         del self.answered[: -self._keep]
 

@@ -228,6 +228,34 @@ def test_ctrl_c_cancels_the_turn_and_a_second_exits(d: Daemon) -> None:
             t.proc.kill()
 
 
+def test_an_empty_answer_is_nudged_once_then_piped_chat_and_ask_exit_1(d: Daemon) -> None:
+    d.script({"on_user": {"text": ""}})
+    done = chalie(d.home, "--channel", "chat-openai", stdin="hello\n")
+    assert done.returncode == 1, done.stdout
+    assert "empty-answer" in done.stderr and "The model gave no answer." in done.stderr
+    assert len(d.server.requests) == 2  # the answer, one nudge, and no more
+    nudge = d.server.requests[1]["body"]["messages"][-1]
+    assert nudge["role"] == "user" and "Answer the user in words" in nudge["content"]
+    d.script({"on_user": {"text": " "}})
+    asked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chalie",
+            "--home",
+            str(d.home),
+            "ask",
+            "--channel",
+            "bg-openai",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert asked.returncode == 1 and "empty-answer" in asked.stderr
+
+
 def test_a_daemon_that_stops_mid_turn_is_a_clean_message() -> None:
     d = Daemon()
     stopped = False

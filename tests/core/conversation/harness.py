@@ -74,6 +74,9 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
     channel("hang", model="impatient", pinned=["calculator"])
     channel("tiny", model="tiny", pinned=["calculator"])
     channel("async", model="default", pinned=["clock"], async_offered=True)
+    # A model with the small-model repairs off (tool_call_rescue, answer_nudge).
+    model("literal", "openai", tool_call_rescue="off", answer_nudge="off")
+    channel("literal", model="literal", pinned=["clock", "calculator"], find_tools=False)
     lines.append("[conversations]")
     if "idle_stop" not in conversations:
         lines.append("idle_stop = 1.0")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS, QueryError, check_queries
+from chalie.discovery.cascade import (
+    MAX_ENTRIES,
+    MAX_ENTRY_CHARS,
+    NOT_FOUND_HINT,
+    QueryError,
+    check_queries,
+)
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.types import ToolDoc
@@ -138,7 +144,11 @@ def test_the_ceiling_turns_unrelated_queries_into_not_found(engine: DiscoveryEng
     result = engine.find(["what is the meaning of life, philosophically speaking"])
     assert result.injected == []
     assert result.not_found == [
-        {"query": "what is the meaning of life, philosophically speaking", "reason": "no-match"}
+        {
+            "query": "what is the meaning of life, philosophically speaking",
+            "reason": "no-match",
+            "hint": NOT_FOUND_HINT,
+        }
     ]
 
 
@@ -191,7 +201,11 @@ def test_an_ambiguous_bare_name_is_refused_with_its_candidates(engine: Discovery
 
 def test_the_body_has_the_published_shape(engine: DiscoveryEngine) -> None:
     body = engine.find(["weather", "zzzz qqqq"]).body()
-    assert set(body) == {"injected", "not_found"}
+    # an entry found nothing: the model is told what kinds of tools exist, and that it
+    # may answer without one
+    assert set(body) == {"injected", "not_found", "kinds", "note"}
+    assert "without a tool" in body["note"] and body["kinds"]
+    assert set(engine.find(["weather"]).body()) == {"injected", "not_found"}
     assert body["injected"] == [
         {
             "name": "get_weather",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chalie.discovery.cascade import NOT_FOUND_HINT
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.lexicon import english_words, has_words, syntax_share
@@ -65,7 +66,7 @@ def test_gibberish_comes_back_in_not_found(embedder: Embedder) -> None:
     for entry in ("zzzz qqq", "qwertyuiop", "lorem ipsum dolor sit amet", "x = [i**2 for i in y]"):
         result = engine.find([entry])
         assert result.injected == [], entry
-        assert result.not_found == [{"query": entry, "reason": "no-match"}]
+        assert result.not_found == [{"query": entry, "reason": "no-match", "hint": NOT_FOUND_HINT}]
     assert engine.find(["do I need an umbrella in Paris tomorrow"]).names[0] == "get_weather"
     assert engine.find(["qreator"]).names == ["qreator"]
 

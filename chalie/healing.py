@@ -1,0 +1,224 @@
+"""Healing a model's tool-call arguments where its intent is unambiguous, and saying so.
+
+Small local models get the shape of a call wrong in a few recurring ways:
+the arguments as a bare array, a JSON object or array sent as a string, a
+number or a boolean as a string, one value where an array is expected, a
+parameter under another name, no ``act_summary`` (or its description copied).
+Each rule here repairs exactly one of these, only when a single reading
+exists, and returns a note for the trail. Anything else is left for
+pre-validation to refuse, with :func:`shape` in its hint.
+
+Healing runs before pre-validation, so the permission gate classifies the
+healed arguments: a healing changes how a value is written, never which
+action is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from chalie.ability import Ability
+from chalie.display import one_line
+from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS
+
+MAX_SUMMARY: Final = 200
+SUMMARY_ARG_CHARS: Final = 40
+_NUMBER: Final = re.compile(r"^\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*$")
+_INTEGER: Final = re.compile(r"^\s*-?\d+\s*$")
+_PLACEHOLDER: Final = re.compile(r"^\s*<[^<>]*>\s*$")
+FRAMEWORK: Final = FRAMEWORK_FIELDS
+
+
+@dataclass(frozen=True)
+class Healed:
+    """The arguments after healing, and one note per change (empty when nothing changed)."""
+
+    arguments: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+
+def _types(spec: Any) -> set[str]:
+    """The JSON types a property schema admits (``anyOf`` of msgspec's Optional included)."""
+    if not isinstance(spec, Mapping):
+        return set()
+    found: set[str] = set()
+    kind = spec.get("type")
+    if isinstance(kind, str):
+        found.add(kind)
+    elif isinstance(kind, list):
+        found.update(k for k in kind if isinstance(k, str))
+    for option in (*spec.get("anyOf", ()), *spec.get("oneOf", ())):
+        found |= _types(option)
+    if "enum" in spec and not found:
+        found.update(json_type(v) for v in spec["enum"])
+    return found
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, Mapping) else "other"
+
+
+def _fits(value: Any, types: set[str]) -> bool:
+    kind = json_type(value)
+    return kind in types or (kind == "integer" and "number" in types)
+
+
+def _properties(cls: type[Ability]) -> Mapping[str, Any]:
+    props = cls.parameters.get("properties", {})
+    return props if isinstance(props, Mapping) else {}
+
+
+def _required(cls: type[Ability]) -> list[str]:
+    required = cls.parameters.get("required", [])
+    return [r for r in required if isinstance(r, str) and r not in FRAMEWORK]
+
+
+def heal_bare(cls: type[Ability], value: Any) -> Healed | None:
+    """Arguments sent as a bare value (``["clock"]``): the object, when one reading exists.
+
+    One reading exists when the tool has exactly one required parameter and
+    the value has that parameter's type. None otherwise (the call is refused
+    with the tool's shape).
+    """
+    required = _required(cls)
+    if len(required) != 1:
+        return None
+    name = required[0]
+    if isinstance(value, Mapping) or not _fits(value, _types(_properties(cls).get(name))):
+        return None
+    kind = "array" if isinstance(value, list) else json_type(value)
+    return Healed({name: value}, (f"a bare {kind} was read as {name}",))
+
+
+def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
+    """The ability's parameters (framework fields taken out) with every unambiguous fix."""
+    props = _properties(cls)
+    aliases = cls.aliases
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for key, value in params.items():
+        target = key
+        if key not in props:
+            real = aliases.get(key)
+            if real is not None and real in props and real not in params and real not in out:
+                target = real
+                notes.append(f"parameter {one_line(key, 40)!r} was read as {real!r}")
+        out[target] = value
+    for key, value in list(out.items()):
+        types = _types(props.get(key))
+        if not types or _fits(value, types):
+            continue
+        fixed = _fix_value(value, types)
+        if fixed is not _NOTHING:
+            out[key] = fixed
+            notes.append(f"{key}: {json_type(value)} was read as {json_type(fixed)}")
+    return Healed(out, tuple(notes))
+
+
+_NOTHING: Final = object()
+MAX_DEPTH: Final = 32  # the dispatcher's own bound on nesting (chalie.dispatch.MAX_DEPTH)
+
+
+def _shallow(text: str) -> bool:
+    """Whether a JSON text nests at most MAX_DEPTH brackets (checked before parsing it)."""
+    depth = 0
+    for ch in text:
+        if ch in "{[":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif ch in "}]":
+            depth -= 1
+    return True
+
+
+def _fix_value(value: Any, types: set[str]) -> Any:
+    """One reading of ``value`` in one of ``types``, or ``_NOTHING``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if types & {"object", "array"} and text[:1] in ("{", "[") and _shallow(text):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = _NOTHING
+            if parsed is not _NOTHING and _fits(parsed, types):
+                return parsed
+        if "integer" in types and _INTEGER.match(text):
+            return int(text)
+        if "number" in types and _NUMBER.match(text):
+            number = float(text)
+            return int(number) if number.is_integer() and _INTEGER.match(text) else number
+        if "boolean" in types and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+    if "array" in types and not isinstance(value, list | Mapping) and value is not None:
+        return [value]  # one value where a list is expected: a list of one
+    return _NOTHING
+
+
+def is_copied_summary(text: str, cls: type[Ability]) -> bool:
+    """Whether an act_summary says nothing of its own: a description or a placeholder copied."""
+    said = " ".join(text.split()).lower()
+    copies = {ACT_SUMMARY_DESCRIPTION.lower(), cls.summary.lower(), cls.tooltip.lower()}
+    return said in copies or bool(_PLACEHOLDER.match(said))
+
+
+def written_summary(cls: type[Ability], params: Mapping[str, Any]) -> str:
+    """The act_summary the framework writes: the tooltip and the arguments, on one line."""
+    parts = []
+    for key, value in params.items():
+        if key in cls.sensitive:
+            continue
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"{one_line(key, 40)}={one_line(shown, SUMMARY_ARG_CHARS)}")
+    text = cls.tooltip.strip() + (f" ({', '.join(parts)})" if parts else "")
+    return one_line(text, MAX_SUMMARY)
+
+
+def summary_for(cls: type[Ability], given: Any, params: Mapping[str, Any]) -> tuple[str, str]:
+    """(the act_summary to use, a healing note or ``""``) for a model's call."""
+    if isinstance(given, str) and given.strip() and not is_copied_summary(given, cls):
+        return given.strip()[:MAX_SUMMARY], ""  # the model's own words: shown escaped
+    why = "missing" if given is None else "copied" if isinstance(given, str) and given else "empty"
+    if given is not None and not isinstance(given, str):
+        why = "not text"
+    return written_summary(cls, params), f"act_summary {why}: written from the tooltip"
+
+
+def _placeholder(name: str, spec: Any) -> str:
+    types = _types(spec)
+    if "array" in types:
+        return f'["<{name}>"]'
+    if types & {"integer", "number"}:
+        return f"<{name}: number>"
+    if "boolean" in types:
+        return "true"
+    if "object" in types:
+        return "{...}"
+    return f'"<{name}>"'
+
+
+def shape(cls: type[Ability]) -> str:
+    """The correct shape of a call, with placeholders: ``{"query": ["<query>"], ...}``."""
+    props = _properties(cls)
+    names = _required(cls)
+    if cls.actions and cls.action_param in props and cls.action_param not in names:
+        names.insert(0, cls.action_param)
+    fields = [f'"{n}": {_placeholder(n, props.get(n))}' for n in names]
+    fields.append(f'"act_summary": "{ACT_SUMMARY_DESCRIPTION}"')
+    return "{" + ", ".join(fields) + "}"
