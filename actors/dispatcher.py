@@ -410,6 +410,7 @@ class DispatcherActor(SupervisedActor):
         healed = "; ".join(fields.healed)
         try:
             instance = cls(call.context, self._services)
+            instance.call_id = call.call_id
         except Exception as exc:
             log.exception("constructing %s failed", cls.name)
             self._end_early(
@@ -452,6 +453,7 @@ class DispatcherActor(SupervisedActor):
             act_summary=act_summary,
             background=background,
             healed=healed,
+            parent_call_id=ctx.parent_call,
         )
         state = _Call(
             seq=next(self._seq),

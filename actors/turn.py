@@ -62,6 +62,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
+from chalie.delegate import parent_of
 from chalie.dispatch import envelope_name
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
@@ -255,6 +256,7 @@ class TurnActor(Actor):
         self._delivered: set[str] = set()
         self._send_no = 0
         self._channel: Channel | None = None
+        self._parent_call = ""  # a delegate conversation's parent call (chalie.delegate)
         self._idle_timer: list[int] = []
         self._requests: Subscription | None = None
 
@@ -277,6 +279,7 @@ class TurnActor(Actor):
         if loaded is None:
             raise LookupError(f"no conversation {self.conversation_id!r}")
         self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
+        self._parent_call = parent_of(loaded.info.origin)
         self._messages = loaded.messages
         self._sizes = [act.message_tokens(m) for m in self._messages]
         self._seq = loaded.info.last_seq
@@ -618,6 +621,7 @@ class TurnActor(Actor):
             injected=channel.tools(),
             scope="restricted",
             initiator="model",
+            parent_call=self._parent_call,
         )
         del names
         turn.calls = []

@@ -182,6 +182,8 @@ class Ability(metaclass=AbilityMeta):
     ) -> None:
         self.context = context
         self.services = services
+        # The id of the call this instance runs (set by the dispatcher; "" elsewhere).
+        self.call_id = ""
         # Set by the dispatcher when the call is cancelled or times out. Python
         # threads cannot be killed, so a long-running run() should check it.
         self.cancelled = threading.Event()

@@ -334,7 +334,7 @@ class BrowserConfig(Section, frozen=True):
     # Pages (one per delegate turn) open at once; a turn past it gets browser-unavailable.
     max_sessions: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
     # Seconds a turn's page stays open after its last action.
-    session_idle: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 120.0
+    session_idle: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 120.0
     # Seconds the browser process stays up with no page open (then it is closed).
     idle_close: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 60.0
     # Seconds one browser action may take.

@@ -88,6 +88,8 @@ class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
     injected: tuple[str, ...] = ()
     scope: ToolScope = "restricted"
     initiator: Initiator = "model"
+    # A delegate's sub-turn (chalie.delegate): the id of the call that started it.
+    parent_call: str = ""
 
 
 class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):

@@ -62,12 +62,16 @@ _SCHEMA: Final = (
         background      INTEGER NOT NULL DEFAULT 0,
         started_at      REAL NOT NULL,
         ended_at        REAL,
-        healed          TEXT NOT NULL DEFAULT ''
+        healed          TEXT NOT NULL DEFAULT '',
+        parent_call_id  TEXT NOT NULL DEFAULT ''
     )
     """,
 )
 # Columns added after the first release, each with the ALTER that adds it to an older file.
-_ADDED: Final = {"healed": "ALTER TABLE trail ADD COLUMN healed TEXT NOT NULL DEFAULT ''"}
+_ADDED: Final = {
+    "healed": "ALTER TABLE trail ADD COLUMN healed TEXT NOT NULL DEFAULT ''",
+    "parent_call_id": "ALTER TABLE trail ADD COLUMN parent_call_id TEXT NOT NULL DEFAULT ''",
+}
 
 _json = msgspec.json.Encoder()
 
@@ -91,6 +95,8 @@ class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: float | None
     # What the dispatcher healed in the model's arguments (chalie.healing), "; "-joined.
     healed: str = ""
+    # The call that started the delegate sub-turn this call ran in ('' for none).
+    parent_call_id: str = ""
 
 
 _COLUMNS: Final = tuple(TrailRow.__struct_fields__)
@@ -153,12 +159,13 @@ class CallRecord(msgspec.Struct, kw_only=True):
     background: bool = False
     started_at: float = 0.0
     healed: str = ""
+    parent_call_id: str = ""
 
 
 _INSERT: Final = (
     "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
     "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at, "
-    "healed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "healed, parent_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -223,6 +230,7 @@ class Trail:
         act_summary: str,
         background: bool = False,
         healed: str = "",
+        parent_call_id: str = "",
     ) -> CallRecord:
         """A CallRecord with a reserved id and clipped text fields, started now."""
         return CallRecord(
@@ -238,6 +246,7 @@ class Trail:
             background=background,
             started_at=time.time(),
             healed=_clip(healed),
+            parent_call_id=_clip(parent_call_id),
         )
 
     def _insert(
@@ -269,6 +278,7 @@ class Trail:
                 rec.started_at,
                 ended_at,
                 rec.healed,
+                rec.parent_call_id,
             ),
         )
 
@@ -368,6 +378,7 @@ class Trail:
         conversation_id: str | None = None,
         turn_id: str | None = None,
         call_id: str | None = None,
+        parent_call_id: str | None = None,
         since: float | None = None,
     ) -> list[TrailRow]:
         """Recent calls, newest first, filtered by any of the given fields."""
@@ -386,6 +397,7 @@ class Trail:
             ("conversation_id", conversation_id),
             ("turn_id", turn_id),
             ("call_id", call_id),
+            ("parent_call_id", parent_call_id),
         ):
             if value is not None:
                 if not isinstance(value, str):

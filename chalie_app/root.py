@@ -69,6 +69,7 @@ from chalie.supervision import ChildSpec
 
 if TYPE_CHECKING:
     from actors.discovery import WriterFactory
+    from chalie.web.kit import WebKit
 
 log = logging.getLogger("chalie.daemon")
 
@@ -402,6 +403,15 @@ def prepare(config: Config) -> tuple[Registry, Path]:
         log.warning(
             "ability module not loaded", extra={"path": failure.path, "error": failure.error}
         )
+    from chalie.conversation.channels import channel_problems, resolve_channels
+
+    try:
+        channels = resolve_channels(config.channels)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    problems = channel_problems(channels, registry.names(), config.models)
+    if problems:
+        raise StartupError(problems[0])
     try:
         control.endpoint(config.home)
     except ValueError as exc:
@@ -445,6 +455,7 @@ def _run_locked(
     services = Services()
     loop = EventLoopThread()
     rt = Runtime(config, registry, events, loop, services, db_path)
+    web = _web_services(rt)
     restore_signals = _install_signals(rt.stop_requested)
     try:
         loop.start()
@@ -462,6 +473,7 @@ def _run_locked(
             pass
     finally:
         _shutdown(rt)
+        web.close()
         restore_signals()
     if rt.escalation is not None:
         child_id, error = rt.escalation
@@ -474,6 +486,20 @@ def _run_locked(
         return EXIT_ESCALATED
     log.info("daemon stopped")
     return EXIT_OK
+
+
+def _web_services(rt: Runtime) -> WebKit:
+    """The web tools' shared parts and the delegate port, for abilities (services.extra)."""
+    from actors.delegates import DelegateRunner
+    from chalie import delegate
+    from chalie.web import kit
+
+    web = kit.WebKit(rt.config.web, home=rt.config.home)
+    rt.services.extra[kit.SERVICE_KEY] = web
+    rt.services.extra[delegate.SERVICE_KEY] = DelegateRunner(
+        rt, on_end=lambda _channel, turn_id: web.end_session(turn_id)
+    )
+    return web
 
 
 def _shutdown(rt: Runtime) -> None:

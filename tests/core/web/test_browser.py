@@ -1,0 +1,99 @@
+"""browser with the real Chromium (Debian's): pages, actions, the guard, the pool."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from abilities.browser import Browser
+from chalie import untrusted
+from chalie.web.kit import WebKit
+from tests.conftest import wait_until
+from tests.web.conftest import call, make_kit
+from tests.web.site import Site
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def bkit(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebKit]:
+    made = make_kit(
+        site,
+        tmp_path_factory.mktemp("browser"),
+        browser={"max_sessions": 2, "idle_close": 300, "session_idle": 300},
+    )
+    yield made
+    made.close()
+
+
+def test_a_javascript_page_is_read_typed_into_and_followed(bkit: WebKit, site: Site) -> None:
+    opened = call(Browser, bkit, turn="t_js", action="open", url=site.url("/js"))
+    assert opened.ok, opened.body
+    assert untrusted.is_marked(opened)
+    assert "The museum opens at 09:30" in opened.body  # written by the page's script
+    typed = call(
+        Browser, bkit, turn="t_js", action="type", selector="#q", text="ferry", submit=True
+    )
+    assert "You searched for ferry" in typed.body
+    followed = call(Browser, bkit, turn="t_js", action="click", selector="Read the history article")
+    assert followed.meta["url"] == site.url("/article")
+    extracted = call(Browser, bkit, turn="t_js", action="extract")
+    assert "Fort St Elmo" in extracted.body and "Section 7 of the menu" in extracted.body  # links
+    scrolled = call(Browser, bkit, turn="t_js", action="scroll", amount=2)
+    assert scrolled.ok
+
+
+def test_a_screenshot_is_a_rich_png(bkit: WebKit, site: Site) -> None:
+    call(Browser, bkit, turn="t_shot", action="open", url=site.url("/article"))
+    shot = call(Browser, bkit, turn="t_shot", action="screenshot")
+    assert shot.ok and shot.rich is not None
+    item = shot.rich["items"][0]
+    assert item["type"] == "image" and item["mime_type"] == "image/png"
+    assert base64.b64decode(item["data"]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert item["data"] not in shot.body  # the model gets a line, not the image
+
+
+def test_every_request_of_the_page_passes_the_guard(bkit: WebKit, site: Site) -> None:
+    result = call(Browser, bkit, turn="t_guard", action="open", url=site.url("/browser/private"))
+    assert result.ok and "Visible text of a page" in result.body
+    assert result.meta["blocked"] >= 1
+    assert f"127.0.0.1:{site.other_port}" in result.body
+    assert site.elsewhere_hits == []  # neither the image nor the script's fetch got there
+
+
+def test_navigation_to_a_refused_address_or_through_a_redirect_fails(
+    bkit: WebKit, site: Site
+) -> None:
+    direct = call(Browser, bkit, turn="t_nav", action="open", url="http://169.254.169.254/")
+    assert direct.code == "blocked-address"
+    redirected = call(Browser, bkit, turn="t_nav", action="open", url=site.url("/redirect/1"))
+    assert redirected.code in ("browser-error", "blocked-address"), redirected
+    assert site.elsewhere_hits == []
+
+
+def test_actions_before_open_and_bad_selectors_are_errors(bkit: WebKit, site: Site) -> None:
+    assert call(Browser, bkit, turn="t_none", action="extract").code == "browser-error"
+    call(Browser, bkit, turn="t_sel", action="open", url=site.url("/article"))
+    missing = call(Browser, bkit, turn="t_sel", action="click", selector="#does-not-exist")
+    assert missing.code in ("browser-error", "tool-timeout")
+
+
+def test_the_pool_is_bounded_and_closes_when_idle(site: Site, tmp_path: Path) -> None:
+    kit = make_kit(
+        site, tmp_path, browser={"max_sessions": 1, "idle_close": 0.5, "session_idle": 0.5}
+    )
+    try:
+        assert not kit.browser_running  # nothing starts before the first call
+        call(Browser, kit, turn="a", action="open", url=site.url("/article"))
+        call(Browser, kit, turn="b", action="open", url=site.url("/article"))
+        assert kit.browser.sessions() == 1  # the idle page of turn a made room
+        wait_until(lambda: not kit.browser_running, 30, "the idle browser to close")
+        assert kit.browser.launches == 1
+        again = call(Browser, kit, turn="c", action="open", url=site.url("/js"))
+        assert again.ok and kit.browser.launches == 2
+    finally:
+        kit.close()
+    assert not kit.browser_running
