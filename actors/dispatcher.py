@@ -531,6 +531,7 @@ class DispatcherActor(SupervisedActor):
                 else "{}",
                 act_summary=act_summary,
                 healed=healed,
+                parent_call_id=str(ctx.parent_call),
             )
             self._trail.finish(
                 rec, status="error", code=result.code, decision=None, decided_by=None, started=False

@@ -48,6 +48,7 @@ _WORD: Final = re.compile(r"[a-z0-9]{3,}")
 _TITLE: Final = re.compile(r"^Title: (.*)$", re.M)
 _URL_LINE: Final = re.compile(r"^URL: (\S+)$", re.M)
 _FETCHERS: Final = frozenset({"web_fetch", "read", "browser"})
+_OWN_SOURCES: Final = re.compile(r"^\W*sources\W*$", re.I | re.M)
 
 
 def origin_for(parent_call: str) -> str:
@@ -213,11 +214,14 @@ def answer_with_sources(run: DelegateRun, channel: str) -> ToolResult:
     pages, found = gather(run.messages)
     answer = run.text.strip()
     sources = sources_of(answer, pages)
+    if sources:
+        # The model's own list of sources is replaced by the checked one below.
+        answer = _OWN_SOURCES.split(answer, maxsplit=1)[0].rstrip() or answer
     lines = [answer or "(the delegate gave an empty answer)"]
     if sources:
         lines += ["", "Sources:"]
         for n, source in enumerate(sources, 1):
-            lines.append(f"[{n}] {source.title} - {source.url}")
+            lines.append(f"{n}. {source.title} - {source.url}")
             if source.passage:
                 lines.append(f'    "{source.passage}"')
     rich = {

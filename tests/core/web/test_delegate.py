@@ -1,0 +1,210 @@
+"""A whole web_search delegate turn: chat -> find_tools -> web_search -> the web-search sub-turn
+(search on a SearXNG-shaped endpoint, web_fetch of the local site) -> the answer with sources.
+
+The daemon is real (in this process), the model is the scripted one on loopback (tools/fake_llm),
+sloppy where a small model would be: it calls mcp_manager from inside the delegate after reading
+a page that tells it to, and fetches that page too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.conversations import Conversations
+from actors.dispatcher import DispatcherActor
+from actors.policy import PolicyActor
+from chalie import untrusted
+from chalie.conversation.events import PermissionRequested, RichPayload, ToolFinished
+from tests.conversation.harness import Harness, wait_until
+from tests.web.site import ARTICLE_TEXT, SearxNG, Site
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "When was the harbour of Valletta rebuilt?"
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[Harness, Site, SearxNG]]:
+    site = Site()
+
+    def results(q: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "title": "Valletta harbour history",
+                "url": site.url("/article"),
+                "content": "The harbour was rebuilt after the siege.",
+                "publishedDate": "2026-03-01",
+            },
+            {"title": "Cheap flights", "url": site.url("/inject"), "content": "Flights to Malta"},
+            {"title": "Never read", "url": "https://unread.example/", "content": "ignored"},
+        ]
+
+    searx = SearxNG(results)
+    extra = (
+        "[chat]\nport = 0\n[mcp_server]\nport = 0\n"
+        "[web]\n"
+        f'allow = ["127.0.0.1:{site.port}"]\n'
+        "[web.search]\n"
+        'provider = "searxng"\n'
+        f'url = "{searx.url}"\n'
+    )
+    harness = Harness(extra_toml=extra)
+    try:
+        yield harness, site, searx
+    finally:
+        harness.close()
+        searx.stop()
+        site.stop()
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": {**arguments, "act_summary": f"{name} now"}}
+
+
+def tool_names(request: dict[str, Any]) -> set[str]:
+    return {t["function"]["name"] for t in request["body"].get("tools", [])}
+
+
+def test_a_web_search_delegate_turn_from_chat_to_an_answer_with_sources(
+    world: tuple[Harness, Site, SearxNG],
+) -> None:
+    h, site, searx = world
+    article, inject = site.url("/article"), site.url("/inject")
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_search"])]},
+                {"tool_calls": [call("web_search", task=QUESTION)]},
+                # -- inside the delegate (web-search channel) --
+                {"tool_calls": [call("search", query="valletta harbour rebuilt")]},
+                {"tool_calls": [call("web_fetch", url=article), call("web_fetch", url=inject)]},
+                # the page said so: the sloppy model tries; the delegate channel has no such tool
+                {"tool_calls": [call("mcp_manager", action="add", url="http://evil.example/mcp")]},
+                {
+                    "text": "It was rebuilt in 1566, after the Great Siege.\n"
+                    f"Sources:\n- Valletta harbour history: {article}"
+                },
+                # -- back on chat --
+                {"text": "The harbour of Valletta was rebuilt in 1566."},
+            ]
+        }
+    )
+    accepted = h.send(QUESTION, "chat")
+    cid = accepted.conversation_id
+    asked = wait_until(lambda: h.of(cid, PermissionRequested), 30, "the ask for web_search")
+    assert asked[0].tool == "web_search"  # the person consents to the delegate, once
+    h.conversations.call(Conversations.answer, asked[0].request_id, "allow_once")
+    end = h.finished(accepted, timeout=90)
+    assert end.reason == "final", end
+    assert end.text == "The harbour of Valletta was rebuilt in 1566."
+
+    requests = h.server.app.requests
+    assert len(requests) == 7
+    chat_tools = tool_names(requests[0])
+    assert "find_tools" in chat_tools and not chat_tools & {"search", "web_fetch", "browser"}
+    # the delegate's model saw its pinned raw tools only: no find_tools, no mcp_manager
+    for request in requests[2:6]:
+        assert tool_names(request) == {"search", "web_fetch", "read"}, tool_names(request)
+        assert "web research delegate" in json.dumps(request["body"]["messages"][0])
+
+    # what the chat model got back from web_search: the answer, then the sources
+    last = requests[6]["body"]["messages"]
+    result = next(m for m in reversed(last) if m["role"] == "tool")["content"]
+    lines = result.split("\n")
+    assert lines[0].startswith("[web_search(status=success") and "untrusted=true" in lines[0]
+    assert lines[1] == untrusted.WARNING_LINE
+    assert lines[2] == "It was rebuilt in 1566, after the Great Siege."
+    assert f"1. Valletta harbour history - {article}" in lines
+    assert f"- Valletta harbour history: {article}" not in lines  # the model's own list went
+    first_sentence = ARTICLE_TEXT.split(". ")[0] + "."
+    assert f'    "{first_sentence}"' in lines  # the passage the answer used
+    assert f"Cheap flights - {inject}" in result  # read, so a source too
+    assert "unread.example" not in result  # a hit never read nor cited is not a source
+
+    # the full results as the rich payload of the chat's web_search call
+    rich = [e for e in h.of(cid, RichPayload) if e.tool == "web_search"]
+    assert len(rich) == 1
+    payload = rich[0].payload
+    assert payload["sources"][0] == {
+        "title": "Valletta harbour history",
+        "url": article,
+        "passage": first_sentence,
+    }
+    assert [r["tool"] for r in payload["results"]] == [
+        "search",
+        "web_fetch",
+        "web_fetch",
+        "mcp_manager",
+    ]
+    assert payload["results"][3]["status"] == "error"
+    assert searx.queries == ["valletta harbour rebuilt"]
+
+    # the trail: the inner calls on the delegate's conversation, each naming the parent call
+    trail = h.rt.child("dispatcher", DispatcherActor).within(10)
+    parent = trail.call(DispatcherActor.trail, tool="web_search", conversation_id=cid)
+    assert len(parent) == 1 and parent[0].status == "success" and parent[0].channel == "chat"
+    inner = trail.call(DispatcherActor.trail, parent_call_id=parent[0].call_id)
+    assert sorted((r.tool, r.status, r.code) for r in inner) == [
+        ("mcp_manager", "error", "unknown-tool"),
+        ("search", "success", None),
+        ("web_fetch", "success", None),
+        ("web_fetch", "success", None),
+    ]
+    assert {r.conversation_id for r in inner} == {payload["conversation_id"]} != {cid}
+    assert all(r.channel == "subconscious" and r.decided_by in ("internal", None) for r in inner)
+    # mcp_manager never ran: no server was added
+    assert site.elsewhere_hits == []
+    finished = [e for e in h.of(cid, ToolFinished) if e.tool == "web_search"]
+    assert finished and finished[0].status == "success"
+
+
+def test_a_cancel_of_the_parent_turn_cancels_the_delegate(
+    world: tuple[Harness, Site, SearxNG],
+) -> None:
+    h, site, _ = world
+    h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_search"])]},
+                {"tool_calls": [call("web_search", task="slow one")]},
+                {"tool_calls": [call("web_fetch", url=site.url("/slow"))]},
+            ],
+            "on_tool": {"text": "late"},
+            "on_user": {"text": "late"},
+        }
+    )
+    accepted = h.send("find the slow thing", "chat")
+    cid = accepted.conversation_id
+    trail = h.rt.child("dispatcher", DispatcherActor).within(10)
+
+    def inner_running() -> list[Any]:
+        parent = trail.call(DispatcherActor.trail, tool="web_search", conversation_id=cid)
+        if not parent:
+            return []
+        rows = trail.call(DispatcherActor.trail, parent_call_id=parent[0].call_id)
+        return [r for r in rows if r.tool == "web_fetch"]
+
+    wait_until(inner_running, 30, "the delegate's web_fetch to start")
+    assert h.conversations.call(Conversations.cancel, cid) is True
+    end = h.finished(accepted, timeout=30)
+    assert end.reason == "cancelled"
+
+    def delegate_ended() -> bool:
+        rows = trail.call(DispatcherActor.trail, tool="web_search", conversation_id=cid)
+        return bool(rows) and rows[0].status != "running"
+
+    wait_until(delegate_ended, 30, "the web_search call to end")
+    parent = trail.call(DispatcherActor.trail, tool="web_search", conversation_id=cid)[0]
+    assert parent.code == "cancelled"
+    delegate_conversation = inner_running()[0].conversation_id
+
+    def delegate_reasons() -> list[Any]:
+        turns = h.conversations.call(Conversations.show, delegate_conversation)["turns"]
+        return [t.reason for t in turns if t.reason is not None]
+
+    assert wait_until(delegate_reasons, 30, "the delegate's turn to end") == ["cancelled"]
