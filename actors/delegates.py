@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any, Final, Protocol
 
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import ASK_TIMEOUT, Conversations, new_id
-from actors.supervisor import ChildRef, ChildUnavailable
 from chalie.conversation.events import ToolFinished, TurnFinished
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.delegate import DelegateError, DelegateRun, origin_for

@@ -13,7 +13,7 @@ from chalie.messages import TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.web.kit import SERVICE_KEY, WebKit
-from tests.web.site import Site
+from tests.core.web.site import Site
 
 
 @pytest.fixture(scope="module")

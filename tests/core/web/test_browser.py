@@ -12,8 +12,8 @@ from abilities.browser import Browser
 from chalie import untrusted
 from chalie.web.kit import WebKit
 from tests.conftest import wait_until
-from tests.web.conftest import call, make_kit
-from tests.web.site import Site
+from tests.core.web.conftest import call, make_kit
+from tests.core.web.site import Site
 
 pytestmark = pytest.mark.slow
 

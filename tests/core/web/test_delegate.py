@@ -19,8 +19,8 @@ from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
 from chalie import untrusted
 from chalie.conversation.events import PermissionRequested, RichPayload, ToolFinished
-from tests.conversation.harness import Harness, wait_until
-from tests.web.site import ARTICLE_TEXT, SearxNG, Site
+from tests.core.conversation.harness import Harness, wait_until
+from tests.core.web.site import ARTICLE_TEXT, SearxNG, Site
 
 pytestmark = pytest.mark.slow
 

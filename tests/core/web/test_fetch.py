@@ -15,8 +15,8 @@ from chalie.envelope import parse, render
 from chalie.web.extract import extract
 from chalie.web.http import FetchError
 from chalie.web.kit import WebKit
-from tests.web.conftest import call, make_kit
-from tests.web.site import ARTICLE, Site
+from tests.core.web.conftest import call, make_kit
+from tests.core.web.site import ARTICLE, Site
 
 
 def test_an_article_comes_back_without_its_boilerplate(kit: WebKit, site: Site) -> None:

@@ -14,8 +14,8 @@ from chalie import untrusted
 from chalie.config import Config
 from chalie.envelope import parse, render
 from chalie.web.kit import WebKit
-from tests.web.conftest import call
-from tests.web.site import SearxNG
+from tests.core.web.conftest import call
+from tests.core.web.site import SearxNG
 
 
 def rows(q: str) -> list[dict[str, Any]]:
