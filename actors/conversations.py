@@ -72,6 +72,7 @@ from chalie.mail import (
     TurnActorCrashed,
     TurnActorIdle,
 )
+from chalie.mcp.proxy import scoped_to
 from chalie.messages import (
     ANSWERS,
     BackgroundResult,
@@ -197,6 +198,7 @@ class Conversations(SupervisedActor):
             max_queued=rt.config.conversations.max_queued,
             learn=self._learn,
             summary=self._summary,
+            scoped=lambda channel: scoped_to(rt.registry, channel),
         )
         ref = self.actor_ref
 

@@ -368,7 +368,11 @@ class McpConnectionActor(SupervisedActor):
                 self._rows[row.proxy] = row
             self._publish()
         installed = install(
-            self._deps.registry, change.rows, enabled=True, timeout=self._deps.timeout(self._spec)
+            self._deps.registry,
+            change.rows,
+            enabled=True,
+            timeout=self._deps.timeout(self._spec),
+            channels=self._spec.channels,
         )
         announce(self._deps, installed)
         back_to_ask(self._deps, change.quarantined)
@@ -392,7 +396,11 @@ class McpConnectionActor(SupervisedActor):
         announce(
             self._deps,
             install(
-                self._deps.registry, changed, enabled=True, timeout=self._deps.timeout(self._spec)
+                self._deps.registry,
+                changed,
+                enabled=True,
+                timeout=self._deps.timeout(self._spec),
+                channels=self._spec.channels,
             ),
         )
         self._resync()

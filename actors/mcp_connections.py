@@ -105,6 +105,7 @@ class McpConnections(Supervisor):
                     [r for r in rows if r.server == name],
                     enabled=spec.enabled,
                     timeout=deps.timeout(spec),
+                    channels=spec.channels,
                 ),
             )
             if spec.enabled:

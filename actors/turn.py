@@ -131,6 +131,8 @@ class TurnDeps:
     # The tooltip shown while a call runs: the model's act_summary, or one the framework
     # writes from the tool's tooltip and arguments (chalie.healing.summary_for).
     summary: Callable[[str, dict[str, Any]], str] = lambda _t, _a: ""
+    # The remote (MCP) tools scoped to a channel (by name): offered there like its pins.
+    scoped: Callable[[str], tuple[str, ...]] = lambda _channel: ()
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -476,10 +478,15 @@ class TurnActor(Actor):
         self._step()
 
     # -- a model step -------------------------------------------------------------------
-    def _tool_names(self, turn: _Turn) -> tuple[str, ...]:
+    def _channel_tools(self) -> tuple[str, ...]:
+        """The channel's own tools: its pins and the remote tools scoped to it."""
         channel = self._channel
         assert channel is not None
-        return tuple(dict.fromkeys((*channel.tools(), *sorted(self._deps.injected(turn.turn_id)))))
+        return tuple(dict.fromkeys((*channel.tools(), *self._deps.scoped(channel.name))))
+
+    def _tool_names(self, turn: _Turn) -> tuple[str, ...]:
+        injected = sorted(self._deps.injected(turn.turn_id))
+        return tuple(dict.fromkeys((*self._channel_tools(), *injected)))
 
     def _step(self) -> None:
         turn = self._turn
@@ -618,7 +625,7 @@ class TurnActor(Actor):
             channel=channel.policy_channel,
             human_present=channel.human_present or turn.human_present,
             allow_async=channel.async_offered,
-            injected=channel.tools(),
+            injected=self._channel_tools(),
             scope="restricted",
             initiator="model",
             parent_call=self._parent_call,

@@ -146,6 +146,7 @@ _OPTIONS: Final = {
     "roots": "roots",
     "samplingTokens": "sampling_tokens",
     "sampling_tokens": "sampling_tokens",
+    "channels": "channels",
 }
 
 
@@ -156,7 +157,8 @@ def _options(entry: dict[str, Any]) -> dict[str, Any]:
             if name in out:
                 raise SpecError(f"{key} repeats another spelling of {name}")
             value = entry[key]
-            out[name] = tuple(value) if name == "roots" and isinstance(value, list) else value
+            listed = name in ("roots", "channels") and isinstance(value, list)
+            out[name] = tuple(value) if listed else value
     return out
 
 

@@ -63,8 +63,14 @@ def summary_for(row: ToolRow) -> str:
     return f"{described} {origin}"
 
 
-def proxy_class(row: ToolRow, *, enabled: bool = True, timeout: float = 60.0) -> type[McpProxy]:
-    """The Ability class for one cached remote tool (see the module doc for its two kinds)."""
+def proxy_class(
+    row: ToolRow, *, enabled: bool = True, timeout: float = 60.0, channels: tuple[str, ...] = ()
+) -> type[McpProxy]:
+    """The Ability class for one cached remote tool (see the module doc for its two kinds).
+
+    ``channels`` (the server's): when set, the tool is not discoverable and is
+    offered on those channels only (:func:`scoped_to`).
+    """
     usable = enabled and row.state == "active"
     state: str = row.state if enabled else "disabled"
     parameters: dict[str, Any] = (
@@ -78,16 +84,22 @@ def proxy_class(row: ToolRow, *, enabled: bool = True, timeout: float = 60.0) ->
         "tooltip": clean_text(f"{row.remote} on {row.server}", TOOLTIP_MAX),
         "examples": (),
         "parameters": parameters,
-        "discoverable": usable,
+        "discoverable": usable and not channels,
         "internal": not usable,
         "timeout": timeout,
         "mcp_server": row.server,
         "mcp_tool": row.remote,
         "mcp_state": state,
         "mcp_changed": row.changed,
+        "mcp_channels": tuple(channels) if usable else (),
     }
     cls = type(f"McpProxy_{row.proxy}", (McpProxy,), attrs)
     return cls
+
+
+def scoped_to(registry: Registry, channel: str) -> tuple[str, ...]:
+    """The remote tools scoped to ``channel`` (their server's ``channels`` names it)."""
+    return tuple(sorted(e.name for e in registry if channel in getattr(e.cls, "mcp_channels", ())))
 
 
 def is_proxy(cls: type[Ability]) -> bool:
@@ -100,6 +112,7 @@ def signature(cls: type[Ability]) -> tuple[Any, ...]:
         getattr(cls, "mcp_state", None),
         cls.summary,
         cls.discoverable,
+        getattr(cls, "mcp_channels", ()),
         cls.timeout,
         repr(sorted(dict(cls.parameters).items(), key=lambda kv: kv[0])),
     )
@@ -114,12 +127,17 @@ class Installed:
 
 
 def install(
-    registry: Registry, rows: Iterable[ToolRow], *, enabled: bool, timeout: float
+    registry: Registry,
+    rows: Iterable[ToolRow],
+    *,
+    enabled: bool,
+    timeout: float,
+    channels: tuple[str, ...] = (),
 ) -> Installed:
     """Register (or replace) the proxy of every row; unchanged classes are left alone."""
     out = Installed()
     for row in rows:
-        cls = proxy_class(row, enabled=enabled, timeout=timeout)
+        cls = proxy_class(row, enabled=enabled, timeout=timeout, channels=channels)
         old = registry.get(row.proxy)
         old_cls = old.cls if old is not None else None
         if old_cls is not None and is_proxy(old_cls) and signature(old_cls) == signature(cls):
@@ -167,6 +185,7 @@ def install_cached(registry: Registry, db_path: Path, call_timeout: float) -> No
                 [r for r in rows if r.server == server.name],
                 enabled=server.spec.enabled,
                 timeout=server.spec.timeout(call_timeout),
+                channels=server.spec.channels,
             )
     finally:
         store.close()

@@ -46,6 +46,10 @@ class SpecError(ValueError):
     """A connection specification that cannot be used; the message names the field."""
 
 
+CHANNEL: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+MAX_CHANNELS: Final = 32
+
+
 class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One remote MCP server as stored (secrets only as references)."""
 
@@ -67,6 +71,10 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     roots: tuple[str, ...] = ()
     # Model tokens this server's sampling requests may spend a day (None: the [mcp] default).
     sampling_tokens: int | None = None
+    # The channels this server's tools are on (empty: everywhere find_tools is, as
+    # before). When set, its tools are not discoverable and are callable only on
+    # these channels (for a fetch server: ("web-browse",), off plain chat).
+    channels: tuple[str, ...] = ()
 
     def timeout(self, default: float) -> float:
         """Seconds a call of this server's tools may take: its own, else the default."""
@@ -164,8 +172,17 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
             raise SpecError("url must be an http:// or https:// address")
         if spec.command or spec.args or spec.cwd or spec.env:
             raise SpecError(f"an {spec.transport} server takes a url, not a command or env")
+    channels = tuple(spec.channels) if isinstance(spec.channels, tuple | list) else ("",)
+    if len(channels) > MAX_CHANNELS or not all(
+        isinstance(c, str) and CHANNEL.match(c) for c in channels
+    ):
+        raise SpecError(
+            f"channels must be at most {MAX_CHANNELS} channel names "
+            "(lowercase letters, digits, - or _)"
+        )
     return msgspec.structs.replace(
         spec,
+        channels=tuple(dict.fromkeys(channels)),
         env=env,
         headers=headers,
         args=tuple(spec.args),

@@ -148,6 +148,12 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--header", "headers", multiple=True, help="'Name: value' for --url (repeatable).")
 @click.option("--disabled", is_flag=True, help="Add it without connecting.")
 @click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    help="Keep its tools on this channel only, off discovery (repeatable; e.g. web-browse).",
+)
+@click.option(
     "--protocol",
     type=click.Choice(("auto", "legacy")),
     default="auto",
@@ -170,6 +176,7 @@ def mcp_add(
     transport: str | None,
     headers: tuple[str, ...],
     disabled: bool,
+    channels: tuple[str, ...],
     protocol: str,
     call_timeout: float | None,
     connect_timeout: float | None,
@@ -198,6 +205,7 @@ def mcp_add(
                 "heartbeat": heartbeat,
                 "roots": roots,
                 "sampling_tokens": sampling_tokens,
+                "channels": channels,
             },
         )
     except SpecError as exc:

@@ -208,3 +208,48 @@ def test_a_cancel_of_the_parent_turn_cancels_the_delegate(
         return [t.reason for t in turns if t.reason is not None]
 
     assert wait_until(delegate_reasons, 30, "the delegate's turn to end") == ["cancelled"]
+
+
+def test_a_web_browse_delegate_drives_the_browser_and_sees_its_scoped_mcp_tool(
+    world: tuple[Harness, Site, SearxNG],
+) -> None:
+    from chalie.mcp.proxy import install
+    from tests.core.web.test_isolation import _row
+
+    h, site, _ = world
+    row = _row("fetchsrv", "fetch")
+    install(h.rt.registry, [row], enabled=True, timeout=5, channels=("web-browse",))
+    h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_browse", "allow")
+    page = site.url("/js")
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_browse", row.proxy])]},
+                {"tool_calls": [call("web_browse", task="What does the museum page say?")]},
+                {"tool_calls": [call("browser", action="open", url=page)]},
+                {
+                    "tool_calls": [
+                        call("browser", action="type", selector="#q", text="ferry", submit=True)
+                    ]
+                },
+                {"text": f"The museum opens at 09:30 and closes at 17:00.\nSources: {page}"},
+                {"text": "It opens at 09:30."},
+            ]
+        }
+    )
+    accepted = h.send("when does the museum open?", "chat")
+    end = h.finished(accepted, timeout=120)
+    assert end.reason == "final" and end.text == "It opens at 09:30."
+    requests = h.server.app.requests
+    assert row.proxy not in tool_names(requests[1])  # chat: not found by find_tools
+    found = json.dumps(requests[1]["body"]["messages"])
+    assert "not_found" in found and row.proxy in found
+    for request in requests[2:5]:
+        assert tool_names(request) == {"browser", "web_fetch", "read", row.proxy}
+    back = next(m for m in reversed(requests[5]["body"]["messages"]) if m["role"] == "tool")
+    assert "The museum opens at 09:30 and closes at 17:00." in back["content"]
+    assert f"1. Rendered later - {page}" in back["content"]
+    typed = json.dumps(requests[4]["body"]["messages"])
+    assert "You searched for ferry" in typed  # the page's own script ran in Chromium
+    web = h.rt.services.extra["web"]
+    wait_until(lambda: web.browser.sessions() == 0, 30, "the delegate's page to close")
