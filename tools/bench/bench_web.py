@@ -1,0 +1,416 @@
+"""The web tools' figures, each beside its floor and the ratio.
+
+1. Extraction of a 1 MB article page (chalie.web.extract.html_document: title,
+   date, links by lxml, the text by trafilatura): target <= 100 ms. Floor:
+   lxml parsing the same page.
+2. ``web_fetch`` of a local page end to end through the dispatcher (actor hop,
+   pre-validation, gate, trail row, the guarded fetch, extraction, the
+   untrusted envelope): target <= 20 ms plus the transfer. Floor: the
+   transfer, a bare httpx2 GET of the same page on a kept-alive connection.
+3. Delegate overhead, model time excluded: a ``web_search`` call through the
+   daemon's dispatcher whose sub-turn is one scripted model answer, minus the
+   model's own time (a ModelClient request to the same scripted server, same
+   size): target <= 5 ms per delegate turn.
+4. ``browser`` open + extract of a local page: warm (the browser up, a new
+   page) <= 1.5 s; cold (launch included) <= 3 s. Floors: bare Playwright
+   doing the same without the pool, routing or guard.
+5. Idle memory: the daemon's RSS and its Chromium processes before any browser
+   call, and after a browser ran and was closed as idle.
+
+Run: ``python tools/bench/bench_web.py [--rounds N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import httpx2
+import lxml.html
+
+from chalie.config import Config
+from chalie.web.extract import html_document
+from chalie.web.kit import WebKit
+
+
+def report(label: str, figure: float, floor_label: str, floor: float, target: str) -> None:
+    ratio = figure / floor if floor > 0 else float("inf")
+    print(
+        f"  => {label}: {figure:.2f} ms, floor ({floor_label}) {floor:.2f} ms, "
+        f"ratio {ratio:.1f}; {target}"
+    )
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def p50(fn: Callable[[], Any], n: int) -> float:
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    return statistics.median(samples)
+
+
+def article(size: int) -> bytes:
+    rnd = random.Random(7)
+    words = "harbour siege fort ferry island council market stone ridge engineer breakwater".split()
+    paras = []
+    total = 0
+    while total < size:
+        p = "<p>" + " ".join(rnd.choice(words) for _ in range(90)) + ".</p>\n"
+        paras.append(p)
+        total += len(p)
+    nav = "<nav>" + "".join(f"<a href='/s{i}'>Menu {i}</a>" for i in range(60)) + "</nav>"
+    return (
+        "<!doctype html><html><head><title>Long read</title>"
+        "<meta property='article:published_time' content='2026-01-01'></head><body>"
+        f"{nav}<article><h1>Long read</h1>{''.join(paras)}</article>"
+        "<footer>Copyright</footer></body></html>"
+    ).encode()
+
+
+class Pages(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body are two writes: without this, a delayed ACK stalls each one 40 ms.
+    disable_nagle_algorithm = True
+    pages: dict[str, bytes] = {}
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = self.pages.get(self.path, b"")
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(pages: dict[str, bytes]) -> tuple[ThreadingHTTPServer, int]:
+    Pages.pages = pages
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, httpd.server_address[1]
+
+
+def bench_extract(rounds: int) -> None:
+    page = article(1024 * 1024)
+    text = page.decode()
+    print(f"1. extraction of a {len(page) / 1e6:.2f} MB article page, p50 of {rounds}:")
+    doc = html_document(text, "http://x.example/")
+    assert "harbour" in doc.text and "Menu 3" not in doc.text
+    for _ in range(3):
+        html_document(text, "http://x.example/")  # warm-up
+    figure = p50(lambda: html_document(text, "http://x.example/"), rounds)
+    floor = p50(lambda: lxml.html.document_fromstring(text), rounds)
+    report(
+        "extract",
+        figure,
+        "lxml parse",
+        floor,
+        f"target <= 100 ms: {'met' if figure <= 100 else 'MISSED'}",
+    )
+
+
+def bench_fetch_dispatch(port: int, home: Path, n: int) -> None:
+    from actors.dispatcher import DispatcherActor, submit
+    from actors.policy import PolicyActor
+    from chalie.events import EventBus
+    from chalie.messages import ToolCall, TurnContext
+    from chalie.registry import Registry
+    from chalie.services import Services
+
+    config = Config.from_mapping({"web": {"allow": [f"127.0.0.1:{port}"]}}, home=home)
+    kit = WebKit(config.web, home=home)
+    registry = Registry.collect()
+    bus = EventBus()
+    policy = PolicyActor.start(home / "chalie.db", bus)
+    dispatcher = DispatcherActor.start(
+        registry,
+        Services(registry=registry, extra={"web": kit}),
+        home / "chalie.db",
+        policy,
+        None,
+        bus,
+    )
+    url = f"http://127.0.0.1:{port}/small"
+    ctx = TurnContext(
+        conversation_id="bench", turn_id="t1", channel="subconscious", injected=("web_fetch",)
+    )
+    call = ToolCall(
+        call_id="c1", tool="web_fetch", arguments={"url": url, "act_summary": "b"}, context=ctx
+    )
+    client = httpx2.Client(trust_env=False)
+    try:
+        outcome = submit(dispatcher, call).result(10)
+        assert outcome.status == "success", outcome.envelope
+        size = len(Pages.pages["/small"])
+        print(
+            f"2. web_fetch of a local {size / 1000:.0f} KB page through the dispatcher, p50 of {n}:"
+        )
+        for _ in range(20):
+            submit(dispatcher, call).result(10)
+            client.get(url)
+        figure = p50(lambda: submit(dispatcher, call).result(10), n)
+        floor = p50(lambda: client.get(url).content, n)
+        over = figure - floor
+        report(
+            "web_fetch via dispatcher",
+            figure,
+            "bare httpx2 GET (the transfer)",
+            floor,
+            f"overhead {over:.2f} ms, target <= 20 ms plus the transfer: {met(over <= 20)}",
+        )
+    finally:
+        client.close()
+        dispatcher.stop()
+        policy.stop()
+        kit.close()
+
+
+def bench_delegate(n: int) -> None:
+    from actors.dispatcher import DispatcherActor, submit
+    from actors.policy import PolicyActor
+    from chalie.messages import ToolCall, TurnContext
+    from chalie.providers.client import ModelClient
+    from chalie.providers.types import ChatMessage, ModelRequest
+    from tests.core.conversation.harness import Harness
+
+    h = Harness(extra_toml="[chat]\nport = 0\n[mcp_server]\nport = 0\n")
+    try:
+        h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
+        h.script({"on_user": {"text": "The answer, from nowhere."}})
+        dispatcher = h.rt.child("dispatcher", DispatcherActor)
+
+        def one(i: int) -> None:
+            ctx = TurnContext(
+                conversation_id=f"bench{i}",
+                turn_id=f"t{i}",
+                channel="chat",
+                injected=("web_search",),
+            )
+            call = ToolCall(
+                call_id=f"c{i}",
+                tool="web_search",
+                arguments={"task": "what is the answer?", "act_summary": "b"},
+                context=ctx,
+            )
+            outcome = submit(dispatcher.current(), call).result(30)
+            assert outcome.status == "success", outcome.envelope
+
+        # the model's own time: one request like the delegate's first, to the same server
+        from chalie.conversation.channels import SHIPPED
+
+        client = ModelClient("default", h.config.models["default"])
+        tools = tuple(
+            entry.cls.descriptor()
+            for name in ("search", "web_fetch", "read")
+            if (entry := h.rt.registry.get(name)) is not None
+        )
+
+        request = ModelRequest(
+            system=SHIPPED["web-search"].system_prompt,
+            messages=(ChatMessage(role="user", text="what is the answer?"),),
+            tools=tools,
+            max_tokens=4096,
+        )
+
+        def model_only() -> None:
+            h.rt.loop.submit(client.complete(request, lambda _t: None, lambda *_a: None)).result(30)
+
+        for i in range(5):
+            one(1000 + i)
+            model_only()
+        counter = iter(range(n * 4))
+        figure = p50(lambda: one(next(counter)), n)
+        floor = p50(model_only, n)
+        over = figure - floor
+        print(
+            "3. a web_search delegate call through the daemon (one scripted model step), "
+            f"p50 of {n}:"
+        )
+        report(
+            "delegate call",
+            figure,
+            "the model request alone",
+            floor,
+            f"overhead {over:.2f} ms a delegate turn, target <= 5 ms: {met(over <= 5)}",
+        )
+        h.rt.loop.submit(client.aclose()).result(10)
+    finally:
+        h.close()
+
+
+async def bare_browser(url: str, launch: bool, state: dict[str, Any]) -> float:
+    from playwright.async_api import async_playwright
+
+    from chalie.web.browser import LAUNCH_ARGS
+
+    t = time.perf_counter()
+    if launch or "browser" not in state:
+        pw = await async_playwright().start()
+        args = [a for a in LAUNCH_ARGS if not a.startswith("--host-resolver")]
+        state["pw"] = pw
+        state["browser"] = await pw.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=args
+        )
+        t = time.perf_counter() if not launch else t
+    context = await state["browser"].new_context()
+    page = await context.new_page()
+    await page.goto(url, wait_until="load")
+    await page.content()
+    await context.close()
+    return (time.perf_counter() - t) * 1000
+
+
+def bench_browser(port: int, home: Path, rounds: int) -> None:
+    config = Config.from_mapping(
+        {
+            "web": {
+                "allow": [f"127.0.0.1:{port}"],
+                "browser": {"idle_close": 0.5, "session_idle": 0.2},
+            }
+        },
+        home=home,
+    )
+    url = f"http://127.0.0.1:{port}/small"
+    cold: list[float] = []
+    warm: list[float] = []
+    for i in range(rounds):
+        kit = WebKit(config.web, home=home)
+        try:
+            t = time.perf_counter()
+            state = kit.browser.act(f"cold{i}", "open", url=url)
+            cold.append((time.perf_counter() - t) * 1000)
+            assert state.document is not None and "harbour" in state.document.text
+            for j in range(3):
+                t = time.perf_counter()
+                kit.browser.act(f"warm{i}{j}", "open", url=url)
+                warm.append((time.perf_counter() - t) * 1000)
+                kit.browser.close_session(f"warm{i}{j}")
+        finally:
+            kit.close()
+    loop = asyncio.new_event_loop()
+    state: dict[str, Any] = {}
+    bare_cold = [loop.run_until_complete(bare_browser(url, True, {})) for _ in range(rounds)]
+    loop.run_until_complete(bare_browser(url, False, state))
+    bare_warm = [
+        loop.run_until_complete(bare_browser(url, False, state)) for _ in range(rounds * 3)
+    ]
+    loop.run_until_complete(state["browser"].close())
+    loop.run_until_complete(state["pw"].stop())
+    loop.close()
+    print(f"4. browser open + extract of a local page, p50 of {rounds} cold / {rounds * 3} warm:")
+    w, c = statistics.median(warm), statistics.median(cold)
+    report(
+        "warm",
+        w,
+        "bare Playwright new page + goto + content",
+        statistics.median(bare_warm),
+        f"target <= 1500 ms: {'met' if w <= 1500 else 'MISSED'}",
+    )
+    report(
+        "cold",
+        c,
+        "bare Playwright launch + goto + content",
+        statistics.median(bare_cold),
+        f"target <= 3000 ms: {'met' if c <= 3000 else 'MISSED'}",
+    )
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def chromium_children(pid: int) -> int:
+    from tests.conftest import descendants
+
+    count = 0
+    for child in descendants(pid):
+        try:
+            if "chrom" in Path(f"/proc/{child}/comm").read_text():
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+def bench_memory(port: int, home: Path) -> None:
+    config = Config.from_mapping(
+        {
+            "web": {
+                "allow": [f"127.0.0.1:{port}"],
+                "browser": {"idle_close": 0.5, "session_idle": 0.2},
+            }
+        },
+        home=home,
+    )
+    kit = WebKit(config.web, home=home)
+    me = os.getpid()
+    kit.fetcher.fetch(f"http://127.0.0.1:{port}/small")
+    before = rss_mb(me)
+    loaded = "playwright.async_api" in sys.modules
+    print("5. idle memory of this process (the web kit made, pages fetched):")
+    print(
+        f"  before any browser call: RSS {before:.1f} MB, "
+        f"chromium processes {chromium_children(me)}, "
+        f"playwright imported: {loaded}"
+    )
+    kit.browser.act("m", "open", url=f"http://127.0.0.1:{port}/small")
+    during = rss_mb(me)
+    kids = chromium_children(me)
+    deadline = time.monotonic() + 30
+    while kit.browser_running and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    after = rss_mb(me)
+    print(f"  with a page open: RSS {during:.1f} MB (+ {kids} chromium processes)")
+    print(
+        f"  after the idle close: RSS {after:.1f} MB ({after - before:+.1f} MB: the Playwright "
+        f"client stays imported), chromium processes {chromium_children(me)}"
+    )
+    kit.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="chalie-bench-web-"))
+    small = article(8 * 1024)
+    httpd, port = serve({"/small": small})
+    try:
+        bench_memory(port, home / "m")
+        bench_extract(max(args.rounds, 9))
+        bench_fetch_dispatch(port, home, args.calls)
+        bench_delegate(max(20, args.calls // 10))
+        bench_browser(port, home / "b", args.rounds)
+        print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    finally:
+        httpd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
