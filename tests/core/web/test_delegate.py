@@ -253,3 +253,33 @@ def test_a_web_browse_delegate_drives_the_browser_and_sees_its_scoped_mcp_tool(
     assert "You searched for ferry" in typed  # the page's own script ran in Chromium
     web = h.rt.services.extra["web"]
     wait_until(lambda: web.browser.sessions() == 0, 30, "the delegate's page to close")
+
+
+def test_a_delegate_call_can_run_in_the_background(world: tuple[Harness, Site, SearxNG]) -> None:
+    from chalie.conversation.events import BackgroundDelivered
+
+    h, site, _ = world
+    h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
+    background = call("web_search", task="background question")
+    background["arguments"]["async"] = True
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_search"])]},
+                {"tool_calls": [background]},
+            ],
+            # the chat's next step (after the call went to the background) and the
+            # delegate's only step (its last message is the task) answer by reaction
+            "on_tool": {"text": "I am looking it up in the background."},
+            "on_user": {"text": f"Found it on {site.url('/article')} quickly."},
+        }
+    )
+    accepted = h.send("look this up while we talk", "chat")
+    end = h.finished(accepted, timeout=60)
+    assert end.reason == "final" and end.text == "I am looking it up in the background."
+    cid = accepted.conversation_id
+    delivered = wait_until(lambda: h.of(cid, BackgroundDelivered), 60, "the delegate's answer")
+    envelope = delivered[0].envelope
+    assert delivered[0].tool == "web_search" and "status=success" in envelope.split("\n")[0]
+    assert f"Found it on {site.url('/article')} quickly." in envelope
+    assert f"1. {site.url('/article')} - {site.url('/article')}" in envelope  # cited, not read
