@@ -58,7 +58,15 @@ class Browser(Ability):
     )
     tooltip = "Use the browser"
     Params = BrowserParams
-    actions = {"open": ("url",), "type": ("selector", "text"), "click": ("selector",)}
+    actions = {
+        "open": ("url",),
+        "click": ("selector",),
+        "type": ("selector", "text"),
+        "scroll": (),
+        "extract": (),
+        "screenshot": (),
+        "close": (),
+    }
     discoverable = False
     internal = True
     timeout = 120.0

@@ -66,7 +66,13 @@ class Read(Ability):
         if params.url is not None:
             try:
                 fetched = kit.fetcher.fetch(params.url, cancelled=self.cancelled)
-                doc = extract(fetched.body, fetched.content_type, fetched.charset, url=fetched.url)
+                doc = extract(
+                    fetched.body,
+                    fetched.content_type,
+                    fetched.charset,
+                    url=fetched.url,
+                    structured=True,
+                )
             except FetchError as exc:
                 return results.error(exc.code, exc.message, exc.hint)
             except ExtractError as exc:
@@ -85,7 +91,7 @@ class Read(Ability):
                     "fetch-too-large", f"the file is larger than {kit.config.max_bytes} bytes"
                 )
             body = found.read_bytes()
-            doc = extract(body, "", None, name=found.name)
+            doc = extract(body, "", None, name=found.name, structured=True)
         except OSError as exc:
             return ToolResult.error("path-not-allowed", f"cannot read the file: {exc.strerror}")
         except ExtractError as exc:

@@ -23,10 +23,11 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 from urllib.parse import urljoin, urlsplit
 
-import lxml.html
+if TYPE_CHECKING:  # lxml, trafilatura and pypdf load on the first page read, not at start
+    import lxml.html
 
 Kind = Literal["html", "pdf", "text", "markdown", "json"]
 MAX_PDF_PAGES: Final = 300
@@ -168,8 +169,13 @@ def extract(
     *,
     url: str = "",
     name: str = "",
+    structured: bool = False,
 ) -> Document:
-    """The readable document in ``body``; ExtractError when it is not a kind we read."""
+    """The readable document in ``body``; ExtractError when it is not a kind we read.
+
+    ``structured``: keep the structure (HTML as Markdown: headings, lists,
+    tables; PDF pages marked), as ``read`` wants it.
+    """
     kind = kind_of(content_type, body, name or urlsplit(url).path)
     if kind is None:
         raise ExtractError(
@@ -177,10 +183,10 @@ def extract(
             "(HTML, PDF, plain text, Markdown and JSON are)"
         )
     if kind == "pdf":
-        return _pdf(body)
+        return _pdf(body, structured)
     text = decode(body, charset, html=kind == "html")
     if kind == "html":
-        return html_document(text, url)
+        return html_document(text, url, structured=structured)
     if kind == "markdown":
         heading = next((ln[2:].strip() for ln in text.splitlines() if ln.startswith("# ")), "")
         return Document("markdown", heading, text)
@@ -193,8 +199,10 @@ def extract(
     return Document("text", "", text)
 
 
-def html_document(text: str, url: str = "") -> Document:
-    """Title, main text, date and links of one HTML page."""
+def html_document(text: str, url: str = "", *, structured: bool = False) -> Document:
+    """Title, main text (as Markdown when ``structured``), date and links of one HTML page."""
+    import lxml.etree
+    import lxml.html
     import trafilatura
 
     if not text.strip():
@@ -206,7 +214,12 @@ def html_document(text: str, url: str = "") -> Document:
     title, date, links = _title(tree), _date(tree), _links(tree, url)
     # trafilatura prunes the tree it is given: metadata and links are read first.
     main = trafilatura.extract(
-        tree, url=url or None, fast=True, include_comments=False, with_metadata=False
+        tree,
+        url=url or None,
+        fast=True,
+        include_comments=False,
+        with_metadata=False,
+        output_format="markdown" if structured else "txt",
     )
     body = (main or "").strip()
     if len(body) < 40:
@@ -256,7 +269,7 @@ def _links(tree: lxml.html.HtmlElement, url: str) -> tuple[Link, ...]:
     return tuple(out.values())
 
 
-def _pdf(body: bytes) -> Document:
+def _pdf(body: bytes, structured: bool = False) -> Document:
     import pypdf
     from pypdf.errors import PdfReadError
 
@@ -271,7 +284,8 @@ def _pdf(body: bytes) -> Document:
             if number >= MAX_PDF_PAGES:
                 texts.append(f"[... {len(pages) - MAX_PDF_PAGES} more pages not read]")
                 break
-            texts.append((page.extract_text() or "").strip())
+            text = (page.extract_text() or "").strip()
+            texts.append(f"--- page {number + 1} ---\n{text}" if structured else text)
         meta = reader.metadata
         title = str(meta.title or "") if meta is not None else ""
     except ExtractError:

@@ -145,6 +145,8 @@ class Fetcher:
             raise FetchError(BLOCKED_CODE, exc.reason, _BLOCKED_HINT) from None
         except httpx2.TimeoutException:
             raise _timeout(limits.timeout) from None
+        except (httpx2.InvalidURL, ValueError) as exc:
+            raise FetchError("invalid-param", f"not a usable URL: {_reason(exc)}") from None
         except httpx2.HTTPError as exc:
             raise FetchError("fetch-failed", f"{url}: {_reason(exc)}") from None
 
@@ -186,6 +188,10 @@ class Fetcher:
                 raise FetchError(BLOCKED_CODE, exc.reason, _BLOCKED_HINT) from None
             except httpx2.TimeoutException:
                 raise _timeout(limits.timeout) from None
+            except (httpx2.InvalidURL, ValueError) as exc:
+                raise FetchError(
+                    "invalid-param", f"not a usable URL: {_reason(exc)}", _URL_HINT
+                ) from None
             except httpx2.HTTPError as exc:
                 raise FetchError("fetch-failed", f"{current}: {_reason(exc)}") from None
         raise FetchError(
@@ -195,6 +201,7 @@ class Fetcher:
         )
 
 
+_URL_HINT: Final = "Pass a whole http(s) URL, as found in a search result or a link."
 _BLOCKED_HINT: Final = "Only public web addresses can be fetched; try another source."
 
 

@@ -283,3 +283,46 @@ def test_a_delegate_call_can_run_in_the_background(world: tuple[Harness, Site, S
     assert delivered[0].tool == "web_search" and "status=success" in envelope.split("\n")[0]
     assert f"Found it on {site.url('/article')} quickly." in envelope
     assert f"1. {site.url('/article')} - {site.url('/article')}" in envelope  # cited, not read
+
+
+HOSTILE = [
+    ("web_fetch", {"url": 5}, "invalid-param"),
+    ("web_fetch", {"url": "http://x.example/" + "a" * 5000}, "invalid-param"),
+    ("web_fetch", {"url": "not a url"}, "blocked-address"),
+    ("web_fetch", {"url": "http://[::1"}, "blocked-address"),
+    ("web_fetch", {"url": "http://127.0.0.1:1/\x00"}, "invalid-param"),
+    ("web_fetch", {"url": "https://x.example/", "surprise": True}, "invalid-param"),
+    ("search", {"query": ""}, "invalid-param"),
+    ("search", {"query": "   "}, "invalid-param"),
+    ("read", {"path": "/etc/passwd"}, "path-not-allowed"),
+    ("read", {"path": "a\x00b"}, "invalid-param"),
+    ("browser", {"action": "explode"}, "unknown-action"),
+    ("browser", {"action": "open"}, "missing-params"),
+    ("browser", {"action": "type", "selector": "#q"}, "missing-params"),
+    ("web_search", {"task": ""}, "invalid-param"),
+    ("web_search", {"task": "x" * 5000}, "invalid-param"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "code"), HOSTILE)
+def test_hostile_arguments_get_a_structured_error_through_the_dispatcher(
+    world: tuple[Harness, Site, SearxNG], tool: str, arguments: dict[str, Any], code: str
+) -> None:
+    from actors.dispatcher import submit
+    from chalie.envelope import parse
+    from chalie.messages import ToolCall, TurnContext
+
+    h, _, _ = world
+    channel = "chat" if tool == "web_search" else "subconscious"
+    pinned = ("web_search",) if tool == "web_search" else ("search", "web_fetch", "read", "browser")
+    context = TurnContext(
+        conversation_id="c_hostile", turn_id="t_hostile", channel=channel, injected=pinned
+    )
+    outcome = submit(
+        h.rt.child("dispatcher", DispatcherActor).current(),
+        ToolCall(
+            call_id="x", tool=tool, arguments={**arguments, "act_summary": "x"}, context=context
+        ),
+    ).result(30)
+    assert outcome.status == "error" and outcome.code == code, outcome.envelope
+    assert len(parse(outcome.envelope)) == 1

@@ -171,12 +171,13 @@ def test_read_opens_files_in_allowed_folders_only(site: Site, tmp_path: Path) ->
         assert md.ok and "Title: Trip notes" in md.body and "- ferry at 09:00" in md.body
         html = call(Read, kit, path="page.html")  # relative to the first folder
         assert "Fort St Elmo" in html.body and "Section 7" not in html.body
+        assert "# Valletta harbour history" in html.body  # the structure kept: headings
         for bad in (str(tmp_path / "secret.txt"), "../secret.txt", str(docs / "escape.txt")):
             assert call(Read, kit, path=bad).code == "path-not-allowed", bad
         assert call(Read, kit, path=str(docs / "nope.txt")).code == "path-not-allowed"
         assert call(Read, kit).code == "missing-params"
         pdf = call(Read, kit, url=site.url("/doc.pdf"))
-        assert "Last ferry 23:30." in pdf.body
+        assert "Last ferry 23:30." in pdf.body and "--- page 1 ---" in pdf.body
         assert (
             call(Read, kit, url=f"http://127.0.0.1:{site.other_port}/x").code == "blocked-address"
         )
