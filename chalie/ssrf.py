@@ -50,6 +50,7 @@ _RULES: Final[tuple[tuple[str, Callable[[IPAddress], bool]], ...]] = (
     ("unspecified", lambda ip: ip.is_unspecified),
     ("loopback", lambda ip: ip.is_loopback),
     ("link-local", lambda ip: ip.is_link_local),
+    ("site-local", lambda ip: isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local),
     ("private", lambda ip: ip.is_private),
     ("multicast", lambda ip: ip.is_multicast),
     ("reserved", lambda ip: ip.is_reserved),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -81,6 +82,8 @@ def guarded_client(guard: Guard, *, user_agent: str, timeout: float) -> httpx2.C
     )
     return httpx2.Client(
         transport=transport,
+        # One client serves every turn: no cookie may be kept from one fetch to the next.
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         trust_env=False,
         follow_redirects=False,
         timeout=httpx2.Timeout(timeout),

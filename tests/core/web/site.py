@@ -192,6 +192,14 @@ class Site:
                     "/binary": lambda: self.send(200, b"\x00\x01\x02" * 100, "image/png"),
                     "/inject": lambda: self.send(200, INJECTION, "text/html; charset=utf-8"),
                     "/missing": lambda: self.send(404, b"not here", "text/plain"),
+                    "/set-cookie": lambda: self.send(
+                        200, b"cookie set", "text/plain", Set_Cookie="session=abc123; Path=/"
+                    ),
+                    "/echo-cookie": lambda: self.send(
+                        200,
+                        ("cookie: " + self.headers.get("Cookie", "(none)")).encode(),
+                        "text/plain",
+                    ),
                     "/slow": self.slow,
                     "/big": self.big,
                     "/big-chunked": self.big_chunked,

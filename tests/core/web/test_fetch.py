@@ -194,3 +194,9 @@ def test_extraction_of_malformed_input_is_an_error_not_a_crash() -> None:
     # libxml2 stops at its nesting limit: a hostile page gives little text, not a crash
     assert extract(b"<html><body>" + b"<div>" * 5000 + b"deep", "text/html").kind == "html"
     assert extract("<p>\ud800 broken</p>".encode("utf-8", "surrogatepass"), "text/html").kind
+
+
+def test_no_cookie_is_kept_from_one_fetch_to_the_next(kit: WebKit, site: Site) -> None:
+    assert call(WebFetch, kit, url=site.url("/set-cookie")).ok
+    echoed = call(WebFetch, kit, url=site.url("/echo-cookie"))
+    assert "cookie: (none)" in echoed.body

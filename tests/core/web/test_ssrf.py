@@ -28,6 +28,7 @@ REFUSED = [
     "::1",
     "::",
     "fe80::1",
+    "fec0::1",  # the deprecated site-local range
     "fc00::1",
     "fd00:ec2::254",  # the other metadata address
     "ff02::1",
