@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import threading
 import time
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Final
 from urllib.parse import urljoin
 
