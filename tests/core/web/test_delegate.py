@@ -326,3 +326,28 @@ def test_hostile_arguments_get_a_structured_error_through_the_dispatcher(
     ).result(30)
     assert outcome.status == "error" and outcome.code == code, outcome.envelope
     assert len(parse(outcome.envelope)) == 1
+
+
+def test_the_raw_web_tools_stay_off_plain_chat(world: tuple[Harness, Site, SearxNG]) -> None:
+    h, site, _ = world
+    fetched_before = site.hits.count("/article")
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_fetch", "browser", "search"])]},
+                {"tool_calls": [call("web_fetch", url=site.url("/article"))]},
+                {"text": "I could not."},
+            ]
+        }
+    )
+    accepted = h.send("fetch the article yourself", "chat")
+    end = h.finished(accepted, timeout=60)
+    assert end.reason == "final"
+    requests = h.server.app.requests
+    found = next(m for m in requests[1]["body"]["messages"] if m["role"] == "tool")["content"]
+    for raw in ("web_fetch", "browser", "search"):
+        assert raw not in tool_names(requests[1]) and raw not in tool_names(requests[2])
+    assert '"not_found"' in found
+    refused = next(m for m in reversed(requests[2]["body"]["messages"]) if m["role"] == "tool")
+    assert "code=unknown-tool" in refused["content"]
+    assert site.hits.count("/article") == fetched_before  # nothing was fetched
