@@ -226,7 +226,11 @@ class Site:
                             "page that loads things it must not.</p>"
                             f"<img src='http://127.0.0.1:{site.other_port}/pixel.png'>"
                             f"<script>fetch('http://127.0.0.1:{site.other_port}/steal')"
-                            ".catch(function(){});</script></body></html>"
+                            ".catch(function(){});"
+                            f"try {{ new WebSocket('ws://127.0.0.1:{site.other_port}/ws'); }}"
+                            " catch (e) {}"
+                            f"new EventSource('http://127.0.0.1:{site.other_port}/events');"
+                            "</script></body></html>"
                         ).encode(),
                         "text/html",
                     ),
