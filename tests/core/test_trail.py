@@ -272,3 +272,43 @@ def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> Non
     assert len(reader.query()) == 3
     reader.close()
     trail.close()
+
+
+def test_an_older_trail_table_gains_the_parent_call_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    old = sqlite3.connect(db)
+    old.execute(
+        "CREATE TABLE trail (id INTEGER PRIMARY KEY, call_id TEXT NOT NULL, turn_id TEXT NOT NULL,"
+        " conversation_id TEXT NOT NULL, channel TEXT NOT NULL, tool TEXT NOT NULL, permission"
+        " TEXT, decision TEXT, decided_by TEXT, params TEXT NOT NULL DEFAULT '{}', status TEXT NOT"
+        " NULL, code TEXT, act_summary TEXT NOT NULL DEFAULT '', background INTEGER NOT NULL"
+        " DEFAULT 0, started_at REAL NOT NULL, ended_at REAL)"
+    )
+    old.execute(
+        "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, status,"
+        " started_at) VALUES (1, 'c0', 't', 'k', 'chat', 'clock', 'success', 1.0)"
+    )
+    old.commit()
+    old.close()
+    trail = Trail(db)
+    try:
+        rec = trail.record_for(
+            call_id="c1",
+            turn_id="t2",
+            conversation_id="k2",
+            channel="subconscious",
+            tool="web_fetch",
+            permission="web_fetch",
+            params="{}",
+            act_summary="",
+            parent_call_id="c0",
+        )
+        trail.finish(
+            rec, status="success", code=None, decision="allow", decided_by="internal", started=False
+        )
+        assert [r.call_id for r in trail.query(parent_call_id="c0")] == ["c1"]
+        assert trail.query(call_id="c0")[0].parent_call_id == ""
+    finally:
+        trail.close()
