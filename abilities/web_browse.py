@@ -18,7 +18,7 @@ class WebBrowse(DelegateAbility):
         "search box, read pages that need JavaScript, take screenshots; answers with sources."
     )
     examples = (
-        "go to this website and find the opening hours",
+        "go to this website and find the contact page",
         "open the site and search it for the product",
         "follow the links to the pricing page",
         "read this page that needs JavaScript",

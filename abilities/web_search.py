@@ -19,11 +19,11 @@ class WebSearch(DelegateAbility):
     )
     examples = (
         "search the web for the latest news about this",
-        "find out when the museum opens",
+        "find out who founded the company",
         "look up the population of Malta",
         "what do reviews say about this laptop",
         "research the question online and cite sources",
-        "check the current exchange rate on the web",
+        "find articles on the web about this topic",
         "google this for me",
     )
     tooltip = "Search the web and answer with sources"

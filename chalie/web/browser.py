@@ -348,8 +348,10 @@ class BrowserPool:
         if action == "open":
             if not url:
                 raise BrowserError("missing-params", "open needs a url")
-            try:
-                self.fetcher.guard.check(url)
+            try:  # the name is resolved off the loop: other pages keep going meanwhile
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.fetcher.guard.check, url
+                )
             except Exception as exc:
                 code = getattr(exc, "code", "fetch-failed")
                 raise BrowserError(
