@@ -1,45 +1,64 @@
-"""The delegate port over the conversations: run one sub-turn on a delegate channel and wait.
+"""The delegate port over the conversations port: run one sub-turn on a delegate channel.
 
-:class:`DelegateRunner` is what ``services.extra["delegates"]`` holds in the
-daemon (chalie.delegate describes the contract). It starts a new conversation
-on the delegate channel through :meth:`Conversations.send`, the path every
-turn takes, with the parent call in its origin; follows the conversation's
-events on the bus until its turn finishes; cancels the turn if the calling
-ability's ``cancelled`` event is set (the parent turn was cancelled) or the
-time runs out; then reads the transcript back for the sources. It runs on
-the thread of the delegate call (the dispatcher's inline pool), never on an
-actor's.
+:class:`DelegateRunner` is ``services.delegates`` in the daemon (chalie.delegate
+describes the contract). It runs on the thread of the delegate call (the
+dispatcher's inline pool), never on an actor's, and hands the work to the
+daemon's event loop: :func:`chalie.conversation.follow.follow_turn` over the
+one conversations port (``ActorConversations``) sends the task to a new
+conversation on the delegate channel (the path every turn takes; its origin
+names the parent call) and follows that turn's events to its end. The call's
+``cancelled`` event (the parent turn was cancelled, or the call timed out) is
+looked at every :data:`POLL` seconds and cancels the sub-turn through the port.
+The sub-turn's tool results come back as its events (``tool_finished``,
+``rich_payload``): the sources are read from them.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
-import queue
 import threading
-import time
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from actors.child_ref import ChildRef, ChildUnavailable
-from actors.conversations import ASK_TIMEOUT, Conversations, new_id
-from chalie.conversation.events import ToolFinished, TurnFinished
+from actors.child_ref import ChildRef
+from actors.conversations import Conversations, new_id
+from actors.conversations_port import ActorConversations
+from chalie.config import Config
+from chalie.conversation.channels import resolve_channels
+from chalie.conversation.events import RichPayload, ToolFinished
+from chalie.conversation.follow import TurnOutcome, follow_turn
+from chalie.conversation.port import ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.delegate import DelegateError, DelegateRun, origin_for
 from chalie.events import EventBus
 from chalie.messages import TurnContext
+from chalie.services import LoopService
 
 POLL: Final = 0.05  # how often the waiting call looks at its cancelled event
+MARGIN: Final = 15.0  # seconds past the channel's wall clock before the wait gives up
 
 
 class DelegateHost(Protocol):
     @property
+    def config(self) -> Config: ...
+
+    @property
     def events(self) -> EventBus: ...
+
+    @property
+    def loop(self) -> LoopService: ...
 
     def child(self, child_id: str, kind: type[Conversations]) -> ChildRef[Conversations]: ...
 
 
 class DelegateRunner:
-    def __init__(self, host: DelegateHost, *, on_end: Any = None) -> None:
-        self._host = host
+    def __init__(
+        self, host: DelegateHost, *, on_end: Callable[[str, str], object] | None = None
+    ) -> None:
+        self._port = ActorConversations(host.child("conversations", Conversations), host.events)
+        self._loop = host.loop
+        self._channels = resolve_channels(host.config.channels)
         # Called with (channel, delegate turn id) when a sub-turn ends: the browser pool
         # closes that turn's page.
         self._on_end = on_end
@@ -54,71 +73,74 @@ class DelegateRunner:
         cancelled: threading.Event,
         timeout: float,
     ) -> DelegateRun:
-        try:
-            conversations = self._host.child("conversations", Conversations).within(ASK_TIMEOUT)
-            known = conversations.call(Conversations.channels)
-        except ChildUnavailable as exc:
-            raise DelegateError(
-                "delegate-failed", f"the conversations are unavailable: {exc}"
-            ) from None
-        spec = known.get(channel)
+        spec = self._channels.get(channel)
         if spec is None:
             raise DelegateError("delegate-failed", f"no delegate channel {channel!r}")
-        limit = min(timeout, spec.wall_clock + 15.0)
+        limit = min(timeout, spec.wall_clock + MARGIN)
         cid = new_id("c")
-        finished: queue.SimpleQueue[TurnFinished] = queue.SimpleQueue()
-        tools: list[dict[str, Any]] = []
-
-        def on_event(event: Any) -> None:
-            if isinstance(event, TurnFinished):
-                finished.put(event)
-            elif isinstance(event, ToolFinished):
-                tools.append({"tool": event.tool, "status": event.status, "code": event.code})
-
         parent_conversation = parent.conversation_id if parent is not None else ""
-        with self._host.events.subscribe(cid, on_event):
-            try:
-                accepted = conversations.call(
-                    Conversations.send,
-                    SendMessage(
-                        conversation_id=cid,
-                        channel=channel,
-                        text=task,
-                        client_msg_id=new_id("dlg"),
-                        origin=origin_for(parent_call or parent_conversation),
-                    ),
-                )
-            except ConversationError as exc:
-                raise DelegateError("delegate-failed", exc.message) from None
-            turn_id = accepted.turn_id or ""
-            deadline = time.monotonic() + limit
-            end: TurnFinished | None = None
-            try:
-                while end is None:
-                    if cancelled.is_set() or time.monotonic() > deadline:
-                        with contextlib.suppress(Exception):
-                            conversations.call(Conversations.cancel, cid)
-                        if cancelled.is_set():
-                            raise DelegateError("cancelled", "the delegate was cancelled")
-                        raise DelegateError(
-                            "tool-timeout", f"the {channel} delegate did not finish in {limit:g} s"
-                        )
-                    try:
-                        event = finished.get(timeout=POLL)
-                    except queue.Empty:
-                        continue
-                    if event.turn_id == turn_id:
-                        end = event
-            finally:
-                if self._on_end is not None:
-                    with contextlib.suppress(Exception):
-                        self._on_end(channel, turn_id)
-        shown = conversations.call(Conversations.show, cid) or {}
+        msg = SendMessage(
+            conversation_id=cid,
+            channel=channel,
+            text=task,
+            client_msg_id=new_id("dlg"),
+            origin=origin_for(parent_call or parent_conversation),
+        )
+        finished: list[ToolFinished] = []
+        payloads: dict[str, dict[str, Any]] = {}
+        turn: list[str] = []
+
+        def on_event(event: Any) -> None:  # on the loop
+            if not turn and isinstance(getattr(event, "turn_id", None), str):
+                turn.append(event.turn_id)
+            if isinstance(event, ToolFinished):
+                finished.append(event)
+            elif isinstance(event, RichPayload):
+                payloads[event.call_id] = event.payload
+
+        future = self._loop.submit(follow_turn(self._port, msg, timeout=limit, on_event=on_event))
+        try:
+            outcome = self._wait(future, cid, cancelled)
+        finally:
+            if self._on_end is not None and turn:
+                with contextlib.suppress(Exception):
+                    self._on_end(channel, turn[0])
+        results = [
+            {
+                "tool": f.tool,
+                "status": f.status,
+                "code": f.code,
+                "payload": payloads.get(f.call_id),
+            }
+            for f in finished
+        ]
         return DelegateRun(
             conversation_id=cid,
-            turn_id=turn_id,
-            reason=end.reason,
-            text=end.text,
-            messages=tuple(shown.get("messages", ())),
-            tools=tuple(tools),
+            turn_id=outcome.accepted.turn_id or "",
+            reason=outcome.finished.reason,
+            text=outcome.finished.text,
+            results=tuple(results),
         )
+
+    def _wait(
+        self,
+        future: concurrent.futures.Future[TurnOutcome],
+        cid: str,
+        cancelled: threading.Event,
+    ) -> TurnOutcome:
+        while True:
+            if cancelled.is_set():
+                future.cancel()
+                with contextlib.suppress(Exception):
+                    self._loop.submit(self._port.cancel(cid)).result(10)
+                raise DelegateError("cancelled", "the delegate was cancelled")
+            try:
+                return future.result(timeout=POLL)
+            except concurrent.futures.TimeoutError:
+                continue
+            except TimeoutError:  # follow_turn's own limit: it cancelled the sub-turn
+                raise DelegateError("tool-timeout", "the delegate did not finish in time") from None
+            except ConversationError as exc:
+                raise DelegateError("delegate-failed", exc.message) from None
+            except ConversationsUnavailable as exc:
+                raise DelegateError("delegate-failed", str(exc)) from None

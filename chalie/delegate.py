@@ -2,8 +2,8 @@
 
 ``web_search`` and ``web_browse`` (abilities/) are delegates. One call:
 
-1. The ability asks the :class:`DelegatePort` (``services.extra["delegates"]``,
-   made by the composition root over the conversations) to run ``task`` as a
+1. The ability asks the :class:`DelegatePort` (``services.delegates``, made by
+   the composition root over the conversations port) to run ``task`` as a
    turn of a new conversation on the delegate channel (``web-search``,
    ``web-browse``): that channel's pinned raw tools, no find_tools, its model,
    prompt and guards. The turn goes through the same TurnActor and dispatcher
@@ -12,16 +12,16 @@
    call id.
 2. The ability waits, looking at its ``cancelled`` event: a cancel of the
    parent turn (which cancels this call) cancels the sub-turn.
-3. :func:`answer_with_sources` turns the sub-turn's answer and tool results
-   into the body (answer, then sources: title, URL, the passage used) and the
-   rich payload (the sources and every inner result in full).
+3. :func:`answer_with_sources` turns the sub-turn's answer and its calls (each
+   one's status and rich payload, read from the sub-turn's events) into the
+   body (answer, then sources: title, URL, the passage used) and the rich
+   payload (the sources and every inner call's result).
 
 Everything here is pure: the port's implementation lives with the actors.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Sequence
@@ -32,21 +32,15 @@ import msgspec
 
 from chalie import untrusted
 from chalie.ability import Ability
-from chalie.envelope import EnvelopeSyntaxError, parse
 from chalie.messages import TurnContext
-from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
 
-SERVICE_KEY: Final = "delegates"
 ORIGIN_PREFIX: Final = "delegate:"
 MAX_SOURCES: Final = 12
 MAX_PASSAGE: Final = 400
 _URL: Final = re.compile(r"https?://[^\s<>\"')\]]+")
 _SENTENCE: Final = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD: Final = re.compile(r"[a-z0-9]{3,}")
-# The result lines our own web tools write under the warning line (chalie.web.results).
-_TITLE: Final = re.compile(r"^Title: (.*)$", re.M)
-_URL_LINE: Final = re.compile(r"^URL: (\S+)$", re.M)
 _FETCHERS: Final = frozenset({"web_fetch", "read", "browser"})
 _OWN_SOURCES: Final = re.compile(r"^\W*sources\W*$", re.I | re.M)
 
@@ -63,14 +57,14 @@ def parent_of(origin: str) -> str:
 
 @dataclass(frozen=True)
 class DelegateRun:
-    """How the sub-turn ended: its reason and text, and its transcript (for the sources)."""
+    """How the sub-turn ended: its reason and text, and each of its calls in the order they
+    finished (``tool``, ``status``, ``code``, ``payload``: the call's rich payload)."""
 
     conversation_id: str
     turn_id: str
     reason: str
     text: str
-    messages: Sequence[ChatMessage] = ()
-    tools: Sequence[dict[str, Any]] = ()
+    results: Sequence[dict[str, Any]] = ()
 
 
 class DelegateError(Exception):
@@ -107,48 +101,26 @@ class Source:
         return {"title": self.title, "url": self.url, "passage": self.passage}
 
 
-def _content(envelope: str) -> tuple[str, dict[str, Any], str] | None:
-    """(tool, attributes, content below the warning line) of one stored tool result."""
-    try:
-        found = parse(envelope)
-    except EnvelopeSyntaxError:
-        return None
-    if len(found) != 1:
-        return None
-    one = found[0]
-    body = one.content
-    if body.startswith(untrusted.WARNING_LINE + "\n"):
-        body = body[len(untrusted.WARNING_LINE) + 1 :]
-    return one.tool, one.attrs, body
+def gather(results: Sequence[dict[str, Any]]) -> dict[str, Source]:
+    """Every page the sub-turn read or saw (URL -> Source), from its calls' rich payloads.
 
-
-def gather(messages: Sequence[ChatMessage]) -> tuple[dict[str, Source], list[dict[str, Any]]]:
-    """Every page read (URL -> Source) and every result in full, from the sub-turn's messages."""
+    Our web tools put what they read in their payload (chalie.web.results): a page
+    as ``{"source": {title, url, text}}``, search hits as ``{"results": [...]}``.
+    """
     pages: dict[str, Source] = {}
-    found: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role not in ("tool", "background"):
+    for result in results:
+        payload = result.get("payload")
+        if result.get("status") != "success" or not isinstance(payload, dict):
             continue
-        parsed = _content(message.text)
-        if parsed is None:
-            continue
-        tool, attrs, body = parsed
-        found.append({"tool": tool, "status": attrs.get("status"), "body": body})
-        if attrs.get("status") != "success":
-            continue
-        if tool in _FETCHERS:
-            url = _URL_LINE.search(body)
-            title = _TITLE.search(body)
-            if url is not None:
-                text = body.split("\n\n", 1)[1] if "\n\n" in body else body
-                title_text = title.group(1) if title else url.group(1)
-                pages[url.group(1)] = Source(title_text, url.group(1), text=text, read=True)
-        elif tool == "search":
-            try:
-                rows = json.loads(body)
-            except ValueError:
-                continue
-            for row in rows if isinstance(rows, list) else []:
+        source = payload.get("source")
+        if result.get("tool") in _FETCHERS and isinstance(source, dict):
+            url = source.get("url")
+            if isinstance(url, str) and url:
+                title = str(source.get("title") or url)
+                pages[url] = Source(title, url, text=str(source.get("text") or ""), read=True)
+        hits = payload.get("results")
+        if result.get("tool") == "search" and isinstance(hits, list):
+            for row in hits:
                 if isinstance(row, dict) and isinstance(row.get("url"), str):
                     pages.setdefault(
                         row["url"],
@@ -158,7 +130,7 @@ def gather(messages: Sequence[ChatMessage]) -> tuple[dict[str, Source], list[dic
                             text=str(row.get("snippet") or ""),
                         ),
                     )
-    return pages, found
+    return pages
 
 
 def best_passage(text: str, answer: str) -> str:
@@ -211,7 +183,7 @@ def answer_with_sources(run: DelegateRun, channel: str) -> ToolResult:
             hint="Try again with a narrower task, or answer from what you know.",
             meta={"delegate": channel},
         )
-    pages, found = gather(run.messages)
+    pages = gather(run.results)
     answer = run.text.strip()
     sources = sources_of(answer, pages)
     if sources:
@@ -229,8 +201,7 @@ def answer_with_sources(run: DelegateRun, channel: str) -> ToolResult:
         "conversation_id": run.conversation_id,
         "answer": answer,
         "sources": [s.as_dict() for s in sources],
-        "results": found,
-        "tools": list(run.tools),
+        "results": list(run.results),
     }
     return untrusted.success(
         "\n".join(lines),
@@ -238,7 +209,7 @@ def answer_with_sources(run: DelegateRun, channel: str) -> ToolResult:
         meta={
             "delegate": channel,
             "sources": len(sources),
-            "calls": len(found),
+            "calls": len(run.results),
             "delegate_conversation": run.conversation_id,
         },
     )
@@ -264,7 +235,7 @@ class DelegateAbility(Ability):
     timeout = 600.0
 
     def run(self, params: DelegateParams) -> ToolResult:
-        port = self.services.extra.get(SERVICE_KEY) if self.services is not None else None
+        port = self.services.delegates if self.services is not None else None
         if port is None:
             return ToolResult.error(
                 "delegate-failed",

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from chalie.delegate import DelegatePort
     from chalie.discovery.cascade import FindResult
     from chalie.discovery.learning import Example
     from chalie.discovery.skills import Skill
     from chalie.discovery.state import IndexState
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
+    from chalie.web.kit import WebKit
 
 T = TypeVar("T")
 
@@ -153,3 +155,7 @@ class Services:
     loop: LoopService | None = None
     # The owner's answers to the servers' elicitations (chalie mcp answer).
     mcp_asks: ElicitationAnswers | None = None
+    # The web tools' shared parts (guard, fetcher, search, browser pool) and the
+    # delegates' sub-turns (web_search, web_browse).
+    web: WebKit | None = None
+    delegates: DelegatePort | None = None

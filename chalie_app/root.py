@@ -489,14 +489,13 @@ def _run_locked(
 
 
 def _web_services(rt: Runtime) -> WebKit:
-    """The web tools' shared parts and the delegate port, for abilities (services.extra)."""
+    """The web tools' shared parts and the delegate port, for abilities (services)."""
     from actors.delegates import DelegateRunner
-    from chalie import delegate
-    from chalie.web import kit
+    from chalie.web.kit import WebKit
 
-    web = kit.WebKit(rt.config.web, home=rt.config.home)
-    rt.services.extra[kit.SERVICE_KEY] = web
-    rt.services.extra[delegate.SERVICE_KEY] = DelegateRunner(
+    web = WebKit(rt.config.web, home=rt.config.home)
+    rt.services.web = web
+    rt.services.delegates = DelegateRunner(
         rt, on_end=lambda _channel, turn_id: web.end_session(turn_id)
     )
     return web

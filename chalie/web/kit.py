@@ -1,7 +1,7 @@
 """The web tools' shared parts, made once per daemon: the guard, the fetcher, search, the browser.
 
 The composition root builds one :class:`WebKit` from ``[web]`` and hands it
-to abilities as ``services.extra["web"]``. Each part is made on first use
+to abilities as ``services.web``. Each part is made on first use
 (the browser pool starts no browser until a ``browser`` call), and
 :meth:`close` releases them at daemon stop.
 """
@@ -17,8 +17,6 @@ from chalie.ssrf import Guard, Resolver
 from chalie.web.browser import BrowserPool
 from chalie.web.http import Fetcher, Limits
 from chalie.web.search import Searcher, key_reader
-
-SERVICE_KEY = "web"
 
 
 class WebKit:

@@ -8,13 +8,13 @@ from chalie import untrusted
 from chalie.result import Scalar, ToolResult
 from chalie.services import Services
 from chalie.web.extract import Document
-from chalie.web.kit import SERVICE_KEY, WebKit
+from chalie.web.kit import WebKit
 
 LINKS_SHOWN: Final = 40
 
 
 def kit_of(services: Services | None) -> WebKit | ToolResult:
-    kit = services.extra.get(SERVICE_KEY) if services is not None else None
+    kit = services.web if services is not None else None
     if isinstance(kit, WebKit):
         return kit
     return ToolResult.error(

@@ -145,7 +145,7 @@ def bench_fetch_dispatch(port: int, home: Path, n: int) -> None:
     policy = PolicyActor.start(home / "chalie.db", bus)
     dispatcher = DispatcherActor.start(
         registry,
-        Services(registry=registry, extra={"web": kit}),
+        Services(web=kit),
         home / "chalie.db",
         policy,
         None,

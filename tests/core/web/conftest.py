@@ -12,7 +12,7 @@ from chalie.config import Config
 from chalie.messages import TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.web.kit import SERVICE_KEY, WebKit
+from chalie.web.kit import WebKit
 from tests.core.web.site import Site
 
 
@@ -41,7 +41,7 @@ def call(ability: type, kit: WebKit, turn: str = "t_test", **params: Any) -> Too
     import msgspec
 
     context = TurnContext(conversation_id="c_test", turn_id=turn, channel="subconscious")
-    instance = ability(context, Services(extra={SERVICE_KEY: kit}))
+    instance = ability(context, Services(web=kit))
     struct = msgspec.convert(params, ability.Params)
     result: ToolResult = instance.run(struct)
     return result

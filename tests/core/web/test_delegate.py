@@ -97,7 +97,7 @@ def test_a_web_search_delegate_turn_from_chat_to_an_answer_with_sources(
     cid = accepted.conversation_id
     asked = wait_until(lambda: h.of(cid, PermissionRequested), 30, "the ask for web_search")
     assert asked[0].tool == "web_search"  # the person consents to the delegate, once
-    h.conversations.call(Conversations.answer, asked[0].request_id, "allow_once")
+    assert h.conversations.call(Conversations.answer, asked[0].request_id, "allow_once").result(10)
     end = h.finished(accepted, timeout=90)
     assert end.reason == "final", end
     assert end.text == "The harbour of Valletta was rebuilt in 1566."
@@ -141,6 +141,8 @@ def test_a_web_search_delegate_turn_from_chat_to_an_answer_with_sources(
         "mcp_manager",
     ]
     assert payload["results"][3]["status"] == "error"
+    assert payload["results"][3]["code"] == "unknown-tool"
+    assert payload["results"][1]["payload"]["source"]["url"] in (article, inject)
     assert searx.queries == ["valletta harbour rebuilt"]
 
     # the trail: the inner calls on the delegate's conversation, each naming the parent call
@@ -190,7 +192,7 @@ def test_a_cancel_of_the_parent_turn_cancels_the_delegate(
         return [r for r in rows if r.tool == "web_fetch"]
 
     wait_until(inner_running, 30, "the delegate's web_fetch to start")
-    assert h.conversations.call(Conversations.cancel, cid) is True
+    assert h.conversations.call(Conversations.cancel, cid).result(10) is True
     end = h.finished(accepted, timeout=30)
     assert end.reason == "cancelled"
 
@@ -251,7 +253,8 @@ def test_a_web_browse_delegate_drives_the_browser_and_sees_its_scoped_mcp_tool(
     assert f"1. Rendered later - {page}" in back["content"]
     typed = json.dumps(requests[4]["body"]["messages"])
     assert "You searched for ferry" in typed  # the page's own script ran in Chromium
-    web = h.rt.services.extra["web"]
+    web = h.rt.services.web
+    assert web is not None
     wait_until(lambda: web.browser.sessions() == 0, 30, "the delegate's page to close")
 
 
