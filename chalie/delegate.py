@@ -17,7 +17,8 @@
    body (answer, then sources: title, URL, the passage used) and the rich
    payload (the sources and every inner call's result).
 
-Everything here is pure: the port's implementation lives with the actors.
+Everything here is pure: the port's implementation lives with the actors, the
+abilities' base class in :mod:`chalie.delegate_ability`.
 """
 
 from __future__ import annotations
@@ -26,12 +27,9 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Final, Protocol
+from typing import Any, Final, Protocol
 
-import msgspec
-
-from chalie import untrusted
-from chalie.ability import Ability
+import chalie.untrusted as untrusted
 from chalie.messages import TurnContext
 from chalie.result import ToolResult
 
@@ -213,44 +211,3 @@ def answer_with_sources(run: DelegateRun, channel: str) -> ToolResult:
             "delegate_conversation": run.conversation_id,
         },
     )
-
-
-class DelegateParams(msgspec.Struct, forbid_unknown_fields=True):
-    """The task for the delegate, in plain words."""
-
-    task: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1, max_length=4000, description="what to find out or do, in plain words"
-        ),
-    ]
-
-
-class DelegateAbility(Ability):
-    """A tool whose run is one sub-turn on :attr:`channel` (see the module)."""
-
-    abstract = True
-    channel: ClassVar[str]
-    Params = DelegateParams
-    timeout = 600.0
-
-    def run(self, params: DelegateParams) -> ToolResult:
-        port = self.services.delegates if self.services is not None else None
-        if port is None:
-            return ToolResult.error(
-                "delegate-failed",
-                "delegates run inside the daemon only",
-                hint="Ask the daemon (chalie chat or chalie ask), not a bare tool call.",
-            )
-        try:
-            run = port.run(
-                self.channel,
-                params.task,
-                parent=self.context,
-                parent_call=self.call_id,
-                cancelled=self.cancelled,
-                timeout=self.timeout - 5,
-            )
-        except DelegateError as exc:
-            return ToolResult.error(exc.code, exc.message, meta={"delegate": self.channel})
-        return answer_with_sources(run, self.channel)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from chalie import untrusted
+import chalie.untrusted as untrusted
 from chalie.result import Scalar, ToolResult
 from chalie.services import Services
 from chalie.web.extract import Document
