@@ -314,7 +314,7 @@ class WebSearchConfig(Section, frozen=True):
     # Tavily have their public endpoints as defaults; set url to use another.
     url: HttpUrl | None = None
     # The NAME of the environment variable holding the key (Brave, Tavily), else the
-    # secret ``web-search`` in the secrets store; the key never reaches the model.
+    # secret ``web.search`` in the secrets store; the key never reaches the model.
     api_key_env: EnvName | None = None
     # Results one search returns at most.
     max_results: Annotated[int, msgspec.Meta(ge=1, le=50)] = 8
