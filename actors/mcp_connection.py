@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from actors.actor import SupervisedActor, tell_quietly
-from actors.mcp_deps import McpDeps, announce, back_to_ask
+from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
 from chalie.mail import ProbeConnection, RefreshServer
+from chalie.mcp.extras import install_extras, prompt_skill
 from chalie.mcp.proxy import install
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
@@ -101,6 +102,12 @@ class _Listed:
 
 
 @dataclass(frozen=True)
+class _ExtrasListed:
+    gen: int
+    future: concurrent.futures.Future[tuple[dict[str, bool], list[Any], str]]
+
+
+@dataclass(frozen=True)
 class _Reconnect:
     gen: int
 
@@ -144,6 +151,7 @@ class McpConnectionActor(SupervisedActor):
         self._syncing = False
         self._dirty = False
         self._digest = ""  # of the last listing applied: an unchanged one is not re-planned
+        self._extras_digest = ""  # of the last resources/prompts offer applied
         self._errlog: TextIO | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
@@ -354,9 +362,65 @@ class McpConnectionActor(SupervisedActor):
             if digest != self._digest:
                 self._apply(listed)
                 self._digest = digest
+        self._sync_extras()
         if self._dirty:
             self._dirty = False
             self._resync()
+
+    # -- resources and prompts (chalie.mcp.extras) -----------------------------------------
+    def _sync_extras(self) -> None:
+        link = self._link
+        if self._status != "online" or link is None:
+            return
+        gen, timeout = self._gen, self._cfg.list_timeout
+
+        async def offer() -> tuple[dict[str, bool], list[Any], str]:
+            caps = link.capabilities()
+            prompts = await link.list_prompts(timeout) if caps.get("prompts") else []
+            shown = ""
+            if caps.get("resources"):
+                try:
+                    found, templates = await link.list_resources(timeout)
+                    names = [str(r.name or r.uri) for r in found[:8]]
+                    names += [str(t.uri_template) for t in templates[:4]]
+                    shown = ", ".join(names)
+                except Exception:
+                    shown = ""
+            return caps, prompts, shown
+
+        fut = self._deps.loop.submit(offer())
+        fut.add_done_callback(lambda f: self._tell(_ExtrasListed(gen, f)))
+
+    def _on_extras(self, msg: _ExtrasListed) -> None:
+        if msg.gen != self._gen:
+            return
+        error = msg.future.exception()
+        if error is not None:
+            log.info("mcp server %s: listing its prompts failed: %s", self.name, self._why(error))
+            return
+        caps, prompts, shown = msg.future.result()
+        digest = f"{sorted(caps.items())}|{shown}|{listing_digest(prompts)}"
+        if digest == self._extras_digest:
+            return
+        self._extras_digest = digest
+        announce(
+            self._deps,
+            install_extras(
+                self._deps.registry,
+                self.name,
+                resources=bool(caps.get("resources")),
+                prompts=prompts,
+                timeout=self._deps.timeout(self._spec),
+                offered=shown,
+            ),
+        )
+        skills = []
+        for prompt in prompts:
+            try:
+                skills.append(prompt_skill(self.name, prompt))
+            except Exception as exc:
+                log.info("mcp server %s: prompt not offered: %s", self.name, exc)
+        serve_skills(self._deps, self.name, skills)
 
     def _apply(self, listed: list[Any]) -> None:
         assert self._store is not None
@@ -437,6 +501,8 @@ class McpConnectionActor(SupervisedActor):
                 self._resync()
         elif isinstance(message, _Listed):
             self._on_listed(message)
+        elif isinstance(message, _ExtrasListed):
+            self._on_extras(message)
         elif isinstance(message, _Reconnect):
             if message.gen == self._gen and self._status == "offline" and not self._stopping:
                 self._connect()

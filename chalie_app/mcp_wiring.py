@@ -47,7 +47,9 @@ class McpWiring:
             asks=asks,
         )
         self.deps = deps
-        self.handle = McpHandle(self.directory, deps.routes, rt.loop, rt.events)
+        self.handle = McpHandle(
+            self.directory, deps.routes, rt.loop, rt.events, turns=rt.services.turns
+        )
         preload(deps)
 
         def reload() -> None:

@@ -16,9 +16,13 @@ with ``run_coroutine_threadsafe``):
    tasks, never in the owner task. ``probe`` is the heartbeat: ``ping`` on a
    handshake-era session, ``server/discover`` on 2026-07-28 (which has no
    ping), each under a timeout.
-3. ``tools/list_changed`` reaches ``on_change``: through the message handler
-   on a handshake-era session, through a ``subscriptions/listen`` stream
-   (its own task) on 2026-07-28.
+3. ``tools/list_changed`` and ``prompts/list_changed`` reach ``on_change``:
+   through the message handler on a handshake-era session, through a
+   ``subscriptions/listen`` stream (its own task) on 2026-07-28.
+   ``resources/updated`` for a resource this link read drops what it read
+   (the next read asks the server again): on a handshake-era session the
+   link subscribed with ``resources/subscribe`` when it read the resource; on
+   2026-07-28 the listen stream is reopened with the URI in its filter.
 4. If the owner's ``async with`` ends by itself (an HTTP server died), it
    reports ``on_lost(reason)``. Some losses never end it (a killed stdio child
    or SSE server answer every request with "Connection closed"): the
@@ -95,6 +99,8 @@ for _name in PEER_DRIVEN_LOGGERS:  # a logger's filters do not apply to its chil
 
 MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
+MAX_LISTED: Final = 1000  # resources, templates or prompts a listing keeps
+MAX_READS: Final = 256  # resources a link keeps what it read of (a subscription each)
 CLOSE_GRACE: Final = 6.0
 MAX_LOG_LINE: Final = 1000
 LOG_LEVELS: Final = {
@@ -186,6 +192,11 @@ class Link:
         self._owner: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        # uri -> what the server answered when it was last read; dropped on resources/updated
+        self._read: dict[str, Any] = {}
+        self._subscribed: set[str] = set()
+        self.updates = 0  # resources/updated notifications seen (for status and tests)
+        self.prompts: dict[str, Any] = {}  # name -> Prompt, as last listed
         self.auth_status: int | None = None
         self._reported_lost = False
         self._devnull: TextIO | None = None
@@ -212,8 +223,18 @@ class Link:
             self.auth_status = None
 
     async def _on_message(self, message: Any) -> None:
-        if getattr(message, "method", None) == "notifications/tools/list_changed":
+        method = getattr(message, "method", None)
+        if method in ("notifications/tools/list_changed", "notifications/prompts/list_changed"):
             self._on_change()
+        elif method == "notifications/resources/updated":
+            uri = getattr(getattr(message, "params", None), "uri", None)
+            if uri is not None:
+                self._updated(str(uri))
+
+    def _updated(self, uri: str) -> None:
+        """A resource changed on the server: what was read of it is stale."""
+        self.updates += 1
+        self._read.pop(uri, None)
 
     # -- what the server asks of us (on the loop) ----------------------------------------
     def scope(self) -> CallScope | None:
@@ -393,17 +414,32 @@ class Link:
             self._reported_lost = True
             self._on_lost(reason)
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, client: Client, ready: asyncio.Event | None = None) -> None:
+        uris = sorted(self._subscribed)
+        caps = self.capabilities()
         try:
-            async with client.listen(tools_list_changed=True) as sub:
-                async for _event in sub:
-                    self._on_change()
+            async with client.listen(
+                tools_list_changed=True,
+                prompts_list_changed=caps.get("prompts", False),
+                resource_subscriptions=uris,
+            ) as sub:
+                if ready is not None:
+                    ready.set()
+                async for event in sub:
+                    uri = getattr(event, "uri", None)
+                    if uri is not None:
+                        self._updated(str(uri))
+                    else:
+                        self._on_change()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info(
                 "%s: no tools/list_changed stream (%s)", self._spec.name, self.scrub(describe(exc))
             )
+        finally:
+            if ready is not None:
+                ready.set()
 
     # -- the public surface (on the loop) ---------------------------------------------
     async def open(self, timeout: float) -> LinkInfo:
@@ -471,6 +507,104 @@ class Link:
             else:
                 await client.session.send_ping()
         return time.monotonic() - started
+
+    def capabilities(self) -> dict[str, bool]:
+        """What the server offers besides tools: resources, subscriptions, prompts, tasks."""
+        client = self._client
+        if client is None:
+            return {}
+        try:
+            caps = client.server_capabilities
+        except Exception:
+            return {}
+        res = caps.resources
+        return {
+            "resources": res is not None,
+            "subscribe": bool(res is not None and getattr(res, "subscribe", False)),
+            "prompts": caps.prompts is not None,
+            "tasks": caps.tasks is not None,
+        }
+
+    async def _pages(self, fetch: Callable[[str | None], Any], field: str) -> list[Any]:
+        out: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            page = await fetch(cursor)
+            out.extend(getattr(page, field) or ())
+            cursor = page.next_cursor
+            if len(out) >= MAX_LISTED:
+                del out[MAX_LISTED:]
+                break
+            if not cursor or cursor in seen:
+                break
+            seen.add(cursor)
+        return out
+
+    async def list_resources(self, timeout: float) -> tuple[list[Any], list[Any]]:
+        """The server's resources and resource templates (each bounded)."""
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            resources = await self._pages(
+                lambda c: client.list_resources(cursor=c, cache_mode="bypass"), "resources"
+            )
+            try:
+                templates = await self._pages(
+                    lambda c: client.list_resource_templates(cursor=c, cache_mode="bypass"),
+                    "resource_templates",
+                )
+            except MCPError:
+                templates = []  # a server with no templates may not know the method
+        return resources, templates
+
+    async def read_resource(self, uri: str, timeout: float) -> tuple[Any, bool]:
+        """(the server's ReadResourceResult, whether it came from what was read before).
+
+        A fresh read subscribes to the resource when the server allows it, so an update
+        drops what was read; without subscriptions nothing is kept."""
+        client = self._require()
+        held = self._read.get(uri)
+        if held is not None:
+            return held, True
+        caps = self.capabilities()
+        async with asyncio.timeout(timeout):
+            # subscribed before the read: an update between the two is not missed
+            if caps.get("subscribe") and uri not in self._subscribed:
+                if len(self._subscribed) < MAX_READS:
+                    await self._subscribe(client, uri)
+            result = await client.read_resource(uri, cache_mode="bypass")
+        if uri in self._subscribed:
+            self._read[uri] = result
+        return result, False
+
+    async def _subscribe(self, client: Client, uri: str) -> None:
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self._subscribed.add(uri)
+            old, ready = self._listener, asyncio.Event()
+            self._listener = asyncio.create_task(self._listen(client, ready))
+            if old is not None:
+                old.cancel()
+                await asyncio.gather(old, return_exceptions=True)
+            await ready.wait()  # the new stream's filter holds the URI
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.subscribe_resource(uri)
+        self._subscribed.add(uri)
+
+    async def list_prompts(self, timeout: float) -> list[Any]:
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            listed = await self._pages(
+                lambda c: client.list_prompts(cursor=c, cache_mode="bypass"), "prompts"
+            )
+        self.prompts = {str(p.name): p for p in listed}
+        return listed
+
+    async def get_prompt(self, name: str, arguments: dict[str, str], timeout: float) -> Any:
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            return await client.get_prompt(name, arguments)
 
     async def call(
         self,
