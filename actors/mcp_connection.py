@@ -45,6 +45,7 @@ from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
 from chalie.mail import ProbeConnection, RefreshServer
 from chalie.mcp.extras import install_extras, prompt_skill
+from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
@@ -239,6 +240,16 @@ class McpConnectionActor(SupervisedActor):
         except MissingSecret as exc:
             self._offline(str(exc), error=str(exc))
             return
+        auth: Any = None
+        hidden: tuple[str, ...] = ()
+        held: list[Link] = []
+        if resolved.oauth:
+            # the grant from chalie mcp login; when it needs the owner, the link says so
+            auth, storage = daemon_auth(resolved, self._secrets, lambda: held[0].login_required())
+            if storage.tokens() is None:  # never logged in: nothing to try (nor to register)
+                self._needs_login()
+                return
+            hidden = tuple(storage.secrets())
         link = Link(
             resolved,
             on_change=lambda: self._tell(_Changed(gen)),
@@ -246,7 +257,10 @@ class McpConnectionActor(SupervisedActor):
             errlog=self._errlog,
             read_timeout=self._deps.timeout(self._spec),
             asks=self._deps.asks,
+            auth=auth,
+            hidden=hidden,
         )
+        held.append(link)
         self._link = link
         self._set_status("connecting", "connecting")
         timeout = self._spec.connect_timeout or self._cfg.connect_timeout
@@ -258,18 +272,30 @@ class McpConnectionActor(SupervisedActor):
         fut.add_done_callback(lambda f: self._tell(_Connected(gen, f)))
 
     def _offline(self, reason: str, *, error: str | None = None) -> None:
-        """Mark offline, drop the session, and schedule a reconnect with backoff and jitter."""
+        """Mark offline (or needing login: an OAuth grant the owner must renew), drop the
+        session, and schedule a reconnect with backoff and jitter."""
         link, self._link = self._link, None
+        status: Status = "offline"
         if link is not None:
+            if link.needs_login:
+                status, self._auth_status = "needs-login", 401
+                reason = f"needs login: run chalie mcp login {self.name}"
             with contextlib.suppress(Exception):
                 self._deps.loop.submit(link.close(grace=2.0))
-        self._set_status("offline", reason, error=error if error is not None else reason)
+        self._set_status(status, reason, error=error if error is not None else reason)
         if self._stopping:
             return
         delay = min(self._cfg.backoff_cap, self._cfg.backoff_base * 2 ** min(self._attempt, 30))
         delay = random.uniform(delay / 2, delay)
         self._attempt += 1
         self._later(delay, _Reconnect(self._gen))
+
+    def _needs_login(self) -> None:
+        self._link, self._auth_status = None, 401
+        why = f"needs login: run chalie mcp login {self.name}"
+        self._set_status("needs-login", why, error=why)
+        if not self._stopping:
+            self._later(self._cfg.backoff_cap, _Reconnect(self._gen))
 
     def _on_connected(self, msg: _Connected) -> None:
         if msg.gen != self._gen:
@@ -448,6 +474,8 @@ class McpConnectionActor(SupervisedActor):
             log.info("mcp server %s re-synced", self.name, extra=self.last_sync)
 
     def _on_refresh(self) -> None:
+        if self._status == "needs-login" and not self._stopping:
+            self._connect()  # chalie mcp login stored a new grant: use it now
         self._digest = ""  # rows changed under us (an approval): the next listing re-plans
         old = self._rows
         self._load_rows()
@@ -504,7 +532,8 @@ class McpConnectionActor(SupervisedActor):
         elif isinstance(message, _ExtrasListed):
             self._on_extras(message)
         elif isinstance(message, _Reconnect):
-            if message.gen == self._gen and self._status == "offline" and not self._stopping:
+            waiting = self._status in ("offline", "needs-login")
+            if message.gen == self._gen and waiting and not self._stopping:
                 self._connect()
         elif isinstance(message, RefreshServer):
             self._on_refresh()

@@ -172,7 +172,8 @@ class McpExecutor:
         route = handle.routes.get(server) if handle is not None else None
         if handle is None or route is None or route.status != "online" or route.link is None:
             if route is not None and route.auth_status is not None:
-                done(results.auth_failed(server, kind, route.auth_status))
+                login = route.status == "needs-login"
+                done(results.auth_failed(server, kind, route.auth_status, login=login))
             else:
                 why = route.reason or route.status if route is not None else "not connected"
                 done(results.unreachable(server, kind, why))

@@ -164,7 +164,16 @@ def unreachable(server: str, tool: str, why: str) -> ToolResult:
     )
 
 
-def auth_failed(server: str, tool: str, status: int) -> ToolResult:
+def auth_failed(server: str, tool: str, status: int, *, login: bool = False) -> ToolResult:
+    """Refused credentials; ``login``: an OAuth grant expired or revoked (log in again)."""
+    if login:
+        return ToolResult.error(
+            "mcp-auth-failed",
+            f"The MCP server {server} needs the owner to log in again (its OAuth grant "
+            "expired or was revoked).",
+            hint=f"the owner must run chalie mcp login {server}; do not retry until then.",
+            meta=_meta(server, tool),
+        )
     return ToolResult.error(
         "mcp-auth-failed",
         f"The MCP server {server} refused our credentials (HTTP {status}).",

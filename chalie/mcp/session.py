@@ -69,6 +69,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
 from chalie.logs import Throttle
+from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
 from chalie.tls import tls_context
@@ -178,8 +179,15 @@ class Link:
         errlog: TextIO | None = None,
         read_timeout: float = 60.0,
         asks: Asks | None = None,
+        auth: httpx2.Auth | None = None,
+        hidden: tuple[str, ...] = (),
     ) -> None:
+        """``auth``: an OAuth server's provider (chalie.mcp.oauth); ``hidden``: more values
+        (its tokens) error text must never show."""
         self._spec = spec  # resolved: never log it
+        self._auth = auth
+        self.needs_login = False
+        self._path = httpx2.URL(spec.url).path if spec.url else ""
         self._asks = asks
         self.roots: tuple[str, ...] = spec.roots
         self._inflight: dict[int, CallScope] = {}
@@ -204,7 +212,11 @@ class Link:
         self._tls: ssl.SSLContext | bool = tls_context() if spec.transport != "stdio" else True
         self.info: LinkInfo | None = None
         self._secrets = sorted(
-            {v for v in (*spec.headers.values(), *spec.env.values(), spec.url) if len(v) >= 4},
+            {
+                v
+                for v in (*spec.headers.values(), *spec.env.values(), spec.url, *hidden)
+                if len(v) >= 4
+            },
             key=len,
             reverse=True,
         )
@@ -217,10 +229,17 @@ class Link:
         return text[:500]
 
     async def _on_response(self, response: httpx2.Response) -> None:
+        if self.needs_login:
+            return  # only a new link (after chalie mcp login) clears it
         if response.status_code in (401, 403):
             self.auth_status = response.status_code
-        elif response.status_code < 300:
-            self.auth_status = None
+        elif response.status_code < 300 and response.request.url.path == self._path:
+            self.auth_status = None  # the MCP endpoint itself (not an OAuth metadata fetch)
+
+    def login_required(self) -> None:
+        """The OAuth grant needs the owner (the provider found no way on by itself)."""
+        self.needs_login = True
+        self.auth_status = 401
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(message, "method", None)
@@ -305,6 +324,7 @@ class Link:
                 headers=dict(spec.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks=hooks,
+                auth=self._auth,
             )
             stack_http.append(http)
             return streamable_http_client(spec.url, http_client=http)
@@ -335,6 +355,12 @@ class Link:
             return self._devnull
 
     def _failure(self, exc: BaseException) -> ConnectFailure:
+        if self.needs_login or any(isinstance(leaf, LoginRequired) for leaf in leaves(exc)):
+            self.login_required()
+            self.auth_status = 401
+            return ConnectFailure(
+                "auth", f"needs login: run chalie mcp login {self._spec.name}", 401
+            )
         if self.auth_status is not None:
             return ConnectFailure(
                 "auth",

@@ -67,6 +67,14 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     roots: tuple[str, ...] = ()
     # Model tokens this server's sampling requests may spend a day (None: the [mcp] default).
     sampling_tokens: int | None = None
+    # OAuth 2.1 (chalie.mcp.oauth): the grant comes from `chalie mcp login NAME`. A
+    # pre-registered client gives its id (and secret, sealed as a reference) and the
+    # loopback port its redirect URI was registered with; without one the client registers.
+    oauth: bool = False
+    oauth_client_id: str = ""
+    oauth_client_secret: str = ""
+    oauth_scope: str = ""
+    oauth_redirect_port: int | None = None
 
     def timeout(self, default: float) -> float:
         """Seconds a call of this server's tools may take: its own, else the default."""
@@ -164,6 +172,7 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
             raise SpecError("url must be an http:// or https:// address")
         if spec.command or spec.args or spec.cwd or spec.env:
             raise SpecError(f"an {spec.transport} server takes a url, not a command or env")
+    _check_oauth(spec)
     return msgspec.structs.replace(
         spec,
         env=env,
@@ -175,6 +184,28 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
         roots=check_roots(spec.roots),
         sampling_tokens=_tokens(spec.sampling_tokens),
     )
+
+
+def _check_oauth(spec: ServerSpec) -> None:
+    fields = (spec.oauth_client_id, spec.oauth_client_secret, spec.oauth_scope)
+    if not spec.oauth:
+        if any(fields) or spec.oauth_redirect_port is not None:
+            raise SpecError("oauth_* settings need oauth = true")
+        return
+    if spec.transport != "http":
+        raise SpecError("oauth is for Streamable HTTP servers (transport http)")
+    for field, value in zip(
+        ("oauth_client_id", "oauth_client_secret", "oauth_scope"), fields, strict=True
+    ):
+        _text(field, value, 512)
+        _no_line_breaks(field, value)
+    if spec.oauth_client_secret and not spec.oauth_client_id:
+        raise SpecError("oauth_client_secret needs oauth_client_id")
+    port = spec.oauth_redirect_port
+    if port is not None and (isinstance(port, bool) or not 1024 <= port <= 65535):
+        raise SpecError("oauth_redirect_port must be a port from 1024 to 65535")
+    if spec.oauth_client_id and port is None:
+        raise SpecError("a pre-registered client (oauth_client_id) needs oauth_redirect_port")
 
 
 def _tokens(value: Any) -> int | None:
