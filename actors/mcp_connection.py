@@ -49,7 +49,7 @@ from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
-from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe
+from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe, task_support
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
@@ -261,6 +261,7 @@ class McpConnectionActor(SupervisedActor):
             hidden=hidden,
         )
         held.append(link)
+        link.task_lifetime = self._cfg.task_timeout
         self._link = link
         self._set_status("connecting", "connecting")
         timeout = self._spec.connect_timeout or self._cfg.connect_timeout
@@ -461,6 +462,14 @@ class McpConnectionActor(SupervisedActor):
             self._deps.registry, change.rows, enabled=True, timeout=self._deps.timeout(self._spec)
         )
         announce(self._deps, installed)
+        # tools that run as tasks live as long as a task may, not a call
+        tasks = task_support(listed)
+        if tasks:
+            task_rows = [r for r in self._rows.values() if r.remote in tasks]
+            lifetime = self._cfg.task_timeout
+            announce(
+                self._deps, install(self._deps.registry, task_rows, enabled=True, timeout=lifetime)
+            )
         back_to_ask(self._deps, change.quarantined)
         self.last_sync = {
             "at": time.time(),

@@ -56,11 +56,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 from mcp_types import (
     INVALID_REQUEST,
+    CallToolResult,
     CreateMessageRequestParams,
     CreateMessageResult,
+    CreateTaskResult,
     ElicitRequestParams,
     ElicitResult,
     ErrorData,
+    GetTaskResult,
     ListRootsResult,
     LoggingMessageNotificationParams,
     Root,
@@ -100,6 +103,10 @@ for _name in PEER_DRIVEN_LOGGERS:  # a logger's filters do not apply to its chil
 
 MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
+# A task's polling interval: the server's suggestion, within these bounds (seconds).
+TASK_POLL_MIN: Final = 0.05
+TASK_POLL_MAX: Final = 10.0
+TASK_POLL_DEFAULT: Final = 1.0
 MAX_LISTED: Final = 1000  # resources, templates or prompts a listing keeps
 MAX_READS: Final = 256  # resources a link keeps what it read of (a subscription each)
 CLOSE_GRACE: Final = 6.0
@@ -149,6 +156,17 @@ def leaves(exc: BaseException) -> list[BaseException]:
             out.extend(leaves(inner))
         return out
     return [exc]
+
+
+def task_support(tools: list[Any]) -> dict[str, str]:
+    """Which listed tools run as tasks: name -> "optional" or "required"."""
+    out = {}
+    for tool in tools:
+        execution = getattr(tool, "execution", None)
+        support = getattr(execution, "task_support", None)
+        if support in ("optional", "required"):
+            out[str(tool.name)] = str(support)
+    return out
 
 
 def describe(exc: BaseException) -> str:
@@ -205,6 +223,9 @@ class Link:
         self._subscribed: set[str] = set()
         self.updates = 0  # resources/updated notifications seen (for status and tests)
         self.prompts: dict[str, Any] = {}  # name -> Prompt, as last listed
+        # tool -> its execution.taskSupport ("optional", "required"), as last listed
+        self.task_support: dict[str, str] = {}
+        self.task_lifetime = 3600.0  # seconds a task may run (the [mcp] task_timeout)
         self.auth_status: int | None = None
         self._reported_lost = False
         self._devnull: TextIO | None = None
@@ -521,6 +542,7 @@ class Link:
                 if not cursor or cursor in seen:
                     break
                 seen.add(cursor)
+        self.task_support = task_support(out)
         return out
 
     async def probe(self, timeout: float) -> float:
@@ -657,12 +679,55 @@ class Link:
                 sink(progress, total, shown)
 
         try:
+            support = self.task_support.get(tool)
+            if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                return await self._call_task(client, tool, arguments, progress)
             return await client.call_tool(
                 tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
             )
         finally:
             CURRENT.reset(token)
             self._inflight.pop(key, None)
+
+    async def _call_task(
+        self,
+        client: Client,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], Any],
+    ) -> Any:
+        """A task-augmented tools/call (2025-11-25): create, poll tasks/get at the server's
+        interval, fetch tasks/result; a cancel or the task's lifetime sends tasks/cancel.
+
+        The SDK has the task types but sends no task requests (and would refuse a
+        CreateTaskResult as a tools/call result), so these go as raw requests."""
+        send = client.session._dispatcher.send_raw_request
+        lifetime = self.task_lifetime
+        params = {"name": tool, "arguments": arguments, "task": {"ttl": int(lifetime * 1000)}}
+        raw = await send("tools/call", params, {"timeout": self._read_timeout})
+        task = CreateTaskResult.model_validate(raw).task
+        task_id = task.task_id
+        try:
+            async with asyncio.timeout(lifetime):
+                while task.status == "working":
+                    interval = (task.poll_interval or TASK_POLL_DEFAULT * 1000) / 1000
+                    await asyncio.sleep(min(TASK_POLL_MAX, max(TASK_POLL_MIN, interval)))
+                    got = await send("tasks/get", {"taskId": task_id}, {"timeout": 30.0})
+                    task = GetTaskResult.model_validate(got)
+                    if task.status_message:
+                        await progress(0.0, None, task.status_message)
+                if task.status == "cancelled":
+                    raise MCPError(-32000, f"the server cancelled task {task_id[:40]}")
+                # completed, failed, or input_required (the server asks within tasks/result)
+                out = await send("tasks/result", {"taskId": task_id}, {"timeout": lifetime})
+                return CallToolResult.model_validate(out)
+        except (asyncio.CancelledError, TimeoutError):
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(
+                    asyncio.shield(send("tasks/cancel", {"taskId": task_id}, {"timeout": 5.0})),
+                    5.0,
+                )
+            raise
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """End the session; the owner task gets ``grace`` seconds to leave cleanly."""
