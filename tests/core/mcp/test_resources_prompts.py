@@ -58,7 +58,7 @@ def lib(tmp_path: Path) -> Iterator[tuple[Rig, DiscoveryHandle, Services]]:
     actor = DiscoveryActor.start(registry=rig.registry, home=None)
     handle = DiscoveryHandle(actor, timeout=60)
     rig.deps.discovery = handle
-    services = Services(registry=rig.registry, discovery=handle)
+    services = Services(discovery=handle)
     rig.handle.turns = services.turns
     rig.dispatcher = DispatcherActor.start(
         rig.registry, services, rig.db, rig.policy, None, rig.bus, parts={"mcp": rig.handle}
