@@ -59,37 +59,35 @@ def test_url_mode_is_shown_to_the_owner_and_never_opened(
     with_asks(rig, None)
     # 2025-11-25: the SDK server sends URL-mode elicitation only over a handshake session
     # (on 2026-07-28 its resolvers have no URL mode)
-    for name, protocol in (("old", "legacy"),):
-        rig.add(
-            ServerSpec(
-                name=name,
-                transport="stdio",
-                command=sys.executable,
-                args=("-m", "tools.fixture_mcp.capable"),
-                cwd=str(ROOT),
-                protocol=protocol,  # type: ignore[arg-type]
-            )
+    rig.add(
+        ServerSpec(
+            name="old",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "tools.fixture_mcp.capable"),
+            cwd=str(ROOT),
+            protocol="legacy",
         )
+    )
     rig.start()
-    for name in ("old",):
-        rig.wait_tools(name, 7, 40)
-        rig.allow(f"_mcp_{name}_*")
-        # nobody to ask: declined without a question
-        out = rig.run(f"_mcp_{name}_open_link", {"url": url}, context=turn(False))
-        assert "url elicitation: decline" in out.envelope, out.envelope
-        seen: list[PermissionRequest] = []
-        sub = rig.bus.subscribe(
-            "conv", lambda e: seen.append(e) if isinstance(e, PermissionRequest) else None
-        )
-        for answer, action in (("allow_once", "accept"), ("deny", "decline")):
-            seen.clear()
-            fut = rig.call(f"_mcp_{name}_open_link", {"url": url}, context=turn(True))
-            wait_until(lambda: bool(seen), 20, "the owner is shown the link")
-            asked = seen[0]
-            assert asked.permission == f"_mcp_{name}.elicitation"
-            assert asked.params["url"] == url and "sign in" in asked.params["message"]
-            rig.policy.proxy().answer(asked.request_id, answer).get(timeout=5)
-            done = fut.result(30)
-            assert f"url elicitation: {action}" in done.envelope, done.envelope
-        sub.close()
+    rig.wait_tools("old", 7, 40)
+    rig.allow("_mcp_old_*")
+    # nobody to ask: declined without a question
+    out = rig.run("_mcp_old_open_link", {"url": url}, context=turn(False))
+    assert "url elicitation: decline" in out.envelope, out.envelope
+    seen: list[PermissionRequest] = []
+    sub = rig.bus.subscribe(
+        "conv", lambda e: seen.append(e) if isinstance(e, PermissionRequest) else None
+    )
+    for answer, action in (("allow_once", "accept"), ("deny", "decline")):
+        seen.clear()
+        fut = rig.call("_mcp_old_open_link", {"url": url}, context=turn(True))
+        wait_until(lambda: bool(seen), 20, "the owner is shown the link")
+        asked = seen[0]
+        assert asked.permission == "_mcp_old.elicitation"
+        assert asked.params["url"] == url and "sign in" in asked.params["message"]
+        rig.policy.proxy().answer(asked.request_id, answer).get(timeout=5)
+        done = fut.result(30)
+        assert f"url elicitation: {action}" in done.envelope, done.envelope
+    sub.close()
     assert hits == []  # the owner opens it, never Chalie
