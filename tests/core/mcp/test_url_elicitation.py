@@ -13,6 +13,7 @@ import pytest
 
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
+from chalie.trail import Trail
 from tests.conftest import wait_until
 from tests.core.mcp.test_client_capabilities import with_asks
 from tools.fixture_mcp.rig import ROOT, Rig
@@ -56,7 +57,8 @@ def test_url_mode_is_shown_to_the_owner_and_never_opened(
     rig: Rig, link: tuple[str, list[str]]
 ) -> None:
     url, hits = link
-    with_asks(rig, None)
+    asks = with_asks(rig, None)
+    asks._trail = rig.dispatcher  # decisions go on the trail through its one writer
     # 2025-11-25: the SDK server sends URL-mode elicitation only over a handshake session
     # (on 2026-07-28 its resolvers have no URL mode)
     rig.add(
@@ -91,3 +93,17 @@ def test_url_mode_is_shown_to_the_owner_and_never_opened(
         assert f"url elicitation: {action}" in done.envelope, done.envelope
     sub.close()
     assert hits == []  # the owner opens it, never Chalie
+
+    def rows() -> list[Any]:
+        trail = Trail(rig.db)
+        try:
+            return trail.query(tool="_mcp_old.elicitation", limit=10)
+        finally:
+            trail.close()
+
+    found = wait_until(lambda: len(rows()) == 2 and rows(), 10, "both decisions on the trail")
+    assert sorted((r.decision, r.decided_by, r.status) for r in found) == [
+        ("allow", "human", "success"),
+        ("deny", "human", "error"),
+    ]
+    assert all(url in r.params for r in found)
