@@ -10,6 +10,11 @@ core. Floor: the call succeeds with its result; CPU while waiting at most 0.5 pe
 points above idle.
 
 Run: ``python tools/bench/bench_mcp_tasks.py [--duration 300] [--baseline 60]``
+
+Measured once, December 2026, on the shared 2-vCPU machine with other sessions busy
+(``--duration 300 --baseline 60``): completed, result delivered after 300.8 s; daemon CPU
+idle 0.180 % of a core, while waiting 0.194 % (extra 0.013 pp, floor 0.5 pp, ratio 0.03;
+waiting/idle 1.07).
 """
 
 from __future__ import annotations
