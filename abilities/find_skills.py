@@ -2,7 +2,9 @@
 
 The same discovery cascade as find_tools, over the skill playbooks (the ones
 shipped in ``abilities/skills`` and the user's ``<home>/skills``). Always
-available and internal; nothing is injected into the turn.
+available and internal. A playbook that is a connected MCP server's prompt
+(``_mcp_<server>_<prompt>``) injects that server's prompts proxy into the turn,
+so the model can fill the prompt's arguments; nothing else is injected.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import msgspec
 from abilities.find_tools import Entry, ask_discovery
 from chalie.ability import Ability
 from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
+from chalie.mcp.extras import prompts_proxy_of
 from chalie.result import ToolResult
 
 Tasks = Annotated[
@@ -65,6 +68,10 @@ class FindSkills(Ability):
             return outcome
         result, skills = outcome
         texts = {s.name: s.text for s in skills}
+        # a connected MCP server's prompt: its prompts proxy becomes callable in this turn
+        proxies = sorted({p for s in skills if (p := prompts_proxy_of(s)) is not None})
+        if proxies and self.context is not None and self.services is not None:
+            self.services.turns.inject(self.context.turn_id, proxies)
         body = {
             "injected": [
                 {"name": d.name, "summary": d.summary, "text": texts.get(d.name, "")}

@@ -101,6 +101,8 @@ class DiscoveryActor(SupervisedActor):
         self._embedder_config = dict(embedder_config or {})
         self._fixed_docs = list(docs) if docs is not None else None
         self._library = skills
+        # origin (an MCP server) -> the playbooks it serves (its prompts), kept across reloads
+        self._served: dict[str, list[Skill]] = {}
         self._tools: DiscoveryEngine | None = None
         self._skills: DiscoveryEngine | None = None
         self._error: str | None = None
@@ -185,6 +187,10 @@ class DiscoveryActor(SupervisedActor):
             embedder = self._embedder
             if self._library is None:
                 self._library = SkillLibrary.standard(self._home)
+            for served in self._served.values():
+                for skill in served:
+                    if self._library.get(skill.name) is None:
+                        self._library.put(skill)
             tool_docs, skill_docs = self._catalogue(), self._library.docs()
             if self._home is None:
                 self._tools = DiscoveryEngine.build(tool_docs, embedder, progress=progress)
@@ -314,6 +320,36 @@ class DiscoveryActor(SupervisedActor):
             log.info("model-written examples for %s: %d new", doc.name, added)
         except Exception as exc:  # a tell: a raise would fail the actor
             log.info("model-written examples for %s not stored: %s", doc.name, exc)
+
+    def serve_skills(self, origin: str, skills: Sequence[Skill]) -> dict[str, int]:
+        """The playbooks ``origin`` (an MCP server) serves now, replacing its earlier ones;
+        a playbook of the same name from elsewhere (shipped, the user's) is never replaced."""
+        old = {s.name for s in self._served.get(origin, [])}
+        library = self._library if self._library is not None else SkillLibrary()
+        self._library = library
+        theirs = {s.name for other, held in self._served.items() if other != origin for s in held}
+        mine = [
+            s
+            for s in skills
+            if s.name not in theirs and (s.name in old or library.get(s.name) is None)
+        ]
+        self._served[origin] = list(mine)
+        if not mine:
+            self._served.pop(origin, None)
+        new = {s.name for s in mine}
+        gone = sorted(old - new)
+        library.drop(gone)
+        for skill in mine:
+            library.put(skill)
+        engine = self._skills
+        if engine is not None:
+            if gone:
+                engine.remove(gone)
+            held = engine.docs
+            docs = [s.doc() for s in mine if held.get(s.name) != s.doc()]
+            if docs:
+                engine.add(docs)
+        return {"served": len(mine), "dropped": len(gone)}
 
     def remove(self, names: Iterable[str]) -> None:
         gone = list(names)
@@ -466,6 +502,10 @@ class DiscoveryHandle:
 
     def remove(self, names: Iterable[str]) -> None:
         self._call(DiscoveryActor.remove, list(names))
+
+    def serve_skills(self, origin: str, skills: Sequence[Skill]) -> dict[str, int]:
+        counts: dict[str, int] = self._call(DiscoveryActor.serve_skills, origin, list(skills))
+        return counts
 
     def sync(self) -> dict[str, int]:
         counts: dict[str, int] = self._call(DiscoveryActor.sync)

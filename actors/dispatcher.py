@@ -79,6 +79,7 @@ from chalie.mail import (
     FlushTrail,
     GateAnswered,
     GateAsk,
+    RecordAsk,
     Suggested,
     ViewRequest,
     Withdraw,
@@ -273,6 +274,34 @@ class DispatcherActor(SupervisedActor):
 
     def _on_flush(self, message: FlushTrail) -> None:
         self._flush_starts()
+
+    def _on_record_ask(self, message: RecordAsk) -> None:
+        """A server's sampling or elicitation request as the gate decided it (one row)."""
+        if self._trail is None:
+            return
+        ctx = message.context
+        try:
+            rec = self._trail.record_for(
+                call_id=message.call_id,
+                turn_id=ctx.turn_id,
+                conversation_id=ctx.conversation_id,
+                channel=ctx.channel,
+                tool=message.permission,
+                permission=message.permission,
+                params=params_json(redact(message.params)),
+                act_summary=message.act_summary,
+            )
+            allowed = message.decision == "allow"
+            self._trail.finish(
+                rec,
+                status="success" if allowed else "error",
+                code=None if allowed else (message.code or "permission-denied"),
+                decision=message.decision,
+                decided_by=message.decided_by,
+                started=False,
+            )
+        except Exception:
+            log.exception("recording %s on the trail failed", message.permission)
 
     def _on_suggested(self, message: Suggested) -> None:
         self._suggesting -= 1
@@ -750,6 +779,7 @@ _HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
     GateAnswered: DispatcherActor._on_gate_answered,
     Deadline: DispatcherActor._on_deadline,
     FlushTrail: DispatcherActor._on_flush,
+    RecordAsk: DispatcherActor._on_record_ask,
     ToolCall: DispatcherActor._on_tool_call,
     Suggested: DispatcherActor._on_suggested,
     CancelTurn: DispatcherActor._on_cancel_turn,

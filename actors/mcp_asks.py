@@ -53,7 +53,7 @@ from actors.child_ref import ChildRef
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
 from chalie.events import HUMANS, EventBus
-from chalie.mail import GateAsk
+from chalie.mail import GateAsk, RecordAsk
 from chalie.mcp.peer import (
     MAX_SHOWN,
     BadAnswer,
@@ -163,7 +163,11 @@ class ServerAsks:
         *,
         approval_expiry: float = 300.0,
         model_client: Any = None,
+        trail: Any = None,
     ) -> None:
+        """``trail``: where a request's decision goes on the action trail (a ChildRef of the
+        dispatcher, the trail's one writer; None: not recorded)."""
+        self._trail = trail
         self._cfg = config
         self._policy = policy
         self._bus = bus
@@ -217,10 +221,33 @@ class ServerAsks:
         )
         try:
             policy.tell(ask)
-            return await asyncio.wait_for(asyncio.wrap_future(reply), self._expiry + GATE_GRACE)
+            decision = await asyncio.wait_for(asyncio.wrap_future(reply), self._expiry + GATE_GRACE)
         except Exception as exc:
             log.warning("the gate did not decide %s for %s: %s", what, server, exc)
             return None
+        self._record(ask, decision)
+        return decision
+
+    def _record(self, ask: GateAsk, decision: GateDecision) -> None:
+        """The decision on the action trail, through its one writer (never waited on)."""
+        trail = self._trail
+        if trail is None:
+            return
+        try:
+            trail.tell(
+                RecordAsk(
+                    call_id=ask.call_id,
+                    context=ask.context,
+                    permission=ask.permission,
+                    params=ask.params_redacted,
+                    act_summary=ask.act_summary,
+                    decision=decision.decision,
+                    decided_by=str(decision.decided_by),
+                    code=decision.code,
+                )
+            )
+        except Exception as exc:
+            log.info("the trail did not take %s: %s", ask.permission, exc)
 
     # -- sampling ------------------------------------------------------------------------
     async def sample(

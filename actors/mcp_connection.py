@@ -42,12 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
 from actors.actor import SupervisedActor, tell_quietly
-from actors.mcp_deps import McpDeps, announce, back_to_ask
+from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
 from chalie.mail import ProbeConnection, RefreshServer
+from chalie.mcp.extras import install_extras, prompt_skill
+from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
-from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe
+from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe, task_support
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
@@ -101,6 +103,12 @@ class _Listed:
 
 
 @dataclass(frozen=True)
+class _ExtrasListed:
+    gen: int
+    future: concurrent.futures.Future[tuple[dict[str, bool], list[Any], str]]
+
+
+@dataclass(frozen=True)
 class _Reconnect:
     gen: int
 
@@ -144,6 +152,7 @@ class McpConnectionActor(SupervisedActor):
         self._syncing = False
         self._dirty = False
         self._digest = ""  # of the last listing applied: an unchanged one is not re-planned
+        self._extras_digest = ""  # of the last resources/prompts offer applied
         self._errlog: TextIO | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
@@ -231,6 +240,16 @@ class McpConnectionActor(SupervisedActor):
         except MissingSecret as exc:
             self._offline(str(exc), error=str(exc))
             return
+        auth: Any = None
+        hidden: tuple[str, ...] = ()
+        held: list[Link] = []
+        if resolved.oauth:
+            # the grant from chalie mcp login; when it needs the owner, the link says so
+            auth, storage = daemon_auth(resolved, self._secrets, lambda: held[0].login_required())
+            if storage.tokens() is None:  # never logged in: nothing to try (nor to register)
+                self._needs_login()
+                return
+            hidden = tuple(storage.secrets())
         link = Link(
             resolved,
             on_change=lambda: self._tell(_Changed(gen)),
@@ -238,7 +257,11 @@ class McpConnectionActor(SupervisedActor):
             errlog=self._errlog,
             read_timeout=self._deps.timeout(self._spec),
             asks=self._deps.asks,
+            auth=auth,
+            hidden=hidden,
         )
+        held.append(link)
+        link.task_lifetime = self._cfg.task_timeout
         self._link = link
         self._set_status("connecting", "connecting")
         timeout = self._spec.connect_timeout or self._cfg.connect_timeout
@@ -250,18 +273,30 @@ class McpConnectionActor(SupervisedActor):
         fut.add_done_callback(lambda f: self._tell(_Connected(gen, f)))
 
     def _offline(self, reason: str, *, error: str | None = None) -> None:
-        """Mark offline, drop the session, and schedule a reconnect with backoff and jitter."""
+        """Mark offline (or needing login: an OAuth grant the owner must renew), drop the
+        session, and schedule a reconnect with backoff and jitter."""
         link, self._link = self._link, None
+        status: Status = "offline"
         if link is not None:
+            if link.needs_login:
+                status, self._auth_status = "needs-login", 401
+                reason = f"needs login: run chalie mcp login {self.name}"
             with contextlib.suppress(Exception):
                 self._deps.loop.submit(link.close(grace=2.0))
-        self._set_status("offline", reason, error=error if error is not None else reason)
+        self._set_status(status, reason, error=error if error is not None else reason)
         if self._stopping:
             return
         delay = min(self._cfg.backoff_cap, self._cfg.backoff_base * 2 ** min(self._attempt, 30))
         delay = random.uniform(delay / 2, delay)
         self._attempt += 1
         self._later(delay, _Reconnect(self._gen))
+
+    def _needs_login(self) -> None:
+        self._link, self._auth_status = None, 401
+        why = f"needs login: run chalie mcp login {self.name}"
+        self._set_status("needs-login", why, error=why)
+        if not self._stopping:
+            self._later(self._cfg.backoff_cap, _Reconnect(self._gen))
 
     def _on_connected(self, msg: _Connected) -> None:
         if msg.gen != self._gen:
@@ -354,9 +389,65 @@ class McpConnectionActor(SupervisedActor):
             if digest != self._digest:
                 self._apply(listed)
                 self._digest = digest
+        self._sync_extras()
         if self._dirty:
             self._dirty = False
             self._resync()
+
+    # -- resources and prompts (chalie.mcp.extras) -----------------------------------------
+    def _sync_extras(self) -> None:
+        link = self._link
+        if self._status != "online" or link is None:
+            return
+        gen, timeout = self._gen, self._cfg.list_timeout
+
+        async def offer() -> tuple[dict[str, bool], list[Any], str]:
+            caps = link.capabilities()
+            prompts = await link.list_prompts(timeout) if caps.get("prompts") else []
+            shown = ""
+            if caps.get("resources"):
+                try:
+                    found, templates = await link.list_resources(timeout)
+                    names = [str(r.name or r.uri) for r in found[:8]]
+                    names += [str(t.uri_template) for t in templates[:4]]
+                    shown = ", ".join(names)
+                except Exception:
+                    shown = ""
+            return caps, prompts, shown
+
+        fut = self._deps.loop.submit(offer())
+        fut.add_done_callback(lambda f: self._tell(_ExtrasListed(gen, f)))
+
+    def _on_extras(self, msg: _ExtrasListed) -> None:
+        if msg.gen != self._gen:
+            return
+        error = msg.future.exception()
+        if error is not None:
+            log.info("mcp server %s: listing its prompts failed: %s", self.name, self._why(error))
+            return
+        caps, prompts, shown = msg.future.result()
+        digest = f"{sorted(caps.items())}|{shown}|{listing_digest(prompts)}"
+        if digest == self._extras_digest:
+            return
+        self._extras_digest = digest
+        announce(
+            self._deps,
+            install_extras(
+                self._deps.registry,
+                self.name,
+                resources=bool(caps.get("resources")),
+                prompts=prompts,
+                timeout=self._deps.timeout(self._spec),
+                offered=shown,
+            ),
+        )
+        skills = []
+        for prompt in prompts:
+            try:
+                skills.append(prompt_skill(self.name, prompt))
+            except Exception as exc:
+                log.info("mcp server %s: prompt not offered: %s", self.name, exc)
+        serve_skills(self._deps, self.name, skills)
 
     def _apply(self, listed: list[Any]) -> None:
         assert self._store is not None
@@ -375,6 +466,14 @@ class McpConnectionActor(SupervisedActor):
             channels=self._spec.channels,
         )
         announce(self._deps, installed)
+        # tools that run as tasks live as long as a task may, not a call
+        tasks = task_support(listed)
+        if tasks:
+            task_rows = [r for r in self._rows.values() if r.remote in tasks]
+            lifetime = self._cfg.task_timeout
+            announce(
+                self._deps, install(self._deps.registry, task_rows, enabled=True, timeout=lifetime)
+            )
         back_to_ask(self._deps, change.quarantined)
         self.last_sync = {
             "at": time.time(),
@@ -388,6 +487,8 @@ class McpConnectionActor(SupervisedActor):
             log.info("mcp server %s re-synced", self.name, extra=self.last_sync)
 
     def _on_refresh(self) -> None:
+        if self._status == "needs-login" and not self._stopping:
+            self._connect()  # chalie mcp login stored a new grant: use it now
         self._digest = ""  # rows changed under us (an approval): the next listing re-plans
         old = self._rows
         self._load_rows()
@@ -445,8 +546,11 @@ class McpConnectionActor(SupervisedActor):
                 self._resync()
         elif isinstance(message, _Listed):
             self._on_listed(message)
+        elif isinstance(message, _ExtrasListed):
+            self._on_extras(message)
         elif isinstance(message, _Reconnect):
-            if message.gen == self._gen and self._status == "offline" and not self._stopping:
+            waiting = self._status in ("offline", "needs-login")
+            if message.gen == self._gen and waiting and not self._stopping:
                 self._connect()
         elif isinstance(message, RefreshServer):
             self._on_refresh()

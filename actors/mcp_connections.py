@@ -19,7 +19,7 @@ from actors.child_ref import ChildRef, ChildUnavailable
 from actors.directory import Directory
 from actors.loop import EventLoopThread
 from actors.mcp_connection import STOP_GRACE, McpConnectionActor, child_id
-from actors.mcp_deps import McpDeps, announce
+from actors.mcp_deps import McpDeps, announce, serve_skills
 from actors.supervisor import Supervisor
 from chalie.events import EventBus
 from chalie.mail import RefreshServer
@@ -95,6 +95,8 @@ class McpConnections(Supervisor):
         gone = [n for n in known if server_of(n) not in servers]
         dropped = uninstall(deps.registry, gone)
         announce(deps, Installed(drop=dropped))
+        for server in sorted({s for n in gone if (s := server_of(n)) is not None}):
+            serve_skills(deps, server, [])  # its prompts leave find_skills too
         for name, spec in servers.items():
             if name in self._specs:
                 continue  # a running child owns its server's proxies (it re-reads on RefreshServer)
@@ -136,11 +138,16 @@ class McpHandle:
         routes: dict[str, Route],
         loop: EventLoopThread,
         bus: EventBus | None = None,
+        *,
+        turns: Any = None,
     ) -> None:
         self.directory = directory
         self.routes = routes
         self.loop = loop
         self.bus = bus  # where a call's progress is published
+        # the turns' injected tools (chalie.services.TurnTools): a result's resource link
+        # makes its server's resources proxy callable in the turn
+        self.turns = turns
 
     def connection(self, server: str) -> ChildRef[McpConnectionActor]:
         return self.directory.ref(child_id(server), McpConnectionActor)

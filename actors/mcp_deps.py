@@ -120,6 +120,25 @@ def announce(deps: McpDeps, change: Installed) -> None:
     deps.side.submit(work)
 
 
+def serve_skills(deps: McpDeps, server: str, skills: list[Any]) -> None:
+    """Hand discovery the playbooks (prompts) a server serves now (on the side thread)."""
+    if deps.discovery is None or not hasattr(deps.discovery, "serve_skills"):
+        return
+
+    def work() -> None:
+        for attempt in range(ANNOUNCE_ATTEMPTS):
+            try:
+                deps.discovery.serve_skills(server, skills)
+                return
+            except Exception as exc:
+                if attempt == ANNOUNCE_ATTEMPTS - 1:
+                    raise
+                log.info("discovery did not take %s's prompts yet (%s); retrying", server, exc)
+                time.sleep(ANNOUNCE_RETRY)
+
+    deps.side.submit(work)
+
+
 def back_to_ask(deps: McpDeps, proxies: list[str]) -> None:
     """A quarantined tool's policy returns to ask on every channel (explicit rows beat ``*``)."""
     policy = deps.policy

@@ -400,6 +400,9 @@ class McpConfig(Section, frozen=True):
     sampling_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
     # Seconds the owner has to answer a server's elicitation.
     elicitation_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
+    # Seconds a task-augmented call (a tool whose execution.taskSupport is optional or
+    # required) may run: its lifetime, beyond the call timeout.
+    task_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 3600.0
 
 
 class Config(Section, frozen=True):

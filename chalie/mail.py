@@ -69,6 +69,21 @@ class FlushTrail:
     """DispatcherActor: write the trail's deferred ``running`` rows now."""
 
 
+@dataclass(frozen=True, slots=True)
+class RecordAsk:
+    """DispatcherActor: put a connected server's request (sampling, elicitation), as the gate
+    decided it, on the action trail: one whole row, through the trail's one writer."""
+
+    call_id: str
+    context: TurnContext
+    permission: str
+    params: dict[str, Any]
+    act_summary: str
+    decision: str
+    decided_by: str
+    code: str | None
+
+
 @dataclass(slots=True)
 class GateAsk:
     """PolicyActor: decide one call (sent with ``tell``); the decision completes ``reply``."""

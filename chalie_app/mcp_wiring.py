@@ -6,6 +6,7 @@ import contextlib
 from typing import Any
 
 from actors.directory import Directory
+from actors.dispatcher import DispatcherActor
 from actors.mcp_connections import McpConnections, McpHandle
 from actors.mcp_deps import McpDeps, preload
 from actors.policy import PolicyActor
@@ -34,6 +35,7 @@ class McpWiring:
             rt.events,
             dict(rt.config.models),
             approval_expiry=rt.config.approval_expiry,
+            trail=rt.child("dispatcher", DispatcherActor),
         )
         deps = McpDeps(
             db_path=rt.db_path,
@@ -47,7 +49,9 @@ class McpWiring:
             asks=asks,
         )
         self.deps = deps
-        self.handle = McpHandle(self.directory, deps.routes, rt.loop, rt.events)
+        self.handle = McpHandle(
+            self.directory, deps.routes, rt.loop, rt.events, turns=rt.services.turns
+        )
         preload(deps)
 
         def reload() -> None:

@@ -31,9 +31,11 @@ from chalie.events import EventBus
 from chalie.execution import FAULTS, Done, Job
 from chalie.mail import ProbeConnection
 from chalie.mcp import results
+from chalie.mcp.extras import RESOURCES, extra_name, kind_of, run_extra
 from chalie.mcp.peer import CallScope, Progress
 from chalie.mcp.proxy import McpProxy, is_proxy
 from chalie.mcp.route import outcome, refusal
+from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.dispatch")
 
@@ -72,6 +74,15 @@ def progress_sink(bus: EventBus | None, job: Job) -> Progress | None:
     return sink
 
 
+def follow_links(turns: Any, job: Job, server: str, rich: Any) -> None:
+    """A result that links a resource of its server: that server's resources proxy becomes
+    callable in the turn (the read is still gated by the server's policy)."""
+    items = rich.get("items") if isinstance(rich, dict) else None
+    if any(isinstance(i, dict) and i.get("type") == "resource_link" for i in items or ()):
+        with contextlib.suppress(Exception):
+            turns.inject(job.context.turn_id, [extra_name(server, RESOURCES)])
+
+
 class McpExecutor:
     """Runs proxy calls on their servers' sessions; see the module docstring."""
 
@@ -88,6 +99,9 @@ class McpExecutor:
             return
         assert issubclass(cls, McpProxy)
         server, tool = cls.mcp_server, cls.mcp_tool
+        if kind_of(cls):
+            self._extra(job, done, server, kind_of(cls))
+            return
         if cls.mcp_state == "quarantined":
             done(results.quarantined(server, tool, cls.mcp_changed))
             return
@@ -125,6 +139,8 @@ class McpExecutor:
             except Exception as exc:
                 log.exception("mapping the result of %s failed", job.tool)
                 result, suspect = FAULTS.executor_failed(job.tool, type(exc).__name__), False
+            if result.rich and handle.turns is not None:
+                follow_links(handle.turns, job, server, result.rich)
             done(result)
             if suspect:
                 with contextlib.suppress(ChildUnavailable):
@@ -149,6 +165,49 @@ class McpExecutor:
                 self._calls.pop(job_id, None)
             log.exception("submitting %s to its MCP session failed", job.tool)
             done(FAULTS.executor_failed(job.tool, type(exc).__name__))
+
+    def _extra(self, job: Job, done: Done, server: str, kind: str) -> None:
+        """A server's resources or prompts proxy (chalie.mcp.extras) over its session."""
+        handle = self._handle
+        route = handle.routes.get(server) if handle is not None else None
+        if handle is None or route is None or route.status != "online" or route.link is None:
+            if route is not None and route.auth_status is not None:
+                login = route.status == "needs-login"
+                done(results.auth_failed(server, kind, route.auth_status, login=login))
+            else:
+                why = route.reason or route.status if route is not None else "not connected"
+                done(results.unreachable(server, kind, why))
+            return
+        link, job_id, params = route.link, job.job_id, dict(job.params)
+
+        def finished(task: asyncio.Task[Any]) -> None:  # on the loop
+            with self._lock:
+                self._calls.pop(job_id, None)
+            if task.cancelled():
+                done(
+                    ToolResult.error(
+                        "cancelled",
+                        f"The call to {job.tool} was cancelled.",
+                        hint="the call was cancelled; do not continue with its result.",
+                    )
+                )
+                return
+            error = task.exception()
+            done(task.result() if error is None else FAULTS.executor_failed(job.tool, repr(error)))
+
+        def begin() -> None:  # on the loop
+            with self._lock:
+                if job_id not in self._calls:
+                    return
+                task = asyncio.get_running_loop().create_task(
+                    run_extra(link, server, kind, params, job.timeout)
+                )
+                self._calls[job_id] = task
+            task.add_done_callback(finished)
+
+        with self._lock:
+            self._calls[job_id] = None
+        handle.loop.call_soon(begin)
 
     def cancel(self, job_id: str) -> None:
         with self._lock:

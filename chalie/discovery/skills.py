@@ -200,6 +200,14 @@ class SkillLibrary:
     def get(self, name: str) -> Skill | None:
         return self._skills.get(name)
 
+    def put(self, skill: Skill) -> None:
+        """Add or replace one playbook (a connected MCP server's prompt)."""
+        self._skills[skill.name] = skill
+
+    def drop(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._skills.pop(name, None)
+
     def docs(self) -> list[ToolDoc]:
         return [s.doc() for s in self]
 

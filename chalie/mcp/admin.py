@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from chalie.mcp.importing import ImportFileError, parse_servers
-from chalie.mcp.secrets import SecretFile, seal, shown
+from chalie.mcp.oauth import revoke
+from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
 from chalie.mcp.store import McpStore, ServerExists, ServerRow
 from chalie.mcp.tools import ToolRow, approve
@@ -143,11 +144,22 @@ class McpAdmin:
 
     def remove(self, name: str) -> dict[str, Any]:
         row = self._require(name)
+        revoked = 0
+        if row.spec.oauth:  # the grant is revoked at the authorization server, then forgotten
+            try:
+                revoked = revoke(resolve(row.spec, self.secrets), self.secrets)
+            except MissingSecret:
+                revoked = 0
         tools = len(self.store.tools(row.name))
         self.store.remove_server(row.name)
         dropped = self.secrets.drop_server(row.name)
         self._changed()
-        return {"name": row.name, "removed_tools": tools, "removed_secrets": dropped}
+        return {
+            "name": row.name,
+            "removed_tools": tools,
+            "removed_secrets": dropped,
+            "revoked_tokens": revoked,
+        }
 
     def approve(self, name: str, tool: str | None = None) -> dict[str, Any]:
         row = self._require(name)

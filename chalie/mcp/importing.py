@@ -147,6 +147,15 @@ _OPTIONS: Final = {
     "samplingTokens": "sampling_tokens",
     "sampling_tokens": "sampling_tokens",
     "channels": "channels",
+    "oauth": "oauth",
+    "oauthClientId": "oauth_client_id",
+    "oauth_client_id": "oauth_client_id",
+    "oauthClientSecret": "oauth_client_secret",
+    "oauth_client_secret": "oauth_client_secret",
+    "oauthScope": "oauth_scope",
+    "oauth_scope": "oauth_scope",
+    "oauthRedirectPort": "oauth_redirect_port",
+    "oauth_redirect_port": "oauth_redirect_port",
 }
 
 

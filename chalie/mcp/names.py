@@ -100,3 +100,15 @@ def server_of(name: str) -> str | None:
         return None
     slug, sep, _ = name[len(PREFIX) :].partition("_")
     return slug if sep and SLUG.match(slug) else None
+
+
+# The kinds of a server's own proxies (chalie.mcp.extras).
+RESOURCES: Final = "resources"
+PROMPTS: Final = "prompts"
+
+
+def extra_name(server: str, kind: str) -> str:
+    """A server's own proxy for its resources or prompts: ``_mcp_<server>__<kind>``.
+
+    The double underscore never comes out of :func:`tool_part`, so no remote tool takes it."""
+    return f"{PREFIX}{server}__{kind}"

@@ -20,6 +20,7 @@ import base64
 import binascii
 from typing import Any, Final
 
+from chalie.mcp.names import RESOURCES, extra_name
 from chalie.mcp.tools import clean_text
 from chalie.result import ToolResult
 
@@ -107,9 +108,12 @@ def content_parts(content: Any) -> tuple[list[str], list[dict[str, Any]], dict[s
 
 def call_result(server: str, tool: str, result: Any) -> ToolResult:
     """A CallToolResult (SDK object or dict) as a ToolResult."""
-    meta = _meta(server, tool)
+    meta: dict[str, Any] = _meta(server, tool)
     is_error = bool(_field(result, "is_error") or _field(result, "isError"))
     texts, rich, mentions = content_parts(_field(result, "content"))
+    if any(item.get("type") == "resource_link" for item in rich):
+        # in the tag, so a structured body says it too: the proxy that reads the links
+        meta["read_links_with"] = extra_name(server, RESOURCES)
     if is_error:
         message = "\n".join(texts).strip() or "no message"
         first = clean_text(message.splitlines()[0] if message else "", 180)
@@ -160,7 +164,16 @@ def unreachable(server: str, tool: str, why: str) -> ToolResult:
     )
 
 
-def auth_failed(server: str, tool: str, status: int) -> ToolResult:
+def auth_failed(server: str, tool: str, status: int, *, login: bool = False) -> ToolResult:
+    """Refused credentials; ``login``: an OAuth grant expired or revoked (log in again)."""
+    if login:
+        return ToolResult.error(
+            "mcp-auth-failed",
+            f"The MCP server {server} needs the owner to log in again (its OAuth grant "
+            "expired or was revoked).",
+            hint=f"the owner must run chalie mcp login {server}; do not retry until then.",
+            meta=_meta(server, tool),
+        )
     return ToolResult.error(
         "mcp-auth-failed",
         f"The MCP server {server} refused our credentials (HTTP {status}).",

@@ -46,7 +46,9 @@ def refusal(route: Route | None, server: str, proxy: str, tool: str) -> ToolResu
         return results.quarantined(server, tool, row.changed)
     if route.status != "online" or route.link is None:
         if route.auth_status is not None:
-            return results.auth_failed(server, tool, route.auth_status)
+            return results.auth_failed(
+                server, tool, route.auth_status, login=route.status == "needs-login"
+            )
         return results.unreachable(server, tool, route.reason or route.status)
     return None
 
@@ -72,6 +74,8 @@ def outcome(
             return results.call_result(server, tool, fut.result()), False
         except Exception as exc:
             return results.remote_error(server, tool, -32603, type(exc).__name__), False
+    if link.needs_login:
+        return results.auth_failed(server, tool, 401, login=True), True
     if link.auth_status is not None:
         return results.auth_failed(server, tool, link.auth_status), True
     if isinstance(error, NotConnected):

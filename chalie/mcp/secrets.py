@@ -78,6 +78,12 @@ class SecretFile:
             data.update(values)
             self._write(data)
 
+    def drop_ids(self, ids: list[str]) -> None:
+        with self._lock:
+            data = self._read()
+            if any(i in data for i in ids):
+                self._write({k: v for k, v in data.items() if k not in ids})
+
     def drop_server(self, server: str) -> int:
         """Forget every secret of one server; returns how many."""
         with self._lock:
@@ -132,8 +138,15 @@ def seal(spec: ServerSpec, secrets: SecretFile) -> ServerSpec:
             value = f"${{secret:{sid}}}"
         env[key] = value
     url = _seal_url(spec.name, spec.url, found) if spec.url else spec.url
+    client_secret = spec.oauth_client_secret
+    if client_secret and not _has_ref(client_secret):
+        sid = _secret_id(spec.name, "oauth.client_secret")
+        found[sid] = client_secret
+        client_secret = f"${{secret:{sid}}}"
     secrets.put(found)
-    return msgspec.structs.replace(spec, headers=headers, env=env, url=url)
+    return msgspec.structs.replace(
+        spec, headers=headers, env=env, url=url, oauth_client_secret=client_secret
+    )
 
 
 def _substitute(value: str, secrets: SecretFile, environ: Mapping[str, str], where: str) -> str:
@@ -166,6 +179,9 @@ def resolve(
         env={k: _substitute(v, secrets, environ, f"env {k}") for k, v in spec.env.items()},
         url=_substitute(spec.url, secrets, environ, "url"),
         args=tuple(_substitute(a, secrets, environ, "args") for a in spec.args),
+        oauth_client_secret=_substitute(
+            spec.oauth_client_secret, secrets, environ, "oauth_client_secret"
+        ),
     )
 
 
@@ -177,6 +193,8 @@ def shown(spec: ServerSpec) -> dict[str, Any]:
     """The spec for display: references kept, literal header values masked."""
     out: dict[str, Any] = msgspec.to_builtins(spec)
     out["headers"] = {k: v if _has_ref(v) else mask(v) for k, v in spec.headers.items()}
+    secret = spec.oauth_client_secret
+    out["oauth_client_secret"] = secret if not secret or _has_ref(secret) else mask(secret)
     out["env"] = {
         k: v if _has_ref(v) or not SECRET_NAME.search(k) else mask(v) for k, v in spec.env.items()
     }

@@ -16,9 +16,13 @@ with ``run_coroutine_threadsafe``):
    tasks, never in the owner task. ``probe`` is the heartbeat: ``ping`` on a
    handshake-era session, ``server/discover`` on 2026-07-28 (which has no
    ping), each under a timeout.
-3. ``tools/list_changed`` reaches ``on_change``: through the message handler
-   on a handshake-era session, through a ``subscriptions/listen`` stream
-   (its own task) on 2026-07-28.
+3. ``tools/list_changed`` and ``prompts/list_changed`` reach ``on_change``:
+   through the message handler on a handshake-era session, through a
+   ``subscriptions/listen`` stream (its own task) on 2026-07-28.
+   ``resources/updated`` for a resource this link read drops what it read
+   (the next read asks the server again): on a handshake-era session the
+   link subscribed with ``resources/subscribe`` when it read the resource; on
+   2026-07-28 the listen stream is reopened with the URI in its filter.
 4. If the owner's ``async with`` ends by itself (an HTTP server died), it
    reports ``on_lost(reason)``. Some losses never end it (a killed stdio child
    or SSE server answer every request with "Connection closed"): the
@@ -52,11 +56,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 from mcp_types import (
     INVALID_REQUEST,
+    CallToolResult,
     CreateMessageRequestParams,
     CreateMessageResult,
+    CreateTaskResult,
     ElicitRequestParams,
     ElicitResult,
     ErrorData,
+    GetTaskResult,
     ListRootsResult,
     LoggingMessageNotificationParams,
     Root,
@@ -65,6 +72,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
 from chalie.logs import Throttle
+from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
 from chalie.tls import tls_context
@@ -95,6 +103,12 @@ for _name in PEER_DRIVEN_LOGGERS:  # a logger's filters do not apply to its chil
 
 MAX_PAGES: Final = 200
 MAX_TOOLS: Final = 5000  # per server: a hostile list must not flood the index
+# A task's polling interval: the server's suggestion, within these bounds (seconds).
+TASK_POLL_MIN: Final = 0.05
+TASK_POLL_MAX: Final = 10.0
+TASK_POLL_DEFAULT: Final = 1.0
+MAX_LISTED: Final = 1000  # resources, templates or prompts a listing keeps
+MAX_READS: Final = 256  # resources a link keeps what it read of (a subscription each)
 CLOSE_GRACE: Final = 6.0
 MAX_LOG_LINE: Final = 1000
 LOG_LEVELS: Final = {
@@ -144,6 +158,17 @@ def leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def task_support(tools: list[Any]) -> dict[str, str]:
+    """Which listed tools run as tasks: name -> "optional" or "required"."""
+    out = {}
+    for tool in tools:
+        execution = getattr(tool, "execution", None)
+        support = getattr(execution, "task_support", None)
+        if support in ("optional", "required"):
+            out[str(tool.name)] = str(support)
+    return out
+
+
 def describe(exc: BaseException) -> str:
     """One line naming the first meaningful leaf of an exception (group)."""
     found = leaves(exc)
@@ -172,8 +197,15 @@ class Link:
         errlog: TextIO | None = None,
         read_timeout: float = 60.0,
         asks: Asks | None = None,
+        auth: httpx2.Auth | None = None,
+        hidden: tuple[str, ...] = (),
     ) -> None:
+        """``auth``: an OAuth server's provider (chalie.mcp.oauth); ``hidden``: more values
+        (its tokens) error text must never show."""
         self._spec = spec  # resolved: never log it
+        self._auth = auth
+        self.needs_login = False
+        self._path = httpx2.URL(spec.url).path if spec.url else ""
         self._asks = asks
         self.roots: tuple[str, ...] = spec.roots
         self._inflight: dict[int, CallScope] = {}
@@ -186,6 +218,14 @@ class Link:
         self._owner: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        # uri -> what the server answered when it was last read; dropped on resources/updated
+        self._read: dict[str, Any] = {}
+        self._subscribed: set[str] = set()
+        self.updates = 0  # resources/updated notifications seen (for status and tests)
+        self.prompts: dict[str, Any] = {}  # name -> Prompt, as last listed
+        # tool -> its execution.taskSupport ("optional", "required"), as last listed
+        self.task_support: dict[str, str] = {}
+        self.task_lifetime = 3600.0  # seconds a task may run (the [mcp] task_timeout)
         self.auth_status: int | None = None
         self._reported_lost = False
         self._devnull: TextIO | None = None
@@ -193,7 +233,11 @@ class Link:
         self._tls: ssl.SSLContext | bool = tls_context() if spec.transport != "stdio" else True
         self.info: LinkInfo | None = None
         self._secrets = sorted(
-            {v for v in (*spec.headers.values(), *spec.env.values(), spec.url) if len(v) >= 4},
+            {
+                v
+                for v in (*spec.headers.values(), *spec.env.values(), spec.url, *hidden)
+                if len(v) >= 4
+            },
             key=len,
             reverse=True,
         )
@@ -206,14 +250,31 @@ class Link:
         return text[:500]
 
     async def _on_response(self, response: httpx2.Response) -> None:
+        if self.needs_login:
+            return  # only a new link (after chalie mcp login) clears it
         if response.status_code in (401, 403):
             self.auth_status = response.status_code
-        elif response.status_code < 300:
-            self.auth_status = None
+        elif response.status_code < 300 and response.request.url.path == self._path:
+            self.auth_status = None  # the MCP endpoint itself (not an OAuth metadata fetch)
+
+    def login_required(self) -> None:
+        """The OAuth grant needs the owner (the provider found no way on by itself)."""
+        self.needs_login = True
+        self.auth_status = 401
 
     async def _on_message(self, message: Any) -> None:
-        if getattr(message, "method", None) == "notifications/tools/list_changed":
+        method = getattr(message, "method", None)
+        if method in ("notifications/tools/list_changed", "notifications/prompts/list_changed"):
             self._on_change()
+        elif method == "notifications/resources/updated":
+            uri = getattr(getattr(message, "params", None), "uri", None)
+            if uri is not None:
+                self._updated(str(uri))
+
+    def _updated(self, uri: str) -> None:
+        """A resource changed on the server: what was read of it is stale."""
+        self.updates += 1
+        self._read.pop(uri, None)
 
     # -- what the server asks of us (on the loop) ----------------------------------------
     def scope(self) -> CallScope | None:
@@ -284,6 +345,7 @@ class Link:
                 headers=dict(spec.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks=hooks,
+                auth=self._auth,
             )
             stack_http.append(http)
             return streamable_http_client(spec.url, http_client=http)
@@ -314,6 +376,12 @@ class Link:
             return self._devnull
 
     def _failure(self, exc: BaseException) -> ConnectFailure:
+        if self.needs_login or any(isinstance(leaf, LoginRequired) for leaf in leaves(exc)):
+            self.login_required()
+            self.auth_status = 401
+            return ConnectFailure(
+                "auth", f"needs login: run chalie mcp login {self._spec.name}", 401
+            )
         if self.auth_status is not None:
             return ConnectFailure(
                 "auth",
@@ -393,17 +461,32 @@ class Link:
             self._reported_lost = True
             self._on_lost(reason)
 
-    async def _listen(self, client: Client) -> None:
+    async def _listen(self, client: Client, ready: asyncio.Event | None = None) -> None:
+        uris = sorted(self._subscribed)
+        caps = self.capabilities()
         try:
-            async with client.listen(tools_list_changed=True) as sub:
-                async for _event in sub:
-                    self._on_change()
+            async with client.listen(
+                tools_list_changed=True,
+                prompts_list_changed=caps.get("prompts", False),
+                resource_subscriptions=uris,
+            ) as sub:
+                if ready is not None:
+                    ready.set()
+                async for event in sub:
+                    uri = getattr(event, "uri", None)
+                    if uri is not None:
+                        self._updated(str(uri))
+                    else:
+                        self._on_change()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info(
                 "%s: no tools/list_changed stream (%s)", self._spec.name, self.scrub(describe(exc))
             )
+        finally:
+            if ready is not None:
+                ready.set()
 
     # -- the public surface (on the loop) ---------------------------------------------
     async def open(self, timeout: float) -> LinkInfo:
@@ -459,6 +542,7 @@ class Link:
                 if not cursor or cursor in seen:
                     break
                 seen.add(cursor)
+        self.task_support = task_support(out)
         return out
 
     async def probe(self, timeout: float) -> float:
@@ -471,6 +555,104 @@ class Link:
             else:
                 await client.session.send_ping()
         return time.monotonic() - started
+
+    def capabilities(self) -> dict[str, bool]:
+        """What the server offers besides tools: resources, subscriptions, prompts, tasks."""
+        client = self._client
+        if client is None:
+            return {}
+        try:
+            caps = client.server_capabilities
+        except Exception:
+            return {}
+        res = caps.resources
+        return {
+            "resources": res is not None,
+            "subscribe": bool(res is not None and getattr(res, "subscribe", False)),
+            "prompts": caps.prompts is not None,
+            "tasks": caps.tasks is not None,
+        }
+
+    async def _pages(self, fetch: Callable[[str | None], Any], field: str) -> list[Any]:
+        out: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            page = await fetch(cursor)
+            out.extend(getattr(page, field) or ())
+            cursor = page.next_cursor
+            if len(out) >= MAX_LISTED:
+                del out[MAX_LISTED:]
+                break
+            if not cursor or cursor in seen:
+                break
+            seen.add(cursor)
+        return out
+
+    async def list_resources(self, timeout: float) -> tuple[list[Any], list[Any]]:
+        """The server's resources and resource templates (each bounded)."""
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            resources = await self._pages(
+                lambda c: client.list_resources(cursor=c, cache_mode="bypass"), "resources"
+            )
+            try:
+                templates = await self._pages(
+                    lambda c: client.list_resource_templates(cursor=c, cache_mode="bypass"),
+                    "resource_templates",
+                )
+            except MCPError:
+                templates = []  # a server with no templates may not know the method
+        return resources, templates
+
+    async def read_resource(self, uri: str, timeout: float) -> tuple[Any, bool]:
+        """(the server's ReadResourceResult, whether it came from what was read before).
+
+        A fresh read subscribes to the resource when the server allows it, so an update
+        drops what was read; without subscriptions nothing is kept."""
+        client = self._require()
+        held = self._read.get(uri)
+        if held is not None:
+            return held, True
+        caps = self.capabilities()
+        async with asyncio.timeout(timeout):
+            # subscribed before the read: an update between the two is not missed
+            if caps.get("subscribe") and uri not in self._subscribed:
+                if len(self._subscribed) < MAX_READS:
+                    await self._subscribe(client, uri)
+            result = await client.read_resource(uri, cache_mode="bypass")
+        if uri in self._subscribed:
+            self._read[uri] = result
+        return result, False
+
+    async def _subscribe(self, client: Client, uri: str) -> None:
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            self._subscribed.add(uri)
+            old, ready = self._listener, asyncio.Event()
+            self._listener = asyncio.create_task(self._listen(client, ready))
+            if old is not None:
+                old.cancel()
+                await asyncio.gather(old, return_exceptions=True)
+            await ready.wait()  # the new stream's filter holds the URI
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.subscribe_resource(uri)
+        self._subscribed.add(uri)
+
+    async def list_prompts(self, timeout: float) -> list[Any]:
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            listed = await self._pages(
+                lambda c: client.list_prompts(cursor=c, cache_mode="bypass"), "prompts"
+            )
+        self.prompts = {str(p.name): p for p in listed}
+        return listed
+
+    async def get_prompt(self, name: str, arguments: dict[str, str], timeout: float) -> Any:
+        client = self._require()
+        async with asyncio.timeout(timeout):
+            return await client.get_prompt(name, arguments)
 
     async def call(
         self,
@@ -497,12 +679,55 @@ class Link:
                 sink(progress, total, shown)
 
         try:
+            support = self.task_support.get(tool)
+            if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                return await self._call_task(client, tool, arguments, progress)
             return await client.call_tool(
                 tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
             )
         finally:
             CURRENT.reset(token)
             self._inflight.pop(key, None)
+
+    async def _call_task(
+        self,
+        client: Client,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], Any],
+    ) -> Any:
+        """A task-augmented tools/call (2025-11-25): create, poll tasks/get at the server's
+        interval, fetch tasks/result; a cancel or the task's lifetime sends tasks/cancel.
+
+        The SDK has the task types but sends no task requests (and would refuse a
+        CreateTaskResult as a tools/call result), so these go as raw requests."""
+        send = client.session._dispatcher.send_raw_request
+        lifetime = self.task_lifetime
+        params = {"name": tool, "arguments": arguments, "task": {"ttl": int(lifetime * 1000)}}
+        raw = await send("tools/call", params, {"timeout": self._read_timeout})
+        task = CreateTaskResult.model_validate(raw).task
+        task_id = task.task_id
+        try:
+            async with asyncio.timeout(lifetime):
+                while task.status == "working":
+                    interval = (task.poll_interval or TASK_POLL_DEFAULT * 1000) / 1000
+                    await asyncio.sleep(min(TASK_POLL_MAX, max(TASK_POLL_MIN, interval)))
+                    got = await send("tasks/get", {"taskId": task_id}, {"timeout": 30.0})
+                    task = GetTaskResult.model_validate(got)
+                    if task.status_message:
+                        await progress(0.0, None, task.status_message)
+                if task.status == "cancelled":
+                    raise MCPError(-32000, f"the server cancelled task {task_id[:40]}")
+                # completed, failed, or input_required (the server asks within tasks/result)
+                out = await send("tasks/result", {"taskId": task_id}, {"timeout": lifetime})
+                return CallToolResult.model_validate(out)
+        except (asyncio.CancelledError, TimeoutError):
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(
+                    asyncio.shield(send("tasks/cancel", {"taskId": task_id}, {"timeout": 5.0})),
+                    5.0,
+                )
+            raise
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
         """End the session; the owner task gets ``grace`` seconds to leave cleanly."""

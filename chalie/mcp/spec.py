@@ -75,6 +75,14 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # before). When set, its tools are not discoverable and are callable only on
     # these channels (for a fetch server: ("web-browse",), off plain chat).
     channels: tuple[str, ...] = ()
+    # OAuth 2.1 (chalie.mcp.oauth): the grant comes from `chalie mcp login NAME`. A
+    # pre-registered client gives its id (and secret, sealed as a reference) and the
+    # loopback port its redirect URI was registered with; without one the client registers.
+    oauth: bool = False
+    oauth_client_id: str = ""
+    oauth_client_secret: str = ""
+    oauth_scope: str = ""
+    oauth_redirect_port: int | None = None
 
     def timeout(self, default: float) -> float:
         """Seconds a call of this server's tools may take: its own, else the default."""
@@ -180,6 +188,7 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
             f"channels must be at most {MAX_CHANNELS} channel names "
             "(lowercase letters, digits, - or _)"
         )
+    _check_oauth(spec)
     return msgspec.structs.replace(
         spec,
         channels=tuple(dict.fromkeys(channels)),
@@ -192,6 +201,28 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
         roots=check_roots(spec.roots),
         sampling_tokens=_tokens(spec.sampling_tokens),
     )
+
+
+def _check_oauth(spec: ServerSpec) -> None:
+    fields = (spec.oauth_client_id, spec.oauth_client_secret, spec.oauth_scope)
+    if not spec.oauth:
+        if any(fields) or spec.oauth_redirect_port is not None:
+            raise SpecError("oauth_* settings need oauth = true")
+        return
+    if spec.transport != "http":
+        raise SpecError("oauth is for Streamable HTTP servers (transport http)")
+    for field, value in zip(
+        ("oauth_client_id", "oauth_client_secret", "oauth_scope"), fields, strict=True
+    ):
+        _text(field, value, 512)
+        _no_line_breaks(field, value)
+    if spec.oauth_client_secret and not spec.oauth_client_id:
+        raise SpecError("oauth_client_secret needs oauth_client_id")
+    port = spec.oauth_redirect_port
+    if port is not None and (isinstance(port, bool) or not 1024 <= port <= 65535):
+        raise SpecError("oauth_redirect_port must be a port from 1024 to 65535")
+    if spec.oauth_client_id and port is None:
+        raise SpecError("a pre-registered client (oauth_client_id) needs oauth_redirect_port")
 
 
 def _tokens(value: Any) -> int | None:

@@ -28,7 +28,8 @@ from chalie.db import connect
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
 
-Status = Literal["online", "offline", "connecting", "disabled"]
+# needs-login: an OAuth server whose grant needs the owner (chalie mcp login), not offline
+Status = Literal["online", "offline", "connecting", "disabled", "needs-login"]
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS mcp_servers (

@@ -1,4 +1,5 @@
-"""``chalie mcp list | show | add | import | test | enable | disable | remove | tools | approve``.
+"""``chalie mcp list | show | add | import | test | login | enable | disable | remove | tools |
+approve``.
 
 Changes are written to ``chalie.db`` (secrets to the 0600 secrets file) by the
 CLI itself, so they work with or without a daemon; a running daemon is then
@@ -164,6 +165,15 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--heartbeat", type=click.FloatRange(1, 86400), help="Seconds between heartbeats.")
 @click.option("--root", "roots", multiple=True, help="A root the server is told of (repeatable).")
 @click.option("--sampling-tokens", type=click.IntRange(0), help="Sampling tokens a day.")
+@click.option("--oauth", is_flag=True, help="The server wants OAuth: then chalie mcp login NAME.")
+@click.option("--oauth-client-id", help="A pre-registered OAuth client (else it registers).")
+@click.option("--oauth-client-secret", help="That client's secret (goes to the secrets file).")
+@click.option("--oauth-scope", help="The OAuth scope to ask for.")
+@click.option(
+    "--oauth-redirect-port",
+    type=click.IntRange(1024, 65535),
+    help="The loopback port a pre-registered client's redirect URI names.",
+)
 @click.pass_obj
 def mcp_add(
     obj: Ctx,
@@ -183,6 +193,11 @@ def mcp_add(
     heartbeat: float | None,
     roots: tuple[str, ...],
     sampling_tokens: int | None,
+    oauth: bool,
+    oauth_client_id: str | None,
+    oauth_client_secret: str | None,
+    oauth_scope: str | None,
+    oauth_redirect_port: int | None,
 ) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
     write ${VAR} to read one from the daemon's environment instead."""
@@ -206,6 +221,11 @@ def mcp_add(
                 "roots": roots,
                 "sampling_tokens": sampling_tokens,
                 "channels": channels,
+                "oauth": oauth or None,
+                "oauth_client_id": oauth_client_id,
+                "oauth_client_secret": oauth_client_secret,
+                "oauth_scope": oauth_scope,
+                "oauth_redirect_port": oauth_redirect_port,
             },
         )
     except SpecError as exc:
@@ -267,6 +287,54 @@ def mcp_test(obj: Ctx, name: str, timeout: float) -> None:
         f"{report['connect_ms']} ms, list {report['list_ms']} ms, probe {report['probe_ms']} ms, "
         f"{len(report['tools'])} tools"
     )
+
+
+@mcp.command("login")
+@click.argument("name")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=300.0, help="Seconds to wait.")
+@click.pass_obj
+def mcp_login(obj: Ctx, name: str, timeout: float) -> None:
+    """Authorize Chalie at an OAuth server: prints the URL to open, waits for the redirect,
+    stores the grant in the secrets file, and has a running daemon reconnect."""
+    from chalie.mcp.oauth import login
+    from chalie.mcp.secrets import MissingSecret, resolve
+
+    admin = _admin(obj)
+    try:
+        spec = admin.spec(name)
+        if not spec.oauth:
+            fail(f"{name} does not use OAuth (add it with --oauth)")
+        resolved = resolve(spec, admin.secrets)
+    except (McpAdminError, MissingSecret) as exc:
+        admin.close()
+        fail(str(exc))
+
+    def show(url: str) -> None:
+        click.echo(f"Open this address in your browser to let Chalie connect to {name}:")
+        click.echo(url)
+        click.echo(f"Waiting up to {timeout:g} s for the authorization ...", nl=True)
+
+    try:
+        report = asyncio.run(login(resolved, admin.secrets, show, timeout=timeout))
+    except TimeoutError:
+        fail(f"{name}: nobody completed the authorization within {timeout:g} s")
+    except Exception as exc:
+        fail(f"{name}: the login failed: {scrubbed(exc, resolved)}")
+    finally:
+        admin.close()
+    _poke(obj.config.home)
+    click.echo(f"{name}: logged in ({report['tools']} tools, protocol {report['protocol']})")
+
+
+def scrubbed(exc: BaseException, spec: Any) -> str:
+    """One line about a failed login, without any of the server's secrets."""
+    from chalie.mcp.session import describe
+
+    text = describe(exc)
+    for value in (spec.oauth_client_secret, *spec.headers.values()):
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text[:300]
 
 
 @mcp.command("enable")

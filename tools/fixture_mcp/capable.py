@@ -2,7 +2,8 @@
 
 ``python -m tools.fixture_mcp.capable``. Tools: ``where`` (the client's roots),
 ``think`` (samples the client's model), ``ask_name`` (a form elicitation),
-``ask_password`` (a form asking for a secret), ``count`` (reports progress
+``ask_password`` (a form asking for a secret), ``open_link`` (a URL-mode elicitation),
+``count`` (reports progress
 ``n`` times, ``pause`` seconds apart), ``chatter`` (``n`` log messages).
 Every request back goes through the SDK's resolvers, so it works on both protocol
 generations.
@@ -80,6 +81,13 @@ def ask_password(got: Annotated[ElicitationResult[Login], Resolve(want_login)]) 
     if isinstance(got, AcceptedElicitation):
         return f"got a password for {got.data.user}"
     return f"no login ({got.action})"
+
+
+@srv.tool()
+async def open_link(url: str, ctx: Context) -> str:
+    """Ask the user to open a link themselves (URL-mode elicitation)."""
+    got = await ctx.elicit_url("Please sign in at the provider", url, "consent-1")
+    return f"url elicitation: {got.action}"
 
 
 @srv.tool()

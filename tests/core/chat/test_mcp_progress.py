@@ -1,0 +1,142 @@
+"""A remote MCP tool's progress reaches a real WebSocket chat client: a real daemon in this
+process, the capable fixture server over stdio, the scripted model on loopback; the client
+sees tool_progress frames for the call between its tool_started and tool_finished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from actors.chat_bridge import ChatBridge
+from chalie.config import Config
+from chalie.mcp.admin import McpAdmin
+from chalie.mcp.spec import ServerSpec
+from chalie.tokens import FIRST_TOKEN_FILE
+from chalie_app import root as daemon
+from chalie_app.root import Runtime
+from tests.conftest import wait_until
+from tests.core.conversation.harness import config_toml
+from tools.fake_llm import FakeModelServer, load_script
+from tools.fixture_mcp.rig import ROOT
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = {
+    "steps": [
+        {
+            "tool_calls": [
+                {
+                    "name": "find_tools",
+                    "arguments": {"query": ["_mcp_cap_count"], "act_summary": "finding"},
+                }
+            ]
+        },
+        {
+            "tool_calls": [
+                {
+                    "name": "_mcp_cap_count",
+                    "arguments": {"n": 4, "pause": 0.05, "act_summary": "counting"},
+                }
+            ]
+        },
+        {"text": "Counted.", "chunk": 4},
+    ]
+}
+
+
+def test_remote_progress_reaches_a_websocket_client() -> None:
+    model = FakeModelServer(load_script(json.dumps(SCRIPT))).start()
+    home = Path(tempfile.mkdtemp(prefix="chp-", dir="/tmp"))
+    (home / "config.toml").write_text(
+        config_toml(model)
+        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n"
+        + "[discovery]\nwrite_examples = false\n"  # the script is the turn's alone
+    )
+    config = Config.load(home)
+    admin = McpAdmin(config.layout.db, home)
+    admin.add(
+        ServerSpec(
+            name="cap",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "tools.fixture_mcp.capable"),
+            cwd=str(ROOT),
+        )
+    )
+    admin.close()
+    ready = threading.Event()
+    box: dict[str, Runtime] = {}
+
+    def on_ready(rt: Runtime) -> None:
+        box["rt"] = rt
+        ready.set()
+
+    thread = threading.Thread(
+        target=daemon.run, args=(config,), kwargs={"ready": on_ready}, daemon=True
+    )
+    thread.start()
+    try:
+        assert ready.wait(120), "the daemon did not start"
+        rt = box["rt"]
+        chat = rt.child("chat", ChatBridge).within(10)
+        wait_until(chat.is_alive, 60, "the chat child")
+        addresses: dict[str, Any] = chat.call(ChatBridge.addresses)
+        token = (home / FIRST_TOKEN_FILE).read_text().strip()
+        wait_until(lambda: rt.registry.get("_mcp_cap_count") is not None, 60, "the remote tool")
+        discovery = rt.services.discovery
+        assert discovery is not None
+        wait_until(
+            lambda: "_mcp_cap_count" in discovery.find(["_mcp_cap_count"]).names,
+            60,
+            "the remote tool in the index",
+        )
+
+        async def go() -> list[dict[str, Any]]:
+            frames: list[dict[str, Any]] = []
+            headers = {"Authorization": f"Bearer {token}"}
+            async with connect(addresses["websocket"], additional_headers=headers) as ws:
+                await ws.send(
+                    json.dumps(
+                        {
+                            "type": "send",
+                            "channel": "chat-openai",
+                            "text": "count to four",
+                            "client_msg_id": "ws-progress",
+                        }
+                    )
+                )
+                while True:
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                    frames.append(frame)
+                    if frame["type"] == "permission_request":
+                        answer = {
+                            "type": "answer",
+                            "request_id": frame["request_id"],
+                            "answer": "allow_once",
+                        }
+                        await ws.send(json.dumps(answer))
+                    if frame["type"] == "turn_finished":
+                        return frames
+
+        frames = asyncio.run(go())
+    finally:
+        box["rt"].request_stop() if "rt" in box else None
+        thread.join(60)
+        model.stop()
+    kinds = [(f["type"], f.get("tool"), f.get("status"), f.get("code")) for f in frames]
+    progress = [f for f in frames if f["type"] == "tool_progress"]
+    assert [p["progress"] for p in progress] == [1.0, 2.0, 3.0, 4.0], kinds
+    assert all(p["tool"] == "_mcp_cap_count" and p["total"] == 4.0 for p in progress)
+    assert progress[0]["message"] == "step 1"
+    started = next(i for i, f in enumerate(frames) if f.get("tool") == "_mcp_cap_count")
+    finished = max(i for i, f in enumerate(frames) if f["type"] == "tool_finished")
+    assert started < frames.index(progress[0]) and frames.index(progress[-1]) < finished
+    assert frames[finished]["status"] == "success"
