@@ -1,0 +1,218 @@
+"""calendar: events from CalDAV calendars and ICS subscriptions; free/busy; create, change, delete.
+
+Reading (``list``, ``free_busy``) covers every calendar account unless one is
+named; recurrences are expanded and times shown in ``zone``. Writing
+(``create_event``, ``update_event``, ``delete_event``) goes to a CalDAV
+account (ICS subscriptions are read-only). Each action is its own
+permission (``calendar.delete_event`` ...), so the writes ask by default.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from chalie.ability import Ability
+from chalie.accounts.failure import AccountFailure
+from chalie.personal import calendar as ical
+from chalie.personal import calendars
+from chalie.personal.runtime import PersonalRuntime
+from chalie.personal.untrusted import untrusted_success
+from chalie.result import ToolResult
+
+MAX_RANGE_DAYS = 366
+Text = Annotated[str, msgspec.Meta(max_length=2000)]
+Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Moment = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=10,
+        max_length=40,
+        description="ISO 8601 date (all day) or date-time; without an offset it is in zone",
+    ),
+]
+
+
+class CalendarParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Read or change the user's calendars."""
+
+    action: Literal["list", "free_busy", "create_event", "update_event", "delete_event"] = "list"
+    start: Moment | None = None
+    end: Moment | None = None
+    zone: (
+        Annotated[
+            str,
+            msgspec.Meta(max_length=64, description="IANA zone for times; default: the user's"),
+        ]
+        | None
+    ) = None
+    account: Short | None = None
+    calendar: Short | None = None
+    id: (
+        Annotated[str, msgspec.Meta(max_length=1024, description="an event id from list")] | None
+    ) = None
+    title: Short | None = None
+    location: Text | None = None
+    description: Text | None = None
+    recurrence: (
+        Annotated[str, msgspec.Meta(max_length=300, description="RRULE, e.g. FREQ=WEEKLY;COUNT=4")]
+        | None
+    ) = None
+    min_minutes: Annotated[int, msgspec.Meta(ge=5, le=1440)] = 30
+
+
+def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
+    found = ability.services.extra.get("personal") if ability.services is not None else None
+    if not isinstance(found, PersonalRuntime):
+        return ToolResult.error(
+            "internal-error",
+            "accounts are not available in this runtime.",
+            hint="this is a fault in the runtime's set-up, not in your call.",
+        )
+    return found
+
+
+class Calendar(Ability):
+    name = "calendar"
+    summary = (
+        "The user's calendar and schedule: list events and appointments in a date range "
+        "(recurring ones expanded, times in the user's zone), find free and busy time, and "
+        "create, reschedule, update or delete events, on CalDAV calendars and ICS subscriptions."
+    )
+    tooltip = "Calendar: events, free time, scheduling"
+    examples = (
+        "what's on my calendar tomorrow",
+        "do I have any meetings this afternoon",
+        "when am I free on Thursday for an hour",
+        "add dentist appointment on Friday at 3pm to my calendar",
+        "move my 2pm meeting to 4pm",
+        "cancel the team lunch event next week",
+        "show my schedule for next week",
+        "set up a weekly standup every Monday at 9",
+    )
+    Params = CalendarParams
+    actions = {
+        "list": (),
+        "free_busy": (),
+        "create_event": ("title", "start"),
+        "update_event": ("id",),
+        "delete_event": ("id",),
+    }
+    timeout = 60.0
+
+    def run(self, params: CalendarParams) -> ToolResult:
+        rt = runtime_of(self)
+        if isinstance(rt, ToolResult):
+            return rt
+        try:
+            return self._run(rt, params)
+        except AccountFailure as exc:
+            return exc.result()
+
+    def _run(self, rt: PersonalRuntime, p: CalendarParams) -> ToolResult:
+        zone_name = p.zone or rt.settings.zone
+        zone = ical.zone_of(zone_name)
+        meta = {"action": p.action}
+        if p.action in ("list", "free_busy"):
+            lo, hi = self._range(p, zone)
+            got = calendars.window(rt, p.account, lo, hi, zone, p.calendar)
+            body: dict[str, Any] = {
+                "zone": zone_name,
+                "from": lo.isoformat(timespec="minutes"),
+                "to": hi.isoformat(timespec="minutes"),
+            }
+            if p.action == "list":
+                body["events"] = got.occurrences
+                body["count"] = len(got.occurrences)
+            else:
+                busy = ical.busy_blocks(got.occurrences, lo, hi, zone)
+                free = ical.free_slots(busy, lo, hi, dt.timedelta(minutes=p.min_minutes))
+                body["busy"] = [
+                    {
+                        "start": s.isoformat(timespec="minutes"),
+                        "end": e.isoformat(timespec="minutes"),
+                    }
+                    for s, e in busy
+                ]
+                body["free"] = [
+                    {
+                        "start": s.isoformat(timespec="minutes"),
+                        "end": e.isoformat(timespec="minutes"),
+                    }
+                    for s, e in free
+                ]
+            if got.skipped:
+                body["skipped"] = got.skipped[:20]
+            if got.unavailable:
+                body["unavailable"] = got.unavailable
+            # Titles and descriptions come from invitations others wrote.
+            return untrusted_success(body, meta={**meta, "events": len(got.occurrences)})
+        if p.action == "create_event":
+            assert p.title is not None and p.start is not None
+            start = ical.parse_moment(p.start, zone, "start")
+            if p.end is not None:
+                end = ical.parse_moment(p.end, zone, "end")
+            elif isinstance(start, dt.datetime):
+                end = start + dt.timedelta(hours=1)
+            else:
+                end = start + dt.timedelta(days=1)
+            made = calendars.create(
+                rt,
+                p.account,
+                p.calendar,
+                title=p.title,
+                start=start,
+                end=end,
+                location=p.location or "",
+                description=p.description or "",
+                recurrence=p.recurrence or "",
+            )
+            return ToolResult.success({"created": made}, meta=meta)
+        assert p.id is not None
+        if p.action == "delete_event":
+            return ToolResult.success(calendars.delete(rt, p.account, p.id), meta=meta)
+        changes = {
+            "title": p.title,
+            "start": None if p.start is None else ical.parse_moment(p.start, zone, "start"),
+            "end": None if p.end is None else ical.parse_moment(p.end, zone, "end"),
+            "location": p.location,
+            "description": p.description,
+            "recurrence": p.recurrence,
+        }
+        if all(v is None for v in changes.values()):
+            return ToolResult.error(
+                "missing-params",
+                "update_event needs at least one field to change.",
+                hint="pass title, start, end, location, description or recurrence with the id.",
+                meta={"param": "title"},
+            )
+        return ToolResult.success(
+            {"updated": calendars.update(rt, p.account, p.id, **changes)}, meta=meta
+        )
+
+    @staticmethod
+    def _range(p: CalendarParams, zone: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
+        if p.start is None:
+            lo = dt.datetime.combine(dt.datetime.now(zone).date(), dt.time(), zone)
+        else:
+            lo = ical.as_datetime(ical.parse_moment(p.start, zone, "start"), zone)
+        if p.end is None:
+            hi = lo + dt.timedelta(days=1)
+        else:
+            end = ical.parse_moment(p.end, zone, "end")
+            # An end date is inclusive for people: "until Friday" means through Friday.
+            hi = ical.as_datetime(end, zone)
+            if not isinstance(end, dt.datetime):
+                hi += dt.timedelta(days=1)
+        if hi <= lo:
+            raise AccountFailure("invalid-param", "end must be after start", param="end")
+        if hi - lo > dt.timedelta(days=MAX_RANGE_DAYS):
+            raise AccountFailure(
+                "invalid-param",
+                f"the range is over {MAX_RANGE_DAYS} days",
+                hint="ask for at most a year at a time.",
+                param="end",
+            )
+        return lo, hi

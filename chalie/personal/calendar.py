@@ -1,0 +1,438 @@
+"""Events: parse iCalendar, expand recurrences in a range, free/busy, build and change VEVENTs.
+
+Pure functions over text (icalendar parses, recurring-ical-events expands
+RRULE/RDATE/EXDATE and overridden instances). A calendar object that does
+not parse, or one event in it that cannot be expanded, is skipped and named
+in ``skipped``: one malformed VEVENT never hides the rest of the calendar.
+
+Times come back in the zone the caller asks for, as ISO 8601 with the
+offset of that moment (so a weekly 09:00 Europe/Berlin meeting reads 08:00Z
+before the DST change and 07:00Z after it). All-day events stay dates
+(``end`` exclusive, as iCalendar has it). Floating times are read in the
+display zone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+import zoneinfo
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import icalendar
+import recurring_ical_events
+
+from chalie.accounts.failure import AccountFailure
+
+MAX_TEXT: Final = 500
+MAX_OCCURRENCES: Final = 2000
+PRODID: Final = "-//Chalie//personal abilities//EN"
+# Parts an RRULE may carry (RFC 5545 3.3.10); anything else is refused before it is stored.
+RRULE_PARTS: Final = frozenset(
+    {"FREQ", "UNTIL", "COUNT", "INTERVAL", "BYSECOND", "BYMINUTE", "BYHOUR", "BYDAY",
+     "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYMONTH", "BYSETPOS", "WKST"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an event comes from: for ids, names and errors."""
+
+    account: str
+    calendar: str
+    href: str
+    etag: str = ""
+
+
+@dataclass
+class Parsed:
+    """One calendar object: its events grouped by UID, its zones."""
+
+    source: Source
+    calendar: icalendar.Calendar
+    fast: list[icalendar.Event]  # single, non-recurring events: no expansion needed
+    recurring: dict[str, icalendar.Calendar]  # uid -> a calendar of that uid's events
+
+
+def zone_of(name: str) -> zoneinfo.ZoneInfo:
+    try:
+        if name.startswith(("/", ".")) or ".." in name:
+            raise ValueError(name)
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise AccountFailure(
+            "invalid-param",
+            f"{name[:64]!r} is not an IANA time zone",
+            hint="use a name like Europe/Malta, America/New_York or UTC.",
+            param="zone",
+        ) from None
+
+
+def parse_moment(text: str, zone: dt.tzinfo, param: str) -> dt.datetime | dt.date:
+    """An ISO date (kept a date) or date-time (naive: in ``zone``) from the model."""
+    raw = text.strip()
+    try:
+        if len(raw) == 10:
+            return dt.date.fromisoformat(raw)
+        moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise AccountFailure(
+            "invalid-param",
+            f"{param}={raw[:40]!r} is not an ISO 8601 date or date-time",
+            hint=f"pass {param} like 2026-12-01 or 2026-12-01T09:30 (the zone goes in zone=).",
+            param=param,
+        ) from None
+    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
+
+
+def as_datetime(value: dt.datetime | dt.date, zone: dt.tzinfo) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=zone)
+    return dt.datetime.combine(value, dt.time(), zone)
+
+
+def utc_stamp(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def _broken(event: icalendar.Event) -> str | None:
+    for name, why in getattr(event, "errors", ()):
+        if name in ("DTSTART", "DTEND", "DURATION", "RRULE", "RDATE", "EXDATE", "RECURRENCE-ID"):
+            return f"{name}: {why}"[:200]
+    if event.get("DTSTART") is None:
+        return "no DTSTART"
+    return None
+
+
+def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | None:
+    """One calendar object; None (and a line in ``skipped``) when it does not parse at all."""
+    try:
+        cal = icalendar.Calendar.from_ical(text)
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        skipped.append({"id": source.href, "reason": f"does not parse: {str(exc)[:160]}"})
+        return None
+    if not isinstance(cal, icalendar.Calendar):
+        skipped.append({"id": source.href, "reason": "not a VCALENDAR"})
+        return None
+    zones = list(cal.walk("VTIMEZONE"))
+    by_uid: dict[str, list[icalendar.Event]] = {}
+    for event in cal.walk("VEVENT"):
+        uid = str(event.get("UID", "")) or f"no-uid-{len(by_uid)}"
+        why = _broken(event)
+        if why is not None:
+            skipped.append({"id": source.href, "uid": uid[:200], "reason": why})
+            continue
+        by_uid.setdefault(uid, []).append(event)
+    fast: list[icalendar.Event] = []
+    recurring: dict[str, icalendar.Calendar] = {}
+    for uid, events in by_uid.items():
+        if len(events) == 1 and not any(k in events[0] for k in ("RRULE", "RDATE")):
+            fast.append(events[0])
+            continue
+        one = icalendar.Calendar()
+        for z in zones:
+            one.add_component(z)
+        for e in events:
+            one.add_component(e)
+        recurring[uid] = one
+    return Parsed(source, cal, fast, recurring)
+
+
+# -- expansion -------------------------------------------------------------------------------
+
+
+def _end_of(event: icalendar.Event, start: dt.date | dt.datetime) -> dt.date | dt.datetime:
+    end = event.get("DTEND")
+    if end is not None:
+        value: dt.date | dt.datetime = end.dt
+        return value
+    duration = event.get("DURATION")
+    if duration is not None:
+        delta: dt.timedelta = duration.dt
+        return start + delta
+    return start + dt.timedelta(days=1) if not isinstance(start, dt.datetime) else start
+
+
+def _text(event: icalendar.Event, key: str) -> str:
+    value = event.get(key)
+    return "" if value is None else str(value)[:MAX_TEXT]
+
+
+def _zone_name(value: dt.date | dt.datetime) -> str:
+    if not isinstance(value, dt.datetime):
+        return "all-day"
+    if value.tzinfo is None:
+        return "floating"
+    key = getattr(value.tzinfo, "key", None)
+    return str(key or value.tzinfo.tzname(value) or "UTC")
+
+
+def _show(value: dt.date | dt.datetime, zone: dt.tzinfo) -> str:
+    if not isinstance(value, dt.datetime):
+        return value.isoformat()
+    moment = value if value.tzinfo else value.replace(tzinfo=zone)
+    return moment.astimezone(zone).isoformat(timespec="minutes")
+
+
+def occurrence(
+    event: icalendar.Event,
+    source: Source,
+    zone: dt.tzinfo,
+    *,
+    recurring: bool,
+    start: dt.date | dt.datetime | None = None,
+    end: dt.date | dt.datetime | None = None,
+) -> dict[str, Any]:
+    first: dt.date | dt.datetime = event["DTSTART"].dt if start is None else start
+    last = _end_of(event, first) if end is None else end
+    out: dict[str, Any] = {
+        "id": source.href,
+        "uid": str(event.get("UID", ""))[:200],
+        "title": _text(event, "SUMMARY") or "(no title)",
+        "start": _show(first, zone),
+        "end": _show(last, zone),
+        "all_day": not isinstance(first, dt.datetime),
+        "event_zone": _zone_name(event["DTSTART"].dt),
+        "calendar": source.calendar,
+        "account": source.account,
+    }
+    for key, name in (("LOCATION", "location"), ("DESCRIPTION", "description")):
+        text = _text(event, key)
+        if text:
+            out[name] = text
+    if recurring:
+        out["recurring"] = True
+    status = str(event.get("STATUS", "")).upper()
+    if status:
+        out["status"] = status.lower()
+    if str(event.get("TRANSP", "")).upper() == "TRANSPARENT":
+        out["busy"] = False
+    return out
+
+
+def _overlaps(
+    start: dt.date | dt.datetime,
+    end: dt.date | dt.datetime,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    zone: dt.tzinfo,
+) -> bool:
+    s, e = as_datetime(start, zone), as_datetime(end, zone)
+    if e <= s:
+        return lo <= s < hi
+    return s < hi and e > lo
+
+
+def expand(
+    parsed: Iterable[Parsed],
+    lo: dt.datetime,
+    hi: dt.datetime,
+    zone: dt.tzinfo,
+    skipped: list[dict[str, str]],
+) -> list[dict[str, Any]]:
+    """Every occurrence overlapping [lo, hi), sorted by start; failures go to ``skipped``."""
+    out: list[tuple[dt.datetime, dict[str, Any]]] = []
+    for p in parsed:
+        for event in p.fast:
+            first = event["DTSTART"].dt
+            last = _end_of(event, first)
+            if _overlaps(first, last, lo, hi, zone):
+                out.append(
+                    (as_datetime(first, zone), occurrence(event, p.source, zone, recurring=False))
+                )
+        for uid, cal in p.recurring.items():
+            try:
+                found = recurring_ical_events.of(cal).between(lo, hi)
+                for occ in found:
+                    first = occ["DTSTART"].dt
+                    last = occ["DTEND"].dt if "DTEND" in occ else _end_of(occ, first)
+                    out.append(
+                        (
+                            as_datetime(first, zone),
+                            occurrence(occ, p.source, zone, recurring=True, start=first, end=last),
+                        )
+                    )
+            except Exception as exc:  # one event's bad data must not hide the others
+                skipped.append(
+                    {
+                        "id": p.source.href,
+                        "uid": uid[:200],
+                        "reason": f"cannot expand: {str(exc)[:160]}",
+                    }
+                )
+    out.sort(key=lambda pair: (pair[0], pair[1]["title"]))
+    return [o for _, o in out[:MAX_OCCURRENCES]]
+
+
+def busy_blocks(
+    occurrences: Iterable[Mapping[str, Any]], lo: dt.datetime, hi: dt.datetime, zone: dt.tzinfo
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    """Merged busy intervals inside [lo, hi): transparent and cancelled events do not count."""
+    spans: list[tuple[dt.datetime, dt.datetime]] = []
+    for o in occurrences:
+        if o.get("busy") is False or o.get("status") == "cancelled":
+            continue
+        s = as_datetime(_from_shown(o["start"]), zone)
+        e = as_datetime(_from_shown(o["end"]), zone)
+        s, e = max(s, lo), min(e, hi)
+        if e > s:
+            spans.append((s, e))
+    spans.sort()
+    merged: list[tuple[dt.datetime, dt.datetime]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _from_shown(text: str) -> dt.date | dt.datetime:
+    return dt.date.fromisoformat(text) if len(text) == 10 else dt.datetime.fromisoformat(text)
+
+
+def free_slots(
+    busy: list[tuple[dt.datetime, dt.datetime]],
+    lo: dt.datetime,
+    hi: dt.datetime,
+    minimum: dt.timedelta,
+) -> list[tuple[dt.datetime, dt.datetime]]:
+    out: list[tuple[dt.datetime, dt.datetime]] = []
+    at = lo
+    for s, e in busy:
+        if s - at >= minimum:
+            out.append((at, s))
+        at = max(at, e)
+    if hi - at >= minimum:
+        out.append((at, hi))
+    return out
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def check_rrule(text: str) -> icalendar.vRecur:
+    raw = text.strip().removeprefix("RRULE:")
+    try:
+        rule = icalendar.vRecur.from_ical(raw)
+    except (ValueError, TypeError):
+        rule = None
+    if rule is None or "FREQ" not in rule or not set(rule).issubset(RRULE_PARTS):
+        raise AccountFailure(
+            "invalid-param",
+            f"recurrence={raw[:80]!r} is not an RFC 5545 RRULE",
+            hint="pass recurrence like FREQ=WEEKLY;COUNT=10 or FREQ=MONTHLY;BYMONTHDAY=1.",
+            param="recurrence",
+        )
+    return rule
+
+
+def _set_times(
+    event: icalendar.Event,
+    start: dt.date | dt.datetime,
+    end: dt.date | dt.datetime,
+) -> None:
+    for key in ("DTSTART", "DTEND", "DURATION"):
+        event.pop(key, None)
+    event.add("DTSTART", start)
+    event.add("DTEND", end)
+
+
+def check_span(start: dt.date | dt.datetime, end: dt.date | dt.datetime) -> None:
+    if isinstance(start, dt.datetime) != isinstance(end, dt.datetime):
+        raise AccountFailure(
+            "invalid-param",
+            "start and end must both be dates (all-day) or both date-times",
+            param="end",
+        )
+    if end <= start:  # type: ignore[operator]
+        raise AccountFailure("invalid-param", "end must be after start", param="end")
+
+
+def new_event(
+    *,
+    title: str,
+    start: dt.date | dt.datetime,
+    end: dt.date | dt.datetime,
+    location: str = "",
+    description: str = "",
+    recurrence: str = "",
+    now: dt.datetime | None = None,
+) -> tuple[str, str]:
+    """(uid, the calendar object's text) for one new event; zones included as VTIMEZONEs."""
+    check_span(start, end)
+    uid = f"{uuid.uuid4()}@chalie"
+    cal = icalendar.Calendar()
+    cal.add("PRODID", PRODID)
+    cal.add("VERSION", "2.0")
+    event = icalendar.Event()
+    event.add("UID", uid)
+    event.add("DTSTAMP", now or dt.datetime.now(dt.UTC))
+    event.add("SUMMARY", title)
+    _set_times(event, start, end)
+    if location:
+        event.add("LOCATION", location)
+    if description:
+        event.add("DESCRIPTION", description)
+    if recurrence:
+        event.add("RRULE", check_rrule(recurrence))
+    cal.add_component(event)
+    cal.add_missing_timezones()
+    return uid, cal.to_ical().decode()
+
+
+def changed_event(
+    text: str,
+    source: Source,
+    *,
+    title: str | None,
+    start: dt.date | dt.datetime | None,
+    end: dt.date | dt.datetime | None,
+    location: str | None,
+    description: str | None,
+    recurrence: str | None,
+) -> str:
+    """The object's text with its master event changed (a series changes as a whole)."""
+    try:
+        cal = icalendar.Calendar.from_ical(text)
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise AccountFailure(
+            "account-bad-response", "the stored event does not parse", account=source.account
+        ) from None
+    masters = [e for e in cal.walk("VEVENT") if "RECURRENCE-ID" not in e]
+    if not masters or _broken(masters[0]):
+        raise AccountFailure(
+            "account-bad-response",
+            "the stored event has no usable VEVENT",
+            account=source.account,
+        )
+    event = masters[0]
+    if start is not None or end is not None:
+        old_start = event["DTSTART"].dt
+        old_end = _end_of(event, old_start)
+        new_start = start if start is not None else old_start
+        if end is None:
+            end = new_start + (old_end - old_start)
+        check_span(new_start, end)
+        _set_times(event, new_start, end)
+    for key, value in (("SUMMARY", title), ("LOCATION", location), ("DESCRIPTION", description)):
+        if value is not None:
+            event.pop(key, None)
+            if value:
+                event.add(key, value)
+    if recurrence is not None:
+        event.pop("RRULE", None)
+        if recurrence:
+            event.add("RRULE", check_rrule(recurrence))
+    seq = int(str(event.get("SEQUENCE", 0)) or 0) if str(event.get("SEQUENCE", 0)).isdigit() else 0
+    event.pop("SEQUENCE", None)
+    event.add("SEQUENCE", seq + 1)
+    event.pop("DTSTAMP", None)
+    event.add("DTSTAMP", dt.datetime.now(dt.UTC))
+    cal.add_missing_timezones()
+    return str(cal.to_ical().decode())

@@ -1,0 +1,222 @@
+"""Calendar accounts as one view: CalDAV collections and ICS subscriptions, synced and expanded.
+
+Reading goes through a cache per collection: the collection's CTag (from the
+discovery PROPFIND) unchanged means nothing is fetched; changed, one Depth 1
+PROPFIND of the ETags says which objects to fetch (one multiget) and which
+are gone. An ICS subscription is fetched with ``If-None-Match`` on its ETag.
+
+Listing with no account named reads every calendar account; one that cannot
+be reached is named in ``unavailable`` beside the others' events (all of
+them failing is the first one's error). Writing needs a CalDAV account: the
+named one, else the default.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from chalie.accounts.failure import AccountFailure
+from chalie.accounts.spec import Account
+from chalie.personal import calendar as ical
+from chalie.personal.dav import Collection, DavClient, check_href
+from chalie.personal.runtime import PersonalRuntime
+
+READ_KINDS = ("caldav", "ics")
+
+
+@dataclass
+class CollectionState:
+    """What the cache keeps of one collection: per object its ETag, parse and skip notes."""
+
+    objects: dict[str, tuple[str, ical.Parsed | None, list[dict[str, str]]]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass
+class Window:
+    occurrences: list[dict[str, Any]]
+    skipped: list[dict[str, str]]
+    unavailable: list[dict[str, str]]
+    accounts: list[str]
+
+
+def _collection_objects(
+    rt: PersonalRuntime, dav: DavClient, account: Account, coll: Collection
+) -> CollectionState:
+    key = (account.name, coll.href)
+    cached = rt.calendars.get(key)
+    if cached is not None and coll.ctag and cached[0] == coll.ctag:
+        state: CollectionState = cached[1]
+        return state
+    old: CollectionState = cached[1] if cached is not None else CollectionState()
+    etags = dav.etags(coll)
+    state = CollectionState()
+    wanted = []
+    for href, etag in etags.items():
+        prev = old.objects.get(href)
+        if prev is not None and etag and prev[0] == etag:
+            state.objects[href] = prev
+        else:
+            wanted.append(href)
+    for res in dav.multiget(coll, wanted, "calendar"):
+        skipped: list[dict[str, str]] = []
+        source = ical.Source(account.name, coll.name, res.href, res.etag)
+        state.objects[res.href] = (res.etag, ical.parse(res.data, source, skipped), skipped)
+    rt.calendars.put(key, coll.ctag, state)
+    return state
+
+
+def _ics_objects(rt: PersonalRuntime, account: Account) -> CollectionState:
+    key = (account.name, account.url)
+    cached = rt.calendars.get(key)
+    creds = rt.book.credentials(account)
+    with rt.http(creds) as http:
+        headers = {"If-None-Match": cached[0]} if cached is not None and cached[0] else {}
+        resp = http.request("GET", account.url, headers=headers, ok=(200, 304))
+    if resp.status == 304 and cached is not None:
+        state: CollectionState = cached[1]
+        return state
+    skipped: list[dict[str, str]] = []
+    source = ical.Source(account.name, account.name, account.url)
+    parsed = ical.parse(resp.text, source, skipped)
+    state = CollectionState({account.url: ("", parsed, skipped)})
+    rt.calendars.put(key, resp.headers.get("etag", ""), state)
+    return state
+
+
+def calendars_of(rt: PersonalRuntime, account: Account) -> list[Collection]:
+    creds = rt.book.credentials(account)
+    with rt.http(creds) as http:
+        return rt.dav(creds, http).collections("calendar")
+
+
+def window(
+    rt: PersonalRuntime,
+    account_name: str | None,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    zone: dt.tzinfo,
+    calendar_name: str | None = None,
+) -> Window:
+    """Every occurrence in [lo, hi) of the named account, or of every calendar account."""
+    if account_name:
+        accounts = [rt.book.pick(READ_KINDS, account_name)]
+    else:
+        accounts = [a for k in READ_KINDS for a in rt.book.list(k)]
+        if not accounts:
+            rt.book.pick(READ_KINDS, None)  # raises unknown-account with the set-up hint
+    states: list[CollectionState] = []
+    unavailable: list[dict[str, str]] = []
+    failures: list[AccountFailure] = []
+    for account in accounts:
+        try:
+            if account.kind == "ics":
+                if calendar_name is None or calendar_name == account.name:
+                    states.append(_ics_objects(rt, account))
+                continue
+            creds = rt.book.credentials(account)
+            with rt.http(creds) as http:
+                dav = rt.dav(creds, http)
+                for coll in dav.collections("calendar"):
+                    if calendar_name is None or calendar_name in (coll.name, coll.href):
+                        states.append(_collection_objects(rt, dav, account, coll))
+        except AccountFailure as exc:
+            if account_name:
+                raise
+            failures.append(exc)
+            unavailable.append({"account": account.name, "code": exc.code, "message": exc.message})
+    if failures and len(failures) == len(accounts):
+        raise failures[0]
+    skipped: list[dict[str, str]] = []
+    parsed: list[ical.Parsed] = []
+    for state in states:
+        for _, p, notes in state.objects.values():
+            skipped.extend(notes)
+            if p is not None:
+                parsed.append(p)
+    found = ical.expand(parsed, lo, hi, zone, skipped)
+    return Window(found, skipped, unavailable, [a.name for a in accounts])
+
+
+# -- writing -----------------------------------------------------------------------------
+
+
+def _writable(rt: PersonalRuntime, account_name: str | None) -> Account:
+    if account_name:
+        named = rt.book.get(account_name)
+        if named is not None and named.read_only:
+            raise AccountFailure(
+                "read-only-account",
+                f"{account_name} is an ICS subscription",
+                account=account_name,
+                param="account",
+            )
+    return rt.book.pick(("caldav",), account_name)
+
+
+def _target(dav: DavClient, account: Account, calendar_name: str | None) -> Collection:
+    colls = dav.collections("calendar")
+    if not colls:
+        raise AccountFailure("item-not-found", "the account has no calendar", account=account.name)
+    if calendar_name is None:
+        return colls[0]
+    for c in colls:
+        if calendar_name in (c.name, c.href):
+            return c
+    raise AccountFailure(
+        "item-not-found",
+        f"no calendar named {calendar_name!r}",
+        account=account.name,
+        valid_values=tuple(c.name for c in colls),
+        param="calendar",
+    )
+
+
+def create(
+    rt: PersonalRuntime,
+    account_name: str | None,
+    calendar_name: str | None,
+    **fields: Any,
+) -> dict[str, Any]:
+    account = _writable(rt, account_name)
+    creds = rt.book.credentials(account)
+    with rt.http(creds) as http:
+        dav = rt.dav(creds, http)
+        coll = _target(dav, account, calendar_name)
+        uid, text = ical.new_event(**fields)
+        href = f"{coll.href}{uid.split('@')[0]}.ics"
+        etag = dav.put(href, text, "text/calendar", etag=None)
+    return {"id": href, "uid": uid, "calendar": coll.name, "account": account.name, "etag": etag}
+
+
+def _owned(dav: DavClient, account: Account, event_id: str) -> str:
+    return check_href(event_id, dav.collections("calendar"), account.name)
+
+
+def update(
+    rt: PersonalRuntime, account_name: str | None, event_id: str, **changes: Any
+) -> dict[str, Any]:
+    account = _writable(rt, account_name)
+    creds = rt.book.credentials(account)
+    with rt.http(creds) as http:
+        dav = rt.dav(creds, http)
+        href = _owned(dav, account, event_id)
+        current = dav.get(href)
+        source = ical.Source(account.name, "", href, current.etag)
+        text = ical.changed_event(current.data, source, **changes)
+        etag = dav.put(href, text, "text/calendar", etag=current.etag)
+    return {"id": href, "account": account.name, "etag": etag}
+
+
+def delete(rt: PersonalRuntime, account_name: str | None, event_id: str) -> dict[str, Any]:
+    account = _writable(rt, account_name)
+    creds = rt.book.credentials(account)
+    with rt.http(creds) as http:
+        dav = rt.dav(creds, http)
+        href = _owned(dav, account, event_id)
+        current = dav.get(href)
+        dav.delete(href, etag=current.etag)
+    return {"deleted": href, "account": account.name}

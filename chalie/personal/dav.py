@@ -1,0 +1,265 @@
+"""A small WebDAV client for CalDAV (RFC 4791) and CardDAV (RFC 6352), on :mod:`.http`.
+
+What the abilities need and no more: find the account's collections (the URL
+itself, or current-user-principal → the home set → its children), query a
+calendar by time range, read every card of an address book (PROPFIND for the
+ETags, then one multiget), read, write and delete one resource with its ETag
+(``If-Match`` / ``If-None-Match: *``). A resource id the model hands back is
+only accepted inside one of the account's own collections.
+
+XML comes from the user's own server; it is parsed with the standard library,
+whose expat refuses entity-expansion bombs, and bounded by the HTTP client.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import urllib.parse
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from chalie.accounts.failure import AccountFailure
+from chalie.personal.http import HttpClient
+
+DAV: Final = "DAV:"
+CALDAV: Final = "urn:ietf:params:xml:ns:caldav"
+CARDDAV: Final = "urn:ietf:params:xml:ns:carddav"
+CS: Final = "http://calendarserver.org/ns/"
+Kind = Literal["calendar", "addressbook"]
+_NS_DECL: Final = f'xmlns:D="{DAV}" xmlns:C="{CALDAV}" xmlns:A="{CARDDAV}" xmlns:CS="{CS}"'
+_XML: Final = {"Content-Type": "application/xml; charset=utf-8"}
+
+
+def _q(ns: str, name: str) -> str:
+    return f"{{{ns}}}{name}"
+
+
+@dataclass(frozen=True)
+class Collection:
+    href: str  # absolute path on the server, ending in /
+    name: str
+    ctag: str = ""
+    components: tuple[str, ...] = ()
+
+
+@dataclass
+class Resource:
+    href: str
+    etag: str = ""
+    data: str = ""
+    props: dict[str, ET.Element] = field(default_factory=dict)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class DavClient:
+    """One account's WebDAV server; every failure an AccountFailure naming the account."""
+
+    def __init__(self, who: str, url: str, http: HttpClient) -> None:
+        self.who = who
+        self.url = url if url.endswith("/") else url + "/"
+        parts = urllib.parse.urlsplit(self.url)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.http = http
+
+    # -- plumbing ---------------------------------------------------------------------
+    def absolute(self, href: str) -> str:
+        return urllib.parse.urljoin(self.origin + "/", href)
+
+    def _multistatus(self, content: bytes) -> list[Resource]:
+        try:
+            root = ET.fromstring(content)
+        except ET.ParseError:
+            raise AccountFailure(
+                "account-bad-response", "the server's XML does not parse", account=self.who
+            ) from None
+        out: list[Resource] = []
+        for resp in root.iter(_q(DAV, "response")):
+            href_el = resp.find(_q(DAV, "href"))
+            if href_el is None or not href_el.text:
+                continue
+            href = urllib.parse.urlsplit(href_el.text.strip()).path
+            res = Resource(href=urllib.parse.unquote(href))
+            for ps in resp.iter(_q(DAV, "propstat")):
+                status = ps.findtext(_q(DAV, "status")) or ""
+                if " 200 " not in status + " ":
+                    continue
+                prop = ps.find(_q(DAV, "prop"))
+                for child in prop if prop is not None else ():
+                    res.props[child.tag] = child
+            res.etag = (res.props.get(_q(DAV, "getetag")) or ET.Element("x")).text or ""
+            for tag in (_q(CALDAV, "calendar-data"), _q(CARDDAV, "address-data")):
+                el = res.props.get(tag)
+                if el is not None and el.text:
+                    res.data = el.text
+            out.append(res)
+        return out
+
+    def propfind(self, url: str, props: str, depth: int) -> list[Resource]:
+        body = (
+            f'<?xml version="1.0" encoding="utf-8"?><D:propfind {_NS_DECL}>'
+            f"<D:prop>{props}</D:prop></D:propfind>"
+        )
+        resp = self.http.request(
+            "PROPFIND", url, body=body.encode(), headers={**_XML, "Depth": str(depth)}, ok=(207,)
+        )
+        return self._multistatus(resp.content)
+
+    def report(self, url: str, body: str, depth: int = 1) -> list[Resource]:
+        resp = self.http.request(
+            "REPORT",
+            url,
+            body=f'<?xml version="1.0" encoding="utf-8"?>{body}'.encode(),
+            headers={**_XML, "Depth": str(depth)},
+            ok=(207,),
+        )
+        return self._multistatus(resp.content)
+
+    @staticmethod
+    def _href_of(res: Resource, tag: str) -> str | None:
+        el = res.props.get(tag)
+        if el is None:
+            return None
+        found = el.findtext(_q(DAV, "href"))
+        return found.strip() if found else None
+
+    # -- discovery ----------------------------------------------------------------------
+    def collections(self, kind: Kind) -> list[Collection]:
+        """The account's calendars (holding events) or address books."""
+        marker = _q(CALDAV, "calendar") if kind == "calendar" else _q(CARDDAV, "addressbook")
+        home_tag = (
+            _q(CALDAV, "calendar-home-set")
+            if kind == "calendar"
+            else _q(CARDDAV, "addressbook-home-set")
+        )
+        props = (
+            "<D:resourcetype/><D:displayname/><D:current-user-principal/><CS:getctag/>"
+            "<D:sync-token/><C:calendar-home-set/><A:addressbook-home-set/>"
+            "<C:supported-calendar-component-set/>"
+        )
+        first = self.propfind(self.url, props, 0)
+        if first and self._is(first[0], marker):
+            return [self._collection(first[0])]
+        home = self._href_of(first[0], home_tag) if first else None
+        if home is None and first:
+            principal = self._href_of(first[0], _q(DAV, "current-user-principal"))
+            if principal:
+                found = self.propfind(self.absolute(principal), props, 0)
+                home = self._href_of(found[0], home_tag) if found else None
+        target = self.absolute(home) if home else self.url
+        out = [
+            self._collection(r)
+            for r in self.propfind(target, props, 1)
+            if self._is(r, marker)
+            and (
+                kind != "calendar"
+                or not r.props.get(_q(CALDAV, "supported-calendar-component-set"))
+                or "VEVENT" in self._components(r)
+            )
+        ]
+        return sorted(out, key=lambda c: c.href)
+
+    @staticmethod
+    def _is(res: Resource, marker: str) -> bool:
+        rt = res.props.get(_q(DAV, "resourcetype"))
+        return rt is not None and rt.find(marker) is not None
+
+    @staticmethod
+    def _components(res: Resource) -> tuple[str, ...]:
+        el = res.props.get(_q(CALDAV, "supported-calendar-component-set"))
+        if el is None:
+            return ()
+        return tuple(c.get("name", "") for c in el.iter(_q(CALDAV, "comp")))
+
+    def _collection(self, res: Resource) -> Collection:
+        href = res.href if res.href.endswith("/") else res.href + "/"
+        name = (res.props.get(_q(DAV, "displayname")) or ET.Element("x")).text or ""
+        tag = res.props.get(_q(CS, "getctag"))
+        sync = res.props.get(_q(DAV, "sync-token"))
+        ctag = (tag.text if tag is not None else None) or (sync.text if sync is not None else "")
+        return Collection(
+            href=href,
+            name=name or posixpath.basename(href.rstrip("/")),
+            ctag=ctag or "",
+            components=self._components(res),
+        )
+
+    def ctag(self, collection: Collection) -> str:
+        found = self.propfind(self.absolute(collection.href), "<CS:getctag/><D:sync-token/>", 0)
+        if not found:
+            return ""
+        tag = found[0].props.get(_q(CS, "getctag"))
+        sync = found[0].props.get(_q(DAV, "sync-token"))
+        return (
+            (tag.text if tag is not None else None) or (sync.text if sync is not None else "") or ""
+        )
+
+    # -- reading -----------------------------------------------------------------------
+    def events_between(self, collection: Collection, start: str, end: str) -> list[Resource]:
+        """Events (with their data) that overlap [start, end), times as UTC ``YYYYMMDDTHHMMSSZ``."""
+        body = (
+            f"<C:calendar-query {_NS_DECL}><D:prop><D:getetag/><C:calendar-data/></D:prop>"
+            '<C:filter><C:comp-filter name="VCALENDAR"><C:comp-filter name="VEVENT">'
+            f'<C:time-range start="{start}" end="{end}"/></C:comp-filter></C:comp-filter>'
+            "</C:filter></C:calendar-query>"
+        )
+        return [r for r in self.report(self.absolute(collection.href), body) if r.data]
+
+    def etags(self, collection: Collection) -> dict[str, str]:
+        """Every member resource of a collection: href -> ETag (one PROPFIND, Depth 1)."""
+        found = self.propfind(self.absolute(collection.href), "<D:getetag/><D:resourcetype/>", 1)
+        return {r.href: r.etag for r in found if r.href.rstrip("/") != collection.href.rstrip("/")}
+
+    def multiget(self, collection: Collection, hrefs: list[str], kind: Kind) -> list[Resource]:
+        """The named resources with their data, in one REPORT."""
+        if not hrefs:
+            return []
+        listed = "".join(f"<D:href>{_escape(urllib.parse.quote(h))}</D:href>" for h in hrefs)
+        if kind == "calendar":
+            tag, data = "C:calendar-multiget", "<C:calendar-data/>"
+        else:
+            tag, data = "A:addressbook-multiget", "<A:address-data/>"
+        body = f"<{tag} {_NS_DECL}><D:prop><D:getetag/>{data}</D:prop>{listed}</{tag}>"
+        return [r for r in self.report(self.absolute(collection.href), body) if r.data]
+
+    def get(self, href: str) -> Resource:
+        resp = self.http.request("GET", self.absolute(href), ok=(200,))
+        return Resource(href=href, etag=resp.headers.get("etag", ""), data=resp.text)
+
+    # -- writing -----------------------------------------------------------------------
+    def put(self, href: str, data: str, content_type: str, *, etag: str | None) -> str:
+        """Create (``etag=None``: If-None-Match *) or replace (If-Match) one resource; its ETag."""
+        headers = {"Content-Type": f"{content_type}; charset=utf-8"}
+        if etag is None:
+            headers["If-None-Match"] = "*"
+        elif etag:
+            headers["If-Match"] = etag
+        resp = self.http.request(
+            "PUT", self.absolute(href), body=data.encode(), headers=headers, ok=(200, 201, 204)
+        )
+        return resp.headers.get("etag", "")
+
+    def delete(self, href: str, *, etag: str = "") -> None:
+        headers = {"If-Match": etag} if etag else {}
+        self.http.request("DELETE", self.absolute(href), headers=headers, ok=(200, 204))
+
+
+def check_href(href: str, collections: list[Collection], who: str) -> str:
+    """The id (a resource path) if it lies directly inside one of ``collections``."""
+    clean = posixpath.normpath("/" + href.strip()) if href.strip() else ""
+    for c in collections:
+        if (
+            clean.startswith(c.href)
+            and "/" not in clean[len(c.href) :]
+            and clean != c.href.rstrip("/")
+        ):
+            return clean
+    raise AccountFailure(
+        "item-not-found",
+        f"{href[:120]!r} is not an item of this account",
+        account=who,
+        param="id",
+    )

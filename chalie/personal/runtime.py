@@ -1,0 +1,82 @@
+"""What the personal abilities share in the daemon: the accounts, the settings, the caches.
+
+The composition root builds one :class:`PersonalRuntime` and hands it to
+inline abilities as ``services.extra["personal"]``; tests build their own.
+The caches hold parsed calendar objects and address books by collection,
+revalidated by CTag/ETag on every call, so a month view reads only what
+changed on the server since the last one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+from chalie.accounts.book import AccountBook, Credentials
+from chalie.personal.dav import DavClient
+from chalie.personal.http import HttpClient
+
+T = TypeVar("T")
+MAX_CACHED: Final = 64
+
+
+class CollectionCache(Generic[T]):
+    """(account, collection) -> (ctag, value), least recently used dropped past a bound."""
+
+    def __init__(self, limit: int = MAX_CACHED) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], tuple[str, T]] = OrderedDict()
+        self._limit = limit
+
+    def get(self, key: tuple[str, str]) -> tuple[str, T] | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str], ctag: str, value: T) -> None:
+        with self._lock:
+            self._items[key] = (ctag, value)
+            self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+    def forget(self, account: str) -> None:
+        with self._lock:
+            for key in [k for k in self._items if k[0] == account]:
+                del self._items[key]
+
+
+@dataclass(frozen=True)
+class PersonalSettings:
+    timeout: float = 15.0
+    zone: str = "UTC"
+    max_message_bytes: int = 50 * 1024 * 1024
+    forecast_url: str = "https://api.open-meteo.com/v1/forecast"
+    geocoding_url: str = "https://geocoding-api.open-meteo.com/v1/search"
+    weather_timeout: float = 10.0
+
+
+@dataclass
+class PersonalRuntime:
+    book: AccountBook
+    settings: PersonalSettings = PersonalSettings()
+    calendars: CollectionCache[Any] = field(default_factory=CollectionCache)
+    addressbooks: CollectionCache[Any] = field(default_factory=CollectionCache)
+
+    @classmethod
+    def open(cls, db_path: Path, home: Path, settings: PersonalSettings) -> PersonalRuntime:
+        return cls(AccountBook(db_path, home), settings)
+
+    def http(self, creds: Credentials) -> HttpClient:
+        a = creds.account
+        return HttpClient(
+            a.name, username=a.username, password=creds.password, timeout=self.settings.timeout
+        )
+
+    def dav(self, creds: Credentials, http: HttpClient) -> DavClient:
+        return DavClient(creds.account.name, creds.account.url, http)
