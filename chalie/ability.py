@@ -204,6 +204,17 @@ class Ability(metaclass=AbilityMeta):
                 return action
         return None
 
+    def reach(self, params: Mapping[str, Any]) -> str | None:
+        """What this call reaches beyond Chalie, as one line for the person asked, or None.
+
+        The one place an ability declares a **sensitive** action (one that
+        sends mail, runs a command, deletes, or changes what Chalie connects
+        to): a call with a reach is never to be covered by a tool-level
+        ``allow``, and its permission prompt shows the line. The default:
+        nothing beyond Chalie. (The principals issue enforces it in the gate.)
+        """
+        return None
+
     # -- the sealed assembler ---------------------------------------------
     @classmethod
     def input_schema(cls, *, allow_async: bool = False) -> dict[str, Any]:

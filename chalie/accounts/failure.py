@@ -20,6 +20,8 @@ Code = Literal[
     "item-not-found",
     "read-only-account",
     "invalid-param",
+    "service-unreachable",
+    "unknown-place",
 ]
 CODES: Final[tuple[str, ...]] = (
     "account-unreachable",
@@ -29,6 +31,8 @@ CODES: Final[tuple[str, ...]] = (
     "item-not-found",
     "read-only-account",
     "invalid-param",
+    "service-unreachable",
+    "unknown-place",
 )
 HINTS: Final[dict[str, str]] = {
     "account-unreachable": "the server did not answer; retry later, or ask the user to check "
@@ -43,6 +47,9 @@ HINTS: Final[dict[str, str]] = {
     "read-only-account": "this account is read-only (an ICS subscription); write to a CalDAV "
     "account instead.",
     "invalid-param": "correct the parameter named in the message and call again.",
+    "service-unreachable": "the weather service did not answer; retry in a minute, or tell "
+    "the user it is unavailable.",
+    "unknown-place": "try another spelling or the nearest city, or pass latitude and longitude.",
 }
 MAX_MESSAGE: Final = 400
 

@@ -6,6 +6,7 @@ store) goes through; it raises :class:`AccountSpecError` naming the field.
 
 from __future__ import annotations
 
+import email.utils
 import re
 import urllib.parse
 from typing import Final, Literal, get_args
@@ -84,6 +85,14 @@ def _without_credentials(url: str) -> str:
     return url
 
 
+def _is_address(text: str) -> bool:
+    """``alice@example.com`` or ``Alice Example <alice@example.com>``, on one line."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in text) or len(text) > 320:
+        return False
+    _, addr = email.utils.parseaddr(text)
+    return bool(ADDRESS.match(addr))
+
+
 def check_account(account: Account) -> Account:
     """The account if it can be stored, else AccountSpecError naming the first bad field."""
     if not NAME.match(account.name):
@@ -113,7 +122,7 @@ def check_account(account: Account) -> Account:
             raise AccountSpecError(f"{account.kind} account {account.name}: --port out of range")
         if account.url:
             raise AccountSpecError(f"{account.kind} account {account.name}: --url is for DAV/ICS")
-        if account.address and not ADDRESS.match(account.address):
+        if account.address and not _is_address(account.address):
             raise AccountSpecError(
                 f"{account.kind} account {account.name}: --address is not an email address"
             )

@@ -337,7 +337,7 @@ def smtp(store: Dovecot | None = None, users: dict[str, str] | None = None) -> I
         port=port,
         authenticator=authenticator,
         auth_require_tls=False,
-        auth_required=bool(users),
+        auth_required=False,  # AUTH is offered and checked; required-without-TLS only warns
         data_size_limit=64 * 1024 * 1024,
     )
     ctl.start()

@@ -1,0 +1,241 @@
+"""email against a throw-away Dovecot (IMAP) and aiosmtpd delivering into it, on loopback."""
+
+from __future__ import annotations
+
+import email.message
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from abilities.email import Email, EmailParams
+from chalie.accounts.book import AccountBook
+from chalie.accounts.spec import Account
+from chalie.personal.runtime import PersonalRuntime, PersonalSettings
+from chalie.personal.untrusted import WARNING_LINE
+from chalie.services import Services
+from tests.personal.servers import Dovecot, Smtp, dovecot, free_port, have_dovecot, smtp
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not have_dovecot(), reason="needs Debian's dovecot-imapd (.ci/run)"),
+]
+
+
+@pytest.fixture(scope="module")
+def imap() -> Iterator[Dovecot]:
+    with dovecot() as srv:
+        yield srv
+
+
+@pytest.fixture
+def outgoing(imap: Dovecot) -> Iterator[Smtp]:
+    with smtp(imap) as srv:
+        yield srv
+
+
+def message(subject: str, sender: str = "Sam Lee <sam@example.com>", body: str = "hello") -> bytes:
+    msg = email.message.EmailMessage()
+    msg["From"] = sender
+    msg["To"] = "alice@example.com"
+    msg["Subject"] = subject
+    msg["Message-ID"] = email.utils.make_msgid(domain="example.com")
+    msg["Date"] = email.utils.formatdate()
+    msg.set_content(body)
+    return bytes(msg)
+
+
+def tool(
+    book: AccountBook, imap: Dovecot, out: Smtp | None = None, password: str = "secret"
+) -> Email:
+    if book.get("mail") is None:
+        book.add(
+            Account(name="mail", kind="imap", host="127.0.0.1", port=imap.port, security="none",
+                    username="alice", address="alice@example.com"),
+            password,
+        )  # fmt: skip
+    if out is not None and book.get("out") is None:
+        book.add(
+            Account(name="out", kind="smtp", host="127.0.0.1", port=out.port, security="none",
+                    username="alice", address="Alice <alice@example.com>"),
+            "secret",
+        )  # fmt: skip
+    rt = PersonalRuntime(book, PersonalSettings(timeout=10))
+    return Email(None, Services(extra={"personal": rt}))
+
+
+def body_of(result: object) -> dict[str, object]:
+    text = result.body  # type: ignore[attr-defined]
+    assert text.startswith(WARNING_LINE + "\n"), "mail content must be marked untrusted"
+    data: dict[str, object] = json.loads(text.split("\n", 1)[1])
+    return data
+
+
+def test_search_by_sender_subject_and_unread(book: AccountBook, imap: Dovecot) -> None:
+    imap.deliver("alice", message("Invoice 4411 for November", "Billing <billing@shop.example>"))
+    imap.deliver("alice", message("Lunch on Friday?"))
+    imap.deliver("alice", message("Agenda for Monday", body="1. budget 2. hiring"))
+    e = tool(book, imap)
+    found = body_of(e.run(EmailParams(action="search", sender="billing@shop.example")))
+    assert [m["subject"] for m in found["messages"]] == ["Invoice 4411 for November"]  # type: ignore[index]
+    found = body_of(e.run(EmailParams(action="search", text="hiring")))
+    assert [m["subject"] for m in found["messages"]] == ["Agenda for Monday"]  # type: ignore[index]
+    unread = body_of(e.run(EmailParams(action="search", unread=True, subject="Lunch")))
+    assert unread["total"] == 1
+    msg = unread["messages"][0]  # type: ignore[index]
+    assert msg["unread"] is True and msg["from"] == "Sam Lee <sam@example.com>"
+    # reading does not mark it read; flag does
+    read = body_of(e.run(EmailParams(action="read", id=msg["id"])))
+    assert read["body"].strip() == "hello"  # type: ignore[union-attr]
+    again = body_of(e.run(EmailParams(action="search", unread=True, subject="Lunch")))
+    assert again["total"] == 1
+    flagged = e.run(EmailParams(action="flag", id=msg["id"], mark="read"))
+    assert "\\Seen" in json.loads(flagged.body)["flags"]
+    assert body_of(e.run(EmailParams(action="search", unread=True, subject="Lunch")))["total"] == 0
+
+
+def test_a_sent_message_is_received_and_read_back_over_imap(
+    book: AccountBook, imap: Dovecot, outgoing: Smtp
+) -> None:
+    e = tool(book, imap, outgoing)
+    sent = e.run(EmailParams(action="send", to=["alice@example.com"], subject="Agenda for the offsite",
+                             body="Day 1: planning\nDay 2: hiking"))  # fmt: skip
+    assert sent.ok, sent.body
+    assert json.loads(sent.body)["saved_to"] == "Sent"
+    assert outgoing.received and outgoing.received[-1][1] == ["alice@example.com"]
+    found = body_of(e.run(EmailParams(action="search", subject="offsite")))
+    assert found["total"] == 1
+    got = body_of(e.run(EmailParams(action="read", id=found["messages"][0]["id"])))  # type: ignore[index]
+    assert got["from"] == "Alice <alice@example.com>"
+    assert "Day 2: hiking" in got["body"]  # type: ignore[operator]
+    in_sent = body_of(e.run(EmailParams(action="search", folder="Sent", subject="offsite")))
+    assert in_sent["total"] == 1
+    # reply: threaded, kept as a draft unless send=true
+    reply = e.run(EmailParams(action="reply", id=found["messages"][0]["id"], body="Count me in"))  # type: ignore[index]
+    assert reply.ok and json.loads(reply.body)["saved_to"] == "Drafts"
+    draft = body_of(e.run(EmailParams(action="search", folder="Drafts", subject="Re: Agenda")))
+    assert draft["total"] == 1
+
+
+def test_send_is_its_own_sensitive_permission_showing_recipients_subject_body() -> None:
+    e = Email()
+    params = {"action": "send", "to": ["sam@example.com"], "subject": "Agenda", "body": "see below"}
+    assert e.classify(params) == "send"
+    assert e.classify({"action": "reply", "id": 3, "body": "ok", "send": True}) == "send"
+    assert e.classify({"action": "reply", "id": 3, "body": "ok"}) == "draft"
+    assert e.classify({"action": "search"}) == "search"
+    line = e.reach(params)
+    assert (
+        line is not None and "sam@example.com" in line and "Agenda" in line and "see below" in line
+    )
+    assert e.reach({"action": "search"}) is None
+
+
+def test_header_injection_in_a_subject_is_refused_and_nothing_is_sent(
+    book: AccountBook, imap: Dovecot, outgoing: Smtp
+) -> None:
+    e = tool(book, imap, outgoing)
+    before = len(outgoing.received)
+    for subject in ("Hi\r\nBcc: victim@example.com", "Hi\nX-Evil: 1", "Hi\x00there"):
+        result = e.run(
+            EmailParams(action="send", to=["alice@example.com"], subject=subject, body="x")
+        )
+        assert result.code == "invalid-param" and result.meta["param"] == "subject", result.body
+    bad_to = e.run(
+        EmailParams(
+            action="send", to=["a@example.com\r\nBcc: b@example.com"], subject="s", body="b"
+        )
+    )
+    assert bad_to.code == "invalid-param"
+    assert len(outgoing.received) == before
+
+
+def test_a_20_mb_attachment_is_listed_extracted_and_handed_over(
+    book: AccountBook, imap: Dovecot
+) -> None:
+    msg = email.message.EmailMessage()
+    msg["From"] = "Sam <sam@example.com>"
+    msg["To"] = "alice@example.com"
+    msg["Subject"] = "Big scan"
+    msg.set_content("<p>See the <b>attached</b> scan.</p>", subtype="html")
+    big = bytes(range(256)) * (20 * 1024 * 1024 // 256)
+    msg.add_attachment(big, maintype="application", subtype="octet-stream", filename="scan.bin")
+    msg.add_attachment("line one\nline two", filename="notes.txt")
+    imap.deliver("alice", bytes(msg))
+    e = tool(book, imap)
+    found = body_of(e.run(EmailParams(action="search", subject="Big scan")))
+    assert found["messages"][0]["has_attachments"] is True  # type: ignore[index]
+    uid = found["messages"][0]["id"]  # type: ignore[index]
+    result = e.run(EmailParams(action="read", id=uid, extract=[1], download=[0]))
+    got = body_of(result)
+    assert got["body"] == "See the attached scan."
+    files = got["attachments"]
+    assert files[0]["filename"] == "scan.bin" and files[0]["size"] == len(big)  # type: ignore[index]
+    assert files[1]["text"] == "line one\nline two"  # type: ignore[index]
+    assert result.rich is not None
+    assert result.rich["attachments"][0]["size"] == len(big)
+    assert len(result.body) < 10_000  # the file's bytes never reach the model
+
+
+def test_wrong_password_is_auth_failed(book: AccountBook, imap: Dovecot) -> None:
+    e = tool(book, imap, password="wrong")
+    result = e.run(EmailParams(action="search"))
+    assert result.code == "auth-failed" and result.meta["account"] == "mail"
+    assert "wrong" not in result.body and "Traceback" not in result.body
+
+
+def test_nobody_listening_is_account_unreachable(book: AccountBook) -> None:
+    book.add(Account(name="gone", kind="imap", host="127.0.0.1", port=free_port(), security="none",
+                     username="alice"), "pw")  # fmt: skip
+    rt = PersonalRuntime(book, PersonalSettings(timeout=5))
+    result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="search"))
+    assert result.code == "account-unreachable" and result.meta["account"] == "gone"
+
+
+def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None:
+    """A fake IMAP server that logs in, then hangs up halfway through a literal."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        f = conn.makefile("rwb")
+        f.write(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
+        f.flush()
+        while line := f.readline():
+            tag, cmd = line.split(b" ", 2)[:2]
+            cmd = cmd.strip().upper()
+            if cmd == b"CAPABILITY":
+                f.write(b"* CAPABILITY IMAP4rev1\r\n" + tag + b" OK done\r\n")
+            elif cmd == b"LOGIN":
+                f.write(tag + b" OK logged in\r\n")
+            elif cmd == b"SELECT" or cmd == b"EXAMINE":
+                f.write(
+                    b"* 1 EXISTS\r\n* OK [UIDVALIDITY 1] x\r\n" + tag + b" OK [READ-ONLY] done\r\n"
+                )
+            elif cmd == b"UID" and b"RFC822.SIZE" in line and b"BODY" not in line:
+                f.write(b"* 1 FETCH (UID 7 RFC822.SIZE 5000)\r\n" + tag + b" OK done\r\n")
+            elif cmd == b"UID":
+                f.write(b"* 1 FETCH (UID 7 BODY[] {5000}\r\nFrom: a@b\r\nSubject: half")
+                f.flush()
+                conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+                return
+            else:
+                f.write(tag + b" OK\r\n")
+            f.flush()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    book.add(Account(name="flaky", kind="imap", host="127.0.0.1", port=port, security="none",
+                     username="alice"), "pw")  # fmt: skip
+    rt = PersonalRuntime(book, PersonalSettings(timeout=5))
+    result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="read", id=7))
+    thread.join(5)
+    srv.close()
+    assert result.code == "account-unreachable", result.body
+    assert "Traceback" not in result.body
