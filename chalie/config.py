@@ -34,6 +34,7 @@ from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 from chalie.ssrf import AllowEntry
 
 __all__ = [
+    "AccountsConfig",
     "ChatConfig",
     "Config",
     "ConfigError",
@@ -44,6 +45,7 @@ __all__ = [
     "McpServerConfig",
     "OutboxConfig",
     "Section",
+    "WeatherConfig",
     "WebConfig",
 ]
 
@@ -405,6 +407,35 @@ class McpConfig(Section, frozen=True):
     task_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 3600.0
 
 
+# -- [accounts] and [weather] ----------------------------------------------------------
+
+ZoneName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_+/-]{0,63}$")]
+
+
+class AccountsConfig(Section, frozen=True):
+    """``[accounts]``: how the calendar, contacts and email abilities reach people's servers."""
+
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=600)] = 15.0  # seconds per request
+    zone: ZoneName = "UTC"  # the zone times are shown in when a call names none
+    max_message_mb: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 50  # largest mail read
+
+    def __post_init__(self) -> None:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(self.zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"accounts.zone {self.zone!r} is not an IANA time zone") from None
+
+
+class WeatherConfig(Section, frozen=True):
+    """``[weather]``: Open-Meteo's two APIs (no key); a mirror or self-hosted one works alike."""
+
+    forecast_url: HttpUrl = "https://api.open-meteo.com/v1/forecast"
+    geocoding_url: HttpUrl = "https://geocoding-api.open-meteo.com/v1/search"
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 10.0
+
+
 class Config(Section, frozen=True):
     """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
 
@@ -427,6 +458,8 @@ class Config(Section, frozen=True):
     mcp: McpConfig = McpConfig()
     outbox: OutboxConfig = OutboxConfig()
     web: WebConfig = WebConfig()
+    accounts: AccountsConfig = AccountsConfig()
+    weather: WeatherConfig = WeatherConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

@@ -176,6 +176,7 @@ class Parts:
         cfg = rt.config
         discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
         rt.services.discovery = discovery
+        rt.services.extra["personal"] = personal_runtime(rt)
         return cls(
             workers=WorkerPoolHandle(),
             # The local embedding model loads on the first find, not at start (idle memory).
@@ -344,6 +345,13 @@ def child_specs(rt: Runtime, extra: Sequence[ExtraChild] = ()) -> list[ChildSpec
     specs.extend(make(rt) for make in extra)
     specs.extend(spec for make in LAST if (spec := make(rt, parts)) is not None)
     return specs
+
+
+def personal_runtime(rt: Runtime) -> Any:
+    """The accounts, settings and caches of the calendar, contacts, email and weather abilities."""
+    from chalie.personal.runtime import PersonalRuntime, settings_from
+
+    return PersonalRuntime.open(rt.db_path, rt.config.home, settings_from(rt.config))
 
 
 def example_writer(rt: Runtime) -> WriterFactory | None:

@@ -26,6 +26,11 @@ import recurring_ical_events
 
 from chalie.accounts.failure import AccountFailure
 
+# icalendar's own types say a property may be any of a dozen things; the code below checks
+# what it reads (a DTSTART that is not a date or date-time is skipped as broken), so the
+# parsed objects are handled as Any here.
+Event = Any
+Ical = Any
 MAX_TEXT: Final = 500
 MAX_OCCURRENCES: Final = 2000
 PRODID: Final = "-//Chalie//personal abilities//EN"
@@ -51,9 +56,9 @@ class Parsed:
     """One calendar object: its events grouped by UID, its zones."""
 
     source: Source
-    calendar: icalendar.Calendar
-    fast: list[icalendar.Event]  # single, non-recurring events: no expansion needed
-    recurring: dict[str, icalendar.Calendar]  # uid -> a calendar of that uid's events
+    calendar: Ical
+    fast: list[Event]  # single, non-recurring events: no expansion needed
+    recurring: dict[str, Ical]  # uid -> a calendar of that uid's events
 
 
 def zone_of(name: str) -> zoneinfo.ZoneInfo:
@@ -100,7 +105,7 @@ def utc_stamp(moment: dt.datetime) -> str:
 # -- parsing ---------------------------------------------------------------------------------
 
 
-def _broken(event: icalendar.Event) -> str | None:
+def _broken(event: Event) -> str | None:
     for name, why in getattr(event, "errors", ()):
         if name in ("DTSTART", "DTEND", "DURATION", "RRULE", "RDATE", "EXDATE", "RECURRENCE-ID"):
             return f"{name}: {why}"[:200]
@@ -120,7 +125,7 @@ def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | 
         skipped.append({"id": source.href, "reason": "not a VCALENDAR"})
         return None
     zones = list(cal.walk("VTIMEZONE"))
-    by_uid: dict[str, list[icalendar.Event]] = {}
+    by_uid: dict[str, list[Event]] = {}
     for event in cal.walk("VEVENT"):
         uid = str(event.get("UID", "")) or f"no-uid-{len(by_uid)}"
         why = _broken(event)
@@ -128,8 +133,8 @@ def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | 
             skipped.append({"id": source.href, "uid": uid[:200], "reason": why})
             continue
         by_uid.setdefault(uid, []).append(event)
-    fast: list[icalendar.Event] = []
-    recurring: dict[str, icalendar.Calendar] = {}
+    fast: list[Event] = []
+    recurring: dict[str, Ical] = {}
     for uid, events in by_uid.items():
         if len(events) == 1 and not any(k in events[0] for k in ("RRULE", "RDATE")):
             fast.append(events[0])
@@ -146,7 +151,7 @@ def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | 
 # -- expansion -------------------------------------------------------------------------------
 
 
-def _end_of(event: icalendar.Event, start: dt.date | dt.datetime) -> dt.date | dt.datetime:
+def _end_of(event: Event, start: dt.date | dt.datetime) -> dt.date | dt.datetime:
     end = event.get("DTEND")
     if end is not None:
         value: dt.date | dt.datetime = end.dt
@@ -158,7 +163,7 @@ def _end_of(event: icalendar.Event, start: dt.date | dt.datetime) -> dt.date | d
     return start + dt.timedelta(days=1) if not isinstance(start, dt.datetime) else start
 
 
-def _text(event: icalendar.Event, key: str) -> str:
+def _text(event: Event, key: str) -> str:
     value = event.get(key)
     return "" if value is None else str(value)[:MAX_TEXT]
 
@@ -180,7 +185,7 @@ def _show(value: dt.date | dt.datetime, zone: dt.tzinfo) -> str:
 
 
 def occurrence(
-    event: icalendar.Event,
+    event: Event,
     source: Source,
     zone: dt.tzinfo,
     *,
@@ -316,7 +321,7 @@ def free_slots(
 # -- writing ---------------------------------------------------------------------------------
 
 
-def check_rrule(text: str) -> icalendar.vRecur:
+def check_rrule(text: str) -> Any:
     raw = text.strip().removeprefix("RRULE:")
     try:
         rule = icalendar.vRecur.from_ical(raw)
@@ -333,7 +338,7 @@ def check_rrule(text: str) -> icalendar.vRecur:
 
 
 def _set_times(
-    event: icalendar.Event,
+    event: Event,
     start: dt.date | dt.datetime,
     end: dt.date | dt.datetime,
 ) -> None:
@@ -399,7 +404,7 @@ def changed_event(
 ) -> str:
     """The object's text with its master event changed (a series changes as a whole)."""
     try:
-        cal = icalendar.Calendar.from_ical(text)
+        cal: Ical = icalendar.Calendar.from_ical(text)
     except (ValueError, KeyError, IndexError, TypeError):
         raise AccountFailure(
             "account-bad-response", "the stored event does not parse", account=source.account
@@ -411,7 +416,7 @@ def changed_event(
             "the stored event has no usable VEVENT",
             account=source.account,
         )
-    event = masters[0]
+    event: Event = masters[0]
     if start is not None or end is not None:
         old_start = event["DTSTART"].dt
         old_end = _end_of(event, old_start)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalie.accounts.failure import AccountFailure
-from chalie.accounts.spec import Account
+from chalie.accounts.spec import Account, Kind
 from chalie.personal import calendar as ical
 from chalie.personal.dav import Collection, DavClient, check_href
 from chalie.personal.runtime import PersonalRuntime
 
-READ_KINDS = ("caldav", "ics")
+READ_KINDS: tuple[Kind, ...] = ("caldav", "ics")
 
 
 @dataclass

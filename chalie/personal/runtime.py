@@ -61,6 +61,19 @@ class PersonalSettings:
     weather_timeout: float = 10.0
 
 
+def settings_from(config: Any) -> PersonalSettings:
+    """The settings from ``[accounts]`` and ``[weather]`` of a :class:`chalie.config.Config`."""
+    a, w = config.accounts, config.weather
+    return PersonalSettings(
+        timeout=a.timeout,
+        zone=a.zone,
+        max_message_bytes=a.max_message_mb * 1024 * 1024,
+        forecast_url=w.forecast_url,
+        geocoding_url=w.geocoding_url,
+        weather_timeout=w.timeout,
+    )
+
+
 @dataclass
 class PersonalRuntime:
     book: AccountBook

@@ -64,6 +64,10 @@ class Ctx:
 # ``chalie --help`` lists without importing anything; a test checks it against each
 # command's own docstring.
 COMMANDS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "accounts": (
+        ("accounts",),
+        "People's accounts: calendars (CalDAV, ICS), contacts (CardDAV), mail (IMAP, SMTP).",
+    ),
     "run": (("daemon",), "Run the daemon in the foreground (stop it with Ctrl-C, SIGTERM or..."),
     "status": (("daemon",), "Show the running daemon: actors and their restarts, workers, uptime."),
     "stop": (("daemon",), "Stop the running daemon and wait until its process is gone..."),
