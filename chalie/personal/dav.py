@@ -249,7 +249,7 @@ class DavClient:
 
 def check_href(href: str, collections: list[Collection], who: str) -> str:
     """The id (a resource path) if it lies directly inside one of ``collections``."""
-    clean = posixpath.normpath("/" + href.strip()) if href.strip() else ""
+    clean = posixpath.normpath("/" + href.strip().lstrip("/")) if href.strip() else ""
     for c in collections:
         if (
             clean.startswith(c.href)

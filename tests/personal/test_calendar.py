@@ -1,0 +1,237 @@
+"""calendar against Radicale (from PyPI) started by the test, and an ICS feed on loopback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from abilities.calendar import Calendar, CalendarParams
+from chalie.accounts.book import AccountBook
+from chalie.accounts.spec import Account
+from chalie.personal.runtime import PersonalRuntime, PersonalSettings
+from chalie.personal.untrusted import WARNING_LINE
+from chalie.result import ToolResult
+from chalie.services import Services
+from tests.personal.servers import Radicale, http_server, make_calendar, put_object, radicale
+
+pytestmark = pytest.mark.slow
+
+WEEKLY_BERLIN = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:test
+BEGIN:VEVENT
+UID:weekly-1@test
+DTSTAMP:20250101T000000Z
+DTSTART;TZID=Europe/Berlin:20250320T090000
+DTEND;TZID=Europe/Berlin:20250320T100000
+RRULE:FREQ=WEEKLY;COUNT=4
+SUMMARY:Standup
+END:VEVENT
+END:VCALENDAR
+"""
+ALL_DAY = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:test
+BEGIN:VEVENT
+UID:holiday-1@test
+DTSTAMP:20250101T000000Z
+DTSTART;VALUE=DATE:20250331
+DTEND;VALUE=DATE:20250401
+SUMMARY:Freedom Day
+END:VEVENT
+END:VCALENDAR
+"""
+NEW_YORK = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:test
+BEGIN:VEVENT
+UID:ny-1@test
+DTSTAMP:20250101T000000Z
+DTSTART;TZID=America/New_York:20250402T090000
+DTEND;TZID=America/New_York:20250402T103000
+SUMMARY:Call with the New York office
+LOCATION:Zoom
+END:VEVENT
+END:VCALENDAR
+"""
+MALFORMED = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:test
+BEGIN:VEVENT
+UID:broken-1@test
+DTSTAMP:20250101T000000Z
+DTSTART:2025-04-0X
+SUMMARY:Broken
+END:VEVENT
+END:VCALENDAR
+"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Radicale]:
+    with radicale() as srv:
+        make_calendar(srv, "alice", "work", "Work")
+        # Radicale refuses a malformed object on PUT (400); the ICS feed below carries one.
+        for name, text in (("weekly", WEEKLY_BERLIN), ("holiday", ALL_DAY), ("ny", NEW_YORK)):
+            put_object(srv, "alice", f"/alice/work/{name}.ics", text, "text/calendar")
+        yield srv
+
+
+def tool(
+    book: AccountBook, server: Radicale, password: str = "secret", name: str = "work"
+) -> Calendar:
+    if book.get(name) is None:
+        book.add(
+            Account(name=name, kind="caldav", url=server.url + "/", username="alice"), password
+        )
+    return Calendar(None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())}))
+
+
+def events(result: ToolResult) -> dict[str, Any]:
+    assert result.ok, result.body
+    assert result.body.startswith(WARNING_LINE + "\n") and result.meta["untrusted"] is True
+    data: dict[str, Any] = json.loads(result.body.split("\n", 1)[1])
+    return data
+
+
+def test_recurrences_expand_across_the_dst_change(book: AccountBook, server: Radicale) -> None:
+    got = events(tool(book, server).run(CalendarParams(start="2025-03-01", end="2025-04-30")))
+    standup = [(e["start"], e["end"]) for e in got["events"] if e["title"] == "Standup"]
+    # 09:00 in Berlin is 08:00Z before 30 March, 07:00Z after
+    assert standup == [
+        ("2025-03-20T08:00+00:00", "2025-03-20T09:00+00:00"),
+        ("2025-03-27T08:00+00:00", "2025-03-27T09:00+00:00"),
+        ("2025-04-03T07:00+00:00", "2025-04-03T08:00+00:00"),
+        ("2025-04-10T07:00+00:00", "2025-04-10T08:00+00:00"),
+    ]
+    in_berlin = events(
+        tool(book, server).run(CalendarParams(start="2025-04-03", zone="Europe/Berlin"))
+    )
+    assert [e["start"] for e in in_berlin["events"]] == ["2025-04-03T09:00+02:00"]
+
+
+def test_all_day_and_another_zone(book: AccountBook, server: Radicale) -> None:
+    got = events(
+        tool(book, server).run(
+            CalendarParams(start="2025-03-31", end="2025-04-02", zone="Europe/Malta")
+        )
+    )
+    by_title = {e["title"]: e for e in got["events"]}
+    assert by_title["Freedom Day"]["all_day"] is True
+    assert (by_title["Freedom Day"]["start"], by_title["Freedom Day"]["end"]) == (
+        "2025-03-31",
+        "2025-04-01",
+    )
+    ny = by_title["Call with the New York office"]
+    assert ny["start"] == "2025-04-02T15:00+02:00" and ny["event_zone"] == "America/New_York"
+    assert ny["location"] == "Zoom"
+
+
+def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Radicale) -> None:
+    result = tool(book, server).run(
+        CalendarParams(
+            action="free_busy",
+            start="2025-04-03T08:00",
+            end="2025-04-03T12:00",
+            zone="Europe/Berlin",
+            min_minutes=60,
+        )  # fmt: skip
+    )
+    got = events(result)
+    assert got["busy"] == [{"start": "2025-04-03T09:00+02:00", "end": "2025-04-03T10:00+02:00"}]
+    assert got["free"] == [
+        {"start": "2025-04-03T08:00+02:00", "end": "2025-04-03T09:00+02:00"},
+        {"start": "2025-04-03T10:00+02:00", "end": "2025-04-03T12:00+02:00"},
+    ]
+
+
+def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) -> None:
+    cal = tool(book, server)
+    made = cal.run(CalendarParams(action="create_event", title="Dentist", start="2025-05-02T15:00",
+                                  zone="Europe/Malta", location="Sliema"))  # fmt: skip
+    assert made.ok, made.body
+    event_id = json.loads(made.body)["created"]["id"]
+    day = events(cal.run(CalendarParams(start="2025-05-02", zone="Europe/Malta")))
+    assert [(e["title"], e["start"], e["end"]) for e in day["events"]] == [
+        ("Dentist", "2025-05-02T15:00+02:00", "2025-05-02T16:00+02:00")
+    ]
+    moved = cal.run(CalendarParams(action="update_event", id=event_id, start="2025-05-02T17:30",
+                                   zone="Europe/Malta", title="Dentist (moved)"))  # fmt: skip
+    assert moved.ok, moved.body
+    day = events(cal.run(CalendarParams(start="2025-05-02", zone="Europe/Malta")))
+    assert [(e["title"], e["start"], e["end"]) for e in day["events"]] == [
+        ("Dentist (moved)", "2025-05-02T17:30+02:00", "2025-05-02T18:30+02:00")
+    ]
+    weekly = cal.run(CalendarParams(action="create_event", title="Yoga", start="2025-06-02",
+                                    recurrence="FREQ=WEEKLY;COUNT=3"))  # fmt: skip
+    assert weekly.ok
+    june = events(cal.run(CalendarParams(start="2025-06-01", end="2025-06-30")))
+    assert [e["start"] for e in june["events"] if e["title"] == "Yoga"] == [
+        "2025-06-02", "2025-06-09", "2025-06-16"
+    ]  # fmt: skip
+    gone = cal.run(CalendarParams(action="delete_event", id=event_id))
+    assert gone.ok
+    assert events(cal.run(CalendarParams(start="2025-05-02")))["events"] == []
+    again = cal.run(CalendarParams(action="delete_event", id=event_id))
+    assert again.code == "item-not-found"
+    # an id outside the account's calendars is refused before any request
+    outside = cal.run(CalendarParams(action="delete_event", id="/bob/calendar/x.ics"))
+    assert outside.code == "item-not-found"
+    bad_rule = cal.run(CalendarParams(action="create_event", title="x", start="2025-06-02",
+                                      recurrence="FREQ=SOMETIMES"))  # fmt: skip
+    assert bad_rule.code == "invalid-param" and bad_rule.meta["param"] == "recurrence"
+
+
+def test_permissions_come_from_the_action() -> None:
+    cal = Calendar()
+    assert cal.classify({"action": "list"}) == "list"
+    assert cal.classify({"action": "delete_event", "id": "x"}) == "delete_event"
+
+
+def test_wrong_password_and_unreachable_are_structured(book: AccountBook, server: Radicale) -> None:
+    bad = tool(book, server, password="wrong", name="bad").run(CalendarParams(account="bad"))
+    assert bad.code == "auth-failed" and bad.meta["account"] == "bad"
+    book.add(Account(name="dead", kind="caldav", url="http://127.0.0.1:9/"), None)
+    dead = tool(book, server).run(CalendarParams(account="dead"))
+    assert dead.code == "account-unreachable"
+    # without an account named, the reachable ones answer and the others are named
+    both = events(tool(book, server).run(CalendarParams(start="2025-04-03")))
+    assert [e["title"] for e in both["events"]] == ["Standup"]
+    assert {u["account"]: u["code"] for u in both["unavailable"]} == {
+        "bad": "auth-failed",
+        "dead": "account-unreachable",
+    }
+
+
+def test_an_ics_subscription_is_read_only_and_survives_a_malformed_vevent(
+    book: AccountBook,
+) -> None:
+    broken = MALFORMED.split("BEGIN:VEVENT", 1)[1].split("END:VCALENDAR")[0]
+    feed = ALL_DAY.replace("Freedom Day", "Feed holiday").replace(
+        "END:VCALENDAR", "BEGIN:VEVENT" + broken + "END:VCALENDAR"
+    )
+
+    def route(path: str, query: Any, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if headers.get("If-None-Match") == '"v1"':
+            return 304, {"ETag": '"v1"'}, b""
+        return 200, {"Content-Type": "text/calendar", "ETag": '"v1"'}, feed.encode()
+
+    with http_server(route) as srv:
+        book.add(Account(name="holidays", kind="ics", url=srv.url + "/holidays.ics"), None)
+        cal = Calendar(
+            None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())})
+        )
+        for _ in range(2):  # the second read is a 304 from the cache
+            got = events(cal.run(CalendarParams(start="2025-03-31")))
+            assert [e["title"] for e in got["events"]] == ["Feed holiday"]
+            # the broken VEVENT is named, and hides nothing else
+            assert [(x["uid"], x["reason"][:7]) for x in got["skipped"]] == [
+                ("broken-1@test", "DTSTART")
+            ]
+        assert len(srv.hits) == 2
+        refused = cal.run(CalendarParams(action="create_event", account="holidays", title="x",
+                                         start="2025-03-31"))  # fmt: skip
+        assert refused.code == "read-only-account"
