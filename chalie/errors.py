@@ -297,6 +297,48 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "The delegate did not end with an answer.",
         "Its sub-turn ended on a guard, a model error or a cancel; the message says which.",
     ),
+    ErrorCode(
+        "account-unreachable",
+        "A person's account (CalDAV, CardDAV, IMAP, SMTP, ICS) did not answer.",
+        "Refused, dropped (even mid-fetch) or timed out, or the server failed (5xx); the "
+        "message names the account.",
+    ),
+    ErrorCode(
+        "auth-failed",
+        "The account's server refused the stored credentials.",
+        "A wrong or revoked password or app password (HTTP 401/403, IMAP NO LOGIN, SMTP 535).",
+    ),
+    ErrorCode(
+        "unknown-account",
+        "No account of the needed kind has that name, or none is set up.",
+        "An account= the model named that chalie accounts list does not show, or no account yet.",
+    ),
+    ErrorCode(
+        "account-bad-response",
+        "The account's server answered something that is not its protocol.",
+        "XML that does not parse, an answer over the size limit, a stored object that cannot "
+        "be read.",
+    ),
+    ErrorCode(
+        "item-not-found",
+        "The event, contact, message or folder named does not exist.",
+        "An id not (or no longer) in the account, or outside the account's own collections.",
+    ),
+    ErrorCode(
+        "read-only-account",
+        "The account cannot be written to.",
+        "A create, update or delete on an ICS subscription.",
+    ),
+    ErrorCode(
+        "service-unreachable",
+        "A keyless web service an ability uses did not answer.",
+        "Open-Meteo refused, timed out, failed or answered with something that is not its JSON.",
+    ),
+    ErrorCode(
+        "unknown-place",
+        "No place of that name was found.",
+        "weather with a place the geocoding service does not know.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -97,3 +97,11 @@ def test_test_reports_what_it_found_and_structured_failures(home: Path) -> None:
     assert code == 1 and "account-unreachable: gone:" in out
     code, out = run(home, "test", "nobody")
     assert code == 1 and "unknown-account" in out
+
+
+def test_every_account_failure_code_is_a_published_code() -> None:
+    from chalie.accounts.failure import CODES, HINTS
+    from chalie.errors import KNOWN_CODES
+
+    assert set(CODES) <= KNOWN_CODES
+    assert set(HINTS) == set(CODES)
