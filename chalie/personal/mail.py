@@ -195,6 +195,16 @@ def compose(
 
 # -- IMAP -----------------------------------------------------------------------------------
 
+_TLS: list[ssl.SSLContext] = []
+
+
+def _tls() -> ssl.SSLContext:
+    """One verifying TLS context for the process (loading the CA store costs ~20 ms)."""
+    if not _TLS:
+        _TLS.append(ssl.create_default_context())
+    return _TLS[0]
+
+
 
 @contextmanager
 def _failures(who: str) -> Iterator[None]:
@@ -292,7 +302,7 @@ class Mailbox:
     def connect(self) -> None:
         a = self.account
         with _failures(self.who):
-            ctx = ssl.create_default_context()
+            ctx = _tls() if a.security != "none" else None
             client = IMAPClient(
                 a.host,
                 port=a.effective_port,
@@ -303,7 +313,7 @@ class Mailbox:
             self.client = client
             try:
                 if a.security == "starttls":
-                    client.starttls(ctx)
+                    client.starttls(_tls())
                 client.login(a.username, self._creds.password)
             except BaseException:
                 self.client = None
@@ -601,7 +611,7 @@ def send(creds: Credentials, msg: EmailMessage, timeout: float) -> list[str]:
     if not recipients:
         raise AccountFailure("invalid-param", "the message has no recipient", param="to")
     try:
-        ctx = ssl.create_default_context()
+        ctx = _tls()
         smtp: smtplib.SMTP
         if a.security == "tls":
             smtp = smtplib.SMTP_SSL(a.host, a.effective_port, timeout=timeout, context=ctx)
@@ -643,7 +653,7 @@ def send(creds: Credentials, msg: EmailMessage, timeout: float) -> list[str]:
 def probe_smtp(creds: Credentials, timeout: float) -> dict[str, Any]:
     a = creds.account
     try:
-        ctx = ssl.create_default_context()
+        ctx = _tls()
         smtp: smtplib.SMTP
         if a.security == "tls":
             smtp = smtplib.SMTP_SSL(a.host, a.effective_port, timeout=timeout, context=ctx)

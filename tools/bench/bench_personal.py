@@ -1,0 +1,215 @@
+"""The personal abilities' figures, each beside its floor and the ratio.
+
+- calendar month view over 500 events (450 single, 50 weekly series), through the
+  dispatcher (gate and trail included), Radicale on loopback. Target: <= 200 ms.
+  Floor: one bare PROPFIND (Depth 0) to the same Radicale. The first call syncs the
+  whole calendar (cold); later ones revalidate by CTag and expand in memory (warm).
+- email search in a 10,000-message mailbox (Dovecot on loopback), through the
+  dispatcher. Target: <= 500 ms. Floor: one IMAP NOOP on a logged-in session.
+- reading one message (~100 KB) through the dispatcher. Target: <= 50 ms plus the
+  transfer; floor: the transfer itself (a bare UID FETCH BODY.PEEK[] of it).
+
+Run: ``python tools/bench/bench_personal.py [--calls 20]`` (needs radicale, dovecot-imapd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.message
+import email.utils
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from abilities.calendar import Calendar
+from abilities.email import Email
+from actors.dispatcher import DispatcherActor, submit
+from actors.policy import PolicyActor
+from chalie.accounts.book import AccountBook
+from chalie.accounts.spec import Account
+from chalie.events import EventBus
+from chalie.messages import ToolCall, TurnContext
+from chalie.personal.runtime import PersonalRuntime, PersonalSettings
+from chalie.registry import Registry
+from chalie.services import Services
+from tests.personal import servers
+
+
+def ms(fn: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def line(label: str, figure: float, floor_label: str, floor: float, target: float) -> None:
+    verdict = "within" if figure <= target else "ABOVE"
+    print(
+        f"  {label}: p50 {figure:.1f} ms   floor ({floor_label}) {floor:.2f} ms   "
+        f"ratio {figure / floor:.0f}   {verdict} the {target:g} ms target"
+    )
+
+
+def event(i: int, rng: random.Random) -> str:
+    day = 1 + i % 28
+    month = 1 + (i // 28) % 12
+    hour = 8 + i % 9
+    zone = rng.choice(["Europe/Berlin", "Europe/Malta", "America/New_York", "UTC"])
+    rule = "RRULE:FREQ=WEEKLY;COUNT=40\n" if i < 50 else ""
+    tz = "" if zone == "UTC" else f";TZID={zone}"
+    z = "Z" if zone == "UTC" else ""
+    return (
+        "BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:bench\nBEGIN:VEVENT\n"
+        f"UID:bench-{i}@bench\nDTSTAMP:20250101T000000Z\n"
+        f"DTSTART{tz}:2025{month:02d}{day:02d}T{hour:02d}0000{z}\n"
+        f"DTEND{tz}:2025{month:02d}{day:02d}T{hour:02d}4500{z}\n"
+        f"{rule}SUMMARY:Event {i}\nLOCATION:Room {i % 7}\nEND:VEVENT\nEND:VCALENDAR\n"
+    )
+
+
+def dispatcher(home: Path, rt: PersonalRuntime, tools: list[type[Any]]) -> tuple[Any, Any]:
+    registry = Registry()
+    for cls in tools:
+        registry.add(cls, source="bench")
+    bus = EventBus()
+    policy = PolicyActor.start(home / "chalie.db", bus)
+    for perm in ("calendar.list", "email.search", "email.read"):
+        policy.proxy().set("chat", perm, "allow").get()
+    disp = DispatcherActor.start(
+        registry, Services(registry=registry, extra={"personal": rt}), home / "chalie.db",
+        policy, None, bus,
+    )  # fmt: skip
+    return disp, policy
+
+
+def call(disp: Any, tool: str, args: dict[str, Any]) -> Any:
+    ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat", injected=(tool,))
+    c = ToolCall(call_id="c1", tool=tool, arguments={"act_summary": "bench", **args}, context=ctx)
+    out = submit(disp, c).result(60)
+    assert out.status == "success", out.envelope[:500]
+    return out
+
+
+def bench_calendar(n: int) -> None:
+    import httpx2
+
+    home = Path(tempfile.mkdtemp(prefix="bench-personal-"))
+    rng = random.Random(7)
+    with servers.radicale() as srv:
+        servers.make_calendar(srv, "alice", "work", "Work")
+        with httpx2.Client(auth=("alice", "secret"), timeout=30) as c:
+            for i in range(500):
+                r = c.put(f"{srv.url}/alice/work/e{i}.ics", content=event(i, rng).encode(),
+                          headers={"Content-Type": "text/calendar"})  # fmt: skip
+                assert r.status_code in (201, 204), r.status_code
+            body = b'<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:prop><D:getetag/></D:prop></D:propfind>'
+            floor = statistics.median(
+                ms(
+                    lambda: c.request(
+                        "PROPFIND", f"{srv.url}/alice/work/", content=body, headers={"Depth": "0"}
+                    ),
+                    n,
+                )  # fmt: skip
+            )
+        book = AccountBook(home / "chalie.db", home)
+        book.add(Account(name="work", kind="caldav", url=srv.url + "/", username="alice"), "secret")
+        rt = PersonalRuntime(book, PersonalSettings(zone="Europe/Malta"))
+        disp, policy = dispatcher(home, rt, [Calendar])
+        args = {"action": "list", "start": "2025-03-01", "end": "2025-03-31"}
+        try:
+            t = time.perf_counter()
+            out = call(disp, "calendar", args)
+            cold = (time.perf_counter() - t) * 1000
+            count = out.envelope.count('"id":')
+            warm = statistics.median(ms(lambda: call(disp, "calendar", args), n))
+        finally:
+            disp.stop()
+            policy.stop()
+            book.close()
+    print(f"calendar month view, 500 events (50 weekly series), {count} occurrences in March:")
+    line("cold (first call: full sync)", cold, "bare PROPFIND", floor, 200)
+    line(f"warm (CTag revalidated), n={n}", warm, "bare PROPFIND", floor, 200)
+
+
+def bench_email(n: int) -> None:
+    from imapclient import IMAPClient
+
+    home = Path(tempfile.mkdtemp(prefix="bench-personal-"))
+    with servers.dovecot() as imap:
+        uid, gid = servers.mail_user()
+        cur = imap.maildir("alice") / "cur"
+        for sub in ("cur", "new", "tmp"):
+            (imap.maildir("alice") / sub).mkdir(parents=True, exist_ok=True)
+        rng = random.Random(3)
+        words = "budget hiring offsite agenda invoice lunch report travel review launch".split()
+        big = "x" * 100_000
+        for i in range(10_000):
+            m = email.message.EmailMessage()
+            m["From"] = f"Person {i % 300} <p{i % 300}@example.com>"
+            m["To"] = "alice@example.com"
+            m["Subject"] = f"{rng.choice(words)} {rng.choice(words)} #{i}"
+            m["Date"] = email.utils.formatdate(1.7e9 + i * 600)
+            m["Message-ID"] = f"<m{i}@bench>"
+            m.set_content(big if i == 5000 else f"Message {i} about {rng.choice(words)}.")
+            (cur / f"{1700000000 + i}.M{i}P1.bench:2,S").write_bytes(bytes(m))
+        for p in [imap.root / "mail", *(imap.root / "mail").rglob("*")]:
+            os.chown(p, uid, gid)
+        book = AccountBook(home / "chalie.db", home)
+        book.add(Account(name="mail", kind="imap", host="127.0.0.1", port=imap.port,
+                         security="none", username="alice"), "secret")  # fmt: skip
+        rt = PersonalRuntime(book, PersonalSettings())
+        disp, policy = dispatcher(home, rt, [Email])
+        with IMAPClient("127.0.0.1", port=imap.port, ssl=False) as c:
+            c.login("alice", "secret")
+            t = time.perf_counter()
+            c.select_folder("INBOX", readonly=True)  # Dovecot indexes the new mailbox here
+            index_ms = (time.perf_counter() - t) * 1000
+            noop = statistics.median(ms(c.noop, n))
+            target = c.search(["HEADER", "Message-ID", "<m5000@bench>"])[0]
+            transfer = statistics.median(ms(lambda: c.fetch([target], ["BODY.PEEK[]"]), n))
+        try:
+            search = {"action": "search", "subject": "invoice", "limit": 20}
+            call(disp, "email", search)
+            s = statistics.median(ms(lambda: call(disp, "email", search), n))
+            text = {"action": "search", "text": "hiring", "unread": False, "limit": 20}
+            t2 = statistics.median(ms(lambda: call(disp, "email", text), n))
+            read = {"action": "read", "id": target}
+            r = statistics.median(ms(lambda: call(disp, "email", read), n))
+        finally:
+            disp.stop()
+            policy.stop()
+            book.close()
+    print(f"email, 10,000 messages in INBOX (Dovecot indexed them in {index_ms:.0f} ms, once):")
+    line(f"search subject=invoice, 20 newest, n={n}", s, "IMAP NOOP", noop, 500)
+    line(f"search text=hiring (body), n={n}", t2, "IMAP NOOP", noop, 500)
+    over = r - transfer
+    print(
+        f"  read one 100 KB message: p50 {r:.1f} ms   floor (the transfer, a bare FETCH) "
+        f"{transfer:.1f} ms   over the transfer {over:.1f} ms   "
+        f"{'within' if over <= 50 else 'ABOVE'} the 50 ms + transfer target"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args()
+    bench_calendar(args.calls)
+    if servers.have_dovecot():
+        bench_email(args.calls)
+    else:
+        print("email: skipped (no dovecot-imapd)")
+
+
+if __name__ == "__main__":
+    main()
