@@ -19,8 +19,8 @@ from chalie.accounts.failure import AccountFailure
 from chalie.personal import calendar as ical
 from chalie.personal import calendars
 from chalie.personal.runtime import PersonalRuntime
-from chalie.personal.untrusted import untrusted_success
 from chalie.result import ToolResult
+from chalie.untrusted import success as untrusted_success
 
 MAX_RANGE_DAYS = 366
 Text = Annotated[str, msgspec.Meta(max_length=2000)]

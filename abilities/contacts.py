@@ -11,8 +11,8 @@ from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.personal import contacts
 from chalie.personal.runtime import PersonalRuntime
-from chalie.personal.untrusted import untrusted_success
 from chalie.result import ToolResult
+from chalie.untrusted import success as untrusted_success
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Many = Annotated[list[Short], msgspec.Meta(max_length=20)]

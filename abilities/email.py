@@ -22,8 +22,8 @@ from chalie.accounts.spec import Account
 from chalie.display import one_line
 from chalie.personal import mail
 from chalie.personal.runtime import PersonalRuntime
-from chalie.personal.untrusted import untrusted_success
 from chalie.result import ToolResult
+from chalie.untrusted import success as untrusted_success
 
 Line = Annotated[str, msgspec.Meta(max_length=998)]
 Address = Annotated[str, msgspec.Meta(min_length=3, max_length=320)]

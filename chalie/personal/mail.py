@@ -205,7 +205,6 @@ def _tls() -> ssl.SSLContext:
     return _TLS[0]
 
 
-
 @contextmanager
 def _failures(who: str) -> Iterator[None]:
     try:

@@ -76,12 +76,29 @@ def radicale(users: dict[str, str] | None = None) -> Iterator[Radicale]:
     root = Path(tempfile.mkdtemp(prefix="radicale-"))
     (root / "users").write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
     port = free_port()
-    cmd = [sys.executable, "-m", "radicale", "--config", "",
-           "--server-hosts", f"127.0.0.1:{port}", "--auth-type", "htpasswd",
-           "--auth-htpasswd-filename", str(root / "users"),
-           "--auth-htpasswd-encryption", "plain", "--auth-delay", "0",
-           "--rights-type", "owner_only", "--storage-filesystem-folder", str(root / "collections"),
-           "--logging-level", "error"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "radicale",
+        "--config",
+        "",
+        "--server-hosts",
+        f"127.0.0.1:{port}",
+        "--auth-type",
+        "htpasswd",
+        "--auth-htpasswd-filename",
+        str(root / "users"),
+        "--auth-htpasswd-encryption",
+        "plain",
+        "--auth-delay",
+        "0",
+        "--rights-type",
+        "owner_only",
+        "--storage-filesystem-folder",
+        str(root / "collections"),
+        "--logging-level",
+        "error",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)

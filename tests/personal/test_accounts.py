@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account, AccountSpecError
-from chalie.cli import cli
+from chalie_app.cli import cli
 from tests.personal.servers import free_port, make_calendar, radicale
 
 
@@ -22,9 +22,20 @@ def run(home: Path, *args: str, stdin: str = "") -> tuple[int, str]:
 
 
 def test_passwords_live_only_in_the_0600_secrets_file(home: Path) -> None:
-    code, out = run(home, "add", "imap", "mail", "--host", "imap.example.com", "--username",
-                    "ann", "--address", "Ann <ann@example.com>", "--password-stdin",
-                    stdin="s3cr3t-app-password\n")  # fmt: skip
+    code, out = run(
+        home,
+        "add",
+        "imap",
+        "mail",
+        "--host",
+        "imap.example.com",
+        "--username",
+        "ann",
+        "--address",
+        "Ann <ann@example.com>",
+        "--password-stdin",
+        stdin="s3cr3t-app-password\n",
+    )
     assert code == 0, out
     assert "the default" in out
     secrets = home / "mcp-secrets.json"
@@ -35,9 +46,19 @@ def test_passwords_live_only_in_the_0600_secrets_file(home: Path) -> None:
             assert b"s3cr3t-app-password" not in f.read_bytes()
     code, out = run(home, "list", "--json")
     rows = json.loads(out)
-    assert rows == [{"name": "mail", "kind": "imap", "default": True, "host": "imap.example.com",
-                     "port": 993, "security": "tls", "address": "Ann <ann@example.com>",
-                     "username": "ann", "password": "stored"}]  # fmt: skip
+    assert rows == [
+        {
+            "name": "mail",
+            "kind": "imap",
+            "default": True,
+            "host": "imap.example.com",
+            "port": 993,
+            "security": "tls",
+            "address": "Ann <ann@example.com>",
+            "username": "ann",
+            "password": "stored",
+        }
+    ]
     assert "s3cr3t" not in out
     code, out = run(home, "remove", "mail")
     assert code == 0 and json.loads(secrets.read_text()) == {}
@@ -81,18 +102,52 @@ def test_malformed_accounts_are_refused_naming_the_field(
 def test_test_reports_what_it_found_and_structured_failures(home: Path) -> None:
     with radicale() as srv:
         make_calendar(srv, "alice", "work", "Work")
-        code, out = run(home, "add", "caldav", "cal", "--url", srv.url + "/", "--username", "alice",
-                        "--password-stdin", stdin="secret\n")  # fmt: skip
+        code, out = run(
+            home,
+            "add",
+            "caldav",
+            "cal",
+            "--url",
+            srv.url + "/",
+            "--username",
+            "alice",
+            "--password-stdin",
+            stdin="secret\n",
+        )
         assert code == 0, out
         code, out = run(home, "test", "cal", "--json")
         assert code == 0, out
         assert [c["href"] for c in json.loads(out)["calendars"]] == ["/alice/work/"]
-        run(home, "add", "caldav", "wrong", "--url", srv.url + "/", "--username", "alice",
-            "--password-stdin", stdin="nope\n")  # fmt: skip
+        run(
+            home,
+            "add",
+            "caldav",
+            "wrong",
+            "--url",
+            srv.url + "/",
+            "--username",
+            "alice",
+            "--password-stdin",
+            stdin="nope\n",
+        )
         code, out = run(home, "test", "wrong")
         assert code == 1 and "auth-failed: wrong:" in out and "Traceback" not in out
-    run(home, "add", "imap", "gone", "--host", "127.0.0.1", "--port", str(free_port()),
-        "--security", "none", "--username", "a", "--password-stdin", stdin="pw\n")  # fmt: skip
+    run(
+        home,
+        "add",
+        "imap",
+        "gone",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--security",
+        "none",
+        "--username",
+        "a",
+        "--password-stdin",
+        stdin="pw\n",
+    )
     code, out = run(home, "test", "gone")
     assert code == 1 and "account-unreachable: gone:" in out
     code, out = run(home, "test", "nobody")

@@ -12,9 +12,9 @@ from abilities.calendar import Calendar, CalendarParams
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
-from chalie.personal.untrusted import WARNING_LINE
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.untrusted import WARNING_LINE
 from tests.personal.servers import Radicale, http_server, make_calendar, put_object, radicale
 
 pytestmark = pytest.mark.slow
@@ -138,7 +138,7 @@ def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Rad
             end="2025-04-03T12:00",
             zone="Europe/Berlin",
             min_minutes=60,
-        )  # fmt: skip
+        )
     )
     got = events(result)
     assert got["busy"] == [{"start": "2025-04-03T09:00+02:00", "end": "2025-04-03T10:00+02:00"}]
@@ -150,28 +150,50 @@ def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Rad
 
 def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) -> None:
     cal = tool(book, server)
-    made = cal.run(CalendarParams(action="create_event", title="Dentist", start="2025-05-02T15:00",
-                                  zone="Europe/Malta", location="Sliema"))  # fmt: skip
+    made = cal.run(
+        CalendarParams(
+            action="create_event",
+            title="Dentist",
+            start="2025-05-02T15:00",
+            zone="Europe/Malta",
+            location="Sliema",
+        )
+    )
     assert made.ok, made.body
     event_id = json.loads(made.body)["created"]["id"]
     day = events(cal.run(CalendarParams(start="2025-05-02", zone="Europe/Malta")))
     assert [(e["title"], e["start"], e["end"]) for e in day["events"]] == [
         ("Dentist", "2025-05-02T15:00+02:00", "2025-05-02T16:00+02:00")
     ]
-    moved = cal.run(CalendarParams(action="update_event", id=event_id, start="2025-05-02T17:30",
-                                   zone="Europe/Malta", title="Dentist (moved)"))  # fmt: skip
+    moved = cal.run(
+        CalendarParams(
+            action="update_event",
+            id=event_id,
+            start="2025-05-02T17:30",
+            zone="Europe/Malta",
+            title="Dentist (moved)",
+        )
+    )
     assert moved.ok, moved.body
     day = events(cal.run(CalendarParams(start="2025-05-02", zone="Europe/Malta")))
     assert [(e["title"], e["start"], e["end"]) for e in day["events"]] == [
         ("Dentist (moved)", "2025-05-02T17:30+02:00", "2025-05-02T18:30+02:00")
     ]
-    weekly = cal.run(CalendarParams(action="create_event", title="Yoga", start="2025-06-02",
-                                    recurrence="FREQ=WEEKLY;COUNT=3"))  # fmt: skip
+    weekly = cal.run(
+        CalendarParams(
+            action="create_event",
+            title="Yoga",
+            start="2025-06-02",
+            recurrence="FREQ=WEEKLY;COUNT=3",
+        )
+    )
     assert weekly.ok
     june = events(cal.run(CalendarParams(start="2025-06-01", end="2025-06-30")))
     assert [e["start"] for e in june["events"] if e["title"] == "Yoga"] == [
-        "2025-06-02", "2025-06-09", "2025-06-16"
-    ]  # fmt: skip
+        "2025-06-02",
+        "2025-06-09",
+        "2025-06-16",
+    ]
     gone = cal.run(CalendarParams(action="delete_event", id=event_id))
     assert gone.ok
     assert events(cal.run(CalendarParams(start="2025-05-02")))["events"] == []
@@ -180,8 +202,11 @@ def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) ->
     # an id outside the account's calendars is refused before any request
     outside = cal.run(CalendarParams(action="delete_event", id="/bob/calendar/x.ics"))
     assert outside.code == "item-not-found"
-    bad_rule = cal.run(CalendarParams(action="create_event", title="x", start="2025-06-02",
-                                      recurrence="FREQ=SOMETIMES"))  # fmt: skip
+    bad_rule = cal.run(
+        CalendarParams(
+            action="create_event", title="x", start="2025-06-02", recurrence="FREQ=SOMETIMES"
+        )
+    )
     assert bad_rule.code == "invalid-param" and bad_rule.meta["param"] == "recurrence"
 
 
@@ -232,6 +257,7 @@ def test_an_ics_subscription_is_read_only_and_survives_a_malformed_vevent(
                 ("broken-1@test", "DTSTART")
             ]
         assert len(srv.hits) == 2
-        refused = cal.run(CalendarParams(action="create_event", account="holidays", title="x",
-                                         start="2025-03-31"))  # fmt: skip
+        refused = cal.run(
+            CalendarParams(action="create_event", account="holidays", title="x", start="2025-03-31")
+        )
         assert refused.code == "read-only-account"

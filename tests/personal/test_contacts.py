@@ -13,9 +13,9 @@ from abilities.contacts import Contacts, ContactsParams
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
-from chalie.personal.untrusted import WARNING_LINE
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.untrusted import WARNING_LINE
 from tests.personal.servers import Radicale, make_addressbook, put_object, radicale
 
 pytestmark = pytest.mark.slow
@@ -39,8 +39,13 @@ def server() -> Iterator[Radicale]:
             ("sam", "Sam Lee", "sam@example.com", "+356 2123 4567"),
             ("maria", "Maria Camilleri", "maria@example.org", "+356 9988 7766"),
         ):
-            put_object(srv, "alice", f"/alice/contacts/{uid}.vcf", card(uid, name, email, phone),
-                       "text/vcard")  # fmt: skip
+            put_object(
+                srv,
+                "alice",
+                f"/alice/contacts/{uid}.vcf",
+                card(uid, name, email, phone),
+                "text/vcard",
+            )
         yield srv
 
 

@@ -14,8 +14,8 @@ from abilities.email import Email, EmailParams
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
-from chalie.personal.untrusted import WARNING_LINE
 from chalie.services import Services
+from chalie.untrusted import WARNING_LINE
 from tests.personal.servers import Dovecot, Smtp, dovecot, free_port, have_dovecot, smtp
 
 pytestmark = [
@@ -52,16 +52,30 @@ def tool(
 ) -> Email:
     if book.get("mail") is None:
         book.add(
-            Account(name="mail", kind="imap", host="127.0.0.1", port=imap.port, security="none",
-                    username="alice", address="alice@example.com"),
+            Account(
+                name="mail",
+                kind="imap",
+                host="127.0.0.1",
+                port=imap.port,
+                security="none",
+                username="alice",
+                address="alice@example.com",
+            ),
             password,
-        )  # fmt: skip
+        )
     if out is not None and book.get("out") is None:
         book.add(
-            Account(name="out", kind="smtp", host="127.0.0.1", port=out.port, security="none",
-                    username="alice", address="Alice <alice@example.com>"),
+            Account(
+                name="out",
+                kind="smtp",
+                host="127.0.0.1",
+                port=out.port,
+                security="none",
+                username="alice",
+                address="Alice <alice@example.com>",
+            ),
             "secret",
-        )  # fmt: skip
+        )
     rt = PersonalRuntime(book, PersonalSettings(timeout=10))
     return Email(None, Services(extra={"personal": rt}))
 
@@ -100,8 +114,14 @@ def test_a_sent_message_is_received_and_read_back_over_imap(
     book: AccountBook, imap: Dovecot, outgoing: Smtp
 ) -> None:
     e = tool(book, imap, outgoing)
-    sent = e.run(EmailParams(action="send", to=["alice@example.com"], subject="Agenda for the offsite",
-                             body="Day 1: planning\nDay 2: hiking"))  # fmt: skip
+    sent = e.run(
+        EmailParams(
+            action="send",
+            to=["alice@example.com"],
+            subject="Agenda for the offsite",
+            body="Day 1: planning\nDay 2: hiking",
+        )
+    )
     assert sent.ok, sent.body
     assert json.loads(sent.body)["saved_to"] == "Sent"
     assert outgoing.received and outgoing.received[-1][1] == ["alice@example.com"]
@@ -187,8 +207,17 @@ def test_wrong_password_is_auth_failed(book: AccountBook, imap: Dovecot) -> None
 
 
 def test_nobody_listening_is_account_unreachable(book: AccountBook) -> None:
-    book.add(Account(name="gone", kind="imap", host="127.0.0.1", port=free_port(), security="none",
-                     username="alice"), "pw")  # fmt: skip
+    book.add(
+        Account(
+            name="gone",
+            kind="imap",
+            host="127.0.0.1",
+            port=free_port(),
+            security="none",
+            username="alice",
+        ),
+        "pw",
+    )
     rt = PersonalRuntime(book, PersonalSettings(timeout=5))
     result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="search"))
     assert result.code == "account-unreachable" and result.meta["account"] == "gone"
@@ -231,8 +260,17 @@ def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    book.add(Account(name="flaky", kind="imap", host="127.0.0.1", port=port, security="none",
-                     username="alice"), "pw")  # fmt: skip
+    book.add(
+        Account(
+            name="flaky",
+            kind="imap",
+            host="127.0.0.1",
+            port=port,
+            security="none",
+            username="alice",
+        ),
+        "pw",
+    )
     rt = PersonalRuntime(book, PersonalSettings(timeout=5))
     result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="read", id=7))
     thread.join(5)

@@ -86,9 +86,13 @@ def dispatcher(home: Path, rt: PersonalRuntime, tools: list[type[Any]]) -> tuple
     for perm in ("calendar.list", "email.search", "email.read"):
         policy.proxy().set("chat", perm, "allow").get()
     disp = DispatcherActor.start(
-        registry, Services(registry=registry, extra={"personal": rt}), home / "chalie.db",
-        policy, None, bus,
-    )  # fmt: skip
+        registry,
+        Services(registry=registry, extra={"personal": rt}),
+        home / "chalie.db",
+        policy,
+        None,
+        bus,
+    )
     return disp, policy
 
 
@@ -109,17 +113,23 @@ def bench_calendar(n: int) -> None:
         servers.make_calendar(srv, "alice", "work", "Work")
         with httpx2.Client(auth=("alice", "secret"), timeout=30) as c:
             for i in range(500):
-                r = c.put(f"{srv.url}/alice/work/e{i}.ics", content=event(i, rng).encode(),
-                          headers={"Content-Type": "text/calendar"})  # fmt: skip
+                r = c.put(
+                    f"{srv.url}/alice/work/e{i}.ics",
+                    content=event(i, rng).encode(),
+                    headers={"Content-Type": "text/calendar"},
+                )
                 assert r.status_code in (201, 204), r.status_code
-            body = b'<?xml version="1.0"?><D:propfind xmlns:D="DAV:"><D:prop><D:getetag/></D:prop></D:propfind>'
+            body = (
+                b'<?xml version="1.0"?><D:propfind xmlns:D="DAV:">'
+                b"<D:prop><D:getetag/></D:prop></D:propfind>"
+            )
             floor = statistics.median(
                 ms(
                     lambda: c.request(
                         "PROPFIND", f"{srv.url}/alice/work/", content=body, headers={"Depth": "0"}
                     ),
                     n,
-                )  # fmt: skip
+                )
             )
         book = AccountBook(home / "chalie.db", home)
         book.add(Account(name="work", kind="caldav", url=srv.url + "/", username="alice"), "secret")
@@ -165,8 +175,17 @@ def bench_email(n: int) -> None:
         for p in [imap.root / "mail", *(imap.root / "mail").rglob("*")]:
             os.chown(p, uid, gid)
         book = AccountBook(home / "chalie.db", home)
-        book.add(Account(name="mail", kind="imap", host="127.0.0.1", port=imap.port,
-                         security="none", username="alice"), "secret")  # fmt: skip
+        book.add(
+            Account(
+                name="mail",
+                kind="imap",
+                host="127.0.0.1",
+                port=imap.port,
+                security="none",
+                username="alice",
+            ),
+            "secret",
+        )
         rt = PersonalRuntime(book, PersonalSettings())
         disp, policy = dispatcher(home, rt, [Email])
         with IMAPClient("127.0.0.1", port=imap.port, ssl=False) as c:
