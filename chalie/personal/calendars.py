@@ -28,11 +28,9 @@ READ_KINDS: tuple[Kind, ...] = ("caldav", "ics")
 
 @dataclass
 class CollectionState:
-    """What the cache keeps of one collection: per object its ETag, parse and skip notes."""
+    """What the cache keeps of one collection: per object its ETag and what was read of it."""
 
-    objects: dict[str, tuple[str, ical.Parsed | None, list[dict[str, str]]]] = field(
-        default_factory=dict
-    )
+    objects: dict[str, tuple[str, ical.Stored]] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,9 +60,8 @@ def _collection_objects(
         else:
             wanted.append(href)
     for res in dav.multiget(coll, wanted, "calendar"):
-        skipped: list[dict[str, str]] = []
         source = ical.Source(account.name, coll.name, res.href, res.etag)
-        state.objects[res.href] = (res.etag, ical.parse(res.data, source, skipped), skipped)
+        state.objects[res.href] = (res.etag, ical.Stored.of(res.data, source))
     rt.calendars.put(key, coll.ctag, state)
     return state
 
@@ -79,10 +76,8 @@ def _ics_objects(rt: PersonalRuntime, account: Account) -> CollectionState:
     if resp.status == 304 and cached is not None:
         state: CollectionState = cached[1]
         return state
-    skipped: list[dict[str, str]] = []
     source = ical.Source(account.name, account.name, account.url)
-    parsed = ical.parse(resp.text, source, skipped)
-    state = CollectionState({account.url: ("", parsed, skipped)})
+    state = CollectionState({account.url: ("", ical.Stored.of(resp.text, source))})
     rt.calendars.put(key, resp.headers.get("etag", ""), state)
     return state
 
@@ -120,7 +115,7 @@ def window(
             creds = rt.book.credentials(account)
             with rt.http(creds) as http:
                 dav = rt.dav(creds, http)
-                for coll in dav.collections("calendar"):
+                for coll in rt.collections(dav, account.name, "calendar"):
                     if calendar_name is None or calendar_name in (coll.name, coll.href):
                         states.append(_collection_objects(rt, dav, account, coll))
         except AccountFailure as exc:
@@ -133,8 +128,11 @@ def window(
     skipped: list[dict[str, str]] = []
     parsed: list[ical.Parsed] = []
     for state in states:
-        for _, p, notes in state.objects.values():
-            skipped.extend(notes)
+        for _, stored in state.objects.values():
+            if not ical.may_overlap(stored.span, lo, hi):
+                continue
+            p = stored.get()
+            skipped.extend(stored.notes)
             if p is not None:
                 parsed.append(p)
     found = ical.expand(parsed, lo, hi, zone, skipped)
@@ -157,8 +155,10 @@ def _writable(rt: PersonalRuntime, account_name: str | None) -> Account:
     return rt.book.pick(("caldav",), account_name)
 
 
-def _target(dav: DavClient, account: Account, calendar_name: str | None) -> Collection:
-    colls = dav.collections("calendar")
+def _target(
+    rt: PersonalRuntime, dav: DavClient, account: Account, calendar_name: str | None
+) -> Collection:
+    colls = rt.collections(dav, account.name, "calendar")
     if not colls:
         raise AccountFailure("item-not-found", "the account has no calendar", account=account.name)
     if calendar_name is None:
@@ -185,15 +185,15 @@ def create(
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
-        coll = _target(dav, account, calendar_name)
+        coll = _target(rt, dav, account, calendar_name)
         uid, text = ical.new_event(**fields)
         href = f"{coll.href}{uid.split('@')[0]}.ics"
         etag = dav.put(href, text, "text/calendar", etag=None)
     return {"id": href, "uid": uid, "calendar": coll.name, "account": account.name, "etag": etag}
 
 
-def _owned(dav: DavClient, account: Account, event_id: str) -> str:
-    return check_href(event_id, dav.collections("calendar"), account.name)
+def _owned(rt: PersonalRuntime, dav: DavClient, account: Account, event_id: str) -> str:
+    return check_href(event_id, rt.collections(dav, account.name, "calendar"), account.name)
 
 
 def update(
@@ -203,7 +203,7 @@ def update(
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
-        href = _owned(dav, account, event_id)
+        href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
         source = ical.Source(account.name, "", href, current.etag)
         text = ical.changed_event(current.data, source, **changes)
@@ -216,7 +216,7 @@ def delete(rt: PersonalRuntime, account_name: str | None, event_id: str) -> dict
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
-        href = _owned(dav, account, event_id)
+        href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
         dav.delete(href, etag=current.etag)
     return {"deleted": href, "account": account.name}

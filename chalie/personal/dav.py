@@ -127,33 +127,44 @@ class DavClient:
         return found.strip() if found else None
 
     # -- discovery ----------------------------------------------------------------------
-    def collections(self, kind: Kind) -> list[Collection]:
-        """The account's calendars (holding events) or address books."""
-        marker = _q(CALDAV, "calendar") if kind == "calendar" else _q(CARDDAV, "addressbook")
+    _PROPS: Final = (
+        "<D:resourcetype/><D:displayname/><D:current-user-principal/><CS:getctag/>"
+        "<D:sync-token/><C:calendar-home-set/><A:addressbook-home-set/>"
+        "<C:supported-calendar-component-set/>"
+    )
+
+    @staticmethod
+    def _marker(kind: Kind) -> str:
+        return _q(CALDAV, "calendar") if kind == "calendar" else _q(CARDDAV, "addressbook")
+
+    def listing(self, kind: Kind) -> tuple[str, int]:
+        """Where the account's collections of ``kind`` are listed: (URL, PROPFIND depth).
+
+        The account's URL itself when it is such a collection (depth 0), else the
+        home set found through current-user-principal (depth 1).
+        """
         home_tag = (
             _q(CALDAV, "calendar-home-set")
             if kind == "calendar"
             else _q(CARDDAV, "addressbook-home-set")
         )
-        props = (
-            "<D:resourcetype/><D:displayname/><D:current-user-principal/><CS:getctag/>"
-            "<D:sync-token/><C:calendar-home-set/><A:addressbook-home-set/>"
-            "<C:supported-calendar-component-set/>"
-        )
-        first = self.propfind(self.url, props, 0)
-        if first and self._is(first[0], marker):
-            return [self._collection(first[0])]
+        first = self.propfind(self.url, self._PROPS, 0)
+        if first and self._is(first[0], self._marker(kind)):
+            return self.url, 0
         home = self._href_of(first[0], home_tag) if first else None
         if home is None and first:
             principal = self._href_of(first[0], _q(DAV, "current-user-principal"))
             if principal:
-                found = self.propfind(self.absolute(principal), props, 0)
+                found = self.propfind(self.absolute(principal), self._PROPS, 0)
                 home = self._href_of(found[0], home_tag) if found else None
-        target = self.absolute(home) if home else self.url
+        return (self.absolute(home) if home else self.url), 1
+
+    def listed(self, kind: Kind, url: str, depth: int) -> list[Collection]:
+        """The collections of ``kind`` at a :meth:`listing`, with their CTags (one PROPFIND)."""
         out = [
             self._collection(r)
-            for r in self.propfind(target, props, 1)
-            if self._is(r, marker)
+            for r in self.propfind(url, self._PROPS, depth)
+            if self._is(r, self._marker(kind))
             and (
                 kind != "calendar"
                 or not r.props.get(_q(CALDAV, "supported-calendar-component-set"))
@@ -161,6 +172,10 @@ class DavClient:
             )
         ]
         return sorted(out, key=lambda c: c.href)
+
+    def collections(self, kind: Kind) -> list[Collection]:
+        """The account's calendars (holding events) or address books."""
+        return self.listed(kind, *self.listing(kind))
 
     @staticmethod
     def _is(res: Resource, marker: str) -> bool:

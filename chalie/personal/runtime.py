@@ -10,17 +10,21 @@ changed on the server since the last one.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
 from chalie.accounts.book import AccountBook, Credentials
-from chalie.personal.dav import DavClient
+from chalie.accounts.failure import AccountFailure
+from chalie.personal.dav import Collection, DavClient
+from chalie.personal.dav import Kind as DavKind
 from chalie.personal.http import HttpClient
 
 T = TypeVar("T")
 MAX_CACHED: Final = 64
+LISTING_TTL: Final = 300.0
 
 
 class CollectionCache(Generic[T]):
@@ -80,6 +84,8 @@ class PersonalRuntime:
     settings: PersonalSettings = PersonalSettings()
     calendars: CollectionCache[Any] = field(default_factory=CollectionCache)
     addressbooks: CollectionCache[Any] = field(default_factory=CollectionCache)
+    # (account, kind) -> (when found, (listing URL, depth)): discovery is redone after a while
+    listings: CollectionCache[tuple[str, int]] = field(default_factory=CollectionCache)
 
     @classmethod
     def open(cls, db_path: Path, home: Path, settings: PersonalSettings) -> PersonalRuntime:
@@ -93,3 +99,22 @@ class PersonalRuntime:
 
     def dav(self, creds: Credentials, http: HttpClient) -> DavClient:
         return DavClient(creds.account.name, creds.account.url, http)
+
+    def collections(self, dav: DavClient, account: str, kind: DavKind) -> list[Collection]:
+        """The account's collections and their CTags: one PROPFIND once discovery is cached.
+
+        Where to list them (the account URL, or the home set behind its principal) is
+        found again after LISTING_TTL seconds, or when listing there fails.
+        """
+        key = (account, kind)
+        found = self.listings.get(key)
+        now = time.monotonic()
+        if found is not None and now - float(found[0]) < LISTING_TTL:
+            try:
+                return dav.listed(kind, *found[1])
+            except AccountFailure as exc:
+                if exc.code in ("auth-failed", "account-unreachable"):
+                    raise
+        where = dav.listing(kind)
+        self.listings.put(key, str(now), where)
+        return dav.listed(kind, *where)
