@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import email.message
 import email.utils
-import os
 import random
 import statistics
 import sys
@@ -52,10 +51,20 @@ def ms(fn: Callable[[], object], n: int) -> list[float]:
     return out
 
 
-def line(label: str, figure: float, floor_label: str, floor: float, target: float) -> None:
+def p50_cpu(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    """(p50 wall-clock ms, this process's CPU ms per call): the machine may be shared."""
+    cpu = time.process_time()
+    samples = ms(fn, n)
+    return statistics.median(samples), (time.process_time() - cpu) / n * 1000
+
+
+def line(
+    label: str, figure: float, floor_label: str, floor: float, target: float, cpu: float = -1
+) -> None:
     verdict = "within" if figure <= target else "ABOVE"
+    spent = f" (cpu here {cpu:.1f} ms/call)" if cpu >= 0 else ""
     print(
-        f"  {label}: p50 {figure:.1f} ms   floor ({floor_label}) {floor:.2f} ms   "
+        f"  {label}: p50 {figure:.1f} ms{spent}   floor ({floor_label}) {floor:.2f} ms   "
         f"ratio {figure / floor:.0f}   {verdict} the {target:g} ms target"
     )
 
@@ -141,14 +150,14 @@ def bench_calendar(n: int) -> None:
             out = call(disp, "calendar", args)
             cold = (time.perf_counter() - t) * 1000
             count = out.envelope.count('"id":')
-            warm = statistics.median(ms(lambda: call(disp, "calendar", args), n))
+            warm, warm_cpu = p50_cpu(lambda: call(disp, "calendar", args), n)
         finally:
             disp.stop()
             policy.stop()
             book.close()
     print(f"calendar month view, 500 events (50 weekly series), {count} occurrences in March:")
     line("cold (first call: full sync)", cold, "bare PROPFIND", floor, 200)
-    line(f"warm (CTag revalidated), n={n}", warm, "bare PROPFIND", floor, 200)
+    line(f"warm (CTag revalidated), n={n}", warm, "bare PROPFIND", floor, 200, warm_cpu)
 
 
 def bench_email(n: int) -> None:
@@ -156,24 +165,26 @@ def bench_email(n: int) -> None:
 
     home = Path(tempfile.mkdtemp(prefix="bench-personal-"))
     with servers.dovecot() as imap:
-        uid, gid = servers.mail_user()
-        cur = imap.maildir("alice") / "cur"
-        for sub in ("cur", "new", "tmp"):
-            (imap.maildir("alice") / sub).mkdir(parents=True, exist_ok=True)
         rng = random.Random(3)
         words = "budget hiring offsite agenda invoice lunch report travel review launch".split()
         big = "x" * 100_000
-        for i in range(10_000):
-            m = email.message.EmailMessage()
-            m["From"] = f"Person {i % 300} <p{i % 300}@example.com>"
-            m["To"] = "alice@example.com"
-            m["Subject"] = f"{rng.choice(words)} {rng.choice(words)} #{i}"
-            m["Date"] = email.utils.formatdate(1.7e9 + i * 600)
-            m["Message-ID"] = f"<m{i}@bench>"
-            m.set_content(big if i == 5000 else f"Message {i} about {rng.choice(words)}.")
-            (cur / f"{1700000000 + i}.M{i}P1.bench:2,S").write_bytes(bytes(m))
-        for p in [imap.root / "mail", *(imap.root / "mail").rglob("*")]:
-            os.chown(p, uid, gid)
+        t = time.perf_counter()
+        with IMAPClient("127.0.0.1", port=imap.port, ssl=False) as seed:
+            seed.login("alice", "secret")
+            batch: list[dict[str, Any]] = []
+            for i in range(10_000):
+                m = email.message.EmailMessage()
+                m["From"] = f"Person {i % 300} <p{i % 300}@example.com>"
+                m["To"] = "alice@example.com"
+                m["Subject"] = f"{rng.choice(words)} {rng.choice(words)} #{i}"
+                m["Date"] = email.utils.formatdate(1.7e9 + i * 600)
+                m["Message-ID"] = f"<m{i}@bench>"
+                m.set_content(big if i == 5000 else f"Message {i} about {rng.choice(words)}.")
+                batch.append({"msg": bytes(m), "flags": [b"\\Seen"] if i % 10 else []})
+                if len(batch) == 500:
+                    seed.multiappend("INBOX", batch)
+                    batch = []
+        seeded = time.perf_counter() - t
         book = AccountBook(home / "chalie.db", home)
         book.add(
             Account(
@@ -199,21 +210,25 @@ def bench_email(n: int) -> None:
         try:
             search = {"action": "search", "subject": "invoice", "limit": 20}
             call(disp, "email", search)
-            s = statistics.median(ms(lambda: call(disp, "email", search), n))
+            s, s_cpu = p50_cpu(lambda: call(disp, "email", search), n)
             text = {"action": "search", "text": "hiring", "unread": False, "limit": 20}
-            t2 = statistics.median(ms(lambda: call(disp, "email", text), n))
+            t2, t2_cpu = p50_cpu(lambda: call(disp, "email", text), n)
             read = {"action": "read", "id": target}
-            r = statistics.median(ms(lambda: call(disp, "email", read), n))
+            r, r_cpu = p50_cpu(lambda: call(disp, "email", read), n)
         finally:
             disp.stop()
             policy.stop()
             book.close()
-    print(f"email, 10,000 messages in INBOX (Dovecot indexed them in {index_ms:.0f} ms, once):")
-    line(f"search subject=invoice, 20 newest, n={n}", s, "IMAP NOOP", noop, 500)
-    line(f"search text=hiring (body), n={n}", t2, "IMAP NOOP", noop, 500)
+    print(
+        f"email, 10,000 messages in INBOX (APPENDed in {seeded:.0f} s; then a first SELECT "
+        f"{index_ms:.0f} ms):"
+    )
+    line(f"search subject=invoice, 20 newest, n={n}", s, "IMAP NOOP", noop, 500, s_cpu)
+    line(f"search text=hiring (body), n={n}", t2, "IMAP NOOP", noop, 500, t2_cpu)
     over = r - transfer
     print(
-        f"  read one 100 KB message: p50 {r:.1f} ms   floor (the transfer, a bare FETCH) "
+        f"  read one 100 KB message: p50 {r:.1f} ms (cpu here {r_cpu:.1f} ms/call)   "
+        "floor (the transfer, a bare FETCH) "
         f"{transfer:.1f} ms   over the transfer {over:.1f} ms   "
         f"{'within' if over <= 50 else 'ABOVE'} the 50 ms + transfer target"
     )
