@@ -77,9 +77,8 @@ def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
 class Calendar(Ability):
     name = "calendar"
     summary = (
-        "The user's calendar and schedule: list events and appointments in a date range "
-        "(recurring ones expanded, times in the user's zone), find free and busy time, and "
-        "create, reschedule, update or delete events, on CalDAV calendars and ICS subscriptions."
+        "The user's own calendar and schedule: see the events and appointments of a day or a "
+        "week, find free time for a meeting, and add, move, change or cancel events."
     )
     tooltip = "Calendar: events, free time, scheduling"
     examples = (
@@ -90,7 +89,7 @@ class Calendar(Ability):
         "move my 2pm meeting to 4pm",
         "cancel the team lunch event next week",
         "show my schedule for next week",
-        "set up a weekly standup every Monday at 9",
+        "schedule a weekly standup meeting every Monday at 9",
     )
     Params = CalendarParams
     actions = {

@@ -38,9 +38,8 @@ class ContactsParams(msgspec.Struct, forbid_unknown_fields=True):
 class Contacts(Ability):
     name = "contacts"
     summary = (
-        "The user's address book: look up a person's email address or phone number by name, "
-        "find who an address or number belongs to, show a contact, add a new contact or "
-        "update one (CardDAV)."
+        "The user's own address book: a person's email address or phone number, who a number "
+        "or address belongs to, and adding or updating contacts."
     )
     tooltip = "Contacts: find people, emails, phones"
     examples = (

@@ -75,16 +75,16 @@ def _sends(params: Mapping[str, Any]) -> bool:
 class Email(Ability):
     name = "email"
     summary = (
-        "The user's email: search the inbox and folders (by sender, subject, date, text, "
-        "unread), read a message and its attachments, write drafts, reply, send mail, move "
-        "messages to folders and mark them read, unread or flagged."
+        "The user's own email: search the inbox and mail folders (by sender, subject, date, "
+        "words, unread), open a message and its attachments, write drafts, reply, send email, "
+        "file messages into folders and mark them read, unread or flagged."
     )
     tooltip = "Email: search, read, draft, send"
     examples = (
         "email Sam the agenda",
         "do I have any unread emails",
         "find the email from Alice about the invoice",
-        "read the latest message from my boss",
+        "open the latest email from my boss",
         "reply to that email and say I'll be there",
         "send an email to jo@example.com saying the report is ready",
         "move the newsletter emails to the archive folder",

@@ -35,8 +35,8 @@ class WeatherParams(msgspec.Struct, forbid_unknown_fields=True):
 class Weather(Ability):
     name = "weather"
     summary = (
-        "Current weather conditions and the daily forecast (temperature, rain, wind) for a "
-        "city or coordinates, from Open-Meteo."
+        "Current weather and the daily weather forecast (temperature, rain, wind) for a city "
+        "or coordinates."
     )
     tooltip = "Weather now and forecast"
     examples = (
@@ -46,7 +46,7 @@ class Weather(Ability):
         "weather forecast for Paris this week",
         "is there a way to check the weather in another city",
         "do I need an umbrella today",
-        "what's the temperature outside",
+        "what's the temperature outside today",
     )
     Params = WeatherParams
     actions = {"current": (), "forecast": ()}

@@ -94,7 +94,10 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
     assert result.ok, result.body
     body = json.loads(result.body)
     names = [t["name"] for t in body["injected"]]
-    assert names == ["calculator", "clock"]
+    # entry order: the exact name, then the time question's best hits (the clock first; other
+    # built-ins under the distance ceiling, such as the calendar, may follow it)
+    assert names[:2] == ["calculator", "clock"]
+    assert len(names) == len(set(names)) and all(registry.get(n) is not None for n in names)
     assert all(set(t) == {"name", "summary"} for t in body["injected"])
     assert body["not_found"] == [
         {"query": "xq zzv wpt", "reason": "no-match", "hint": NOT_FOUND_HINT}
@@ -102,8 +105,8 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
     # after a not-found the model is told it may answer without a tool, and what exists
     assert "without a tool" in body["note"]
     assert "Arithmetic and math expressions" in body["kinds"]
-    assert result.meta == {"injected": 2, "not_found": 1}
-    assert services.turns.injected("turn-1") == {"calculator", "clock"}
+    assert result.meta == {"injected": len(names), "not_found": 1}
+    assert services.turns.injected("turn-1") == set(names)
     assert services.turns.injected("another-turn") == frozenset()
 
 

@@ -1,0 +1,108 @@
+"""Discovery with the personal abilities (calendar, contacts, email, weather) in the catalogue.
+
+Figures, through the real cascade (``chalie.discovery.evaluate``), default embedder:
+
+- MetaTool dev, its catalogue plus every built-in ability: R@5 kept >= 80 (the
+  new tools must not push the MetaTool tools out of the top five).
+- the new abilities' own example phrases, same catalogue: R@3 >= 95.
+- our held-out phrasings (``data/personal_queries.jsonl``), same catalogue: R@3 >= 95.
+- the same held-out phrasings against assistant-40's catalogue plus the built-ins
+  (which already holds calendar_list_events, send_email ...): reported, no target.
+
+Run: ``python tools/bench/bench_discovery_personal.py [--data DIR] [--misses N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from chalie.discovery.embedder import load_embedder
+from chalie.discovery.engine import DiscoveryEngine
+from chalie.discovery.evaluate import (
+    CachedEmbedder,
+    EvalQuery,
+    evaluate,
+    format_report,
+    load_catalogue,
+    load_queries,
+)
+from chalie.discovery.types import ToolDoc
+from chalie.registry import Registry
+from tools.bench.bench_discovery_quality import default_data
+
+PERSONAL = ("calendar", "contacts", "email", "weather")
+HELD_OUT = Path(__file__).resolve().parent / "data" / "personal_queries.jsonl"
+
+
+def builtin_docs() -> list[ToolDoc]:
+    registry = Registry.collect(entry_points=False, dropin=None)
+    docs = []
+    for entry in registry:
+        cls = entry.cls
+        if cls.discoverable and not cls.internal:
+            docs.append(ToolDoc(cls.name, cls.summary, tuple(cls.examples), cls.tooltip, "builtin"))
+    return docs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=default_data())
+    parser.add_argument("--misses", type=int, default=5)
+    args = parser.parse_args()
+    if args.data is None:
+        parser.error("no evaluation data: pass --data DIR (shared/data/discovery)")
+    embedder = CachedEmbedder(load_embedder({"backend": "onnx"}))
+    builtins = builtin_docs()
+    names = [d.name for d in builtins]
+    assert set(PERSONAL) <= set(names), names
+    print(f"built-in abilities in the catalogue: {', '.join(sorted(names))}")
+    failed = False
+
+    meta = load_catalogue(args.data / "metatool-dev" / "tools.jsonl")
+    docs = meta + builtins
+    t0 = time.perf_counter()
+    engine = DiscoveryEngine.build(docs, embedder)
+    print(f"index of {len(docs)} tools built in {time.perf_counter() - t0:.1f}s")
+    queries = load_queries(
+        args.data / "metatool-dev" / "queries.jsonl", known={d.name for d in docs}
+    )
+    report = evaluate(engine, queries, tools=len(docs))
+    print(format_report(report, title="metatool-dev + built-ins"))
+    ok = report.recall_at_5 >= 80
+    print(f"  target R@5 >= 80: {'met' if ok else 'NOT met'} ({report.recall_at_5:.1f})")
+    failed |= not ok
+
+    own = [
+        EvalQuery(e, (d.name,), "single")
+        for d in builtins
+        if d.name in PERSONAL
+        for e in d.examples
+    ]
+    held = load_queries(HELD_OUT, known={d.name for d in docs})
+    for title, qs in (("the new abilities' own examples", own), ("held-out phrasings", held)):
+        r = evaluate(engine, qs, tools=len(docs))
+        print(format_report(r, title=f"{title} ({len(qs)}), metatool-dev + built-ins"))
+        ok = r.recall_at_3 >= 95
+        print(f"  target R@3 >= 95: {'met' if ok else 'NOT met'} ({r.recall_at_3:.1f})")
+        failed |= not ok
+        for miss in r.misses(3)[: args.misses]:
+            print(
+                f"    miss [{miss.rung}] {miss.query!r} gold={list(miss.gold)} "
+                f"got={list(miss.found[:3])}"
+            )
+
+    a40 = load_catalogue(args.data / "assistant-40" / "tools.jsonl")
+    docs = a40 + [d for d in builtins if d.name not in {x.name for x in a40}]
+    engine = DiscoveryEngine.build(docs, embedder)
+    r = evaluate(engine, held, tools=len(docs))
+    print(format_report(r, title="held-out phrasings, assistant-40 + built-ins (no target)"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
