@@ -358,16 +358,17 @@ class Mailbox:
             try:
                 info: dict[bytes, Any] = self.c.select_folder(folder, readonly=readonly)
                 return info
-            except IMAPClientError as exc:
-                if "NONEXISTENT" in str(exc).upper() or "doesn't exist" in str(exc):
-                    raise AccountFailure(
-                        "item-not-found",
-                        f"no folder named {folder[:80]!r}",
-                        account=self.who,
-                        hint="call with action folders to see the folder names.",
-                        param="folder",
-                    ) from None
+            except (IMAPClientAbortError, imaplib.IMAP4.abort):
                 raise
+            except IMAPClientError as exc:
+                # A NO to SELECT: no such folder, or a name the server refuses.
+                raise AccountFailure(
+                    "item-not-found",
+                    f"cannot open a folder named {folder[:80]!r} ({str(exc)[:120]})",
+                    account=self.who,
+                    hint="call with action folders to see the folder names.",
+                    param="folder",
+                ) from None
 
     def status(self, folder: str = "INBOX") -> dict[str, int]:
         with _failures(self.who):

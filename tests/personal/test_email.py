@@ -277,3 +277,18 @@ def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None
     srv.close()
     assert result.code == "account-unreachable", result.body
     assert "Traceback" not in result.body
+
+
+def test_hostile_search_terms_and_ids_are_structured_errors(
+    book: AccountBook, imap: Dovecot
+) -> None:
+    e = tool(book, imap)
+    injected = e.run(EmailParams(action="search", subject='x" OR ALL\r\nA1 DELETE INBOX'))
+    assert injected.code == "invalid-param" and injected.meta["param"] == "subject"
+    missing = e.run(EmailParams(action="read", id=999_999))
+    assert missing.code == "item-not-found"
+    no_folder = e.run(EmailParams(action="search", folder="Nope/../../etc"))
+    assert no_folder.code == "item-not-found" and no_folder.meta["param"] == "folder"
+    bad_move = e.run(EmailParams(action="move", id=1, to_folder="Nowhere"))
+    assert bad_move.code == "item-not-found"
+    assert e.run(EmailParams(action="search", since="2025-13-45")).code == "invalid-param"
