@@ -19,6 +19,7 @@ from abilities.calendar import runtime_of
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
+from chalie.dispatch import MAX_RICH_BYTES
 from chalie.display import one_line
 from chalie.personal import mail
 from chalie.personal.runtime import PersonalRuntime
@@ -31,7 +32,8 @@ Addresses = Annotated[list[Address], msgspec.Meta(max_length=50)]
 Folder = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Day = Annotated[str, msgspec.Meta(pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")]
 Indexes = Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=999)]], msgspec.Meta(max_length=20)]
-MAX_FILE_BYTES = 25 * 1024 * 1024
+# What the dispatcher lets through as a rich payload, less room for the rest of it.
+MAX_FILES_BYTES = MAX_RICH_BYTES - 64 * 1024
 
 
 class EmailParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -169,7 +171,7 @@ class Email(Ability):
             if p.action == "read":
                 msg = box.fetch(p.folder, p.id)
                 shown, files = mail.reading(
-                    msg, extract=p.extract, download=p.download, max_file_bytes=MAX_FILE_BYTES
+                    msg, extract=p.extract, download=p.download, max_rich_bytes=MAX_FILES_BYTES
                 )
                 shown = {"id": p.id, "folder": p.folder, **shown}
                 rich = {"attachments": files} if files else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import email
 import email.policy
+import base64
 import email.utils
 import imaplib
 import smtplib
@@ -541,9 +542,14 @@ def _has_attachment(body: Any) -> bool:
 
 
 def reading(
-    msg: EmailMessage, *, extract: Sequence[int], download: Sequence[int], max_file_bytes: int
+    msg: EmailMessage, *, extract: Sequence[int], download: Sequence[int], max_rich_bytes: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(what the model reads of a message, the files for the rich payload)."""
+    """(what the model reads of a message, the files for the rich payload).
+
+    The files handed over (base64, a third larger) fit in ``max_rich_bytes`` together,
+    in the order asked; one that does not fit is listed with a ``file_note`` instead.
+    """
+    budget = max_rich_bytes
     body_part = msg.get_body(preferencelist=("plain", "html"))
     text = _text_of(body_part) if body_part is not None else ""
     out: dict[str, Any] = {
@@ -576,11 +582,15 @@ def reading(
             else:
                 entry["text_note"] = f"no text can be extracted from {part.get_content_type()}"
         if index in download:
-            if size > max_file_bytes:
-                entry["file_note"] = f"over the {max_file_bytes // 2**20} MB file limit"
+            cost = (size + 2) // 3 * 4 + 1024  # base64 and the entry's other fields
+            if cost > budget:
+                entry["file_note"] = (
+                    f"too large to hand over here ({size // 2**20} MB; at most "
+                    f"{max_rich_bytes * 3 // 4 // 2**20} MB of files a call): the user can "
+                    "open it in their mail client"
+                )
             elif isinstance(data, bytes):
-                import base64
-
+                budget -= cost
                 files.append(
                     {
                         "filename": entry["filename"],

@@ -188,14 +188,18 @@ def test_a_20_mb_attachment_is_listed_extracted_and_handed_over(
     found = body_of(e.run(EmailParams(action="search", subject="Big scan")))
     assert found["messages"][0]["has_attachments"] is True  # type: ignore[index]
     uid = found["messages"][0]["id"]  # type: ignore[index]
-    result = e.run(EmailParams(action="read", id=uid, extract=[1], download=[0]))
+    result = e.run(EmailParams(action="read", id=uid, extract=[1], download=[0, 1]))
     got = body_of(result)
     assert got["body"] == "See the attached scan."
     files = got["attachments"]
     assert files[0]["filename"] == "scan.bin" and files[0]["size"] == len(big)  # type: ignore[index]
     assert files[1]["text"] == "line one\nline two"  # type: ignore[index]
+    # 20 MB is more than a rich payload carries (chalie.dispatch.MAX_RICH_BYTES): named, not sent
+    assert "too large to hand over" in files[0]["file_note"]  # type: ignore[index]
     assert result.rich is not None
-    assert result.rich["attachments"][0]["size"] == len(big)
+    assert [(f["filename"], f["size"]) for f in result.rich["attachments"]] == [
+        ("notes.txt", len("line one\nline two\n".replace("\n", "\r\n")))
+    ]
     assert len(result.body) < 10_000  # the file's bytes never reach the model
 
 
