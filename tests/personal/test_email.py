@@ -296,3 +296,35 @@ def test_hostile_search_terms_and_ids_are_structured_errors(
     bad_move = e.run(EmailParams(action="move", id=1, to_folder="Nowhere"))
     assert bad_move.code == "item-not-found"
     assert e.run(EmailParams(action="search", since="2025-13-45")).code == "invalid-param"
+
+
+def test_accounts_test_reports_folders_and_smtp_and_a_wrong_smtp_password(
+    book: AccountBook, imap: Dovecot, outgoing: Smtp
+) -> None:
+    from chalie.accounts.probe import probe
+
+    tool(book, imap, outgoing)
+    rt = PersonalRuntime(book, PersonalSettings(timeout=10))
+    mail_report = probe(rt, book.get("mail"))  # type: ignore[arg-type]
+    assert {"INBOX", "Drafts", "Sent"} <= set(mail_report["folders"])
+    assert mail_report["inbox"]["messages"] >= 0
+    smtp_report = probe(rt, book.get("out"))  # type: ignore[arg-type]
+    assert smtp_report["authenticated"] is True and "auth" in smtp_report["extensions"]
+    book.add(
+        Account(
+            name="out",
+            kind="smtp",
+            host="127.0.0.1",
+            port=outgoing.port,
+            security="none",
+            username="alice",
+            address="alice@example.com",
+        ),
+        "wrong",
+        replace=True,
+    )
+    before = len(outgoing.received)
+    e = Email(None, Services(extra={"personal": rt}))
+    sent = e.run(EmailParams(action="send", to=["alice@example.com"], subject="s", body="b"))
+    assert sent.code == "auth-failed" and sent.meta["account"] == "out"
+    assert len(outgoing.received) == before
