@@ -14,10 +14,10 @@ connection, a timeout, a server that hangs up mid-fetch are
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import email
 import email.policy
-import base64
 import email.utils
 import imaplib
 import smtplib
