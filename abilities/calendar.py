@@ -64,7 +64,7 @@ class CalendarParams(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
-    found = ability.services.extra.get("personal") if ability.services is not None else None
+    found = ability.services.personal if ability.services is not None else None
     if not isinstance(found, PersonalRuntime):
         return ToolResult.error(
             "internal-error",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
     from chalie.web.kit import WebKit
+    from chalie.personal.runtime import PersonalRuntime
 
 T = TypeVar("T")
 
@@ -159,3 +160,5 @@ class Services:
     # delegates' sub-turns (web_search, web_browse).
     web: WebKit | None = None
     delegates: DelegatePort | None = None
+    # People's accounts, settings and caches (calendar, contacts, email, weather).
+    personal: PersonalRuntime | None = None

@@ -176,7 +176,7 @@ class Parts:
         cfg = rt.config
         discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
         rt.services.discovery = discovery
-        rt.services.extra["personal"] = personal_runtime(rt)
+        rt.services.personal = personal_runtime(rt)
         return cls(
             workers=WorkerPoolHandle(),
             # The local embedding model loads on the first find, not at start (idle memory).

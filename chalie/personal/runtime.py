@@ -1,7 +1,7 @@
 """What the personal abilities share in the daemon: the accounts, the settings, the caches.
 
 The composition root builds one :class:`PersonalRuntime` and hands it to
-inline abilities as ``services.extra["personal"]``; tests build their own.
+inline abilities as ``services.personal``; tests build their own.
 The caches hold parsed calendar objects and address books by collection,
 revalidated by CTag/ETag on every call, so a month view reads only what
 changed on the server since the last one.

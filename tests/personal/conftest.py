@@ -31,4 +31,4 @@ def runtime(book: AccountBook, **settings: object) -> PersonalRuntime:
 
 
 def services(rt: PersonalRuntime) -> Services:
-    return Services(extra={"personal": rt})
+    return Services(personal=rt)

@@ -87,7 +87,7 @@ def tool(
         book.add(
             Account(name=name, kind="caldav", url=server.url + "/", username="alice"), password
         )
-    return Calendar(None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())}))
+    return Calendar(None, Services(personal=PersonalRuntime(book, PersonalSettings())))
 
 
 def events(result: ToolResult) -> dict[str, Any]:
@@ -246,9 +246,7 @@ def test_an_ics_subscription_is_read_only_and_survives_a_malformed_vevent(
 
     with http_server(route) as srv:
         book.add(Account(name="holidays", kind="ics", url=srv.url + "/holidays.ics"), None)
-        cal = Calendar(
-            None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())})
-        )
+        cal = Calendar(None, Services(personal=PersonalRuntime(book, PersonalSettings())))
         for _ in range(2):  # the second read is a 304 from the cache
             got = events(cal.run(CalendarParams(start="2025-03-31")))
             assert [e["title"] for e in got["events"]] == ["Feed holiday"]

@@ -54,7 +54,7 @@ def tool(book: AccountBook, server: Radicale) -> Contacts:
         book.add(
             Account(name="people", kind="carddav", url=server.url + "/", username="alice"), "secret"
         )
-    return Contacts(None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())}))
+    return Contacts(None, Services(personal=PersonalRuntime(book, PersonalSettings())))
 
 
 def body(result: ToolResult) -> dict[str, Any]:
@@ -96,5 +96,5 @@ def test_wrong_password_is_auth_failed(book: AccountBook, server: Radicale) -> N
     book.add(
         Account(name="people", kind="carddav", url=server.url + "/", username="alice"), "wrong"
     )
-    c = Contacts(None, Services(extra={"personal": PersonalRuntime(book, PersonalSettings())}))
+    c = Contacts(None, Services(personal=PersonalRuntime(book, PersonalSettings())))
     assert c.run(ContactsParams(query="sam")).code == "auth-failed"

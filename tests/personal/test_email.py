@@ -77,7 +77,7 @@ def tool(
             "secret",
         )
     rt = PersonalRuntime(book, PersonalSettings(timeout=10))
-    return Email(None, Services(extra={"personal": rt}))
+    return Email(None, Services(personal=rt))
 
 
 def body_of(result: object) -> dict[str, object]:
@@ -223,7 +223,7 @@ def test_nobody_listening_is_account_unreachable(book: AccountBook) -> None:
         "pw",
     )
     rt = PersonalRuntime(book, PersonalSettings(timeout=5))
-    result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="search"))
+    result = Email(None, Services(personal=rt)).run(EmailParams(action="search"))
     assert result.code == "account-unreachable" and result.meta["account"] == "gone"
 
 
@@ -276,7 +276,7 @@ def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None
         "pw",
     )
     rt = PersonalRuntime(book, PersonalSettings(timeout=5))
-    result = Email(None, Services(extra={"personal": rt})).run(EmailParams(action="read", id=7))
+    result = Email(None, Services(personal=rt)).run(EmailParams(action="read", id=7))
     thread.join(5)
     srv.close()
     assert result.code == "account-unreachable", result.body
@@ -324,7 +324,7 @@ def test_accounts_test_reports_folders_and_smtp_and_a_wrong_smtp_password(
         replace=True,
     )
     before = len(outgoing.received)
-    e = Email(None, Services(extra={"personal": rt}))
+    e = Email(None, Services(personal=rt))
     sent = e.run(EmailParams(action="send", to=["alice@example.com"], subject="s", body="b"))
     assert sent.code == "auth-failed" and sent.meta["account"] == "out"
     assert len(outgoing.received) == before

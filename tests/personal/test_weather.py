@@ -26,7 +26,7 @@ def weather(book: AccountBook, forecast_url: str, geocoding_url: str) -> Weather
         book,
         PersonalSettings(forecast_url=forecast_url, geocoding_url=geocoding_url, weather_timeout=5),
     )
-    return Weather(None, Services(extra={"personal": rt}))
+    return Weather(None, Services(personal=rt))
 
 
 def test_current_weather_by_place_has_the_seeds_body(book: AccountBook, meteo: Http) -> None:

@@ -96,7 +96,7 @@ def dispatcher(home: Path, rt: PersonalRuntime, tools: list[type[Any]]) -> tuple
         policy.proxy().set("chat", perm, "allow").get()
     disp = DispatcherActor.start(
         registry,
-        Services(registry=registry, extra={"personal": rt}),
+        Services(personal=rt),
         home / "chalie.db",
         policy,
         None,
