@@ -35,8 +35,8 @@ class WeatherParams(msgspec.Struct, forbid_unknown_fields=True):
 class Weather(Ability):
     name = "weather"
     summary = (
-        "Current weather and the daily weather forecast (temperature, rain, wind) for a city "
-        "or coordinates."
+        "Weather: the current conditions and the daily forecast (temperature, rain, wind) "
+        "for a city or coordinates."
     )
     tooltip = "Weather now and forecast"
     examples = (
