@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 import uuid
 import zoneinfo
 from collections.abc import Iterable, Mapping
@@ -205,16 +206,19 @@ class Stored:
     parsed: Parsed | None = None
     notes: list[dict[str, str]] = field(default_factory=list)
     tried: bool = False
+    # Two calls may read one cached object at once (inline abilities run on a pool).
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def of(cls, text: str, source: Source) -> Stored:
         return cls(source, text, span(text))
 
     def get(self) -> Parsed | None:
-        if not self.tried:
-            self.tried = True
-            self.parsed = parse(self.text, self.source, self.notes)
-        return self.parsed
+        with self._lock:
+            if not self.tried:
+                self.parsed = parse(self.text, self.source, self.notes)
+                self.tried = True
+            return self.parsed
 
 
 # -- expansion -------------------------------------------------------------------------------

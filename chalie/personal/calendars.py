@@ -115,9 +115,18 @@ def window(
             creds = rt.book.credentials(account)
             with rt.http(creds) as http:
                 dav = rt.dav(creds, http)
-                for coll in rt.collections(dav, account.name, "calendar"):
-                    if calendar_name is None or calendar_name in (coll.name, coll.href):
-                        states.append(_collection_objects(rt, dav, account, coll))
+                colls = rt.collections(dav, account.name, "calendar")
+                picked = [c for c in colls if calendar_name in (None, c.name, c.href)]
+                if calendar_name is not None and not picked and account_name:
+                    raise AccountFailure(
+                        "item-not-found",
+                        f"no calendar named {calendar_name!r}",
+                        account=account.name,
+                        valid_values=tuple(c.name for c in colls) or None,
+                        param="calendar",
+                    )
+                for coll in picked:
+                    states.append(_collection_objects(rt, dav, account, coll))
         except AccountFailure as exc:
             if account_name:
                 raise
@@ -125,6 +134,13 @@ def window(
             unavailable.append({"account": account.name, "code": exc.code, "message": exc.message})
     if failures and len(failures) == len(accounts):
         raise failures[0]
+    if calendar_name is not None and not states and not failures:
+        raise AccountFailure(
+            "item-not-found",
+            f"no calendar named {calendar_name!r} in any account",
+            hint="call without calendar= to read every calendar.",
+            param="calendar",
+        )
     skipped: list[dict[str, str]] = []
     parsed: list[ical.Parsed] = []
     for state in states:

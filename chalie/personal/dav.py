@@ -51,6 +51,11 @@ class Resource:
     props: dict[str, ET.Element] = field(default_factory=dict)
 
 
+def _text(el: ET.Element | None) -> str:
+    # An Element with no children is falsy: never write `el or default` for one.
+    return (el.text or "").strip() if el is not None else ""
+
+
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -90,7 +95,7 @@ class DavClient:
                 prop = ps.find(_q(DAV, "prop"))
                 for child in prop if prop is not None else ():
                     res.props[child.tag] = child
-            res.etag = (res.props.get(_q(DAV, "getetag")) or ET.Element("x")).text or ""
+            res.etag = _text(res.props.get(_q(DAV, "getetag")))
             for tag in (_q(CALDAV, "calendar-data"), _q(CARDDAV, "address-data")):
                 el = res.props.get(tag)
                 if el is not None and el.text:
@@ -191,7 +196,7 @@ class DavClient:
 
     def _collection(self, res: Resource) -> Collection:
         href = res.href if res.href.endswith("/") else res.href + "/"
-        name = (res.props.get(_q(DAV, "displayname")) or ET.Element("x")).text or ""
+        name = _text(res.props.get(_q(DAV, "displayname")))
         tag = res.props.get(_q(CS, "getctag"))
         sync = res.props.get(_q(DAV, "sync-token"))
         ctag = (tag.text if tag is not None else None) or (sync.text if sync is not None else "")

@@ -210,6 +210,46 @@ def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) ->
     assert bad_rule.code == "invalid-param" and bad_rule.meta["param"] == "recurrence"
 
 
+def test_a_calendar_name_that_is_not_there_is_named(book: AccountBook, server: Radicale) -> None:
+    cal = tool(book, server)
+    assert events(cal.run(CalendarParams(start="2025-04-03", calendar="Work")))["count"] == 1
+    missing = cal.run(CalendarParams(start="2025-04-03", calendar="Holidays", account="work"))
+    assert missing.code == "item-not-found" and missing.valid_values == ("Work",)
+    anywhere = cal.run(CalendarParams(start="2025-04-03", calendar="Holidays"))
+    assert anywhere.code == "item-not-found"
+
+
+def test_a_change_on_the_server_refetches_only_that_object(
+    book: AccountBook, server: Radicale
+) -> None:
+    rt = PersonalRuntime(book, PersonalSettings())
+    book.add(Account(name="work", kind="caldav", url=server.url + "/", username="alice"), "secret")
+    cal = Calendar(None, Services(personal=rt))
+    first = events(cal.run(CalendarParams(start="2025-04-02", end="2025-04-03")))
+    assert sorted(e["title"] for e in first["events"]) == [
+        "Call with the New York office",
+        "Standup",
+    ]
+    state = rt.calendars.get(("work", "/alice/work/"))
+    assert state is not None and state[0]  # cached under the collection's CTag
+    before = {href: stored for href, (_, stored) in state[1].objects.items()}
+    assert all(etag for etag, _ in state[1].objects.values())  # ETags were read
+    put_object(
+        server,
+        "alice",
+        "/alice/work/ny.ics",
+        NEW_YORK.replace("New York office", "NY office"),
+        "text/calendar",
+    )
+    again = events(cal.run(CalendarParams(start="2025-04-02", end="2025-04-03")))
+    assert sorted(e["title"] for e in again["events"]) == ["Call with the NY office", "Standup"]
+    after = rt.calendars.get(("work", "/alice/work/"))
+    assert after is not None and after[0] != state[0]
+    kept = {h for h, (_, stored) in after[1].objects.items() if stored is before.get(h)}
+    assert "/alice/work/ny.ics" not in kept and "/alice/work/weekly.ics" in kept
+    put_object(server, "alice", "/alice/work/ny.ics", NEW_YORK, "text/calendar")
+
+
 def test_permissions_come_from_the_action() -> None:
     cal = Calendar()
     assert cal.classify({"action": "list"}) == "list"
