@@ -51,8 +51,14 @@ def accounts() -> None:
 @click.option("--url", default="", help="caldav, carddav, ics: the server's or feed's URL")
 @click.option("--host", default="", help="imap, smtp: the server's host name")
 @click.option("--port", default=0, type=int, help="imap, smtp (default: by --security)")
-@click.option("--security", type=click.Choice(SECURITIES), default="tls", show_default=True)
-@click.option("--username", default="")
+@click.option(
+    "--security",
+    type=click.Choice(SECURITIES),
+    default="tls",
+    show_default=True,
+    help="imap, smtp: TLS from the start, STARTTLS, or none (plain text)",
+)
+@click.option("--username", default="", help="the login name on the server")
 @click.option("--address", default="", help="imap, smtp: your address, e.g. 'Ann <ann@x.org>'")
 @click.option("--password-stdin", is_flag=True, help="read the password as one line of stdin")
 @click.option("--no-password", is_flag=True, help="the account needs none")
@@ -100,7 +106,7 @@ def accounts_add(
 
 
 @accounts.command("list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the accounts as JSON")
 @click.pass_obj
 def accounts_list(obj: Ctx, as_json: bool) -> None:
     """Every account (passwords are never shown, only whether one is stored)."""
@@ -124,7 +130,7 @@ def accounts_list(obj: Ctx, as_json: bool) -> None:
 
 @accounts.command("test")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.pass_obj
 def accounts_test(obj: Ctx, name: str, as_json: bool) -> None:
     """Connect and log in; report what the account holds. Exit 1 with the error code if not."""
