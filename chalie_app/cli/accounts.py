@@ -100,6 +100,13 @@ def accounts_add(
         fail(str(exc))
     finally:
         book.close()
+    if stored.security == "none" and stored.kind in ("imap", "smtp"):
+        if stored.host not in ("127.0.0.1", "::1", "localhost"):
+            click.echo(
+                f"warning: {stored.name} talks to {stored.host} without TLS: the password "
+                "crosses the network in plain text",
+                err=True,
+            )
     default = " (the default)" if stored.default else ""
     click.echo(f"added {stored.kind} account {stored.name}{default}; check it with "
                f"`chalie accounts test {stored.name}`")  # fmt: skip
