@@ -2,8 +2,9 @@
 
 Message bodies and attachments are written by others: every result that
 carries them is marked untrusted. Sending (``send``, and ``reply`` with
-``send=true``) is the permission ``email.send``, declared sensitive through
-:meth:`reach`, whose line shows the recipients, the subject and the body.
+``send=true``, which then names its recipients in ``to``) is the permission
+``email.send``, declared sensitive through :meth:`reach`, whose line shows the
+recipients, the subject and the body.
 A header the model wrote with a line break in it is refused (header injection).
 """
 
@@ -115,7 +116,7 @@ class Email(Ability):
     def reach(self, params: Mapping[str, Any]) -> str | None:
         if not _sends(params):
             return None
-        to = ", ".join(params.get("to") or []) or "the sender of the message replied to"
+        to = ", ".join(params.get("to") or [])
         cc = ", ".join(params.get("cc") or [])
         bcc = ", ".join(params.get("bcc") or [])
         what = "replies to message" if params.get("action") == "reply" else "sends mail"
@@ -146,6 +147,15 @@ class Email(Ability):
 
     def _run(self, rt: PersonalRuntime, p: EmailParams) -> ToolResult:
         meta: dict[str, Any] = {"action": p.action}
+        if p.action == "reply" and p.send and not p.to:
+            # The permission prompt must show who receives it: they are named in the call.
+            return ToolResult.error(
+                "missing-params",
+                "reply with send=true needs to= (the recipients).",
+                hint="pass to= with the sender shown by read, or leave send=false to save the "
+                "reply as a draft.",
+                meta={"param": "to"},
+            )
         if p.action == "send":
             return self._send(rt, p, meta)
         with self._mailbox(rt, p.account if p.action != "send" else None) as box:

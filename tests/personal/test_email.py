@@ -137,6 +137,20 @@ def test_a_sent_message_is_received_and_read_back_over_imap(
     assert reply.ok and json.loads(reply.body)["saved_to"] == "Drafts"
     draft = body_of(e.run(EmailParams(action="search", folder="Drafts", subject="Re: Agenda")))
     assert draft["total"] == 1
+    # sending a reply names its recipients, so the permission prompt can show them
+    first_id = found["messages"][0]["id"]  # type: ignore[index]
+    unnamed = e.run(EmailParams(action="reply", id=first_id, body="ok", send=True))
+    assert unnamed.code == "missing-params" and unnamed.meta["param"] == "to"
+    replied = e.run(
+        EmailParams(
+            action="reply", id=first_id, body="See you there", send=True, to=["alice@example.com"]
+        )
+    )
+    assert replied.ok, replied.body
+    threaded = body_of(e.run(EmailParams(action="search", subject="Re: Agenda for the offsite")))
+    assert threaded["total"] == 1
+    raw = outgoing.received[-1][2]
+    assert b"In-Reply-To:" in raw and b"References:" in raw
 
 
 def test_send_is_its_own_sensitive_permission_showing_recipients_subject_body() -> None:
