@@ -61,6 +61,18 @@ class CalendarParams(msgspec.Struct, forbid_unknown_fields=True):
         | None
     ) = None
     min_minutes: Annotated[int, msgspec.Meta(ge=5, le=1440)] = 30
+    occurrence: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                min_length=10,
+                max_length=40,
+                description="delete_event: only this occurrence of a recurring event (its "
+                "start, as list shows it); without it the whole series goes",
+            ),
+        ]
+        | None
+    ) = None
 
 
 def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
@@ -171,7 +183,12 @@ class Calendar(Ability):
             return ToolResult.success({"created": made}, meta=meta)
         assert p.id is not None
         if p.action == "delete_event":
-            return ToolResult.success(calendars.delete(rt, p.account, p.id), meta=meta)
+            when = (
+                None
+                if p.occurrence is None
+                else ical.parse_moment(p.occurrence, zone, "occurrence")
+            )
+            return ToolResult.success(calendars.delete(rt, p.account, p.id, when), meta=meta)
         changes = {
             "title": p.title,
             "start": None if p.start is None else ical.parse_moment(p.start, zone, "start"),

@@ -514,3 +514,55 @@ def changed_event(
     event.add("DTSTAMP", dt.datetime.now(dt.UTC))
     cal.add_missing_timezones()
     return str(cal.to_ical().decode())
+
+
+def without_occurrence(text: str, source: Source, when: dt.date | dt.datetime) -> str:
+    """The object's text with one occurrence of its series excluded (EXDATE), its override gone.
+
+    ``when`` is the occurrence's start as ``list`` shows it. A non-recurring event, or a
+    moment that is not one of the series' starts, is refused (nothing is written).
+    """
+    try:
+        cal: Ical = icalendar.Calendar.from_ical(text)
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise AccountFailure(
+            "account-bad-response", "the stored event does not parse", account=source.account
+        ) from None
+    masters = [e for e in cal.walk("VEVENT") if "RECURRENCE-ID" not in e]
+    if not masters or _broken(masters[0]) or not any(k in masters[0] for k in ("RRULE", "RDATE")):
+        raise AccountFailure(
+            "invalid-param",
+            "occurrence= is for a recurring event; this one happens once",
+            hint="delete it without occurrence=.",
+            param="occurrence",
+        )
+    master: Event = masters[0]
+    first = master["DTSTART"].dt
+    if isinstance(first, dt.datetime):
+        if not isinstance(when, dt.datetime):
+            when = dt.datetime.combine(when, first.timetz())
+        target: dt.date | dt.datetime = (
+            when.astimezone(first.tzinfo) if first.tzinfo else when.replace(tzinfo=None)
+        )
+    else:
+        target = when.date() if isinstance(when, dt.datetime) else when
+    lo = as_datetime(target, dt.UTC) - dt.timedelta(minutes=1)
+    probe = icalendar.Calendar()
+    for z in cal.walk("VTIMEZONE"):
+        probe.add_component(z)
+    probe.add_component(master)
+    starts = [o["DTSTART"].dt for o in recurring_ical_events.of(probe).between(lo, lo + SLACK)]
+    if not any(as_datetime(s, dt.UTC) == as_datetime(target, dt.UTC) for s in starts):
+        raise AccountFailure(
+            "item-not-found",
+            f"the series has no occurrence starting {when.isoformat()}",
+            account=source.account,
+            hint="pass occurrence= as the start list showed for that occurrence.",
+            param="occurrence",
+        )
+    master.add("EXDATE", target)
+    for override in [e for e in cal.subcomponents if e.name == "VEVENT" and "RECURRENCE-ID" in e]:
+        rid = override["RECURRENCE-ID"].dt
+        if as_datetime(rid, dt.UTC) == as_datetime(target, dt.UTC):
+            cal.subcomponents.remove(override)
+    return str(cal.to_ical().decode())

@@ -227,12 +227,23 @@ def update(
     return {"id": href, "account": account.name, "etag": etag}
 
 
-def delete(rt: PersonalRuntime, account_name: str | None, event_id: str) -> dict[str, Any]:
+def delete(
+    rt: PersonalRuntime,
+    account_name: str | None,
+    event_id: str,
+    occurrence: dt.date | dt.datetime | None = None,
+) -> dict[str, Any]:
+    """Delete an event (a series as a whole), or with ``occurrence`` one date of its series."""
     account = _writable(rt, account_name)
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
         href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
-        dav.delete(href, etag=current.etag)
-    return {"deleted": href, "account": account.name}
+        if occurrence is None:
+            dav.delete(href, etag=current.etag)
+            return {"deleted": href, "account": account.name}
+        source = ical.Source(account.name, "", href, current.etag)
+        text = ical.without_occurrence(current.data, source, occurrence)
+        dav.put(href, text, "text/calendar", etag=current.etag)
+    return {"deleted": href, "occurrence": occurrence.isoformat(), "account": account.name}

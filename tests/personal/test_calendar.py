@@ -250,6 +250,39 @@ def test_a_change_on_the_server_refetches_only_that_object(
     put_object(server, "alice", "/alice/work/ny.ics", NEW_YORK, "text/calendar")
 
 
+def test_one_occurrence_of_a_series_can_be_deleted(book: AccountBook, server: Radicale) -> None:
+    cal = tool(book, server)
+    made = cal.run(
+        CalendarParams(
+            action="create_event",
+            title="Piano",
+            start="2025-03-24T18:00",
+            zone="Europe/Malta",
+            recurrence="FREQ=WEEKLY;COUNT=3",
+        )
+    )
+    event_id = json.loads(made.body)["created"]["id"]
+    shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
+    piano = [e["start"] for e in shown["events"] if e["title"] == "Piano"]
+    # 18:00 in Malta: 17:00Z before the change on 30 March, 16:00Z after
+    assert piano == ["2025-03-24T17:00+00:00", "2025-03-31T16:00+00:00", "2025-04-07T16:00+00:00"]
+    gone = cal.run(CalendarParams(action="delete_event", id=event_id, occurrence=piano[1]))
+    assert gone.ok, gone.body
+    shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
+    assert [e["start"] for e in shown["events"] if e["title"] == "Piano"] == [piano[0], piano[2]]
+    wrong = cal.run(
+        CalendarParams(action="delete_event", id=event_id, occurrence="2025-03-25T17:00Z")
+    )
+    assert wrong.code == "item-not-found" and wrong.meta["param"] == "occurrence"
+    single = cal.run(
+        CalendarParams(
+            action="delete_event", id="/alice/work/ny.ics", occurrence="2025-04-02T13:00Z"
+        )
+    )
+    assert single.code == "invalid-param"
+    assert cal.run(CalendarParams(action="delete_event", id=event_id)).ok
+
+
 def test_permissions_come_from_the_action() -> None:
     cal = Calendar()
     assert cal.classify({"action": "list"}) == "list"
