@@ -172,11 +172,12 @@ def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
 def test_the_daemon_has_the_default_model_write_examples_for_a_tool_without_any(
     h: Harness,
 ) -> None:
+    # a domain no built-in ability covers (the weather is one now)
     phrases = [
-        "will it rain in Paris tomorrow",
-        "what's the weather forecast for this weekend",
-        "do I need an umbrella today",
-        "how hot will it get on Friday",
+        "find a knitting pattern for a scarf",
+        "how many stitches do I cast on for a beanie",
+        "knitting pattern for baby socks",
+        "how to cast on for a sweater",
     ]
     h.script({"steps": [{"text": json.dumps(phrases)}]})
     doc = ToolDoc("_mcp_acme_op_7", "Runs operation 7 on the Acme backend.", source="mcp:acme")
@@ -186,7 +187,7 @@ def test_the_daemon_has_the_default_model_write_examples_for_a_tool_without_any(
         wait_until(lambda: len(discovery.examples(doc.name)) == len(phrases), 10)
         rows = cli_examples(h.home)
         assert {(r["tool"], r["channel"]) for r in rows} == {(doc.name, "model")}
-        assert doc.name in discovery.find(["weather forecast for Oslo this weekend"]).names
+        assert doc.name in discovery.find(["knitting pattern for a winter hat"]).names
         # the request went to [models.default], with no tools offered
         body = h.server.requests[0]["body"]
         assert doc.name in json.dumps(body["messages"]) and not body.get("tools")
