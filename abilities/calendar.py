@@ -96,9 +96,9 @@ class Calendar(Ability):
     examples = (
         "what's on my calendar tomorrow",
         "do I have any meetings this afternoon",
-        "when am I free on Thursday for an hour",
+        "find a free slot on Thursday for a one-hour meeting",
         "add dentist appointment on Friday at 3pm to my calendar",
-        "move my 2pm meeting to 4pm",
+        "move my dentist appointment to next Tuesday",
         "cancel the team lunch event next week",
         "show my schedule for next week",
         "schedule a weekly standup meeting every Monday at 9",

@@ -36,7 +36,7 @@ class Weather(Ability):
     name = "weather"
     summary = (
         "Weather: the current conditions and the daily forecast (temperature, rain, wind) "
-        "for a city or coordinates."
+        "for a place or coordinates."
     )
     tooltip = "Weather now and forecast"
     examples = (

@@ -143,7 +143,9 @@ def test_one_info_line_a_turn_without_content_or_arguments(
 def test_a_small_catalogue_does_not_bring_an_unrelated_tool_along(h: Harness) -> None:
     discovery = h.rt.services.discovery
     for query in ("time", "what time is it", "what time is it in Tokyo"):
-        assert discovery.find([query]).names == ["clock"], query
+        names = discovery.find([query]).names
+        # the calendar, the one other built-in about times, may follow the clock; nothing else
+        assert names[0] == "clock" and set(names) <= {"clock", "calendar"}, (query, names)
     for query in ("multiply", "math", "calculate percentage"):
         assert discovery.find([query]).names == ["calculator"], query
 
