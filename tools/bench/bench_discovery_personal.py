@@ -18,7 +18,7 @@ above the gold tool (3 of those arguably right: the Miami beach weather, "contac
 information for Amazon", a dinner idea "I can receive on my phone"), 1 where the HNSW
 neighbourhood moved. The catalogue-only MetaTool figure (bench_discovery_quality.py,
 no built-ins) is unchanged at 80.1. The new abilities' own examples: R@3 100; held-out
-phrasings: R@1 92.1, R@3 100; against assistant-40 + built-ins (which has its own
+phrasings: R@1 89.5, R@3 100; against assistant-40 + built-ins (which has its own
 calendar_list_events, send_email ...): R@3 94.7.
 """
 
