@@ -431,9 +431,9 @@ class AccountsConfig(Section, frozen=True):
 class WeatherConfig(Section, frozen=True):
     """``[weather]``: Open-Meteo's two APIs (no key); a mirror or self-hosted one works alike."""
 
-    forecast_url: HttpUrl = "https://api.open-meteo.com/v1/forecast"
-    geocoding_url: HttpUrl = "https://geocoding-api.open-meteo.com/v1/search"
-    timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 10.0
+    forecast_url: HttpUrl = "https://api.open-meteo.com/v1/forecast"  # the forecast API
+    geocoding_url: HttpUrl = "https://geocoding-api.open-meteo.com/v1/search"  # place names
+    timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 10.0  # seconds per request
 
 
 class Config(Section, frozen=True):

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from chalie.discovery.state import IndexState
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
-    from chalie.web.kit import WebKit
     from chalie.personal.runtime import PersonalRuntime
+    from chalie.web.kit import WebKit
 
 T = TypeVar("T")
 
