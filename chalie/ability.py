@@ -204,6 +204,19 @@ class Ability(metaclass=AbilityMeta):
                 return action
         return None
 
+    def reach(self, params: Mapping[str, Any]) -> str | None:
+        """What this call reaches beyond Chalie, as one line for the person asked, or None.
+
+        The one place an ability declares a **sensitive** action: one that runs
+        a command or changes what Chalie connects to (later: sends mail,
+        deletes). A call with a reach is never covered by a tool-level
+        ``allow``, only by a setting on its own ``tool.action``
+        (:func:`chalie.policy.resolve`), and its permission prompt shows the
+        line (the exact command line and environment names). The default:
+        nothing beyond Chalie.
+        """
+        return None
+
     # -- the sealed assembler ---------------------------------------------
     @classmethod
     def input_schema(cls, *, allow_async: bool = False) -> dict[str, Any]:
