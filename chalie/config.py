@@ -129,9 +129,10 @@ class ChatConfig(Section, frozen=True):
     send_queue: Annotated[int, msgspec.Meta(ge=4, le=100_000)] = 1024
     # Clients connected at once.
     max_clients: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2048
-    # HTTP connections the WebSocket listener holds before upgrade (within its share of the
-    # descriptors, chalie.admission), and how long a request may take to arrive.
+    # HTTP connections the WebSocket listener holds (within its share of the descriptors,
+    # chalie.admission); past it the oldest one with an unfinished request is closed.
     max_connections: Annotated[int, msgspec.Meta(ge=16, le=100_000)] = 512
+    # Seconds a request's headers may take to arrive before the connection is closed.
     request_timeout: Annotated[float, msgspec.Meta(ge=0.05, le=3_600.0)] = 10.0
     # Conversations one client may have open at once.
     max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
@@ -184,8 +185,9 @@ class McpServerConfig(Section, frozen=True):
     # One token's share of them: no token can take every session (the others would get 503).
     max_sessions_per_token: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
     # HTTP connections held at once (within the listener's share of the descriptors,
-    # chalie.admission), and how long a request's headers and body may take to arrive.
+    # chalie.admission); past it the oldest one with an unfinished request is closed.
     max_connections: Annotated[int, msgspec.Meta(ge=16, le=100_000)] = 512
+    # Seconds a request's headers and body may take to arrive before it is closed.
     request_timeout: Annotated[float, msgspec.Meta(ge=0.05, le=3_600.0)] = 30.0
     # Seconds an idle stateful session is kept.
     session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
