@@ -11,6 +11,7 @@ database.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
@@ -82,6 +83,37 @@ class McpManager(Ability):
     def classify(self, params: Mapping[str, Any]) -> str | None:
         action = params.get("action", "list")
         return action if action in RISKY else None
+
+    def reach(self, params: Mapping[str, Any]) -> str | None:
+        """add (a command to run, or a server to connect to) and enable are sensitive."""
+        action = params.get("action", "list")
+        if action == "add":
+            command = params.get("command")
+            if command:
+                argv = [str(command), *(str(a) for a in params.get("args") or ())]
+                return f"runs the command: {shlex.join(argv)}"
+            return f"connects Chalie to {params.get('url') or '?'!s}"
+        if action == "enable":
+            return f"starts the MCP server {str(params.get('name') or '?')!r}: " + self._what(
+                str(params.get("name") or "")
+            )
+        return None
+
+    def _what(self, name: str) -> str:
+        """What an existing server runs or reaches, from its stored spec."""
+        admin = self.services.mcp if self.services is not None else None
+        try:
+            spec = admin.spec(name) if admin is not None else None
+        except Exception:
+            spec = None
+        if spec is None:
+            return "its stored command is unknown"
+        if spec.command:
+            line = "runs the command: " + shlex.join([spec.command, *spec.args])
+            if spec.env:
+                line += " with environment " + ", ".join(sorted(spec.env))
+            return line
+        return f"connects to {spec.url}"
 
     def run(self, params: McpManagerParams) -> ToolResult:
         admin = self.services.mcp if self.services is not None else None

@@ -69,8 +69,13 @@ class ChatBridge(ServingActor):
         written = ensure_first_token(self._tokens, self._home)
         if written is not None:
             log.warning(
-                "no chat token existed: one was created and written once to a 0600 file",
+                "no token existed: an owner token was created and written once to a 0600 file",
                 extra={"path": str(written)},
+            )
+        elif self._tokens.owners() == 0:
+            log.warning(
+                "no owner token: WebSocket chat clients are refused; make one with "
+                "chalie token create NAME --owner (local chalie chat still works)"
             )
         self._loop.submit(self._start_transports()).result(START_TIMEOUT)
 

@@ -39,6 +39,7 @@ from chalie.control import (
 )
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
+from chalie.principals import LOCAL_OWNER
 from chalie.routing import Route
 from chalie.services import DiscoveryService, Services
 from chalie.trail import Trail
@@ -225,7 +226,8 @@ class ControlCommands:
         return control.success({"removed": msgspec.to_builtins(removed)})
 
     def policy_answer(self, args: PolicyAnswerArgs) -> ControlReply:
-        found = self._policy().call(PolicyActor.answer, args.request_id, args.answer)
+        # The control socket is 0600: whoever reaches it is the OS user, the owner.
+        found = self._policy().call(PolicyActor.answer, args.request_id, args.answer, LOCAL_OWNER)
         if found is False:
             return control.failure(
                 control.NOT_FOUND, f"no pending permission request {args.request_id!r}"
@@ -266,6 +268,8 @@ def answer_errors(route: Route[Any]) -> Route[Any]:
         except ChildUnavailable as exc:
             return control.failure(control.UNAVAILABLE, str(exc))
         except PolicyError as exc:
+            if exc.code == "forbidden":
+                return control.failure("forbidden", str(exc))
             return control.failure(control.INVALID_ARGS, str(exc))
 
     return Route(route.name, route.args, run)

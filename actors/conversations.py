@@ -81,6 +81,7 @@ from chalie.messages import (
     ToolOutcome,
 )
 from chalie.outbox import Outbox
+from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
@@ -159,7 +160,8 @@ class Conversations(SupervisedActor):
         self._crashes: dict[str, deque[float]] = {}
         self._send_no = 0
         # The channel of conversations seen (it never changes): no read for each message.
-        self._channel_of: OrderedDict[str, str] = OrderedDict()
+        # cid -> (channel, owning principal id; '' for the owner's): neither ever changes.
+        self._channel_of: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._store: ConversationStore | None = None
         self._outbox: Outbox | None = None
         self._sub: Subscription | None = None
@@ -327,10 +329,26 @@ class Conversations(SupervisedActor):
         cid = msg.conversation_id
         if cid is None:
             cid = new_id("c")
-        channel = self._known_channel(cid)
-        if channel is None:
-            store.create(cid, msg.channel, msg.origin, title=" ".join(msg.text.split())[:80])
-            self._remember_channel(cid, msg.channel)
+        who = msg.principal if msg.principal is not None else LOCAL_OWNER
+        placed = self._placement(cid)
+        channel = None if placed is None else placed[0]
+        if placed is not None and not may_see(who, placed[1]):
+            # The same answer as for an id that does not exist: nothing to learn from it.
+            log.warning(
+                "a message into another principal's conversation was refused",
+                extra={"conversation_id": cid, "principal": who.id, "scope": who.scope},
+            )
+            raise ConversationError("unknown-conversation", f"no conversation {cid!r}")
+        if placed is None:
+            store.create(
+                cid,
+                msg.channel,
+                msg.origin,
+                title=" ".join(msg.text.split())[:80],
+                principal=msg.principal,
+            )
+            owner_id = "" if who.is_owner else who.id
+            self._remember_channel(cid, (msg.channel, owner_id))
         elif channel != msg.channel:
             raise ConversationError(
                 "invalid-message",
@@ -357,6 +375,7 @@ class Conversations(SupervisedActor):
                 msg.busy,
                 self._send_no,
                 human_present=msg.human_present is True,
+                park_asks=msg.park_asks is True,
                 taken=taken,
             ),
             block=False,
@@ -414,10 +433,15 @@ class Conversations(SupervisedActor):
         check_id(conversation_id)
         return self.store.events(conversation_id, after_seq, limit)
 
-    def answer(self, request_id: str, answer: str) -> concurrent.futures.Future[bool]:
-        """Hand a person's answer to the gate, the request's one owner; the future says
-        whether the request was pending. The PolicyActor answers it; this actor does not wait.
+    def answer(
+        self, request_id: str, answer: str, by: Principal | None
+    ) -> concurrent.futures.Future[bool]:
+        """Hand ``by``'s answer to the gate, the request's one owner; the future says
+        whether the request was pending. The PolicyActor answers it (and refuses anyone
+        but the owner, :func:`chalie.principals.may_answer`); this actor does not wait.
         """
+        if not may_answer(by, None):
+            raise ConversationError("forbidden", "only the owner answers a permission request")
         if answer not in ANSWERS:
             raise ConversationError(
                 "invalid-message", f"answer must be one of {', '.join(sorted(ANSWERS))}"
@@ -426,7 +450,7 @@ class Conversations(SupervisedActor):
             raise ConversationError("invalid-message", "request_id is not a request id")
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
         answered = self._rt.child("policy", PolicyActor).future(
-            PolicyActor.answer, request_id, answer
+            PolicyActor.answer, request_id, answer, by
         )
         assert isinstance(answered, CallbackFuture)  # the PolicyActor's answers call back
         answered.add_done_callback(lambda done: _settle_bool(out, done))
@@ -489,17 +513,22 @@ class Conversations(SupervisedActor):
     # -- conversations' channels ------------------------------------------------------------
     def _known_channel(self, cid: str) -> str | None:
         """The conversation's channel (None: no such conversation), from memory once seen."""
-        channel = self._channel_of.get(cid)
-        if channel is not None:
-            self._channel_of.move_to_end(cid)
-            return channel
-        channel = self.store.channel_of(cid)
-        if channel is not None:
-            self._remember_channel(cid, channel)
-        return channel
+        placed = self._placement(cid)
+        return None if placed is None else placed[0]
 
-    def _remember_channel(self, cid: str, channel: str) -> None:
-        self._channel_of[cid] = channel
+    def _placement(self, cid: str) -> tuple[str, str] | None:
+        """The conversation's channel and owner id (None: no such conversation)."""
+        placed = self._channel_of.get(cid)
+        if placed is not None:
+            self._channel_of.move_to_end(cid)
+            return placed
+        placed = self.store.placement(cid)
+        if placed is not None:
+            self._remember_channel(cid, placed)
+        return placed
+
+    def _remember_channel(self, cid: str, placed: tuple[str, str]) -> None:
+        self._channel_of[cid] = placed
         if len(self._channel_of) > CHANNELS_REMEMBERED:
             self._channel_of.popitem(last=False)
 

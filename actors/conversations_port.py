@@ -28,6 +28,8 @@ from chalie.conversation.events import Event
 from chalie.conversation.port import Closeable, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
 from chalie.events import EventBus
+from chalie.policy import PolicyError
+from chalie.principals import Principal
 
 T = TypeVar("T")
 
@@ -52,8 +54,8 @@ class ActorConversations:
             "cancel", self._child.acall(Conversations.cancel, conversation_id)
         )
 
-    async def answer(self, request_id: str, answer: str) -> bool:
-        answered = self._child.acall(Conversations.answer, request_id, answer)
+    async def answer(self, request_id: str, answer: str, by: Principal) -> bool:
+        answered = self._child.acall(Conversations.answer, request_id, answer, by)
         return await self._settled("answer", answered)
 
     async def delete(self, conversation_id: str) -> bool:
@@ -82,6 +84,8 @@ class ActorConversations:
             return await answer
         except ConversationError:
             raise
+        except PolicyError as exc:  # the gate refused it (an answer from anyone but the owner)
+            raise ConversationError(exc.code, str(exc)) from None
         except (ChildUnavailable, pykka.ActorDeadError) as exc:
             raise ConversationsUnavailable(f"the conversations are restarting ({exc})") from None
         except (TimeoutError, pykka.Timeout):

@@ -116,6 +116,7 @@ class _Call:
     background: bool
     reply: Future[ToolOutcome]
     rec: CallRecord
+    reach: str | None = None  # set: a sensitive call (chalie.ability.Ability.reach)
     gate: GateDecision | None = None
     job: Job | None = None
     executor: Executor | None = None
@@ -468,6 +469,7 @@ class DispatcherActor(SupervisedActor):
             log.exception("classify() of %s failed; the gate fails closed", cls.name)
             permission = cls.name
             gate = rules.failed_closed(f"classify raised {type(exc).__name__}")
+        reach = steps.reach(instance, pre.params)
         assert self._trail is not None
         ctx = call.context
         background = run_async and ctx.allow_async
@@ -496,6 +498,7 @@ class DispatcherActor(SupervisedActor):
             background=background,
             reply=reply,
             rec=rec,
+            reach=reach,
         )
         self._inflight[state.seq] = state
         if gate is None:
@@ -582,7 +585,9 @@ class DispatcherActor(SupervisedActor):
                 view = self._policy_view(self._policy.current())
                 if view is None:
                     return None
-                setting = view.setting(ctx.channel, state.permission)
+                setting = view.setting(
+                    ctx.channel, state.permission, sensitive=state.reach is not None
+                )
                 if setting is None:
                     return None  # never seen: the PolicyActor records it, then decides
             return rules.gate_rule(
@@ -608,6 +613,7 @@ class DispatcherActor(SupervisedActor):
                 internal=False,
                 act_summary=state.act_summary,
                 params_redacted=state.redacted,
+                reach=state.reach,
             )
             state.ask = ask
             self._policy.tell(ask)

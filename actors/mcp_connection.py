@@ -14,7 +14,9 @@ Lifecycle of the actor:
    and so does every heartbeat cycle (the listing is digested: an unchanged
    one is not re-planned, so a quiet server costs one round trip a cycle).
 3. ``tools/list_changed`` triggers a re-sync at once (coalesced while one
-   runs). A re-sync lists every page, diffs against the store
+   runs, and at most one every :data:`MIN_RESYNC_GAP`: a server that announces
+   a change at every listing is listed a few times a second, not in a loop).
+   A re-sync lists every page, diffs against the store
    (:func:`chalie.mcp.tools.plan`), writes the rows, replaces the changed
    proxy classes in the registry, and hands the discovery index its
    additions and removals and the policy its quarantined tools (back to
@@ -39,7 +41,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, cast
 
 from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
@@ -49,6 +51,7 @@ from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
 from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
+from chalie.mcp.server_log import ServerLog, log_path
 from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe, task_support
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
@@ -58,6 +61,8 @@ log = logging.getLogger("chalie.mcp")
 
 CHILD_PREFIX: Final = "mcp:"
 JITTER: Final = 0.1
+# Re-syncs of one server begin at most this often (a list_changed loop is throttled).
+MIN_RESYNC_GAP: Final = 0.5
 STOP_GRACE: Final = 3.0
 
 
@@ -93,6 +98,13 @@ class _Lost:
 
 @dataclass(frozen=True)
 class _Changed:
+    gen: int
+
+
+@dataclass(frozen=True)
+class _ResyncDue:
+    """A re-sync deferred by the rate limit is due."""
+
     gen: int
 
 
@@ -151,9 +163,11 @@ class McpConnectionActor(SupervisedActor):
         self._attempt = 0
         self._syncing = False
         self._dirty = False
+        self._listed_at = -MIN_RESYNC_GAP  # monotonic: when the last re-sync began
+        self._resync_due = False  # a deferred re-sync is scheduled
         self._digest = ""  # of the last listing applied: an unchanged one is not re-planned
         self._extras_digest = ""  # of the last resources/prompts offer applied
-        self._errlog: TextIO | None = None
+        self._errlog: ServerLog | None = None
         self._stopping = False
         self.last_sync: dict[str, Any] = {}
 
@@ -166,10 +180,8 @@ class McpConnectionActor(SupervisedActor):
         self._store = McpStore(self._deps.db_path)
         self._load_rows()
         if self._deps.errlog_dir is not None:
-            self._deps.errlog_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._errlog = open(
-                self._deps.errlog_dir / f"mcp-{self.name}.log", "a", encoding="utf-8"
-            )
+            # Bounded and rotated: a server's stderr cannot fill the disk (chalie.mcp.server_log).
+            self._errlog = ServerLog(log_path(self._deps.errlog_dir, self.name))
         if self._delay > 0:
             self._set_status("connecting", "waiting for the daemon's start to settle")
             self._later(self._delay, _FirstConnect())
@@ -254,7 +266,7 @@ class McpConnectionActor(SupervisedActor):
             resolved,
             on_change=lambda: self._tell(_Changed(gen)),
             on_lost=lambda reason: self._tell(_Lost(gen, reason)),
-            errlog=self._errlog,
+            errlog=cast("TextIO", self._errlog),
             read_timeout=self._deps.timeout(self._spec),
             asks=self._deps.asks,
             auth=auth,
@@ -363,6 +375,14 @@ class McpConnectionActor(SupervisedActor):
         if self._syncing:
             self._dirty = True
             return
+        wait = self._listed_at + MIN_RESYNC_GAP - time.monotonic()
+        if wait > 0:
+            # Too soon after the last one: one deferred re-sync takes every change meanwhile.
+            if not self._resync_due:
+                self._resync_due = True
+                self._later(wait, _ResyncDue(self._gen))
+            return
+        self._listed_at = time.monotonic()
         self._syncing = True
         gen = self._gen
         fut = self._deps.loop.submit(self._link.list_tools(self._cfg.list_timeout))
@@ -542,6 +562,10 @@ class McpConnectionActor(SupervisedActor):
         elif isinstance(message, _Lost):
             self._on_lost(message)
         elif isinstance(message, _Changed):
+            if message.gen == self._gen:
+                self._resync()
+        elif isinstance(message, _ResyncDue):
+            self._resync_due = False
             if message.gen == self._gen:
                 self._resync()
         elif isinstance(message, _Listed):

@@ -31,6 +31,7 @@ from actors.conversations_port import ActorConversations
 from actors.dispatcher import DispatcherActor, submit
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
+from chalie.approvals import ApprovalStore
 from chalie.config import McpServerConfig
 from chalie.conversation.port import ConversationsPort
 from chalie.dispatch import envelope_name
@@ -128,6 +129,7 @@ class McpServerActor(ServingActor):
         self.desk = desk
         self.server: McpHttpServer | None = None
         self.owners: ConversationOwners | None = None
+        self.approvals: ApprovalStore | None = None
         self.state = "disabled"
         self.url: str | None = None
 
@@ -136,12 +138,15 @@ class McpServerActor(ServingActor):
             log.info("MCP server disabled ([mcp_server] enabled = false)")
             return
         self.owners = ConversationOwners(self.db_path)
+        if self.config.park_asks:
+            self.approvals = ApprovalStore(self.db_path)
         talk = TalkToChalie(
             self.conversations,
             self.owners,
             self.desk,
             turn_wait=self.config.turn_wait,
             asks=self.config.loop_in_human_asks,
+            approvals=self.approvals,
         )
         gateway = Gateway(self.config.gateway, self.tools)
         server = McpHttpServer(self.config, talk, self.tokens, gateway)
@@ -174,6 +179,9 @@ class McpServerActor(ServingActor):
         if self.owners is not None:
             self.owners.close()
             self.owners = None
+        if self.approvals is not None:
+            self.approvals.close()
+            self.approvals = None
         closers, self.closers = self.closers, ()
         for close in closers:
             close()

@@ -12,7 +12,10 @@ Lifecycle of one gate request (:meth:`PolicyActor.gate`):
    :meth:`answer` or by the expiry timer. The actor never waits for it. A
    request nobody is subscribed to still waits: the operator sees it in
    :meth:`pending` (``chalie policy list``) and may answer it there.
-4. Any exception inside the gate is a deny (``fail-closed``), logged.
+4. Any exception inside the gate is a deny (``fail-closed``), logged. A request
+   is stored in ``chalie.db`` before it is published (:mod:`chalie.approvals`):
+   one a stop or a crash leaves open is pending again at the next start, still
+   answerable (by the owner only) and still expiring to a denial.
 5. A request ends once, here: answered, expired, or withdrawn (its call was
    cancelled, or the gate stops). The actor publishes a :class:`RequestSettled`
    to the conversation first, then completes the caller's future, so the turn
@@ -42,10 +45,12 @@ from typing import Any
 
 from actors.actor import SupervisedActor
 from chalie import policy as rules
+from chalie.approvals import ApprovalStore
 from chalie.events import EventBus
 from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
 from chalie.messages import Decision, PermissionRequest, RequestSettled, Settlement, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
+from chalie.principals import Principal, may_answer
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
 
@@ -58,8 +63,8 @@ class PolicyView:
     def __init__(self, store: PolicyStore) -> None:
         self._store = store
 
-    def setting(self, channel: str, permission: str) -> Decision | None:
-        return rules.resolve(self._store.table, channel, permission)
+    def setting(self, channel: str, permission: str, *, sensitive: bool = False) -> Decision | None:
+        return rules.resolve(self._store.table, channel, permission, sensitive=sensitive)
 
 
 @dataclass
@@ -67,6 +72,8 @@ class _Pending:
     request: PermissionRequest
     reply: Future[GateDecision]
     timer: int  # the expiry, in this actor's inbox
+    # False for a request a previous run left open: its call ended with that run.
+    waiting: bool = True
 
 
 def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
@@ -88,34 +95,75 @@ class PolicyActor(SupervisedActor):
         self._events = events
         self._expiry = float(approval_expiry)
         self._store: PolicyStore | None = None
+        self._approvals: ApprovalStore | None = None
         self._pending: dict[str, _Pending] = {}
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
         self._store = PolicyStore(self._db_path)
         self._view = PolicyView(self._store)
+        self._approvals = ApprovalStore(self._db_path)
+        self._reopen()
+
+    def _reopen(self) -> None:
+        """Requests a previous run (or this actor before a restart) left open stay answerable
+        until their expiry; those past it end expired now (chalie.approvals)."""
+        assert self._approvals is not None
+        now = time.time()
+        for request in self._approvals.left_open():
+            if request.request_id in self._pending:
+                continue
+            if request.expires_at <= now:
+                self._approvals.settle(request.request_id, "expired")
+                log.info("permission request %s expired while Chalie was down", request.request_id)
+                continue
+            timer = self.schedule(request.expires_at - now, ExpireRequest(request.request_id))
+            self._pending[request.request_id] = _Pending(request, Future(), timer, waiting=False)
+        if self._pending:
+            log.warning(
+                "permission requests left open by the last run are pending again",
+                extra={"count": len(self._pending)},
+            )
 
     def on_stop(self) -> None:
         self._drop_pending("the permission gate stopped while waiting for the answer")
         if self._store is not None:
             self._store.close()
+        if self._approvals is not None:
+            self._approvals.close()
 
     def on_failure(self, *exc: Any) -> None:
         self._drop_pending("the permission gate failed while waiting for the answer")
 
     def _drop_pending(self, reason: str) -> None:
+        """The gate stops: the waiting calls end denied; the stored requests stay pending,
+        for the next start (chalie.approvals)."""
         pending_now, self._pending = self._pending, {}
         for pending in pending_now.values():
             self.unschedule(pending.timer)
-            self._settle(pending, "withdrawn", rules.failed_closed(reason))
+            self._settle(pending, "withdrawn", rules.failed_closed(reason), durable=False)
 
-    def _settle(self, pending: _Pending, answer: Settlement, decision: GateDecision) -> None:
-        """End one request: its conversation hears how, then its caller gets the decision.
+    def _settle(
+        self,
+        pending: _Pending,
+        answer: Settlement,
+        decision: GateDecision,
+        *,
+        by: Principal | None = None,
+        durable: bool = True,
+    ) -> None:
+        """End one request: stored as ended, its conversation hears how, then its caller
+        gets the decision.
 
         Published first, so the turn records the settlement before the call it held
         can run and report (the request has this one owner; nobody infers it).
         """
         request = pending.request
+        if durable and self._approvals is not None:
+            try:
+                self._approvals.settle(request.request_id, answer, None if by is None else by.id)
+            except Exception:
+                log.exception("could not store how request %s ended", request.request_id)
         settled = RequestSettled(
             request_id=request.request_id, conversation_id=request.conversation_id, answer=answer
         )
@@ -142,6 +190,7 @@ class PolicyActor(SupervisedActor):
                 message.act_summary,
                 message.params_redacted,
                 reply=message.reply,
+                reach=message.reach,
             )
         if isinstance(message, ViewRequest):
             return self._view
@@ -165,12 +214,21 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         *,
         reply: Future[GateDecision] | None = None,
+        reach: str | None = None,
     ) -> Future[GateDecision]:
         """Decide one call; the returned future completes now, or when a human answers."""
         reply = reply if reply is not None else Future()
         try:
             decision = self._decide(
-                call_id, context, tool, permission, internal, act_summary, params_redacted, reply
+                call_id,
+                context,
+                tool,
+                permission,
+                internal,
+                act_summary,
+                params_redacted,
+                reply,
+                reach,
             )
         except Exception as exc:
             log.exception("the permission gate failed for call %r; denying", call_id)
@@ -189,13 +247,16 @@ class PolicyActor(SupervisedActor):
         act_summary: str,
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
+        reach: str | None = None,
     ) -> GateDecision | None:
         channel = str(context.channel)
         setting: Decision | None = None
         if internal is not True:
             channel = rules.check_channel(context.channel)
             rules.check_permission(permission)
-            setting = rules.resolve(self.store.table, channel, permission)
+            setting = rules.resolve(
+                self.store.table, channel, permission, sensitive=reach is not None
+            )
             if setting is None and self.store.record_seen(channel, permission):
                 log.info("unseen permission %s on %s recorded as ask", permission, channel)
         decision = rules.gate_rule(
@@ -205,9 +266,28 @@ class PolicyActor(SupervisedActor):
             human_present=context.human_present,
             internal=internal is True,
         )
+        if (
+            decision is not None
+            and decision.decision == "deny"
+            and context.park_asks
+            and internal is not True
+            and setting in (None, "ask")
+        ):
+            # No human now: the owner answers later (park_asks), and the agent's next call
+            # after an allow_once runs on that answer.
+            assert self._approvals is not None
+            granted = self._approvals.take_grant(context.conversation_id, permission)
+            if granted is not None:
+                log.info("call %s runs on the owner's answer to request %s", call_id, granted)
+                return rules.allowed("human")
+            return self._park(
+                call_id, context, tool, permission, act_summary, params_redacted, reach
+            )
         if decision is not None:
             return decision
-        self._ask_human(call_id, context, tool, permission, act_summary, params_redacted, reply)
+        self._ask_human(
+            call_id, context, tool, permission, act_summary, params_redacted, reply, reach
+        )
         return None
 
     def _ask_human(
@@ -219,18 +299,14 @@ class PolicyActor(SupervisedActor):
         act_summary: str,
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
+        reach: str | None = None,
     ) -> None:
-        request_id = uuid.uuid4().hex
-        request = PermissionRequest(
-            request_id=request_id,
-            conversation_id=context.conversation_id,
-            channel=context.channel,
-            permission=permission,
-            tool=tool,
-            act_summary=act_summary[:200],
-            params=params_redacted,
-            expires_at=time.time() + self._expiry,
-        )
+        request = self._request(context, tool, permission, act_summary, params_redacted, reach)
+        request_id = request.request_id
+        # Durable before anyone is asked: a request nobody could find later is never raised
+        # (a failed write fails the gate closed).
+        if self._approvals is not None:
+            self._approvals.put(request)
         timer = self.schedule(self._expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, reply, timer)
         log.info(
@@ -241,6 +317,53 @@ class PolicyActor(SupervisedActor):
             call_id,
         )
         self._events.publish(context.conversation_id, request)
+
+    def _park(
+        self,
+        call_id: str,
+        context: TurnContext,
+        tool: str,
+        permission: str,
+        act_summary: str,
+        params_redacted: dict[str, Any],
+        reach: str | None,
+    ) -> GateDecision:
+        """A durable request for the owner; the call itself ends now, saying it waits."""
+        request = self._request(context, tool, permission, act_summary, params_redacted, reach)
+        assert self._approvals is not None
+        self._approvals.put(request, parked=True)
+        timer = self.schedule(self._expiry, ExpireRequest(request.request_id))
+        self._pending[request.request_id] = _Pending(request, Future(), timer, waiting=False)
+        log.info(
+            "parked %s for the owner (request %s, call %s)", permission, request.request_id, call_id
+        )
+        self._events.publish(context.conversation_id, request)
+        return rules.parked(permission, request.request_id)
+
+    def _request(
+        self,
+        context: TurnContext,
+        tool: str,
+        permission: str,
+        act_summary: str,
+        params_redacted: dict[str, Any],
+        reach: str | None,
+    ) -> PermissionRequest:
+        asked_by = rules.asked_by(context.principal, context.channel)
+        return PermissionRequest(
+            request_id=uuid.uuid4().hex,
+            conversation_id=context.conversation_id,
+            channel=context.channel,
+            permission=permission,
+            tool=tool,
+            act_summary=act_summary[:200],
+            params=params_redacted,
+            expires_at=time.time() + self._expiry,
+            principal=context.principal,
+            origin=asked_by,
+            reach=reach,
+            prompt=rules.prompt(tool, permission, act_summary, params_redacted, asked_by, reach),
+        )
 
     def _expire(self, request_id: str) -> None:
         pending = self._pending.pop(request_id, None)
@@ -259,13 +382,29 @@ class PolicyActor(SupervisedActor):
                 )
                 log.info("permission request %s withdrawn by its caller", request_id)
 
-    def answer(self, request_id: str, answer: str) -> bool:
-        """Apply a human's answer; False when no such request is pending (answered or expired)."""
+    def answer(self, request_id: str, answer: str, by: Principal | None) -> bool:
+        """Apply ``by``'s answer; False when no such request is pending (answered or expired).
+
+        Only an owner answers, and never the principal whose turn raised the
+        request (:func:`chalie.principals.may_answer`): anyone else gets
+        :class:`~chalie.policy.PolicyError` ``forbidden`` and the request stays.
+        """
         if answer not in rules.ANSWERS:
             raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(rules.ANSWERS)}")
-        pending = self._pending.pop(request_id, None) if isinstance(request_id, str) else None
-        if pending is None:
+        found = self._pending.get(request_id) if isinstance(request_id, str) else None
+        if found is None:
             return False
+        if not may_answer(by, found.request.principal):
+            log.warning(
+                "a permission answer was refused: only the owner answers",
+                extra={
+                    "request_id": request_id,
+                    "principal": None if by is None else by.id,
+                    "scope": None if by is None else by.scope,
+                },
+            )
+            raise PolicyError("only the owner answers a permission request", code="forbidden")
+        pending = self._pending.pop(request_id)
         self.unschedule(pending.timer)
         request = pending.request
         try:
@@ -275,7 +414,13 @@ class PolicyActor(SupervisedActor):
         except Exception as exc:
             log.exception("applying the answer to %s failed; denying", request_id)
             decision = rules.failed_closed(type(exc).__name__)
-        self._settle(pending, answer, decision)  # type: ignore[arg-type]  # checked above
+        self._settle(pending, answer, decision, by=by)  # type: ignore[arg-type]  # checked above
+        if not pending.waiting:
+            log.info(
+                "request %s answered after a restart: its call ended with that run; "
+                "the answer is recorded",
+                request_id,
+            )
         return True
 
     # -- the operator's surface --------------------------------------------------

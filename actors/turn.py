@@ -81,6 +81,7 @@ from chalie.messages import (
     ToolOutcome,
     TurnContext,
 )
+from chalie.principals import Principal
 from chalie.providers import rescue
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
@@ -232,6 +233,7 @@ class _Turn:
     nudged: bool = False  # the empty-answer nudge was spent
     no_tools: bool = False  # the next request goes without tools (the model must answer)
     model_notes: set[str] = field(default_factory=set)  # error lines meant for the model
+    park_asks: bool = False  # its unanswerable asks wait for the owner (StartTurn)
 
 
 class TurnActor(Actor):
@@ -259,6 +261,7 @@ class TurnActor(Actor):
         self._send_no = 0
         self._channel: Channel | None = None
         self._parent_call = ""  # a delegate conversation's parent call (chalie.delegate)
+        self._principal: Principal | None = None  # whose conversation (None: the owner's)
         self._idle_timer: list[int] = []
         self._requests: Subscription | None = None
 
@@ -282,6 +285,7 @@ class TurnActor(Actor):
             raise LookupError(f"no conversation {self.conversation_id!r}")
         self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
         self._parent_call = parent_of(loaded.info.origin)
+        self._principal = loaded.info.principal
         self._messages = loaded.messages
         self._sizes = [act.message_tokens(m) for m in self._messages]
         self._seq = loaded.info.last_seq
@@ -412,6 +416,7 @@ class TurnActor(Actor):
             # Loaded from storage as queued when this actor started: the send's per-turn
             # facts still apply (before the model's first answer, which comes later).
             turn.human_present = start.human_present
+            turn.park_asks = start.park_asks
             return False
         for i, queued in enumerate(self._queue):
             if queued.turn_id == start.turn_id:
@@ -460,6 +465,7 @@ class TurnActor(Actor):
             len(self._messages),
             act.Guards(channel),
             human_present=start.human_present,
+            park_asks=start.park_asks,
         )
         self._turn = turn
         batch = Batch(self.conversation_id, turn=TurnUpdate(start.turn_id, state="running"))
@@ -624,11 +630,13 @@ class TurnActor(Actor):
             turn_id=turn.turn_id,
             channel=channel.policy_channel,
             human_present=channel.human_present or turn.human_present,
+            park_asks=turn.park_asks,
             allow_async=channel.async_offered,
             injected=self._channel_tools(),
             scope="restricted",
             initiator="model",
             parent_call=self._parent_call,
+            principal=self._principal,
         )
         del names
         turn.calls = []
@@ -801,6 +809,9 @@ class TurnActor(Actor):
             act_summary=request.act_summary,
             params=request.params,
             expires_at=request.expires_at,
+            asked_by=request.origin,
+            reach=request.reach,
+            prompt=request.prompt,
         )
 
     def _settled(self, request_id: str, answer: str) -> None:

@@ -207,11 +207,13 @@ class Ability(metaclass=AbilityMeta):
     def reach(self, params: Mapping[str, Any]) -> str | None:
         """What this call reaches beyond Chalie, as one line for the person asked, or None.
 
-        The one place an ability declares a **sensitive** action (one that
-        sends mail, runs a command, deletes, or changes what Chalie connects
-        to): a call with a reach is never to be covered by a tool-level
-        ``allow``, and its permission prompt shows the line. The default:
-        nothing beyond Chalie. (The principals issue enforces it in the gate.)
+        The one place an ability declares a **sensitive** action: one that runs
+        a command, sends mail, deletes, or changes what Chalie connects to. A
+        call with a reach is never covered by a tool-level ``allow``, only by a
+        setting on its own ``tool.action`` (:func:`chalie.policy.resolve`), and
+        its permission prompt shows the line (the exact command line and
+        environment names; for mail the recipients, subject and body). The
+        default: nothing beyond Chalie.
         """
         return None
 

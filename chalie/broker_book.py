@@ -43,8 +43,11 @@ from chalie.supervision import backoff_delay
 # libzmq's ipc endpoints are Unix socket paths: sun_path holds 107 characters.
 IPC_PATH_MAX: Final = 107
 HEARTBEAT_INTERVAL: Final = 0.2
-# Missed heartbeat intervals before a worker is declared hung.
+# Missed heartbeat intervals before a worker running a call is declared hung.
 LIVENESS: Final = 3
+# An idle worker's late heartbeat on a loaded host is not a death (a process that died is
+# found by its pidfd at once): an idle one is declared hung only after this much silence.
+IDLE_SILENCE: Final = 30.0
 # A spawned interpreter gets this long to say WorkerReady.
 STARTUP_GRACE: Final = 15.0
 # A worker exits when it has heard nothing from its broker for this long.
@@ -201,6 +204,7 @@ class BrokerBook:
         liveness: int = LIVENESS,
         startup_grace: float = STARTUP_GRACE,
         max_pending: int = MAX_PENDING,
+        idle_silence: float = IDLE_SILENCE,
     ) -> None:
         if slots < 1:
             raise ValueError("a worker pool needs at least one worker")
@@ -211,6 +215,7 @@ class BrokerBook:
         self.active = slots
         self.heartbeat = heartbeat
         self.silence_limit = heartbeat * liveness
+        self.idle_silence = max(idle_silence, self.silence_limit)
         self.startup_grace = startup_grace
         self.max_pending = max_pending
         self.slots = [SlotRecord() for _ in range(slots + spares)]
@@ -388,7 +393,12 @@ class BrokerBook:
                     worker.job = None
                     found.running.append((job, worker))
         for worker in list(self.workers.values()):
-            limit = self.startup_grace if worker.state == "starting" else self.silence_limit
+            if worker.state == "starting":
+                limit = self.startup_grace
+            elif worker.job:
+                limit = self.silence_limit
+            else:
+                limit = self.idle_silence
             if now - worker.last_seen > limit:
                 running = self.jobs.pop(worker.job, None) if worker.job else None
                 worker.job = None

@@ -131,6 +131,11 @@ class ChatConfig(Section, frozen=True):
     send_queue: Annotated[int, msgspec.Meta(ge=4, le=100_000)] = 1024
     # Clients connected at once.
     max_clients: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2048
+    # HTTP connections the WebSocket listener holds (within its share of the descriptors,
+    # chalie.admission); past it the oldest one with an unfinished request is closed.
+    max_connections: Annotated[int, msgspec.Meta(ge=16, le=100_000)] = 512
+    # Seconds a request's headers may take to arrive before the connection is closed.
+    request_timeout: Annotated[float, msgspec.Meta(ge=0.05, le=3_600.0)] = 10.0
     # Conversations one client may have open at once.
     max_open_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     # A ZeroMQ client silent this long is forgotten (`chalie chat` pings well within it).
@@ -179,6 +184,13 @@ class McpServerConfig(Section, frozen=True):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1_024, le=16_777_216)] = 262_144
     # Stateful (2025-11-25) sessions, all tokens together, and their idle reaping.
     max_sessions: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1_000
+    # One token's share of them: no token can take every session (the others would get 503).
+    max_sessions_per_token: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
+    # HTTP connections held at once (within the listener's share of the descriptors,
+    # chalie.admission); past it the oldest one with an unfinished request is closed.
+    max_connections: Annotated[int, msgspec.Meta(ge=16, le=100_000)] = 512
+    # Seconds a request's headers and body may take to arrive before it is closed.
+    request_timeout: Annotated[float, msgspec.Meta(ge=0.05, le=3_600.0)] = 30.0
     # Seconds an idle stateful session is kept.
     session_idle_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 600.0
     # A turn that never reports its end is given up (and cancelled) after this long.
@@ -189,6 +201,10 @@ class McpServerConfig(Section, frozen=True):
     # loop_in_human asks: on a talk_to_chalie turn with loop_in_human while a chat client
     # is connected, an `ask` becomes a permission request to that person (not a deny).
     loop_in_human_asks: bool = False
+    # Park and resume: an agent's call that needs approval is not a flat deny; the agent
+    # hears it waits for the owner (request id, question), the owner answers from chat or
+    # the CLI, and the agent's next talk_to_chalie in that conversation gets the outcome.
+    park_asks: bool = False
 
 
 # -- [models.NAME], [channels.NAME], [conversations]: the conversation runtime ----------

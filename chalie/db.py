@@ -13,10 +13,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final, Literal
 
 BUSY_TIMEOUT_MS: Final = 5000
+# A 0-byte file another process created a moment ago gets its header within milliseconds.
+EMPTY_GRACE: Final = 2.0
+
+
+class DatabaseUnusable(RuntimeError):
+    """``chalie.db`` exists but cannot be used (corrupt, not SQLite, emptied); one line.
+
+    Chalie never re-initialises such a file: it holds (or held) the tokens, the
+    policy (deny rules included), conversations and servers.
+    """
+
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -35,17 +47,55 @@ def connect(path: Path, *, synchronous: Synchronous = "NORMAL") -> sqlite3.Conne
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except FileExistsError:
-        pass
+        check_usable(path)
     else:
         os.close(fd)
     os.chmod(path, 0o600)
     conn = sqlite3.connect(
         str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
     )
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    try:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        # fetchall: a statement left unfinished would hold a read snapshot open for good.
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise
+        raise DatabaseUnusable(_unusable(path, str(exc))) from None
     if str(mode).lower() != "wal":
         conn.close()
         raise sqlite3.OperationalError(f"{path}: could not switch to WAL (got {mode})")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
+
+
+def check_usable(path: Path) -> None:
+    """Raise DatabaseUnusable when the existing file at ``path`` is empty (0 bytes).
+
+    Only ``stat``: opening and closing any descriptor of the file would release
+    every POSIX lock this process holds on it (SQLite's too). A file that is not
+    SQLite is found by SQLite itself, at the first statement.
+    """
+    deadline = time.monotonic() + EMPTY_GRACE
+    while True:
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            raise DatabaseUnusable(_unusable(path, exc.strerror or str(exc))) from None
+        if size > 0:
+            return
+        if time.monotonic() >= deadline:
+            raise DatabaseUnusable(
+                f"{path} is empty (0 bytes): it held the tokens, policy, conversations and "
+                "servers; restore it from a backup, or move it away to start afresh"
+            )
+        time.sleep(0.05)  # another process is creating it right now
+
+
+def _unusable(path: Path, why: str) -> str:
+    return (
+        f"{path} cannot be used ({' '.join(why.split())[:120]}); restore it from a backup, "
+        "or move it away to start afresh"
+    )

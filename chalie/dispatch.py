@@ -43,6 +43,7 @@ from jsonschema.exceptions import best_match
 
 from chalie import healing
 from chalie.ability import Ability, struct_schema
+from chalie.display import one_line
 from chalie.envelope import TOOL_NAME, render
 from chalie.invoke import coerce_params
 from chalie.mcp.names import server_of
@@ -57,6 +58,8 @@ from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import Scalar, ToolResult
 from chalie.tool_names import FRAMEWORK_FIELDS
+
+log = logging.getLogger("chalie.dispatch")
 
 MAX_ARGUMENT_BYTES: Final = 1 << 20
 MAX_DEPTH: Final = 32
@@ -573,6 +576,24 @@ def _builtins(value: Any, params: dict[str, Any]) -> dict[str, Any]:
 def permission(instance: Ability, params: Mapping[str, Any]) -> str:
     """``tool`` or ``tool.action``, the action from the ability's classify(). Raises on junk."""
     return permission_for(type(instance).name, instance.classify(params))
+
+
+REACH_MAX: Final = 500
+
+
+def reach(instance: Ability, params: Mapping[str, Any]) -> str | None:
+    """The call's reach beyond Chalie (sensitive when not None), one escaped line, capped.
+
+    An ability whose reach() raises is treated as sensitive (fail closed).
+    """
+    try:
+        found = instance.reach(params)
+    except Exception:
+        log.exception("reach() of %s failed; the call is treated as sensitive", type(instance).name)
+        return "what it reaches could not be determined"
+    if found is None:
+        return None
+    return one_line(str(found), REACH_MAX)
 
 
 # -- 6. rendering ----------------------------------------------------------------

@@ -57,3 +57,20 @@ def params_line(params: Any, limit: int = PARAMS_CHARS) -> str:
     except (TypeError, ValueError, RecursionError):
         text = f"<{type(params).__name__} that cannot be shown>"
     return one_line(text, limit)
+
+
+PARAM_LINES: Final = 12
+
+
+def param_lines(params: Any, limit: int = PARAM_LINES, width: int = 200) -> list[str]:
+    """Each top-level parameter as one escaped ``name = value`` line; at most ``limit`` lines."""
+    if not isinstance(params, dict):
+        return [one_line(params_line(params), width)]
+    names = sorted(params, key=str)
+    lines = [
+        one_line(f"{one_line(name, NAME_CHARS)} = {params_line(params[name], width)}", width)
+        for name in names[:limit]
+    ]
+    if len(names) > limit:
+        lines.append(f"(and {len(names) - limit} more)")
+    return lines

@@ -339,6 +339,18 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "No place of that name was found.",
         "weather with a place the geocoding service does not know.",
     ),
+    ErrorCode(
+        "approval-pending",
+        "The call waits for the owner's approval; it did not run.",
+        "An inbound agent's call that needs approval with [mcp_server] park_asks on: the "
+        "owner answers the stored request later.",
+    ),
+    ErrorCode(
+        "forbidden",
+        "The caller's principal may not do this.",
+        "An agent token on the chat WebSocket, or anyone but the owner answering a "
+        "permission request (chalie.principals).",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -11,6 +11,7 @@ into a flood of log lines.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
@@ -128,6 +129,31 @@ def check_depth(data: bytes, limit: int = MAX_DEPTH) -> None:
             remaining = count
             if len(stack) > limit:
                 raise TooDeep(f"frame nests deeper than {limit} levels")
+
+
+# A JSON string (escapes included); what is left once they are cut out is structure.
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKETS: Final = re.compile(rb"[\[\]{}]")
+
+
+def check_json_depth(data: bytes | str, limit: int = MAX_DEPTH) -> None:
+    """Raise TooDeep when JSON ``data`` nests arrays or objects deeper than ``limit``.
+
+    The same rule as :func:`check_depth` for the JSON entry points (the inbound
+    MCP body, chat frames on the WebSocket): brackets inside strings do not
+    count; a malformed text stops nothing here, the parser reports it.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return
+    depth = 0
+    for bracket in _JSON_BRACKETS.findall(_JSON_STRING.sub(b"", raw)):
+        if bracket in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                raise TooDeep(f"the JSON nests deeper than {limit} levels")
+        else:
+            depth -= 1
 
 
 class SafeDecoder(Generic[T]):

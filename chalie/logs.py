@@ -24,9 +24,14 @@ _SECRET_KEY: Final = re.compile(
     r"(token|secret|passw(or)?d|passwd|authori[sz]ation|api[_-]?key|cookie|credential|private[_-]?key)",
     re.IGNORECASE,
 )
+# Secrets inside free text, by shape, never by a neighbouring ordinary word: a bearer
+# credential ("Bearer <b64token>"), a ``name=value`` / ``name: value`` pair whose name is
+# a secret's, and raw credentials by their prefix (Chalie's own tokens, OpenAI-style keys).
 _SECRET_TEXT: Final = re.compile(
-    r"(?i)\b(bearer|token|password|api[_-]?key|secret)(\s*[:=]?\s+|\s*[:=]\s*)(\S+)"
+    r"(?i)\b(bearer)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)"
+    r"|\b(token|password|passwd|api[_-]?key|secret)(\s*[:=]\s*)(\S+)"
 )
+_CREDENTIAL_SHAPE: Final = re.compile(r"\b(?:chalie_|sk-)[A-Za-z0-9_\-]{16,}")
 # Everything a bare LogRecord carries; any other attribute came from ``extra``.
 _RECORD_FIELDS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
@@ -52,8 +57,20 @@ def redact(key: str, value: Any, depth: int = 0) -> Any:
 
 
 def mask_text(text: str) -> str:
-    """Mask ``Bearer abc``, ``token=abc`` and the like inside free text."""
-    return _SECRET_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    """Mask ``Bearer <token>``, ``token=abc``, a raw ``chalie_…`` token and the like in text.
+
+    Ordinary words stay: "no chat token existed: one was created" is logged as written.
+    """
+
+    def masked(m: re.Match[str]) -> str:
+        if m.group(1) is not None:
+            value = m.group(3)
+            if value.isalpha() and len(value) < 20:
+                return m.group(0)  # "bearer certificates": a word, not a credential
+            return f"{m.group(1)}{m.group(2)}{REDACTED}"
+        return f"{m.group(4)}{m.group(5)}{REDACTED}"
+
+    return _CREDENTIAL_SHAPE.sub(REDACTED, _SECRET_TEXT.sub(masked, text))
 
 
 class JsonFormatter(logging.Formatter):

@@ -96,6 +96,8 @@ class GateAsk:
     act_summary: str
     params_redacted: dict[str, Any]
     reply: Future[GateDecision] = field(default_factory=Future)
+    # What the call reaches beyond Chalie (chalie.ability.Ability.reach); set: sensitive.
+    reach: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,8 @@ class StartTurn:
     send_no: int = 0
     # This turn only: a person answers its asks (SendMessage.human_present).
     human_present: bool = False
+    # This turn only: an ask nobody can answer now is parked for the owner (SendMessage).
+    park_asks: bool = False
     # Answered (queued or not) as soon as that is decided, before the turn's first step:
     # the sender waits for this, not for the step.
     taken: Future[bool] | None = field(default=None, compare=False)

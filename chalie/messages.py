@@ -11,6 +11,8 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
+from chalie.principals import Principal
+
 # -- the enumerations, each defined once (the tuples are derived, never restated) --
 
 Channel = Literal["chat", "subconscious", "external_agent"]
@@ -90,6 +92,10 @@ class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
     initiator: Initiator = "model"
     # A delegate's sub-turn (chalie.delegate): the id of the call that started it.
     parent_call: str = ""
+    # Whose turn this is (chalie.principals); None: the owner's (a local or operator call).
+    principal: Principal | None = None
+    # An ask nobody can answer now is parked for the owner instead of denied (park_asks).
+    park_asks: bool = False
 
 
 class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):
@@ -132,6 +138,12 @@ class PermissionRequest(Message, tag="permission_request", kw_only=True, frozen=
     act_summary: str = ""
     params: dict[str, Any] = {}
     expires_at: float
+    # Whose turn raised it (never the one to answer it, unless the owner) and through what.
+    principal: Principal | None = None
+    origin: str = ""
+    # A sensitive call's reach (the command line it runs...), and the prompt a person reads.
+    reach: str | None = None
+    prompt: str = ""
 
 
 class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=True):

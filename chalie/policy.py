@@ -29,12 +29,14 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
 from chalie.db import connect
+from chalie.display import NAME_CHARS, one_line, param_lines
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
+from chalie.principals import Principal
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
@@ -50,7 +52,12 @@ Table = Mapping[tuple[str, str], Decision]
 
 
 class PolicyError(ValueError):
-    """A bad channel, permission, decision or answer; the message names it."""
+    """A bad channel, permission, decision or answer (the message names it), or an answer
+    from a principal that may not give it (``code`` ``forbidden``)."""
+
+    def __init__(self, message: str, *, code: str = "invalid-arguments") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,9 +120,16 @@ def permission_for(tool: str, action: str | None) -> str:
 # -- resolution ---------------------------------------------------------------
 
 
-def resolve(table: Table, channel: str, permission: str) -> Decision | None:
+def resolve(
+    table: Table, channel: str, permission: str, *, sensitive: bool = False
+) -> Decision | None:
     """The operator's setting for the call: exact entry, else the tool's, else (for a remote
-    MCP proxy ``_mcp_<server>_...``) the server's ``_mcp_<server>_*``, else None (unset)."""
+    MCP proxy ``_mcp_<server>_...``) the server's ``_mcp_<server>_*``, else None (unset).
+
+    A ``sensitive`` call (its ability declared a reach, :meth:`chalie.ability.Ability.reach`)
+    is allowed only by its exact entry: a broader ``allow`` or ``internal`` never covers it
+    (a broader ``deny`` still denies it).
+    """
     hit = table.get((channel, permission))
     if hit is not None:
         return hit
@@ -123,12 +137,50 @@ def resolve(table: Table, channel: str, permission: str) -> Decision | None:
     if dot:
         hit = table.get((channel, tool))
         if hit is not None:
-            return hit
+            return _narrowed(hit, sensitive)
     if tool.startswith("_mcp_"):
         server, sep, _ = tool[5:].partition("_")
         if sep:
-            return table.get((channel, f"_mcp_{server}_*"))
+            return _narrowed(table.get((channel, f"_mcp_{server}_*")), sensitive)
     return None
+
+
+def asked_by(principal: Principal | None, channel: str) -> str:
+    """Who asked, through which channel: one line for a prompt (never a secret)."""
+    who = "the owner" if principal is None else principal.shown()
+    return f"{who}, on the {channel} channel"
+
+
+def prompt(
+    tool: str,
+    permission: str,
+    act_summary: str,
+    params: Mapping[str, Any],
+    asked_by: str,
+    reach: str | None,
+) -> str:
+    """The text a person reads before answering: what, who asked, the call's parameters.
+
+    Every model-written part is escaped to one line and capped
+    (:mod:`chalie.display`), so a parameter cannot forge a line of its own.
+    """
+    lines = [
+        f"Allow {one_line(permission, NAME_CHARS)}?",
+        f"Asked by: {one_line(asked_by)}",
+        f"Says it will: {one_line(act_summary) or '(no summary)'}",
+    ]
+    if reach is not None:
+        lines.append(f"This reaches beyond Chalie: {one_line(reach, 500)}")
+    lines.append("Parameters:")
+    lines.extend(f"  {line}" for line in param_lines(dict(params)) or ["(none)"])
+    del tool
+    return "\n".join(lines)
+
+
+def _narrowed(hit: Decision | None, sensitive: bool) -> Decision | None:
+    if sensitive and hit in ("allow", "internal"):
+        return None  # unset for this call: the gate asks
+    return hit
 
 
 def decide(setting: Decision | None, *, channel: str, human_present: bool) -> Verdict:
@@ -195,6 +247,18 @@ def denied_without_human(permission: str, channel: str) -> GateDecision:
         f"{channel} channel.",
         hint="do not retry this call; a human must approve this action: ask the user to "
         "allow it in the policy, or do without it.",
+    )
+
+
+def parked(permission: str, request_id: str) -> GateDecision:
+    """park_asks: the call ends now; the owner answers the stored request later."""
+    return GateDecision(
+        decision="deny",
+        decided_by="policy",
+        code="approval-pending",
+        message=f"{permission} waits for the owner's approval (request {request_id}).",
+        hint="tell the caller it waits for the owner; once the owner has answered, the same "
+        "call in this conversation runs (if allowed) without asking again.",
     )
 
 

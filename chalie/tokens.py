@@ -11,9 +11,21 @@ revoke`` while the daemon runs) takes effect at the next check. A check
 never writes on the caller's thread: ``last_used`` is brought up to date at
 most once a :data:`TOUCH_EVERY` per token, by a thread of the store's own
 with a connection of its own, so a request is never held by a busy database
-(the MCP server checks every request on its event loop). A token may
-carry the ``gateway`` permission (``chalie token create NAME --gateway``): with
-``[mcp_server] gateway`` on, its agent may call Chalie's tools directly.
+(the MCP server checks every request on its event loop).
+
+Every token has a stable id (``tok_`` and 16 hex digits, never reused) and a
+scope (:mod:`chalie.principals`): ``agent`` by default (``chalie token create
+NAME``), ``owner`` (``--owner``: chat clients, answering approvals) or
+``gateway`` (``--gateway``: an agent that may also call tools directly).
+What is keyed by a token (conversations, MCP sessions, limits) is keyed by
+its id: a new token that reuses a revoked token's name inherits nothing.
+
+Migration of a store made before scopes: each existing token gets an id and
+the scope ``agent`` (``gateway`` if it had the gateway permission). That is
+the safe default: no token that could have been handed to an agent becomes
+a person. The owner keeps the local control socket and ``chalie chat``, and
+makes an owner token for a WebSocket client with ``chalie token create NAME
+--owner``; the daemon says so at start while no owner token exists.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from typing import Final
 import msgspec
 
 from chalie.db import connect
+from chalie.principals import DEFAULT_SCOPE, Principal, Scope, check_scope
 
 PREFIX: Final = "chalie_"
 SECRET_BYTES: Final = 32
@@ -43,6 +56,7 @@ NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 FIRST_TOKEN_NAME: Final = "first"
 FIRST_TOKEN_FILE: Final = "first-token"
 TOUCH_EVERY: Final = 60.0  # seconds between two writes of one token's last_used
+ID_PREFIX: Final = "tok_"
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -51,11 +65,22 @@ CREATE TABLE IF NOT EXISTS tokens (
     created    REAL NOT NULL,
     revoked    REAL,
     last_used  REAL,
-    gateway    INTEGER NOT NULL DEFAULT 0
+    gateway    INTEGER NOT NULL DEFAULT 0,
+    id         TEXT,
+    scope      TEXT NOT NULL DEFAULT 'agent'
 )
 """
-# A store created before the gateway permission existed gains its column.
-_MIGRATE_GATEWAY: Final = "ALTER TABLE tokens ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0"
+# Columns a store made by an older version lacks, in the order they were added.
+_MIGRATIONS: Final = (
+    ("gateway", "ALTER TABLE tokens ADD COLUMN gateway INTEGER NOT NULL DEFAULT 0"),
+    ("id", "ALTER TABLE tokens ADD COLUMN id TEXT"),
+    ("scope", "ALTER TABLE tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'agent'"),
+)
+_ID_INDEX: Final = "CREATE UNIQUE INDEX IF NOT EXISTS tokens_id ON tokens (id)"
+
+
+def new_id() -> str:
+    return ID_PREFIX + secrets.token_hex(8)
 
 
 class TokenError(ValueError):
@@ -71,14 +96,22 @@ class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     created: float
+    id: str = ""
+    scope: Scope = DEFAULT_SCOPE
     revoked: float | None = None
     last_used: float | None = None
-    # May call Chalie's tools directly through the MCP gateway (when it is on).
-    gateway: bool = False
 
     @property
     def active(self) -> bool:
         return self.revoked is None
+
+    @property
+    def gateway(self) -> bool:
+        """May call Chalie's tools directly through the MCP gateway (when it is on)."""
+        return self.scope == "gateway"
+
+    def principal(self) -> Principal:
+        return Principal(scope=self.scope, id=self.id, name=self.name)
 
 
 def check_name(name: object) -> str:
@@ -114,10 +147,33 @@ class TokenStore:
         self._touch_conn: sqlite3.Connection | None = None  # the toucher thread's only
         with self._lock:
             self._conn.execute(_SCHEMA)
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(tokens)")}
-            if "gateway" not in columns:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring a store made by an older version up to date (idempotent, any process)."""
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(tokens)")}
+        for column, statement in _MIGRATIONS:
+            if column not in columns:
                 with contextlib.suppress(sqlite3.OperationalError):  # another process won
-                    self._conn.execute(_MIGRATE_GATEWAY)
+                    self._conn.execute(statement)
+        if self._conn.execute("SELECT 1 FROM tokens WHERE id IS NULL LIMIT 1").fetchone() is None:
+            self._conn.execute(_ID_INDEX)
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Tokens made before scopes: least privilege (see the module docstring).
+            rows = self._conn.execute("SELECT name, gateway FROM tokens WHERE id IS NULL")
+            for name, gateway in rows.fetchall():
+                self._conn.execute(
+                    "UPDATE tokens SET id = ?, scope = ? WHERE name = ? AND id IS NULL",
+                    (new_id(), "gateway" if gateway else "agent", name),
+                )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute(_ID_INDEX)
 
     def close(self) -> None:
         """Close, after the last_used writes already sent."""
@@ -133,14 +189,14 @@ class TokenStore:
             toucher.submit(self._close_touch_conn)
             toucher.shutdown(wait=True)
 
-    def _touch(self, name: str, when: float) -> None:
+    def _touch(self, token_id: str, when: float) -> None:
         try:
             if self._touch_conn is None:
                 self._touch_conn = connect(self.path)
             self._touch_conn.execute(
-                "UPDATE tokens SET last_used = ? WHERE name = ? AND (last_used IS NULL "
+                "UPDATE tokens SET last_used = ? WHERE id = ? AND (last_used IS NULL "
                 "OR last_used < ?)",
-                (when, name, when),
+                (when, token_id, when),
             )
         except sqlite3.Error:
             pass  # a busy or closed database: the next check after TOUCH_EVERY tries again
@@ -156,13 +212,14 @@ class TokenStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def create(self, name: str, *, gateway: bool = False) -> str:
-        """A new token named ``name``; returns its secret, which is stored nowhere.
+    def create(self, name: str, *, scope: Scope = DEFAULT_SCOPE) -> str:
+        """A new token named ``name`` with ``scope``; returns its secret, stored nowhere.
 
-        A revoked token's name may be reused; an active one's may not.
-        ``gateway`` grants the permission to call Chalie's tools directly.
+        A revoked token's name may be reused (by a new id: it inherits nothing);
+        an active one's may not.
         """
         check_name(name)
+        check_scope(scope)
         secret = new_secret()
         with self._lock:
             try:
@@ -171,8 +228,16 @@ class TokenStore:
                     "DELETE FROM tokens WHERE name = ? AND revoked IS NOT NULL", (name,)
                 )
                 self._conn.execute(
-                    "INSERT INTO tokens (name, hash, created, gateway) VALUES (?, ?, ?, ?)",
-                    (name, digest(secret), time.time(), 1 if gateway is True else 0),
+                    "INSERT INTO tokens (name, hash, created, gateway, id, scope) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        name,
+                        digest(secret),
+                        time.time(),
+                        1 if scope == "gateway" else 0,
+                        new_id(),
+                        scope,
+                    ),
                 )
                 self._conn.execute("COMMIT")
             except sqlite3.IntegrityError:
@@ -187,12 +252,22 @@ class TokenStore:
     def list(self) -> list[TokenInfo]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT name, created, revoked, last_used, gateway FROM tokens ORDER BY name"
+                "SELECT name, created, revoked, last_used, id, scope FROM tokens ORDER BY name"
             ).fetchall()
         return [
-            TokenInfo(name=r[0], created=r[1], revoked=r[2], last_used=r[3], gateway=bool(r[4]))
+            TokenInfo(
+                name=r[0], created=r[1], revoked=r[2], last_used=r[3], id=r[4], scope=_scope(r[5])
+            )
             for r in rows
         ]
+
+    def owners(self) -> int:
+        """How many active owner tokens exist."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT count(*) FROM tokens WHERE scope = 'owner' AND revoked IS NULL"
+            ).fetchone()
+        return int(row[0])
 
     def count(self) -> int:
         """How many tokens exist, revoked ones included."""
@@ -216,39 +291,51 @@ class TokenStore:
         wanted = digest(secret)
         with self._lock:
             row = self._conn.execute(
-                "SELECT name, hash, created, revoked, gateway, last_used FROM tokens "
+                "SELECT name, hash, created, revoked, scope, last_used, id FROM tokens "
                 "WHERE hash = ?",
                 (wanted,),
             ).fetchone()
             if row is None or not hmac.compare_digest(row[1], wanted) or row[3] is not None:
                 return None
-            name, last_used = row[0], row[5]
+            name, last_used, token_id = row[0], row[5], row[6]
             now = time.time()
             if (last_used is None or now - last_used >= TOUCH_EVERY) and now - self._touched.get(
-                name, 0.0
+                token_id, 0.0
             ) >= TOUCH_EVERY:
-                self._touched[name] = now
+                self._touched[token_id] = now
                 if self._toucher is None:
                     self._toucher = concurrent.futures.ThreadPoolExecutor(
                         1, thread_name_prefix="token-touch"
                     )
-                self._toucher.submit(self._touch, name, now)
+                self._toucher.submit(self._touch, token_id, now)
                 last_used = now
-        return TokenInfo(name=name, created=row[2], last_used=last_used, gateway=bool(row[4]))
+        return TokenInfo(
+            name=name, created=row[2], last_used=last_used, id=token_id, scope=_scope(row[4])
+        )
 
 
-def bearer(header: str | None) -> str | None:
-    """The token in an ``Authorization: Bearer ...`` header value, or None."""
+def _scope(value: object) -> Scope:
+    # A value no version wrote (a hand-edited row) is the least privilege: fail closed.
+    return value if value in ("owner", "agent", "gateway") else "agent"  # type: ignore[return-value]
+
+
+# RFC 7235: the auth scheme is case-insensitive; RFC 6750 b64token, bounded. One rule for
+# every entry point (the chat WebSocket and the MCP gate).
+_BEARER: Final = re.compile(r"^(?i:bearer) +([A-Za-z0-9\-._~+/]{8,512}=*)$")
+
+
+def bearer(header: str | bytes | None) -> str | None:
+    """The token in an ``Authorization: Bearer <token>`` header value, or None."""
     if not header:
         return None
-    scheme, _, value = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return None
-    return value.strip()
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    found = _BEARER.match(header.strip())
+    return found.group(1) if found is not None else None
 
 
 def ensure_first_token(store: TokenStore, home: Path) -> Path | None:
-    """On a store with no token at all, create one and write it once to a 0600 file in ``home``.
+    """On a store with no token at all, create an owner token, written once to a 0600 file.
 
     Returns the file's path when it was written, None when tokens already
     existed (the operator's choice stands, even if every one is revoked).
@@ -257,7 +344,7 @@ def ensure_first_token(store: TokenStore, home: Path) -> Path | None:
         return None
     path = home / FIRST_TOKEN_FILE
     try:
-        secret = store.create(FIRST_TOKEN_NAME)
+        secret = store.create(FIRST_TOKEN_NAME, scope="owner")
     except TokenError:
         return None  # another process created it between the count and now
     # O_EXCL: never follow or overwrite a file someone placed there.

@@ -207,12 +207,27 @@ class Trail:
         Their end is unknown (the daemon died somewhere in between), so ``ended_at``
         stays empty rather than holding the time of the restart.
         """
+        return len(self.recover_calls())
+
+    def recover_calls(self) -> list[tuple[str, str, str, bool]]:
+        """:meth:`recover`, returning each call marked: (call id, conversation id, tool,
+        whether it ran in the background: its conversation still waits for its result)."""
         with self._lock:
-            cur = self._conn.execute(
-                "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
-                "ended_at = NULL WHERE status = 'running'"
-            )
-            return cur.rowcount
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._conn.execute(
+                    "SELECT call_id, conversation_id, tool, background FROM trail "
+                    "WHERE status = 'running'"
+                ).fetchall()
+                self._conn.execute(
+                    "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
+                    "ended_at = NULL WHERE status = 'running'"
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
 
     def reserve(self) -> int:
         return next(self._ids)

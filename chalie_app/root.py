@@ -48,6 +48,7 @@ from actors.directory import Directory
 from actors.loop import EventLoopThread
 from actors.supervisor import Supervisor
 from chalie import control
+from chalie.admission import raise_descriptor_limit
 from chalie.config import Config
 from chalie.daemon import (
     EXIT_ALREADY_RUNNING,
@@ -427,12 +428,50 @@ def prepare(config: Config) -> tuple[Registry, Path]:
     db_path = config.layout.db
     book = Trail(db_path)
     try:
-        marked = book.recover()
+        marked = book.recover_calls()
     finally:
         book.close()
     if marked:
-        log.warning("calls in flight at the last stop marked interrupted", extra={"count": marked})
+        log.warning(
+            "calls in flight at the last stop marked interrupted", extra={"count": len(marked)}
+        )
+    deliver_interrupted(config, db_path, [m for m in marked if m[3]])
     return registry, db_path
+
+
+def deliver_interrupted(
+    config: Config, db_path: Path, background: Sequence[tuple[str, str, str, bool]]
+) -> None:
+    """A background call the last run lost: its conversation gets an interrupted result.
+
+    Its turn was told the result would come (and not to call it again); without this
+    nothing ever came. The result waits in the outbox for the conversation's next turn.
+    """
+    if not background:
+        return
+    from chalie.conversation.store import interrupted_envelope
+    from chalie.messages import BackgroundResult
+    from chalie.outbox import Outbox
+
+    outbox = Outbox(db_path, max_age=config.outbox.max_age, max_rows=config.outbox.max_rows)
+    try:
+        for call_id, conversation_id, tool, _ in background:
+            outbox.put(
+                BackgroundResult(
+                    call_id=call_id,
+                    conversation_id=conversation_id,
+                    tool=tool,
+                    envelope=interrupted_envelope(tool),
+                    status="error",
+                    code="interrupted",
+                )
+            )
+    finally:
+        outbox.close()
+    log.warning(
+        "background calls lost at the last stop: their conversations get an interrupted result",
+        extra={"count": len(background)},
+    )
 
 
 def run(
@@ -443,6 +482,9 @@ def run(
 ) -> int:
     """Run the daemon in the foreground until it is stopped; returns the exit code."""
     home = config.home
+    # Room for every listener's share and a reserve (chalie.admission): a flood of
+    # connections must never leave ZeroMQ without a descriptor (libzmq aborts then).
+    raise_descriptor_limit()
     try:
         config.layout.create()
         with instance_lock(home):

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from chalie.frames import TooDeep, check_depth, check_json_depth
 from chalie.messages import Answer as PermissionAnswer
 from chalie.messages import Busy
 
@@ -45,6 +46,7 @@ OVERSIZED: Final = "oversized-frame"
 UNKNOWN_KIND: Final = "unknown-kind"
 INVALID: Final = "invalid-frame"
 UNAUTHORIZED: Final = "unauthorized"
+FORBIDDEN: Final = "forbidden"
 ORIGIN_REFUSED: Final = "origin-not-allowed"
 TOO_MANY: Final = "too-many-clients"
 TOO_MANY_OPEN: Final = "too-many-conversations"
@@ -192,8 +194,18 @@ class Codec:
                 )
             )
         try:
+            # The one depth rule (chalie.frames) first: msgspec would recurse into the frame
+            # and raise RecursionError, which ended the session.
+            if self.format == "json":
+                check_json_depth(frame)
+            else:
+                check_depth(frame if isinstance(frame, bytes) else frame.encode())
             message: ClientMessage = self._decoder.decode(frame)
             return message
+        except TooDeep as exc:
+            raise FrameError(Rejected(code=MALFORMED, message=_one_line(str(exc)))) from None
+        except RecursionError:
+            raise FrameError(Rejected(code=MALFORMED, message="the frame nests too deep")) from None
         except msgspec.ValidationError as exc:
             raise FrameError(self._classify(frame, exc)) from None
         except msgspec.DecodeError as exc:

@@ -33,6 +33,7 @@ from chalie.conversation.events import ToolProgress
 from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.events import HUMANS
+from chalie.principals import Principal
 
 log = logging.getLogger("chalie.chat")
 
@@ -59,6 +60,7 @@ class ChatSession:
         codec: p.Codec,
         *,
         origin: str,
+        principal: Principal,
         outbox_limit: int,
         max_open: int,
         on_overflow: Callable[[], None],
@@ -66,6 +68,8 @@ class ChatSession:
         self._port = port
         self.codec = codec
         self.origin = origin
+        # Who this client is; a transport admits only an owner (chalie.principals.may_chat).
+        self.principal = principal
         self.outbox: asyncio.Queue[bytes] = asyncio.Queue(outbox_limit)
         self._max_open = max_open
         self._on_overflow = on_overflow
@@ -93,9 +97,11 @@ class ChatSession:
 
     def hello(self) -> None:
         self.push(p.Hello(max_frame_bytes=self.codec.max_frame_bytes))
-        # A person is connected: they also get what is addressed to every human
+        # The owner is connected: they also get what is addressed to every human
         # (an inbound agent's loop_in_human exchange, chalie/mcp_server/exchange.py).
-        self._humans = self._port.subscribe(HUMANS, self._for_humans)
+        # Only an owner: an exchange carries an agent's words and the calls it asked for.
+        if self.principal.is_owner:
+            self._humans = self._port.subscribe(HUMANS, self._for_humans)
 
     def _for_humans(self, event: Any) -> None:
         """From the publisher's thread: hand a broadcast to the session's loop."""
@@ -131,7 +137,7 @@ class ChatSession:
             done = await self._port.cancel(msg.conversation_id)
             self.push(p.Cancelled(id=msg.id, conversation_id=msg.conversation_id, cancelled=done))
         elif isinstance(msg, p.Answer):
-            found = await self._port.answer(msg.request_id, msg.answer)
+            found = await self._port.answer(msg.request_id, msg.answer, self.principal)
             self.push(p.Answered(id=msg.id, request_id=msg.request_id, found=found))
         elif isinstance(msg, p.Close):
             self._close_stream(msg.conversation_id)
@@ -157,6 +163,7 @@ class ChatSession:
                     client_msg_id=msg.client_msg_id,
                     busy=msg.busy,
                     origin=self.origin,
+                    principal=self.principal,
                 )
             )
         except BaseException:

@@ -2,9 +2,12 @@
 
 Admission happens before ``accept()``, each refusal a real HTTP response
 with a ``rejected`` body: a browser ``Origin`` outside the allow-list → 403;
-no valid bearer token (``Authorization: Bearer ...``, or for browsers, which
-cannot set headers, the subprotocol ``chalie.bearer.<token>`` beside
-``chalie``) → 401; too many clients → 503. An admitted client gets a
+no valid bearer token (``Authorization: Bearer ...``, the scheme in any
+case, or for browsers, which cannot set headers, the subprotocol
+``chalie.bearer.<token>``, alone or beside ``chalie``) → 401; a valid token
+that is not an owner's (an agent's, :func:`chalie.principals.may_chat`) → 403
+``forbidden``, logged with the token's id, never its secret; too many
+clients → 503. An admitted client gets a
 :class:`~chalie.chat.session.ChatSession`; one task reads its frames, one
 writes its outbox. A client that stops reading fills its outbox and is
 dropped; the others are not held up.
@@ -25,11 +28,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from chalie.admission import Admission, connection_cap, guarded_protocol
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
 from chalie.config import LOOPBACK_HOSTS, ChatConfig
 from chalie.conversation.port import ConversationsPort
 from chalie.listener import tcp_listener
+from chalie.principals import Principal, may_chat
 from chalie.tokens import TokenInfo, bearer
 
 log = logging.getLogger("chalie.chat.websocket")
@@ -56,6 +61,7 @@ class WebSocketBridge:
         self._task: asyncio.Task[None] | None = None
         self._sessions: set[ChatSession] = set()
         self._admitting = 0
+        self.admission: Admission | None = None
         self.address: tuple[str, int] | None = None
 
     @property
@@ -75,9 +81,10 @@ class WebSocketBridge:
             )
         sock = tcp_listener(cfg.host, cfg.port)
         self.address = sock.getsockname()[:2]
+        self.admission = Admission("chat", connection_cap(cfg.max_connections), cfg.request_timeout)
         uv = uvicorn.Config(
             self.app(),
-            http="httptools",
+            http=guarded_protocol(self.admission),
             ws="wsproto",
             lifespan="off",
             log_config=None,
@@ -141,8 +148,21 @@ class WebSocketBridge:
             log.warning("chat WebSocket refused a foreign origin", extra={"origin": origin[:200]})
             await self._refuse(ws, 403, p.ORIGIN_REFUSED, "this Origin is not in chat.origins")
             return
-        if len(self._sessions) + self._admitting >= cfg.max_clients:
-            await self._refuse(ws, 503, p.TOO_MANY, f"at most {cfg.max_clients} chat clients")
+        # Upgraded clients hold descriptors too: no more than the listener's share of them.
+        most = min(cfg.max_clients, self.admission.cap if self.admission else cfg.max_clients)
+        if len(self._sessions) + self._admitting >= most:
+            await self._refuse(ws, 503, p.TOO_MANY, f"at most {most} chat clients")
+            return
+        offered = ws.scope.get("subprotocols", [])
+        if any(o.startswith(TOKEN_SUBPROTOCOL) for o in offered) and SUBPROTOCOL not in offered:
+            # The token cannot be echoed as the chosen subprotocol, and a browser fails a
+            # handshake that selects none of those it offered: say so in a real response.
+            await self._refuse(
+                ws,
+                400,
+                p.INVALID,
+                f"offer the subprotocol {SUBPROTOCOL!r} beside {TOKEN_SUBPROTOCOL}<token>",
+            )
             return
         self._admitting += 1
         try:
@@ -153,11 +173,20 @@ class WebSocketBridge:
         if info is None:
             await self._refuse(ws, 401, p.UNAUTHORIZED, "a valid bearer token is required")
             return
-        offered = ws.scope.get("subprotocols", [])
+        principal = info.principal()
+        if not may_chat(principal):
+            log.warning(
+                "chat WebSocket refused a token that is not an owner's",
+                extra={"token_id": info.id, "scope": info.scope},
+            )
+            await self._refuse(
+                ws, 403, p.FORBIDDEN, f"a {info.scope} token cannot chat; chat needs an owner token"
+            )
+            return
         await ws.accept(
             subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered or as_subprotocol else None
         )
-        await self._converse(ws, f"websocket:{info.name}", secret)
+        await self._converse(ws, f"websocket:{info.name}", secret, principal)
 
     async def _still_valid(self, secret: str | None) -> None:
         """Return once the connection's token is no longer valid (revoked)."""
@@ -167,12 +196,15 @@ class WebSocketBridge:
                 log.info("chat WebSocket client disconnected: its token was revoked")
                 return
 
-    async def _converse(self, ws: WebSocket, origin: str, secret: str | None) -> None:
+    async def _converse(
+        self, ws: WebSocket, origin: str, secret: str | None, principal: Principal
+    ) -> None:
         dropped = asyncio.Event()
         session = ChatSession(
             self._port,
             p.Codec("json", self._config.max_frame_bytes),
             origin=origin,
+            principal=principal,
             outbox_limit=self._config.send_queue,
             max_open=self._config.max_open_conversations,
             on_overflow=dropped.set,

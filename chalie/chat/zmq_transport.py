@@ -37,6 +37,7 @@ from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
 from chalie.config import ChatConfig
 from chalie.conversation.port import ConversationsPort
+from chalie.principals import LOCAL_OWNER
 
 log = logging.getLogger("chalie.chat.zmq")
 
@@ -211,6 +212,8 @@ class ZmqBridge:
             self._port,
             p.Codec("msgpack", cfg.max_frame_bytes),
             origin="zmq:tcp" if index else "zmq:ipc",
+            # The ipc socket is 0600 (the OS user); TCP admits only the operator's CURVE keys.
+            principal=LOCAL_OWNER,
             outbox_limit=cfg.send_queue,
             max_open=cfg.max_open_conversations,
             on_overflow=overflow,

@@ -69,6 +69,10 @@ class PermissionRequested(ConversationEvent, tag="permission_request", frozen=Tr
     act_summary: str
     params: dict[str, Any]
     expires_at: float
+    # Who asked through which channel, what a sensitive call reaches, the prompt to show.
+    asked_by: str = ""
+    reach: str | None = None
+    prompt: str = ""
 
 
 class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):

@@ -5,8 +5,10 @@ The chat bridges, the inbound MCP server and the control commands (``chalie ask`
 for it (``actors/conversations_port.py``, over the Conversations and Policy actors).
 Every method is awaited on the daemon's event loop and never blocks it.
 
-Who may touch which conversation is checked in that one adapter: every client's
-request passes through it, so a rule written there holds for all of them.
+Who may touch which conversation is checked behind that one adapter: a message
+carries its sender's principal (``SendMessage.principal``) and an answer its
+answerer's, and the Conversations and Policy actors apply the rules of
+:mod:`chalie.principals` to every client alike.
 
 Errors: :class:`~chalie.conversation.requests.ConversationError` when the
 conversations refuse a request (its ``code`` is a stable error code), and
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 
 from chalie.conversation.events import Event
 from chalie.conversation.requests import Accepted, SendMessage
+from chalie.principals import Principal
 
 
 class ConversationsUnavailable(RuntimeError):
@@ -46,8 +49,12 @@ class ConversationsPort(Protocol):
         """The stored events after ``after_seq``, at most ``limit``, in order."""
         ...
 
-    async def answer(self, request_id: str, answer: str) -> bool:
-        """A person's answer to a permission request; False when it is no longer pending."""
+    async def answer(self, request_id: str, answer: str, by: Principal) -> bool:
+        """``by``'s answer to a permission request; False when it is no longer pending.
+
+        Only the owner answers (:func:`chalie.principals.may_answer`): anyone else gets
+        ConversationError ``forbidden`` and the request stays pending.
+        """
         ...
 
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:

@@ -14,6 +14,7 @@ import msgspec
 
 from chalie.control import Args, Id
 from chalie.messages import Busy
+from chalie.principals import Principal
 
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CLIENT_ID_MAX: Final = 128
@@ -32,6 +33,12 @@ class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # A person will answer this turn's asks although its channel has none (an inbound
     # agent's loop_in_human turn, chalie/mcp_server/talk.py); this turn only.
     human_present: bool = False
+    # Who sends it (chalie.principals); None: the local owner. A new conversation
+    # belongs to it; an existing one accepts only its owner principal or the owner.
+    principal: Principal | None = None
+    # An inbound agent's turn with [mcp_server] park_asks: an ask that would be a deny
+    # becomes a request the owner answers later (chalie.approvals); this turn only.
+    park_asks: bool = False
 
 
 class Accepted(msgspec.Struct, frozen=True, kw_only=True):

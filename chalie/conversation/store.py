@@ -13,6 +13,7 @@ it (SQLite takes one writer at a time anyway; WAL lets readers in).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import sqlite3
 import threading
@@ -35,6 +36,7 @@ from chalie.conversation.events import (
 )
 from chalie.dispatch import envelope_name
 from chalie.envelope import render
+from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
 
@@ -52,7 +54,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     origin TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    title TEXT NOT NULL DEFAULT ''
+    title TEXT NOT NULL DEFAULT '',
+    principal TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS conversation_messages (
     conversation_id TEXT NOT NULL,
@@ -83,6 +86,12 @@ CREATE TABLE IF NOT EXISTS conversation_turns (
 );
 CREATE INDEX IF NOT EXISTS conversation_turns_state ON conversation_turns (state);
 """
+
+# A conversation made before principals belongs to the owner (only the owner sees it).
+_MIGRATE_PRINCIPAL: Final = (
+    "ALTER TABLE conversations ADD COLUMN principal TEXT NOT NULL DEFAULT ''"
+)
+_principal_decoder: Final = msgspec.json.Decoder(Principal)
 
 _msg_encoder: Final = msgspec.json.Encoder()
 _msg_decoder: Final = msgspec.json.Decoder(ChatMessage)
@@ -119,6 +128,8 @@ class ConversationInfo(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     messages: int
     last_seq: int
+    # Who the conversation belongs to; None: the owner (made before principals, or locally).
+    principal: Principal | None = None
 
 
 class TurnRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +175,10 @@ class ConversationStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(_SCHEMA)
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(conversations)")}
+            if "principal" not in columns:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process won
+                    self._conn.execute(_MIGRATE_PRINCIPAL)
 
     def close(self) -> None:
         with self._lock:
@@ -181,22 +196,38 @@ class ConversationStore:
             self._conn.execute("COMMIT")
 
     # -- conversations ------------------------------------------------------------------
-    def create(self, conversation_id: str, channel: str, origin: str = "", title: str = "") -> None:
+    def create(
+        self,
+        conversation_id: str,
+        channel: str,
+        origin: str = "",
+        title: str = "",
+        principal: Principal | None = None,
+    ) -> None:
         now = time.time()
+        owner = "" if principal is None else msgspec.json.encode(principal).decode()
         with self._tx() as c:
             c.execute(
-                "INSERT INTO conversations (id, channel, origin, created, updated, title) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, channel, origin, now, now, title[:200]),
+                "INSERT INTO conversations (id, channel, origin, created, updated, title, "
+                "principal) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, channel, origin, now, now, title[:200], owner),
             )
 
     def channel_of(self, conversation_id: str) -> str | None:
         """The conversation's channel, or None when it does not exist (a cheap lookup)."""
+        found = self.placement(conversation_id)
+        return None if found is None else found[0]
+
+    def placement(self, conversation_id: str) -> tuple[str, str] | None:
+        """The conversation's channel and its owning principal's id ('' for the owner)."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT channel FROM conversations WHERE id = ?", (conversation_id,)
+                "SELECT channel, principal FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        owner = _principal(row[1])
+        return str(row[0]), "" if owner is None or owner.is_owner else owner.id
 
     def info(self, conversation_id: str) -> ConversationInfo | None:
         with self._lock:
@@ -204,7 +235,7 @@ class ConversationStore:
                 "SELECT id, channel, origin, created, updated, title, "
                 "(SELECT COUNT(*) FROM conversation_messages m WHERE m.conversation_id = c.id), "
                 "(SELECT COALESCE(MAX(seq), 0) FROM conversation_events e "
-                " WHERE e.conversation_id = c.id) "
+                " WHERE e.conversation_id = c.id), principal "
                 "FROM conversations c WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
@@ -216,7 +247,7 @@ class ConversationStore:
                 "SELECT id, channel, origin, created, updated, title, "
                 "(SELECT COUNT(*) FROM conversation_messages m WHERE m.conversation_id = c.id), "
                 "(SELECT COALESCE(MAX(seq), 0) FROM conversation_events e "
-                " WHERE e.conversation_id = c.id) "
+                " WHERE e.conversation_id = c.id), principal "
                 "FROM conversations c ORDER BY updated DESC LIMIT ?",
                 (max(1, min(limit, 10_000)),),
             ).fetchall()
@@ -478,4 +509,15 @@ def _info(row: tuple[Any, ...]) -> ConversationInfo:
         title=row[5],
         messages=int(row[6]),
         last_seq=int(row[7]),
+        principal=_principal(row[8]) if len(row) > 8 else None,
     )
+
+
+def _principal(raw: object) -> Principal | None:
+    if not raw or not isinstance(raw, str):
+        return None
+    try:
+        return _principal_decoder.decode(raw)
+    except msgspec.DecodeError:
+        # An unreadable owner is nobody's but the owner's (fail closed).
+        return None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chalie.mcp import server_log
 from chalie.mcp.importing import ImportFileError, parse_servers
 from chalie.mcp.oauth import revoke
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
@@ -69,6 +70,7 @@ class McpAdmin:
     ) -> None:
         self.store = McpStore(db_path)
         self.secrets = SecretFile(home)
+        self.logs_dir = home / "logs"
         self._on_change = on_change or (lambda: None)
 
     def close(self) -> None:
@@ -153,12 +155,16 @@ class McpAdmin:
         tools = len(self.store.tools(row.name))
         self.store.remove_server(row.name)
         dropped = self.secrets.drop_server(row.name)
+        # Its log goes with it (the connection actor closes its stream on stop; an open
+        # file unlinked here is freed then).
+        logs = server_log.remove(self.logs_dir, row.name)
         self._changed()
         return {
             "name": row.name,
             "removed_tools": tools,
             "removed_secrets": dropped,
             "revoked_tokens": revoked,
+            "removed_logs": logs,
         }
 
     def approve(self, name: str, tool: str | None = None) -> dict[str, Any]:

@@ -13,7 +13,10 @@ one server and the server's current (complete, paginated) tool list:
 - a quarantined tool that reverts to its pinned definition is ``active`` again;
 - a tool the server no longer lists becomes ``gone`` (its name is kept, so
   the same remote tool gets the same proxy name if it returns);
-- a tool whose schema we cannot use is ``incompatible`` (never callable).
+- a tool whose schema we cannot use is ``incompatible`` (never callable); its
+  pin stays the last approved definition, so a definition change from any
+  state (``incompatible`` and ``gone`` included) is quarantined: only the
+  pinned definition comes back ``active`` without the operator.
 """
 
 from __future__ import annotations
@@ -226,25 +229,35 @@ def plan(
                 out.added.append(proxy)
             continue
         callable_before = row.state == "active"
-        if row.state == "incompatible" or (problem and digest != row.pin):
-            # never callable before, or broken now: no pin to defend, take it as listed
-            state: State = "incompatible" if problem else "active"
+        if problem:
+            # Broken now: never callable, shown as listed; the pin (the last approved
+            # definition) stays, so only that definition makes it active again.
             new = msgspec.structs.replace(
                 row,
                 description=tool.description,
                 schema=tool.schema,
-                pin=digest,
-                state=state,
+                state="incompatible",
                 changed="",
                 pending=None,
-                updated_at=now,
-                problem=problem or "",
+                problem=problem,
             )
+            if new != row:
+                new = msgspec.structs.replace(new, updated_at=now)
         elif digest == row.pin:
-            new = msgspec.structs.replace(row, state="active", changed="", pending=None)
+            new = msgspec.structs.replace(
+                row,
+                description=tool.description,
+                schema=tool.schema,
+                state="active",
+                changed="",
+                pending=None,
+                problem="",
+            )
             if new != row:
                 new = msgspec.structs.replace(new, updated_at=now)
         else:
+            # Any change of definition, from any state (active, incompatible, gone,
+            # quarantined), waits for the operator's approval.
             pending = row.pending
             if (
                 pending is not None
@@ -257,6 +270,7 @@ def plan(
                 state="quarantined",
                 changed=what_changed(_as_remote(row), tool),
                 pending=tool,
+                problem="",
                 updated_at=now,
             )
             if row.state != "quarantined":

@@ -35,6 +35,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import chalie
+from chalie.admission import Admission, connection_cap, guarded_protocol
 from chalie.config import McpServerConfig
 from chalie.listener import tcp_listener
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
@@ -229,6 +230,8 @@ def build_app(
         max_body_bytes=config.max_body_bytes,
         max_sessions=config.max_sessions,
         resource=url_of(config.host, port),
+        max_sessions_per_token=config.max_sessions_per_token,
+        session_idle_timeout=config.session_idle_timeout,
     )
 
     @contextlib.asynccontextmanager
@@ -261,6 +264,7 @@ class McpHttpServer:
         self._uvicorn: uvicorn.Server | None = None
         self._sock: socket.socket | None = None
         self._stopping = False
+        self.admission: Admission | None = None
 
     @property
     def url(self) -> str:
@@ -277,9 +281,12 @@ class McpHttpServer:
         app, self.gate, _ = build_app(
             self.config, self.port, self.talk, self._verifier, self.gateway
         )
+        self.admission = Admission(
+            "mcp", connection_cap(self.config.max_connections), self.config.request_timeout
+        )
         cfg = uvicorn.Config(
             app,
-            http="httptools",
+            http=guarded_protocol(self.admission),
             log_level="warning",
             access_log=False,
             lifespan="on",

@@ -3,8 +3,12 @@
 Published twice per surfaced exchange (``phase`` "asked", then "answered") to
 every connected chat client through :class:`HumanDesk`; with
 ``[mcp_server] loop_in_human_asks`` also once per approval the turn needs
-(``phase`` "permission", carrying the ``request_id`` a client answers with
-its ``answer`` frame and a ``prompt`` naming the agent).
+(``phase`` "permission", carrying the ``request_id`` an owner client answers
+with its ``answer`` frame and a ``prompt`` naming the agent, its channel and
+the call's parameters, one escaped line each). Only owner sessions receive
+them (:class:`chalie.chat.session.ChatSession`), and only an owner's answer
+counts (:func:`chalie.principals.may_answer`): the agent never approves its
+own request.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class AgentExchange(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exchan
     act_summary: str = ""
     expires_at: float = 0.0
     prompt: str = ""
+    # phase "answered": the calls Chalie made for the agent ("tool: status").
+    calls: tuple[str, ...] = ()
     ts: float = msgspec.field(default_factory=time.time)
 
 

@@ -7,13 +7,17 @@ Order for every HTTP request, each step answering itself when it refuses:
    takes bearer tokens in the header and names no authorization server (tokens
    come from ``chalie token``), so an OAuth-capable client reports a bad token
    instead of an OAuth failure. Any other ``/.well-known/`` path is 404.
-1. ``Authorization: Bearer <token>`` (the scheme in any case, :func:`bearer_secret`)
-   parsed and verified against the token store: missing, malformed, unknown or
-   revoked → 401 with ``WWW-Authenticate`` (naming the metadata).
+1. ``Authorization: Bearer <token>`` (the scheme in any case, one rule:
+   :func:`chalie.tokens.bearer`) parsed and verified against the token store:
+   missing, malformed, unknown or revoked → 401 with ``WWW-Authenticate``.
+   The caller is the token's principal (id and scope); what is keyed by a
+   token below is keyed by its id.
 2. The token's requests-per-minute bucket → 429 with ``Retry-After``.
 3. A body over the limit (by ``Content-Length`` or as it streams) → 413.
 4. A stateful session belongs to the token that opened it: a request naming
-   another token's ``mcp-session-id`` gets 404, as an unknown session would.
+   another token's (or an unknown) ``mcp-session-id`` gets 404; a token at its
+   session quota cannot open another (429), so one token cannot use them all.
+   A body nested past the depth rule gets 400 ``malformed-frame``.
 5. A ``tools/call`` takes one of the token's turn slots for as long as its
    response runs → 429 with ``Retry-After`` when all are in use.
 6. The request goes on with a :class:`Caller` in ``scope["state"]`` (the tool
@@ -30,14 +34,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import msgspec
 
+from chalie.frames import MAX_DEPTH, TooDeep, check_json_depth
 from chalie.mcp_server.limits import Refused, TokenLimits
+from chalie.principals import Principal, check_scope, may_use_gateway
+from chalie.principals import Scope as TokenScope
+from chalie.tokens import bearer
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -49,22 +57,19 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 CALLER_KEY: Final = "chalie.caller"
 REALM: Final = 'Bearer realm="chalie"'
-# Token checks read (and stamp) SQLite, which may wait on another writer: never on the loop.
-# RFC 6750 b64token, bounded; the scheme is case-insensitive (RFC 9110 11.1).
-_BEARER: Final = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]{8,512}=*)$")
 WELL_KNOWN: Final = "/.well-known/"
 RESOURCE_METADATA: Final = "/.well-known/oauth-protected-resource"
-
-
-def bearer_secret(header: str) -> str | None:
-    """The token of an ``Authorization`` header value, or None when it is not a bearer one."""
-    match = _BEARER.match(header)
-    return match.group(1) if match is not None else None
 
 
 class NamedToken(Protocol):
     @property
     def name(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def scope(self) -> str: ...
 
 
 class TokenVerifier(Protocol):
@@ -75,12 +80,21 @@ class TokenVerifier(Protocol):
 
 @dataclass
 class Caller:
-    """Who sent this request, as the gate established it."""
+    """Who sent this request, as the gate established it: a token's principal."""
 
     token_name: str
+    token_id: str = ""
+    scope: TokenScope = "agent"
     gone: asyncio.Event = field(default_factory=asyncio.Event)
-    # The token carries the gateway permission (direct tool calls, when the server allows).
-    gateway: bool = False
+
+    @property
+    def gateway(self) -> bool:
+        """The token may call Chalie's tools directly (when the server allows)."""
+        return may_use_gateway(self.principal)
+
+    @property
+    def principal(self) -> Principal:
+        return Principal(scope=self.scope, id=self.token_id, name=self.token_name)
 
 
 @dataclass
@@ -89,6 +103,7 @@ class GateStats:
     unauthorized: int = 0
     limited: int = 0
     too_large: int = 0
+    malformed: int = 0
 
 
 class _Peek(msgspec.Struct):
@@ -146,6 +161,8 @@ class Gate:
         max_body_bytes: int,
         max_sessions: int = 1_000,
         resource: str = "",
+        max_sessions_per_token: int | None = None,
+        session_idle_timeout: float = 600.0,
     ) -> None:
         self.app = app
         self.resource = resource  # this server's MCP URL, as RFC 9728 metadata names it
@@ -153,7 +170,9 @@ class Gate:
         self._verifier: TokenVerifier | None = None
         self.limits = limits
         self.max_body = max_body_bytes
-        self.sessions = SessionOwners(max_sessions)
+        self.sessions = SessionOwners(
+            max_sessions, per_token=max_sessions_per_token, idle_timeout=session_idle_timeout
+        )
         self.stats = GateStats()
 
     def _verify(self, secret: str) -> NamedToken | None:
@@ -172,50 +191,77 @@ class Gate:
         who = await self._authenticate(scope, send)
         if who is None:
             return
-        name, gateway = who
+        # Limits and sessions are keyed by the token's id, never its name.
+        key = who.token_id
         try:
-            self.limits.admit(name)
+            self.limits.admit(key)
         except Refused as exc:
             self.stats.limited += 1
             await self._too_many(send, exc)
             return
         session = _header(scope, b"mcp-session-id")
-        if session is not None and not self.sessions.allows(session, name):
+        if session is not None and not self.sessions.allows(session, key):
             self.stats.unauthorized += 1
             await refuse(send, 404, "unknown-session", "Session not found")
             return
-        send = self.sessions.recorder(name, send)
+        if session is None and not self.sessions.room_for(key):
+            # A new session for a token at its quota: others' sessions stay reachable.
+            self.stats.limited += 1
+            log.warning(
+                "MCP token at its session quota; new session refused",
+                extra={"token_id": key, "quota": self.sessions.per_token},
+            )
+            await refuse(
+                send,
+                429,
+                Refused.code,
+                f"this token already holds {self.sessions.per_token} sessions; "
+                "end one (DELETE) or reuse its mcp-session-id",
+                [(b"retry-after", b"60")],
+            )
+            return
+        send = self.sessions.recorder(
+            key, send, deleting=session if scope.get("method") == "DELETE" else None
+        )
         if scope.get("method") != "POST":
-            scope.setdefault("state", {})[CALLER_KEY] = Caller(name, gateway=gateway)
+            scope.setdefault("state", {})[CALLER_KEY] = who
             self.stats.admitted += 1
             await self.app(scope, receive, send)
             return
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
+        if not _well_formed(body):
+            self.stats.malformed += 1
+            await refuse(
+                send,
+                400,
+                "malformed-frame",
+                f"the body nests deeper than {MAX_DEPTH} levels",
+            )
+            return
         is_call = _is_tool_call(scope, body)
         if is_call:
             try:
-                self.limits.begin_turn(name)
+                self.limits.begin_turn(key)
             except Refused as exc:
                 self.stats.limited += 1
                 await self._too_many(send, exc)
                 return
-        caller = Caller(name, gateway=gateway)
-        scope.setdefault("state", {})[CALLER_KEY] = caller
+        scope.setdefault("state", {})[CALLER_KEY] = who
         self.stats.admitted += 1
         try:
-            await self._forward(scope, receive, send, body, caller)
+            await self._forward(scope, receive, send, body, who)
         finally:
             if is_call:
-                self.limits.end_turn(name)
+                self.limits.end_turn(key)
 
-    async def _authenticate(self, scope: Scope, send: Send) -> tuple[str, bool] | None:
+    async def _authenticate(self, scope: Scope, send: Send) -> Caller | None:
         raw = _header(scope, b"authorization")
         if raw is None:
             await self._unauthorized(send, REALM, "a bearer token is required")
             return None
-        secret = bearer_secret(raw.decode("latin-1"))
+        secret = bearer(raw)
         if secret is None:
             await self._unauthorized(
                 send,
@@ -237,7 +283,13 @@ class Gate:
                 send, f'{REALM}, error="invalid_token"', "the token is unknown or revoked"
             )
             return None
-        return info.name, getattr(info, "gateway", False) is True
+        try:
+            token_scope = check_scope(getattr(info, "scope", "agent"))
+        except ValueError:
+            token_scope = "agent"  # fail closed: the least privilege
+        return Caller(
+            info.name, token_id=str(getattr(info, "id", "") or info.name), scope=token_scope
+        )
 
     async def _unauthorized(self, send: Send, challenge: str, message: str) -> None:
         self.stats.unauthorized += 1
@@ -354,38 +406,88 @@ class Gate:
 
 
 class SessionOwners:
-    """mcp-session-id → the token that opened it, learnt from the responses that create one.
+    """mcp-session-id → the token id that opened it, learnt from the responses that create one.
 
-    Bounded: past ``2 * max_sessions`` entries the oldest are forgotten (the MCP
-    app holds at most ``max_sessions`` sessions; a forgotten one is re-bound to
-    the next token that presents it, which the app itself will have reaped).
+    A session id the gate never saw created is refused (404): an entry can be
+    neither flushed nor re-bound to another token. An entry leaves when its
+    session is deleted (a DELETE answered 2xx) or has been idle past the app's
+    own idle timeout (the app reaped it too). Each token holds at most
+    ``per_token`` sessions, so one token cannot use up ``max_sessions``.
     """
 
-    def __init__(self, max_sessions: int) -> None:
-        self._owners: dict[bytes, str] = {}
-        self._cap = 2 * max_sessions
+    def __init__(
+        self, max_sessions: int, *, per_token: int | None = None, idle_timeout: float = 600.0
+    ) -> None:
+        self._owners: dict[bytes, tuple[str, float]] = {}  # session -> (token id, last seen)
+        self._per: dict[str, int] = {}
+        self.max_sessions = max_sessions
+        self.per_token = per_token if per_token is not None else max_sessions
+        self._idle = idle_timeout
+        self._clock = time.monotonic
 
-    def allows(self, session: bytes, token_name: str) -> bool:
-        owner = self._owners.get(session)
-        return owner is None or owner == token_name
+    def allows(self, session: bytes, token_id: str) -> bool:
+        found = self._owners.get(session)
+        if found is None or found[0] != token_id:
+            return False
+        self._owners[session] = (token_id, self._clock())
+        return True
 
-    def recorder(self, token_name: str, send: Send) -> Send:
+    def room_for(self, token_id: str) -> bool:
+        """May ``token_id`` open one more session?"""
+        if self._per.get(token_id, 0) < self.per_token:
+            return True
+        self._sweep()
+        return self._per.get(token_id, 0) < self.per_token
+
+    def recorder(self, token_id: str, send: Send, *, deleting: bytes | None = None) -> Send:
         async def recording(message: Message) -> None:
             if message["type"] == "http.response.start":
                 for key, value in message.get("headers", ()):
                     if key.lower() == b"mcp-session-id":
-                        self._bind(bytes(value), token_name)
+                        self._bind(bytes(value), token_id)
+                status = int(message.get("status", 0))
+                if deleting is not None and (200 <= status < 300 or status == 404):
+                    self._drop(deleting)
             await send(message)
 
         return recording
 
-    def _bind(self, session: bytes, token_name: str) -> None:
-        self._owners.setdefault(session, token_name)
-        while len(self._owners) > self._cap:
-            del self._owners[next(iter(self._owners))]
+    def _bind(self, session: bytes, token_id: str) -> None:
+        if session in self._owners:
+            return  # first owner wins
+        if len(self._owners) >= self.max_sessions:
+            self._sweep()
+        self._owners[session] = (token_id, self._clock())
+        self._per[token_id] = self._per.get(token_id, 0) + 1
+
+    def _drop(self, session: bytes) -> None:
+        found = self._owners.pop(session, None)
+        if found is not None:
+            left = self._per.get(found[0], 0) - 1
+            if left > 0:
+                self._per[found[0]] = left
+            else:
+                self._per.pop(found[0], None)
+
+    def _sweep(self) -> None:
+        cutoff = self._clock() - self._idle
+        for session in [k for k, (_, seen) in self._owners.items() if seen < cutoff]:
+            self._drop(session)
+
+    def held(self, token_id: str) -> int:
+        return self._per.get(token_id, 0)
 
     def __len__(self) -> int:
         return len(self._owners)
+
+
+def _well_formed(body: bytes) -> bool:
+    """Not nested past the one depth rule (chalie.frames): a parser would recurse into it."""
+    try:
+        check_json_depth(body)
+    except TooDeep:
+        return False
+    return True
 
 
 def _is_tool_call(scope: Scope, body: bytes) -> bool:
@@ -394,5 +496,5 @@ def _is_tool_call(scope: Scope, body: bytes) -> bool:
         return True
     try:
         return _peek.decode(body).method == "tools/call"
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return False  # not one JSON-RPC object: the MCP app answers it

@@ -9,8 +9,9 @@ Each direct call is one :class:`~chalie.messages.ToolCall` through the
 dispatcher chokepoint (:class:`ToolsPort`), with a restricted
 :class:`~chalie.messages.TurnContext` on the ``external_agent`` channel (no
 human present: ``ask`` is ``deny``). The token's name is in the context's
-conversation id (``mcp-gateway:NAME``, recorded on every trail row) and its
-turn id (``gateway:NAME``, the key of the tools find_tools injected). The
+conversation id (``mcp-gateway:ID``, recorded on every trail row) and its
+turn id (``gateway:ID``, the key of the tools find_tools injected; the
+token's id, so a new token reusing the name inherits nothing). The
 outcome comes back as MCP content: the envelope as text, the status, code
 and rich payload as structured content. When a call changes what the token
 sees, ``notifications/tools/list_changed`` goes out: on the server's
@@ -53,15 +54,16 @@ class ToolsPort(Protocol):
     def descriptors(self, names: tuple[str, ...]) -> list[dict[str, Any]]: ...
 
 
-def turn_id(token_name: str) -> str:
-    return TURN_PREFIX + token_name
+def turn_id(token_id: str) -> str:
+    return TURN_PREFIX + token_id
 
 
-def context_for(token_name: str) -> TurnContext:
+def context_for(caller: Caller) -> TurnContext:
     """The restricted context of a token's direct calls: only find_tools and what it found."""
     return TurnContext(
-        conversation_id=CONVERSATION_PREFIX + token_name,
-        turn_id=turn_id(token_name),
+        conversation_id=CONVERSATION_PREFIX + caller.token_id,
+        turn_id=turn_id(caller.token_id),
+        principal=caller.principal,
         channel=CHANNEL,
         human_present=False,
         allow_async=False,
@@ -121,7 +123,7 @@ class Gateway:
         if not self.opens_for(caller) or self._port is None:
             return ()
         assert caller is not None
-        found = self._port.injected(turn_id(caller.token_name)) - {FIND_TOOLS}
+        found = self._port.injected(turn_id(caller.token_id)) - {FIND_TOOLS}
         return (FIND_TOOLS, *sorted(found))
 
     def tools(self, caller: Caller | None) -> list[MCPTool]:
@@ -144,6 +146,11 @@ class Gateway:
         the token's turn does not hold (``unknown-tool``) at the chokepoint.
         """
         if not self.opens_for(caller) or self._port is None:
+            if caller is not None:
+                log.warning(
+                    "MCP direct tool call refused: the token is not a gateway token",
+                    extra={"token_id": caller.token_id, "scope": caller.scope},
+                )
             return refused(name)
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
             return refused(str(name))
@@ -153,7 +160,7 @@ class Gateway:
             call_id=f"mcp-{uuid.uuid4().hex}",
             tool=name,
             arguments=arguments,
-            context=context_for(caller.token_name),
+            context=context_for(caller),
         )
         outcome = await self._port.call(call)
         if self.names(caller) != before:

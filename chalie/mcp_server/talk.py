@@ -35,6 +35,7 @@ from typing import Any, Final
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 
+from chalie.approvals import ApprovalStore
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequested,
@@ -47,6 +48,7 @@ from chalie.conversation.events import (
 from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
 from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.display import one_line
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
@@ -63,6 +65,17 @@ DENY_WHY: Final = {
         "it needs a person's approval and no human is present on the external_agent channel"
     ),
     "approval-expired": "the person asked to approve it did not answer in time",
+    "approval-pending": (
+        "it waits for the owner's approval; once they have answered, ask again in this conversation"
+    ),
+}
+# How an owner's answer to a parked request is told to the agent's next turn.
+OUTCOME_WORDS: Final = {
+    "allow_once": "allowed once (make the call again now)",
+    "allow_always": "allowed (make the call again now)",
+    "deny": "refused",
+    "expired": "not answered in time (refused)",
+    "withdrawn": "withdrawn",
 }
 
 
@@ -92,9 +105,14 @@ def error_result(code: str, message: str, data: dict[str, Any] | None = None) ->
     )
 
 
-def framed(req: TalkRequest) -> str:
-    """The user message of the turn: who asks, for what, then their words."""
-    return f"[agent: {req.agent_name} · project: {req.project_or_task_name}]\n{req.message}"
+def framed(req: TalkRequest, told: list[tuple[str, str, str]] | None = None) -> str:
+    """The user message of the turn: who asks, for what, the owner's answers to its parked
+    requests (park_asks), then their words."""
+    head = f"[agent: {req.agent_name} · project: {req.project_or_task_name}]"
+    for request_id, permission, state in told or ():
+        words = OUTCOME_WORDS.get(state, state)
+        head += f"\n[the owner answered request {request_id} ({permission}): {words}]"
+    return f"{head}\n{req.message}"
 
 
 class TalkToChalie:
@@ -108,9 +126,12 @@ class TalkToChalie:
         *,
         turn_wait: float,
         asks: bool = False,
+        approvals: ApprovalStore | None = None,
     ) -> None:
         self.port = port
         self.asks = asks
+        # park_asks: the store of parked requests, to tell the agent their outcomes.
+        self.approvals = approvals
         self.owners = owners
         self.desk = desk
         self.turn_wait = turn_wait
@@ -162,7 +183,7 @@ class TalkToChalie:
                 owner = await loop.run_in_executor(
                     self._pool, self.owners.owner, req.conversation_id
                 )
-            if owner != caller.token_name:
+            if owner != caller.token_id:
                 raise ToolCallError(
                     "unknown-conversation",
                     f"no conversation {req.conversation_id!r} belongs to this token; "
@@ -170,6 +191,17 @@ class TalkToChalie:
                 )
         follow = _Follow(loop, uuid.uuid4().hex)
         human = bool(req.loop_in_human and self.asks and self._humans() > 0)
+        park = self.approvals is not None and not human
+        told: list[tuple[str, str, str]] = []
+        if park and req.conversation_id is not None and self.approvals is not None:
+            # The owner's answers since the agent's last message in this conversation.
+            told = await loop.run_in_executor(
+                self._pool, self.approvals.outcomes, req.conversation_id
+            )
+        follow.park = park
+        follow.told = [
+            {"request_id": r, "permission": perm, "outcome": state} for r, perm, state in told
+        ]
         sub = None
         if req.conversation_id is not None:
             sub = self.port.subscribe(req.conversation_id, follow.push)
@@ -179,10 +211,12 @@ class TalkToChalie:
                     SendMessage(
                         conversation_id=req.conversation_id,
                         channel=CHANNEL,
-                        text=framed(req),
+                        text=framed(req, told),
                         client_msg_id=follow.client_msg_id,
                         origin=origin(caller.token_name),
+                        principal=caller.principal,
                         human_present=human,
+                        park_asks=park,
                     )
                 )
             )
@@ -211,9 +245,10 @@ class TalkToChalie:
                         self._pool,
                         self.owners.record,
                         cid,
-                        caller.token_name,
+                        caller.token_id,
                         req.agent_name,
                         req.project_or_task_name,
+                        caller.token_name,
                     )
                     sub = self.port.subscribe(cid, follow.push)
                     follow.backfill(await self.port.events(cid, 0, BACKFILL_LIMIT))
@@ -261,7 +296,8 @@ class TalkToChalie:
         answer = finished.text or ""
         reason = finished.reason or "final"
         if req.loop_in_human:
-            self._surface(cid, caller, req, "answered", answer=answer, reason=reason)
+            calls = tuple(f"{t.tool}: {t.status}" for t in follow.tools)
+            self._surface(cid, caller, req, "answered", answer=answer, reason=reason, calls=calls)
         return _answer(cid, follow, answer, reason)
 
     async def _until_finished(
@@ -293,7 +329,17 @@ class TalkToChalie:
             elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
             elif isinstance(event, PermissionRequested):
-                if req.loop_in_human:
+                if follow.park:
+                    # Parked: the call has ended; the owner answers later, anywhere.
+                    follow.parked.append(
+                        {
+                            "request_id": event.request_id,
+                            "tool": event.tool,
+                            "permission": event.permission,
+                            "question": event.prompt,
+                        }
+                    )
+                if req.loop_in_human or follow.park:
                     self._ask_people(cid, caller, req, event)
                 await progress(f"waiting for a person to approve {event.tool}")
             elif isinstance(event, ErrorEvent):
@@ -312,12 +358,14 @@ class TalkToChalie:
     def _ask_people(
         self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequested
     ) -> None:
-        what = event.act_summary or event.tool or "an action"
+        what = one_line(event.act_summary or event.tool or "an action")
         prompt = (
-            f"Agent {req.agent_name!r} (token {caller.token_name}, project "
-            f"{req.project_or_task_name!r}) asked Chalie to do something that needs your "
-            f"approval: {what} ({event.permission or event.tool}). Allow it?"
+            f"Agent {one_line(req.agent_name, 128)!r} (token {caller.token_name}, project "
+            f"{one_line(req.project_or_task_name, 128)!r}) asked Chalie to do something that "
+            f"needs your approval: {what} ({event.permission or event.tool}). Allow it?"
         )
+        if event.prompt:
+            prompt += "\n" + event.prompt
         exchange = AgentExchange(
             conversation_id=cid,
             phase="permission",
@@ -355,8 +403,10 @@ class TalkToChalie:
         *,
         answer: str = "",
         reason: str = "",
+        calls: tuple[str, ...] = (),
     ) -> None:
         exchange = AgentExchange(
+            calls=calls,
             conversation_id=cid,
             phase="asked" if phase == "asked" else "answered",
             token_name=caller.token_name,
@@ -389,6 +439,9 @@ class _Follow(TurnFollower):
         self.tools: list[ToolFinished] = []
         self.errors: list[ErrorEvent] = []
         self.rich: list[dict[str, Any]] = []  # the turn's rich payloads, in order
+        self.parked: list[dict[str, Any]] = []  # park_asks: requests waiting for the owner
+        self.told: list[dict[str, Any]] = []  # the owner's answers told to this turn
+        self.park = False
 
 
 def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:
@@ -406,6 +459,11 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
         lines.append(f"(The turn ended early: {reason}.)")
     for item in could_not:
         lines.append(f"(Chalie could not run {item['tool']}: {item['why']}.)")
+    for parked in follow.parked:
+        lines.append(
+            f"(Waiting for the owner: request {parked['request_id']}, "
+            f"{parked['permission']}. Ask again in this conversation after they answer.)"
+        )
     lines.append(f"[conversation_id: {cid}]")
     return CallToolResult(
         content=[TextContent(type="text", text="\n\n".join(lines)), *blocks(follow.rich)],
@@ -417,6 +475,8 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
             "tools": [{"tool": t.tool, "status": t.status, "code": t.code} for t in follow.tools],
             "could_not": could_not,
             "errors": [{"code": e.code, "message": e.message} for e in follow.errors],
+            "waiting_for_owner": follow.parked,
+            "owner_answers": follow.told,
         },
         is_error=reason == "model-error",
     )

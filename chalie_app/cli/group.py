@@ -137,6 +137,15 @@ class LazyGroup(click.Group):
         command = self.commands.get(cmd_name)
         return None if command is None else _with_home(command)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Every command: an unusable ``chalie.db`` is one line and exit 1 (chalie.db)."""
+        from chalie.db import DatabaseUnusable
+
+        try:
+            return super().invoke(ctx)
+        except DatabaseUnusable as exc:
+            raise click.ClickException(str(exc)) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
         with formatter.section("Commands"):

@@ -65,6 +65,30 @@ def policy_list(obj: Ctx, as_json: bool) -> None:
         click.echo("pending requests: none")
 
 
+@policy.command("pending")
+@click.option("--json", "as_json", is_flag=True, help="Print the requests as JSON.")
+@click.pass_obj
+def policy_pending(obj: Ctx, as_json: bool) -> None:
+    """The permission requests awaiting your answer (kept across restarts), with their prompts."""
+    pending: list[dict[str, Any]] = ask_daemon(obj, "policy.pending")
+    if as_json:
+        click.echo(json.dumps(pending, indent=2, ensure_ascii=False))
+        return
+    if not pending:
+        click.echo("no pending requests")
+        return
+    now = time.time()
+    for p in pending:
+        left = max(0, int(p["expires_at"] - now))
+        click.echo(
+            f"{p['request_id']}  {p['channel']} {one_line(p['permission'], NAME_CHARS)}  "
+            f"conversation {one_line(p['conversation_id'], NAME_CHARS)}  expires in {left}s"
+        )
+        for line in str(p.get("prompt") or "").splitlines():
+            click.echo(f"    {line}")  # each line escaped and capped by the gate
+    click.echo("answer with: chalie policy answer REQUEST_ID once|always|deny")
+
+
 @policy.command("set")
 @click.argument("channel", type=click.Choice(CHANNELS))
 @click.argument("permission")

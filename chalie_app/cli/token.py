@@ -16,6 +16,7 @@ import json
 
 import click
 
+from chalie.principals import Scope
 from chalie.tokens import TokenError, TokenStore
 from chalie_app.cli.group import Ctx, cli
 
@@ -36,20 +37,31 @@ def token() -> None:
 @token.command("create")
 @click.argument("name")
 @click.option(
+    "--owner",
+    is_flag=True,
+    help="A token for the person Chalie serves: chat clients, answering approvals.",
+)
+@click.option(
     "--gateway",
     is_flag=True,
     help="Let this agent call Chalie's tools directly ([mcp_server] gateway must be on).",
 )
 @click.pass_obj
-def token_create(obj: Ctx, name: str, gateway: bool) -> None:
-    """Create a token NAME and print its secret (shown this once only)."""
+def token_create(obj: Ctx, name: str, owner: bool, gateway: bool) -> None:
+    """Create a token NAME and print its secret (shown this once only).
+
+    Without a flag the token is an agent's (inbound MCP talk_to_chalie only).
+    """
+    if owner and gateway:
+        raise click.ClickException("--owner and --gateway are two scopes; choose one")
+    scope: Scope = "owner" if owner else "gateway" if gateway else "agent"
     try:
         with _store(obj) as store:
-            secret = store.create(name, gateway=gateway)
+            secret = store.create(name, scope=scope)
     except TokenError as exc:
         raise click.ClickException(f"{exc} [{exc.code}]") from None
     click.echo(secret)
-    click.echo(f"token {name!r} created; this is the only time it is shown.", err=True)
+    click.echo(f"{scope} token {name!r} created; this is the only time it is shown.", err=True)
 
 
 @token.command("list")
@@ -68,6 +80,8 @@ def token_list(obj: Ctx, as_json: bool) -> None:
                         "created": t.created,
                         "revoked": t.revoked,
                         "last_used": t.last_used,
+                        "id": t.id,
+                        "scope": t.scope,
                         "gateway": t.gateway,
                     }
                     for t in infos
@@ -78,11 +92,13 @@ def token_list(obj: Ctx, as_json: bool) -> None:
     if not infos:
         click.echo("no tokens")
         return
-    click.echo(f"{'NAME':<24} {'STATE':<8} {'GATEWAY':<8} {'CREATED':<17} LAST USED")
+    click.echo(f"{'NAME':<24} {'ID':<20} {'SCOPE':<8} {'STATE':<8} {'CREATED':<17} LAST USED")
     for t in infos:
         state = "active" if t.active else "revoked"
-        gw = "yes" if t.gateway else "no"
-        click.echo(f"{t.name:<24} {state:<8} {gw:<8} {_when(t.created):<17} {_when(t.last_used)}")
+        click.echo(
+            f"{t.name:<24} {t.id:<20} {t.scope:<8} {state:<8} {_when(t.created):<17} "
+            f"{_when(t.last_used)}"
+        )
 
 
 @token.command("revoke")

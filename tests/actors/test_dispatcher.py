@@ -23,6 +23,7 @@ from chalie.messages import (
     CancelTurn,
     ToolCall,
 )
+from chalie.principals import LOCAL_OWNER
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.trail import Trail
@@ -105,7 +106,7 @@ def test_sensitive_parameters_never_reach_the_trail_or_the_prompt(rig: Rig) -> N
     fut = rig.call("mail", {"action": "send", "to": "bob", "password": "hunter2"})
     request = rig.request()
     assert request.params == {"action": "send", "to": "bob", "password": "[redacted]"}
-    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
     assert fut.result(5).status == "success"
     (row,) = rig.rows()
     assert "hunter2" not in row.params and row.decided_by == "human"
@@ -158,7 +159,7 @@ def test_an_unseen_permission_asks_the_human_and_runs_once_allowed(rig: Rig) -> 
     assert not fut.done()
     (row,) = rig.rows()
     assert row.status == "running"
-    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
     outcome = fut.result(5)
     assert outcome.status == "success"
     (row,) = rig.rows()
@@ -169,7 +170,7 @@ def test_a_human_deny_and_an_expiry_are_errors(tmp_path: Path) -> None:
     rig = Rig(tmp_path, expiry=0.3)
     rig.policy.proxy().reset().get()
     fut = rig.call("mail", {"action": "read"})
-    rig.policy.proxy().answer(rig.request().request_id, "deny").get()
+    rig.policy.proxy().answer(rig.request().request_id, "deny", LOCAL_OWNER).get()
     assert fut.result(5).code == "permission-denied"
     expired = rig.run("mail", {"action": "read"})
     assert expired.code == "approval-expired"
@@ -235,7 +236,7 @@ def test_a_pending_approval_delays_no_other_call(rig: Rig) -> None:
     )
     assert time.monotonic() - start < 0.25
     assert not waiting.done()
-    rig.policy.proxy().answer(request.request_id, "allow_once").get()
+    rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
     assert waiting.result(5).status == "success"
 
 

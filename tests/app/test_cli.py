@@ -669,3 +669,37 @@ def test_trail_filters_by_the_word_cancelled(tmp_path: Path) -> None:
         cli, ["--home", str(tmp_path / "h"), "trail", "--status", "cancelled"]
     )
     assert "Invalid value" not in result.output and "no daemon running" in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "empty", "not-sqlite-header"])
+@pytest.mark.parametrize("command", [["token", "list"], ["token", "create", "y"], ["run"]])
+def test_an_unusable_database_is_one_line_and_exit_1_and_never_reinitialised(
+    tmp_path: Path, damage: str, command: list[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from chalie.tokens import TokenStore
+
+    with TokenStore(tmp_path / "chalie.db") as store:
+        store.create("keep", scope="owner")
+    db = tmp_path / "chalie.db"
+    for extra in ("chalie.db-wal", "chalie.db-shm"):
+        (tmp_path / extra).unlink(missing_ok=True)
+    if damage == "corrupt":
+        db.write_bytes(db.read_bytes()[:16] + b"\xff" * 8000)
+    elif damage == "empty":
+        db.write_bytes(b"")
+    else:
+        db.write_bytes(b"this is a text file, not a database\n")
+    before = db.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "chalie", "--home", str(tmp_path), *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "chalie.db" in lines[0] and "Traceback" not in done.stderr
+    assert db.read_bytes() == before  # nothing re-created, nothing lost

@@ -71,3 +71,20 @@ def test_a_record_whose_format_is_broken_never_raises_into_the_caller() -> None:
         log.error("two %s %s", "args", "given one extra", "x", exc_info=True)
     (record,) = lines(out)
     assert record["msg"] == "two %s %s (OSError)"
+
+
+def test_secrets_are_masked_by_their_shape_and_ordinary_words_stay() -> None:
+    from chalie.logs import REDACTED, mask_text
+    from chalie.tokens import new_secret
+
+    secret = new_secret()
+    assert mask_text("no chat token existed: one was created") == (
+        "no chat token existed: one was created"
+    )
+    assert mask_text("the token is missing; bearer certificates expire") == (
+        "the token is missing; bearer certificates expire"
+    )
+    assert mask_text(f"leaked {secret} here") == f"leaked {REDACTED} here"
+    assert mask_text(f"leaked:{secret}") == f"leaked:{REDACTED}"
+    assert mask_text(f"Authorization: bearer {secret}") == f"Authorization: bearer {REDACTED}"
+    assert mask_text("token=abc123 password: hunter2") == (f"token={REDACTED} password: {REDACTED}")

@@ -20,6 +20,7 @@ from chalie import policy as rules
 from chalie.events import EventBus
 from chalie.messages import PermissionRequest, RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
+from chalie.principals import LOCAL_OWNER
 
 
 @pytest.fixture(autouse=True)
@@ -273,7 +274,7 @@ def test_ask_on_chat_publishes_a_request_to_the_conversation_and_waits(tmp_path:
     assert other.queue.empty()
     assert not fut.done()
     assert [p.request_id for p in g.proxy.pending().get()] == [request.request_id]
-    assert g.proxy.answer(request.request_id, "allow_once").get() is True
+    assert g.proxy.answer(request.request_id, "allow_once", LOCAL_OWNER).get() is True
     assert fut.result(2) == GateDecision(decision="allow", decided_by="human")
     assert g.proxy.pending().get() == []
     # The gate, the request's one owner, tells the conversation how it ended.
@@ -289,7 +290,7 @@ def test_allow_always_is_persisted_as_allow(tmp_path: Path) -> None:
     path = tmp_path / "chalie.db"
     g = Gate(path)
     fut = g.gate("email.send")
-    g.proxy.answer(g.request().request_id, "allow_always").get()
+    g.proxy.answer(g.request().request_id, "allow_always", LOCAL_OWNER).get()
     assert fut.result(2).allowed
     assert g.gate("email.send").result(1) == GateDecision(decision="allow", decided_by="policy")
     g.ref.stop()
@@ -300,7 +301,7 @@ def test_allow_always_is_persisted_as_allow(tmp_path: Path) -> None:
 def test_a_human_deny_is_permission_denied(tmp_path: Path) -> None:
     g = Gate(tmp_path / "chalie.db")
     fut = g.gate("email.send")
-    g.proxy.answer(g.request().request_id, "deny").get()
+    g.proxy.answer(g.request().request_id, "deny", LOCAL_OWNER).get()
     decision = fut.result(2)
     assert (decision.decision, decision.code, decision.decided_by) == (
         "deny",
@@ -316,16 +317,16 @@ def test_no_answer_within_the_expiry_is_approval_expired(tmp_path: Path) -> None
     assert request.expires_at <= time.time() + 0.2
     decision = fut.result(3)
     assert (decision.decision, decision.code) == ("deny", "approval-expired")
-    assert g.proxy.answer(request.request_id, "allow_once").get() is False
+    assert g.proxy.answer(request.request_id, "allow_once", LOCAL_OWNER).get() is False
 
 
 def test_answers_to_unknown_requests_are_refused_and_bad_answers_raise(tmp_path: Path) -> None:
     g = Gate(tmp_path / "chalie.db")
-    assert g.proxy.answer("no-such-request", "allow_once").get() is False
+    assert g.proxy.answer("no-such-request", "allow_once", LOCAL_OWNER).get() is False
     fut = g.gate("email.send")
     rid = g.request().request_id
     with pytest.raises(PolicyError):
-        g.proxy.answer(rid, "maybe").get()
+        g.proxy.answer(rid, "maybe", LOCAL_OWNER).get()
     assert not fut.done()
     assert g.ref.is_alive()
 

@@ -121,9 +121,13 @@ def test_verify_records_last_use_at_most_once_a_minute(store: TokenStore) -> Non
 @pytest.mark.parametrize(
     ("header", "expected"),
     [
-        ("Bearer abc", "abc"),
-        ("bearer   abc  ", "abc"),
-        ("Basic abc", None),
+        ("Bearer abcdefgh", "abcdefgh"),
+        ("bearer   abcdefgh  ", "abcdefgh"),
+        ("bEaReR abcdefgh", "abcdefgh"),
+        (b"BEARER abcdefgh", "abcdefgh"),
+        ("Bearer abc", None),  # shorter than any b64token we accept
+        ("Bearer abcdefgh ijk", None),
+        ("Basic abcdefgh", None),
         ("Bearer", None),
         ("Bearer   ", None),
         ("", None),
@@ -183,7 +187,7 @@ def test_the_gateway_permission_is_off_unless_granted_and_is_seen_by_verify(
     store: TokenStore,
 ) -> None:
     plain = store.create("plain")
-    keen = store.create("keen", gateway=True)
+    keen = store.create("keen", scope="gateway")
     assert store.verify(plain).gateway is False  # type: ignore[union-attr]
     assert store.verify(keen).gateway is True  # type: ignore[union-attr]
     assert {t.name: t.gateway for t in store.list()} == {"keen": True, "plain": False}
@@ -204,7 +208,7 @@ def test_a_store_from_before_the_gateway_permission_gains_it_and_keeps_its_token
     with TokenStore(db) as s:
         found = s.verify("chalie_x" * 6)
         assert found is not None and found.name == "old" and found.gateway is False
-        s.create("new", gateway=True)
+        s.create("new", scope="gateway")
         assert [t.gateway for t in s.list()] == [True, False]
     with TokenStore(db) as s:  # a second open migrates nothing twice
         assert len(s.list()) == 2
@@ -220,4 +224,4 @@ def test_cli_grants_the_gateway_only_with_the_flag(tmp_path: Path) -> None:
     import json
 
     assert {t["name"]: t["gateway"] for t in json.loads(listed.stdout)} == {"a": False, "b": True}
-    assert "GATEWAY" in runner.invoke(cli, [*home, "token", "list"]).output
+    assert "SCOPE" in runner.invoke(cli, [*home, "token", "list"]).output

@@ -374,7 +374,10 @@ def main() -> int:
     model = daemon = None
     try:
         with TokenStore(home / "chalie.db") as store:
-            secrets = [store.create(f"agent-{i}", gateway=args.gateway) for i in range(args.agents)]
+            secrets = [
+                store.create(f"agent-{i}", scope="gateway" if args.gateway else "agent")
+                for i in range(args.agents)
+            ]
         model, model_url = start_model(home)
         daemon, url = start_daemon(home, model_url, args.agents, args.gateway)
         rss_start = rss_mb(daemon.pid)

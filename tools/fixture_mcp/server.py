@@ -37,10 +37,17 @@ HOSTILE = {
 
 class Fixture(MCPServer):
     page_size = 0
+    chatty = False  # announce list_changed after every listing (a list_changed loop)
+    listings = 0
 
     async def _handle_list_tools(  # type: ignore[override]
         self, ctx: Any, params: PaginatedRequestParams | None
     ) -> ListToolsResult:
+        self.listings += 1
+        if self.chatty:
+            session = getattr(ctx, "session", None)
+            if session is not None:
+                asyncio.get_running_loop().call_later(0.001, _spawn_changed, session)
         tools = await self.list_tools()
         if not self.page_size:
             return ListToolsResult(tools=tools)
@@ -49,6 +56,21 @@ class Fixture(MCPServer):
         return ListToolsResult(
             tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None
         )
+
+
+_KEEP: set[Any] = set()
+
+
+def _spawn_changed(session: Any) -> None:
+    async def changed() -> None:
+        try:
+            await session.send_tool_list_changed()
+        except Exception:
+            pass
+
+    task = asyncio.get_running_loop().create_task(changed())
+    _KEEP.add(task)
+    task.add_done_callback(_KEEP.discard)
 
 
 def numbered(kind: str, n: int) -> Any:
@@ -61,6 +83,14 @@ def numbered(kind: str, n: int) -> Any:
 def build(args: argparse.Namespace) -> Fixture:
     srv = Fixture("fixture", version="1", log_level="WARNING")
     srv.page_size = args.page_size
+    srv.chatty = args.chatty
+    if args.chatty:
+
+        @srv.tool()
+        def listings() -> int:
+            """How many times the tools were listed."""
+            return srv.listings
+
     state = {"grown": 0, "mutations": 0}
 
     async def announce(ctx: Context) -> None:
@@ -200,6 +230,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--extra", type=int, default=0)
     parser.add_argument("--hostile", action="store_true")
+    parser.add_argument("--chatty", action="store_true", help="list_changed after each list")
     parser.add_argument("--cancel-log", default="", help="append a line when slow is cancelled")
     parser.add_argument("--junk", action="store_true", help="junk on stdout first (stdio)")
     args = parser.parse_args()

@@ -36,8 +36,9 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import Accepted, ConversationError, SendMessage
 from chalie.events import EventBus
+from chalie.principals import Principal, may_answer
 
 __all__ = ["Accepted", "FakeConversations", "SendMessage"]
 
@@ -110,7 +111,11 @@ class FakeConversations(Actor):
             return []
         return conv.events[after_seq : after_seq + limit]
 
-    def answer(self, request_id: str, answer: str) -> concurrent.futures.Future[bool]:
+    def answer(
+        self, request_id: str, answer: str, by: Principal | None = None
+    ) -> concurrent.futures.Future[bool]:
+        if not may_answer(by, None):
+            raise ConversationError("forbidden", "only the owner answers")
         return _done(self._answer(request_id, answer))
 
     def _answer(self, request_id: str, answer: str) -> bool:

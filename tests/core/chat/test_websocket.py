@@ -75,7 +75,7 @@ def test_no_valid_token_is_a_real_401_before_accept(
 
 def test_a_revoked_token_is_refused_at_the_next_connection(bridge: Bridge) -> None:
     with TokenStore(bridge.home / "chalie.db") as store:
-        secret = store.create("tablet")
+        secret = store.create("tablet", scope="owner")
         store.revoke("tablet")
     assert status_of(bridge.ws_url, additional_headers=auth(secret))[0] == 401
 
@@ -199,7 +199,8 @@ def test_past_max_clients_a_newcomer_gets_503(short_home: Path) -> None:
 
 @pytest.mark.slow
 def test_a_thousand_websocket_connections_and_the_daemon_still_answers(short_home: Path) -> None:
-    b = start_bridge(short_home)
+    # Upgraded clients count against the listener's connection cap (chalie.admission).
+    b = start_bridge(short_home, max_connections=1200)
     try:
 
         async def go() -> None:
@@ -224,7 +225,7 @@ def test_a_connection_whose_token_is_revoked_is_closed(short_home: Path) -> None
     b = start_bridge(short_home, token_recheck=0.05)
     try:
         with TokenStore(b.home / "chalie.db") as store:
-            secret = store.create("laptop")
+            secret = store.create("laptop", scope="owner")
 
         async def go() -> int | None:
             async with connect(b.ws_url, additional_headers=auth(secret)) as ws:
@@ -239,3 +240,57 @@ def test_a_connection_whose_token_is_revoked_is_closed(short_home: Path) -> None
         assert asyncio.run(go()) == 4401
     finally:
         stop_bridge(b)
+
+
+@pytest.mark.parametrize("scope", ["agent", "gateway"])
+def test_an_agent_token_is_a_real_403_before_accept_and_logged_without_it(
+    bridge: Bridge, scope: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with TokenStore(bridge.home / "chalie.db") as store:
+        secret = store.create(f"agent-{scope}", scope=scope)  # type: ignore[arg-type]
+    status, body = status_of(bridge.ws_url, additional_headers=auth(secret))
+    assert status == 403 and body["code"] == p.FORBIDDEN
+    # Nor as a browser would offer it.
+    status, body = status_of(
+        bridge.ws_url,
+        subprotocols=["chalie", f"chalie.bearer.{secret}"],  # type: ignore[list-item]
+    )
+    assert status == 403 and body["code"] == p.FORBIDDEN
+    refusals = [r for r in caplog.records if "not an owner" in r.getMessage()]
+    assert refusals and all(secret not in str(r.__dict__) for r in caplog.records)
+
+
+def test_the_bearer_scheme_is_case_insensitive(bridge: Bridge) -> None:
+    async def go() -> None:
+        headers = {"Authorization": f"bEARER {bridge.token}"}
+        async with connect(bridge.ws_url, additional_headers=headers) as ws:
+            await frames_until(ws, "hello")
+
+    asyncio.run(go())
+
+
+def test_offering_only_the_token_subprotocol_gets_a_real_http_answer(bridge: Bridge) -> None:
+    status, body = status_of(
+        bridge.ws_url,
+        subprotocols=[f"chalie.bearer.{bridge.token}"],  # type: ignore[list-item]
+    )
+    assert status == 400 and body["code"] == p.INVALID and "'chalie'" in body["message"]
+
+
+def test_a_frame_nested_100000_deep_is_malformed_and_the_session_goes_on(bridge: Bridge) -> None:
+    async def go() -> list[dict[str, Any]]:
+        async with connect(
+            bridge.ws_url, additional_headers=auth(bridge.token), max_size=None
+        ) as ws:
+            await frames_until(ws, "hello")
+            await ws.send("[" * 100_000 + "]" * 100_000)
+            first = await frames_until(ws, "rejected")
+            await ws.send('{"type": "ping", "id": "after", "x": ' + "[" * 5000 + "]" * 5000 + "}")
+            second = await frames_until(ws, "rejected")
+            await ws.send(json.dumps({"type": "ping", "id": "still"}))
+            return [*first, *second, *(await frames_until(ws, "pong"))]
+
+    frames = asyncio.run(go())
+    rejected = [f for f in frames if f["type"] == "rejected"]
+    assert [f["code"] for f in rejected] == [p.MALFORMED, p.MALFORMED]
+    assert frames[-1] == {"type": "pong", "id": "still"}

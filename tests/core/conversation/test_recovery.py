@@ -146,3 +146,47 @@ def test_ask_answers_and_refuses_bad_requests_and_conversations_list_show_delete
     finally:
         d.kill()
         model.stop()
+
+
+def test_a_background_call_running_at_kill_9_gives_its_conversation_an_interrupted_result() -> None:
+    script = {
+        "steps": [
+            {
+                "tool_calls": [
+                    {
+                        "id": "bg1",
+                        "name": "slow_tool",
+                        "arguments": {"act_summary": "waiting", "async": True},
+                    }
+                ]
+            },
+            {"text": "it runs in the background"},
+            {"text": "noted"},
+        ]
+    }
+    with FakeModelServer(load_script(json.dumps(script))) as model:
+        home = short_home()
+        (home / "abilities").mkdir(mode=0o700)
+        (home / "abilities" / "slow_tool.py").write_text(SLOW_TOOL)
+        (home / "config.toml").write_text(
+            f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+            '[channels.slow]\npinned = ["slow_tool"]\nfind_tools = false\n'
+            "async_offered = true\n"
+        )
+        d = DaemonProcess(home, home / "daemon.log")
+        d.start()
+        try:
+            first = d.cli("ask", "--channel", "slow", "go")
+            assert first.returncode == 0, first.stderr
+            assert first.stdout.strip() == "it runs in the background"
+            wait_until(lambda: (home / "abilities" / "started").exists(), 30, "the slow tool")
+            d.kill()  # SIGKILL while the background call runs
+            d = DaemonProcess(home, home / "daemon.log").start()
+            (conv,) = json.loads(d.cli("conversations", "list", "--json").stdout)
+            again = d.cli("ask", "--channel", "slow", "--conversation", conv["id"], "and?")
+            assert again.returncode == 0, again.stderr
+            sent = json.dumps(model.requests[-1]["body"]["messages"])
+            # The promise ("the result will arrive") is kept: the model hears it was lost.
+            assert "interrupted" in sent and "slow_tool" in sent
+        finally:
+            d.kill()

@@ -17,6 +17,7 @@ from actors.conversations import Conversations
 from actors.policy import PolicyActor
 from chalie.conversation.events import PermissionRequested
 from chalie.discovery.types import ToolDoc
+from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import Harness, wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
@@ -67,7 +68,9 @@ def run_turn(h: Harness, channel: str, answer: str | None = "allow_once") -> str
     if answer is not None:
         cid = accepted.conversation_id
         request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
-        h.conversations.call(Conversations.answer, request[0].request_id, answer).result(10)
+        h.conversations.call(
+            Conversations.answer, request[0].request_id, answer, LOCAL_OWNER
+        ).result(10)
     end = h.finished(accepted)
     assert end.reason == "final"
     return accepted.turn_id or ""
@@ -161,7 +164,9 @@ def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
     accepted = h.send(ENTRY, "chat")
     cid = accepted.conversation_id
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
-    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once").result(10)
+    h.conversations.call(
+        Conversations.answer, request[0].request_id, "allow_once", LOCAL_OWNER
+    ).result(10)
     wait_until(lambda: len(h.server.requests) >= 3, what="the third model request")
     assert h.conversations.call(Conversations.cancel, cid).result(10) is True
     assert h.finished(accepted).reason == "cancelled"
@@ -194,3 +199,8 @@ def test_the_daemon_has_the_default_model_write_examples_for_a_tool_without_any(
     finally:
         discovery.remove([doc.name])
     assert discovery.examples(doc.name) == []
+
+
+def answer_as_owner(h: Any, request_id: str, answer: str) -> Any:
+    """The local owner's answer through the conversations (as the control socket gives it)."""
+    return h.conversations.call(Conversations.answer, request_id, answer, LOCAL_OWNER).result(10)

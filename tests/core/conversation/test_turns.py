@@ -23,6 +23,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.requests import Accepted, ConversationError
 from chalie.mail import StartTurn
+from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
@@ -107,7 +108,9 @@ def test_a_turn_finds_a_tool_asks_the_human_runs_it_and_answers(h: Harness, fmt:
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")[0]
     assert request.tool == "clock" and request.turn_id == accepted.turn_id
     assert (
-        h.conversations.call(Conversations.answer, request.request_id, "allow_once").result(10)
+        h.conversations.call(
+            Conversations.answer, request.request_id, "allow_once", LOCAL_OWNER
+        ).result(10)
         is True
     )
     end = h.finished(accepted)
@@ -390,8 +393,13 @@ def test_a_conversation_keeps_its_channel(h: Harness) -> None:
 
 def test_bad_permission_answers_are_refused(h: Harness) -> None:
     with pytest.raises(ConversationError):
-        h.conversations.call(Conversations.answer, "r1", "sure").result(10)
-    assert h.conversations.call(Conversations.answer, "no-such-request", "deny").result(10) is False
+        h.conversations.call(Conversations.answer, "r1", "sure", LOCAL_OWNER).result(10)
+    assert (
+        h.conversations.call(Conversations.answer, "no-such-request", "deny", LOCAL_OWNER).result(
+            10
+        )
+        is False
+    )
 
 
 def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goes_on(
@@ -576,7 +584,7 @@ def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harne
     )[0]
     # Answered from another terminal (chalie policy answer), not through the conversations.
     assert h.rt.child("policy", PolicyActor).call(
-        PolicyActor.answer, request.request_id, "allow_once"
+        PolicyActor.answer, request.request_id, "allow_once", LOCAL_OWNER
     )
     assert h.finished(second).reason == "final"
     # The PolicyActor owns the request: its settlement is the answer given, wherever given.
@@ -641,3 +649,44 @@ def test_a_conversation_keeps_its_channel_until_it_is_deleted(h: Harness) -> Non
     shown = h.conversations.call(Conversations.show, cid)
     assert shown["info"].channel == "bg-ollama"
     assert [m.text for m in shown["messages"] if m.role == "user"] == ["a fresh start"]
+
+
+def answer_as_owner(h: Any, request_id: str, answer: str) -> Any:
+    """The local owner's answer through the conversations (as the control socket gives it)."""
+    return h.conversations.call(Conversations.answer, request_id, answer, LOCAL_OWNER).result(10)
+
+
+def test_a_conversation_belongs_to_its_principal_and_nobody_else_sends_into_it(
+    h: Harness,
+) -> None:
+    from chalie.conversation.requests import SendMessage
+    from chalie.principals import Principal
+
+    h.script({"on_user": {"text": "ok"}})
+    agent = Principal(scope="agent", id="tok_a1", name="a1")
+    other = Principal(scope="agent", id="tok_b2", name="b2")
+
+    def send(cid: str | None, who: Principal | None) -> Accepted:
+        msg = SendMessage(
+            conversation_id=cid,
+            channel="subconscious",
+            text="hello",
+            client_msg_id=new_id("m"),
+            principal=who,
+        )
+        accepted: Accepted = h.conversations.call(Conversations.submit, msg).result(10)
+        return accepted
+
+    owners = h.send("mine", "subconscious")
+    h.finished(owners)
+    theirs = send(None, agent)
+    h.finished(theirs)
+    # An agent reaches neither the owner's conversation nor another agent's; the same
+    # answer as for one that does not exist.
+    for cid, who in ((owners.conversation_id, agent), (theirs.conversation_id, other)):
+        with pytest.raises(ConversationError) as refused:
+            send(cid, who)
+        assert refused.value.code == "unknown-conversation"
+    # Its own, yes; and the owner sees every conversation.
+    h.finished(send(theirs.conversation_id, agent))
+    h.finished(send(theirs.conversation_id, None))

@@ -19,6 +19,7 @@ from chalie.config import McpConfig, ModelConfig
 from chalie.conversation.events import ToolProgress
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
+from chalie.principals import LOCAL_OWNER
 from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
@@ -105,7 +106,7 @@ def test_sampling_is_gated_budgeted_and_runs_on_the_model(rig: Rig, model: FakeM
     (asked,) = seen
     assert asked.permission == "_mcp_cap.sampling"
     assert "capital of Malta?" in asked.params["prompt"] and "one word" in asked.params["prompt"]
-    rig.policy.proxy().answer(asked.request_id, "allow_once").get(timeout=5)
+    rig.policy.proxy().answer(asked.request_id, "allow_once", LOCAL_OWNER).get(timeout=5)
     done = fut.result(30)
     assert done.status == "success" and "model said: Valletta" in done.envelope
     (sent,) = model.requests

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.mcp_connection import McpConnectionActor
 from chalie.envelope import parse
 from chalie.mcp.spec import ServerSpec
 from tests.conftest import wait_until
@@ -459,3 +461,30 @@ def test_a_legacy_session_pings_and_hears_list_changed(tmp_path: Path) -> None:
     finally:
         srv.kill()
         rig.close()
+
+
+def test_a_storm_of_list_changed_is_coalesced_and_rate_limited(rig: Rig) -> None:
+    """The probe: a server announcing list_changed in a loop got 1,276 full re-lists in
+    20 s. Now a burst of announcements costs one re-sync a MIN_RESYNC_GAP."""
+    from actors.mcp_connection import _Changed
+    from actors.mcp_connections import child_id
+
+    rig.add(stdio_spec("fx", "--chatty"))
+    rig.start()
+    rig.wait_tools("fx", FIXTURE_TOOLS + 1)
+    rig.allow("_mcp_fx_*")
+
+    def listings() -> int:
+        out = rig.run("_mcp_fx_listings")
+        return int(json.loads(out.envelope.splitlines()[1])["result"])
+
+    conn = rig.directory.ref(child_id("fx"), McpConnectionActor)
+    gen = 1  # the first link: nothing reconnected in this test
+    before = listings()
+    began = time.monotonic()
+    # What a server in a loop sends: an announcement every few milliseconds for 2 s.
+    while time.monotonic() - began < 2.0:
+        conn.tell(_Changed(gen))
+        time.sleep(0.005)
+    count, elapsed = listings() - before, time.monotonic() - began
+    assert count <= elapsed / 0.5 + 2, (count, elapsed)  # not 500

@@ -16,6 +16,7 @@ from actors.discovery import DiscoveryActor, DiscoveryHandle
 from actors.dispatcher import DispatcherActor
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
+from chalie.principals import LOCAL_OWNER
 from chalie.services import Services
 from chalie.trail import Trail
 from chalie.untrusted import WARNING_LINE
@@ -162,7 +163,7 @@ def test_reads_follow_the_servers_policy(lib: tuple[Rig, DiscoveryHandle, Servic
     fut = rig.call(RES, {"action": "read", "uri": "notes://today"})
     wait_until(lambda: bool(seen), 20, "the read asks the owner")
     assert seen[0].permission == f"{RES}.read" and "notes://today" in str(seen[0].params)
-    rig.policy.proxy().answer(seen[0].request_id, "deny").get(timeout=5)
+    rig.policy.proxy().answer(seen[0].request_id, "deny", LOCAL_OWNER).get(timeout=5)
     assert fut.result(20).code == "permission-denied"
     sub.close()
 

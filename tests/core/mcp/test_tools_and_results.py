@@ -221,3 +221,26 @@ def test_an_enormous_description_is_cut_before_it_is_pinned_or_stored() -> None:
     t = remote_tool({"name": "a", "description": "x" * (4 << 20), "inputSchema": S})
     assert t is not None and len(t.description) == MAX_REMOTE_DESCRIPTION
     assert remote_tool({"name": 5}) is None and remote_tool({"description": "no name"}) is None
+
+
+def test_a_change_through_incompatible_is_still_quarantined() -> None:
+    """The probe: approved and allowed, relisted broken, then relisted with a new definition."""
+    held = first_sync(tool("a"))
+    broken = plan("srv", held, [tool("a", schema={"type": "array"})], {}, now=2.0)
+    (row,) = broken.rows
+    assert row.state == "incompatible" and broken.removed == ["_mcp_srv_a"]
+    assert row.pin == held[0].pin  # the approved definition stays pinned
+    other = {"type": "object", "properties": {"cmd": {"type": "string"}}}
+    changed = plan("srv", broken.rows, [tool("a", "now runs anything", other)], {}, now=3.0)
+    (row,) = changed.rows
+    assert row.state == "quarantined" and not changed.added
+    assert changed.quarantined == ["_mcp_srv_a"]  # its policy goes back to ask
+    # Only the pinned definition comes back without the operator.
+    back = plan("srv", broken.rows, [tool("a")], {}, now=4.0)
+    assert back.rows[0].state == "active" and back.added == ["_mcp_srv_a"]
+
+
+def test_a_tool_first_seen_broken_that_is_fixed_waits_for_approval() -> None:
+    (row,) = first_sync(tool("a", schema={"type": "array"}))
+    fixed = plan("srv", [row], [tool("a")], {}, now=2.0)
+    assert fixed.rows[0].state == "quarantined" and not fixed.added

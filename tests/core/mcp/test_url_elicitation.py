@@ -13,6 +13,7 @@ import pytest
 
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
+from chalie.principals import LOCAL_OWNER
 from chalie.trail import Trail
 from tests.conftest import wait_until
 from tests.core.mcp.test_client_capabilities import with_asks
@@ -88,7 +89,7 @@ def test_url_mode_is_shown_to_the_owner_and_never_opened(
         asked = seen[0]
         assert asked.permission == "_mcp_old.elicitation"
         assert asked.params["url"] == url and "sign in" in asked.params["message"]
-        rig.policy.proxy().answer(asked.request_id, answer).get(timeout=5)
+        rig.policy.proxy().answer(asked.request_id, answer, LOCAL_OWNER).get(timeout=5)
         done = fut.result(30)
         assert f"url elicitation: {action}" in done.envelope, done.envelope
     sub.close()

@@ -57,7 +57,7 @@ async def shut_out(url: str, secret: str, mode: str) -> None:
 def test_with_the_gateway_off_a_token_sees_and_calls_only_talk_to_chalie() -> None:
     with live_daemon(idle_script()) as (rt, url):
         with TokenStore(rt.db_path) as store:
-            secret = store.create("keen", gateway=True)
+            secret = store.create("keen", scope="gateway")
         for mode in MODES:
             asyncio.run(shut_out(url, secret, mode))
         assert rows(rt.db_path, "SELECT count(*) FROM trail") == [(0,)]
@@ -70,7 +70,8 @@ def test_the_gateway_finds_injects_announces_and_gates_direct_calls(mode: str) -
         policy.call(PolicyActor.set, "external_agent", "calculator", "allow")
         with TokenStore(rt.db_path) as store:
             plain = store.create("plain")
-            secret = store.create("coder", gateway=True)
+            secret = store.create("coder", scope="gateway")
+            coder_id = next(t.id for t in store.list() if t.name == "coder")
 
         # On, but this token lacks the permission: the same as off.
         asyncio.run(shut_out(url, plain, mode))
@@ -140,13 +141,13 @@ def test_the_gateway_finds_injects_announces_and_gates_direct_calls(mode: str) -
             ("no_such_tool", "error", "unknown-tool"),
             ("mcp_manager", "error", "unknown-tool"),
         ]
-        assert {(t[1], t[2]) for t in trail} == {("external_agent", "mcp-gateway:coder")}
+        assert {(t[1], t[2]) for t in trail} == {("external_agent", f"mcp-gateway:{coder_id}")}
 
 
 def test_hostile_direct_calls_are_refused_with_a_code_and_lose_nothing() -> None:
     with live_daemon(idle_script(), "gateway = true") as (rt, url):
         with TokenStore(rt.db_path) as store:
-            secret = store.create("rough", gateway=True)
+            secret = store.create("rough", scope="gateway")
 
         async def go() -> list[Any]:
             async with connect(url, secret, "auto") as client:

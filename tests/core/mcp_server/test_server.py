@@ -242,7 +242,7 @@ def test_turns_past_the_concurrent_limit_get_429_and_never_queue(mode: str) -> N
                     await asyncio.to_thread(wait_until, lambda: len(r.convs.cancelled) == 1)
                     # The slot is free again once the first call ended.
                     await asyncio.to_thread(
-                        wait_until, lambda: r.server.gate.limits.turns("one") == 0
+                        wait_until, lambda: r.server.gate.limits.turns(_id(r, "one")) == 0
                     )  # type: ignore[union-attr]
                     return await c.call_tool("talk_to_chalie", ARGS)
 
@@ -434,7 +434,7 @@ def test_a_method_header_that_disagrees_with_the_body_does_not_dodge_the_turn_li
     with running(max_concurrent_turns=1, convs=FakeConversations()) as r:
         secret = r.tokens.create("sly")
         auth = f"Bearer {secret}"
-        r.server.gate.limits.begin_turn("sly")  # type: ignore[union-attr]  # one turn running
+        r.server.gate.limits.begin_turn(_id(r, "sly"))  # type: ignore[union-attr]  # one turn running
         call = {
             "jsonrpc": "2.0",
             "id": 3,
@@ -520,3 +520,67 @@ def test_stored_events_read_after_subscribing_go_before_the_live_ones() -> None:
         return out
 
     assert asyncio.run(scenario()) == [1, 2, 3, 3]  # in order; accept() drops the repeat
+
+
+def _id(r: Any, name: str) -> str:
+    """The stable id of the token ``name`` (limits and sessions are keyed by it)."""
+    return str(next(t.id for t in r.tokens.list() if t.name == name))
+
+
+def test_the_bearer_scheme_is_case_insensitive_at_the_gate_as_on_the_websocket() -> None:
+    with running() as r:
+        secret = r.tokens.create("casual")
+        for scheme in ("bearer", "BEARER", "bEaReR"):
+            resp = raw_post(r, initialize_body(), authorization=f"{scheme} {secret}")
+            assert resp.status_code == 200, scheme
+        assert raw_post(r, initialize_body(), authorization=f"Basic {secret}").status_code == 401
+
+
+def test_a_body_nested_100000_deep_is_a_json_malformed_answer_and_the_server_goes_on() -> None:
+    with running() as r:
+        auth = f"Bearer {r.tokens.create('deep')}"
+        for deep in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 20_000 + b"1" + b"}" * 20_000):
+            resp = raw_post(r, content=deep, authorization=auth)
+            assert resp.status_code == 400
+            assert resp.headers["content-type"] == "application/json"
+            assert resp.json()["error"]["data"]["code"] == "malformed-frame"
+            assert "Traceback" not in resp.text
+        # Brackets inside a string are no nesting.
+        fine = initialize_body()
+        fine["params"]["clientInfo"]["name"] = "[" * 500
+        assert raw_post(r, fine, authorization=auth).status_code == 200
+
+
+def test_one_token_cannot_take_every_session_nor_reach_another_tokens() -> None:
+    with running(max_sessions=100, max_sessions_per_token=2) as r:
+        greedy, other = r.tokens.create("greedy"), r.tokens.create("other")
+        opened = [
+            raw_post(r, initialize_body(), authorization=f"Bearer {greedy}") for _ in range(3)
+        ]
+        assert [o.status_code for o in opened] == [200, 200, 429]
+        assert opened[2].json()["error"]["data"]["code"] == "rate-limited"
+        theirs = raw_post(r, initialize_body(), authorization=f"Bearer {other}")
+        assert theirs.status_code == 200
+        # A session id the gate never saw created is nobody's: 404, never re-bound.
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        made_up = raw_post(
+            r,
+            listing,
+            authorization=f"Bearer {other}",
+            mcp_session_id="0" * 32,
+            mcp_protocol_version="2025-11-25",
+        )
+        assert made_up.status_code == 404
+        # Ending one of its sessions gives the token room again.
+        with httpx2.Client(timeout=10) as http:
+            ended = http.delete(
+                r.url,
+                headers={
+                    "authorization": f"Bearer {greedy}",
+                    "mcp-session-id": opened[0].headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-11-25",
+                },
+            )
+        assert ended.status_code in (200, 204)
+        again = raw_post(r, initialize_body(), authorization=f"Bearer {greedy}")
+        assert again.status_code == 200

@@ -19,6 +19,7 @@ from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
 from chalie import untrusted
 from chalie.conversation.events import PermissionRequested, RichPayload, ToolFinished
+from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import Harness, wait_until
 from tests.core.web.site import ARTICLE_TEXT, SearxNG, Site
 
@@ -97,7 +98,9 @@ def test_a_web_search_delegate_turn_from_chat_to_an_answer_with_sources(
     cid = accepted.conversation_id
     asked = wait_until(lambda: h.of(cid, PermissionRequested), 30, "the ask for web_search")
     assert asked[0].tool == "web_search"  # the person consents to the delegate, once
-    assert h.conversations.call(Conversations.answer, asked[0].request_id, "allow_once").result(10)
+    assert h.conversations.call(
+        Conversations.answer, asked[0].request_id, "allow_once", LOCAL_OWNER
+    ).result(10)
     end = h.finished(accepted, timeout=90)
     assert end.reason == "final", end
     assert end.text == "The harbour of Valletta was rebuilt in 1566."

@@ -1,0 +1,159 @@
+"""Durable permission requests: each one stored in ``chalie.db`` when raised, until it ends.
+
+The PolicyActor owns the requests (``actors/policy.py``); this is their table.
+A request is written when the gate asks, and ends once, with its settlement
+(``allow_once``, ``allow_always``, ``deny``, ``expired``, ``withdrawn``) and
+who answered it. A daemon that stops or dies leaves its open requests
+``pending``: the next start reads them back (:meth:`ApprovalStore.left_open`),
+so ``chalie policy pending`` still lists them and any owner client still
+answers them, and they still expire to a denial at their ``expires_at``.
+What a restart cannot keep is the call that waited (its turn ended
+``interrupted``): an answer given after the restart is recorded, and an
+``allow_always`` becomes the rule, so the call runs when it is made again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from chalie.db import connect
+from chalie.messages import PermissionRequest
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS permission_requests (
+    request_id      TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    permission      TEXT NOT NULL,
+    body            BLOB NOT NULL,
+    created         REAL NOT NULL,
+    expires_at      REAL NOT NULL,
+    state           TEXT NOT NULL DEFAULT 'pending',
+    answered_by     TEXT,
+    settled_at      REAL,
+    -- park_asks: raised for an agent with no human; its call ended at once
+    parked          INTEGER NOT NULL DEFAULT 0,
+    -- an allow_once of a parked request, taken by the call when the agent asks again
+    used            INTEGER NOT NULL DEFAULT 0,
+    -- the outcome of a parked request was told to the agent
+    delivered       INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS permission_requests_open ON permission_requests (state);
+"""
+PENDING: Final = "pending"
+# Settled rows kept for the record, newest first; older ones are pruned.
+KEEP_SETTLED: Final = 10_000
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(PermissionRequest).decode
+
+
+class ApprovalStore:
+    """The ``permission_requests`` table; one connection, safe from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn: sqlite3.Connection = connect(path)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def put(self, request: PermissionRequest, *, parked: bool = False) -> None:
+        """Store a request as it is raised (committed on return)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO permission_requests (request_id, conversation_id, "
+                "permission, body, created, expires_at, state, parked) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.request_id,
+                    request.conversation_id,
+                    request.permission,
+                    _encode(request),
+                    time.time(),
+                    request.expires_at,
+                    PENDING,
+                    1 if parked else 0,
+                ),
+            )
+
+    def take_grant(self, conversation_id: str, permission: str) -> str | None:
+        """Use the owner's ``allow_once`` of a parked request for this call; its id, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT request_id FROM permission_requests WHERE conversation_id = ? AND "
+                "permission = ? AND parked = 1 AND state = 'allow_once' AND used = 0 "
+                "ORDER BY settled_at LIMIT 1",
+                (conversation_id, permission),
+            ).fetchone()
+            if row is None:
+                return None
+            self._conn.execute(
+                "UPDATE permission_requests SET used = 1 WHERE request_id = ?", (row[0],)
+            )
+        return str(row[0])
+
+    def outcomes(self, conversation_id: str) -> list[tuple[str, str, str]]:
+        """Parked requests of a conversation the owner has settled and the agent has not
+        heard of: (request id, permission, how it ended), marked told."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT request_id, permission, state FROM permission_requests WHERE "
+                "conversation_id = ? AND parked = 1 AND state != ? AND delivered = 0 "
+                "ORDER BY settled_at",
+                (conversation_id, PENDING),
+            ).fetchall()
+            if rows:
+                self._conn.executemany(
+                    "UPDATE permission_requests SET delivered = 1 WHERE request_id = ?",
+                    [(r[0],) for r in rows],
+                )
+        return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def settle(self, request_id: str, state: str, answered_by: str | None = None) -> bool:
+        """End a pending request; False when it was not pending (ended already)."""
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE permission_requests SET state = ?, answered_by = ?, settled_at = ? "
+                "WHERE request_id = ? AND state = ?",
+                (state, answered_by, time.time(), request_id, PENDING),
+            )
+            self._conn.execute(
+                "DELETE FROM permission_requests WHERE state != ? AND request_id NOT IN "
+                "(SELECT request_id FROM permission_requests WHERE state != ? "
+                "ORDER BY settled_at DESC LIMIT ?)",
+                (PENDING, PENDING, KEEP_SETTLED),
+            )
+        return cur.rowcount == 1
+
+    def left_open(self) -> list[PermissionRequest]:
+        """Requests still pending (a previous run's, at start), oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT body FROM permission_requests WHERE state = ? ORDER BY created",
+                (PENDING,),
+            ).fetchall()
+        found = []
+        for (body,) in rows:
+            try:
+                found.append(_decode(body))
+            except msgspec.DecodeError:
+                continue  # unreadable: it can be neither shown nor answered
+        return found
+
+    def state(self, request_id: str) -> tuple[str, str | None] | None:
+        """(state, answered_by) of a request, or None when unknown."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT state, answered_by FROM permission_requests WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+        return None if row is None else (str(row[0]), row[1])
