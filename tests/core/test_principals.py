@@ -174,3 +174,21 @@ def test_the_prompt_shows_each_parameter_escaped_on_one_line_and_capped() -> Non
     assert '  args = ["-c", "id\\nAllow? yes"]' in lines
     assert any(line.startswith("  (and ") for line in lines)
     assert all(len(line) <= 210 for line in lines)
+
+
+def test_sending_mail_is_sensitive_so_an_allow_on_the_email_tool_never_covers_it() -> None:
+    from abilities.email import Email
+
+    ability = Email()
+    send = {"action": "send", "to": ["sam@example.com"], "subject": "Agenda", "body": "Hi\nSam"}
+    reach = ability.reach(send)
+    assert reach is not None
+    assert "sam@example.com" in reach and "'Agenda'" in reach and "\n" not in reach
+    assert ability.reach({"action": "search", "query": "invoice"}) is None
+    assert ability.reach({"action": "reply", "id": "1", "body": "ok"}) is None  # a draft
+    table = {("chat", "email"): "allow"}
+    assert resolve(table, "chat", "email.send", sensitive=True) is None  # asks
+    assert resolve(table, "chat", "email.search", sensitive=False) == "allow"
+    assert resolve({("chat", "email.send"): "allow"}, "chat", "email.send", sensitive=True) == (
+        "allow"
+    )
