@@ -236,6 +236,16 @@ class TokenStore:
                 last_used = now
         return TokenInfo(name=name, created=row[2], last_used=last_used, gateway=bool(row[4]))
 
+    def active_hash(self, wanted: str) -> bool:
+        """Whether an active token has this sha256 (a dashboard session's check; no write)."""
+        if not isinstance(wanted, str) or len(wanted) != 64:
+            return False
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT hash, revoked FROM tokens WHERE hash = ?", (wanted,)
+            ).fetchone()
+        return row is not None and hmac.compare_digest(row[0], wanted) and row[1] is None
+
 
 def bearer(header: str | None) -> str | None:
     """The token in an ``Authorization: Bearer ...`` header value, or None."""
