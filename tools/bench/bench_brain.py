@@ -17,6 +17,12 @@
 
 Floors (the Brain issue): page p50 <= 50 ms; approval visible <= 200 ms; <= 15 MB added.
 Run: ``PYTHONPATH=. python tools/bench/bench_brain.py [--n 30] [--asks 20] [--runs 2]``.
+
+Measured on the shared 2-vCPU machine (December 2026, defaults): every page p50 0.5-12.8 ms
+(the policy page, 100 of its 1,000 rows, 12.8; the trail page 1.1-1.7 ms at any depth, a
+filter that matches nothing, a full scan of 100,000 rows, 11 ms); approval visible p50 14 ms,
+max 30 ms; the dashboard's own footprint 5.3 MB RSS (2.5 MB heap), the whole-daemon
+comparison +12.8 MB, inside its run-to-run noise of tens of MB.
 """
 
 from __future__ import annotations
