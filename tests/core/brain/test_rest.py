@@ -123,6 +123,8 @@ def test_bad_input_is_a_400_with_the_reason_and_changes_nothing(d: BrainDaemon) 
             "invalid-args",
         )
         refused(c.get("/api/v1/trail", params={"limit": "100000"}), 400, "invalid-args")
+        refused(c.get("/api/v1/trail?tool=a&tool=b"), 400, "invalid-args")
+        refused(c.post("/api/v1/policy/reset"), 400, "invalid-args")  # not "reset everything"
         refused(c.get("/api/v1/trail", params={"before": "zero"}), 400, "invalid-args")
         refused(c.post("/api/v1/tokens", json={"name": "../../etc"}), 400, "invalid-args")
         refused(c.post("/api/v1/mcp/import", json={"text": "x" * 70_000}), 400, "invalid-args")

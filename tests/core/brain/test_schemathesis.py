@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import negative_data_rejection
 
 from chalie.brain.openapi import document
 from tests.core.brain.daemon import BrainDaemon
@@ -41,8 +42,13 @@ def d() -> Iterator[BrainDaemon]:
     suppress_health_check=list(HealthCheck),
 )
 def test_the_api_keeps_its_document(case: Any, d: BrainDaemon) -> None:
+    # The negative-data check is left out: a query string carries every value as text, and
+    # it flags values it generated as another type but that arrive as a valid string
+    # (``?tool=%12`` "violating" a string parameter). The refusals it found at first (an
+    # empty body, a repeated parameter) are tested in test_rest.py.
     case.call_and_validate(
         base_url=d.base,
         headers={"Authorization": f"Bearer {d.token}"},
         timeout=30,
+        excluded_checks=[negative_data_rejection],
     )
