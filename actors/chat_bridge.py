@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -40,6 +41,10 @@ T = TypeVar("T")
 CALL_TIMEOUT: Final = 10.0
 START_TIMEOUT: Final = 10.0
 
+# The Brain (dashboard and REST) on the same server: its routes for the bound address and
+# this actor's token store, and what closes them when the transports stop.
+BrainFactory = Callable[[tuple[str, int], TokenStore], tuple[list[Any], Callable[[], None]]]
+
 
 class ChatBridge(ServingActor):
     """The tree's child for the chat transports."""
@@ -52,8 +57,11 @@ class ChatBridge(ServingActor):
         loop: EventLoopThread,
         events: EventBus,
         conversations: ChildRef[Any],
+        brain: BrainFactory | None = None,
     ) -> None:
         super().__init__()
+        self._brain = brain
+        self._brain_close: Callable[[], None] | None = None
         self._config = config
         self._home = home
         self._db_path = db_path
@@ -81,7 +89,7 @@ class ChatBridge(ServingActor):
 
     async def _start_transports(self) -> None:
         if self._config.websocket:
-            ws = WebSocketBridge(self._config, self._port, self._verify)
+            ws = WebSocketBridge(self._config, self._port, self._verify, self._brain_routes)
             try:
                 await ws.start()
             except OSError as exc:
@@ -98,6 +106,13 @@ class ChatBridge(ServingActor):
         await self._zmq.start()
         for task in self._zmq.tasks:
             self._watch(task)
+
+    def _brain_routes(self, address: tuple[str, int]) -> list[Any]:
+        """The Brain's routes on this server (its own token checks use this actor's store)."""
+        if self._brain is None or self._tokens is None:
+            return []
+        routes, self._brain_close = self._brain(address, self._tokens)
+        return routes
 
     def _watch(self, task: asyncio.Task[Any] | None) -> None:
         if task is not None:
@@ -137,6 +152,9 @@ class ChatBridge(ServingActor):
                 self._loop.submit(self._stop_transports()).result(START_TIMEOUT)
             except (concurrent.futures.TimeoutError, RuntimeError) as exc:
                 log.error("chat transports did not stop: %s", exc)
+        if self._brain_close is not None:
+            self._brain_close()
+            self._brain_close = None
         if self._tokens is not None:
             self._tokens.close()
             self._tokens = None

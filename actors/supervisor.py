@@ -174,6 +174,19 @@ class Supervisor(SupervisedActor):
         self._stop_child(child)
         return True
 
+    def restart_child(self, id: str) -> bool:
+        """Stop a child and start it again now, from its spec; False when there is none.
+
+        An operator's restart (after a configuration change), not a failure: the restart
+        intensity is not spent and ``restarts`` does not count it.
+        """
+        child = self._by_id.get(id)
+        if child is None:
+            return False
+        self._stop_child(child)
+        self._start_child(child)
+        return True
+
     def status(self) -> dict[str, Any]:
         return {
             "children": [

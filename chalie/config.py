@@ -35,6 +35,7 @@ from chalie.ssrf import AllowEntry
 
 __all__ = [
     "AccountsConfig",
+    "BrainConfig",
     "ChatConfig",
     "Config",
     "ConfigError",
@@ -153,6 +154,20 @@ class ChatConfig(Section, frozen=True):
                 "chat.zmq_tcp needs chat.curve_secret_key_file and chat.curve_authorized_keys"
                 " (no TCP without CURVE)"
             )
+
+
+# -- [brain] -----------------------------------------------------------------------------
+
+
+class BrainConfig(Section, frozen=True):
+    """The Brain dashboard (/brain/) and REST API (/api/v1/) on the chat web server."""
+
+    # Serve the dashboard and the REST API beside the chat WebSocket.
+    enabled: bool = True
+    # A signed-in browser stays signed in this long (and no longer than its token).
+    session_ttl: Annotated[float, msgspec.Meta(ge=60.0, le=30 * 86_400.0)] = 8 * 3600.0
+    # A `chalie brain open` link must be used within this many seconds.
+    link_ttl: Annotated[float, msgspec.Meta(ge=5.0, le=3600.0)] = 120.0
 
 
 # -- [mcp_server] ------------------------------------------------------------------------
@@ -466,6 +481,7 @@ class Config(Section, frozen=True):
     abilities_dir: Path | None = None
     embedder: EmbedderConfig = EmbedderConfig()
     chat: ChatConfig = ChatConfig()
+    brain: BrainConfig = BrainConfig()
     mcp_server: McpServerConfig = McpServerConfig()
     models: dict[str, ModelConfig] = {}
     channels: dict[str, ChannelConfig] = {}

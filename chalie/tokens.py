@@ -313,6 +313,16 @@ class TokenStore:
             name=name, created=row[2], last_used=last_used, id=token_id, scope=_scope(row[4])
         )
 
+    def active_hash(self, wanted: str) -> bool:
+        """Whether an active token has this sha256 (a dashboard session's check; no write)."""
+        if not isinstance(wanted, str) or len(wanted) != 64:
+            return False
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT hash, revoked FROM tokens WHERE hash = ?", (wanted,)
+            ).fetchone()
+        return row is not None and hmac.compare_digest(row[0], wanted) and row[1] is None
+
 
 def _scope(value: object) -> Scope:
     # A value no version wrote (a hand-edited row) is the least privilege: fail closed.

@@ -394,9 +394,16 @@ class Trail:
         turn_id: str | None = None,
         call_id: str | None = None,
         parent_call_id: str | None = None,
+        decided_by: str | None = None,
         since: float | None = None,
+        until: float | None = None,
+        before: int | None = None,
     ) -> list[TrailRow]:
-        """Recent calls, newest first, filtered by any of the given fields."""
+        """Recent calls, newest first, filtered by any of the given fields.
+
+        ``before`` pages by keyset: only rows whose id is below it (the last id of the
+        previous page), so a page deep in a large trail costs what the first one does.
+        """
         bad = isinstance(limit, bool) or not isinstance(limit, int)
         if bad or not 1 <= limit <= MAX_QUERY_ROWS:
             raise ValueError(f"limit must be an integer from 1 to {MAX_QUERY_ROWS}")
@@ -413,6 +420,7 @@ class Trail:
             ("turn_id", turn_id),
             ("call_id", call_id),
             ("parent_call_id", parent_call_id),
+            ("decided_by", decided_by),
         ):
             if value is not None:
                 if not isinstance(value, str):
@@ -422,6 +430,14 @@ class Trail:
         if since is not None:
             clauses.append("started_at >= ?")
             args.append(float(since))
+        if until is not None:
+            clauses.append("started_at < ?")
+            args.append(float(until))
+        if before is not None:
+            if isinstance(before, bool) or not isinstance(before, int):
+                raise ValueError("before must be an integer row id")
+            clauses.append("id < ?")
+            args.append(before)
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         with self._lock:
             rows = self._conn.execute(

@@ -49,6 +49,7 @@ from actors.loop import EventLoopThread
 from actors.supervisor import Supervisor
 from chalie import control
 from chalie.admission import raise_descriptor_limit
+from chalie.brain.access import SessionBook
 from chalie.config import Config
 from chalie.daemon import (
     EXIT_ALREADY_RUNNING,
@@ -96,6 +97,8 @@ class Runtime:
     supervisor: pykka.ActorRef[Any] | None = None
     # The tree's child directory: restart-proof typed handles, made without asking anyone.
     directory: Directory = field(default_factory=Directory)
+    # The Brain's dashboard sessions: kept here, so a restart of the web server keeps them.
+    sessions: SessionBook = field(default_factory=SessionBook)
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
         """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""
@@ -175,6 +178,7 @@ class Parts:
         from chalie_app.mcp_wiring import McpWiring
 
         cfg = rt.config
+        rt.sessions = SessionBook(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
         discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
         rt.services.discovery = discovery
         rt.services.personal = personal_runtime(rt)
@@ -267,6 +271,7 @@ def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
+    from actors.brain import brain_factory
     from actors.chat_bridge import ChatBridge
     from actors.conversations import Conversations
 
@@ -274,9 +279,12 @@ def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
     if not cfg.chat.enabled:
         return None
     conversations = rt.child("conversations", Conversations)
+    brain = brain_factory(rt, rt.sessions, rt.events, cfg.chat) if cfg.brain.enabled else None
     return ChildSpec(
         "chat",
-        lambda: ChatBridge.start(cfg.chat, cfg.home, rt.db_path, rt.loop, rt.events, conversations),
+        lambda: ChatBridge.start(
+            cfg.chat, cfg.home, rt.db_path, rt.loop, rt.events, conversations, brain
+        ),
         shutdown=10.0,
     )
 
@@ -286,11 +294,11 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.conversations import Conversations
     from actors.dispatcher import DispatcherActor
 
-    cfg = rt.config
     return ChildSpec(
         "mcp_server",
+        # Read at each start: the dashboard may change it and restart this child.
         lambda: mcp_server.start_for(
-            cfg.mcp_server,
+            rt.config.mcp_server,
             rt.loop,
             rt.db_path,
             rt.child("conversations", Conversations),
@@ -304,6 +312,7 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _control(rt: Runtime, parts: Parts) -> ChildSpec:
+    from actors.brain import brain_routes
     from actors.conversation_commands import ConversationCommands
 
     cfg = rt.config
@@ -316,7 +325,7 @@ def _control(rt: Runtime, parts: Parts) -> ChildSpec:
             events=rt.events,
             dispatch=rt.dispatch,
             end_turn=rt.services.turns.forget,
-            routes=ConversationCommands(rt).routes(),
+            routes=[*ConversationCommands(rt).routes(), *brain_routes(rt, rt.sessions)],
         ),
     )
 

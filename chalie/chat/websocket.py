@@ -25,7 +25,7 @@ import msgspec
 import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
-from starlette.routing import WebSocketRoute
+from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chalie.admission import Admission, connection_cap, guarded_protocol
@@ -48,13 +48,27 @@ SLOW_CLIENT_CLOSE: Final = 4008
 REVOKED_CLOSE: Final = 4401
 
 Verify = Callable[[str | None], Awaitable[TokenInfo | None]]
+# More routes on the same server (the Brain: /brain/, /api/v1/), built once the port is bound.
+ExtraRoutes = Callable[[tuple[str, int]], list[BaseRoute]]
+
+
+async def _not_found(_request: Any, _exc: Exception) -> JSONResponse:
+    """Every unknown path (one no route's pattern matches, even a mangled one) in JSON."""
+    return JSONResponse({"error": "not-found", "message": "no such endpoint"}, status_code=404)
 
 
 class WebSocketBridge:
     """One uvicorn server with one WebSocket route, on the running event loop."""
 
-    def __init__(self, config: ChatConfig, port: ConversationsPort, verify: Verify) -> None:
+    def __init__(
+        self,
+        config: ChatConfig,
+        port: ConversationsPort,
+        verify: Verify,
+        extra_routes: ExtraRoutes | None = None,
+    ) -> None:
         self._config = config
+        self._extra_routes = extra_routes
         self._port = port
         self._verify = verify
         self._server: uvicorn.Server | None = None
@@ -69,7 +83,10 @@ class WebSocketBridge:
         return len(self._sessions)
 
     def app(self) -> Starlette:
-        return Starlette(routes=[WebSocketRoute(self._config.path, self._endpoint)])
+        routes: list[BaseRoute] = [WebSocketRoute(self._config.path, self._endpoint)]
+        if self._extra_routes is not None and self.address is not None:
+            routes.extend(self._extra_routes(self.address))
+        return Starlette(routes=routes, exception_handlers={404: _not_found})
 
     async def start(self) -> tuple[str, int]:
         """Bind and serve; returns the bound (host, port), the port resolved when it was 0."""

@@ -84,6 +84,7 @@ COMMANDS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "The permission gate's table: (channel, permission) -> allow | ask | deny.",
     ),
     "token": (("token",), "Bearer tokens for the WebSocket chat and the inbound MCP server."),
+    "brain": (("brain",), "The Brain dashboard."),
     "mcp": (("mcp",), "Remote MCP servers whose tools become Chalie tools."),
     "index": (("discovery",), "The discovery index (tools and skills)."),
     "discovery": (("discovery_eval",), "Tool discovery: quality measurement and learned examples."),

@@ -1,0 +1,726 @@
+"""The Brain's backend: each REST operation (chalie.brain.operations) done against the running tree.
+
+It reaches the tree's children through restart-proof refs (as the control commands do) and
+the same stores the CLI uses: a policy change goes to the PolicyActor, an MCP connection
+change to the store and then ``McpConnections.reload``, a token to the token store. Every
+method is synchronous and runs on the web server's thread pool, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import difflib
+import io
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
+
+import msgspec
+import pykka
+
+import chalie
+from actors.child_ref import ChildRef, ChildUnavailable
+from actors.conversations import Conversations
+from actors.conversations_port import ActorConversations
+from actors.loop import EventLoopThread
+from actors.mcp_connections import McpConnections
+from actors.policy import PolicyActor
+from chalie import control
+from chalie.brain import api
+from chalie.brain.access import BRAIN_OWNER, SessionBook
+from chalie.brain.operations import ApiProblem
+from chalie.config import ChatConfig, Config, ConfigError
+from chalie.control import NoArgs
+from chalie.db import connect
+from chalie.events import EventBus
+from chalie.messages import CHANNELS, ControlReply
+from chalie.policy import PolicyError
+from chalie.registry import Registry
+from chalie.routing import Route
+from chalie.services import Services
+from chalie.tokens import TokenError, TokenInfo, TokenStore
+from chalie.trail import Trail
+
+A = TypeVar("A", bound=pykka.Actor)
+
+ACTOR_TIMEOUT: Final = 10.0
+EXPORT_PAGE: Final = 500
+RECENT_ERRORS: Final = 10
+
+
+class BrainHost(Protocol):
+    """What the backend needs of the running daemon (the composition root's Runtime)."""
+
+    config: Config
+    registry: Registry
+    services: Services
+    loop: EventLoopThread
+    started: float
+    supervisor: pykka.ActorRef[Any] | None
+    events: EventBus
+
+    @property
+    def db_path(self) -> Path: ...
+
+    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def _rss() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+def token_view(info: TokenInfo) -> api.TokenView:
+    return api.TokenView(
+        name=info.name,
+        scope=info.scope,
+        created=info.created,
+        revoked=info.revoked,
+        last_used=info.last_used,
+    )
+
+
+def client_configs(url: str, secret: str) -> api.ClientConfigs:
+    """Ready-to-paste client configuration for the three clients the dashboard names."""
+    server = {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {secret}"}}
+    desktop = {
+        "mcpServers": {
+            "chalie": {
+                "command": "npx",
+                "args": ["mcp-remote", url, "--header", f"Authorization: Bearer {secret}"],
+            }
+        }
+    }
+    code = f'claude mcp add --transport http chalie {url} --header "Authorization: Bearer {secret}"'
+    return api.ClientConfigs(
+        claude_desktop=json.dumps(desktop, indent=2),
+        claude_code=code,
+        cursor=json.dumps({"mcpServers": {"chalie": server}}, indent=2),
+    )
+
+
+def quarantine_diff(row: Any) -> str:
+    """A readable diff of what changed in a quarantined tool: description, then schema."""
+    pending = getattr(row, "pending", None)
+    if pending is None:
+        return ""
+    old = [row.description, *json.dumps(row.schema, indent=2, sort_keys=True).splitlines()]
+    new_schema = getattr(pending, "schema", None) or getattr(pending, "input_schema", {})
+    new = [
+        str(getattr(pending, "description", "")),
+        *json.dumps(new_schema, indent=2, sort_keys=True).splitlines(),
+    ]
+    return "\n".join(difflib.unified_diff(old, new, "approved", "offered", lineterm="", n=2))[
+        :20_000
+    ]
+
+
+class RuntimeBackend:
+    """One instance a web server; safe from several threads."""
+
+    def __init__(self, host: BrainHost, sessions: SessionBook, mcp_url: str | None = None) -> None:
+        self._host = host
+        self.sessions = sessions
+        self._lock = threading.Lock()
+        self._trail: Trail | None = None
+        self._tokens: TokenStore | None = None
+        self._admin: Any = None
+        self._admin_lock = threading.Lock()
+        self._config_lock = threading.Lock()
+        self._conn: Any = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._trail is not None:
+                self._trail.close()
+            if self._tokens is not None:
+                self._tokens.close()
+            if self._conn is not None:
+                self._conn.close()
+            self._trail = self._tokens = self._conn = None
+        with self._admin_lock:
+            if self._admin is not None:
+                self._admin.close()
+                self._admin = None
+
+    # -- shared handles --------------------------------------------------------------
+    @property
+    def token_store(self) -> TokenStore:
+        with self._lock:
+            if self._tokens is None:
+                self._tokens = TokenStore(self._host.db_path)
+            return self._tokens
+
+    def _book(self) -> Trail:
+        with self._lock:
+            if self._trail is None:
+                self._trail = Trail(self._host.db_path)
+            return self._trail
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        with self._lock:
+            if self._conn is None:
+                self._conn = connect(self._host.db_path)
+            return list(self._conn.execute(sql, args).fetchall())
+
+    def _policy(self) -> ChildRef[Any]:
+        return self._host.child("policy", PolicyActor).within(ACTOR_TIMEOUT)
+
+    def _conversations(self) -> ChildRef[Any]:
+        return self._host.child("conversations", Conversations).within(ACTOR_TIMEOUT)
+
+    def _mcp_admin(self) -> Any:
+        from chalie.mcp.admin import McpAdmin
+
+        if self._admin is None:
+            self._admin = McpAdmin(
+                self._host.db_path, self._host.config.home, on_change=self._reload
+            )
+        return self._admin
+
+    def _reload(self) -> None:
+        with contextlib.suppress(ChildUnavailable, pykka.ActorDeadError, pykka.Timeout):
+            self._host.child("mcp", McpConnections).within(60).call(McpConnections.reload)
+
+    def _admin_do(self, op: str, *args: Any, **kw: Any) -> Any:
+        from chalie.mcp.admin import McpAdminError
+
+        with self._admin_lock:
+            try:
+                return getattr(self._mcp_admin(), op)(*args, **kw)
+            except McpAdminError as exc:
+                text = str(exc)
+                status = 404 if "no MCP server" in text or " has no tool " in text else 409
+                if "already exists" in text:
+                    status = 409
+                raise ApiProblem(status, "mcp-admin", text) from None
+
+    # -- overview ---------------------------------------------------------------------
+    def overview(self, _path: Any, _args: api.Empty) -> api.Overview:
+        status = self._host.status()
+        actors = msgspec.convert(status.get("actors", []), list[api.ActorView])
+        remotes = [
+            api.RemoteSummary(
+                name=r.name, status=r.status, tools=r.tools, quarantined=r.quarantined
+            )
+            for r in self.remotes(None, api.Empty())
+        ]
+        errors = self._book().query(status="error", limit=RECENT_ERRORS)
+        try:
+            pending = len(self._policy().call(PolicyActor.pending))
+        except (ChildUnavailable, pykka.ActorDeadError, pykka.Timeout):
+            pending = 0
+        return api.Overview(
+            pid=int(status.get("pid", os.getpid())),
+            version=str(status.get("version", chalie.__version__)),
+            uptime=float(status.get("uptime", 0.0)),
+            memory_rss_bytes=_rss(),
+            actors=actors,
+            workers=status.get("workers"),
+            mcp_server=status.get("mcp_server"),
+            remote_servers=remotes,
+            pending_approvals=pending,
+            recent_errors=[
+                api.ErrorRow(
+                    id=r.id,
+                    tool=r.tool,
+                    code=r.code,
+                    channel=r.channel,
+                    conversation_id=r.conversation_id,
+                    started_at=r.started_at,
+                )
+                for r in errors
+            ],
+            sessions=self.sessions.count(),
+        )
+
+    # -- approvals --------------------------------------------------------------------
+    def approvals(self, _path: Any, _args: api.Empty) -> list[api.Approval]:
+        found = self._policy().call(PolicyActor.pending)
+        origins: dict[str, str] = {}
+        for req in found:
+            if req.conversation_id not in origins:
+                rows = self._read(
+                    "SELECT origin FROM conversations WHERE id = ?", (req.conversation_id,)
+                )
+                origins[req.conversation_id] = rows[0][0] if rows else ""
+        return [
+            api.Approval(
+                request_id=r.request_id,
+                conversation_id=r.conversation_id,
+                channel=r.channel,
+                tool=r.tool,
+                permission=r.permission,
+                act_summary=r.act_summary,
+                params=dict(r.params),
+                expires_at=r.expires_at,
+                asked_by=origins.get(r.conversation_id, ""),
+            )
+            for r in found
+        ]
+
+    def answer(self, path: api.RequestPath, args: api.AnswerBody) -> api.Answered:
+        done = self._policy().call(PolicyActor.answer, path.request_id, args.answer, BRAIN_OWNER)
+        if done is False:
+            raise ApiProblem(404, "not-found", f"no pending permission request {path.request_id!r}")
+        return api.Answered(request_id=path.request_id, answer=args.answer)
+
+    def approval_history(self, _path: Any, args: api.HistoryQuery) -> list[api.HistoryRow]:
+        rows = self._book().query(decided_by="human", limit=args.limit)
+        return [
+            api.HistoryRow(
+                id=r.id,
+                tool=r.tool,
+                permission=r.permission,
+                decision=r.decision,
+                channel=r.channel,
+                conversation_id=r.conversation_id,
+                status=r.status,
+                started_at=r.started_at,
+            )
+            for r in rows
+        ]
+
+    # -- policy -----------------------------------------------------------------------
+    def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:
+        rows = self._policy().call(PolicyActor.list, True)
+        needle = args.q.strip().lower()
+        shown = [
+            api.PolicyRowView(
+                channel=r.channel,
+                permission=r.permission,
+                decision=r.decision,
+                origin=r.origin,
+                updated_at=r.updated_at,
+                read_only=r.decision == "internal",
+            )
+            for r in rows
+            if (not needle or needle in r.permission.lower())
+            and (args.channel is None or r.channel == args.channel)
+            and (args.setting is None or r.decision == args.setting)
+            and (args.origin is None or r.origin == args.origin)
+        ]
+        known = {r.permission for r in rows}
+        unconfigured = sorted(
+            e.name
+            for e in self._host.registry
+            if not e.cls.internal
+            and e.name not in known
+            and (not needle or needle in e.name.lower())
+        )
+        return api.PolicyPage(channels=list(CHANNELS), rows=shown, unconfigured=unconfigured)
+
+    def policy_set(self, _path: Any, args: api.PolicySet) -> api.PolicyRowView:
+        try:
+            row = self._policy().call(PolicyActor.set, args.channel, args.permission, args.decision)
+        except PolicyError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+        return api.PolicyRowView(
+            channel=row.channel,
+            permission=row.permission,
+            decision=row.decision,
+            origin=row.origin,
+            updated_at=row.updated_at,
+        )
+
+    def policy_reset(self, _path: Any, args: api.PolicyReset) -> api.Removed:
+        try:
+            removed = self._policy().call(
+                PolicyActor.reset, channel=args.channel, permission=args.permission
+            )
+        except PolicyError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+        return api.Removed(removed=int(removed))
+
+    # -- the inbound MCP server and tokens --------------------------------------------
+    def mcp_url(self) -> str | None:
+        status = self._host.status().get("mcp_server") or {}
+        url = status.get("url")
+        return url if isinstance(url, str) else None
+
+    def mcp_server(self, _path: Any, _args: api.Empty) -> api.McpServerView:
+        cfg = self._host.config.mcp_server
+        status = self._host.status().get("mcp_server") or {}
+        return api.McpServerView(
+            enabled=cfg.enabled,
+            host=cfg.host,
+            port=cfg.port,
+            path="/mcp",
+            url=status.get("url"),
+            running=status.get("state") == "serving",
+            gateway=cfg.gateway,
+            limits={
+                "max_concurrent_turns": cfg.max_concurrent_turns,
+                "requests_per_minute": cfg.requests_per_minute,
+                "max_body_bytes": cfg.max_body_bytes,
+                "max_sessions": cfg.max_sessions,
+                "session_idle_timeout": cfg.session_idle_timeout,
+                "turn_wait": cfg.turn_wait,
+                "loop_in_human_asks": cfg.loop_in_human_asks,
+            },
+        )
+
+    def mcp_server_change(self, _path: Any, args: api.McpServerChange) -> api.McpServerView:
+        """Write the change to config.toml, then restart the MCP server's actor with it."""
+        from chalie import config_file
+
+        values = {
+            k: getattr(args, k)
+            for k in ("enabled", "host", "port", "gateway")
+            if getattr(args, k) is not None
+        }
+        if values:
+            with self._config_lock:
+                try:
+                    new = config_file.change(
+                        self._host.config.home, "mcp_server", values, check=_bindable
+                    )
+                except ConfigError as exc:
+                    raise ApiProblem(400, "invalid-config", str(exc)) from None
+                except OSError as exc:
+                    raise ApiProblem(409, "config-not-written", str(exc)) from None
+                self._host.config = msgspec.structs.replace(
+                    self._host.config, mcp_server=new.mcp_server
+                )
+                supervisor = self._host.supervisor
+                if supervisor is None:
+                    raise ApiProblem(503, "unavailable", "the supervisor is not running")
+                supervisor.proxy().restart_child("mcp_server").get(timeout=60)
+        return self.mcp_server(None, api.Empty())
+
+    def tokens(self, _path: Any, _args: api.Empty) -> list[api.TokenView]:
+        return [token_view(t) for t in self.token_store.list()]
+
+    def token_create(self, _path: Any, args: api.TokenCreate) -> api.CreatedToken:
+        try:
+            secret = self.token_store.create(args.name, scope=args.scope)
+        except TokenError as exc:
+            raise ApiProblem(
+                409 if exc.code == "token-exists" else 400, exc.code, str(exc)
+            ) from None
+        info = next(t for t in self.token_store.list() if t.name == args.name and t.active)
+        url = self.mcp_url() or (
+            f"http://{self._host.config.mcp_server.host}:{self._host.config.mcp_server.port}/mcp"
+        )
+        view = token_view(info)
+        return api.CreatedToken(token=view, secret=secret, configs=client_configs(url, secret))
+
+    def token_revoke(self, path: api.NamePath, _args: api.Empty) -> api.TokenView:
+        try:
+            done = self.token_store.revoke(path.name)
+        except TokenError as exc:
+            raise ApiProblem(400, exc.code, str(exc)) from None
+        if not done:
+            raise ApiProblem(404, "not-found", f"no active token named {path.name!r}")
+        # Its dashboard sessions end at their next request (the book checks the token).
+        info = next(t for t in self.token_store.list() if t.name == path.name)
+        return token_view(info)
+
+    # -- remote MCP servers -----------------------------------------------------------
+    def remotes(self, _path: Any, _args: api.Empty) -> list[api.RemoteView]:
+        rows = self._admin_do("list")
+        return [msgspec.convert(r, api.RemoteView) for r in rows]
+
+    def _remote(self, name: str) -> api.RemoteView:
+        for r in self.remotes(None, api.Empty()):
+            if r.name == name:
+                return r
+        raise ApiProblem(404, "not-found", f"no MCP server named {name!r}")
+
+    def remote_add(self, _path: Any, args: api.RemoteAdd) -> api.RemoteView:
+        from chalie.mcp.spec import ServerSpec
+
+        spec = ServerSpec(
+            name=args.name,
+            transport=args.transport,
+            url=args.url,
+            command=args.command,
+            args=tuple(args.args),
+            enabled=args.enabled,
+        )
+        self._admin_do("add", spec)
+        return self._remote(args.name)
+
+    def remote_import(self, _path: Any, args: api.RemoteImport) -> api.Imported:
+        found = self._admin_do("import_text", args.text, replace=args.replace)
+        return msgspec.convert(found, api.Imported)
+
+    def remote_test(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
+        from chalie.mcp.probe import test_server
+        from chalie.mcp.secrets import MissingSecret, resolve
+
+        spec = self._admin_do("spec", path.name)
+        with self._admin_lock:
+            try:
+                resolved = resolve(spec, self._mcp_admin().secrets)
+            except MissingSecret as exc:
+                raise ApiProblem(409, "missing-secret", str(exc)) from None
+        report = self._host.loop.submit(test_server(resolved, timeout=20.0)).result(30)
+        return api.RemoteDone(name=path.name, detail=report)
+
+    def remote_enable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
+        return api.RemoteDone(name=path.name, detail=self._admin_do("set_enabled", path.name, True))
+
+    def remote_disable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
+        return api.RemoteDone(
+            name=path.name, detail=self._admin_do("set_enabled", path.name, False)
+        )
+
+    def remote_remove(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
+        return api.RemoteDone(name=path.name, detail=self._admin_do("remove", path.name))
+
+    def remote_tools(self, path: api.NamePath, _args: api.Empty) -> list[api.RemoteToolView]:
+        self._admin_do("spec", path.name)  # 404 for an unknown server
+        with self._admin_lock:
+            rows = self._mcp_admin().store.tools(path.name)
+        return [
+            api.RemoteToolView(
+                proxy=r.proxy,
+                remote=r.remote,
+                state=r.state,
+                description=r.description[:500],
+                server=r.server,
+                first_seen=r.first_seen,
+                updated_at=r.updated_at,
+                changed=r.changed,
+                problem=r.problem,
+                diff=quarantine_diff(r) if r.state == "quarantined" else "",
+            )
+            for r in rows
+        ]
+
+    def remote_approve(self, path: api.NamePath, args: api.ApproveBody) -> api.ApprovedTools:
+        done = self._admin_do("approve", path.name, args.tool)
+        return api.ApprovedTools(name=done["name"], approved=list(done["approved"]))
+
+    # -- trail ------------------------------------------------------------------------
+    def _trail_query(self, args: Any, *, limit: int, before: int | None) -> list[Any]:
+        try:
+            return self._book().query(
+                tool=args.tool,
+                status=args.status,
+                code=args.code,
+                channel=args.channel,
+                conversation_id=args.conversation,
+                since=args.since,
+                until=args.until,
+                before=before,
+                limit=limit,
+            )
+        except ValueError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+
+    def trail(self, _path: Any, args: api.TrailQuery) -> api.TrailPage:
+        rows = self._trail_query(args, limit=args.limit + 1, before=args.before)
+        more = len(rows) > args.limit
+        rows = rows[: args.limit]
+        return api.TrailPage(
+            rows=[msgspec.convert(msgspec.to_builtins(r), api.TrailEntry) for r in rows],
+            next_before=rows[-1].id if more and rows else None,
+        )
+
+    def trail_export(self, _path: Any, args: api.TrailExportQuery) -> Iterator[str]:
+        """The rows, page by page (keyset), as JSONL lines or CSV."""
+        self._trail_query(args, limit=1, before=None)  # a refusal is a 400, before any byte
+        return self._export(args)
+
+    def _export(self, args: api.TrailExportQuery) -> Iterator[str]:
+        fields = list(api.TrailEntry.__struct_fields__)
+        if args.format == "csv":
+            buf = io.StringIO()
+            writer = csv.writer(buf)
+            writer.writerow(fields)
+            yield buf.getvalue()
+        before: int | None = None
+        while True:
+            rows = self._trail_query(args, limit=EXPORT_PAGE, before=before)
+            if not rows:
+                return
+            out = io.StringIO()
+            if args.format == "csv":
+                writer = csv.writer(out)
+                for r in rows:
+                    writer.writerow([_cell(getattr(r, f)) for f in fields])
+            else:
+                for r in rows:
+                    out.write(msgspec.json.encode(r).decode() + "\n")
+            yield out.getvalue()
+            before = rows[-1].id
+
+    # -- conversations ----------------------------------------------------------------
+    def conversations(self, _path: Any, args: api.ConversationsQuery) -> list[api.ConversationRow]:
+        rows = self._conversations().call(Conversations.list, args.limit)
+        return [msgspec.convert(msgspec.to_builtins(r), api.ConversationRow) for r in rows]
+
+    def conversation(self, path: api.ConversationPath, _args: api.Empty) -> api.ConversationView:
+        found = self._call_conversations(Conversations.show, path.conversation_id)
+        if found is None:
+            raise ApiProblem(
+                404, "unknown-conversation", f"no conversation {path.conversation_id!r}"
+            )
+        return api.ConversationView(
+            conversation_id=path.conversation_id, detail=msgspec.to_builtins(found)
+        )
+
+    def conversation_delete(self, path: api.ConversationPath, _args: api.Empty) -> api.Deleted:
+        # Through the one conversations port, as every other client deletes.
+        port = ActorConversations(
+            self._host.child("conversations", Conversations), self._host.events
+        )
+        try:
+            existed = self._host.loop.submit(port.delete(path.conversation_id)).result(60)
+        except ValueError as exc:
+            code = getattr(exc, "code", None)
+            if isinstance(code, str):
+                raise ApiProblem(400, code, str(exc)) from None
+            raise
+        if not existed:
+            raise ApiProblem(
+                404, "unknown-conversation", f"no conversation {path.conversation_id!r}"
+            )
+        return api.Deleted(conversation_id=path.conversation_id, deleted=True)
+
+    def _call_conversations(self, method: Any, *args: Any) -> Any:
+        try:
+            return self._conversations().call(method, *args)
+        except ValueError as exc:
+            code = getattr(exc, "code", None)
+            if isinstance(code, str):
+                raise ApiProblem(400, code, str(exc)) from None
+            raise
+
+    # -- discovery --------------------------------------------------------------------
+    def _discovery(self) -> Any:
+        found = self._host.services.discovery
+        if found is None:
+            raise ApiProblem(503, "unavailable", "discovery is not running")
+        return found
+
+    def discovery_try(self, _path: Any, args: api.DiscoveryTry) -> api.DiscoveryAnswer:
+        from chalie.discovery.cascade import QueryError
+
+        # An entry with nothing printable in it finds nothing (find_tools would refuse it).
+        usable = [q for q in args.queries if any(c.isprintable() and not c.isspace() for c in q)]
+        blank = [
+            api.DiscoveryEntry(query=q, rung="none", hits=[])
+            for q in args.queries
+            if q not in usable
+        ]
+        if not usable:
+            return api.DiscoveryAnswer(entries=blank, injected=[])
+        try:
+            found = self._discovery().find(usable)
+        except QueryError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+        entries = []
+        for e in found.entries:
+            distances = list(e.distances) + [None] * (len(e.names) - len(e.distances))
+            entries.append(
+                api.DiscoveryEntry(
+                    query=e.query,
+                    rung=e.rung,
+                    hits=[
+                        api.DiscoveryHit(name=n, distance=d)
+                        for n, d in zip(e.names, distances, strict=True)
+                    ],
+                    candidates=list(e.candidates),
+                )
+            )
+        return api.DiscoveryAnswer(
+            entries=entries + blank, injected=[d.name for d in found.injected]
+        )
+
+    def examples(self, _path: Any, args: api.ExamplesQuery) -> list[api.ExampleView]:
+        from actors.discovery import example_view
+
+        found = self._discovery().examples(args.tool)
+        return [msgspec.convert(example_view(e), api.ExampleView) for e in found]
+
+    def example_forget(self, path: api.ExamplePath, _args: api.Empty) -> api.Forgotten:
+        gone = self._discovery().forget(path.id)
+        if not gone:
+            raise ApiProblem(404, "not-found", f"no learned example {path.id}")
+        return api.Forgotten(forgotten=int(gone))
+
+
+def _bindable(config: Config) -> None:
+    """The MCP server's own rule, checked before anything is written."""
+    from chalie.mcp_server.app import is_loopback
+
+    cfg = config.mcp_server
+    if not is_loopback(cfg.host) and not cfg.allow_remote:
+        raise ConfigError(
+            f"[mcp_server] host {cfg.host!r} is not loopback: set allow_remote = true "
+            "in config.toml first"
+        )
+
+
+def _cell(value: Any) -> Any:
+    return "" if value is None else value
+
+
+__all__ = ["BrainHost", "RuntimeBackend", "client_configs", "quarantine_diff"]
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether a failure means a child of the tree is restarting (503: try again)."""
+    return isinstance(exc, ChildUnavailable | pykka.ActorDeadError | pykka.Timeout | TimeoutError)
+
+
+def brain_factory(
+    host: BrainHost, sessions: SessionBook, events: EventBus, chat: ChatConfig
+) -> Callable[[tuple[str, int], TokenStore], tuple[list[Any], Callable[[], None]]]:
+    """What the chat bridge calls once its port is bound: the Brain's routes and their closer."""
+    from chalie.brain.access import allowed_hosts, allowed_origins
+    from chalie.brain.web import Brain
+
+    def make(address: tuple[str, int], tokens: TokenStore) -> tuple[list[Any], Callable[[], None]]:
+        backend = RuntimeBackend(host, sessions)
+        hosts = allowed_hosts(chat.host, address[1])
+        brain = Brain(
+            backend,
+            sessions,
+            tokens.verify,
+            tokens.active_hash,
+            hosts=hosts,
+            origins=allowed_origins(hosts, chat.origins),
+            subscribe_approvals=lambda callback: events.subscribe(None, callback),
+            unavailable=unavailable,
+        )
+        return brain.routes(), backend.close
+
+    return make
+
+
+def link_url(address: str | None, code: str) -> str | None:
+    """The one-time sign-in link for the chat server's address (``ws://host:port/chat``)."""
+    if not address:
+        return None
+    rest = address.split("://", 1)[-1]
+    hostport = rest.split("/", 1)[0]
+    return f"http://{hostport}/brain/link?code={code}"
+
+
+def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
+    """The control commands of the Brain: ``brain.link`` (``chalie brain open``)."""
+    from actors.chat_bridge import ChatBridge
+
+    def link(_args: NoArgs) -> ControlReply:
+        try:
+            addresses = host.child("chat", ChatBridge).within(5).call(ChatBridge.addresses)
+        except (ChildUnavailable, pykka.ActorDeadError, pykka.Timeout) as exc:
+            return control.failure(control.UNAVAILABLE, f"the web server is not running: {exc}")
+        url = link_url(addresses.get("websocket"), sessions.new_link())
+        if url is None:
+            return control.failure(control.UNAVAILABLE, "the web server is not listening")
+        return control.success({"url": url, "expires_in": sessions.link_ttl})
+
+    return [Route("brain.link", NoArgs, link)]

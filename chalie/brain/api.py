@@ -1,0 +1,424 @@
+"""The REST API's types: every request and every answer is one msgspec Struct, defined here once.
+
+The OpenAPI document (:mod:`chalie.brain.openapi`) is derived from these types and the
+operation table (:mod:`chalie.brain.operations`); the dashboard's pages render the same
+answers. Strings that reach the daemon are bounded here, so a hostile or oversized field is a
+400 with the reason before anything acts on it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+from chalie.conversation.requests import ID_PATTERN
+from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
+from chalie.messages import Answer, Channel, TrailStatus
+from chalie.policy import PERMISSION, SERVER_WILDCARD
+from chalie.principals import Scope
+
+Name = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Text = Annotated[str, msgspec.Meta(max_length=200)]
+# The policy's own rule (a permission, or a server's wildcard), so the schema says it exactly.
+Permission = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern=f"(?:{PERMISSION.pattern})|(?:{SERVER_WILDCARD.pattern})",
+    ),
+]
+Setting = Literal["allow", "ask", "deny"]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=500)]
+# A SQLite row id (a signed 64-bit integer).
+RowId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+
+MAX_IMPORT_BYTES: Final = 64 * 1024
+
+
+class Struct(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every request body and query: unknown fields are refused."""
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    """Base of every answer."""
+
+
+class Empty(Struct):
+    pass
+
+
+class ApiError(Reply):
+    """Every refusal: a stable kebab-case code and one line for a person."""
+
+    error: str
+    message: str
+
+
+# -- overview ---------------------------------------------------------------------------
+class ActorView(Reply):
+    id: str
+    alive: bool
+    restarts: int
+    last_error: str | None = None
+    started_at: float | None = None
+
+
+class RemoteSummary(Reply):
+    name: str
+    status: str
+    tools: int
+    quarantined: int
+
+
+class ErrorRow(Reply):
+    id: int
+    tool: str
+    code: str | None
+    channel: str
+    conversation_id: str
+    started_at: float
+
+
+class Overview(Reply):
+    pid: int
+    version: str
+    uptime: float
+    memory_rss_bytes: int
+    actors: list[ActorView]
+    workers: dict[str, Any] | None = None
+    mcp_server: dict[str, Any] | None = None
+    remote_servers: list[RemoteSummary] = []
+    pending_approvals: int = 0
+    recent_errors: list[ErrorRow] = []
+    sessions: int = 0
+
+
+# -- approvals --------------------------------------------------------------------------
+class Approval(Reply):
+    request_id: str
+    conversation_id: str
+    channel: str
+    tool: str
+    permission: str
+    act_summary: str
+    params: dict[str, Any]
+    expires_at: float
+    # Who asked: the principal whose turn raised it (the conversation's, until issue 18).
+    asked_by: str = ""
+
+
+class AnswerBody(Struct):
+    answer: Answer
+
+
+class Answered(Reply):
+    request_id: str
+    answer: str
+
+
+class HistoryQuery(Struct):
+    limit: Limit = 50
+
+
+class HistoryRow(Reply):
+    id: int
+    tool: str
+    permission: str | None
+    decision: str | None
+    channel: str
+    conversation_id: str
+    status: str
+    started_at: float
+
+
+# -- policy -----------------------------------------------------------------------------
+class PolicyQuery(Struct):
+    q: Text = ""
+    channel: Channel | None = None
+    setting: Literal["allow", "ask", "deny", "internal"] | None = None
+    origin: Literal["set", "seen"] | None = None
+
+
+class PolicyRowView(Reply):
+    channel: str
+    permission: str
+    decision: str
+    origin: str
+    updated_at: float
+    read_only: bool = False
+
+
+class PolicyPage(Reply):
+    channels: list[str]
+    rows: list[PolicyRowView]
+    # Registered permissions no rule and no gate decision has touched yet.
+    unconfigured: list[str]
+
+
+class PolicySet(Struct):
+    channel: Channel
+    permission: Permission
+    decision: Setting
+
+
+class PolicyReset(Struct):
+    channel: Channel | None = None
+    permission: Permission | None = None
+
+
+class Removed(Reply):
+    removed: int
+
+
+# -- the MCP server and tokens ----------------------------------------------------------
+class McpServerView(Reply):
+    enabled: bool
+    host: str
+    port: int
+    path: str
+    url: str | None
+    running: bool
+    gateway: bool
+    limits: dict[str, Any]
+
+
+class McpServerChange(Struct):
+    enabled: bool | None = None
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] | None = None
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    gateway: bool | None = None
+
+
+class TokenView(Reply):
+    name: str
+    scope: str
+    created: float
+    revoked: float | None = None
+    last_used: float | None = None
+
+
+class TokenCreate(Struct):
+    name: Name
+    scope: Scope = "agent"
+
+
+class ClientConfigs(Reply):
+    claude_desktop: str
+    claude_code: str
+    cursor: str
+
+
+class CreatedToken(Reply):
+    token: TokenView
+    # Shown once: nothing stores it.
+    secret: str
+    configs: ClientConfigs
+
+
+class NamePath(Struct):
+    name: Name
+
+
+# -- remote MCP servers -----------------------------------------------------------------
+class RemoteView(Reply):
+    name: str
+    transport: str
+    target: str
+    enabled: bool
+    status: str
+    since: float | None = None
+    reason: str | None = None
+    last_heartbeat: float | None = None
+    protocol: str | None = None
+    latency_ms: float | None = None
+    last_error: str | None = None
+    tools: int = 0
+    quarantined: int = 0
+
+
+class RemoteAdd(Struct):
+    name: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=24, pattern=r"^[a-z][a-z0-9-]{0,23}$")
+    ]
+    transport: Literal["stdio", "http", "sse"]
+    url: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+    command: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+    args: list[Annotated[str, msgspec.Meta(max_length=1000)]] = []
+    enabled: bool = True
+
+
+class RemoteImport(Struct):
+    text: Annotated[str, msgspec.Meta(min_length=2, max_length=MAX_IMPORT_BYTES)]
+    replace: bool = False
+
+
+class Imported(Reply):
+    added: list[str]
+    skipped_existing: list[str]
+    problems: list[Any]
+
+
+class RemoteToolView(Reply):
+    proxy: str
+    remote: str
+    state: str
+    description: str
+    # Provenance: which server and since when.
+    server: str
+    first_seen: float
+    updated_at: float
+    changed: str = ""
+    problem: str = ""
+    # For a quarantined tool: a unified diff of description and schema, old to new.
+    diff: str = ""
+
+
+class ApproveBody(Struct):
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+
+
+class ApprovedTools(Reply):
+    name: str
+    approved: list[str]
+
+
+class RemoteDone(Reply):
+    name: str
+    detail: dict[str, Any] = {}
+
+
+# -- trail ------------------------------------------------------------------------------
+class TrailQuery(Struct):
+    tool: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    status: TrailStatus | None = None
+    code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    channel: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    conversation: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    since: float | None = None
+    until: float | None = None
+    # Keyset pagination: rows with an id below this one (the previous page's next_before).
+    before: RowId | None = None
+    limit: Limit = 50
+
+
+class TrailExportQuery(Struct):
+    tool: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    status: TrailStatus | None = None
+    code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    channel: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    conversation: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    since: float | None = None
+    until: float | None = None
+    format: Literal["jsonl", "csv"] = "jsonl"
+
+
+class TrailEntry(Reply):
+    id: int
+    call_id: str
+    turn_id: str
+    conversation_id: str
+    channel: str
+    tool: str
+    permission: str | None
+    decision: str | None
+    decided_by: str | None
+    params: str
+    status: str
+    code: str | None
+    act_summary: str
+    background: bool
+    started_at: float
+    ended_at: float | None
+
+
+class TrailPage(Reply):
+    rows: list[TrailEntry]
+    next_before: int | None
+
+
+# -- conversations ----------------------------------------------------------------------
+class ConversationsQuery(Struct):
+    limit: Limit = 50
+
+
+class ConversationRow(Reply):
+    id: str
+    channel: str
+    origin: str
+    created: float
+    updated: float
+    title: str
+    messages: int
+    last_seq: int
+
+
+class ConversationPath(Struct):
+    conversation_id: Annotated[str, msgspec.Meta(pattern=ID_PATTERN.pattern)]
+
+
+class ConversationView(Reply):
+    conversation_id: str
+    detail: dict[str, Any]
+
+
+class Deleted(Reply):
+    conversation_id: str
+    deleted: bool
+
+
+# -- discovery --------------------------------------------------------------------------
+class DiscoveryTry(Struct):
+    # The entries, as find_tools takes them.
+    queries: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ENTRY_CHARS)]],
+        msgspec.Meta(min_length=1, max_length=MAX_ENTRIES),
+    ]
+
+
+class ExamplesQuery(Struct):
+    tool: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+
+
+class DiscoveryHit(Reply):
+    name: str
+    distance: float | None = None
+
+
+class DiscoveryEntry(Reply):
+    """How one query entry was answered: the rung that yielded, its names, best first."""
+
+    query: str
+    rung: str
+    hits: list[DiscoveryHit]
+    candidates: list[str] = []
+
+
+class DiscoveryAnswer(Reply):
+    entries: list[DiscoveryEntry]
+    injected: list[str]
+
+
+class ExampleView(Reply):
+    id: int
+    tool: str
+    text: str
+    channel: str
+    created: float
+
+
+class ExamplePath(Struct):
+    id: RowId
+
+
+class Forgotten(Reply):
+    forgotten: int
+
+
+class RequestPath(Struct):
+    request_id: Id

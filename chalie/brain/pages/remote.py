@@ -1,0 +1,24 @@
+"""Remote MCP servers: status and tools with provenance; add, import, test, enable, approve."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chalie.brain.operations import ApiProblem
+from chalie.brain.pages.page import Page
+
+
+async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
+    servers = await brain.op("remotes")
+    selected = query.get("server", "")
+    tools: list[Any] = []
+    if selected:
+        try:
+            tools = await brain.op("remote_tools", {"name": selected})
+        except ApiProblem:
+            selected = ""
+    return {"servers": servers, "selected": selected, "tools": tools}
+
+
+PAGE = Page("remote", "Remote MCP", "remote.html", load, shows_results=True)

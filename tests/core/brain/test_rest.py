@@ -1,0 +1,607 @@
+"""The REST API against a real daemon: every endpoint's answer, and each refusal (401, 403, 400,
+413, 421, foreign Origin), plus the dashboard's session, CSRF and security headers."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.policy import PolicyActor
+from chalie.brain import api
+from chalie.brain.openapi import document
+from chalie.brain.operations import OPERATIONS
+from chalie.trail import CallRecord, Trail
+from tests.conftest import wait_until
+from tests.core.brain.daemon import BrainDaemon
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def d() -> Iterator[BrainDaemon]:
+    running = BrainDaemon()
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def ok(response: Any, kind: Any) -> Any:
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    return msgspec.json.decode(response.content, type=kind)
+
+
+def refused(response: Any, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == code
+
+
+# -- who gets in ------------------------------------------------------------------------
+@pytest.mark.parametrize("o", OPERATIONS, ids=lambda o: o.name)
+def test_every_endpoint_refuses_a_request_without_a_token(d: BrainDaemon, o: Any) -> None:
+    path = o.path.replace("{name}", "x").replace("{request_id}", "r1")
+    path = path.replace("{conversation_id}", "c1").replace("{id}", "1")
+    with d.client(None) as c:
+        refused(c.request(o.method, "/api/v1" + path), 401, "unauthorized")
+    with d.client("chalie_not-a-token") as c:
+        refused(c.request(o.method, "/api/v1" + path), 401, "unauthorized")
+
+
+def test_a_gateway_token_is_not_the_owner(d: BrainDaemon) -> None:
+    with d.client() as c:
+        created = ok(
+            c.post("/api/v1/tokens", json={"name": "gw", "scope": "gateway"}), api.CreatedToken
+        )
+    assert created.token.scope == "gateway"
+    with d.client(created.secret) as c:
+        refused(c.get("/api/v1/overview"), 403, "forbidden")
+        refused(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "chat", "permission": "clock", "decision": "allow"},
+            ),
+            403,
+            "forbidden",
+        )
+
+
+def test_a_foreign_host_or_origin_is_refused(d: BrainDaemon) -> None:
+    with d.client() as c:
+        refused(c.get("/api/v1/overview", headers={"Host": "evil.example:80"}), 421, "invalid-host")
+        refused(
+            c.get("/brain/login", headers={"Host": f"attacker.test:{d.hostport.split(':')[1]}"}),
+            421,
+            "invalid-host",
+        )
+        refused(
+            c.get("/api/v1/overview", headers={"Origin": "https://evil.example"}),
+            403,
+            "origin-refused",
+        )
+        own = c.get("/api/v1/overview", headers={"Origin": f"http://{d.hostport}"})
+        assert own.status_code == 200
+
+
+def test_bad_input_is_a_400_with_the_reason_and_changes_nothing(d: BrainDaemon) -> None:
+    with d.client() as c:
+        refused(c.put("/api/v1/policy", content=b"{not json"), 400, "malformed-request")
+        refused(c.put("/api/v1/policy", json=[1, 2]), 400, "invalid-args")
+        r = c.put(
+            "/api/v1/policy", json={"channel": "chat", "permission": "clock", "decision": "maybe"}
+        )
+        refused(r, 400, "invalid-args")
+        assert "decision" in r.json()["message"]
+        refused(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "moon", "permission": "clock", "decision": "allow"},
+            ),
+            400,
+            "invalid-args",
+        )
+        refused(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "chat", "permission": "Robert'); DROP", "decision": "allow"},
+            ),
+            400,
+            "invalid-args",
+        )
+        refused(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "chat", "permission": "clock", "decision": "allow", "extra": 1},
+            ),
+            400,
+            "invalid-args",
+        )
+        refused(c.get("/api/v1/trail", params={"limit": "100000"}), 400, "invalid-args")
+        refused(c.get("/api/v1/trail?tool=a&tool=b"), 400, "invalid-args")
+        refused(c.post("/api/v1/policy/reset"), 400, "invalid-args")  # not "reset everything"
+        refused(c.get("/api/v1/trail", params={"before": "zero"}), 400, "invalid-args")
+        refused(c.post("/api/v1/tokens", json={"name": "../../etc"}), 400, "invalid-args")
+        refused(c.post("/api/v1/mcp/import", json={"text": "x" * 70_000}), 400, "invalid-args")
+        refused(
+            c.post("/api/v1/tokens", content=b"{" + b" " * 300_000 + b"}"), 413, "oversized-request"
+        )
+        rows = ok(c.get("/api/v1/policy"), api.PolicyPage).rows
+        assert not [r for r in rows if r.permission == "clock" and r.origin == "set"]
+
+
+# -- the endpoints ----------------------------------------------------------------------
+def test_openapi_is_derived_from_the_operation_table(d: BrainDaemon) -> None:
+    with d.client() as c:
+        doc = c.get("/api/v1/openapi.json").json()
+    assert doc == json.loads(json.dumps(document()))
+    listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert listed == {(o.method, o.openapi_path) for o in OPERATIONS}
+    assert "PolicySet" in doc["components"]["schemas"]
+    with d.client(None) as c:
+        assert c.get("/api/v1/openapi.json").status_code == 200  # the document is public
+
+
+def test_overview_shows_the_tree_and_the_process(d: BrainDaemon) -> None:
+    with d.client() as c:
+        ov = ok(c.get("/api/v1/overview"), api.Overview)
+    ids = {a.id for a in ov.actors}
+    assert {"policy", "dispatcher", "chat", "mcp_server", "conversations"} <= ids
+    assert all(a.alive for a in ov.actors)
+    assert ov.memory_rss_bytes > 10_000_000 and ov.uptime > 0
+    assert ov.mcp_server is not None and ov.mcp_server["url"] == d.mcp_url
+
+
+def test_policy_set_filter_and_reset_reach_the_gate(d: BrainDaemon) -> None:
+    policy = d.rt.child("policy", PolicyActor).within(10)
+    with d.client() as c:
+        row = ok(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "subconscious", "permission": "calculator", "decision": "deny"},
+            ),
+            api.PolicyRowView,
+        )
+        assert row.decision == "deny"
+        assert policy.call(PolicyActor.view).setting("subconscious", "calculator") == "deny"
+        ok(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "chat", "permission": "_mcp_fx_*", "decision": "allow"},
+            ),
+            api.PolicyRowView,
+        )
+        page = ok(c.get("/api/v1/policy", params={"q": "calc"}), api.PolicyPage)
+        assert [(r.channel, r.permission, r.decision) for r in page.rows] == [
+            ("subconscious", "calculator", "deny")
+        ]
+        assert "calculator" not in page.unconfigured
+        page = ok(c.get("/api/v1/policy", params={"setting": "allow"}), api.PolicyPage)
+        assert ("chat", "_mcp_fx_*") in {(r.channel, r.permission) for r in page.rows}
+        removed = ok(c.post("/api/v1/policy/reset", json={"permission": "calculator"}), api.Removed)
+        assert removed.removed == 1
+        assert policy.call(PolicyActor.view).setting("subconscious", "calculator") is None
+        assert (
+            ok(
+                c.post("/api/v1/policy/reset", json={"channel": "chat", "permission": "_mcp_fx_*"}),
+                api.Removed,
+            ).removed
+            == 1
+        )
+
+
+def test_tokens_create_list_revoke(d: BrainDaemon) -> None:
+    with d.client() as c:
+        made = ok(
+            c.post("/api/v1/tokens", json={"name": "agent-a", "scope": "agent"}), api.CreatedToken
+        )
+        assert made.secret.startswith("chalie_")
+        for cfg in (made.configs.claude_desktop, made.configs.cursor):
+            assert made.secret in cfg and d.mcp_url in cfg
+        assert json.loads(made.configs.cursor)["mcpServers"]["chalie"]["url"] == d.mcp_url
+        assert made.secret in made.configs.claude_code
+        listed = ok(c.get("/api/v1/tokens"), list[api.TokenView])
+        assert "agent-a" in {t.name for t in listed}
+        assert made.secret not in c.get("/api/v1/tokens").text
+        refused(c.post("/api/v1/tokens", json={"name": "agent-a"}), 409, "token-exists")
+        gone = ok(c.delete("/api/v1/tokens/agent-a"), api.TokenView)
+        assert gone.revoked is not None
+        refused(c.delete("/api/v1/tokens/agent-a"), 404, "not-found")
+    with d.client(made.secret) as c:
+        refused(c.get("/api/v1/overview"), 401, "unauthorized")
+
+
+def test_mcp_server_view(d: BrainDaemon) -> None:
+    with d.client() as c:
+        view = ok(c.get("/api/v1/mcp-server"), api.McpServerView)
+    assert view.running and view.url == d.mcp_url and view.enabled
+    assert view.limits["requests_per_minute"] >= 1
+
+
+def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
+    with d.client() as c:
+        assert ok(c.get("/api/v1/approvals"), list[api.Approval]) == []
+        refused(c.post("/api/v1/approvals/nope/answer", json={"answer": "deny"}), 404, "not-found")
+        refused(
+            c.post("/api/v1/approvals/nope/answer", json={"answer": "yes please"}),
+            400,
+            "invalid-args",
+        )
+        assert isinstance(ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow]), list)
+
+
+def test_trail_keyset_pages_filters_and_exports(d: BrainDaemon) -> None:
+    book = Trail(d.rt.db_path)
+    try:
+        for i in range(25):
+            rec = CallRecord(
+                id=book.reserve(),
+                call_id=f"call-{i}",
+                turn_id="t1",
+                conversation_id="c-trail",
+                channel="chat",
+                tool="clock" if i % 2 else "calculator",
+                permission=None,
+                params=json.dumps({"i": i}),
+                act_summary=f"row {i}",
+                started_at=1000.0 + i,
+            )
+            book.start(rec)
+            failed = i % 5 == 0
+            book.finish(
+                rec,
+                status="error" if failed else "success",
+                code="tool-failed" if failed else None,
+                decision="allow",
+                decided_by="policy",
+            )
+    finally:
+        book.close()
+    with d.client() as c:
+        seen: list[int] = []
+        before = None
+        while True:
+            params: dict[str, Any] = {"conversation": "c-trail", "limit": 10}
+            if before is not None:
+                params["before"] = before
+            page = ok(c.get("/api/v1/trail", params=params), api.TrailPage)
+            seen += [r.id for r in page.rows]
+            if page.next_before is None:
+                break
+            before = page.next_before
+        assert len(seen) == 25 and seen == sorted(seen, reverse=True)
+        errs = ok(
+            c.get("/api/v1/trail", params={"conversation": "c-trail", "status": "error"}),
+            api.TrailPage,
+        )
+        assert len(errs.rows) == 5 and {r.code for r in errs.rows} == {"tool-failed"}
+        timed = ok(
+            c.get(
+                "/api/v1/trail", params={"conversation": "c-trail", "since": 1010, "until": 1015}
+            ),
+            api.TrailPage,
+        )
+        assert sorted(r.started_at for r in timed.rows) == [1010.0 + i for i in range(5)]
+        clocks = ok(
+            c.get(
+                "/api/v1/trail",
+                params={"conversation": "c-trail", "tool": "clock", "code": "tool-failed"},
+            ),
+            api.TrailPage,
+        )
+        assert {r.tool for r in clocks.rows} == {"clock"} and len(clocks.rows) == 2
+        jsonl = c.get("/api/v1/trail/export", params={"conversation": "c-trail", "format": "jsonl"})
+        assert jsonl.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(x) for x in jsonl.text.splitlines()]
+        assert len(lines) == 25 and lines[0]["act_summary"] == "row 24"
+        csv_text = c.get(
+            "/api/v1/trail/export", params={"conversation": "c-trail", "format": "csv"}
+        ).text
+        assert csv_text.splitlines()[0].startswith("id,call_id")
+        assert len(csv_text.strip().splitlines()) == 26
+
+
+def test_conversations_list_read_delete(d: BrainDaemon) -> None:
+    with d.client() as c:
+        refused(c.get("/api/v1/conversations/c-none"), 404, "unknown-conversation")
+        refused(c.delete("/api/v1/conversations/c-none"), 404, "unknown-conversation")
+        refused(c.get("/api/v1/conversations/bad id!"), 400, "invalid-args")
+        assert isinstance(ok(c.get("/api/v1/conversations"), list[api.ConversationRow]), list)
+
+
+def test_discovery_try_and_examples(d: BrainDaemon) -> None:
+    with d.client() as c:
+        found = ok(
+            c.post("/api/v1/discovery/try", json={"queries": ["clock", "multiply two numbers"]}),
+            api.DiscoveryAnswer,
+        )
+        assert found.entries[0].rung == "exact" and found.entries[0].hits[0].name == "clock"
+        vector = found.entries[1]
+        assert vector.rung == "vector" and vector.hits[0].name == "calculator"
+        assert vector.hits[0].distance is not None
+        blank = ok(
+            c.post("/api/v1/discovery/try", json={"queries": [" \n\u0007"]}), api.DiscoveryAnswer
+        )
+        assert [(e.rung, e.hits) for e in blank.entries] == [("none", [])]
+        refused(c.post("/api/v1/discovery/try", json={"queries": []}), 400, "invalid-args")
+        refused(c.post("/api/v1/discovery/try", json={"queries": ["x" * 201]}), 400, "invalid-args")
+        refused(c.delete(f"/api/v1/discovery/examples/{2**70}"), 400, "invalid-args")
+        assert ok(c.get("/api/v1/discovery/examples"), list[api.ExampleView]) == []
+        refused(c.delete("/api/v1/discovery/examples/999"), 404, "not-found")
+
+
+def test_remote_servers_add_tools_and_remove(d: BrainDaemon) -> None:
+    from tools.fixture_mcp.rig import FixtureServer
+
+    fx = FixtureServer()
+    try:
+        with d.client() as c:
+            added = ok(
+                c.post(
+                    "/api/v1/mcp/servers", json={"name": "fx", "transport": "http", "url": fx.url}
+                ),
+                api.RemoteView,
+            )
+            assert added.name == "fx" and added.transport == "http"
+            refused(
+                c.post(
+                    "/api/v1/mcp/servers", json={"name": "fx", "transport": "http", "url": fx.url}
+                ),
+                409,
+                "mcp-admin",
+            )
+            wait_until(
+                lambda: ok(c.get("/api/v1/mcp/servers"), list[api.RemoteView])[0].tools > 0,
+                30,
+                "fx's tools",
+            )
+            tools = ok(c.get("/api/v1/mcp/servers/fx/tools"), list[api.RemoteToolView])
+            assert "echo" in {t.remote for t in tools} and all(t.server == "fx" for t in tools)
+            report = ok(c.post("/api/v1/mcp/servers/fx/test"), api.RemoteDone)
+            assert report.detail["ok"] is True
+            assert (
+                ok(c.post("/api/v1/mcp/servers/fx/disable"), api.RemoteDone).detail["enabled"]
+                is False
+            )
+            assert (
+                ok(c.post("/api/v1/mcp/servers/fx/enable"), api.RemoteDone).detail["enabled"]
+                is True
+            )
+            refused(
+                c.post("/api/v1/mcp/servers/fx/approve", json={"tool": "echo"}), 409, "mcp-admin"
+            )
+            refused(c.get("/api/v1/mcp/servers/nosuch/tools"), 404, "mcp-admin")
+            imported = ok(
+                c.post(
+                    "/api/v1/mcp/import",
+                    json={
+                        "text": json.dumps({"mcpServers": {"fy": {"type": "http", "url": fx.url}}})
+                    },
+                ),
+                api.Imported,
+            )
+            assert imported.added == ["fy"]
+            refused(c.post("/api/v1/mcp/import", json={"text": "{not json"}), 409, "mcp-admin")
+            ok(c.delete("/api/v1/mcp/servers/fy"), api.RemoteDone)
+            ok(c.delete("/api/v1/mcp/servers/fx"), api.RemoteDone)
+            assert ok(c.get("/api/v1/mcp/servers"), list[api.RemoteView]) == []
+    finally:
+        fx.kill()
+
+
+# -- the dashboard's own checks ---------------------------------------------------------
+def _sign_in(d: BrainDaemon, c: Any, secret: str) -> Any:
+    form = c.get("/brain/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    return c.post("/brain/login", data={"nonce": nonce.group(1), "token": secret})
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+def test_sign_in_gives_a_strict_cookie_and_csrf_guards_every_change(d: BrainDaemon) -> None:
+    with d.client(None) as c:
+        assert c.get("/brain/overview").headers["location"] == "/brain/login"
+        signed = _sign_in(d, c, d.token)
+        assert signed.status_code == 303, signed.text
+        cookie = signed.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
+        assert "Secure" not in cookie  # plain HTTP on loopback; https sets it
+        page = c.get("/brain/policy")
+        assert page.status_code == 200
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "<script>" not in page.text and "onclick" not in page.text
+        token = _csrf(page.text)
+        form = {"channel": "chat", "permission": "calculator", "decision": "deny", "back": "policy"}
+        refused(c.post("/brain/act/policy_set", data=form), 403, "csrf")
+        refused(c.post("/brain/act/policy_set", data={**form, "csrf": "x" * 43}), 403, "csrf")
+        done = c.post("/brain/act/policy_set", data={**form, "csrf": token})
+        assert done.status_code == 303
+        assert (
+            d.rt.child("policy", PolicyActor)
+            .within(5)
+            .call(PolicyActor.view)
+            .setting("chat", "calculator")
+            == "deny"
+        )
+        done = c.post(
+            "/brain/act/policy_reset",
+            data={"channel": "chat", "permission": "calculator"},
+            headers={"X-CSRF-Token": token},
+        )
+        assert done.status_code == 303
+        refused(
+            c.post(
+                "/brain/act/policy_set",
+                data={**form, "csrf": token},
+                headers={"Origin": "https://evil.example"},
+            ),
+            403,
+            "origin-refused",
+        )
+        for slug in (
+            "overview",
+            "approvals",
+            "policy",
+            "mcp_server",
+            "remote",
+            "trail",
+            "conversations",
+            "discovery",
+        ):
+            shown = c.get(f"/brain/{slug}")
+            assert shown.status_code == 200, (slug, shown.text[:500])
+            assert d.token not in shown.text
+        assert c.post("/brain/logout", data={"csrf": token}).status_code == 303
+        assert c.get("/brain/policy").status_code == 303
+
+
+def test_sign_in_refuses_a_bad_token_a_gateway_token_and_a_stale_form(d: BrainDaemon) -> None:
+    with d.client() as api_client:
+        gw = ok(
+            api_client.post("/api/v1/tokens", json={"name": "gw2", "scope": "gateway"}),
+            api.CreatedToken,
+        )
+    with d.client(None) as c:
+        assert _sign_in(d, c, "chalie_wrong").status_code == 401
+        assert _sign_in(d, c, gw.secret).status_code == 403
+        refused(c.post("/brain/login", data={"nonce": "forged", "token": d.token}), 403, "csrf")
+
+
+def test_a_session_ends_when_its_token_is_revoked(d: BrainDaemon) -> None:
+    with d.client() as c:
+        made = ok(
+            c.post("/api/v1/tokens", json={"name": "person2", "scope": "owner"}), api.CreatedToken
+        )
+    with d.client(None) as browser:
+        assert _sign_in(d, browser, made.secret).status_code == 303
+        assert browser.get("/brain/overview").status_code == 200
+        with d.client() as c:
+            ok(c.delete("/api/v1/tokens/person2"), api.TokenView)
+        assert browser.get("/brain/overview").status_code == 303
+
+
+def test_a_one_time_link_opens_one_session(d: BrainDaemon) -> None:
+    from chalie.control import ControlClient
+
+    client = ControlClient(d.home)
+    try:
+        reply = client.call("brain.link", None, timeout=10)
+    finally:
+        client.close()
+    assert reply.ok, reply
+    url = reply.data["url"]
+    assert url.startswith(d.base + "/brain/link?code=")
+    path = url[len(d.base) :]
+    with d.client(None) as c:
+        first = c.get(path)
+        assert first.status_code == 303 and "chalie_brain=" in first.headers["set-cookie"]
+        assert c.get("/brain/overview").status_code == 200
+    with d.client(None) as c:
+        assert c.get(path).status_code == 401
+        assert c.get("/brain/link?code=" + "A" * 43).status_code == 401
+
+
+def test_static_assets_are_served_by_the_daemon(d: BrainDaemon) -> None:
+    with d.client(None) as c:
+        js = c.get("/brain/static/htmx.min.js")
+        assert js.status_code == 200 and "htmx" in js.text[:2000]
+        assert c.get("/brain/static/htmx.LICENSE").status_code == 200
+        assert c.get("/brain/static/brain.css").status_code == 200
+
+
+def test_policy_set_through_the_dashboard_takes_effect_at_once(d: BrainDaemon) -> None:
+    """The gate's next decision sees a change the moment the answer is back."""
+    with d.client() as c:
+        ok(
+            c.put(
+                "/api/v1/policy",
+                json={"channel": "chat", "permission": "clock", "decision": "deny"},
+            ),
+            api.PolicyRowView,
+        )
+        started = time.monotonic()
+        setting = (
+            d.rt.child("policy", PolicyActor)
+            .within(5)
+            .call(PolicyActor.view)
+            .setting("chat", "clock")
+        )
+        assert setting == "deny" and time.monotonic() - started < 5
+        ok(c.post("/api/v1/policy/reset", json={"permission": "clock"}), api.Removed)
+
+
+def test_chalie_brain_open_prints_a_working_link(d: BrainDaemon) -> None:
+    from click.testing import CliRunner
+
+    from chalie_app.cli import cli
+
+    result = CliRunner().invoke(cli, ["--home", str(d.home), "brain", "open", "--no-browser"])
+    assert result.exit_code == 0, result.output
+    url = result.stdout.strip().splitlines()[0]
+    with d.client(None) as c:
+        assert c.get(url[len(d.base) :]).status_code == 303
+        assert c.get("/brain/approvals").status_code == 200
+
+
+def test_an_mcp_server_change_is_saved_and_restarts_only_that_actor(d: BrainDaemon) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with d.client() as c:
+        before = ok(c.get("/api/v1/overview"), api.Overview)
+        refused(c.patch("/api/v1/mcp-server", json={"host": "192.0.2.1"}), 400, "invalid-config")
+        changed = ok(
+            c.patch("/api/v1/mcp-server", json={"port": port, "gateway": True}), api.McpServerView
+        )
+        assert changed.port == port and changed.gateway and changed.running
+        assert changed.url == f"http://127.0.0.1:{port}/mcp"
+        text = (d.home / "config.toml").read_text()
+        assert f"port = {port}" in text and "gateway = true" in text and "[chat]" in text
+        after = ok(c.get("/api/v1/overview"), api.Overview)
+        assert after.pid == before.pid and after.uptime >= before.uptime
+        started = {a.id: a.started_at for a in before.actors}
+        restarted = {a.id for a in after.actors if a.started_at != started[a.id]}
+        assert restarted == {"mcp_server"}
+        with socket.create_connection(("127.0.0.1", port), 5):
+            pass
+        back = ok(
+            c.patch("/api/v1/mcp-server", json={"port": 0, "gateway": False}), api.McpServerView
+        )
+        assert back.running and not back.gateway and back.url != changed.url
+    d.mcp_url = back.url or ""
+
+
+def test_a_conversation_is_listed_read_and_deleted(d: BrainDaemon) -> None:
+    from chalie.chat import protocol as p
+    from chalie.chat.client import ChatClient
+
+    d.script({"steps": [{"text": "Hello from the script."}]})
+    with ChatClient.local(d.home) as chat:
+        chat.send(p.Send(channel="chat-openai", text="hi there", client_msg_id="conv1"))
+        while True:
+            frame = chat.receive(30)
+            assert frame is not None
+            if frame["type"] == "turn_finished":
+                break
+    cid = frame["conversation_id"]
+    with d.client() as c:
+        rows = ok(c.get("/api/v1/conversations"), list[api.ConversationRow])
+        assert cid in {r.id for r in rows}
+        shown = ok(c.get(f"/api/v1/conversations/{cid}"), api.ConversationView)
+        text = json.dumps(shown.detail)
+        assert "hi there" in text and "Hello from the script." in text
+        assert ok(c.delete(f"/api/v1/conversations/{cid}"), api.Deleted).deleted
+        refused(c.get(f"/api/v1/conversations/{cid}"), 404, "unknown-conversation")
