@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from chalie.discovery.state import IndexState
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
+    from chalie.memory.turns import TurnMemory
+    from chalie.schedule.desk import ReminderDesk
     from chalie.web.kit import WebKit
 
 T = TypeVar("T")
@@ -159,3 +161,6 @@ class Services:
     # delegates' sub-turns (web_search, web_browse).
     web: WebKit | None = None
     delegates: DelegatePort | None = None
+    # Memory for the memory ability and find_skills' rules; the scheduler for reminders.
+    memory: TurnMemory | None = None
+    scheduler: ReminderDesk | None = None

@@ -94,7 +94,9 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
     assert result.ok, result.body
     body = json.loads(result.body)
     names = [t["name"] for t in body["injected"]]
-    assert names == ["calculator", "clock"]
+    # the exact name, then the clock first for the question (near neighbours such as the
+    # reminder tool may follow: the vector rung hands over its top hits)
+    assert names[:2] == ["calculator", "clock"]
     assert all(set(t) == {"name", "summary"} for t in body["injected"])
     assert body["not_found"] == [
         {"query": "xq zzv wpt", "reason": "no-match", "hint": NOT_FOUND_HINT}
@@ -102,8 +104,8 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
     # after a not-found the model is told it may answer without a tool, and what exists
     assert "without a tool" in body["note"]
     assert "Arithmetic and math expressions" in body["kinds"]
-    assert result.meta == {"injected": 2, "not_found": 1}
-    assert services.turns.injected("turn-1") == {"calculator", "clock"}
+    assert result.meta == {"injected": len(names), "not_found": 1}
+    assert services.turns.injected("turn-1") == set(names)
     assert services.turns.injected("another-turn") == frozenset()
 
 
