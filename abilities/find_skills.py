@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from abilities.find_tools import Entry, ask_discovery
+from abilities.find_tools import Entry, ask_discovery, log
 from chalie.ability import Ability
 from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
 from chalie.mcp.extras import prompts_proxy_of
@@ -59,6 +59,18 @@ class FindSkills(Ability):
     discoverable = False
     timeout = 30.0
 
+    def _rules(self, names: list[str]) -> dict[str, list[str]]:
+        """The personalisation rules linked to these skills (memories that name them)."""
+        desk = getattr(self.services, "memory", None)
+        if desk is None or self.context is None or not names:
+            return {}
+        try:
+            found: dict[str, list[str]] = desk.book.rules(desk.readable(self.context), names)
+        except Exception:  # rules are extra: a memory fault never hides the playbooks
+            log.exception("reading the skill rules failed")
+            return {}
+        return found
+
     def run(self, params: FindSkillsParams) -> ToolResult:
         queries = list(params.query)
         outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
@@ -72,13 +84,20 @@ class FindSkills(Ability):
         proxies = sorted({p for s in skills if (p := prompts_proxy_of(s)) is not None})
         if proxies and self.context is not None and self.services is not None:
             self.services.turns.inject(self.context.turn_id, proxies)
-        body = {
-            "injected": [
-                {"name": d.name, "summary": d.summary, "text": texts.get(d.name, "")}
-                for d in result.injected
-            ],
-            "not_found": result.not_found,
-        }
+        rules = self._rules([d.name for d in result.injected])
+        injected: list[dict[str, Any]] = []
+        for d in result.injected:
+            entry: dict[str, Any] = {
+                "name": d.name,
+                "summary": d.summary,
+                "text": texts.get(d.name, ""),
+            }
+            if rules.get(d.name):
+                # How this person wants it done: preferences and corrections kept as memories.
+                entry["rules"] = rules[d.name]
+            injected.append(entry)
+        body = {"injected": injected, "not_found": result.not_found}
+
         return ToolResult.success(
             body, meta={"injected": len(result.injected), "not_found": len(result.not_found)}
         )

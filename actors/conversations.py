@@ -51,7 +51,9 @@ from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
 from chalie import healing
 from chalie.config import Config, ModelConfig
+from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
+from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import Event
 from chalie.conversation.requests import (
     Accepted,
@@ -137,6 +139,14 @@ class _Delete:
     reply: concurrent.futures.Future[bool]
 
 
+@dataclass(frozen=True)
+class _FollowUp:
+    """A background result reached an idle conversation: a turn tells the person."""
+
+    conversation_id: str
+    result: BackgroundResult
+
+
 @dataclass
 class _Live:
     ref: pykka.ActorRef[TurnActor]
@@ -164,6 +174,7 @@ class Conversations(SupervisedActor):
         self._channel_of: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._store: ConversationStore | None = None
         self._outbox: Outbox | None = None
+        self._summaries: SummaryStore | None = None
         self._sub: Subscription | None = None
         self._deps: TurnDeps | None = None
 
@@ -172,6 +183,7 @@ class Conversations(SupervisedActor):
         rt = self._rt
         store = ConversationStore(rt.db_path)
         self._store = store
+        self._summaries = SummaryStore(rt.db_path) if rt.config.background.compaction else None
         outbox = Outbox(
             rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
         )
@@ -201,6 +213,8 @@ class Conversations(SupervisedActor):
             learn=self._learn,
             summary=self._summary,
             scoped=lambda channel: scoped_to(rt.registry, channel),
+            follow_up=self._follow_up_later,
+            summaries=self._summaries,
         )
         ref = self.actor_ref
 
@@ -236,6 +250,9 @@ class Conversations(SupervisedActor):
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._summaries is not None:
+            self._summaries.close()
+            self._summaries = None
         if self._outbox is not None:
             self._outbox.close()
             self._outbox = None
@@ -481,6 +498,8 @@ class Conversations(SupervisedActor):
         check_id(conversation_id)
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
         self._channel_of.pop(conversation_id, None)
+        if self._summaries is not None:
+            self._summaries.delete(conversation_id)
         live = self._live.pop(conversation_id, None)
         if live is None:
             out.set_result(self.store.delete(conversation_id))
@@ -559,8 +578,37 @@ class Conversations(SupervisedActor):
                 tell_quietly(live.ref, EvictIfIdle())
             excess -= 1
 
+    def _follow_up_later(self, conversation_id: str, result: BackgroundResult) -> None:
+        """Called on a TurnActor's thread: the turn starts from this actor's own."""
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_FollowUp(conversation_id, result))
+
+    def _follow_up(self, message: _FollowUp) -> None:
+        cid = message.conversation_id
+        channel = self._known_channel(cid)
+        if channel is None:
+            return
+        try:
+            self.submit(
+                SendMessage(
+                    conversation_id=cid,
+                    channel=channel,
+                    text=background.follow_up_text(message.result),
+                    client_msg_id=background.follow_up_id(message.result),
+                    origin=background.ORIGIN,
+                )
+            )
+        except ConversationError as exc:
+            log.warning(
+                "a background result could not start a turn: %s",
+                exc.message,
+                extra={"conversation_id": cid},
+            )
+
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Route):
+        if isinstance(message, _FollowUp):
+            self._follow_up(message)
+        elif isinstance(message, _Route):
             self._route(message.event)
         elif isinstance(message, _Delete):
             self._channel_of.pop(message.conversation_id, None)

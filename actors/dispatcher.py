@@ -68,7 +68,7 @@ from actors.policy import PolicyActor, PolicyView
 from actors.timers import TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
-from chalie.ability import Ability
+from chalie.ability import Ability, gate_internal
 from chalie.events import EventBus
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
@@ -579,7 +579,8 @@ class DispatcherActor(SupervisedActor):
         ctx = state.call.context
         try:
             setting = None
-            if not cls.internal:
+            internal = gate_internal(cls, state.permission)
+            if not internal:
                 if not self._policy.is_alive():
                     return rules.failed_closed("the policy actor is not running")
                 view = self._policy_view(self._policy.current())
@@ -595,7 +596,7 @@ class DispatcherActor(SupervisedActor):
                 permission=state.permission,
                 channel=ctx.channel,
                 human_present=ctx.human_present,
-                internal=cls.internal,
+                internal=internal,
             )
         except Exception as exc:
             log.exception("gating call %r failed; denying", state.call.call_id)

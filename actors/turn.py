@@ -44,7 +44,7 @@ import pykka
 
 from actors.actor import Actor, tell_quietly
 from actors.loop import EventLoopThread
-from chalie.conversation import act
+from chalie.conversation import act, background, compaction
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
     BackgroundDelivered,
@@ -134,6 +134,11 @@ class TurnDeps:
     summary: Callable[[str, dict[str, Any]], str] = lambda _t, _a: ""
     # The remote (MCP) tools scoped to a channel (by name): offered there like its pins.
     scoped: Callable[[str], tuple[str, ...]] = lambda _channel: ()
+    # A background result reached this conversation while no turn ran: start a turn that
+    # tells the person (chalie/conversation/background.py). Must not block.
+    follow_up: Callable[[str, BackgroundResult], object] = lambda _c, _r: None
+    # Where summaries of compacted histories are kept (None: histories are only trimmed).
+    summaries: compaction.SummaryStore | None = None
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -202,6 +207,16 @@ class _IdleCheck:
     gen: int
 
 
+@dataclass(frozen=True)
+class _Compacted:
+    """The model's summary of the turns that no longer fit (None: it could not write one)."""
+
+    gen: int
+    upto: int
+    text: str | None
+    tokens: int
+
+
 @dataclass
 class _Call:
     index: int
@@ -222,6 +237,7 @@ class _Turn:
     model: concurrent.futures.Future[tuple[ModelResponse, str]] | None = None
     requests: dict[str, str] = field(default_factory=dict)  # pending request id -> tool
     succeeded: set[str] = field(default_factory=set)  # tools called with success
+    compacted: bool = False  # this turn already asked for a summary
     denied: set[str] = field(default_factory=set)  # tools the user (or the gate) denied
     deadline: list[int] = field(default_factory=list)  # this actor's timer handles
     human_present: bool = False  # a person answers this turn's asks (StartTurn)
@@ -288,6 +304,7 @@ class TurnActor(Actor):
         self._principal = loaded.info.principal
         self._messages = loaded.messages
         self._sizes = [act.message_tokens(m) for m in self._messages]
+        self._history_summary = deps.summaries.get(self.conversation_id) if deps.summaries else None
         self._seq = loaded.info.last_seq
         for message in self._messages:
             if message.role == "background":
@@ -365,6 +382,8 @@ class TurnActor(Actor):
                 self._settled(message.event.request_id, message.event.answer)
         elif isinstance(message, DeliverBackground):
             self._background(message.result)
+        elif isinstance(message, _Compacted):
+            self._compacted(message)
         elif isinstance(message, _Deadline):
             if message.gen == self._gen and self._turn is not None:
                 self._finish("guard-time", self._turn.guards.line("guard-time"))
@@ -521,7 +540,15 @@ class TurnActor(Actor):
             - act.estimate_tokens(channel.system_prompt)
             - act.tools_tokens(tools)
         )
-        fitted = act.fit_context(self._messages, turn.start_idx, max(budget, 0), self._sizes)
+        view, sizes, offset = compaction.with_summary(
+            self._messages, self._sizes, self._history_summary
+        )
+        fitted = act.fit_context(view, turn.start_idx - offset, max(budget, 0), sizes)
+        dropped = len(view) - len(fitted.messages)
+        if dropped > 0 and self._deps.summaries is not None and not turn.compacted:
+            turn.compacted = True
+            self._compact(client, view[:dropped], offset + dropped)
+            return
         for note in fitted.notes:
             if note not in turn.notes:
                 turn.notes.append(note)
@@ -580,6 +607,44 @@ class TurnActor(Actor):
             return
         turn.model = future
         future.add_done_callback(lambda f: tell_quietly(ref, _model_result(gen, f)))
+
+    def _compact(self, client: ModelClient, old: list[ChatMessage], upto: int) -> None:
+        """Ask the model for a summary of ``old`` (the first ``upto`` stored messages)."""
+        turn = self._turn
+        assert turn is not None
+        gen, ref = self._gen, self.actor_ref
+        request = compaction.summary_request(old)
+
+        async def summarise() -> tuple[ModelResponse, str]:  # on the loop
+            return await client.complete(request, lambda _text: None), ""
+
+        def done(fut: concurrent.futures.Future[tuple[ModelResponse, str]]) -> None:
+            try:
+                response = fut.result()[0]
+            except BaseException:
+                tell_quietly(ref, _Compacted(gen, upto, None, 0))
+                return
+            text = response.text.strip() or None
+            tell_quietly(ref, _Compacted(gen, upto, text, response.usage.total))
+
+        try:
+            turn.model = self._deps.loop.submit(summarise())
+        except RuntimeError:
+            self._step()  # no loop: trim as before (compacted is set, so no second try)
+            return
+        turn.model.add_done_callback(done)
+
+    def _compacted(self, message: _Compacted) -> None:
+        turn = self._turn
+        if message.gen != self._gen or turn is None:
+            return
+        turn.model = None
+        turn.guards.tokens += message.tokens
+        if message.text and self._deps.summaries is not None:
+            self._history_summary = compaction.Summary(message.upto, message.text)
+            self._deps.summaries.put(self.conversation_id, self._history_summary, time.time())
+            turn.notes.append(f"context: {message.upto} earlier message(s) summarised")
+        self._step()
 
     def _model_done(
         self, response: ModelResponse | None, error: ProviderError | None, tail: str = ""
@@ -851,6 +916,8 @@ class TurnActor(Actor):
             if result.outbox_id:
                 self._deps.ack_background([result.outbox_id])
         self._publish([event])
+        if turn is None and background.starts_turn(result):
+            self._deps.follow_up(self.conversation_id, result)
 
     def _cancel(self) -> bool:
         if self._turn is None:

@@ -144,6 +144,9 @@ def validate_ability(cls: type[Ability]) -> None:
     bad_alias = [a for a, t in aliases.items() if a in props or t not in props]
     if bad_alias:
         fail(f"aliases must be new names for declared parameters: {bad_alias}")
+    stray = sorted(a for a in cls.internal_actions if a not in cls.actions)
+    if stray:
+        fail(f"internal_actions names actions the action map lacks: {stray}")
     unknown_sensitive = [p for p in cls.sensitive if p not in props]
     if unknown_sensitive:
         fail(f"sensitive names parameters the schema lacks: {unknown_sensitive}")
@@ -170,6 +173,8 @@ class Ability(metaclass=AbilityMeta):
     isolation: ClassVar[Isolation] = "inline"
     timeout: ClassVar[float] = 60.0
     internal: ClassVar[bool] = False
+    # Actions that bypass the gate when the ability as a whole does not (its reads).
+    internal_actions: ClassVar[frozenset[str]] = frozenset()
     sensitive: ClassVar[frozenset[str]] = frozenset()
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
@@ -301,3 +306,11 @@ def descriptor_of(cls: type[Ability], *, allow_async: bool = False) -> dict[str,
     assemble: Any = vars(Ability)["descriptor"].__func__
     found: dict[str, Any] = assemble(cls, allow_async=allow_async)
     return found
+
+
+def gate_internal(cls: type[Ability], permission: str) -> bool:
+    """Whether a call with ``permission`` (``tool`` or ``tool.action``) bypasses the gate."""
+    if cls.internal:
+        return True
+    tool, dot, action = permission.partition(".")
+    return bool(dot) and tool == cls.name and action in cls.internal_actions

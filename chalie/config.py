@@ -35,6 +35,7 @@ from chalie.ssrf import AllowEntry
 
 __all__ = [
     "AccountsConfig",
+    "BackgroundConfig",
     "BrainConfig",
     "ChatConfig",
     "Config",
@@ -44,6 +45,7 @@ __all__ = [
     "EmbedderConfig",
     "McpConfig",
     "McpServerConfig",
+    "MemoryConfig",
     "OutboxConfig",
     "Section",
     "WeatherConfig",
@@ -402,6 +404,33 @@ class WebConfig(Section, frozen=True):
             AllowEntry.parse(entry)  # ValueError: the one line names the entry
 
 
+class MemoryConfig(Section, frozen=True):
+    """``[memory]``: the memory ability (chalie/memory). Memories are the owner's."""
+
+    # Agent token names allowed to recall the owner's memories ("*": every agent).
+    # An agent always recalls what it stored itself, and only that otherwise.
+    agents_may_recall: tuple[
+        Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$")], ...
+    ] = ()
+
+
+class BackgroundConfig(Section, frozen=True):
+    """``[background]``: the scheduler's passes (reminders, reflection) and compaction."""
+
+    # Reminders fire (a turn on the subconscious channel); off: they wait, pending.
+    reminders: bool = True
+    # Reflection passes: an idle chat conversation is read once by [models.default] for
+    # what in it is worth remembering. The one key that turns them off.
+    reflection: bool = True
+    # Seconds a chat conversation idles before its reflection pass.
+    reflection_idle: Annotated[float, msgspec.Meta(ge=1.0, le=30 * 86400.0)] = 1800.0
+    # Model tokens all reflection passes together may spend in one UTC day.
+    reflection_tokens_per_day: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] = 50_000
+    # When a conversation's history no longer fits, summarise the oldest turns instead of
+    # only dropping them (the summary is stored; the originals stay in storage).
+    compaction: bool = True
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -492,6 +521,8 @@ class Config(Section, frozen=True):
     web: WebConfig = WebConfig()
     accounts: AccountsConfig = AccountsConfig()
     weather: WeatherConfig = WeatherConfig()
+    memory: MemoryConfig = MemoryConfig()
+    background: BackgroundConfig = BackgroundConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

@@ -351,6 +351,26 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "An agent token on the chat WebSocket, or anyone but the owner answering a "
         "permission request (chalie.principals).",
     ),
+    ErrorCode(
+        "no-query-or-location",
+        "recall requires either a query or a location.",
+        "memory recall called with neither query= nor location=.",
+    ),
+    ErrorCode(
+        "memory-not-found",
+        "No memory with that id belongs to the caller.",
+        "memory update or forget (or chalie memory show/forget) with an unknown id.",
+    ),
+    ErrorCode(
+        "service-unavailable",
+        "A runtime service the ability needs (memory, the scheduler) is not running.",
+        "The memory or reminder ability was called where that service is not attached.",
+    ),
+    ErrorCode(
+        "reminder-not-found",
+        "No pending reminder with that id.",
+        "reminder cancel (or chalie reminders cancel) with an unknown or finished id.",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -43,6 +43,11 @@ def index_dirs(home: Path) -> tuple[Path, Path]:
     return home / INDEX_DIR_NAME / "tools", home / INDEX_DIR_NAME / "skills"
 
 
+def memory_index_dir(home: Path) -> Path:
+    """Where the memory indexes live (apart from the tool and skill indexes)."""
+    return home / INDEX_DIR_NAME / "memory"
+
+
 @dataclass(frozen=True)
 class Home:
     """One data directory, by path; building one touches nothing on disk."""

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from chalie.discovery.state import IndexState
     from chalie.discovery.types import ToolDoc
     from chalie.mcp.admin import McpAdmin
+    from chalie.memory.turns import TurnMemory
     from chalie.personal.runtime import PersonalRuntime
+    from chalie.schedule.desk import ReminderDesk
     from chalie.web.kit import WebKit
 
 T = TypeVar("T")
@@ -162,3 +164,6 @@ class Services:
     delegates: DelegatePort | None = None
     # People's accounts, settings and caches (calendar, contacts, email, weather).
     personal: PersonalRuntime | None = None
+    # Memory for the memory ability and find_skills' rules; the scheduler for reminders.
+    memory: TurnMemory | None = None
+    scheduler: ReminderDesk | None = None

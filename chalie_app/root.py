@@ -99,6 +99,8 @@ class Runtime:
     directory: Directory = field(default_factory=Directory)
     # The Brain's dashboard sessions: kept here, so a restart of the web server keeps them.
     sessions: SessionBook = field(default_factory=SessionBook)
+    # The scheduler's clock (None: the wall clock).
+    clock: Any = None
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]:
         """A typed, restart-proof handle on one child of the tree (an actor of class ``kind``)."""
@@ -140,6 +142,12 @@ class Runtime:
                 self.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)
             )
         discovery = self.services.discovery
+        scheduler: Any = None
+        with contextlib.suppress(Exception):
+            from actors.scheduler import Scheduler
+
+            scheduler = self.child("scheduler", Scheduler).within(5).call(Scheduler.status)
+        memory = self.services.memory
         return {
             "pid": os.getpid(),
             "version": chalie.__version__,
@@ -151,6 +159,8 @@ class Runtime:
             "mcp_server": mcp_server,
             "loop": self.loop.is_alive(),
             "discovery": None if discovery is None else discovery.snapshot(),
+            "memory": None if memory is None else memory.book.status(),
+            "scheduler": scheduler,
         }
 
 
@@ -169,6 +179,8 @@ class Parts:
     embedder: Any  # chalie.discovery.lazy_embedder.LazyEmbedder
     discovery: Any  # actors.discovery.DiscoveryHandle
     mcp: Any  # chalie_app.mcp_wiring.McpWiring
+    # Control commands the children bring (memory, reminders), served by the control child.
+    routes: list[Any] = field(default_factory=list)
 
     @classmethod
     def build(cls, rt: Runtime) -> Parts:
@@ -264,6 +276,22 @@ def _mcp(rt: Runtime, parts: Parts) -> ChildSpec:
     return spec
 
 
+def _memory(rt: Runtime, parts: Parts) -> ChildSpec:
+    from chalie_app import mind
+
+    spec, routes = mind.memory_parts(rt, parts.embedder)
+    parts.routes.extend(routes)
+    return spec
+
+
+def _scheduler(rt: Runtime, parts: Parts) -> ChildSpec:
+    from chalie_app import mind
+
+    spec, routes = mind.scheduler_parts(rt, rt.clock)
+    parts.routes.extend(routes)
+    return spec
+
+
 def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.conversations import Conversations
 
@@ -325,7 +353,11 @@ def _control(rt: Runtime, parts: Parts) -> ChildSpec:
             events=rt.events,
             dispatch=rt.dispatch,
             end_turn=rt.services.turns.forget,
-            routes=[*ConversationCommands(rt).routes(), *brain_routes(rt, rt.sessions)],
+            routes=[
+                *ConversationCommands(rt).routes(),
+                *brain_routes(rt, rt.sessions),
+                *parts.routes,
+            ],
         ),
     )
 
@@ -341,7 +373,9 @@ TREE: Final[tuple[Child, ...]] = (
     _discovery,
     _dispatcher,
     _mcp,
+    _memory,
     _conversations,
+    _scheduler,
     _chat,
     _mcp_server,
 )
@@ -488,8 +522,12 @@ def run(
     *,
     extra_children: Sequence[ExtraChild] = (),
     ready: Callable[[Runtime], None] | None = None,
+    clock: Any = None,
 ) -> int:
-    """Run the daemon in the foreground until it is stopped; returns the exit code."""
+    """Run the daemon in the foreground until it is stopped; returns the exit code.
+
+    ``clock``: the scheduler's (None: the wall clock); tests pass one they move by hand.
+    """
     home = config.home
     # Room for every listener's share and a reserve (chalie.admission): a flood of
     # connections must never leave ZeroMQ without a descriptor (libzmq aborts then).
@@ -497,7 +535,7 @@ def run(
     try:
         config.layout.create()
         with instance_lock(home):
-            return _run_locked(config, extra_children, ready)
+            return _run_locked(config, extra_children, ready, clock)
     except AlreadyRunning as exc:
         log.error("%s", exc)
         return EXIT_ALREADY_RUNNING
@@ -507,13 +545,16 @@ def run(
 
 
 def _run_locked(
-    config: Config, extra_children: Sequence[ExtraChild], ready: Callable[[Runtime], None] | None
+    config: Config,
+    extra_children: Sequence[ExtraChild],
+    ready: Callable[[Runtime], None] | None,
+    clock: Any = None,
 ) -> int:
     registry, db_path = prepare(config)
     events = EventBus()
     services = Services()
     loop = EventLoopThread()
-    rt = Runtime(config, registry, events, loop, services, db_path)
+    rt = Runtime(config, registry, events, loop, services, db_path, clock=clock)
     web = _web_services(rt)
     restore_signals = _install_signals(rt.stop_requested)
     try:

@@ -80,9 +80,12 @@ SHIPPED: Final[Mapping[str, Channel]] = {
         policy_channel="chat",
         system_prompt=CHAT_PROMPT,
         async_offered=True,
+        pinned=("memory",),
     ),
-    "subconscious": Channel("subconscious"),
-    "external_agent": Channel("external_agent", policy_channel="external_agent"),
+    "subconscious": Channel("subconscious", pinned=("memory",)),
+    "external_agent": Channel(
+        "external_agent", policy_channel="external_agent", pinned=("memory",)
+    ),
     # The web delegates (web_search, web_browse on chat run their turns here): the raw web
     # tools are pinned here only (they are not discoverable), and there is no find_tools.
     "web-search": Channel(

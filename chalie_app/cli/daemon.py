@@ -131,6 +131,17 @@ def status_command(obj: Ctx, as_json: bool, wait: float | None) -> None:
         click.echo(f"workers: {_scalar(workers)}")
     click.echo(f"event loop: {'running' if data.get('loop') else 'down'}")
     click.echo(describe(data.get("discovery")))
+    memory = data.get("memory")
+    if isinstance(memory, dict):
+        index = memory.get("index")
+        loaded = "index loaded" if index else "index not loaded yet"
+        click.echo(f"memory: {memory.get('memories', 0)} memories ({loaded})")
+    scheduler = data.get("scheduler")
+    if isinstance(scheduler, dict):
+        click.echo(
+            f"scheduler: {scheduler.get('pending', 0)} reminders pending, "
+            f"{scheduler.get('fires', 0)} fired, {scheduler.get('reflections', 0)} reflections"
+        )
     chat = data.get("chat")
     if isinstance(chat, dict):
         ws = chat.get("websocket") or "off"

@@ -88,6 +88,12 @@ COMMANDS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "mcp": (("mcp",), "Remote MCP servers whose tools become Chalie tools."),
     "index": (("discovery",), "The discovery index (tools and skills)."),
     "discovery": (("discovery_eval",), "Tool discovery: quality measurement and learned examples."),
+    "memory": (
+        ("memory",),
+        "What Chalie remembers (the owner's memories, and each agent's apart).",
+    ),
+    "skills": (("memory",), "Skill playbooks and the personalisation rules learnt for them."),
+    "reminders": (("reminders",), "Reminders: list, add and cancel them."),
 }
 HELP_OPTIONS: Final = ["-h", "--help"]
 

@@ -73,6 +73,9 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
     channel("tokens", model="default", pinned=["calculator"], token_budget=30)
     channel("hang", model="impatient", pinned=["calculator"])
     channel("tiny", model="tiny", pinned=["calculator"])
+    # Holds a summary and a question, not a long first turn as well (compaction tests).
+    model("roomy", "openai", context_window=2000, max_output_tokens=100)
+    channel("roomy", model="roomy", find_tools=False)
     channel("async", model="default", pinned=["clock"], async_offered=True)
     # A model with the small-model repairs off (tool_call_rescue, answer_nudge).
     model("literal", "openai", tool_call_rescue="off", answer_nudge="off")
@@ -89,7 +92,7 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
 class Harness:
     """The daemon, the model server, and the live events of every conversation."""
 
-    def __init__(self, extra_toml: str = "", conversations: str = "") -> None:
+    def __init__(self, extra_toml: str = "", conversations: str = "", clock: Any = None) -> None:
         require_slow("a daemon and a scripted model")
         self.server = FakeModelServer(load_script("{}")).start()
         self.home = Path(tempfile.mkdtemp(prefix="cvh-", dir="/tmp"))
@@ -105,7 +108,10 @@ class Harness:
             ready.set()
 
         self.thread = threading.Thread(
-            target=root.run, args=(self.config,), kwargs={"ready": on_ready}, daemon=True
+            target=root.run,
+            args=(self.config,),
+            kwargs={"ready": on_ready, "clock": clock},
+            daemon=True,
         )
         self.thread.start()
         if not ready.wait(120):

@@ -12,7 +12,10 @@ from chalie.conversation import act
 from chalie.conversation.channels import SHIPPED
 from chalie.registry import Registry
 
-BUDGET = 400  # tokens: small models have small windows and read ~70 tokens/s on a CPU
+# tokens: small models have small windows and read ~70 tokens/s on a CPU. The seed pins
+# memory beside the two meta-tools on chat, subconscious and external_agent; its schema,
+# kept to the fields a turn needs (abilities/memory.py), is ~180 of these (was 400).
+BUDGET = 500
 
 
 def first_request_tokens(channel_name: str) -> int:

@@ -125,12 +125,26 @@ def test_a_failed_call_teaches_nothing(h: Harness) -> None:
 
 
 def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
+    from chalie.conversation.events import BackgroundDelivered, TurnFinished, TurnStarted
+
     script = find_then_clock(ENTRY)
     script["steps"][1]["tool_calls"][0]["arguments"]["async"] = True
+    script["on_user"] = {"text": "the time came"}  # the turn a late result may start
     h.script(script)
-    turn_id = run_turn(h, "chat")
+    accepted = h.send(ENTRY, "chat")
+    cid = accepted.conversation_id
+    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once").result(10)
+    assert h.finished(accepted).reason == "final"
     assert not h.rt.services.discovery.examples()
-    assert turn_id not in h.rt.services.discovery._finds
+    assert accepted.turn_id not in h.rt.services.discovery._finds
+    # the result arrives later; if the turn had ended, it starts one of its own: let it end
+    # here, not inside the next test's script
+    wait_until(lambda: h.of(cid, BackgroundDelivered), what="the background result")
+    wait_until(
+        lambda: len(h.of(cid, TurnFinished)) == len(h.of(cid, TurnStarted)),
+        what="every turn of the conversation to end",
+    )
 
 
 def test_an_external_agent_turn_teaches_nothing(h: Harness) -> None:

@@ -1,0 +1,140 @@
+"""reminder: remind the person of something at a time, after a delay, or on a recurring rule.
+
+A reminder fires a turn on the subconscious channel whose answer reaches the
+owner's chat conversation; one missed while Chalie was down fires at the
+next start, marked late. Discoverable; ``list`` is internal, ``set`` and
+``cancel`` follow the channel's policy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+import msgspec
+
+from chalie.ability import Ability
+from chalie.memory.whose import principal_of
+from chalie.result import ToolResult
+from chalie.schedule.desk import ReminderDesk, ReminderError
+from chalie.schedule.rules import RuleKind, zone
+from chalie.schedule.store import MAX_TEXT, Reminder
+
+Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class ReminderParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Set, list or cancel reminders."""
+
+    action: Literal["set", "list", "cancel"]
+    text: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT, description="set: what")]
+        | None
+    ) = None
+    at: (
+        Annotated[Short, msgspec.Meta(description="set: ISO date-time, e.g. 2026-12-24T18:00")]
+        | None
+    ) = None
+    after: Annotated[Short, msgspec.Meta(description="set: a delay, e.g. 20m, 1h30m")] | None = None
+    every: (
+        Annotated[
+            Short,
+            msgspec.Meta(
+                description="set: recurring, an RRULE (FREQ=WEEKLY;BYDAY=MO;BYHOUR=8;BYMINUTE=0) "
+                "or cron (30 8 * * mon-fri)"
+            ),
+        ]
+        | None
+    ) = None
+    zone: Annotated[Short, msgspec.Meta(description="IANA time zone of at/every")] = "UTC"
+    id: Annotated[int, msgspec.Meta(ge=1, description="cancel: the reminder's id")] | None = None
+
+
+def shown(r: Reminder) -> dict[str, object]:
+    tz = zone(r.zone)
+    out: dict[str, object] = {"id": r.id, "text": r.text, "rule": f"{r.kind} {r.rule}"}
+    if r.next_fire is not None:
+        out["next"] = dt.datetime.fromtimestamp(r.next_fire, tz).isoformat(timespec="minutes")
+    out["zone"] = r.zone
+    return out
+
+
+class ReminderTool(Ability):
+    name = "reminder"
+    summary = (
+        "Sets reminders for later: once on a given day, after a delay, or on a repeating "
+        "schedule; lists the pending ones; cancels one by id. When one is due, Chalie tells "
+        "the person in their chat."
+    )
+    tooltip = "Set and manage reminders"
+    examples = (
+        "remind me to call mum this evening",
+        "set a reminder in 20 minutes to take the pizza out",
+        "remind me every Monday morning to send the report",
+        "what reminders do I have",
+        "cancel the dentist reminder",
+        "remind me on 24 December to buy a present",
+        "nudge me every weekday to stand up and stretch",
+    )
+    Params = ReminderParams
+    actions = {"set": ("text",), "list": (), "cancel": ("id",)}
+    internal_actions = frozenset({"list"})
+    timeout = 15.0
+
+    def _who(self) -> str:
+        assert self.context is not None
+        memory = getattr(self.services, "memory", None)
+        principal = getattr(memory, "principal", None)
+        if callable(principal):
+            return str(principal(self.context))
+        return principal_of(self.context.channel, "")
+
+    def run(self, params: ReminderParams) -> ToolResult:
+        desk: ReminderDesk | None = getattr(self.services, "scheduler", None)
+        if desk is None or self.context is None:
+            return ToolResult.error(
+                "service-unavailable",
+                "Reminders are not available in this runtime.",
+                hint="tell the user reminders are unavailable right now.",
+                meta={"action": params.action},
+            )
+        who = self._who()
+        if params.action == "list":
+            rows = desk.list(principal=who)
+            return ToolResult.success(
+                {"reminders": [shown(r) for r in rows]},
+                meta={"action": "list", "count": len(rows)},
+            )
+        if params.action == "cancel":
+            assert params.id is not None
+            if not desk.cancel(params.id, who):
+                return ToolResult.error(
+                    "reminder-not-found",
+                    f"No pending reminder {params.id} is yours.",
+                    hint="list the reminders to find the id.",
+                    meta={"action": "cancel"},
+                )
+            return ToolResult.success({"cancelled": params.id}, meta={"action": "cancel"})
+        given: list[tuple[RuleKind, str]] = [
+            (k, v)
+            for k, v in (("at", params.at), ("after", params.after), ("every", params.every))
+            if v is not None
+        ]
+        if len(given) != 1:
+            return ToolResult.error(
+                "invalid-param",
+                "set needs exactly one of at, after or every.",
+                hint="pass at= (2026-12-24T18:00), after= (20m) or every= (an RRULE or cron).",
+                meta={"action": "set"},
+            )
+        assert params.text is not None
+        kind, rule = given[0]
+        try:
+            reminder = desk.add(
+                params.text, kind, rule, params.zone, who, self.context.conversation_id
+            )
+        except ReminderError as exc:
+            return ToolResult.error(exc.code, str(exc), hint=exc.hint, meta={"action": "set"})
+        return ToolResult.success(
+            {"set": shown(reminder)}, meta={"action": "set", "id": reminder.id}
+        )

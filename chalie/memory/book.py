@@ -1,0 +1,526 @@
+"""MemoryBook: store, recall, update, forget, list, export and import memories.
+
+Every entry point uses it: the ``memory`` ability, ``chalie memory``, the
+background passes. It owns the indexes of one data directory; the table in
+chalie.db is the truth (:mod:`chalie.memory.store`).
+
+Lifecycle, in order:
+
+1. ``MemoryBook(store, embedder, directory)``: nothing is loaded yet.
+2. The first call opens the saved index if it is current for the table's
+   generation and the embedder's model, else rebuilds it from the stored
+   vectors (re-embedding only rows of another model).
+3. A write embeds outside the lock, then (under it) merges a near-duplicate
+   or inserts, and updates both indexes before it returns: a stored memory
+   is recallable as soon as ``store`` returns.
+4. ``close()`` saves the graphs with the generation they reflect.
+
+Recall is hybrid: the semantic neighbours (HNSW, cosine) and the keyword
+hits (Tantivy, BM25) of the query are fused by reciprocal rank, then the
+place, time, people and kind filters are applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from chalie.discovery.embedder import Embedder
+from chalie.memory.index import MemoryIndex
+from chalie.memory.records import (
+    KINDS,
+    MAX_FIELD,
+    MAX_LIST,
+    MAX_TEXT,
+    SOURCES,
+    Draft,
+    Kind,
+    Memory,
+    Provenance,
+    Recalled,
+)
+from chalie.memory.store import MemoryStore
+from chalie.memory.whose import OWNER, is_agent
+
+log = logging.getLogger("chalie.memory")
+
+# Reciprocal-rank fusion: score = sum of weight / (RRF_K + rank). A small constant
+# lets the top of each list count; the keyword list weighs half, so a rare word (a
+# name, a code) lifts a memory without drowning the meaning. Tuned on the synthetic
+# long-conversation set (tools/bench/memory_set.py): K=60 with equal weights lost
+# 8 points of recall@5 to semantic alone; K=10, keyword 0.5 keeps it and adds the
+# rare-word hits.
+RRF_K: Final = 10
+KEYWORD_WEIGHT: Final = 0.5
+# A semantic neighbour further than this (cosine distance) is noise, not a candidate.
+SEMANTIC_CEILING: Final = 0.85
+# A new memory this close to one of the same principal and kind is the same memory.
+NEAR_DUPLICATE: Final = 0.07
+CANDIDATES: Final = 50
+MAX_K: Final = 50
+NEGATIONS: Final = frozenset(
+    {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
+)
+_WORDS: Final = re.compile(r"[a-z0-9]+")
+
+
+class MemoryRequestError(ValueError):
+    """A bad request to the book; ``code`` is a stable kebab-case error code."""
+
+    def __init__(self, code: str, message: str, hint: str = "", param: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.hint = hint
+        self.param = param
+
+
+def _clean(value: str | None, name: str, limit: int = MAX_FIELD) -> str | None:
+    if value is None:
+        return None
+    value = " ".join(str(value).split())
+    if not value:
+        return None
+    if len(value) > limit:
+        raise MemoryRequestError(
+            "invalid-param", f"{name} is longer than {limit} characters.", param=name
+        )
+    return value
+
+
+def _names(values: Iterable[str], name: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in values:
+        c = _clean(v, name)
+        if c and c.casefold() not in (o.casefold() for o in out):
+            out.append(c)
+    if len(out) > MAX_LIST:
+        raise MemoryRequestError(
+            "invalid-param", f"{name} has more than {MAX_LIST} entries.", param=name
+        )
+    return tuple(out)
+
+
+def check_time(value: str | None, name: str = "time") -> str | None:
+    """An ISO 8601 date or date-time, normalised; anything else is an invalid-param."""
+    value = _clean(value, name, 64)
+    if value is None:
+        return None
+    try:
+        if len(value) == 10:
+            return dt.date.fromisoformat(value).isoformat()
+        return dt.datetime.fromisoformat(value).isoformat(timespec="minutes")
+    except ValueError:
+        raise MemoryRequestError(
+            "invalid-param",
+            f"{name} {value[:40]!r} is not an ISO 8601 date or date-time.",
+            hint=f"pass {name} like 2026-05-01 or 2026-05-01T18:30.",
+            param=name,
+        ) from None
+
+
+def check_draft(draft: Draft) -> Draft:
+    text = _clean(draft.text, "text", MAX_TEXT)
+    if text is None:
+        raise MemoryRequestError("invalid-param", "text is empty.", param="text")
+    if draft.kind not in KINDS:
+        raise MemoryRequestError("invalid-param", f"kind {draft.kind!r} is unknown.", param="kind")
+    return Draft(
+        text=text,
+        kind=draft.kind,
+        place=_clean(draft.place, "place"),
+        time=check_time(draft.time),
+        people=_names(draft.people, "people"),
+        tags=_names(draft.tags, "tags"),
+        skill=_clean(draft.skill, "skill", 64),
+    )
+
+
+def _negations(text: str) -> frozenset[str]:
+    return NEGATIONS.intersection(_WORDS.findall(text.lower()))
+
+
+def _when(memory: Memory) -> str:
+    if memory.time:
+        return memory.time
+    return dt.datetime.fromtimestamp(memory.created, dt.UTC).isoformat(timespec="minutes")
+
+
+def _matches(
+    memory: Memory,
+    *,
+    place: str | None,
+    people: Sequence[str],
+    since: str | None,
+    until: str | None,
+    kind: str | None,
+    tags: Sequence[str],
+) -> bool:
+    if place and (not memory.place or place.casefold() not in memory.place.casefold()):
+        # a place also matches when the text names it ("dinner in Lisbon")
+        if place.casefold() not in memory.text.casefold():
+            return False
+    if people:
+        have = {p.casefold() for p in memory.people}
+        text = memory.text.casefold()
+        if not any(p.casefold() in have or p.casefold() in text for p in people):
+            return False
+    if kind and memory.kind != kind:
+        return False
+    if tags and not {t.casefold() for t in tags} & {t.casefold() for t in memory.tags}:
+        return False
+    when = _when(memory)
+    if since and when[: len(since)] < since:
+        return False
+    return not (until and when[: len(until)] > until)
+
+
+class MemoryBook:
+    """See the module docstring. Thread-safe: any thread may call any method."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        directory: Path | None,
+        *,
+        owner_readers: Collection[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.directory = directory
+        self.owner_readers = frozenset(owner_readers)
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._index: MemoryIndex | None = None
+        self.rebuilt = 0  # how many times the index was rebuilt from the table (observable)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def index(self) -> MemoryIndex:
+        with self._lock:
+            if self._index is None:
+                self._index = self._open()
+            return self._index
+
+    def _open(self) -> MemoryIndex:
+        gen = self.store.generation()
+        dim, model_id = self.embedder.dim, self.embedder.model_id
+        if self.directory is not None:
+            found = MemoryIndex.open(self.directory, dim=dim, model_id=model_id, generation=gen)
+            if found is not None:
+                return found
+        began = time.monotonic()
+        index = MemoryIndex.empty(self.directory, dim=dim, model_id=model_id)
+        count = index.bulk(self._stored_vectors())
+        self.rebuilt += 1
+        log.info(
+            "memory index rebuilt from chalie.db",
+            extra={"memories": count, "seconds": round(time.monotonic() - began, 2)},
+        )
+        index.save(gen)
+        return index
+
+    def _stored_vectors(self) -> Iterator[tuple[Memory, Any]]:
+        stale: list[Memory] = []
+        for memory, vector in self.store.vectors(self.embedder.model_id, self.embedder.dim):
+            if vector is None:
+                stale.append(memory)
+                if len(stale) >= 64:
+                    yield from self._reembed(stale)
+                    stale = []
+                continue
+            yield memory, vector
+        if stale:
+            yield from self._reembed(stale)
+
+    def _reembed(self, memories: list[Memory]) -> Iterator[tuple[Memory, Any]]:
+        rows = self.embedder.embed([m.text for m in memories])
+        for memory, vector in zip(memories, rows, strict=True):
+            self.store.replace(memory, self.embedder.model_id, vector)
+            yield memory, vector
+
+    def close(self) -> None:
+        """Save the index and let it go (the next call opens the saved one again)."""
+        with self._lock:
+            index, self._index = self._index, None
+            if index is not None:
+                index.close()
+                index.save(self.store.generation())
+
+    # -- writes -------------------------------------------------------------------------
+    def _vector(self, text: str) -> Any:
+        return self.embedder.embed([text])[0]
+
+    def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
+        """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
+        draft = check_draft(draft)
+        if who.source not in SOURCES:
+            raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
+        vector = self._vector(draft.text)
+        now = self._clock()
+        with self._lock:
+            index = self.index()
+            twin = self._near_duplicate(index, who.principal, draft, vector)
+            if twin is not None:
+                merged = msgspec.structs.replace(
+                    twin,
+                    text=draft.text,
+                    place=draft.place or twin.place,
+                    time=draft.time or twin.time,
+                    people=_names((*twin.people, *draft.people), "people")[:MAX_LIST],
+                    tags=_names((*twin.tags, *draft.tags), "tags")[:MAX_LIST],
+                    skill=draft.skill or twin.skill,
+                    untrusted=tuple(dict.fromkeys((*twin.untrusted, *who.untrusted))),
+                    conversation_id=who.conversation_id or twin.conversation_id,
+                    updated=now,
+                    merged=twin.merged + 1,
+                )
+                self.store.replace(merged, self.embedder.model_id, vector)
+                index.add([(merged, vector)])
+                return merged, True
+            memory = Memory(
+                id=0,
+                principal=who.principal,
+                kind=draft.kind,
+                text=draft.text,
+                place=draft.place,
+                time=draft.time,
+                people=draft.people,
+                tags=draft.tags,
+                skill=draft.skill,
+                source=who.source,
+                untrusted=who.untrusted,
+                conversation_id=who.conversation_id,
+                created=now,
+                updated=now,
+            )
+            new_id = self.store.insert(memory, self.embedder.model_id, vector)
+            memory = msgspec.structs.replace(memory, id=new_id)
+            index.add([(memory, vector)])
+            return memory, False
+
+    def _near_duplicate(
+        self, index: MemoryIndex, principal: str, draft: Draft, vector: Any
+    ) -> Memory | None:
+        near = [i for i, d in index.semantic((principal,), vector, 3) if d <= NEAR_DUPLICATE]
+        if not near:
+            return None
+        found = self.store.many(near)
+        for mid in near:
+            twin = found.get(mid)
+            if (
+                twin is not None
+                and twin.kind == draft.kind
+                and _negations(twin.text) == _negations(draft.text)
+            ):
+                return twin
+        return None
+
+    def _owned(self, principals: Sequence[str], memory_id: int) -> Memory:
+        memory = self.store.get(memory_id)
+        if memory is None or memory.principal not in principals:
+            raise MemoryRequestError(
+                "memory-not-found",
+                f"no memory {memory_id} is yours to change.",
+                hint="recall or list memories to find the id.",
+                param="id",
+            )
+        return memory
+
+    def update(
+        self, principals: Sequence[str], memory_id: int, changes: Mapping[str, Any]
+    ) -> Memory:
+        """Change a memory's fields; a new text is embedded and indexed again."""
+        with self._lock:
+            memory = self._owned(principals, memory_id)
+            draft = check_draft(
+                Draft(
+                    text=changes.get("text") or memory.text,
+                    kind=changes.get("kind") or memory.kind,
+                    place=changes["place"] if "place" in changes else memory.place,
+                    time=changes["time"] if "time" in changes else memory.time,
+                    people=tuple(changes.get("people") or memory.people),
+                    tags=tuple(changes.get("tags") or memory.tags),
+                    skill=changes["skill"] if "skill" in changes else memory.skill,
+                )
+            )
+            updated = msgspec.structs.replace(
+                memory,
+                text=draft.text,
+                kind=draft.kind,
+                place=draft.place,
+                time=draft.time,
+                people=draft.people,
+                tags=draft.tags,
+                skill=draft.skill,
+                updated=self._clock(),
+            )
+            vector = self._vector(updated.text)
+            self.store.replace(updated, self.embedder.model_id, vector)
+            self.index().add([(updated, vector)])
+            return updated
+
+    def forget(self, principals: Sequence[str], memory_id: int) -> Memory:
+        with self._lock:
+            memory = self._owned(principals, memory_id)
+            self.store.delete(memory_id)
+            self.index().remove(memory)
+            return memory
+
+    def promote(self, memory_id: int) -> Memory:
+        """Make an agent's memory the owner's (the owner's decision, from the CLI)."""
+        with self._lock:
+            memory = self.store.get(memory_id)
+            if memory is None:
+                raise MemoryRequestError("memory-not-found", f"no memory {memory_id}.", param="id")
+            if not is_agent(memory.principal):
+                return memory
+            index = self.index()
+            index.remove(memory)
+            promoted = msgspec.structs.replace(memory, principal=OWNER, updated=self._clock())
+            vector = self._vector(promoted.text)
+            self.store.replace(promoted, self.embedder.model_id, vector)
+            index.add([(promoted, vector)])
+            return promoted
+
+    # -- reads --------------------------------------------------------------------------
+    def recall(
+        self,
+        principals: Sequence[str],
+        *,
+        query: str | None = None,
+        location: str | None = None,
+        people: Sequence[str] = (),
+        since: str | None = None,
+        until: str | None = None,
+        kind: Kind | None = None,
+        tags: Sequence[str] = (),
+        k: int = 5,
+    ) -> list[Recalled]:
+        query = _clean(query, "query", MAX_TEXT)
+        location = _clean(location, "location")
+        if query is None and location is None:
+            raise MemoryRequestError(
+                "no-query-or-location",
+                "recall requires either a query or a location.",
+                hint="pass query= to search by topic, or location= to filter by place.",
+            )
+        since, until = check_time(since, "since"), check_time(until, "until")
+        k = max(1, min(int(k), MAX_K))
+        people = _names(people, "people")
+        if query is None:
+            assert location is not None
+            rows = self.store.recent(principals, 10 * k + 100, place=location)
+            hits = [
+                m
+                for m in rows
+                if _matches(
+                    m, place=None, people=people, since=since, until=until, kind=kind, tags=tags
+                )
+            ]
+            return [Recalled(memory=m, score=1.0) for m in hits[:k]]
+        vector = self._vector(query)
+        index = self.index()
+        n = max(CANDIDATES, 10 * k)
+        fused: dict[int, float] = {}
+        for rank, (mid, dist) in enumerate(index.semantic(principals, vector, n)):
+            if dist <= SEMANTIC_CEILING:
+                fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
+        for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
+            fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
+        ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+        found = self.store.many(mid for mid, _ in ranked)
+        out: list[Recalled] = []
+        for mid, score in ranked:
+            memory = found.get(mid)
+            if memory is None or memory.principal not in principals:
+                continue
+            if not _matches(
+                memory,
+                place=location,
+                people=people,
+                since=since,
+                until=until,
+                kind=kind,
+                tags=tags,
+            ):
+                continue
+            # 1.0: first in both lists
+            best = (1.0 + KEYWORD_WEIGHT) / (RRF_K + 1)
+            out.append(Recalled(memory=memory, score=round(score / best, 4)))
+            if len(out) >= k:
+                break
+        return out
+
+    def recent(self, principals: Sequence[str] | None, limit: int = 20) -> list[Memory]:
+        return self.store.recent(principals, max(1, min(limit, 1000)))
+
+    def get(self, memory_id: int) -> Memory | None:
+        return self.store.get(memory_id)
+
+    def rules(self, principals: Sequence[str], skills: Iterable[str]) -> dict[str, list[str]]:
+        """The personalisation rules linked to each skill: the memories that name it."""
+        out: dict[str, list[str]] = {}
+        for skill in dict.fromkeys(skills):
+            rows = self.store.recent(principals, 50, skill=skill)
+            if rows:
+                out[skill] = [m.text for m in rows]
+        return out
+
+    def all_rules(self, principals: Sequence[str] | None) -> list[Memory]:
+        return self.store.recent(principals, 1000, linked=True)
+
+    # -- export / import ----------------------------------------------------------------
+    def export(self, principals: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+        for memory, _ in self.store.vectors(self.embedder.model_id, self.embedder.dim):
+            if principals is None or memory.principal in principals:
+                yield msgspec.to_builtins(memory)
+
+    def import_rows(self, rows: Iterable[Any]) -> dict[str, int]:
+        """Store exported rows (new ids; near-duplicates merge); bad rows are counted, not fatal."""
+        stored = merged = bad = 0
+        for row in rows:
+            try:
+                if not isinstance(row, Mapping):
+                    raise MemoryRequestError("invalid-param", "a row is not an object")
+                if not isinstance(row.get("text"), str):
+                    raise MemoryRequestError("invalid-param", "a row's text is not a string")
+                draft = Draft(
+                    text=str(row.get("text", "")),
+                    kind=row.get("kind", "fact") if row.get("kind") in KINDS else "fact",
+                    place=row.get("place") if isinstance(row.get("place"), str) else None,
+                    time=row.get("time") if isinstance(row.get("time"), str) else None,
+                    people=tuple(str(p) for p in row.get("people") or () if isinstance(p, str)),
+                    tags=tuple(str(t) for t in row.get("tags") or () if isinstance(t, str)),
+                    skill=row.get("skill") if isinstance(row.get("skill"), str) else None,
+                )
+                principal = row.get("principal", OWNER)
+                if not isinstance(principal, str) or not (
+                    principal == OWNER or is_agent(principal)
+                ):
+                    principal = OWNER
+                untrusted = tuple(str(u) for u in row.get("untrusted") or () if isinstance(u, str))
+                _, was_merged = self.store_memory(
+                    draft, Provenance(principal=principal, source="import", untrusted=untrusted)
+                )
+                merged += was_merged
+                stored += not was_merged
+            except (MemoryRequestError, TypeError, ValueError):
+                bad += 1
+        return {"stored": stored, "merged": merged, "rejected": bad}
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            index = self._index
+            return {
+                "memories": self.store.count(),
+                "index": index.stats() if index is not None else None,
+            }

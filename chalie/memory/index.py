@@ -1,0 +1,416 @@
+"""The memory indexes, apart from the tool index: HNSW over vectors, Tantivy over the words.
+
+Vectors live in one usearch HNSW graph per principal (int8 scalar
+quantisation, cosine): an agent's memories never share a graph with the
+owner's, and 100,000 memories of 384 dimensions take ~40 MB instead of the
+~150 MB of float32 rows. The words (text, place, people, tags) live in one
+Tantivy index with the principal as a raw field every query filters on.
+
+Neither index is the truth: ``chalie.db`` is. A saved index records the
+table's generation; an index whose generation differs (a crash between a
+write and a save) is rebuilt from the stored vectors, without embedding.
+
+A Tantivy commit syncs its files (tens of milliseconds, more on a busy disk),
+so a write does not commit: the memory joins a small in-memory tail that
+keyword searches scan beside the committed index, and a committer thread
+moves the tail into Tantivy within :data:`COMMIT_AFTER` seconds (or at
+:data:`COMMIT_BATCH` memories, or at close). A stored memory is recallable,
+by meaning and by words, the moment ``add`` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+# onnxruntime (the embedder's engine) must be loaded before usearch: the other
+# order crashes the process in onnxruntime's import (usearch 2.26, onnxruntime 1.32).
+import onnxruntime  # noqa: F401  # isort: skip
+import tantivy
+from usearch.index import Index as Hnsw
+
+from chalie.memory.records import Memory
+
+log = logging.getLogger("chalie.memory")
+
+CONNECTIVITY: Final = 12
+EXPANSION_ADD: Final = 96
+EXPANSION_SEARCH: Final = 96
+_WRITER_HEAP: Final = 15_000_000
+MANIFEST: Final = "manifest.json"
+WORD: Final = re.compile(r"\w+", re.UNICODE)
+MAX_QUERY_WORDS: Final = 32
+COMMIT_AFTER: Final = 1.0
+COMMIT_BATCH: Final = 2000
+
+
+class MemoryIndexError(RuntimeError):
+    """The memory index is unreadable or a write to it failed."""
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("mid", stored=True, tokenizer_name="raw")
+    sb.add_text_field("principal", stored=False, tokenizer_name="raw")
+    sb.add_text_field("text", stored=False, tokenizer_name="en_stem")
+    return sb.build()
+
+
+def words_of(memory: Memory) -> str:
+    """What the keyword index reads of a memory."""
+    return " ".join((memory.text, memory.place or "", *memory.people, *memory.tags, memory.kind))
+
+
+def query_words(text: str) -> list[str]:
+    """The words of a query, lowercased: no query syntax survives (AND, quotes, fields)."""
+    return [w.lower() for w in WORD.findall(text)][:MAX_QUERY_WORDS]
+
+
+def _terms(text: str) -> frozenset[str]:
+    """Words for the tail's exact match: lowercased, a plural's s dropped."""
+    out = set()
+    for w in WORD.findall(text.lower()):
+        out.add(w[:-1] if len(w) > 3 and w.endswith("s") else w)
+    return frozenset(out)
+
+
+def _file_for(principal: str) -> str:
+    return hashlib.sha256(principal.encode()).hexdigest()[:20] + ".usearch"
+
+
+def _new_graph(dim: int) -> Hnsw:
+    return Hnsw(
+        ndim=dim,
+        metric="cos",
+        dtype="i8",
+        connectivity=CONNECTIVITY,
+        expansion_add=EXPANSION_ADD,
+        expansion_search=EXPANSION_SEARCH,
+    )
+
+
+class MemoryIndex:
+    """Both indexes of one data directory (or in RAM: ``directory`` None)."""
+
+    def __init__(self, directory: Path | None, *, dim: int, model_id: str) -> None:
+        self.directory = directory
+        self.dim = dim
+        self.model_id = model_id
+        self._graphs: dict[str, Hnsw] = {}
+        self._lock = threading.RLock()
+        self._text: tantivy.Index
+        self._schema = _schema()
+        # Not yet in Tantivy: id -> (principal, its words), and ids to delete there.
+        self._tail: dict[int, tuple[str, frozenset[str]]] = {}
+        self._gone: set[int] = set()
+        self._text_lock = threading.Lock()  # the Tantivy writer: the committer and bulk
+        self._dirty = threading.Event()
+        self._closing = threading.Event()
+        self._committer: threading.Thread | None = None
+        self._pending_text: dict[int, Memory] = {}
+
+    # -- lifecycle --------------------------------------------------------------------
+    @classmethod
+    def empty(cls, directory: Path | None, *, dim: int, model_id: str) -> MemoryIndex:
+        """A new index; a directory's old contents are removed first."""
+        index = cls(directory, dim=dim, model_id=model_id)
+        if directory is None:
+            index._text = tantivy.Index(index._schema)
+        else:
+            if directory.exists():
+                shutil.rmtree(directory)
+            (directory / "text").mkdir(parents=True, mode=0o700)
+            (directory / "vectors").mkdir(mode=0o700)
+            index._text = tantivy.Index(index._schema, path=str(directory / "text"))
+        return index
+
+    @classmethod
+    def open(
+        cls, directory: Path, *, dim: int, model_id: str, generation: int
+    ) -> MemoryIndex | None:
+        """The saved index if it is current for ``generation`` and the model, else None."""
+        try:
+            manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if (
+            not isinstance(manifest, dict)
+            or manifest.get("generation") != generation
+            or manifest.get("model_id") != model_id
+            or manifest.get("dim") != dim
+            or not isinstance(manifest.get("principals"), dict)
+        ):
+            return None
+        index = cls(directory, dim=dim, model_id=model_id)
+        try:
+            index._text = tantivy.Index.open(str(directory / "text"))
+            index._text.reload()
+            for principal, name in manifest["principals"].items():
+                if not isinstance(name, str) or name != _file_for(str(principal)):
+                    return None
+                graph = Hnsw.restore(str(directory / "vectors" / name), view=False)
+                if graph is None or graph.ndim != dim:
+                    return None
+                graph.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # usearch types it read-only; it has a setter
+                index._graphs[str(principal)] = graph
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.warning("memory index unreadable; it will be rebuilt: %s", exc)
+            return None
+        return index
+
+    def save(self, generation: int) -> None:
+        """Write the graphs and a manifest naming ``generation`` (the text index is committed)."""
+        self.flush()
+        if self.directory is None:
+            return
+        with self._lock:
+            vectors = self.directory / "vectors"
+            names = {}
+            for principal, graph in self._graphs.items():
+                name = _file_for(principal)
+                tmp = vectors / (name + ".tmp")
+                graph.save(str(tmp))
+                tmp.replace(vectors / name)
+                names[principal] = name
+            for stale in vectors.glob("*.usearch"):
+                if stale.name not in names.values():
+                    stale.unlink()
+            manifest = {
+                "generation": generation,
+                "model_id": self.model_id,
+                "dim": self.dim,
+                "principals": names,
+            }
+            tmp = self.directory / (MANIFEST + ".tmp")
+            tmp.write_text(json.dumps(manifest), encoding="utf-8")
+            tmp.replace(self.directory / MANIFEST)
+
+    def invalidate(self) -> None:
+        """Mark the saved copy stale (before the first write after a save)."""
+        if self.directory is not None:
+            (self.directory / MANIFEST).unlink(missing_ok=True)
+
+    # -- writes -------------------------------------------------------------------------
+    def _graph(self, principal: str) -> Hnsw:
+        graph = self._graphs.get(principal)
+        if graph is None:
+            graph = self._graphs[principal] = _new_graph(self.dim)
+        return graph
+
+    def add(self, items: Sequence[tuple[Memory, Any]]) -> None:
+        """Index memories (replacing any with the same id) with their unit vectors."""
+        if not items:
+            return
+        with self._lock:
+            by_principal: dict[str, list[tuple[int, Any]]] = {}
+            for memory, vector in items:
+                by_principal.setdefault(memory.principal, []).append((memory.id, vector))
+            for principal, rows in by_principal.items():
+                graph = self._graph(principal)
+                keys = np.array([k for k, _ in rows], dtype=np.uint64)
+                present = [int(k) for k in keys if graph.contains(int(k))]
+                if present:
+                    graph.remove(present)
+                matrix = np.vstack([np.asarray(v, dtype=np.float32) for _, v in rows])
+                graph.add(keys, matrix, threads=2 if len(rows) > 256 else 1)
+            for memory, _ in items:
+                self._tail[memory.id] = (memory.principal, _terms(words_of(memory)))
+                self._gone.add(memory.id)  # its older words, if any, leave Tantivy
+                self._pending_text[memory.id] = memory
+        self._wake_committer()
+
+    def _wake_committer(self) -> None:
+        self._dirty.set()
+        if self._committer is None and not self._closing.is_set():
+            self._committer = threading.Thread(
+                target=self._commit_loop, name="memory-index-commit", daemon=True
+            )
+            self._committer.start()
+
+    def _commit_loop(self) -> None:
+        while not self._closing.is_set():
+            self._dirty.wait()
+            if self._closing.is_set():
+                return
+            # gather for a moment: a burst of stores is one commit
+            self._closing.wait(COMMIT_AFTER)
+            self._dirty.clear()
+            try:
+                self.flush()
+            except MemoryIndexError:
+                log.exception("memory keyword index commit failed; retrying")
+                self._dirty.set()
+
+    def flush(self) -> None:
+        """Move the tail into Tantivy and commit (the committer's work; also at save)."""
+        with self._text_lock:
+            with self._lock:
+                adds = dict(self._pending_text)
+                gone = set(self._gone)
+                self._pending_text.clear()
+            if not adds and not gone:
+                return
+            try:
+                writer = self._text.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                for mid in gone:
+                    writer.delete_documents_by_term("mid", str(mid))
+                for memory in adds.values():
+                    writer.add_document(
+                        tantivy.Document(
+                            mid=str(memory.id), principal=memory.principal, text=words_of(memory)
+                        )
+                    )
+                writer.commit()
+                writer.wait_merging_threads()
+                self._text.reload()
+            except ValueError as exc:
+                with self._lock:  # try again later: nothing is lost
+                    for mid, memory in adds.items():
+                        self._pending_text.setdefault(mid, memory)
+                raise MemoryIndexError(f"memory keyword index write failed: {exc}") from exc
+            with self._lock:
+                for mid in gone:
+                    if mid not in self._pending_text:
+                        self._gone.discard(mid)
+                for mid in adds:
+                    if mid not in self._pending_text:
+                        self._tail.pop(mid, None)
+
+    def close(self) -> None:
+        """Stop the committer (after a last flush)."""
+        self._closing.set()
+        self._dirty.set()
+        committer, self._committer = self._committer, None
+        if committer is not None:
+            committer.join(30)
+        self.flush()
+
+    def _write_text(self, items: Iterable[tuple[Memory, Any]], *, fresh: bool) -> None:
+        """A bulk write straight into Tantivy, committed (a rebuild)."""
+        with self._text_lock:
+            try:
+                writer = self._text.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                for memory, _ in items:
+                    mid = str(memory.id)
+                    if not fresh:
+                        writer.delete_documents_by_term("mid", mid)
+                    writer.add_document(
+                        tantivy.Document(mid=mid, principal=memory.principal, text=words_of(memory))
+                    )
+                writer.commit()
+                writer.wait_merging_threads()
+                self._text.reload()
+            except ValueError as exc:
+                raise MemoryIndexError(f"memory keyword index write failed: {exc}") from exc
+
+    def bulk(self, items: Iterable[tuple[Memory, Any]], batch: int = 5000) -> int:
+        """Fill a new, empty index (a rebuild); returns how many were indexed."""
+        done = 0
+        chunk: list[tuple[Memory, Any]] = []
+        with self._lock:
+            for item in items:
+                chunk.append(item)
+                if len(chunk) >= batch:
+                    done += self._bulk_chunk(chunk)
+                    chunk = []
+            if chunk:
+                done += self._bulk_chunk(chunk)
+        return done
+
+    def _bulk_chunk(self, chunk: list[tuple[Memory, Any]]) -> int:
+        by_principal: dict[str, list[tuple[int, Any]]] = {}
+        for memory, vector in chunk:
+            by_principal.setdefault(memory.principal, []).append((memory.id, vector))
+        for principal, rows in by_principal.items():
+            keys = np.array([k for k, _ in rows], dtype=np.uint64)
+            self._graph(principal).add(keys, np.vstack([v for _, v in rows]), threads=2)
+        self._write_text(chunk, fresh=True)
+        return len(chunk)
+
+    def remove(self, memory: Memory) -> None:
+        with self._lock:
+            graph = self._graphs.get(memory.principal)
+            if graph is not None and graph.contains(memory.id):
+                graph.remove(memory.id)
+            self._tail.pop(memory.id, None)
+            self._pending_text.pop(memory.id, None)
+            self._gone.add(memory.id)
+        self._wake_committer()
+
+    # -- reads --------------------------------------------------------------------------
+    def semantic(self, principals: Sequence[str], vector: Any, n: int) -> list[tuple[int, float]]:
+        """(memory id, cosine distance), nearest first, over the principals' graphs."""
+        out: list[tuple[int, float]] = []
+        with self._lock:
+            for principal in principals:
+                graph = self._graphs.get(principal)
+                if graph is None or len(graph) == 0:
+                    continue
+                found = graph.search(np.asarray(vector, dtype=np.float32), min(n, len(graph)))
+                out.extend(
+                    (int(k), float(d)) for k, d in zip(found.keys, found.distances, strict=True)
+                )
+        out.sort(key=lambda kd: kd[1])
+        return out[:n]
+
+    def keyword(self, principals: Sequence[str], text: str, n: int) -> list[tuple[int, float]]:
+        """(memory id, BM25 score), best first, among the principals' memories."""
+        words = query_words(text)
+        if not words or not principals:
+            return []
+        with self._lock:
+            gone = set(self._gone)
+            wanted = _terms(" ".join(words))
+            fresh = sorted(
+                (
+                    (len(wanted & terms), mid)
+                    for mid, (who, terms) in self._tail.items()
+                    if who in principals and wanted & terms
+                ),
+                reverse=True,
+            )
+        try:
+            parsed = self._text.parse_query(" ".join(words), ["text"])
+            who = tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "principal", p))
+                    for p in principals
+                ]
+            )
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, parsed), (tantivy.Occur.Must, who)]
+            )
+            searcher = self._text.searcher()
+            hits = searcher.search(query, n + len(gone)).hits
+            found = [(int(searcher.doc(addr)["mid"][0]), float(score)) for score, addr in hits]
+        except ValueError as exc:
+            raise MemoryIndexError(f"memory keyword search failed: {exc}") from exc
+        # the tail first (its words match exactly; it is what was said last), then Tantivy's
+        out = [(mid, float(count)) for count, mid in fresh]
+        seen = {mid for mid, _ in out}
+        out += [(mid, sc) for mid, sc in found if mid not in gone and mid not in seen]
+        return out[:n]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(g) for g in self._graphs.values())
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "vectors": len(self),
+                "principals": len(self._graphs),
+                "vector_bytes": sum(int(g.memory_usage) for g in self._graphs.values()),
+                "text_docs": int(self._text.searcher().num_docs),
+                "text_tail": len(self._tail),
+                "model_id": self.model_id,
+            }

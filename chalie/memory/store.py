@@ -1,0 +1,284 @@
+"""The ``memories`` table in chalie.db: every memory with its provenance and its vector.
+
+The vector (float16, the embedder's model id beside it) is kept so the
+indexes can be rebuilt without embedding everything again. ``generation``
+in ``memory_meta`` is bumped in the same transaction as every change: an
+index saved at generation N is current only while the table is at N.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from chalie.db import connect
+from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS memories (
+    id              INTEGER PRIMARY KEY,
+    principal       TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    place           TEXT,
+    at              TEXT,
+    people          TEXT NOT NULL DEFAULT '[]',
+    tags            TEXT NOT NULL DEFAULT '[]',
+    skill           TEXT,
+    source          TEXT NOT NULL,
+    untrusted       TEXT NOT NULL DEFAULT '[]',
+    conversation_id TEXT,
+    created         REAL NOT NULL,
+    updated         REAL NOT NULL,
+    merged          INTEGER NOT NULL DEFAULT 0,
+    model_id        TEXT NOT NULL,
+    vector          BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_by_principal ON memories (principal, updated);
+CREATE INDEX IF NOT EXISTS memories_by_skill ON memories (skill) WHERE skill IS NOT NULL;
+CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_COLUMNS: Final = (
+    "id, principal, kind, text, place, at, people, tags, skill, source, untrusted, "
+    "conversation_id, created, updated, merged"
+)
+
+
+def _row(r: Sequence[Any]) -> Memory:
+    kind: Kind = r[2] if r[2] in KINDS else "fact"
+    source: Source = r[9] if r[9] in SOURCES else "person"
+    return Memory(
+        id=int(r[0]),
+        principal=str(r[1]),
+        kind=kind,
+        text=str(r[3]),
+        place=r[4],
+        time=r[5],
+        people=tuple(json.loads(r[6])),
+        tags=tuple(json.loads(r[7])),
+        skill=r[8],
+        source=source,
+        untrusted=tuple(json.loads(r[10])),
+        conversation_id=r[11],
+        created=float(r[12]),
+        updated=float(r[13]),
+        merged=int(r[14]),
+    )
+
+
+def pack(vector: np.ndarray[Any, Any]) -> bytes:
+    return np.asarray(vector, dtype=np.float16).tobytes()
+
+
+def unpack(blob: bytes, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    out = np.frombuffer(blob, dtype=np.float16)
+    if out.shape != (dim,):
+        raise ValueError(f"stored vector has {out.size} values, expected {dim}")
+    return out.astype(np.float32)
+
+
+class MemoryStore:
+    """One connection; callers may use it from any thread (a lock serialises it)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._conn: sqlite3.Connection = connect(db_path)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- generation -----------------------------------------------------------------
+    def generation(self) -> int:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT value FROM memory_meta WHERE key = 'generation'"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _bump(self) -> None:
+        self._conn.execute(
+            "INSERT INTO memory_meta VALUES ('generation', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+        )
+
+    # -- writes -----------------------------------------------------------------------
+    def insert(self, memory: Memory, model_id: str, vector: np.ndarray[Any, Any]) -> int:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
+                    "VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        memory.principal,
+                        memory.kind,
+                        memory.text,
+                        memory.place,
+                        memory.time,
+                        json.dumps(list(memory.people)),
+                        json.dumps(list(memory.tags)),
+                        memory.skill,
+                        memory.source,
+                        json.dumps(list(memory.untrusted)),
+                        memory.conversation_id,
+                        memory.created,
+                        memory.updated,
+                        memory.merged,
+                        model_id,
+                        pack(vector),
+                    ),
+                )
+                self._bump()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            assert cur.lastrowid is not None
+            return int(cur.lastrowid)
+
+    def replace(
+        self,
+        memory: Memory,
+        model_id: str | None = None,
+        vector: np.ndarray[Any, Any] | None = None,
+    ) -> bool:
+        """Rewrite a memory's fields (and its vector when given); False if it is gone."""
+        sets = (
+            "principal = ?, kind = ?, text = ?, place = ?, at = ?, people = ?, tags = ?, "
+            "skill = ?, source = ?, untrusted = ?, conversation_id = ?, updated = ?, merged = ?"
+        )
+        args: list[Any] = [
+            memory.principal,
+            memory.kind,
+            memory.text,
+            memory.place,
+            memory.time,
+            json.dumps(list(memory.people)),
+            json.dumps(list(memory.tags)),
+            memory.skill,
+            memory.source,
+            json.dumps(list(memory.untrusted)),
+            memory.conversation_id,
+            memory.updated,
+            memory.merged,
+        ]
+        if vector is not None and model_id is not None:
+            sets += ", model_id = ?, vector = ?"
+            args += [model_id, pack(vector)]
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    f"UPDATE memories SET {sets} WHERE id = ?", (*args, memory.id)
+                )
+                if cur.rowcount:
+                    self._bump()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return cur.rowcount > 0
+
+    def delete(self, memory_id: int) -> bool:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+                if cur.rowcount:
+                    self._bump()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return cur.rowcount > 0
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, memory_id: int) -> Memory | None:
+        with self._lock:
+            r = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+        return None if r is None else _row(r)
+
+    def many(self, ids: Iterable[int]) -> dict[int, Memory]:
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        out: dict[int, Memory] = {}
+        with self._lock:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for r in self._conn.execute(
+                    f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", chunk
+                ):
+                    out[int(r[0])] = _row(r)
+        return out
+
+    def recent(
+        self,
+        principals: Sequence[str] | None,
+        limit: int,
+        *,
+        place: str | None = None,
+        skill: str | None = None,
+        linked: bool = False,
+    ) -> list[Memory]:
+        """Newest first; ``None`` principals: everyone's (the operator's view)."""
+        where, args = ["1 = 1"], []  # type: list[str], list[Any]
+        if principals is not None:
+            where.append(f"principal IN ({','.join('?' * len(principals))})")
+            args += list(principals)
+        if place:
+            # the place field, or the text naming it ("dinner in Lisbon")
+            where.append("(place LIKE ? ESCAPE '\\' OR text LIKE ? ESCAPE '\\')")
+            args += ["%" + _like(place) + "%"] * 2
+        if skill:
+            where.append("skill = ?")
+            args.append(skill)
+        elif linked:
+            where.append("skill IS NOT NULL")
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
+                "ORDER BY updated DESC, id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def principals(self) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute("SELECT DISTINCT principal FROM memories").fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
+
+    def vectors(self, model_id: str, dim: int, page: int = 2000) -> Iterator[tuple[Memory, Any]]:
+        """Every memory with its stored vector (None: embedded by another model), page by page."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT {_COLUMNS}, model_id, vector FROM memories WHERE id > ? "
+                    "ORDER BY id LIMIT ?",
+                    (last, page),
+                ).fetchall()
+            if not rows:
+                return
+            for r in rows:
+                vec = unpack(r[-1], dim) if r[-2] == model_id else None
+                yield _row(r[:-2]), vec
+            last = int(rows[-1][0])
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -1,0 +1,211 @@
+"""The ``reminders`` table in chalie.db: every reminder, its rule, its zone and its next firing.
+
+A pending reminder's ``next_fire`` is the UTC epoch second it is due. Firing
+one is two writes: :meth:`ReminderStore.fired` records the firing (and the
+next time, or ``done``) in one transaction before its turn starts, so a kill
+during the turn never fires it twice; the answer is recorded afterwards.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from chalie.db import connect
+from chalie.schedule.rules import RuleKind
+
+State = Literal["pending", "done", "cancelled"]
+MAX_TEXT: Final = 2000
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS reminders (
+    id              INTEGER PRIMARY KEY,
+    text            TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    rule            TEXT NOT NULL,
+    zone            TEXT NOT NULL,
+    principal       TEXT NOT NULL,
+    conversation_id TEXT,
+    created         REAL NOT NULL,
+    next_fire       REAL,
+    state           TEXT NOT NULL,
+    fired           INTEGER NOT NULL DEFAULT 0,
+    last_fired      REAL,
+    last_late       INTEGER NOT NULL DEFAULT 0,
+    last_answer     TEXT
+);
+CREATE INDEX IF NOT EXISTS reminders_due ON reminders (next_fire) WHERE state = 'pending';
+"""
+_COLUMNS: Final = (
+    "id, text, kind, rule, zone, principal, conversation_id, created, next_fire, state, "
+    "fired, last_fired, last_late, last_answer"
+)
+
+
+class Reminder(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    text: str
+    kind: RuleKind
+    rule: str
+    zone: str
+    principal: str
+    conversation_id: str | None
+    created: float
+    next_fire: float | None
+    state: State
+    fired: int = 0
+    last_fired: float | None = None
+    last_late: bool = False
+    last_answer: str | None = None
+
+
+def _row(r: Any) -> Reminder:
+    return Reminder(
+        id=int(r[0]),
+        text=str(r[1]),
+        kind=r[2],
+        rule=str(r[3]),
+        zone=str(r[4]),
+        principal=str(r[5]),
+        conversation_id=r[6],
+        created=float(r[7]),
+        next_fire=None if r[8] is None else float(r[8]),
+        state=r[9],
+        fired=int(r[10]),
+        last_fired=r[11],
+        last_late=bool(r[12]),
+        last_answer=r[13],
+    )
+
+
+class ReminderStore:
+    """One connection, any thread (a lock serialises it)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._conn: sqlite3.Connection = connect(db_path)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def add(
+        self,
+        *,
+        text: str,
+        kind: RuleKind,
+        rule: str,
+        zone: str,
+        principal: str,
+        conversation_id: str | None,
+        created: float,
+        next_fire: float,
+    ) -> Reminder:
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO reminders (text, kind, rule, zone, principal, conversation_id, "
+                "created, next_fire, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
+                (text, kind, rule, zone, principal, conversation_id, created, next_fire),
+            )
+            row = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", (cur.lastrowid,)
+            ).fetchone()
+        return _row(row)
+
+    def add_many(self, rows: list[tuple[str, str, str, str, str, float, float]]) -> None:
+        """Bulk insert (text, kind, rule, zone, principal, created, next_fire): benchmarks."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            self._conn.executemany(
+                "INSERT INTO reminders (text, kind, rule, zone, principal, created, next_fire, "
+                "state) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
+                rows,
+            )
+            self._conn.execute("COMMIT")
+
+    def get(self, reminder_id: int) -> Reminder | None:
+        with self._lock:
+            r = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", (reminder_id,)
+            ).fetchone()
+        return None if r is None else _row(r)
+
+    def listed(
+        self, *, principal: str | None = None, pending_only: bool = True, limit: int = 100
+    ) -> list[Reminder]:
+        where = ["1 = 1"]
+        args: list[Any] = []
+        if pending_only:
+            where.append("state = 'pending'")
+        if principal is not None:
+            where.append("principal = ?")
+            args.append(principal)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE {' AND '.join(where)} "
+                "ORDER BY COALESCE(next_fire, 1e18), id LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            r = self._conn.execute(
+                "SELECT MIN(next_fire) FROM reminders WHERE state = 'pending'"
+            ).fetchone()
+        return None if r is None or r[0] is None else float(r[0])
+
+    def due(self, now: float, limit: int = 100) -> list[Reminder]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE state = 'pending' AND next_fire <= ? "
+                "ORDER BY next_fire, id LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def fired(self, reminder_id: int, *, at: float, late: bool, next_fire: float | None) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE reminders SET fired = fired + 1, last_fired = ?, last_late = ?, "
+                "next_fire = ?, state = CASE WHEN ? IS NULL THEN 'done' ELSE state END "
+                "WHERE id = ? AND state = 'pending'",
+                (at, int(late), next_fire, next_fire, reminder_id),
+            )
+
+    def answered(self, reminder_id: int, answer: str) -> None:
+        with self._lock:
+            self._conn.execute(
+                "UPDATE reminders SET last_answer = ? WHERE id = ?",
+                (answer[:MAX_TEXT], reminder_id),
+            )
+
+    def cancel(self, reminder_id: int, principal: str | None = None) -> bool:
+        with self._lock:
+            if principal is None:
+                cur = self._conn.execute(
+                    "UPDATE reminders SET state = 'cancelled', next_fire = NULL "
+                    "WHERE id = ? AND state = 'pending'",
+                    (reminder_id,),
+                )
+            else:
+                cur = self._conn.execute(
+                    "UPDATE reminders SET state = 'cancelled', next_fire = NULL "
+                    "WHERE id = ? AND state = 'pending' AND principal = ?",
+                    (reminder_id, principal),
+                )
+        return cur.rowcount > 0
+
+    def pending_count(self) -> int:
+        with self._lock:
+            return int(
+                self._conn.execute(
+                    "SELECT COUNT(*) FROM reminders WHERE state = 'pending'"
+                ).fetchone()[0]
+            )

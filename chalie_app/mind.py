@@ -1,0 +1,195 @@
+"""The memory and background-mind part of the tree: memory, the scheduler, their commands.
+
+:func:`memory_parts` builds what ``child_specs`` adds for memory: one child
+spec and the control routes, over one book per daemon. The embedder is the
+discovery's own instance (one model in memory), or the configured one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Final, cast
+
+import msgspec
+
+from actors.child_ref import ChildRef
+from chalie import control
+from chalie.control import Args
+from chalie.discovery.embedder import Embedder, load_embedder
+from chalie.home import memory_index_dir
+from chalie.memory.book import MemoryBook
+from chalie.memory.commands import MemoryCommands
+from chalie.memory.store import MemoryStore
+from chalie.memory.whose import OWNER
+from chalie.messages import ControlReply
+from chalie.routing import Route
+from chalie.schedule.clock import Clock
+from chalie.schedule.desk import ReminderError
+from chalie.schedule.rules import RuleKind
+from chalie.schedule.store import Reminder
+from chalie.supervision import ChildSpec
+
+CALL_TIMEOUT: Final = 10.0
+
+if TYPE_CHECKING:
+    from actors.conversations import ConversationsHost as Runtime  # what the root's Runtime has
+
+
+class _OnFirstUse:
+    """The configured embedder, loaded on its first text (for backends that cannot be lazy)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+        self._loaded: Embedder | None = None
+
+    def _get(self) -> Embedder:
+        if self._loaded is None:
+            self._loaded = load_embedder(self._options)
+        return self._loaded
+
+    @property
+    def model_id(self) -> str:
+        return self._get().model_id
+
+    @property
+    def dim(self) -> int:
+        return self._get().dim
+
+    def embed(self, texts: Any) -> Any:
+        return self._get().embed(texts)
+
+
+def memory_parts(rt: Runtime, embedder: Embedder | None) -> tuple[ChildSpec, list[Route[Any]]]:
+    from actors.memory import MemoryKeeper
+
+    cfg = rt.config
+    # _OnFirstUse has the Embedder's members as read-only properties (loaded when read).
+    used = embedder if embedder is not None else cast(Embedder, _OnFirstUse(cfg.embedder.options()))
+    book = MemoryBook(MemoryStore(rt.db_path), used, memory_index_dir(cfg.home))
+    spec = ChildSpec(
+        "memory",
+        lambda: MemoryKeeper.start(
+            book, rt.services, rt.db_path, owner_readers=cfg.memory.agents_may_recall
+        ),
+        shutdown=30.0,
+    )
+    return spec, MemoryCommands(book).routes()
+
+
+class SchedulerDesk:
+    """The reminder ability's and the CLI's way to the Scheduler: calls through its ChildRef."""
+
+    def __init__(self, ref: ChildRef[Any]) -> None:
+        self._ref = ref.within(CALL_TIMEOUT)
+
+    def add(
+        self,
+        text: str,
+        kind: RuleKind,
+        rule: str,
+        zone_name: str,
+        principal: str,
+        conversation_id: str | None,
+    ) -> Reminder:
+        from actors.scheduler import Scheduler
+
+        found: Reminder = self._ref.call(
+            Scheduler.add, text, kind, rule, zone_name, principal, conversation_id
+        )
+        return found
+
+    def cancel(self, reminder_id: int, principal: str | None = None) -> bool:
+        from actors.scheduler import Scheduler
+
+        return bool(self._ref.call(Scheduler.cancel, reminder_id, principal))
+
+    def list(
+        self, principal: str | None = None, pending_only: bool = True, limit: int = 100
+    ) -> list[Reminder]:
+        from actors.scheduler import Scheduler
+
+        found: list[Reminder] = self._ref.call(Scheduler.list, principal, pending_only, limit)
+        return found
+
+
+class RemindersListArgs(Args):
+    all: bool = False
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+
+
+class ReminderIdArgs(Args):
+    id: Annotated[int, msgspec.Meta(ge=1)]
+
+
+class ReminderAddArgs(Args):
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
+    kind: RuleKind
+    rule: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    zone: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "UTC"
+
+
+class ReminderCommands:
+    """The operator's reminder commands (the operator is the owner)."""
+
+    def __init__(self, desk: SchedulerDesk) -> None:
+        self.desk = desk
+
+    def routes(self) -> list[Route[Any]]:
+        return [
+            Route("reminders.list", RemindersListArgs, self.list),
+            Route("reminders.add", ReminderAddArgs, self.add),
+            Route("reminders.cancel", ReminderIdArgs, self.cancel),
+        ]
+
+    def add(self, args: ReminderAddArgs) -> ControlReply:
+        try:
+            found = self.desk.add(args.text, args.kind, args.rule, args.zone, OWNER, None)
+        except ReminderError as exc:
+            return control.failure(exc.code, str(exc))
+        return control.success(msgspec.to_builtins(found))
+
+    def list(self, args: RemindersListArgs) -> ControlReply:
+        rows = self.desk.list(None, not args.all, args.limit)
+        return control.success([msgspec.to_builtins(r) for r in rows])
+
+    def cancel(self, args: ReminderIdArgs) -> ControlReply:
+        if not self.desk.cancel(args.id):
+            return control.failure("reminder-not-found", f"no pending reminder {args.id}")
+        return control.success({"id": args.id, "cancelled": True})
+
+
+def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[Route[Any]]]:
+    from actors.conversations import Conversations
+    from actors.conversations_port import ActorConversations
+    from actors.scheduler import Reflection, Scheduler
+
+    cfg = rt.config
+    model = cfg.models.get("default")
+    reflection = (
+        Reflection(
+            idle=cfg.background.reflection_idle,
+            tokens_per_day=cfg.background.reflection_tokens_per_day,
+            model=model,
+            services=rt.services,
+        )
+        if cfg.background.reflection and model is not None
+        else None
+    )
+    ref = rt.child("scheduler", Scheduler)
+    desk = SchedulerDesk(ref)
+    rt.services.scheduler = desk
+    spec = ChildSpec(
+        "scheduler",
+        lambda: Scheduler.start(
+            rt.db_path,
+            rt.events,
+            # the one way to the conversations; the reminder's turn is followed by follow_turn
+            ActorConversations(rt.child("conversations", Conversations), rt.events),
+            rt.loop,
+            clock=clock,
+            enabled=cfg.background.reminders,
+            outbox_max_age=cfg.outbox.max_age,
+            reflection=reflection,
+        ),
+        shutdown=10.0,
+    )
+    return spec, ReminderCommands(desk).routes()

@@ -1,0 +1,25 @@
+"""A memory book over a temporary chalie.db, with the embedder the project ships."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chalie.discovery.embedder import Embedder, load_embedder
+from chalie.memory.book import MemoryBook
+from chalie.memory.store import MemoryStore
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    return load_embedder()
+
+
+@pytest.fixture
+def book(tmp_path: Path, embedder: Embedder) -> Iterator[MemoryBook]:
+    b = MemoryBook(MemoryStore(tmp_path / "chalie.db"), embedder, tmp_path / "index" / "memory")
+    yield b
+    b.close()
+    b.store.close()

@@ -1,0 +1,225 @@
+"""The memory book on a real chalie.db, real HNSW and Tantivy indexes, and the shipped embedder."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from chalie.discovery.embedder import Embedder
+from chalie.memory.book import MemoryBook, MemoryRequestError
+from chalie.memory.records import Draft, Memory, Provenance, Recalled
+from chalie.memory.store import MemoryStore
+from chalie.memory.whose import OWNER
+
+pytestmark = pytest.mark.slow
+
+ME = Provenance(principal=OWNER, conversation_id="c1")
+AGENT = Provenance(principal="agent:bot", source="agent", conversation_id="c2")
+
+
+def texts(hits: list[Recalled] | list[Memory]) -> list[str]:
+    return [h.memory.text if isinstance(h, Recalled) else h.text for h in hits]
+
+
+def test_a_stored_memory_is_recalled_by_meaning_and_by_words(book: MemoryBook) -> None:
+    book.store_memory(Draft(text="My sister Anna lives in Lisbon", people=("Anna",)), ME)
+    book.store_memory(Draft(text="I am allergic to peanuts"), ME)
+    book.store_memory(Draft(text="I prefer aisle seats on long flights", kind="preference"), ME)
+    # meaning: no word in common with the memory but "sister"
+    assert texts(book.recall([OWNER], query="where is my sister based", k=1)) == [
+        "My sister Anna lives in Lisbon"
+    ]
+    # words: a rare name the embedder knows nothing about
+    book.store_memory(Draft(text="The wifi password hint is Zorblax"), ME)
+    assert texts(book.recall([OWNER], query="zorblax", k=1)) == [
+        "The wifi password hint is Zorblax"
+    ]
+    assert texts(book.recall([OWNER], query="nut allergy", k=1)) == ["I am allergic to peanuts"]
+
+
+def test_recall_needs_a_query_or_a_location(book: MemoryBook) -> None:
+    with pytest.raises(MemoryRequestError) as err:
+        book.recall([OWNER])
+    assert err.value.code == "no-query-or-location"
+    assert str(err.value) == "recall requires either a query or a location."
+    assert err.value.hint == "pass query= to search by topic, or location= to filter by place."
+
+
+def test_location_time_and_people_filter(book: MemoryBook) -> None:
+    book.store_memory(
+        Draft(text="Dinner at the harbour", place="Valletta", time="2026-06-02", kind="event"), ME
+    )
+    book.store_memory(Draft(text="Hiking with Marco", place="Dolomites", time="2026-08-10"), ME)
+    book.store_memory(Draft(text="Conference talk in Lisbon", time="2026-09-20", kind="event"), ME)
+    assert texts(book.recall([OWNER], location="valletta")) == ["Dinner at the harbour"]
+    # a place named only in the text is found too
+    assert texts(book.recall([OWNER], location="Lisbon")) == ["Conference talk in Lisbon"]
+    summer = book.recall([OWNER], query="trips", since="2026-06-01", until="2026-08-31")
+    assert sorted(texts(summer)) == ["Dinner at the harbour", "Hiking with Marco"]
+    assert texts(book.recall([OWNER], query="outdoors", people=["marco"])) == ["Hiking with Marco"]
+    assert texts(book.recall([OWNER], query="food", kind="event", location="Valletta")) == [
+        "Dinner at the harbour"
+    ]
+
+
+def test_a_near_duplicate_is_merged_not_stored_twice(book: MemoryBook) -> None:
+    first, merged = book.store_memory(Draft(text="My sister Anna lives in Lisbon"), ME)
+    assert not merged
+    again, merged = book.store_memory(
+        Draft(text="my sister Anna lives in Lisbon.", people=("Anna",), tags=("family",)), ME
+    )
+    assert merged and again.id == first.id and again.merged == 1
+    assert again.people == ("Anna",) and again.tags == ("family",)
+    assert book.store.count() == 1
+    # a negation is a different memory, however close its vector
+    _, merged = book.store_memory(Draft(text="I like coffee"), ME)
+    _, merged2 = book.store_memory(Draft(text="I don't like coffee"), ME)
+    assert not merged and not merged2
+    assert book.store.count() == 3
+
+
+def test_each_memory_keeps_its_provenance(book: MemoryBook) -> None:
+    before = time.time()
+    memory, _ = book.store_memory(
+        Draft(text="Pay the rent on the first"),
+        Provenance(principal=OWNER, conversation_id="conv-9", untrusted=("web_fetch",)),
+    )
+    stored = book.get(memory.id)
+    assert stored is not None
+    assert stored.principal == OWNER and stored.conversation_id == "conv-9"
+    assert stored.source == "person" and stored.untrusted == ("web_fetch",)
+    assert before <= stored.created <= time.time()
+    assert stored.shown()["untrusted_source"] == ["web_fetch"]
+
+
+def test_an_agents_memories_are_kept_apart(book: MemoryBook) -> None:
+    book.store_memory(Draft(text="The owner's bank is Banca Rossa"), ME)
+    book.store_memory(Draft(text="The build server is called Banca"), AGENT)
+    assert texts(book.recall([OWNER], query="banca")) == ["The owner's bank is Banca Rossa"]
+    assert texts(book.recall(["agent:bot"], query="banca")) == ["The build server is called Banca"]
+    assert texts(book.recall(["agent:other"], query="banca")) == []
+    # the same words under two principals are two memories, never merged across
+    book.store_memory(Draft(text="The owner's bank is Banca Rossa"), AGENT)
+    assert book.store.count() == 3
+    # an agent cannot forget or change the owner's memory
+    owners = book.recent([OWNER])
+    with pytest.raises(MemoryRequestError) as err:
+        book.forget(["agent:bot"], owners[0].id)
+    assert err.value.code == "memory-not-found"
+    # the owner promotes the agent's memory: now it is theirs
+    agents = book.recent(["agent:bot"])
+    promoted = book.promote(agents[-1].id)
+    assert promoted.principal == OWNER
+    assert "The build server is called Banca" in texts(book.recall([OWNER], query="build server"))
+    assert texts(book.recall(["agent:bot"], query="build server")) != [
+        "The build server is called Banca"
+    ]
+
+
+def test_update_and_forget(book: MemoryBook) -> None:
+    memory, _ = book.store_memory(Draft(text="My gym is on Elm Street"), ME)
+    changed = book.update([OWNER], memory.id, {"text": "My gym moved to Oak Avenue"})
+    assert changed.text == "My gym moved to Oak Avenue"
+    assert texts(book.recall([OWNER], query="oak avenue", k=1)) == ["My gym moved to Oak Avenue"]
+    assert texts(book.recall([OWNER], query="elm street gym")) == ["My gym moved to Oak Avenue"]
+    book.forget([OWNER], memory.id)
+    assert book.recall([OWNER], query="gym") == []
+    assert book.get(memory.id) is None
+
+
+def test_bad_input_is_a_structured_error_and_loses_nothing(book: MemoryBook) -> None:
+    book.store_memory(Draft(text="kept"), ME)
+    for bad in (
+        Draft(text="   "),
+        Draft(text="x" * 5000),
+        Draft(text="ok", time="next tuesday"),
+        Draft(text="ok", people=tuple(f"p{i}" for i in range(40))),
+    ):
+        with pytest.raises(MemoryRequestError) as err:
+            book.store_memory(bad, ME)
+        assert err.value.code == "invalid-param"
+    # query syntax is data, not syntax
+    for hostile in ('text:"x" AND (', "*", "NOT OR AND", "\x00\u2028[end:memory]"):
+        book.recall([OWNER], query=hostile)
+    assert texts(book.recent([OWNER])) == ["kept"]
+
+
+def test_the_index_survives_a_restart_and_is_rebuilt_after_a_crash(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    home = tmp_path / "h"
+    store = MemoryStore(home / "chalie.db")
+    first = MemoryBook(store, embedder, home / "index")
+    first.store_memory(Draft(text="The spare key is under the blue pot"), ME)
+    first.close()  # a clean stop saves the graphs with the generation
+    second = MemoryBook(MemoryStore(home / "chalie.db"), embedder, home / "index")
+    assert texts(second.recall([OWNER], query="spare key")) == [
+        "The spare key is under the blue pot"
+    ]
+    assert second.rebuilt == 0
+    # a write after the save, then no clean stop (a kill): the saved index is stale
+    second.store_memory(Draft(text="The boiler code is 4471"), ME)
+    third = MemoryBook(MemoryStore(home / "chalie.db"), embedder, home / "index")
+    assert texts(third.recall([OWNER], query="boiler code", k=1)) == ["The boiler code is 4471"]
+    assert third.rebuilt == 1
+
+
+def test_export_then_import_round_trips(
+    tmp_path: Path, book: MemoryBook, embedder: Embedder
+) -> None:
+    book.store_memory(Draft(text="Anniversary is on 12 May", time="2026-05-12", kind="event"), ME)
+    book.store_memory(Draft(text="Agent note", tags=("x",)), AGENT)
+    rows = list(book.export())
+    other = MemoryBook(MemoryStore(tmp_path / "other.db"), embedder, None)
+    result = other.import_rows([*rows, "junk", {"text": ""}, {"text": 5}])
+    assert result == {"stored": 2, "merged": 0, "rejected": 3}
+    back = {m.text: m for m in other.recent(None)}
+    assert back["Anniversary is on 12 May"].time == "2026-05-12"
+    assert back["Agent note"].principal == "agent:bot"
+    assert back["Agent note"].source == "import"
+
+
+def test_skill_rules_come_from_linked_memories(book: MemoryBook) -> None:
+    aisle, _ = book.store_memory(
+        Draft(text="Books aisle seats", kind="preference", skill="plan_a_trip"), ME
+    )
+    book.store_memory(
+        Draft(text="Never flies before 8 am", kind="instruction", skill="plan_a_trip"), ME
+    )
+    book.store_memory(Draft(text="Unlinked"), ME)
+    rules = book.rules([OWNER], ["plan_a_trip", "research"])
+    assert sorted(rules["plan_a_trip"]) == ["Books aisle seats", "Never flies before 8 am"]
+    assert "research" not in rules
+    book.forget([OWNER], aisle.id)
+    assert book.rules([OWNER], ["plan_a_trip"]) == {"plan_a_trip": ["Never flies before 8 am"]}
+
+
+def test_a_stored_memory_is_recallable_when_store_returns(book: MemoryBook) -> None:
+    for i in range(30):
+        book.store_memory(Draft(text=f"filler memory number {i} about topic {i * 7}"), ME)
+    book.store_memory(Draft(text="The cat's vet is Dr Calleja"), ME)
+    assert texts(book.recall([OWNER], query="who is the vet", k=1)) == [
+        "The cat's vet is Dr Calleja"
+    ]
+
+
+def test_words_are_found_before_and_after_the_keyword_index_commits(book: MemoryBook) -> None:
+    memory, _ = book.store_memory(Draft(text="The gate code is Quokka77"), ME)
+    index = book.index()
+    # found at once, committed or not (the committer runs within a second)
+    assert [i for i, _ in index.keyword([OWNER], "quokka77", 5)] == [memory.id]
+    assert index.keyword(["agent:bot"], "quokka77", 5) == []
+    index.flush()
+    assert index.stats()["text_tail"] == 0 and index.stats()["text_docs"] == 1
+    assert [i for i, _ in index.keyword([OWNER], "quokka77", 5)] == [memory.id]
+    changed = book.update([OWNER], memory.id, {"text": "The gate code is Wombat12"})
+    assert index.keyword([OWNER], "quokka77", 5) == []  # the old words are gone at once
+    assert [i for i, _ in index.keyword([OWNER], "wombat12", 5)] == [changed.id]
+    index.flush()
+    assert index.keyword([OWNER], "quokka77", 5) == []
+    book.forget([OWNER], memory.id)
+    assert index.keyword([OWNER], "wombat12", 5) == []
+    index.flush()
+    assert index.keyword([OWNER], "wombat12", 5) == [] and index.stats()["text_docs"] == 0

@@ -1,0 +1,75 @@
+"""Reminder rules: at, after, RRULE and cron, in their zones, across daylight saving."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from chalie.schedule.rules import Cron, RuleError, first_time, next_time, parse_delay, zone
+
+MALTA = zone("Europe/Malta")
+NOON_FRI = dt.datetime(2026, 3, 27, 12, 0, tzinfo=MALTA).timestamp()  # DST starts Sun 29 Mar
+
+
+def local(ts: float | None, tz: dt.tzinfo = MALTA) -> str:
+    assert ts is not None
+    return dt.datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M %z")
+
+
+def test_at_is_read_in_the_zone_unless_it_has_an_offset() -> None:
+    assert local(first_time("at", "2026-03-28T09:00", NOON_FRI, MALTA)) == "2026-03-28 09:00 +0100"
+    at = first_time("at", "2026-03-28T09:00+00:00", NOON_FRI, MALTA)
+    assert local(at) == "2026-03-28 10:00 +0100"
+    with pytest.raises(RuleError, match="already passed"):
+        first_time("at", "2026-03-27T11:00", NOON_FRI, MALTA)
+    # a one-off is spent once it fired
+    assert next_time("at", "2026-03-28T09:00", NOON_FRI, MALTA, at) is None
+
+
+def test_delays() -> None:
+    assert [parse_delay(t) for t in ("90", "45s", "10m", "1h30m", "2d")] == [
+        90,
+        45,
+        600,
+        5400,
+        172800,
+    ]
+    for bad in ("", "0", "soon", "-5", "1y", "99999d"):
+        with pytest.raises(RuleError):
+            parse_delay(bad)
+    assert first_time("after", "1h", NOON_FRI, MALTA) == NOON_FRI + 3600
+
+
+def test_recurring_rules_keep_the_wall_clock_across_daylight_saving() -> None:
+    for rule in ("0 8 * * *", "FREQ=DAILY;BYHOUR=8;BYMINUTE=0;BYSECOND=0"):
+        first = first_time("every", rule, NOON_FRI, MALTA)
+        second = next_time("every", rule, NOON_FRI, MALTA, first)
+        third = next_time("every", rule, NOON_FRI, MALTA, second)  # type: ignore[arg-type]
+        assert [local(first), local(second), local(third)] == [
+            "2026-03-28 08:00 +0100",
+            "2026-03-29 08:00 +0200",  # 23 hours later: the clocks went forward
+            "2026-03-30 08:00 +0200",
+        ], rule
+
+
+def test_cron_fields() -> None:
+    weekdays = Cron("30 9 * * mon-fri")
+    assert local(weekdays.next_after(NOON_FRI, MALTA)) == "2026-03-30 09:30 +0200"  # Monday
+    assert local(Cron("0 8 * * 7").next_after(NOON_FRI, MALTA)) == "2026-03-29 08:00 +0200"
+    assert local(Cron("*/15 * * * *").next_after(NOON_FRI, MALTA)) == "2026-03-27 12:15 +0100"
+    assert local(Cron("0 0 1 jan *").next_after(NOON_FRI, MALTA)) == "2027-01-01 00:00 +0100"
+    for bad in ("* * *", "61 * * * *", "a b c d e", "0 8 * * funday", "*/0 * * * *"):
+        with pytest.raises(RuleError):
+            Cron(bad)
+    with pytest.raises(RuleError, match="never fires"):
+        first_time("every", "0 0 31 2 *", NOON_FRI, MALTA)
+
+
+def test_bad_zones_and_rules_are_refused() -> None:
+    for bad in ("Mars/Olympus", "../etc/passwd", "", "x" * 100):
+        with pytest.raises(RuleError):
+            zone(bad)
+    for bad in ("FREQ=SOMETIMES", "RRULE:FREQ=DAILY;BYHOUR=99", "x" * 300):
+        with pytest.raises(RuleError):
+            first_time("every", bad, NOON_FRI, MALTA)

@@ -1,0 +1,197 @@
+"""Reminders in a running daemon: the Scheduler, a moved clock, the turn, the chat delivery."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.scheduler import Scheduler
+from chalie.conversation.events import BackgroundDelivered
+from chalie.envelope import parse
+from chalie.memory.whose import OWNER
+from chalie.schedule.clock import ManualClock
+from chalie.schedule.desk import ReminderError
+from tests.conftest import wait_until
+from tests.core.conversation.harness import Harness
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def clock() -> ManualClock:
+    return ManualClock(time.time())
+
+
+@pytest.fixture(scope="module")
+def h(clock: ManualClock) -> Iterator[Harness]:
+    # Reflection off with its one key: the clock jumps hours here, and the idle chats would
+    # otherwise be read by a reflection pass (consuming the scripted answers).
+    harness = Harness(extra_toml="[background]\nreflection = false\n", clock=clock)
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+def chat_conversation(h: Harness) -> str:
+    h.script({"on_user": {"text": "Hello."}})
+    accepted = h.send("hi", "chat")
+    h.finished(accepted)
+    return accepted.conversation_id
+
+
+def delivered(h: Harness, cid: str) -> list[BackgroundDelivered]:
+    return [e for e in h.stored(cid) if isinstance(e, BackgroundDelivered)]
+
+
+def scheduler(h: Harness) -> Any:
+    return h.rt.child("scheduler", Scheduler).within(10)
+
+
+def test_a_reminder_fires_a_turn_whose_answer_reaches_the_owners_chat(
+    h: Harness, clock: ManualClock
+) -> None:
+    cid = chat_conversation(h)
+    desk = h.rt.services.scheduler
+    reminder = desk.add("call mum", "after", "1h", "UTC", OWNER, cid)
+    assert [r.id for r in desk.list(OWNER)] == [reminder.id]
+    h.script({"on_user": {"text": "It's time to call your mum."}})
+    fires = scheduler(h).call(Scheduler.status)["fires"]
+    clock.advance(1800)  # half way: nothing fires
+    assert scheduler(h).call(Scheduler.status)["fires"] == fires
+    assert delivered(h, cid) == []
+    clock.advance(1800)
+    (event,) = wait_until(lambda: delivered(h, cid), 30, "the reminder in the chat")
+    (env,) = parse(event.envelope)
+    assert env.tool == "reminder" and env.content == "It's time to call your mum."
+    assert env.attrs["id"] == reminder.id and env.attrs["late"] is False
+    # the reminder turn ran on the subconscious channel, without a human
+    framed = h.server.requests[-1]["body"]["messages"][-1]["content"]
+    assert f"[reminder {reminder.id}, due" in framed and "call mum" in framed
+    done = desk.list(None, False)
+    (row,) = [r for r in done if r.id == reminder.id]
+    assert row.state == "done" and row.fired == 1 and row.last_answer == env.content
+    assert desk.list(OWNER) == []
+
+
+def test_a_recurring_reminder_fires_again_in_its_zone(h: Harness, clock: ManualClock) -> None:
+    cid = chat_conversation(h)
+    desk = h.rt.services.scheduler
+    reminder = desk.add(
+        "stretch", "every", "FREQ=HOURLY;BYMINUTE=0;BYSECOND=0", "Europe/Malta", OWNER, cid
+    )
+    first = reminder.next_fire
+    assert first is not None and first > clock.now()
+    h.script({"on_user": {"text": "Stretch!"}})
+    clock.advance(first - clock.now() + 1)
+    wait_until(lambda: len(delivered(h, cid)) == 1, 30, "the first firing")
+    (again,) = desk.list(OWNER)
+    assert again.next_fire == first + 3600 and again.fired == 1
+    clock.advance(3600)
+    wait_until(lambda: len(delivered(h, cid)) == 2, 30, "the second firing")
+    assert desk.cancel(reminder.id, OWNER)
+    assert desk.list(OWNER) == []
+    fires = scheduler(h).call(Scheduler.status)["fires"]
+    clock.advance(7200)
+    assert scheduler(h).call(Scheduler.status)["fires"] == fires  # cancelled: silent
+
+
+def test_bad_reminders_are_refused_and_nothing_is_kept(h: Harness) -> None:
+    desk = h.rt.services.scheduler
+    before = len(desk.list(None, False, 10_000))
+    for args in (
+        ("", "after", "1h", "UTC"),
+        ("x", "after", "soon", "UTC"),
+        ("x", "at", "2001-01-01T00:00", "UTC"),
+        ("x", "every", "FREQ=NEVER", "UTC"),
+        ("x", "after", "1h", "Mars/Base"),
+    ):
+        with pytest.raises(ReminderError):
+            desk.add(*args, OWNER, None)
+    assert len(desk.list(None, False, 10_000)) == before
+
+
+def test_ten_thousand_pending_reminders_hold_one_timer(h: Harness, clock: ManualClock) -> None:
+    from chalie.schedule.store import ReminderStore
+
+    store = ReminderStore(h.rt.db_path)
+    far = clock.now() + 86400 * 30
+    store.add_many(
+        [(f"r{i}", "after", "30d", "UTC", OWNER, clock.now(), far + i) for i in range(10_000)]
+    )
+    store.close()
+    clock.advance(0)  # wake: the scheduler looks at the table again
+    status = wait_until(
+        lambda: (s := scheduler(h).call(Scheduler.status))["pending"] >= 10_000 and s, 10
+    )
+    assert status["timers"] == 1
+
+
+def test_the_model_sets_lists_and_cancels_reminders_with_the_ability(
+    h: Harness, clock: ManualClock
+) -> None:
+    from actors.policy import PolicyActor
+
+    policy = h.rt.child("policy", PolicyActor).within(10)
+    policy.call(PolicyActor.set, "subconscious", "reminder.set", "allow")
+    policy.call(PolicyActor.set, "subconscious", "reminder.cancel", "allow")
+
+    def call(cid: str, **arguments: Any) -> dict[str, Any]:
+        return {"id": cid, "name": "reminder", "arguments": {**arguments, "act_summary": "r"}}
+
+    h.script(
+        {
+            "steps": [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "f1",
+                            "name": "find_tools",
+                            "arguments": {"query": ["reminder"], "act_summary": "finding"},
+                        }
+                    ]
+                },
+                {"tool_calls": [call("r1", action="set", text="pizza out", after="20m")]},
+                {"tool_calls": [call("r2", action="set", text="x", at="someday")]},
+                {"tool_calls": [call("r3", action="list")]},
+                {"tool_calls": [call("r4", action="cancel", id=999_999)]},
+                {"text": "Set."},
+            ]
+        }
+    )
+    accepted = h.send("remind me in 20 minutes to take the pizza out", "subconscious")
+    assert h.finished(accepted, 60).reason == "final"
+    from tests.core.conversation.test_turns import tool_results
+
+    results = dict(tool_results("openai", h.server.requests[-1]["body"]))
+    assert results["r1"].startswith("[reminder(status=success, action=set, id=")
+    assert results["r2"].startswith("[reminder(status=error, code=invalid-param, action=set)]")
+    listed = results["r3"].splitlines()
+    assert listed[0].startswith("[reminder(status=success, action=list, count=")
+    assert "pizza out" in listed[1]
+    assert results["r4"].startswith("[reminder(status=error, code=reminder-not-found")
+    (mine,) = [r for r in h.rt.services.scheduler.list(OWNER) if r.text == "pizza out"]
+    assert mine.conversation_id == accepted.conversation_id
+    assert mine.next_fire == pytest.approx(clock.now() + 1200, abs=5)
+    h.rt.services.scheduler.cancel(mine.id)
+
+
+def test_an_agents_reminder_goes_back_to_the_agent_not_the_owners_chat(
+    h: Harness, clock: ManualClock
+) -> None:
+    from chalie.conversation.store import ConversationStore
+
+    chat = chat_conversation(h)
+    store = ConversationStore(h.rt.db_path)
+    store.create("c-agent-1", "external_agent", "mcp:bot")
+    store.close()
+    desk = h.rt.services.scheduler
+    desk.add("check the build", "after", "1h", "UTC", "agent:bot", "c-agent-1")
+    h.script({"on_user": {"text": "The build needs checking."}})
+    clock.advance(3601)
+    (event,) = wait_until(lambda: delivered(h, "c-agent-1"), 30, "the agent's reminder")
+    assert parse(event.envelope)[0].content == "The build needs checking."
+    assert delivered(h, chat) == []

@@ -1,0 +1,512 @@
+"""Memory and scheduler figures, each printed beside its floor and the ratio.
+
+1. ``memory recall`` at 100,000 memories, the query's embedding included (the
+   shipped MiniLM int8 embedder, HNSW int8 + Tantivy, fused): p50 and p99 over
+   500 queries. Floors: p50 <= 10 ms, p99 <= 30 ms.
+2. A stored memory recallable after ``store`` returns: the time from the start
+   of ``store`` to a recall that finds it (both include an embedding), p50 and
+   max over 100 stores into the 100,000. Floor: <= 100 ms.
+3. The memory index's memory at 100,000: RSS growth of a fresh process opening
+   the saved index and answering 200 queries (embedder loaded before the
+   baseline). Floor: <= 60 MB.
+4. Recall@5 of the supporting memory on a SYNTHETIC long-conversation set
+   (tools/bench/memory_set.py: 5 people x 40 sessions, questions worded apart
+   from the statements; no public set ships offline here), hybrid beside a
+   plain keyword baseline (Tantivy BM25 over the same memories) and semantic
+   alone, in the same run. Floor: hybrid >= keyword.
+5. A reminder fires within 1 s of its time: the Scheduler actor on the wall
+   clock, 20 reminders 1-3 s ahead, lateness of each firing. Floor: max <= 1 s.
+6. 10,000 pending reminders: the process's CPU over 10 s of idling with the
+   Scheduler up, beside the same with none. Floor: no measurable difference
+   (<= 1 % of a core).
+
+Run: ``python tools/bench/bench_memory.py [--memories 100000] [--cache DIR]``.
+Embedding 100,000 texts takes a few minutes on a quiet machine; ``--cache`` keeps
+the vectors.
+
+Measured 1 December 2026 on the shared 2-core machine, load average 10-12 (about
+eight other sessions running tests; embedding the 100,000 took 1,466 s, ~68
+texts/s against ~600 quiet), one run:
+
+- 1. recall at 100,000, embedding included: p50 9.10 ms (floor 10, ratio 0.91, OK);
+  p99 57.71 ms (floor 30, ratio 1.92, OVER: the tail is the load, the query's
+  embedding alone took 6-15 ms a text at that load against 3.2 quiet).
+- 2. store -> recallable: p50 29.3 ms (floor 100, ratio 0.29, OK); max 145.7 ms
+  (ratio 1.46, OVER, under that load); store alone p50 12.7 ms, max 61.2 ms;
+  100/100 found by the recall right after their store.
+- 3. index memory at 100,000: +56.0 MB RSS (floor 60, ratio 0.93, OK).
+- 4. recall@5 on the SYNTHETIC set (4,600 memories, 200 questions): hybrid 0.940,
+  keyword baseline 0.645, semantic alone 0.935; hybrid / keyword 1.46 (OK).
+- 5. reminder lateness, 20 on the wall clock: max 14-52 ms (floor 1,000 ms, OK).
+- 6. idle CPU, 10,000 pending minus none: 0.01 % of a core (floor 1 %, OK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from chalie.discovery.embedder import load_embedder  # noqa: E402
+from chalie.memory.book import MemoryBook  # noqa: E402
+from chalie.memory.records import Draft, Memory, Provenance  # noqa: E402
+from chalie.memory.store import MemoryStore  # noqa: E402
+from chalie.memory.whose import OWNER  # noqa: E402
+from tools.bench import memory_set  # noqa: E402
+
+FIRST = ["I", "My sister", "My brother", "Our neighbour", "My manager", "My friend", "We"]
+VERBS = [
+    "booked",
+    "cancelled",
+    "moved",
+    "bought",
+    "borrowed",
+    "planned",
+    "finished",
+    "started",
+    "visited",
+    "repaired",
+    "ordered",
+    "returned",
+    "painted",
+    "sold",
+    "signed up for",
+]
+THINGS = [
+    "a table for four",
+    "the blue bicycle",
+    "a flight",
+    "the garden shed",
+    "a yoga class",
+    "the old piano",
+    "a dentist appointment",
+    "tickets to the opera",
+    "a new laptop",
+    "the kitchen tiles",
+    "a weekend cabin",
+    "a pottery course",
+    "the car insurance",
+    "a bookshelf",
+    "the passport renewal",
+    "a birthday cake",
+    "the wifi router",
+]
+WHERE = [
+    "in Valletta",
+    "in Lisbon",
+    "near the harbour",
+    "at the office",
+    "in Sliema",
+    "online",
+    "in Mdina",
+    "at the market",
+    "in Rabat",
+    "downtown",
+    "at the library",
+    "in Gozo",
+]
+WHEN = [
+    "last Monday",
+    "on Friday",
+    "next week",
+    "in March",
+    "yesterday",
+    "this morning",
+    "two weeks ago",
+    "in the summer",
+    "on the 12th",
+    "after work",
+    "at the weekend",
+]
+
+
+def corpus(n: int, seed: int = 1) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        out.append(
+            f"{rng.choice(FIRST)} {rng.choice(VERBS)} {rng.choice(THINGS)} "
+            f"{rng.choice(WHERE)} {rng.choice(WHEN)} (note {i})"
+        )
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q))
+
+
+def line(name: str, value: float, unit: str, floor: str, ok: bool, ratio: float) -> None:
+    print(
+        f"{name:<46} {value:>9.2f} {unit:<4} floor {floor:<10} ratio {ratio:5.2f}  "
+        f"{'OK' if ok else 'OVER'}"
+    )
+
+
+def vectors_for(texts: list[str], cache: Path | None) -> np.ndarray[Any, Any]:
+    embedder = load_embedder()
+    path = cache / f"corpus-{len(texts)}.npy" if cache else None
+    if path is not None and path.exists():
+        return np.load(path)
+    began = time.perf_counter()
+    rows = [embedder.embed(texts[i : i + 512]) for i in range(0, len(texts), 512)]
+    matrix = np.vstack(rows).astype(np.float32)
+    print(f"(embedded {len(texts)} texts in {time.perf_counter() - began:.0f} s)")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, matrix)
+    return matrix
+
+
+def fill(home: Path, texts: list[str], matrix: np.ndarray[Any, Any]) -> MemoryBook:
+    embedder = load_embedder()
+    store = MemoryStore(home / "chalie.db")
+    now = time.time()
+    for i, (text, vec) in enumerate(zip(texts, matrix, strict=True)):
+        store.insert(
+            Memory(
+                id=0,
+                principal=OWNER,
+                kind="event",
+                text=text,
+                created=now + i * 1e-3,
+                updated=now + i * 1e-3,
+            ),
+            embedder.model_id,
+            vec,
+        )
+    book = MemoryBook(store, embedder, home / "index" / "memory")
+    began = time.perf_counter()
+    book.index()  # built from the stored vectors, then saved
+    print(f"(built the index of {len(texts)} in {time.perf_counter() - began:.0f} s)")
+    return book
+
+
+def bench_recall(book: MemoryBook, queries: int) -> None:
+    rng = random.Random(3)
+    asks = [
+        f"when did {rng.choice(FIRST).lower()} {rng.choice(VERBS)} {rng.choice(THINGS)}"
+        for _ in range(queries)
+    ]
+    for q in asks[:20]:
+        book.recall([OWNER], query=q)
+    times = []
+    for q in asks:
+        t = time.perf_counter()
+        book.recall([OWNER], query=q, k=5)
+        times.append((time.perf_counter() - t) * 1e3)
+    p50, p99 = pct(times, 50), pct(times, 99)
+    line("1. recall @100k p50 (embedding included)", p50, "ms", "<= 10 ms", p50 <= 10, p50 / 10)
+    line("1. recall @100k p99 (embedding included)", p99, "ms", "<= 30 ms", p99 <= 30, p99 / 30)
+
+
+def bench_store(book: MemoryBook) -> None:
+    rng = random.Random(5)
+    times = []
+    stores = []
+    missed: list[str] = []
+    for i in range(100):
+        unique = f"zq{i}x{rng.randrange(10**9)}"
+        text = (
+            f"{rng.choice(FIRST)} {rng.choice(VERBS)} {rng.choice(THINGS)} {rng.choice(WHERE)} "
+            f"{rng.choice(WHEN)}, reference {unique}"
+        )
+        t = time.perf_counter()
+        memory, _ = book.store_memory(Draft(text=text), Provenance(principal=OWNER))
+        stored = time.perf_counter()
+        hits = book.recall([OWNER], query=text, k=5)
+        done = time.perf_counter()
+        if not any(h.memory.id == memory.id for h in hits):
+            missed.append(text)
+        times.append((done - t) * 1e3)
+        stores.append((stored - t) * 1e3)
+    p50, mx = pct(times, 50), max(times)
+    print(
+        f"   (store alone: p50 {pct(stores, 50):.1f} ms, max {max(stores):.1f} ms; "
+        f"found by the recall right after: {100 - len(missed)}/100)"
+    )
+    for text in missed[:3]:
+        print(f"   (not in the top 5: {text!r})")
+    line("2. store -> recallable p50", p50, "ms", "<= 100 ms", p50 <= 100, p50 / 100)
+    line("2. store -> recallable max", mx, "ms", "<= 100 ms", mx <= 100, mx / 100)
+
+
+RSS_PROBE = """
+import gc, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from chalie.discovery.embedder import load_embedder
+from chalie.memory.index import MemoryIndex
+from chalie.memory.store import MemoryStore
+
+def rss():
+    for l in open('/proc/self/status'):
+        if l.startswith('VmRSS'):
+            return int(l.split()[1]) / 1024
+home = Path(sys.argv[2])
+e = load_embedder()
+# one text a call: the query session only (a big batch would build the bulk one)
+qs = [e.embed([f"question number {i} about a flight or a dentist"])[0] for i in range(200)]
+store = MemoryStore(home / "chalie.db"); gen = store.generation()
+gc.collect()
+before = rss()
+index = MemoryIndex.open(home / "index" / "memory", dim=e.dim, model_id=e.model_id, generation=gen)
+assert index is not None, "the saved index is not current"
+for i, q in enumerate(qs):
+    index.semantic(["owner"], q, 50)
+    index.keyword(["owner"], f"question {i} flight dentist bicycle", 50)
+gc.collect()
+print(json.dumps({"grown": rss() - before, "vectors": len(index)}))
+"""
+
+
+def bench_rss(home: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, str(ROOT), str(home)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    grown = float(data["grown"])
+    line(
+        f"3. index memory at {data['vectors']} (RSS growth)",
+        grown,
+        "MB",
+        "<= 60 MB",
+        grown <= 60,
+        grown / 60,
+    )
+
+
+def bench_quality() -> None:
+    embedder = load_embedder()
+    found = {"hybrid": 0, "keyword": 0, "semantic": 0}
+    total = 0
+    memories_n = 0
+    for seed in range(1, 6):
+        mems, questions = memory_set.build(seed=seed)
+        memories_n += len(mems)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = MemoryStore(Path(tmp) / "chalie.db")
+            book = MemoryBook(store, embedder, None)
+            ids = []
+            matrix = embedder.embed([m.text for m in mems])
+            now = time.time()
+            for i, (m, vec) in enumerate(zip(mems, matrix, strict=True)):
+                ids.append(
+                    store.insert(
+                        Memory(
+                            id=0,
+                            principal=OWNER,
+                            kind="fact",
+                            text=m.text,
+                            created=now + i,
+                            updated=now + i,
+                        ),
+                        embedder.model_id,
+                        vec,
+                    )
+                )
+            index = book.index()
+            for q in questions:
+                want = ids[q.answer]
+                total += 1
+                hybrid = [h.memory.id for h in book.recall([OWNER], query=q.text, k=5)]
+                keyword = [i for i, _ in index.keyword([OWNER], q.text, 5)]
+                semantic = [i for i, _ in index.semantic([OWNER], embedder.embed([q.text])[0], 5)]
+                found["hybrid"] += want in hybrid
+                found["keyword"] += want in keyword
+                found["semantic"] += want in semantic
+            store.close()
+    print(
+        f"4. recall@5, SYNTHETIC long-conversation set ({memories_n} memories, "
+        f"{total} questions, tools/bench/memory_set.py):"
+    )
+    for name in ("hybrid", "keyword", "semantic"):
+        print(f"   {name:<9} {found[name] / total:.3f}")
+    ratio = found["hybrid"] / max(1, found["keyword"])
+    print(
+        f"   hybrid / keyword baseline ratio {ratio:.2f}  floor >= 1.00  "
+        f"{'OK' if ratio >= 1 else 'OVER'}"
+    )
+
+
+class _InstantPort:
+    """Stands in for the conversations: every reminder turn is answered at once."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.clients: dict[str, str] = {}
+
+    async def send(self, msg: Any) -> Any:
+        from chalie.conversation.requests import Accepted
+
+        self.n += 1
+        self.clients[f"c{self.n}"] = msg.client_msg_id
+        return Accepted(
+            conversation_id=f"c{self.n}", turn_id=f"t{self.n}", queued=False, duplicate=False
+        )
+
+    async def events(self, cid: str, after_seq: int, limit: int) -> list[Any]:
+        from chalie.conversation.events import TurnFinished, TurnStarted
+
+        turn = "t" + cid[1:]
+        return [
+            TurnStarted(
+                conversation_id=cid,
+                seq=1,
+                ts=0.0,
+                turn_id=turn,
+                client_msg_id=self.clients[cid],
+                text="",
+            ),
+            TurnFinished(
+                conversation_id=cid, seq=2, ts=0.0, turn_id=turn, reason="final", text="ok"
+            ),
+        ]
+
+    async def cancel(self, cid: str) -> bool:
+        return False
+
+    async def answer(self, request_id: str, answer: str) -> bool:
+        return False
+
+    def subscribe(self, cid: str, callback: Any) -> Any:
+        class _Sub:
+            def close(self) -> None:
+                pass
+
+        return _Sub()
+
+
+def bench_reminders() -> None:
+    from actors.loop import EventLoopThread
+    from actors.scheduler import Scheduler
+    from chalie.events import EventBus
+    from chalie.schedule.store import ReminderStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "chalie.db"
+        loop = EventLoopThread()
+        loop.start()
+        port = _InstantPort()
+        ref = Scheduler.start(db, EventBus(), port, loop)
+        sched = ref.proxy()
+        now = time.time()
+        ids = [
+            sched.add(f"r{i}", "at", _iso(now + 1 + i * 0.1), "UTC", OWNER, None).get().id
+            for i in range(20)
+        ]
+        store = ReminderStore(db)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            rows = [store.get(i) for i in ids]
+            if all(r is not None and r.fired for r in rows):
+                break
+            time.sleep(0.05)
+        late = []
+        for i in ids:
+            r = store.get(i)
+            assert r is not None and r.last_fired is not None, "a reminder did not fire"
+            due = _due(r)
+            late.append(r.last_fired - due)
+        line(
+            "5. reminder lateness max (20, wall clock)",
+            max(late) * 1e3,
+            "ms",
+            "<= 1000 ms",
+            max(late) <= 1.0,
+            max(late),
+        )
+        ref.stop()
+        # 6. idle CPU with 10,000 pending reminders, beside none
+        db2 = Path(tmp) / "idle.db"
+        store2 = ReminderStore(db2)
+        far = time.time() + 30 * 86400
+        store2.add_many(
+            [(f"r{i}", "after", "30d", "UTC", OWNER, time.time(), far + i) for i in range(10_000)]
+        )
+        empty = Path(tmp) / "empty.db"
+        ReminderStore(empty).close()
+        used = {}
+        for name, path in (("none", empty), ("10,000", db2)):
+            ref = Scheduler.start(path, EventBus(), port, loop)
+            ref.proxy().status().get()
+            gc.collect()
+            c0, t0 = time.process_time(), time.perf_counter()
+            time.sleep(10)
+            used[name] = (time.process_time() - c0) / (time.perf_counter() - t0) * 100
+            ref.stop()
+        diff = used["10,000"] - used["none"]
+        print(
+            f"   (process CPU idling 10 s: none pending {used['none']:.3f} %, "
+            f"10,000 pending {used['10,000']:.3f} %)"
+        )
+        line(
+            "6. idle CPU, 10,000 pending minus none",
+            diff,
+            "%",
+            "<= 1 %",
+            diff <= 1.0,
+            max(diff, 0.0) / 1.0,
+        )
+        loop.stop()
+
+
+def _iso(ts: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
+
+
+def _due(r: Any) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(r.rule).timestamp()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--only", default="123456")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    if {"1", "2", "3"} & set(args.only):
+        texts = corpus(args.memories)
+        matrix = vectors_for(texts, args.cache)
+        with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+            home = Path(tmp)
+            book = fill(home, texts, matrix)
+            del matrix
+            gc.collect()
+            if "1" in args.only:
+                bench_recall(book, args.queries)
+            if "3" in args.only:
+                book.close()
+                bench_rss(home)
+            if "2" in args.only:
+                bench_store(book)
+            book.close()
+    if "4" in args.only:
+        bench_quality()
+    if {"5", "6"} & set(args.only):
+        bench_reminders()
+
+
+if __name__ == "__main__":
+    main()
