@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import random
 import statistics
@@ -56,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import httpx2
 import lxml.html
 
+import chalie.logs as logs
 from chalie.config import Config
 from chalie.web.extract import html_document
 from chalie.web.kit import WebKit
@@ -235,6 +237,11 @@ def bench_delegate(n: int) -> None:
     from chalie.providers.types import ChatMessage, ModelRequest
     from tests.core.conversation.harness import Harness
 
+    # The daemon's own log handler (``chalie daemon`` configures it before anything else; a
+    # bare run gets the MCP SDK's rich console handler instead, ~1 ms a turn's log line),
+    # writing its JSON lines where nobody reads them.
+    sink = open(os.devnull, "w")
+    handler = logs.configure(logging.INFO, sink)
     h = Harness(extra_toml="[chat]\nport = 0\n[mcp_server]\nport = 0\n")
     try:
         h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
@@ -305,6 +312,8 @@ def bench_delegate(n: int) -> None:
         h.rt.loop.submit(client.aclose()).result(10)
     finally:
         h.close()
+        logging.getLogger().removeHandler(handler)
+        sink.close()
 
 
 async def bare_browser(url: str, launch: bool, state: dict[str, Any]) -> float:
