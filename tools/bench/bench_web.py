@@ -25,7 +25,14 @@ Measured on the shared 2-core machine at a load average of 9.6 to 11.9 (issue 20
 - web_fetch through the dispatcher: p50 2.51 ms, floor (the transfer) 0.31 ms:
   2.2 ms over, against 20 ms.
 - delegate: p50 6.33 ms a web_search call, 0.52 ms the model request alone: 5.8 ms
-  over (7.4 ms of CPU over); an earlier run at a lower load measured 2.3 ms over.
+  over (7.4 ms of CPU over). Two artefacts of the bench, not of the delegate, were in
+  that figure: the daemon's start-up work (discovery building its index and loading the
+  embedder, ~45 ms of CPU a call while it lasted) ran beside the measurement, and the
+  turn's log line went through the MCP SDK's rich console handler (~1 ms a turn) instead
+  of the daemon's JSON one. With both fixed (issue 20 follow-up): 2.22 ms wall, 0.50 ms
+  the model request: 1.72 ms over; CPU 2.65 ms against 1.01 ms: 1.64 ms over (load 5.7).
+  In the full run beside the other parts at a load of 8.5: 4.48 ms wall over, 2.55 ms
+  of CPU over.
 - browser: warm 1174 ms (bare Playwright 603 ms), cold 3298 ms (bare 2042 ms); an
   earlier run at a lower load: warm 870 ms, cold 1770 ms.
 - idle memory: 43.8 MB RSS and no Chromium before any browser call (Playwright not
