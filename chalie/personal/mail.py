@@ -35,6 +35,7 @@ from imapclient.exceptions import IMAPClientAbortError, IMAPClientError, LoginEr
 
 from chalie.accounts.book import Credentials
 from chalie.accounts.failure import AccountFailure
+from chalie.personal.pdftext import pdf_text
 
 MAX_BODY_TEXT: Final = 20_000
 MAX_SEARCH: Final = 100
@@ -579,6 +580,14 @@ def reading(
             if part.get_content_maintype() == "text":
                 extracted = _text_of(part)
                 entry["text"] = extracted[:MAX_BODY_TEXT]
+            elif part.get_content_type() == "application/pdf" or (
+                entry["filename"].lower().endswith(".pdf")
+                and part.get_content_type() == "application/octet-stream"
+            ):
+                pdf = pdf_text(data if isinstance(data, bytes) else b"", MAX_BODY_TEXT)
+                entry["text"] = pdf.text
+                if pdf.note:
+                    entry["text_note"] = pdf.note
             else:
                 entry["text_note"] = f"no text can be extracted from {part.get_content_type()}"
         if index in download:
