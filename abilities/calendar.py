@@ -89,8 +89,8 @@ def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
 class Calendar(Ability):
     name = "calendar"
     summary = (
-        "The user's own calendar and schedule: see the events and appointments of a day or a "
-        "week, find free time for a meeting, and add, move, change or cancel events."
+        "The user's own calendar: the appointments on it for a day or a week, "
+        "free time for a meeting, and adding, moving, changing or cancelling an appointment."
     )
     tooltip = "Calendar: events, free time, scheduling"
     examples = (

@@ -38,8 +38,8 @@ class ContactsParams(msgspec.Struct, forbid_unknown_fields=True):
 class Contacts(Ability):
     name = "contacts"
     summary = (
-        "The user's own address book: look up a person's email address or phone number, "
-        "find whose phone number it is, and add or update a person's contact card."
+        "The user's own address book: look up a contact's email address or phone number, "
+        "find whose phone number it is, and add or update a contact card."
     )
     tooltip = "Contacts: find people, emails, phones"
     examples = (

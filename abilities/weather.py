@@ -36,7 +36,7 @@ class Weather(Ability):
     name = "weather"
     summary = (
         "Weather: the current conditions and the daily forecast (temperature, rain, wind) "
-        "for a place or coordinates."
+        "for a city or coordinates."
     )
     tooltip = "Weather now and forecast"
     examples = (
@@ -44,7 +44,6 @@ class Weather(Ability):
         "is it going to rain tomorrow in London",
         "how hot is it in Madrid right now",
         "weather forecast for Paris this week",
-        "is there a way to check the weather in another city",
         "do I need an umbrella today",
         "what's the temperature outside today",
     )
