@@ -134,7 +134,9 @@ def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
     accepted = h.send(ENTRY, "chat")
     cid = accepted.conversation_id
     request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
-    h.conversations.call(Conversations.answer, request[0].request_id, "allow_once").result(10)
+    h.conversations.call(
+        Conversations.answer, request[0].request_id, "allow_once", LOCAL_OWNER
+    ).result(10)
     assert h.finished(accepted).reason == "final"
     assert not h.rt.services.discovery.examples()
     assert accepted.turn_id not in h.rt.services.discovery._finds
