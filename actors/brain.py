@@ -510,6 +510,7 @@ class RuntimeBackend:
                 code=args.code,
                 channel=args.channel,
                 conversation_id=args.conversation,
+                principal=args.principal,
                 since=args.since,
                 until=args.until,
                 before=before,

@@ -53,6 +53,11 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 LOCAL_OWNER: Final = Principal(scope="owner", id=LOCAL_ID, name="local")
 
 
+def principal_id(who: Principal | None) -> str:
+    """The id a record (the trail) keeps for a caller: a token id, or ``local`` for the owner."""
+    return LOCAL_ID if who is None else who.id
+
+
 def check_scope(value: object) -> Scope:
     if value not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {str(value)[:40]!r}")

@@ -235,6 +235,75 @@ def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
         assert isinstance(ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow]), list)
 
 
+def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
+    book = Trail(d.rt.db_path)
+    try:
+        for i, who in enumerate(("local", "tok-a", "tok-b", "tok-a")):
+            rec = book.record_for(
+                call_id=f"pcall-{i}",
+                turn_id="t1",
+                conversation_id="c-principal",
+                channel="chat",
+                tool="clock",
+                permission="clock",
+                params="{}",
+                act_summary=f"row {i}",
+                principal=who,
+            )
+            book.finish(
+                rec,
+                status="success",
+                code=None,
+                decision="allow",
+                decided_by="policy",
+                started=False,
+            )
+    finally:
+        book.close()
+    with d.client() as c:
+        every = ok(c.get("/api/v1/trail", params={"conversation": "c-principal"}), api.TrailPage)
+        assert [r.principal for r in every.rows] == ["tok-a", "tok-b", "tok-a", "local"]
+        mine = ok(
+            c.get("/api/v1/trail", params={"conversation": "c-principal", "principal": "tok-a"}),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in mine.rows] == ["pcall-3", "pcall-1"]
+        paged = ok(
+            c.get(
+                "/api/v1/trail",
+                params={"conversation": "c-principal", "principal": "tok-a", "limit": 1},
+            ),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in paged.rows] == ["pcall-3"] and paged.next_before is not None
+        rest = ok(
+            c.get(
+                "/api/v1/trail",
+                params={"principal": "tok-a", "limit": 1, "before": paged.next_before},
+            ),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in rest.rows] == ["pcall-1"]
+        nobody = ok(c.get("/api/v1/trail", params={"principal": "nobody"}), api.TrailPage)
+        assert nobody.rows == []
+        refused(c.get("/api/v1/trail", params={"principal": "x" * 500}), 400, "invalid-args")
+        jsonl = c.get("/api/v1/trail/export", params={"principal": "tok-b", "format": "jsonl"})
+        lines = [json.loads(x) for x in jsonl.text.splitlines()]
+        assert [(x["call_id"], x["principal"]) for x in lines] == [("pcall-2", "tok-b")]
+        csv_text = c.get(
+            "/api/v1/trail/export", params={"principal": "tok-b", "format": "csv"}
+        ).text
+        head, *body = csv_text.strip().splitlines()
+        assert "principal" in head.split(",") and len(body) == 1 and "tok-b" in body[0]
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        shown = c.get("/brain/trail", params={"principal": "tok-b"})
+        assert shown.status_code == 200, shown.text[:500]
+        assert 'name="principal" value="tok-b"' in shown.text
+        assert "row 2" in shown.text and "row 1" not in shown.text and "row 3" not in shown.text
+        assert "principal=tok-b" in shown.text  # the export links keep the filter
+
+
 def test_trail_keyset_pages_filters_and_exports(d: BrainDaemon) -> None:
     book = Trail(d.rt.db_path)
     try:
