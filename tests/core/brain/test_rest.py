@@ -589,6 +589,81 @@ def test_static_assets_are_served_by_the_daemon(d: BrainDaemon) -> None:
         assert c.get("/brain/static/brain.css").status_code == 200
 
 
+def _raise_request(d: BrainDaemon, conversation: str) -> tuple[str, Any]:
+    """A real pending permission request, raised by the gate for a chat turn."""
+    from chalie.messages import TurnContext
+
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "chat", "calculator", "ask")
+    ctx = TurnContext(conversation_id=conversation, turn_id="t-ask", channel="chat")
+    reply = policy.call(
+        PolicyActor.gate, "call-ask", ctx, "calculator", "calculator", False, "adding", {}
+    )
+    found = [r for r in policy.call(PolicyActor.pending) if r.conversation_id == conversation]
+    assert len(found) == 1 and not reply.done()
+    return found[0].request_id, reply
+
+
+def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> None:
+    from chalie.approvals import ApprovalStore
+    from chalie.tokens import TokenStore
+
+    with d.client() as c:
+        created = ok(
+            c.post("/api/v1/tokens", json={"name": "answerer", "scope": "owner"}), api.CreatedToken
+        )
+    store = TokenStore(d.rt.db_path)
+    try:
+        info = store.verify(created.secret)
+        assert info is not None and info.id
+        first = store.verify(d.token)
+        assert first is not None and first.id
+    finally:
+        store.close()
+    book = ApprovalStore(d.rt.db_path)
+    try:
+        # REST: the bearer token's principal.
+        rid, reply = _raise_request(d, "c-answer-rest")
+        with d.client(created.secret) as c:
+            ok(c.post(f"/api/v1/approvals/{rid}/answer", json={"answer": "deny"}), api.Answered)
+        assert reply.result(5).decision == "deny"
+        assert book.state(rid) == ("deny", info.id)
+        # A dashboard session opened with a token: that token's principal.
+        rid, reply = _raise_request(d, "c-answer-page")
+        with d.client(None) as c:
+            assert _sign_in(d, c, d.token).status_code == 303
+            token = _csrf(c.get("/brain/approvals").text)
+            done = c.post(
+                "/brain/act/answer",
+                data={"path.request_id": rid, "answer": "allow_once", "csrf": token},
+            )
+            assert done.status_code in (200, 303), done.text[:500]
+        assert reply.result(5).decision == "allow"
+        assert book.state(rid) == ("allow_once", first.id)
+        # A one-time-link session: the local owner.
+        from click.testing import CliRunner
+
+        from chalie_app.cli import cli
+
+        rid, reply = _raise_request(d, "c-answer-link")
+        result = CliRunner().invoke(cli, ["--home", str(d.home), "brain", "open", "--no-browser"])
+        url = result.stdout.strip().splitlines()[0]
+        with d.client(None) as c:
+            assert c.get(url[len(d.base) :]).status_code == 303
+            token = _csrf(c.get("/brain/approvals").text)
+            c.post(
+                "/brain/act/answer",
+                data={"path.request_id": rid, "answer": "deny", "csrf": token},
+            )
+        assert reply.result(5).decision == "deny"
+        assert book.state(rid) == ("deny", "local")
+    finally:
+        book.close()
+        d.rt.child("policy", PolicyActor).within(5).call(
+            PolicyActor.reset, channel="chat", permission="calculator"
+        )
+
+
 def test_policy_set_through_the_dashboard_takes_effect_at_once(d: BrainDaemon) -> None:
     """The gate's next decision sees a change the moment the answer is back."""
     with d.client() as c:
