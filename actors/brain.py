@@ -30,6 +30,7 @@ from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections
 from actors.policy import PolicyActor
 from chalie import control
+from chalie.accounts.book import AccountBook
 from chalie.brain import api
 from chalie.brain.access import SessionBook
 from chalie.brain.operations import ApiProblem
@@ -563,6 +564,32 @@ class RuntimeBackend:
                     out.write(msgspec.json.encode(r).decode() + "\n")
             yield out.getvalue()
             before = rows[-1].id
+
+    # -- accounts ---------------------------------------------------------------------
+    def accounts(self, _path: Any, _args: api.Empty) -> list[api.AccountRow]:
+        """The accounts as :meth:`Account.shown` shows them; the secrets file is never read."""
+        book = AccountBook(self._host.db_path, self._host.config.home)
+        try:
+            found = book.list()
+        finally:
+            book.close()
+        rows = []
+        for a in found:
+            shown = a.shown()
+            server = str(shown.get("url") or f"{a.host}:{a.effective_port}")
+            rows.append(
+                api.AccountRow(
+                    name=a.name,
+                    kind=a.kind,
+                    default=a.default,
+                    server=server,
+                    security="" if "url" in shown else a.security,
+                    username=a.username,
+                    address=a.address,
+                    password_stored=a.has_password,
+                )
+            )
+        return rows
 
     # -- conversations ----------------------------------------------------------------
     def conversations(self, _path: Any, args: api.ConversationsQuery) -> list[api.ConversationRow]:

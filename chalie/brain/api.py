@@ -347,6 +347,21 @@ class TrailPage(Reply):
     next_before: int | None
 
 
+# -- accounts ---------------------------------------------------------------------------
+class AccountRow(Reply):
+    """One account as shown: never a password (only whether one is stored)."""
+
+    name: str
+    kind: str
+    default: bool
+    # Where the server is: a URL without credentials, or host:port.
+    server: str
+    security: str = ""
+    username: str = ""
+    address: str = ""
+    password_stored: bool = False
+
+
 # -- conversations ----------------------------------------------------------------------
 class ConversationsQuery(Struct):
     limit: Limit = 50

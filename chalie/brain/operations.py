@@ -297,6 +297,15 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         download=True,
     ),
     op(
+        "accounts",
+        "GET",
+        "/accounts",
+        api.Empty,
+        list[api.AccountRow],
+        "The person's accounts (calendar, contacts, email): kind, name, default; no secret",
+        "accounts",
+    ),
+    op(
         "conversations",
         "GET",
         "/conversations",

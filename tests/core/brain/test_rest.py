@@ -526,6 +526,7 @@ def test_sign_in_gives_a_strict_cookie_and_csrf_guards_every_change(d: BrainDaem
             "remote",
             "trail",
             "conversations",
+            "accounts",
             "discovery",
         ):
             shown = c.get(f"/brain/{slug}")
@@ -662,6 +663,73 @@ def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> Non
         d.rt.child("policy", PolicyActor).within(5).call(
             PolicyActor.reset, channel="chat", permission="calculator"
         )
+
+
+def test_accounts_are_listed_without_any_secret(d: BrainDaemon) -> None:
+    from chalie.accounts.book import AccountBook
+    from chalie.accounts.spec import Account
+
+    password = "s3cret-Pa55word-never-shown"
+    book = AccountBook(d.rt.db_path, d.home)
+    try:
+        book.add(
+            Account(
+                name="work-mail",
+                kind="imap",
+                host="127.0.0.1",
+                port=1993,
+                username="alice",
+                address="alice@example.com",
+            ),
+            password,
+        )
+        book.add(
+            Account(name="cal", kind="caldav", url="https://dav.example/cal/", username="alice"),
+            password + "-2",
+        )
+        book.add(Account(name="holidays", kind="ics", url="https://example.com/h.ics"), None)
+    finally:
+        book.close()
+    try:
+        with d.client() as c:
+            got = c.get("/api/v1/accounts")
+            rows = ok(got, list[api.AccountRow])
+            assert password not in got.text
+            by = {r.name: r for r in rows}
+            assert set(by) == {"work-mail", "cal", "holidays"}
+            assert (by["work-mail"].kind, by["work-mail"].server) == ("imap", "127.0.0.1:1993")
+            assert by["work-mail"].password_stored and by["work-mail"].security == "tls"
+            assert (by["cal"].kind, by["cal"].server) == ("caldav", "https://dav.example/cal/")
+            assert not by["holidays"].password_stored
+            assert sum(r.default for r in rows if r.kind == "imap") == 1
+        with d.client(None) as c:
+            refused(c.get("/api/v1/accounts"), 401, "unauthorized")
+            assert c.get("/brain/accounts").headers["location"] == "/brain/login"
+            assert _sign_in(d, c, d.token).status_code == 303
+            page = c.get("/brain/accounts")
+            assert page.status_code == 200
+            assert "work-mail" in page.text and "127.0.0.1:1993" in page.text
+            assert "alice@example.com" in page.text and "holidays" in page.text
+            assert password not in page.text
+        with d.client() as c:
+            agent = ok(
+                c.post("/api/v1/tokens", json={"name": "acct-agent", "scope": "agent"}),
+                api.CreatedToken,
+            )
+        with d.client(agent.secret) as c:
+            got = c.get("/api/v1/accounts")
+            refused(got, 403, "forbidden")
+            assert "work-mail" not in got.text
+        with d.client(None) as c:
+            assert _sign_in(d, c, agent.secret).status_code == 403
+            assert c.get("/brain/accounts").status_code == 303
+    finally:
+        book = AccountBook(d.rt.db_path, d.home)
+        try:
+            for name in ("work-mail", "cal", "holidays"):
+                book.remove(name)
+        finally:
+            book.close()
 
 
 def test_policy_set_through_the_dashboard_takes_effect_at_once(d: BrainDaemon) -> None:
