@@ -51,6 +51,7 @@ from actors.policy import PolicyActor
 from chalie.config import Config
 from chalie.messages import PermissionRequest, TurnContext
 from chalie.policy import PolicyStore
+from chalie.principals import LOCAL_OWNER
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie.trail import Trail
 from chalie_app import root as daemon
@@ -304,7 +305,7 @@ def bench_approvals(run: Running, asks: int) -> list[float]:
             seen: dict[str, float] = page.evaluate("() => window.seen")
             if i >= 2:  # warm-up
                 out.append(seen[rid] - published[rid])
-            policy.call(PolicyActor.answer, rid, "deny")
+            policy.call(PolicyActor.answer, rid, "deny", LOCAL_OWNER)
             reply.result(10)
             page.wait_for_selector("article.approval", state="detached", timeout=10_000)
         browser.close()
