@@ -292,7 +292,7 @@ class DispatcherActor(SupervisedActor):
                 permission=message.permission,
                 params=params_json(redact(message.params)),
                 act_summary=message.act_summary,
-                principal=principal_id(ctx.principal),
+                principal=principal_id(ctx.principal, str(ctx.channel)),
             )
             allowed = message.decision == "allow"
             self._trail.finish(
@@ -487,7 +487,7 @@ class DispatcherActor(SupervisedActor):
             background=background,
             healed=healed,
             parent_call_id=ctx.parent_call,
-            principal=principal_id(ctx.principal),
+            principal=principal_id(ctx.principal, str(ctx.channel)),
         )
         state = _Call(
             seq=next(self._seq),
@@ -567,7 +567,7 @@ class DispatcherActor(SupervisedActor):
                 act_summary=act_summary,
                 healed=healed,
                 parent_call_id=str(ctx.parent_call),
-                principal=principal_id(ctx.principal),
+                principal=principal_id(ctx.principal, str(ctx.channel)),
             )
             self._trail.finish(
                 rec, status="error", code=result.code, decision=None, decided_by=None, started=False

@@ -55,6 +55,9 @@ def test_each_trail_row_carries_the_principal_of_its_turn(rig: Rig) -> None:
     rig.run("fast", call_id="by-local", context=ctx(principal=LOCAL_OWNER))
     rig.run("fast", call_id="by-agent", context=ctx(principal=agent))
     rig.run("no_such_tool", call_id="early-agent", context=ctx(principal=agent))
+    rig.run(
+        "fast", call_id="unknown-agent", context=ctx(channel="external_agent", human_present=False)
+    )
     by_call = {r.call_id: r.principal for r in rig.rows()}
     # No principal on the turn is the owner's local call.
     assert by_call == {
@@ -62,6 +65,8 @@ def test_each_trail_row_carries_the_principal_of_its_turn(rig: Rig) -> None:
         "by-local": LOCAL_ID,
         "by-agent": "tok-42",
         "early-agent": "tok-42",
+        # An agent turn without a principal is never recorded as the owner's.
+        "unknown-agent": "",
     }
     assert {r.call_id for r in rig.rows(principal="tok-42")} == {"by-agent", "early-agent"}
 
