@@ -30,8 +30,9 @@ from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections
 from actors.policy import PolicyActor
 from chalie import control
+from chalie.accounts.book import AccountBook
 from chalie.brain import api
-from chalie.brain.access import BRAIN_OWNER, SessionBook
+from chalie.brain.access import SessionBook
 from chalie.brain.operations import ApiProblem
 from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
@@ -39,6 +40,7 @@ from chalie.db import connect
 from chalie.events import EventBus
 from chalie.messages import CHANNELS, ControlReply
 from chalie.policy import PolicyError
+from chalie.principals import Principal
 from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
@@ -267,8 +269,15 @@ class RuntimeBackend:
             for r in found
         ]
 
-    def answer(self, path: api.RequestPath, args: api.AnswerBody) -> api.Answered:
-        done = self._policy().call(PolicyActor.answer, path.request_id, args.answer, BRAIN_OWNER)
+    def answer(self, path: api.RequestPath, args: api.AnswerBody, who: Principal) -> api.Answered:
+        """Answer as ``who``, the signed-in caller (the bearer token's principal, the
+        session's token's, or the local owner for a one-time-link session)."""
+        try:
+            done = self._policy().call(PolicyActor.answer, path.request_id, args.answer, who)
+        except PolicyError as exc:
+            if exc.code == "forbidden":
+                raise ApiProblem(403, "forbidden", str(exc)) from None
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
         if done is False:
             raise ApiProblem(404, "not-found", f"no pending permission request {path.request_id!r}")
         return api.Answered(request_id=path.request_id, answer=args.answer)
@@ -510,6 +519,7 @@ class RuntimeBackend:
                 code=args.code,
                 channel=args.channel,
                 conversation_id=args.conversation,
+                principal=args.principal,
                 since=args.since,
                 until=args.until,
                 before=before,
@@ -554,6 +564,32 @@ class RuntimeBackend:
                     out.write(msgspec.json.encode(r).decode() + "\n")
             yield out.getvalue()
             before = rows[-1].id
+
+    # -- accounts ---------------------------------------------------------------------
+    def accounts(self, _path: Any, _args: api.Empty) -> list[api.AccountRow]:
+        """The accounts as :meth:`Account.shown` shows them; the secrets file is never read."""
+        book = AccountBook(self._host.db_path, self._host.config.home)
+        try:
+            found = book.list()
+        finally:
+            book.close()
+        rows = []
+        for a in found:
+            shown = a.shown()
+            server = str(shown.get("url") or f"{a.host}:{a.effective_port}")
+            rows.append(
+                api.AccountRow(
+                    name=a.name,
+                    kind=a.kind,
+                    default=a.default,
+                    server=server,
+                    security="" if "url" in shown else a.security,
+                    username=a.username,
+                    address=a.address,
+                    password_stored=a.has_password,
+                )
+            )
+        return rows
 
     # -- conversations ----------------------------------------------------------------
     def conversations(self, _path: Any, args: api.ConversationsQuery) -> list[api.ConversationRow]:

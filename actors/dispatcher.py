@@ -87,6 +87,7 @@ from chalie.mail import (
 from chalie.messages import BackgroundResult, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
+from chalie.principals import principal_id
 from chalie.registry import Entry
 from chalie.result import ToolResult
 from chalie.trail import CallRecord, Trail, TrailRow, params_json, redact
@@ -291,6 +292,7 @@ class DispatcherActor(SupervisedActor):
                 permission=message.permission,
                 params=params_json(redact(message.params)),
                 act_summary=message.act_summary,
+                principal=principal_id(ctx.principal, str(ctx.channel)),
             )
             allowed = message.decision == "allow"
             self._trail.finish(
@@ -485,6 +487,7 @@ class DispatcherActor(SupervisedActor):
             background=background,
             healed=healed,
             parent_call_id=ctx.parent_call,
+            principal=principal_id(ctx.principal, str(ctx.channel)),
         )
         state = _Call(
             seq=next(self._seq),
@@ -564,6 +567,7 @@ class DispatcherActor(SupervisedActor):
                 act_summary=act_summary,
                 healed=healed,
                 parent_call_id=str(ctx.parent_call),
+                principal=principal_id(ctx.principal, str(ctx.channel)),
             )
             self._trail.finish(
                 rec, status="error", code=result.code, decision=None, decided_by=None, started=False

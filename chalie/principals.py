@@ -53,6 +53,18 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 LOCAL_OWNER: Final = Principal(scope="owner", id=LOCAL_ID, name="local")
 
 
+def principal_id(who: Principal | None, channel: str = "") -> str:
+    """The id a record (the trail) keeps for a caller: a token id, or ``local`` for the owner.
+
+    A turn without a principal is the owner's local or operator call, except on the
+    ``external_agent`` channel, where it is an agent whose token is unknown: ``""``, never
+    the owner's id.
+    """
+    if who is not None:
+        return who.id
+    return "" if channel == "external_agent" else LOCAL_ID
+
+
 def check_scope(value: object) -> Scope:
     if value not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {str(value)[:40]!r}")

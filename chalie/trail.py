@@ -3,7 +3,7 @@
 A row holds the call, turn and conversation ids, the channel, tool and
 permission, the gate's decision and who made it, the parameters as JSON with
 sensitive values replaced by ``[redacted]``, the status, the error code, the
-act_summary, and start and end times. Every write is its own committed
+act_summary, the principal id of the turn, and start and end times. Every write is its own committed
 transaction (see :mod:`chalie.db` for why WAL + ``synchronous=NORMAL``
 survives a SIGKILL), so a call whose outcome was returned is on disk. Rows
 left ``running`` by a daemon that died are marked ``interrupted`` by
@@ -63,7 +63,8 @@ _SCHEMA: Final = (
         started_at      REAL NOT NULL,
         ended_at        REAL,
         healed          TEXT NOT NULL DEFAULT '',
-        parent_call_id  TEXT NOT NULL DEFAULT ''
+        parent_call_id  TEXT NOT NULL DEFAULT '',
+        principal       TEXT NOT NULL DEFAULT ''
     )
     """,
 )
@@ -71,6 +72,7 @@ _SCHEMA: Final = (
 _ADDED: Final = {
     "healed": "ALTER TABLE trail ADD COLUMN healed TEXT NOT NULL DEFAULT ''",
     "parent_call_id": "ALTER TABLE trail ADD COLUMN parent_call_id TEXT NOT NULL DEFAULT ''",
+    "principal": "ALTER TABLE trail ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
 }
 
 _json = msgspec.json.Encoder()
@@ -97,6 +99,8 @@ class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
     healed: str = ""
     # The call that started the delegate sub-turn this call ran in ('' for none).
     parent_call_id: str = ""
+    # The principal id of the turn (chalie.principals); '' for a row from before the column.
+    principal: str = ""
 
 
 _COLUMNS: Final = tuple(TrailRow.__struct_fields__)
@@ -160,12 +164,14 @@ class CallRecord(msgspec.Struct, kw_only=True):
     started_at: float = 0.0
     healed: str = ""
     parent_call_id: str = ""
+    principal: str = ""
 
 
 _INSERT: Final = (
     "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
     "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at, "
-    "healed, parent_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "healed, parent_call_id, principal) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -246,6 +252,7 @@ class Trail:
         background: bool = False,
         healed: str = "",
         parent_call_id: str = "",
+        principal: str = "",
     ) -> CallRecord:
         """A CallRecord with a reserved id and clipped text fields, started now."""
         return CallRecord(
@@ -262,6 +269,7 @@ class Trail:
             started_at=time.time(),
             healed=_clip(healed),
             parent_call_id=_clip(parent_call_id),
+            principal=_clip(principal),
         )
 
     def _insert(
@@ -294,6 +302,7 @@ class Trail:
                 ended_at,
                 rec.healed,
                 rec.parent_call_id,
+                rec.principal,
             ),
         )
 
@@ -395,6 +404,7 @@ class Trail:
         call_id: str | None = None,
         parent_call_id: str | None = None,
         decided_by: str | None = None,
+        principal: str | None = None,
         since: float | None = None,
         until: float | None = None,
         before: int | None = None,
@@ -421,6 +431,7 @@ class Trail:
             ("call_id", call_id),
             ("parent_call_id", parent_call_id),
             ("decided_by", decided_by),
+            ("principal", principal),
         ):
             if value is not None:
                 if not isinstance(value, str):

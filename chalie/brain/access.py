@@ -24,7 +24,7 @@ from typing import Final
 
 import msgspec
 
-from chalie.principals import Principal, may_chat
+from chalie.principals import LOCAL_OWNER, Principal, may_chat
 from chalie.tokens import TokenInfo
 
 COOKIE: Final = "chalie_brain"
@@ -35,10 +35,6 @@ SESSION_TTL: Final = 8 * 3600.0
 LINK_TTL: Final = 120.0
 MAX_SESSIONS: Final = 256
 MAX_LINKS: Final = 64
-# Who answers through the Brain: only owners get in (is_owner, and a one-time link is the
-# local operator's), so its answers are an owner's. The per-token identity is not threaded
-# through the operation table yet; the id says where the answer came from.
-BRAIN_OWNER: Final = Principal(scope="owner", id="brain", name="dashboard")
 # A link session is the local operator's (the control socket is the owner's): no token backs it.
 LOCAL_PRINCIPAL: Final = "local"
 
@@ -57,13 +53,17 @@ def _digest(value: str) -> str:
 
 
 class Session(msgspec.Struct, frozen=True, kw_only=True):
-    """One signed-in browser. ``token_hash`` is None for a one-time-link session."""
+    """One signed-in browser. ``token_hash`` is None for a one-time-link session.
+
+    ``principal`` is the name shown; ``who`` is the caller an operation that needs one gets
+    (the token's principal, or the local owner for a one-time-link session)."""
 
     principal: str
     token_hash: str | None
     csrf: str
     created: float
     expires: float
+    who: Principal = LOCAL_OWNER
 
 
 class SessionBook:
@@ -91,7 +91,9 @@ class SessionBook:
     def link_ttl(self) -> float:
         return self._link_ttl
 
-    def open(self, principal: str, token_hash: str | None) -> tuple[str, Session]:
+    def open(
+        self, principal: str, token_hash: str | None, who: Principal = LOCAL_OWNER
+    ) -> tuple[str, Session]:
         """A new session; returns the cookie value (shown once) and the session."""
         sid = secrets.token_urlsafe(32)
         now = self._clock()
@@ -101,6 +103,7 @@ class SessionBook:
             csrf=secrets.token_urlsafe(32),
             created=now,
             expires=now + self._ttl,
+            who=who,
         )
         with self._lock:
             self._sweep(now)

@@ -300,6 +300,8 @@ class TrailQuery(Struct):
     code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     channel: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     conversation: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    # The principal id of the turn (a token id, or ``local`` for the owner's local calls).
+    principal: Annotated[str, msgspec.Meta(max_length=128)] | None = None
     since: float | None = None
     until: float | None = None
     # Keyset pagination: rows with an id below this one (the previous page's next_before).
@@ -313,6 +315,8 @@ class TrailExportQuery(Struct):
     code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     channel: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     conversation: Annotated[str, msgspec.Meta(max_length=128)] | None = None
+    # The principal id of the turn (a token id, or ``local`` for the owner's local calls).
+    principal: Annotated[str, msgspec.Meta(max_length=128)] | None = None
     since: float | None = None
     until: float | None = None
     format: Literal["jsonl", "csv"] = "jsonl"
@@ -335,11 +339,27 @@ class TrailEntry(Reply):
     background: bool
     started_at: float
     ended_at: float | None
+    principal: str = ""
 
 
 class TrailPage(Reply):
     rows: list[TrailEntry]
     next_before: int | None
+
+
+# -- accounts ---------------------------------------------------------------------------
+class AccountRow(Reply):
+    """One account as shown: never a password (only whether one is stored)."""
+
+    name: str
+    kind: str
+    default: bool
+    # Where the server is: a URL without credentials, or host:port.
+    server: str
+    security: str = ""
+    username: str = ""
+    address: str = ""
+    password_stored: bool = False
 
 
 # -- conversations ----------------------------------------------------------------------

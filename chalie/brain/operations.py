@@ -46,6 +46,8 @@ class Operation:
     path_args: type[api.Struct] | None = None
     # The answer is a download (JSONL or CSV), not a JSON document.
     download: bool = False
+    # The backend method takes the signed-in caller (a Principal) as a third argument.
+    caller: bool = False
 
     @property
     def changes(self) -> bool:
@@ -71,8 +73,9 @@ def op(
     *,
     path_args: type[api.Struct] | None = None,
     download: bool = False,
+    caller: bool = False,
 ) -> Operation:
-    return Operation(name, method, path, args, result, summary, page, path_args, download)
+    return Operation(name, method, path, args, result, summary, page, path_args, download, caller)
 
 
 OPERATIONS: Final[tuple[Operation, ...]] = (
@@ -103,6 +106,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "Answer a permission request: allow once, allow always, or deny",
         "approvals",
         path_args=api.RequestPath,
+        caller=True,
     ),
     op(
         "approval_history",
@@ -291,6 +295,15 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "The filtered trail as JSONL or CSV",
         "trail",
         download=True,
+    ),
+    op(
+        "accounts",
+        "GET",
+        "/accounts",
+        api.Empty,
+        list[api.AccountRow],
+        "The person's accounts (calendar, contacts, email): kind, name, default; no secret",
+        "accounts",
     ),
     op(
         "conversations",

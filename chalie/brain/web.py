@@ -44,6 +44,7 @@ from starlette.staticfiles import StaticFiles
 from chalie.brain import access, api
 from chalie.brain.openapi import document
 from chalie.brain.operations import BY_NAME, OPERATIONS, ApiProblem, Operation
+from chalie.principals import LOCAL_OWNER, Principal
 from chalie.tokens import TokenInfo, bearer
 
 log = logging.getLogger("chalie.brain")
@@ -281,7 +282,8 @@ class Brain:
         return JSONResponse(document(), headers=SECURITY_HEADERS)
 
     def _rest(self, o: Operation) -> Callable[[Request, TokenInfo | None], Awaitable[Response]]:
-        async def handler(request: Request, _info: TokenInfo | None) -> Response:
+        async def handler(request: Request, info: TokenInfo | None) -> Response:
+            who = info.principal() if info is not None else None
             if o.changes:
                 body = await self._body(request)
                 if body is None:
@@ -303,7 +305,7 @@ class Brain:
                 if len(raw) != len(items):
                     return _error(400, "invalid-args", f"{o.name}: a query parameter is repeated")
                 strict = False
-            return await self.run(o, dict(request.path_params), raw, strict=strict)
+            return await self.run(o, dict(request.path_params), raw, strict=strict, who=who)
 
         return handler
 
@@ -319,19 +321,33 @@ class Brain:
         args = msgspec.convert(raw, o.args, strict=strict)
         return path_args, args
 
-    async def call(self, o: Operation, path_args: Any, args: Any) -> Any:
+    async def call(
+        self, o: Operation, path_args: Any, args: Any, who: Principal | None = None
+    ) -> Any:
+        """Run the backend's method; an operation that needs its caller gets ``who``, and
+        without one it is refused (fail closed), never run as someone else."""
         method = getattr(self.backend, o.name)
+        if o.caller:
+            if who is None:
+                raise ApiProblem(403, "forbidden", f"{o.name}: no signed-in caller")
+            return await run_in_threadpool(method, path_args, args, who)
         return await run_in_threadpool(method, path_args, args)
 
     async def run(
-        self, o: Operation, path: Mapping[str, Any], raw: Any, *, strict: bool
+        self,
+        o: Operation,
+        path: Mapping[str, Any],
+        raw: Any,
+        *,
+        strict: bool,
+        who: Principal | None = None,
     ) -> Response:
         try:
             path_args, args = self.parse(o, path, raw, strict=strict)
         except msgspec.ValidationError as exc:
             return _error(400, "invalid-args", f"{o.name}: {exc}")
         try:
-            result = await self.call(o, path_args, args)
+            result = await self.call(o, path_args, args, who)
         except ApiProblem as exc:
             return _error(exc.status, exc.code, exc.message)
         except Exception as exc:
@@ -411,17 +427,19 @@ class Brain:
             return await self._login_form(request, "That token is not valid.", 401)
         if not access.is_owner(info):
             return await self._login_form(request, "That token is not the owner's.", 403)
-        return self._signed_in(request, info.name, _digest(secret.strip()))
+        return self._signed_in(request, info.name, _digest(secret.strip()), info.principal())
 
     async def _link(self, request: Request) -> Response:
         if not self.sessions.redeem(request.query_params.get("code")):
             return await self._login_form(
                 request, "That sign-in link was used or has expired.", 401
             )
-        return self._signed_in(request, access.LOCAL_PRINCIPAL, None)
+        return self._signed_in(request, access.LOCAL_PRINCIPAL, None, LOCAL_OWNER)
 
-    def _signed_in(self, request: Request, principal: str, token_hash: str | None) -> Response:
-        sid, _session = self.sessions.open(principal, token_hash)
+    def _signed_in(
+        self, request: Request, principal: str, token_hash: str | None, who: Principal
+    ) -> Response:
+        sid, _session = self.sessions.open(principal, token_hash, who)
         response = RedirectResponse("/brain/overview", status_code=303)
         response.set_cookie(
             access.COOKIE,
@@ -509,7 +527,7 @@ class Brain:
         query = dict(parse_qsl(back.partition("?")[2]))
         try:
             path_args, args = self.parse(o, path, raw, strict=False)
-            result = await self.call(o, path_args, args)
+            result = await self.call(o, path_args, args, session.who)
         except msgspec.ValidationError as exc:
             return await self.show(
                 page, request, session, problem=str(exc), status=400, query=query

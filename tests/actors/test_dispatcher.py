@@ -23,7 +23,7 @@ from chalie.messages import (
     CancelTurn,
     ToolCall,
 )
-from chalie.principals import LOCAL_OWNER
+from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.trail import Trail
@@ -47,6 +47,28 @@ def _no_leftover_actors() -> Iterator[None]:
 
 
 # -- the path of one call --------------------------------------------------------------
+
+
+def test_each_trail_row_carries_the_principal_of_its_turn(rig: Rig) -> None:
+    agent = Principal(scope="gateway", id="tok-42", name="gw")
+    rig.run("fast", call_id="by-owner")
+    rig.run("fast", call_id="by-local", context=ctx(principal=LOCAL_OWNER))
+    rig.run("fast", call_id="by-agent", context=ctx(principal=agent))
+    rig.run("no_such_tool", call_id="early-agent", context=ctx(principal=agent))
+    rig.run(
+        "fast", call_id="unknown-agent", context=ctx(channel="external_agent", human_present=False)
+    )
+    by_call = {r.call_id: r.principal for r in rig.rows()}
+    # No principal on the turn is the owner's local call.
+    assert by_call == {
+        "by-owner": LOCAL_ID,
+        "by-local": LOCAL_ID,
+        "by-agent": "tok-42",
+        "early-agent": "tok-42",
+        # An agent turn without a principal is never recorded as the owner's.
+        "unknown-agent": "",
+    }
+    assert {r.call_id for r in rig.rows(principal="tok-42")} == {"by-agent", "early-agent"}
 
 
 def test_a_call_returns_one_envelope_and_is_recorded(rig: Rig) -> None:

@@ -274,7 +274,7 @@ def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> Non
     trail.close()
 
 
-def test_an_older_trail_table_gains_the_parent_call_column(tmp_path: Path) -> None:
+def test_an_older_trail_table_gains_the_parent_call_and_principal_columns(tmp_path: Path) -> None:
     import sqlite3
 
     db = tmp_path / "old.db"
@@ -304,11 +304,16 @@ def test_an_older_trail_table_gains_the_parent_call_column(tmp_path: Path) -> No
             params="{}",
             act_summary="",
             parent_call_id="c0",
+            principal="tok-7",
         )
         trail.finish(
             rec, status="success", code=None, decision="allow", decided_by="internal", started=False
         )
         assert [r.call_id for r in trail.query(parent_call_id="c0")] == ["c1"]
         assert trail.query(call_id="c0")[0].parent_call_id == ""
+        # The old row has no principal; the new one carries its turn's, and filters by it.
+        assert trail.query(call_id="c0")[0].principal == ""
+        assert [r.call_id for r in trail.query(principal="tok-7")] == ["c1"]
+        assert trail.query(principal="someone-else") == []
     finally:
         trail.close()

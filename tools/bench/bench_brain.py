@@ -128,10 +128,17 @@ def fill(home: Path) -> None:
             0,
             now + i,
             now + i + 0.01,
+            ("local", "tok-a", "tok-b")[i % 3],
         )
         for i in range(1, TRAIL_ROWS + 1)
     ]
-    conn.executemany("INSERT INTO trail VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    # Columns named: the table grows columns (healed, parent_call_id, principal...) over time.
+    conn.executemany(
+        "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
+        "decision, decided_by, params, status, code, act_summary, background, started_at, "
+        "ended_at, principal) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
     conn.commit()
     conn.close()
     store = PolicyStore(db)

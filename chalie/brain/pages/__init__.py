@@ -15,6 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.brain.pages import (
+    accounts,
     approvals,
     conversations,
     discovery,
@@ -34,6 +35,7 @@ PAGES: Final[tuple[Page, ...]] = (
     remote.PAGE,
     trail.PAGE,
     conversations.PAGE,
+    accounts.PAGE,
     discovery.PAGE,
 )
 

@@ -1,4 +1,5 @@
-"""Trail: the action trail filtered by tool, status, code, channel, conversation and time,
+"""Trail: the action trail filtered by tool, status, code, channel, conversation, principal
+and time,
 paged by keyset through any depth, exported as JSONL or CSV."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from urllib.parse import urlencode
 
 from chalie.brain.pages.page import Page, chosen
 
-FILTERS = ("tool", "status", "code", "channel", "conversation", "since", "until")
+FILTERS = ("tool", "status", "code", "channel", "conversation", "principal", "since", "until")
 
 
 async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:

@@ -235,6 +235,75 @@ def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
         assert isinstance(ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow]), list)
 
 
+def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
+    book = Trail(d.rt.db_path)
+    try:
+        for i, who in enumerate(("local", "tok-a", "tok-b", "tok-a")):
+            rec = book.record_for(
+                call_id=f"pcall-{i}",
+                turn_id="t1",
+                conversation_id="c-principal",
+                channel="chat",
+                tool="clock",
+                permission="clock",
+                params="{}",
+                act_summary=f"row {i}",
+                principal=who,
+            )
+            book.finish(
+                rec,
+                status="success",
+                code=None,
+                decision="allow",
+                decided_by="policy",
+                started=False,
+            )
+    finally:
+        book.close()
+    with d.client() as c:
+        every = ok(c.get("/api/v1/trail", params={"conversation": "c-principal"}), api.TrailPage)
+        assert [r.principal for r in every.rows] == ["tok-a", "tok-b", "tok-a", "local"]
+        mine = ok(
+            c.get("/api/v1/trail", params={"conversation": "c-principal", "principal": "tok-a"}),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in mine.rows] == ["pcall-3", "pcall-1"]
+        paged = ok(
+            c.get(
+                "/api/v1/trail",
+                params={"conversation": "c-principal", "principal": "tok-a", "limit": 1},
+            ),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in paged.rows] == ["pcall-3"] and paged.next_before is not None
+        rest = ok(
+            c.get(
+                "/api/v1/trail",
+                params={"principal": "tok-a", "limit": 1, "before": paged.next_before},
+            ),
+            api.TrailPage,
+        )
+        assert [r.call_id for r in rest.rows] == ["pcall-1"]
+        nobody = ok(c.get("/api/v1/trail", params={"principal": "nobody"}), api.TrailPage)
+        assert nobody.rows == []
+        refused(c.get("/api/v1/trail", params={"principal": "x" * 500}), 400, "invalid-args")
+        jsonl = c.get("/api/v1/trail/export", params={"principal": "tok-b", "format": "jsonl"})
+        lines = [json.loads(x) for x in jsonl.text.splitlines()]
+        assert [(x["call_id"], x["principal"]) for x in lines] == [("pcall-2", "tok-b")]
+        csv_text = c.get(
+            "/api/v1/trail/export", params={"principal": "tok-b", "format": "csv"}
+        ).text
+        head, *body = csv_text.strip().splitlines()
+        assert "principal" in head.split(",") and len(body) == 1 and "tok-b" in body[0]
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        shown = c.get("/brain/trail", params={"principal": "tok-b"})
+        assert shown.status_code == 200, shown.text[:500]
+        assert 'name="principal" value="tok-b"' in shown.text
+        assert "row 2" in shown.text and "row 1" not in shown.text and "row 3" not in shown.text
+        assert "principal=tok-b" in shown.text  # the export links keep the filter
+
+
 def test_trail_keyset_pages_filters_and_exports(d: BrainDaemon) -> None:
     book = Trail(d.rt.db_path)
     try:
@@ -457,6 +526,7 @@ def test_sign_in_gives_a_strict_cookie_and_csrf_guards_every_change(d: BrainDaem
             "remote",
             "trail",
             "conversations",
+            "accounts",
             "discovery",
         ):
             shown = c.get(f"/brain/{slug}")
@@ -518,6 +588,148 @@ def test_static_assets_are_served_by_the_daemon(d: BrainDaemon) -> None:
         assert js.status_code == 200 and "htmx" in js.text[:2000]
         assert c.get("/brain/static/htmx.LICENSE").status_code == 200
         assert c.get("/brain/static/brain.css").status_code == 200
+
+
+def _raise_request(d: BrainDaemon, conversation: str) -> tuple[str, Any]:
+    """A real pending permission request, raised by the gate for a chat turn."""
+    from chalie.messages import TurnContext
+
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "chat", "calculator", "ask")
+    ctx = TurnContext(conversation_id=conversation, turn_id="t-ask", channel="chat")
+    reply = policy.call(
+        PolicyActor.gate, "call-ask", ctx, "calculator", "calculator", False, "adding", {}
+    )
+    found = [r for r in policy.call(PolicyActor.pending) if r.conversation_id == conversation]
+    assert len(found) == 1 and not reply.done()
+    return found[0].request_id, reply
+
+
+def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> None:
+    from chalie.approvals import ApprovalStore
+    from chalie.tokens import TokenStore
+
+    with d.client() as c:
+        created = ok(
+            c.post("/api/v1/tokens", json={"name": "answerer", "scope": "owner"}), api.CreatedToken
+        )
+    store = TokenStore(d.rt.db_path)
+    try:
+        info = store.verify(created.secret)
+        assert info is not None and info.id
+        first = store.verify(d.token)
+        assert first is not None and first.id
+    finally:
+        store.close()
+    book = ApprovalStore(d.rt.db_path)
+    try:
+        # REST: the bearer token's principal.
+        rid, reply = _raise_request(d, "c-answer-rest")
+        with d.client(created.secret) as c:
+            ok(c.post(f"/api/v1/approvals/{rid}/answer", json={"answer": "deny"}), api.Answered)
+        assert reply.result(5).decision == "deny"
+        assert book.state(rid) == ("deny", info.id)
+        # A dashboard session opened with a token: that token's principal.
+        rid, reply = _raise_request(d, "c-answer-page")
+        with d.client(None) as c:
+            assert _sign_in(d, c, d.token).status_code == 303
+            token = _csrf(c.get("/brain/approvals").text)
+            done = c.post(
+                "/brain/act/answer",
+                data={"path.request_id": rid, "answer": "allow_once", "csrf": token},
+            )
+            assert done.status_code in (200, 303), done.text[:500]
+        assert reply.result(5).decision == "allow"
+        assert book.state(rid) == ("allow_once", first.id)
+        # A one-time-link session: the local owner.
+        from click.testing import CliRunner
+
+        from chalie_app.cli import cli
+
+        rid, reply = _raise_request(d, "c-answer-link")
+        result = CliRunner().invoke(cli, ["--home", str(d.home), "brain", "open", "--no-browser"])
+        url = result.stdout.strip().splitlines()[0]
+        with d.client(None) as c:
+            assert c.get(url[len(d.base) :]).status_code == 303
+            token = _csrf(c.get("/brain/approvals").text)
+            c.post(
+                "/brain/act/answer",
+                data={"path.request_id": rid, "answer": "deny", "csrf": token},
+            )
+        assert reply.result(5).decision == "deny"
+        assert book.state(rid) == ("deny", "local")
+    finally:
+        book.close()
+        d.rt.child("policy", PolicyActor).within(5).call(
+            PolicyActor.reset, channel="chat", permission="calculator"
+        )
+
+
+def test_accounts_are_listed_without_any_secret(d: BrainDaemon) -> None:
+    from chalie.accounts.book import AccountBook
+    from chalie.accounts.spec import Account
+
+    password = "s3cret-Pa55word-never-shown"
+    book = AccountBook(d.rt.db_path, d.home)
+    try:
+        book.add(
+            Account(
+                name="work-mail",
+                kind="imap",
+                host="127.0.0.1",
+                port=1993,
+                username="alice",
+                address="alice@example.com",
+            ),
+            password,
+        )
+        book.add(
+            Account(name="cal", kind="caldav", url="https://dav.example/cal/", username="alice"),
+            password + "-2",
+        )
+        book.add(Account(name="holidays", kind="ics", url="https://example.com/h.ics"), None)
+    finally:
+        book.close()
+    try:
+        with d.client() as c:
+            got = c.get("/api/v1/accounts")
+            rows = ok(got, list[api.AccountRow])
+            assert password not in got.text
+            by = {r.name: r for r in rows}
+            assert set(by) == {"work-mail", "cal", "holidays"}
+            assert (by["work-mail"].kind, by["work-mail"].server) == ("imap", "127.0.0.1:1993")
+            assert by["work-mail"].password_stored and by["work-mail"].security == "tls"
+            assert (by["cal"].kind, by["cal"].server) == ("caldav", "https://dav.example/cal/")
+            assert not by["holidays"].password_stored
+            assert sum(r.default for r in rows if r.kind == "imap") == 1
+        with d.client(None) as c:
+            refused(c.get("/api/v1/accounts"), 401, "unauthorized")
+            assert c.get("/brain/accounts").headers["location"] == "/brain/login"
+            assert _sign_in(d, c, d.token).status_code == 303
+            page = c.get("/brain/accounts")
+            assert page.status_code == 200
+            assert "work-mail" in page.text and "127.0.0.1:1993" in page.text
+            assert "alice@example.com" in page.text and "holidays" in page.text
+            assert password not in page.text
+        with d.client() as c:
+            agent = ok(
+                c.post("/api/v1/tokens", json={"name": "acct-agent", "scope": "agent"}),
+                api.CreatedToken,
+            )
+        with d.client(agent.secret) as c:
+            got = c.get("/api/v1/accounts")
+            refused(got, 403, "forbidden")
+            assert "work-mail" not in got.text
+        with d.client(None) as c:
+            assert _sign_in(d, c, agent.secret).status_code == 403
+            assert c.get("/brain/accounts").status_code == 303
+    finally:
+        book = AccountBook(d.rt.db_path, d.home)
+        try:
+            for name in ("work-mail", "cal", "holidays"):
+                book.remove(name)
+        finally:
+            book.close()
 
 
 def test_policy_set_through_the_dashboard_takes_effect_at_once(d: BrainDaemon) -> None:
