@@ -37,7 +37,7 @@ def free_port() -> int:
         return port
 
 
-def wait_port(port: int, proc: subprocess.Popen[Any] | None = None, timeout: float = 15.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen[Any] | None = None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:

@@ -45,6 +45,10 @@ TOOLS = [
 ]
 
 
+class MethodNotFound(Exception):
+    """A request for a method this fixture does not serve (JSON-RPC -32601)."""
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
@@ -143,7 +147,7 @@ class Server:
             meta = {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
             return {**self.results[task_id], "_meta": meta}
         if "id" in msg:
-            raise NotImplementedError(f"method not found: {method}")
+            raise MethodNotFound(f"method not found: {method}")
         return None
 
     async def answer(self, msg: dict[str, Any]) -> None:
@@ -154,7 +158,7 @@ class Server:
                 {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": str(exc)}}
             )
             return
-        except NotImplementedError as exc:
+        except MethodNotFound as exc:
             self.send(
                 {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": str(exc)}}
             )
