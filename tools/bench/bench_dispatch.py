@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,10 @@ from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.trail import CallRecord, Trail
+
+# Issue 17 section 6: the dispatcher's overhead, as ratios to the floors measured in the same run.
+INLINE_TARGET = 5.0
+WORKER_TARGET = 3.0
 
 
 class NoopParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -115,11 +120,15 @@ def timed(fn: object, n: int) -> list[float]:
     return out
 
 
-def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:
-    """(p50 wall-clock us, process CPU us per call) over n calls."""
+def measure(fn: Callable[[], object], n: int) -> tuple[float, float, float]:
+    """(p50 wall-clock us, process CPU us per call, context switches per call) over n calls."""
+    before = resource.getrusage(resource.RUSAGE_SELF)
     cpu = time.process_time()
     samples = timed(fn, n)
-    return statistics.median(samples), (time.process_time() - cpu) / n * 1e6
+    spent = (time.process_time() - cpu) / n * 1e6
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    switches = (after.ru_nvcsw - before.ru_nvcsw + after.ru_nivcsw - before.ru_nivcsw) / n
+    return statistics.median(samples), spent, switches
 
 
 def rounds(
@@ -129,36 +138,50 @@ def rounds(
     floor: Callable[[], object],
     n: int,
     count: int,
-    limit: float,
-) -> None:
-    """Alternate floor and figure; print each round and the median of the rounds."""
-    figures: list[tuple[float, float]] = []
-    floors: list[tuple[float, float]] = []
+    target: float | None,
+) -> float:
+    """Alternate floor and figure; print each round and the median of the rounds.
+
+    ``target`` is the ratio (figure / floor, both from the same round) to stay within.
+    Returns the median ratio.
+    """
+    figures: list[tuple[float, float, float]] = []
+    floors: list[tuple[float, float, float]] = []
+    ratios: list[float] = []
     for r in range(count):
         floors.append(measure(floor, n))
         figures.append(measure(fn, n))
-        (fp, fc), (bp, bc) = figures[-1], floors[-1]
+        (fp, fc, fs), (bp, bc, bs) = figures[-1], floors[-1]
+        ratios.append(fp / bp)
         print(
-            f"  round {r + 1}: {label} p50 {fp:6.1f} us (cpu {fc:5.1f} us/call)   "
-            f"{floor_label} p50 {bp:6.1f} us (cpu {bc:5.1f} us/call)   ratio {fp / bp:4.1f}"
+            f"  round {r + 1}: {label} p50 {fp:6.1f} us (cpu {fc:5.1f} us, {fs:4.1f} switches"
+            f" a call)   {floor_label} p50 {bp:6.1f} us (cpu {bc:5.1f} us, {bs:4.1f} switches)"
+            f"   ratio {fp / bp:4.1f} (cpu {fc / bc:4.1f})"
         )
-    fig = statistics.median(p for p, _ in figures)
-    flo = statistics.median(p for p, _ in floors)
-    cpu = statistics.median(c for _, c in figures)
-    verdict = "within" if fig <= limit else "ABOVE"
+    fig = statistics.median(p for p, _, _ in figures)
+    flo = statistics.median(p for p, _, _ in floors)
+    cpu = statistics.median(c for _, c, _ in figures)
+    cpu_floor = statistics.median(c for _, c, _ in floors)
+    ratio = statistics.median(ratios)
+    if target is None:
+        verdict = "part of a figure, no target of its own"
+    else:
+        verdict = f"{'within' if ratio <= target else 'ABOVE'} the {target:g}x target"
     print(
-        f"  => {label}: p50 {fig:.1f} us (median of {count} rounds; cpu {cpu:.1f} us/call), "
-        f"floor ({floor_label}) {flo:.1f} us, ratio {fig / flo:.1f}; "
-        f"{verdict} the {limit:g} us target"
+        f"  => {label}: p50 {fig:.1f} us (cpu {cpu:.1f} us/call)   floor ({floor_label}) "
+        f"{flo:.1f} us (cpu {cpu_floor:.1f} us/call)   ratio {ratio:.1f} "
+        f"(cpu {cpu / cpu_floor:.1f}; median of {count} rounds): {verdict}"
     )
+    return ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("calls", nargs="?", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--short", action="store_true", help="1000 calls a round, 3 rounds")
     args = parser.parse_args()
-    n, count = args.calls, args.rounds
+    n, count = (1000, 3) if args.short else (args.calls, args.rounds)
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-"))
     registry = Registry()
     registry.add(Noop, source="bench")
@@ -184,7 +207,7 @@ def main() -> None:
             lambda: echo.ask(_Ping()),
             n,
             count,
-            100.0,
+            INLINE_TARGET,
         )
         samples = timed(lambda: submit(dispatcher, call).result(5), n)
         print(
@@ -322,6 +345,15 @@ def worker_path(
         floor()
     m = max(500, n // 2)
     print(f"worker-process no-op through the dispatcher (2 workers), n={m} a round:")
+    from chalie.messages import WorkerJob
+
+    jobs = iter(range(10**9))
+    ref = f"{Path(__file__).resolve()}:ProcNoop"
+
+    def pool_only() -> object:
+        work = WorkerJob(job_id=f"p{next(jobs)}", ability=ref, params={}, context=ctx)
+        return handle.submit(work, timeout=10).result(10)
+
     try:
         rounds(
             "worker call",
@@ -330,8 +362,10 @@ def worker_path(
             floor,
             m,
             count,
-            400.0,
+            WORKER_TARGET,
         )
+        print("  the pool alone (WorkerPoolHandle.submit -> result, no dispatcher):")
+        rounds("pool call", "zmq round trip", pool_only, floor, m, count, None)
     finally:
         close()
         dispatcher.stop()
