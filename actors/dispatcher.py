@@ -39,7 +39,8 @@ allow; on expiry (or on ``cancel_turn``) the call ends with ``tool-timeout``
 (or ``cancelled``) at once, the instance's ``cancelled`` event is set and the
 executor is asked to cancel the job.
 
-Replies are ``concurrent.futures.Future[ToolOutcome]``: ``submit(ref, call)``
+Replies are ``concurrent.futures.Future[ToolOutcome]`` (a cheap one,
+:class:`actors.future.Reply`): ``submit(ref, call)``
 sends the call with ``tell`` and returns the future; through a proxy,
 ``proxy.dispatch(call).get()`` returns the same kind of future. Nothing raises
 out of dispatch: every failure is an error envelope.
@@ -64,6 +65,7 @@ from actors.directory import Directory
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
+from actors.future import Reply
 from actors.policy import PolicyActor, PolicyView
 from actors.timers import TimerInbox
 from chalie import dispatch as steps
@@ -131,7 +133,7 @@ class _Call:
 
 
 def _resolved(outcome: ToolOutcome) -> Future[ToolOutcome]:
-    fut: Future[ToolOutcome] = Future()
+    fut: Future[ToolOutcome] = Reply()
     fut.set_result(outcome)
     return fut
 
@@ -151,7 +153,7 @@ def _error_outcome(call: object, result: ToolResult) -> ToolOutcome:
 
 def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     """Send one call to the dispatcher; the future resolves to its ToolOutcome, never raises."""
-    reply: Future[ToolOutcome] = Future()
+    reply: Future[ToolOutcome] = Reply()
     try:
         ref.tell(Dispatch(call, reply))
     except pykka.ActorDeadError:
@@ -353,7 +355,7 @@ class DispatcherActor(SupervisedActor):
     # -- the public surface ------------------------------------------------------
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
         """Start one call; the returned future resolves to its ToolOutcome."""
-        reply: Future[ToolOutcome] = Future()
+        reply: Future[ToolOutcome] = Reply()
         self._dispatch(call, reply)
         return reply
 
@@ -688,6 +690,7 @@ class DispatcherActor(SupervisedActor):
         state.job, state.executor = job, executor
         state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
         me, seq = self.actor_ref, state.seq
+        # Last: the executor wakes another thread, which then wants the GIL this one holds.
         executor.start(job, lambda result: _tell(me, Executed(seq, result)))
 
     # -- timeouts and cancellation -----------------------------------------------------------

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,6 +48,7 @@ import msgspec
 import zmq
 
 from actors.actor import SupervisedActor
+from actors.future import Reply
 from chalie.broker_book import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -612,8 +614,17 @@ class WorkerPoolHandle:
             if self._broker is broker:
                 self._broker = None
 
-    def submit(self, job: WorkerJob, *, timeout: float) -> WorkerFuture:
-        future: WorkerFuture = concurrent.futures.Future()
+    def submit(
+        self,
+        job: WorkerJob,
+        *,
+        timeout: float,
+        on_done: Callable[[WorkerFuture], object] | None = None,
+    ) -> WorkerFuture:
+        """Queue ``job``; ``on_done(future)`` is registered before the broker can answer."""
+        future: WorkerFuture = Reply()
+        if on_done is not None:
+            future.add_done_callback(on_done)
         if not isinstance(job, WorkerJob):
             _resolve(
                 future,

@@ -135,19 +135,22 @@ class InlineExecutor:
                 with self._lock:
                     self._in_run.add(job.job_id)
                 result = invoke(job.instance, job.value)
+            # The lane's books first, the report last: reporting wakes the dispatcher,
+            # which then wants the GIL this thread holds.
             with self._lock:
                 self._in_run.discard(job.job_id)
                 self._jobs.pop(job.job_id, None)
-            try:
-                done(result)
-            except Exception:
-                log.exception("reporting the result of %s failed", tool)
-            with self._lock:
                 waiting = self._waiting.get(tool)
-                if not waiting:
+                following = waiting.popleft() if waiting else None
+                if following is None:
                     self._waiting.pop(tool, None)
                     self._running[tool] -= 1
                     if not self._running[tool]:
                         del self._running[tool]
-                    return
-                job, done = waiting.popleft()
+            try:
+                done(result)
+            except Exception:
+                log.exception("reporting the result of %s failed", tool)
+            if following is None:
+                return
+            job, done = following
