@@ -53,14 +53,14 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
-from actors.child_ref import ChildRef
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.directory import Directory
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
@@ -104,9 +104,8 @@ MAX_SUGGESTING: Final = 64
 START_ROW_DELAY: Final = 0.002
 
 
-@dataclass(eq=False, slots=True)
-class _Call:
-    """One call in flight; touched only on the dispatcher's thread."""
+class _Call(msgspec.Struct, eq=False):
+    """One call in flight; touched only on the dispatcher's thread (a Struct: cheap to make)."""
 
     seq: int
     call: ToolCall
@@ -587,9 +586,11 @@ class DispatcherActor(SupervisedActor):
             setting = None
             internal = gate_internal(cls, state.permission)
             if not internal:
-                if not self._policy.is_alive():
+                try:
+                    ref = self._policy.current()
+                except ChildUnavailable:
                     return rules.failed_closed("the policy actor is not running")
-                view = self._policy_view(self._policy.current())
+                view = self._policy_view(ref)
                 if view is None:
                     return None
                 setting = view.setting(
@@ -729,6 +730,9 @@ class DispatcherActor(SupervisedActor):
         gate = state.gate
         try:
             assert self._trail is not None
+            # A pending flush timer stays armed even when nothing is left to flush: the
+            # calls that start before it fires need none of their own (one timer, not one
+            # per call), and a timer that finds nothing costs one idle wake.
             self._trail.finish(
                 state.rec,
                 status=result.status,
@@ -736,10 +740,6 @@ class DispatcherActor(SupervisedActor):
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
-            if self._flush_timer is not None and not self._trail.deferred():
-                # the calls that were held ended as whole rows: nothing left to flush
-                self._timers.cancel(self._flush_timer)
-                self._flush_timer = None
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
         if state.replied:

@@ -33,7 +33,6 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import jsonschema
@@ -76,8 +75,7 @@ _validators_lock = threading.Lock()
 _derived: dict[type[Ability], bool] = {}
 
 
-@dataclass(frozen=True)
-class Prevalidated:
+class Prevalidated(msgspec.Struct, frozen=True):
     """Parameters that passed every check, every default applied.
 
     ``params`` is what the gate classifies, the trail records and a worker
@@ -327,8 +325,7 @@ def closest_tools(
 # -- 3. framework fields and healing ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Fields:
+class Fields(msgspec.Struct, frozen=True):
     """A call's ability params (healed), its act_summary, async, and what healing changed."""
 
     params: dict[str, Any]

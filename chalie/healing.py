@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from chalie.ability import Ability
 from chalie.display import one_line
@@ -33,8 +34,7 @@ _PLACEHOLDER: Final = re.compile(r"^\s*<[^<>]*>\s*$")
 FRAMEWORK: Final = FRAMEWORK_FIELDS
 
 
-@dataclass(frozen=True)
-class Healed:
+class Healed(msgspec.Struct, frozen=True):
     """The arguments after healing, and one note per change (empty when nothing changed)."""
 
     arguments: dict[str, Any]
