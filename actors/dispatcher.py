@@ -730,9 +730,6 @@ class DispatcherActor(SupervisedActor):
         gate = state.gate
         try:
             assert self._trail is not None
-            # A pending flush timer stays armed even when nothing is left to flush: the
-            # calls that start before it fires need none of their own (one timer, not one
-            # per call), and a timer that finds nothing costs one idle wake.
             self._trail.finish(
                 state.rec,
                 status=result.status,
@@ -740,6 +737,10 @@ class DispatcherActor(SupervisedActor):
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
+            if self._flush_timer is not None and not self._trail.deferred():
+                # the calls that were held ended as whole rows: nothing left to flush
+                self._timers.cancel(self._flush_timer)
+                self._flush_timer = None
         except Exception:
             log.exception("completing the trail row of call %r failed", state.call.call_id)
         if state.replied:
