@@ -145,47 +145,43 @@ class InlineExecutor:
 
     # -- the lane threads --------------------------------------------------------------
     def _serve(self, lane: _Lane) -> None:
+        item: tuple[Job, Done] | None = None
         while True:
-            lane.wake.acquire()  # released by start (with an item) or close (without)
-            item, lane.item = lane.item, None
-            while item is not None:
-                self._run(*item)
-                with self._lock:
-                    if self._backlog:
-                        item = self._backlog.popleft()
-                    elif self._closed:
-                        return
-                    else:
-                        self._idle.append(lane)
-                        item = None
-            if self._closed:
-                return
-
-    def _run(self, job: Job, done: Done) -> None:
-        tool = job.tool
-        while True:
+            if item is None:
+                lane.wake.acquire()  # released by start (with an item) or close (without)
+                item, lane.item = lane.item, None
+                if item is None:
+                    return
+            job, done = item
+            tool = job.tool
             if job.instance.cancelled.is_set():
                 result = FAULTS.cancelled(tool)
             else:
                 with self._lock:
                     self._in_run.add(job.job_id)
                 result = invoke(job.instance, job.value)
-            # The lane's books first, the report last: reporting wakes the dispatcher,
-            # which then wants the GIL this thread holds.
+            # The books and this thread's next job in one go, the report last: reporting
+            # wakes the dispatcher, which then wants the GIL this thread holds.
+            stop = False
             with self._lock:
                 self._in_run.discard(job.job_id)
                 self._jobs.pop(job.job_id, None)
                 waiting = self._waiting.get(tool)
-                following = waiting.popleft() if waiting else None
-                if following is None:
+                item = waiting.popleft() if waiting else None  # the lane's next, same count
+                if item is None:
                     self._waiting.pop(tool, None)
                     self._running[tool] -= 1
                     if not self._running[tool]:
                         del self._running[tool]
+                    if self._backlog:
+                        item = self._backlog.popleft()
+                    elif self._closed:
+                        stop = True
+                    else:
+                        self._idle.append(lane)  # from here on start() may hand it a job
             try:
                 done(result)
             except Exception:
                 log.exception("reporting the result of %s failed", tool)
-            if following is None:
+            if stop:
                 return
-            job, done = following
