@@ -25,7 +25,15 @@ to 58 us). At load 11 the dispatcher thread spent 94 us of CPU per inline
 call and the lane thread 39 us; at rest the Python work of a call is about
 40 us, the rest is thread wake-ups and the trail commit.
 
-Run: ``python tools/bench/bench_dispatch.py [calls] [--rounds N]``
+Issue 17 section 6 (targets: inline <= 5x its floor, worker call <= 3x; ratios from the
+same round). Alternating runs of the old and the new code, ``--short``, the shared machine
+at load 8 to 10 (7 sessions on 2 cores): inline 100-121 us, ratio 7.4-9.1 (the dispatcher's
+own work for a call on one thread, no hand-offs: 72-79 us CPU) before; 79-83 us, ratio
+5.7-6.1 (57-62 us) after; worker call ratio 11.9-17.5 before, 10.0-14.9 after; the pool
+alone 4.0-9.1 before, 3.6-4.3 after. The hand-offs (context switches a call: ~15 before,
+~8-12 after; the floor has ~5.4) are most of what is left above the floors.
+
+Run: ``python tools/bench/bench_dispatch.py [calls] [--rounds N] [--short]``
 """
 
 from __future__ import annotations
