@@ -154,7 +154,7 @@ class InlineExecutor:
                     return
             job, done = item
             tool = job.tool
-            if job.instance.cancelled.is_set():
+            if job.instance.was_cancelled():
                 result = FAULTS.cancelled(tool)
             else:
                 with self._lock:
