@@ -105,8 +105,10 @@ def tell_quietly(ref: pykka.ActorRef[Any], message: Any) -> None:
 
     The one way a callback, a subscription or another thread tells an actor that may be gone.
     """
-    with contextlib.suppress(pykka.ActorDeadError):
+    try:  # not contextlib.suppress: this runs for every result an executor reports
         ref.tell(message)
+    except pykka.ActorDeadError:
+        pass
 
 
 class Actor(pykka.ThreadingActor):

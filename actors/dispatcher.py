@@ -39,7 +39,8 @@ allow; on expiry (or on ``cancel_turn``) the call ends with ``tool-timeout``
 (or ``cancelled``) at once, the instance's ``cancelled`` event is set and the
 executor is asked to cancel the job.
 
-Replies are ``concurrent.futures.Future[ToolOutcome]``: ``submit(ref, call)``
+Replies are ``concurrent.futures.Future[ToolOutcome]`` (a cheap one,
+:class:`actors.future.Reply`): ``submit(ref, call)``
 sends the call with ``tell`` and returns the future; through a proxy,
 ``proxy.dispatch(call).get()`` returns the same kind of future. Nothing raises
 out of dispatch: every failure is an error envelope.
@@ -52,18 +53,19 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
-from actors.child_ref import ChildRef
+from actors.child_ref import ChildRef, ChildUnavailable
 from actors.directory import Directory
 from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
+from actors.future import Reply
 from actors.policy import PolicyActor, PolicyView
 from actors.timers import TimerInbox
 from chalie import dispatch as steps
@@ -102,9 +104,8 @@ MAX_SUGGESTING: Final = 64
 START_ROW_DELAY: Final = 0.002
 
 
-@dataclass(eq=False, slots=True)
-class _Call:
-    """One call in flight; touched only on the dispatcher's thread."""
+class _Call(msgspec.Struct, eq=False):
+    """One call in flight; touched only on the dispatcher's thread (a Struct: cheap to make)."""
 
     seq: int
     call: ToolCall
@@ -131,7 +132,7 @@ class _Call:
 
 
 def _resolved(outcome: ToolOutcome) -> Future[ToolOutcome]:
-    fut: Future[ToolOutcome] = Future()
+    fut: Future[ToolOutcome] = Reply()
     fut.set_result(outcome)
     return fut
 
@@ -151,7 +152,7 @@ def _error_outcome(call: object, result: ToolResult) -> ToolOutcome:
 
 def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     """Send one call to the dispatcher; the future resolves to its ToolOutcome, never raises."""
-    reply: Future[ToolOutcome] = Future()
+    reply: Future[ToolOutcome] = Reply()
     try:
         ref.tell(Dispatch(call, reply))
     except pykka.ActorDeadError:
@@ -353,7 +354,7 @@ class DispatcherActor(SupervisedActor):
     # -- the public surface ------------------------------------------------------
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
         """Start one call; the returned future resolves to its ToolOutcome."""
-        reply: Future[ToolOutcome] = Future()
+        reply: Future[ToolOutcome] = Reply()
         self._dispatch(call, reply)
         return reply
 
@@ -585,9 +586,11 @@ class DispatcherActor(SupervisedActor):
             setting = None
             internal = gate_internal(cls, state.permission)
             if not internal:
-                if not self._policy.is_alive():
+                try:
+                    ref = self._policy.current()
+                except ChildUnavailable:
                     return rules.failed_closed("the policy actor is not running")
-                view = self._policy_view(self._policy.current())
+                view = self._policy_view(ref)
                 if view is None:
                     return None
                 setting = view.setting(
@@ -688,6 +691,7 @@ class DispatcherActor(SupervisedActor):
         state.job, state.executor = job, executor
         state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
         me, seq = self.actor_ref, state.seq
+        # Last: the executor wakes another thread, which then wants the GIL this one holds.
         executor.start(job, lambda result: _tell(me, Executed(seq, result)))
 
     # -- timeouts and cancellation -----------------------------------------------------------

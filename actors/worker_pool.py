@@ -40,6 +40,8 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,6 +49,7 @@ import msgspec
 import zmq
 
 from actors.actor import SupervisedActor
+from actors.future import Reply
 from chalie.broker_book import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -82,6 +85,8 @@ SHUTDOWN_GRACE: Final = 1.0
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _SNDMORE: Final = int(zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
+_EVENTS: Final = int(zmq.EVENTS)
+_POLLIN: Final = int(zmq.POLLIN)
 # A worker's control socket is its job identity plus this suffix.
 CONTROL: Final = CONTROL_SUFFIX.encode()
 # Frames, and bytes, handled in one turn of the loop: a flood of small or of
@@ -172,10 +177,14 @@ class Broker:
         self.endpoint, self._tmpdir = broker_endpoint(home)
         self._commands: collections.deque[tuple[Any, ...]] = collections.deque()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        # Closed when the broker is garbage: a thread may be writing to it after the
+        # shutdown (it is written without a lock), so it never closes under a writer.
+        self._close_wake = weakref.finalize(self, os.close, self._wake)
         self._closed = False
         self._signalled = False
         self._lock = threading.Lock()
         self._procs: dict[int, _Process] = {}  # pidfd -> process
+        self._answers: list[tuple[WorkerFuture, WorkerResult]] = []  # this turn's results
         self.drops = DropLog(log, "worker broker")
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
@@ -190,7 +199,7 @@ class Broker:
             # into every retry the supervisor makes.
             self._router.close(linger=0)
             self._ctx.term()
-            os.close(self._wake)
+            self._close_wake()
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise
@@ -198,19 +207,22 @@ class Broker:
 
     # -- called from any thread ---------------------------------------------------
     def _command(self, *command: Any) -> bool:
-        # Held across the write so the eventfd cannot be closed under it.
         with self._lock:
             if self._closed:
                 return False
             self._commands.append(command)
             # One wake-up per batch: the broker clears the flag before it drains,
             # so a command appended while the flag is set is always drained.
-            if not self._signalled:
-                self._signalled = True
-                try:
-                    os.eventfd_write(self._wake, 1)
-                except BlockingIOError:
-                    pass  # the counter is saturated: the broker is awake anyway
+            if self._signalled:
+                return True
+            self._signalled = True
+        # Written after the lock is let go: the write releases the GIL, the woken broker
+        # takes it and then wants this lock; held here, the two would wait on each other.
+        # The eventfd stays open until the broker object is gone (see __init__).
+        try:
+            os.eventfd_write(self._wake, 1)
+        except BlockingIOError:
+            pass  # the counter is saturated: the broker is awake anyway
         return True
 
     def submit(self, job: WorkerJob, timeout: float, future: WorkerFuture) -> None:
@@ -302,6 +314,14 @@ class Broker:
                     next_beat = now + self.heartbeat
                     self._beat()
             self._dispatch()
+            if self._answers:
+                self._answer()
+
+    def _answer(self) -> None:
+        """Resolve the results this turn received (their callbacks run here)."""
+        answers, self._answers = self._answers, []
+        for future, result in answers:
+            _resolve(future, result)
 
     def _drain_commands(self) -> bool:
         now = time.monotonic()
@@ -365,6 +385,9 @@ class Broker:
         workers = self.book.workers
         size_left = BYTES_PER_TURN
         for _ in range(budget):
+            # Asked first: a recv on an empty socket raises, and an exception costs more.
+            if not int(router.get(_EVENTS)) & _POLLIN:
+                return
             try:
                 identity = router.recv(_NOBLOCK)
             except zmq.Again:
@@ -410,7 +433,9 @@ class Broker:
                 self.drops.drop(identity, f"result for a job it does not run ({msg.job_id!r})")
                 return
             self.book.heard(identity, now)
-            _resolve(job.future, msg)
+            # Answered at the end of this turn, once the next jobs are on their way: the
+            # answer wakes its caller, which then wants the GIL this thread holds.
+            self._answers.append((job.future, msg))
         elif isinstance(msg, WorkerReady):
             if not self.book.on_ready(identity, msg.pid, now, msg.proof):
                 self.drops.drop(
@@ -559,6 +584,7 @@ class Broker:
                 _resolve(command[3], _stopped(command[1].job_id))
             elif command[0] == "status":
                 command[1].set_result(dict(_NOT_RUNNING))
+        self._answer()  # results received in the turn that ended the loop
         for job in self.book.drain():
             _resolve(job.future, _stopped(job.job.job_id))
         bye = encode(WorkerShutdown())
@@ -584,8 +610,6 @@ class Broker:
         self._procs.clear()
         self._router.close(linger=0)
         self._ctx.term()
-        with self._lock:
-            os.close(self._wake)
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
         self.finished.set()
@@ -612,8 +636,17 @@ class WorkerPoolHandle:
             if self._broker is broker:
                 self._broker = None
 
-    def submit(self, job: WorkerJob, *, timeout: float) -> WorkerFuture:
-        future: WorkerFuture = concurrent.futures.Future()
+    def submit(
+        self,
+        job: WorkerJob,
+        *,
+        timeout: float,
+        on_done: Callable[[WorkerFuture], object] | None = None,
+    ) -> WorkerFuture:
+        """Queue ``job``; ``on_done(future)`` is registered before the broker can answer."""
+        future: WorkerFuture = Reply()
+        if on_done is not None:
+            future.add_done_callback(on_done)
         if not isinstance(job, WorkerJob):
             _resolve(
                 future,

@@ -189,9 +189,24 @@ class Ability(metaclass=AbilityMeta):
         self.services = services
         # The id of the call this instance runs (set by the dispatcher; "" elsewhere).
         self.call_id = ""
-        # Set by the dispatcher when the call is cancelled or times out. Python
-        # threads cannot be killed, so a long-running run() should check it.
-        self.cancelled = threading.Event()
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set by the dispatcher when the call is cancelled or times out.
+
+        Python threads cannot be killed, so a long-running run() should check it.
+        Made on first use (most calls end before anyone looks), the same event for
+        every thread that asks.
+        """
+        found: threading.Event | None = self.__dict__.get("_cancelled")
+        if found is None:
+            found = self.__dict__.setdefault("_cancelled", threading.Event())
+        return found
+
+    def was_cancelled(self) -> bool:
+        """Whether :attr:`cancelled` is set, without making the event nobody has asked for."""
+        found: threading.Event | None = self.__dict__.get("_cancelled")
+        return found is not None and found.is_set()
 
     # -- the work ---------------------------------------------------------
     def run(self, params: Any) -> ToolResult:

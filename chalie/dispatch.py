@@ -33,7 +33,6 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import jsonschema
@@ -76,8 +75,7 @@ _validators_lock = threading.Lock()
 _derived: dict[type[Ability], bool] = {}
 
 
-@dataclass(frozen=True)
-class Prevalidated:
+class Prevalidated(msgspec.Struct, frozen=True):
     """Parameters that passed every check, every default applied.
 
     ``params`` is what the gate classifies, the trail records and a worker
@@ -92,8 +90,24 @@ class Prevalidated:
 # -- 1. hostile input ---------------------------------------------------------
 
 
+_SCALARS: Final = (int, float, bool, type(None))
+
+
 def _oversized(arguments: Mapping[str, Any]) -> str | None:
     """Why the arguments are too big or too deep, walking no further than the budget."""
+    if type(arguments) is dict and len(arguments) <= 64:
+        # The common call: a flat object of strings and numbers, measured in one pass.
+        size = 2
+        for key, item in arguments.items():
+            kind = type(item)
+            if kind is str:
+                size += len(item) + len(key) + 6
+            elif kind in _SCALARS:
+                size += len(key) + 12
+            else:
+                break
+        else:
+            return None if size <= MAX_ARGUMENT_BYTES else _too_large()
     budget = MAX_ARGUMENT_BYTES
     stack: list[tuple[Any, int]] = [(arguments, 1)]
     while stack:
@@ -118,8 +132,12 @@ def _oversized(arguments: Mapping[str, Any]) -> str | None:
         else:
             budget -= 8
         if budget < 0:
-            return f"the arguments are larger than {MAX_ARGUMENT_BYTES // 1024} KiB"
+            return _too_large()
     return None
+
+
+def _too_large() -> str:
+    return f"the arguments are larger than {MAX_ARGUMENT_BYTES // 1024} KiB"
 
 
 def check_call(call: ToolCall) -> ToolResult | None:
@@ -133,11 +151,10 @@ def check_call(call: ToolCall) -> ToolResult | None:
             valid_values=CHANNELS,
             meta={"param": "channel"},
         )
-    declared: tuple[tuple[str, object, tuple[str, ...]], ...] = (
+    for name, given, allowed in (
         ("scope", ctx.scope, TOOL_SCOPES),
         ("initiator", ctx.initiator, INITIATORS),
-    )
-    for name, given, allowed in declared:
+    ):
         if given not in allowed:
             return ToolResult.error(
                 "invalid-param",
@@ -159,13 +176,13 @@ def check_call(call: ToolCall) -> ToolResult | None:
                 meta={"param": field},
             )
     args = call.arguments
-    if not isinstance(args, Mapping):
+    if type(args) is not dict and not isinstance(args, Mapping):
         return ToolResult.error(
             "invalid-param",
             f"the arguments must be a JSON object, not {type(args).__name__}.",
             hint='pass the parameters as an object, e.g. {"name": "value"}.',
         )
-    if not all(isinstance(k, str) for k in args):
+    if not all(type(k) is str or isinstance(k, str) for k in args):
         return ToolResult.error(
             "invalid-param",
             "every argument name must be a string.",
@@ -308,8 +325,7 @@ def closest_tools(
 # -- 3. framework fields and healing ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Fields:
+class Fields(msgspec.Struct, frozen=True):
     """A call's ability params (healed), its act_summary, async, and what healing changed."""
 
     params: dict[str, Any]
@@ -376,10 +392,30 @@ def with_shape(cls: type[Ability], result: ToolResult) -> ToolResult:
 def with_defaults(cls: type[Ability], params: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments with every top-level default the schema declares filled in."""
     out = dict(params)
-    for name, spec in cls.parameters.get("properties", {}).items():
-        if name not in out and isinstance(spec, Mapping) and "default" in spec:
-            out[name] = _copy_default(spec["default"])
+    for name, default in _defaults(cls):
+        if name not in out:
+            out[name] = _copy_default(default)
     return out
+
+
+# Per ability class: its parameters mapping (to notice a change) and its top-level defaults.
+_DEFAULTS: dict[type[Ability], tuple[Any, tuple[tuple[str, Any], ...]]] = {}
+
+
+def _defaults(cls: type[Ability]) -> tuple[tuple[str, Any], ...]:
+    schema = cls.parameters
+    found = _DEFAULTS.get(cls)
+    if found is not None and found[0] is schema:
+        return found[1]
+    pairs = tuple(
+        (name, spec["default"])
+        for name, spec in schema.get("properties", {}).items()
+        if isinstance(spec, Mapping) and "default" in spec
+    )
+    if len(_DEFAULTS) >= 4096:
+        _DEFAULTS.clear()  # classes made at run time (MCP proxies) cannot grow it for good
+    _DEFAULTS[cls] = (schema, pairs)
+    return pairs
 
 
 def _copy_default(value: Any) -> Any:
@@ -620,7 +656,8 @@ def accepted(call_id: str) -> ToolResult:
 def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> str:
     """The one envelope the model sees; ``action`` is added to the meta when the ability has one."""
     if action is not None and "action" not in result.meta:
-        result = result.with_meta(action=action)
+        # The action (a str the ability declared) shown first, as with_meta would put it.
+        return render(envelope_name(tool), result, {"action": action, **result.meta})
     return render(envelope_name(tool), result)
 
 

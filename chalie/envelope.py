@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 import msgspec
@@ -67,6 +68,8 @@ def _lines(text: str) -> list[str]:
 
 def escape_content(text: str) -> str:
     """Apply the escaping rule to one block of content text."""
+    if text.isprintable() and not text.startswith(("[", "\\")):
+        return text  # one line (no break is printable) that needs no backslash: as it is
     return _NEEDS_ESCAPE.sub(lambda m: "\\" + m.group(1) + "[", "\n".join(_lines(text)))
 
 
@@ -86,19 +89,25 @@ def _meta_value(value: Scalar) -> str:
     return json.dumps(value, ensure_ascii=False).translate(_TAG_SAFE)
 
 
-def opening_tag(tool: str, result: ToolResult) -> str:
+def opening_tag(tool: str, result: ToolResult, meta: Mapping[str, Scalar] | None = None) -> str:
+    """The opening tag; ``meta`` (default: the result's own) is the meta it shows."""
     parts = [f"status={result.status}"]
     if result.code:
         parts.append(f"code={result.code}")
-    parts.extend(f"{k}={_meta_value(v)}" for k, v in result.meta.items())
+    for k, v in (result.meta if meta is None else meta).items():
+        parts.append(f"{k}={_meta_value(v)}")
     return f"[{tool}({', '.join(parts)})]"
 
 
-def render(tool: str, result: ToolResult) -> str:
-    """The envelope for one call. ``tool`` must be a valid tool name."""
+def render(tool: str, result: ToolResult, meta: Mapping[str, Scalar] | None = None) -> str:
+    """The envelope for one call. ``tool`` must be a valid tool name.
+
+    ``meta``: the meta to show instead of the result's own (checked by the caller, as
+    :meth:`ToolResult.with_meta` would), so adding a key costs no copy of the result.
+    """
     if not TOOL_NAME.match(tool):
         raise ValueError(f"invalid tool name for an envelope: {tool!r}")
-    out = [opening_tag(tool, result), escape_content(result.body)]
+    out = [opening_tag(tool, result, meta), escape_content(result.body)]
     if result.status == "error":
         if result.hint:
             out.append(escape_content("hint: " + result.hint))

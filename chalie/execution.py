@@ -22,8 +22,9 @@ The contract an executor keeps:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from chalie.ability import Ability
 from chalie.faults import FAULTS  # re-exported: executors report runtime faults with it
@@ -34,9 +35,8 @@ from chalie.result import ToolResult
 __all__ = ["FAULTS", "Done", "Executor", "Job"]
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One allowed call, ready to run."""
+class Job(msgspec.Struct, frozen=True):
+    """One allowed call, ready to run (a Struct: built on every call, ~10x cheaper)."""
 
     job_id: str  # unique per call
     call_id: str

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from chalie.ability import Ability
 from chalie.display import one_line
@@ -33,8 +34,7 @@ _PLACEHOLDER: Final = re.compile(r"^\s*<[^<>]*>\s*$")
 FRAMEWORK: Final = FRAMEWORK_FIELDS
 
 
-@dataclass(frozen=True)
-class Healed:
+class Healed(msgspec.Struct, frozen=True):
     """The arguments after healing, and one note per change (empty when nothing changed)."""
 
     arguments: dict[str, Any]
@@ -106,6 +106,36 @@ def heal_bare(cls: type[Ability], value: Any) -> Healed | None:
     return Healed({name: value}, (f"a bare {kind} was read as {name}",))
 
 
+# Per ability class: its parameters mapping (to notice a change) and each property's types.
+_TYPES_CACHE: dict[type[Ability], tuple[Any, dict[str, set[str]]]] = {}
+_TYPES_CACHE_MAX: Final = 4096
+
+
+def _property_types(cls: type[Ability]) -> dict[str, set[str]]:
+    """Each declared property's JSON types, worked out once per class (and parameters)."""
+    params = cls.parameters
+    found = _TYPES_CACHE.get(cls)
+    if found is not None and found[0] is params:
+        return found[1]
+    types = {name: _types(spec) for name, spec in _properties(cls).items()}
+    if len(_TYPES_CACHE) >= _TYPES_CACHE_MAX:
+        _TYPES_CACHE.clear()  # classes made at run time (MCP proxies) cannot grow it for good
+    _TYPES_CACHE[cls] = (params, types)
+    return types
+
+
+# The JSON type names a Python value of this exact type has (bool before int: its own type).
+_FITS: Final[dict[type, tuple[str, ...]]] = {
+    str: ("string",),
+    bool: ("boolean",),
+    int: ("integer", "number"),
+    float: ("number",),
+    type(None): ("null",),
+    list: ("array",),
+    dict: ("object",),
+}
+
+
 def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
     """The ability's parameters (framework fields taken out) with every unambiguous fix."""
     props = _properties(cls)
@@ -120,9 +150,15 @@ def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
                 target = real
                 notes.append(f"parameter {one_line(key, 40)!r} was read as {real!r}")
         out[target] = value
+    declared = _property_types(cls)
     for key, value in list(out.items()):
-        types = _types(props.get(key))
-        if not types or _fits(value, types):
+        types = declared.get(key)
+        if not types:
+            continue
+        kinds = _FITS.get(type(value))
+        if kinds is not None and not types.isdisjoint(kinds):
+            continue  # the common case, decided without json_type
+        if _fits(value, types):
             continue
         fixed = _fix_value(value, types)
         if fixed is not _NOTHING:
@@ -174,8 +210,22 @@ def _fix_value(value: Any, types: set[str]) -> Any:
 def is_copied_summary(text: str, cls: type[Ability]) -> bool:
     """Whether an act_summary says nothing of its own: a description or a placeholder copied."""
     said = " ".join(text.split()).lower()
-    copies = {ACT_SUMMARY_DESCRIPTION.lower(), cls.summary.lower(), cls.tooltip.lower()}
-    return said in copies or bool(_PLACEHOLDER.match(said))
+    return said in _copies(cls) or bool(_PLACEHOLDER.match(said))
+
+
+_COPIES_CACHE: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _copies(cls: type[Ability]) -> frozenset[str]:
+    """The texts an act_summary copied from the descriptor would say (once per summary)."""
+    key = (cls.summary, cls.tooltip)
+    found = _COPIES_CACHE.get(key)
+    if found is None:
+        found = frozenset({ACT_SUMMARY_DESCRIPTION.lower(), key[0].lower(), key[1].lower()})
+        if len(_COPIES_CACHE) >= _TYPES_CACHE_MAX:
+            _COPIES_CACHE.clear()
+        _COPIES_CACHE[key] = found
+    return found
 
 
 def written_summary(cls: type[Ability], params: Mapping[str, Any]) -> str:

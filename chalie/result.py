@@ -25,9 +25,14 @@ _json = msgspec.json.Encoder()
 _SEAL = object()
 
 
+_set = object.__setattr__
+
+
 def _check_meta(meta: Mapping[str, Any] | None) -> dict[str, Scalar]:
     out: dict[str, Scalar] = {}
-    for key, value in (meta or {}).items():
+    if not meta:
+        return out
+    for key, value in meta.items():
         if not isinstance(key, str) or not META_KEY.match(key):
             raise ValueError(f"meta key {key!r} must match {META_KEY.pattern}")
         if key in RESERVED_META:
@@ -58,16 +63,14 @@ class ToolResult:
         if not args or args[0] is not _SEAL:
             raise TypeError("use ToolResult.success(...) or ToolResult.error(...)")
         (_, status, body, rich, meta, code, hint, valid_values) = args
-        for name, value in (
-            ("status", status),
-            ("body", body),
-            ("rich", rich),
-            ("meta", meta),
-            ("code", code),
-            ("hint", hint),
-            ("valid_values", valid_values),
-        ):
-            object.__setattr__(self, name, value)
+        # Unrolled: a result is made on every call's hot path.
+        _set(self, "status", status)
+        _set(self, "body", body)
+        _set(self, "rich", rich)
+        _set(self, "meta", meta)
+        _set(self, "code", code)
+        _set(self, "hint", hint)
+        _set(self, "valid_values", valid_values)
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
         raise AttributeError("ToolResult is frozen")

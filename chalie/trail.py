@@ -121,14 +121,34 @@ def _redact_value(value: Any, depth: int) -> Any:
     return repr(value)[:MAX_TEXT]
 
 
+# Whether a key names a secret, per key seen (parameter names repeat call after call).
+_SECRET_NAMES: dict[str, bool] = {}
+_SECRET_NAMES_MAX: Final = 8192
+
+
+def _secret_name(name: str) -> bool:
+    found = _SECRET_NAMES.get(name)
+    if found is None:
+        found = SECRET_KEY.search(name) is not None
+        if len(_SECRET_NAMES) >= _SECRET_NAMES_MAX:
+            _SECRET_NAMES.clear()
+        _SECRET_NAMES[name] = found
+    return found
+
+
+_PLAIN: Final = (str, int, float, bool, type(None))
+
+
 def redact(params: Mapping[str, Any], sensitive: Iterable[str] = ()) -> dict[str, Any]:
     """A copy safe to store or show: declared sensitive names and secret-looking keys hidden."""
-    declared = frozenset(sensitive)
+    declared = sensitive if isinstance(sensitive, frozenset | set | tuple) else frozenset(sensitive)
     out: dict[str, Any] = {}
     for key, value in params.items():
-        name = str(key)
-        if name in declared or SECRET_KEY.search(name):
+        name = key if type(key) is str else str(key)
+        if name in declared or _secret_name(name):
             out[name] = REDACTED
+        elif type(value) in _PLAIN:
+            out[name] = value
         else:
             out[name] = _redact_value(value, 1)
     return out

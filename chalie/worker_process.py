@@ -34,6 +34,7 @@ from typing import Final
 import msgspec
 import zmq
 
+from chalie.ability import Ability
 from chalie.broker_book import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -62,10 +63,26 @@ log = logging.getLogger("chalie.worker")
 FRAME_MARGIN: Final = 4096
 
 
+# The classes this worker has loaded, by reference: a drop-in file's reference costs a
+# path hash and a module lookup each time it is resolved, and a worker resolves few.
+_LOADED: dict[str, type[Ability]] = {}
+MAX_LOADED: Final = 1024
+
+
+def _load(ref: str) -> type[Ability]:
+    cls = _LOADED.get(ref)
+    if cls is None:
+        cls = load_ref(ref)
+        if len(_LOADED) >= MAX_LOADED:
+            _LOADED.clear()
+        _LOADED[ref] = cls
+    return cls
+
+
 def run_job(job: WorkerJob) -> WorkerResult:
     """Load, instantiate and run one ability; never raises."""
     try:
-        cls = load_ref(job.ability)
+        cls = _load(job.ability)
     except (ImportError, AttributeError, FileNotFoundError) as exc:
         log.warning("cannot load ability %r: %s", job.ability, exc)
         return error_result(

@@ -13,7 +13,6 @@ event; a job still waiting in its lane is dropped and reported ``cancelled``.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections import deque
 from typing import Final
@@ -25,6 +24,17 @@ from chalie.invoke import invoke
 log = logging.getLogger("chalie.dispatch")
 
 DEFAULT_LANE_QUEUE: Final = 1000
+
+
+class _Lane:
+    """One lane thread's hand-off: the job it is given, and the lock that wakes it."""
+
+    __slots__ = ("item", "wake")
+
+    def __init__(self) -> None:
+        self.item: tuple[Job, Done] | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()  # held while the thread has nothing to do
 
 
 class InlineExecutor:
@@ -48,16 +58,25 @@ class InlineExecutor:
         self._waiting: dict[str, deque[tuple[Job, Done]]] = {}
         self._jobs: dict[str, Job] = {}
         self._in_run: set[str] = set()
-        self._queue: queue.SimpleQueue[tuple[Job, Done] | None] = queue.SimpleQueue()
+        # Idle lane threads, the most recently idle last: a job goes to the one whose
+        # caches are warm, woken through its own lock (no shared queue to contend on).
+        self._idle: list[_Lane] = []
+        # Admitted jobs (their lane's count taken) waiting for a free thread, oldest first.
+        self._backlog: deque[tuple[Job, Done]] = deque()
         self._size = threads
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._closed = False
 
     def _start_threads(self) -> None:
         # Started on first use, so a daemon that never runs an inline tool holds no threads.
         self._started = True
         for i in range(self._size):
-            thread = threading.Thread(target=self._serve, name=f"chalie-inline-{i}", daemon=True)
+            lane = _Lane()
+            self._idle.append(lane)
+            thread = threading.Thread(
+                target=self._serve, args=(lane,), name=f"chalie-inline-{i}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -69,21 +88,24 @@ class InlineExecutor:
                 self._start_threads()
             self._jobs[job.job_id] = job
             running = self._running.get(tool, 0)
-            if running >= self._limit:
+            if running < self._limit:
+                self._running[tool] = running + 1
+                lane = self._idle.pop() if self._idle else None
+                if lane is None:
+                    self._backlog.append((job, done))
+                    return
+                lane.item = (job, done)
+            else:
                 waiting = self._waiting.setdefault(tool, deque())
-                if len(waiting) >= self._queue_limit:
-                    del self._jobs[job.job_id]
-                    overloaded = True
-                else:
+                if len(waiting) < self._queue_limit:
                     waiting.append((job, done))
                     return
-            else:
-                self._running[tool] = running + 1
-                overloaded = False
-        if overloaded:
+                del self._jobs[job.job_id]
+                lane = None
+        if lane is None:
             done(FAULTS.overloaded(tool))
             return
-        self._queue.put((job, done))
+        lane.wake.release()  # last: the lane thread wakes wanting the GIL this one holds
 
     def cancel(self, job_id: str) -> None:
         dropped: tuple[Job, Done] | None = None
@@ -104,8 +126,11 @@ class InlineExecutor:
             dropped[1](FAULTS.cancelled(job.tool))
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for lane in idle:
+            lane.wake.release()  # with no item: the thread ends
 
     # -- diagnostics -----------------------------------------------------------------
     def busy(self) -> dict[str, int]:
@@ -119,35 +144,44 @@ class InlineExecutor:
             return frozenset(self._in_run)
 
     # -- the lane threads --------------------------------------------------------------
-    def _serve(self) -> None:
+    def _serve(self, lane: _Lane) -> None:
+        item: tuple[Job, Done] | None = None
         while True:
-            item = self._queue.get()
             if item is None:
-                return
-            self._run(*item)
-
-    def _run(self, job: Job, done: Done) -> None:
-        tool = job.tool
-        while True:
-            if job.instance.cancelled.is_set():
+                lane.wake.acquire()  # released by start (with an item) or close (without)
+                item, lane.item = lane.item, None
+                if item is None:
+                    return
+            job, done = item
+            tool = job.tool
+            if job.instance.was_cancelled():
                 result = FAULTS.cancelled(tool)
             else:
                 with self._lock:
                     self._in_run.add(job.job_id)
                 result = invoke(job.instance, job.value)
+            # The books and this thread's next job in one go, the report last: reporting
+            # wakes the dispatcher, which then wants the GIL this thread holds.
+            stop = False
             with self._lock:
                 self._in_run.discard(job.job_id)
                 self._jobs.pop(job.job_id, None)
-            try:
-                done(result)
-            except Exception:
-                log.exception("reporting the result of %s failed", tool)
-            with self._lock:
                 waiting = self._waiting.get(tool)
-                if not waiting:
+                item = waiting.popleft() if waiting else None  # the lane's next, same count
+                if item is None:
                     self._waiting.pop(tool, None)
                     self._running[tool] -= 1
                     if not self._running[tool]:
                         del self._running[tool]
-                    return
-                job, done = waiting.popleft()
+                    if self._backlog:
+                        item = self._backlog.popleft()
+                    elif self._closed:
+                        stop = True
+                    else:
+                        self._idle.append(lane)  # from here on start() may hand it a job
+            try:
+                done(result)
+            except Exception:
+                log.exception("reporting the result of %s failed", tool)
+            if stop:
+                return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
@@ -28,7 +29,13 @@ POOL_GRACE: Final = 1.0
 class WorkerPool(Protocol):
     """What this executor needs from the worker pool (actors/worker_pool.py)."""
 
-    def submit(self, job: WorkerJob, *, timeout: float) -> Future[WorkerResult]: ...
+    def submit(
+        self,
+        job: WorkerJob,
+        *,
+        timeout: float,
+        on_done: Callable[[Future[WorkerResult]], object] | None = None,
+    ) -> Future[WorkerResult]: ...
 
     def cancel(self, job_id: str) -> Any: ...
 
@@ -52,12 +59,13 @@ class ProcessExecutor:
                 context=job.context,
                 deadline=time.time() + job.timeout,
             )
-            fut = workers.submit(work, timeout=job.timeout + POOL_GRACE)
+            # The callback is on the future before the broker thread is woken.
+            workers.submit(
+                work, timeout=job.timeout + POOL_GRACE, on_done=lambda f: done(_result(job, f))
+            )
         except Exception as exc:
             log.exception("submitting %s to the worker pool failed", job.tool)
             done(FAULTS.executor_failed(job.tool, type(exc).__name__))
-            return
-        fut.add_done_callback(lambda f: done(_result(job, f)))
 
     def cancel(self, job_id: str) -> None:
         if self._workers is not None:
