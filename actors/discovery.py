@@ -47,6 +47,7 @@ import pykka
 from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.example_writer import Deliver, ExampleWriter
+from chalie import heap
 from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
@@ -388,6 +389,8 @@ class DiscoveryActor(SupervisedActor):
         finally:
             self._state.indexing(len(self._waiting))
             self._next_batch()
+            if not self._waiting and not self._embedding:
+                heap.trim()  # a big update drained: its free memory goes back (chalie/heap.py)
 
     def _put(self, docs: list[ToolDoc], embedded: dict[str, Any] | None) -> None:
         engine = self._engine("tools")
