@@ -51,7 +51,6 @@ from typing import Any, Final, Literal, TextIO
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 from mcp_types import (
@@ -75,6 +74,7 @@ from chalie.logs import Throttle
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
+from chalie.mcp.stdio import bounded_stdio_client
 from chalie.tls import tls_context
 
 log = logging.getLogger("chalie.mcp")
@@ -199,9 +199,12 @@ class Link:
         asks: Asks | None = None,
         auth: httpx2.Auth | None = None,
         hidden: tuple[str, ...] = (),
+        max_message: int = 8 * 1024 * 1024,
     ) -> None:
         """``auth``: an OAuth server's provider (chalie.mcp.oauth); ``hidden``: more values
-        (its tokens) error text must never show."""
+        (its tokens) error text must never show; ``max_message``: the largest message a
+        stdio server may send (chalie.mcp.stdio), and the largest result any server may."""
+        self.max_message = max_message
         self._spec = spec  # resolved: never log it
         self._auth = auth
         self.needs_login = False
@@ -338,7 +341,7 @@ class Link:
                 env=dict(spec.env) or None,
                 cwd=spec.cwd or None,
             )
-            return stdio_client(params, errlog=self._errlog or self._stderr())
+            return bounded_stdio_client(params, self._errlog or self._stderr(), self.max_message)
         if spec.transport == "http":
             http = httpx2.AsyncClient(
                 verify=self._tls,
