@@ -374,7 +374,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "mcp-result-too-large",
         "A remote MCP server's answer was larger than [mcp] max_result_bytes; it was refused.",
-        "A stdio server answered a call with more than the configured bytes (default 8 MiB).",
+        "A server answered a call with more than the configured bytes (default 8 MiB).",
     ),
 )
 

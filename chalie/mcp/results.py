@@ -29,6 +29,11 @@ MAX_RICH_BYTES: Final = 16 * 1024 * 1024
 TIMEOUT_CODE: Final = -32001
 # Our own JSON-RPC error code: an answer refused for its size (chalie.mcp.stdio sends it).
 TOO_LARGE: Final = -32099
+# How the SDK's Streamable HTTP transport says an answer was past its size limit (an SSE
+# event; a JSON body refused by chalie.mcp.session.BoundedTransport).
+SSE_TOO_LARGE: Final = "byte limit"
+JSON_TOO_LARGE: Final = "bytes; refused"
+PARSE_ERROR: Final = -32700
 CONNECTION_CLOSED: Final = -32000
 MAX_DEPTH: Final = 64  # structured content walked this deep for media payloads
 MIN_PAYLOAD: Final = 16  # a shorter "payload" could equal an ordinary string: left alone
@@ -221,6 +226,10 @@ def remote_error(server: str, tool: str, code: int, message: str) -> ToolResult:
     """A JSON-RPC error the server answered the call with."""
     if code == TIMEOUT_CODE:
         return timed_out(server, tool, None).with_meta(remote_code=code)
+    if (code == CONNECTION_CLOSED and SSE_TOO_LARGE in message) or (
+        code == PARSE_ERROR and JSON_TOO_LARGE in message
+    ):
+        code = TOO_LARGE  # the HTTP transport refused an answer past max_result_bytes
     if code == CONNECTION_CLOSED:
         return unreachable(server, tool, message or "connection closed")
     if code == TOO_LARGE:

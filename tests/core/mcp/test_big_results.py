@@ -47,7 +47,7 @@ def test_a_50_mb_result_is_refused_at_once_and_the_server_keeps_serving(tmp_path
         assert rig.run("_mcp_fx_echo", {"text": "warm"}).status == "success"
         before = rss_mb()
         big = rig.run("_mcp_fx_big", {"megabytes": 50}, call_id="c2")
-        assert big.status == "error" and big.code == "mcp-result-too-large", big
+        assert big.status == "error" and big.code == "mcp-result-too-large", big.envelope
         assert "8388608 bytes" in big.envelope
         # the session and its heartbeat were never stuck behind it
         assert rig.status("fx") == "online"
@@ -99,3 +99,25 @@ def test_an_oversized_request_from_the_server_answers_nothing() -> None:
     assert refusal(b'{"jsonrpc":"2.0","result":{"text":"', 10) is None  # no id seen
     found = refusal(b'{"jsonrpc":"2.0","id":"a\\"b","result":"', 10)
     assert found is not None and found.message.id == 'a"b'  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_big_result_over_streamable_http_is_refused_too(tmp_path: Path) -> None:
+    from chalie.mcp.spec import ServerSpec
+    from tools.fixture_mcp.rig import FixtureServer
+
+    srv = FixtureServer("--big")
+    rig = Rig(tmp_path, config=msgspec.structs.replace(FAST, max_result_bytes=1 << 20))
+    try:
+        rig.add(ServerSpec(name="fx", transport="http", url=srv.url))
+        rig.start()
+        rig.wait_online("fx")
+        rig.wait_tools("fx", 9)
+        rig.allow("_mcp_fx_*")
+        big = rig.run("_mcp_fx_big", {"megabytes": 5}, call_id="c1")
+        assert big.status == "error" and big.code == "mcp-result-too-large", big.envelope
+        assert rig.status("fx") == "online"
+        assert rig.run("_mcp_fx_echo", {"text": "after"}, call_id="c2").status == "success"
+    finally:
+        rig.close()
+        srv.kill()
