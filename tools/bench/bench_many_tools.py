@@ -22,6 +22,12 @@ One run (2 cpus shared with ~7 other sessions, python 3.11.7, 2026-12-01)::
         p99 164.3 ms, max 1472 ms; floor max 2000 ms, ratio 0.74
     daemon RSS 478 -> 568 MB: 18.0 MB per 1,000 remote tools; floor 15 MB, ratio 1.20
 
+A second run at the end of the session (the host busier): indexed in 96.3 s; quiet p50 2.4 ms;
+during the sync (4450 finds, 0 errors) p50 8.0 ms, p99 208.0 ms, max 3596 ms (ratio 1.80, one
+outlier); RSS 516 -> 564 MB, 9.7 MB per 1,000 tools (ratio 0.64). Where a find can still
+wait: behind one batch put into the index (~0.2 s, of which ~0.1 s is the name index's
+Tantivy commit; one batch of 64 measured 0.18 s p50, 0.7-1.3 s max on this host).
+
 Before (the same bench, --short): 109 MB per 1,000 tools, most of it free memory kept in
 malloc arenas (chalie/heap.py); and finds during the sync waited 20 s, then failed with
 discovery-index-error. What is left per tool is mostly its proxy class (~6 KB).
