@@ -102,7 +102,7 @@ class ChatBridge(ServingActor):
             else:
                 self._ws = ws
                 self._watch(ws.task)
-        self._zmq = ZmqBridge(self._config, self._port, self._home)
+        self._zmq = ZmqBridge(self._config, self._port, self._home, self._verify)
         await self._zmq.start()
         for task in self._zmq.tasks:
             self._watch(task)

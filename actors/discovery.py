@@ -13,7 +13,15 @@ Lifecycle:
    :data:`RETRY_AFTER` seconds after the failure tries loading again, and so
    does ``rebuild``.
 3. ``add`` / ``remove`` / ``sync`` update the tool index incrementally (remote
-   MCP tools arrive and leave this way).
+   MCP tools arrive and leave this way). Tools to add wait in ``_waiting``; one
+   batch of :data:`INDEX_BATCH` at a time is embedded on the ``discovery-embed``
+   thread and handed back as a message (``take_vectors``), which puts it into
+   the index. So a server listing 5,000 tools never holds the mailbox for
+   longer than one small batch: finds are served between batches, and the new
+   tools become findable as their batches land. A tool removed (or changed)
+   while it waits leaves the queue; a batch whose tool changed meanwhile
+   drops that tool's vectors. The example writer is asked about a tool only
+   once it is in the index, and forgets it when it leaves.
 
 Other threads use :class:`DiscoveryHandle`, which is what ``Services.discovery``
 holds. Wiring in the daemon::
@@ -30,6 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,6 +47,7 @@ import pykka
 from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.example_writer import Deliver, ExampleWriter
+from chalie import heap
 from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
@@ -58,6 +68,11 @@ DEFAULT_TIMEOUT: Final = 20.0
 RETRY_AFTER: Final = 60.0
 # Turns whose find_tools results are remembered for learn_turn, newest kept.
 REMEMBERED_TURNS: Final = 1024
+# Tools embedded per step off the mailbox (~2 texts each; ~0.2 s on a quiet core), so a
+# find waits behind at most one step's insert, never behind a whole big server.
+INDEX_BATCH: Final = 64
+# An update this small, with nothing queued, goes in at once (the caller finds it on return).
+INLINE_MAX: Final = 16
 
 # Builds the writer of model-written examples, given where it delivers them.
 WriterFactory = Callable[[Deliver], ExampleWriter]
@@ -109,6 +124,11 @@ class DiscoveryActor(SupervisedActor):
         self._failed_at = 0.0
         # a reader (the CLI) says what it fell back to in status(), not in the log
         self._notices: list[str] = []
+        # tools waiting to be embedded and indexed, in arrival order (name -> doc)
+        self._waiting: OrderedDict[str, ToolDoc] = OrderedDict()
+        self._embedding = False  # a batch is on the embed thread
+        self._embed_pool: ThreadPoolExecutor | None = None
+        self._self: Any = None  # this actor's proxy, for the embed thread's tells
 
     # -- lifecycle --------------------------------------------------------
     def on_start(self) -> None:
@@ -130,7 +150,13 @@ class DiscoveryActor(SupervisedActor):
     def on_failure(self, *exc: Any) -> None:
         self._close_store()
 
+    def _close_pool(self) -> None:
+        pool, self._embed_pool = self._embed_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def _close_store(self) -> None:
+        self._close_pool()
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -291,17 +317,92 @@ class DiscoveryActor(SupervisedActor):
             "ceiling": self._tools.ceiling if self._tools else None,
             "notices": list(self._notices),
             "examples_to_write": self._writer.pending() if self._writer else 0,
+            "tools_to_index": len(self._waiting),
         }
 
     # -- updates ----------------------------------------------------------
     def add(self, docs: Sequence[ToolDoc]) -> None:
+        """Queue tools for the index (a new definition replaces a waiting one); returns at
+        once, the tools land batch by batch (the module doc)."""
+        engine = self._engine("tools")
+        for doc in docs:
+            if not isinstance(doc, ToolDoc) or not doc.name:
+                raise ValueError(f"not a named ToolDoc: {doc!r}")
+        held = engine.docs
+        fresh = [d for d in {d.name: d for d in docs}.values() if held.get(d.name) != d]
+        for doc in docs:
+            if held.get(doc.name) == doc:
+                self._waiting.pop(doc.name, None)  # an older definition waiting is stale
+        if not fresh:
+            return
+        if not self._waiting and not self._embedding and len(fresh) <= INLINE_MAX:
+            self._put(fresh, None)
+            return
+        for doc in fresh:
+            self._waiting[doc.name] = doc
+            self._waiting.move_to_end(doc.name)
+        self._state.indexing(len(self._waiting))
+        self._next_batch()
+
+    def _next_batch(self) -> None:
+        """Send the next batch of waiting tools to the embed thread, unless one is there."""
+        if self._embedding or not self._waiting or self._tools is None:
+            return
+        engine = self._tools
+        batch = [self._waiting[name] for name in list(self._waiting)[:INDEX_BATCH]]
+        texts = engine.missing_texts(batch)
+        if self._embed_pool is None:
+            self._embed_pool = ThreadPoolExecutor(1, thread_name_prefix="discovery-embed")
+        if self._self is None:
+            self._self = self.actor_ref.proxy()
+        reply, embedder = self._self, engine.embedder
+
+        def embed() -> None:
+            try:
+                rows = embedder.embed(texts) if texts else None
+                reply.take_vectors.defer(batch, texts, rows, None)
+            except Exception as exc:  # handed back: the batch goes in, embedded in place
+                reply.take_vectors.defer(batch, texts, None, f"{type(exc).__name__}: {exc}")
+
+        self._embedding = True
+        try:
+            self._embed_pool.submit(embed)
+        except RuntimeError:  # the pool was shut down (the actor stops)
+            self._embedding = False
+
+    def take_vectors(
+        self, batch: list[ToolDoc], texts: list[str], rows: Any, error: str | None
+    ) -> None:
+        """A batch came back from the embed thread (a tell): index what still waits as it was."""
+        self._embedding = False
+        try:
+            current = [d for d in batch if self._waiting.get(d.name) == d]
+            for doc in current:
+                del self._waiting[doc.name]
+            if error is not None:
+                log.warning("embedding a batch of tools failed (%s); embedding in place", error)
+            embedded = dict(zip(texts, rows, strict=True)) if rows is not None else None
+            if current:
+                self._put(current, embedded)
+        except Exception:  # a tell: a raise would fail the actor and drop the queue
+            log.exception("a batch of %d tools could not be indexed", len(batch))
+        finally:
+            self._state.indexing(len(self._waiting))
+            self._next_batch()
+            if not self._waiting and not self._embedding:
+                heap.trim()  # a big update drained: its free memory goes back (chalie/heap.py)
+
+    def _put(self, docs: list[ToolDoc], embedded: dict[str, Any] | None) -> None:
         engine = self._engine("tools")
         held = engine.docs
         changed = [d.name for d in docs if d.name in held and held[d.name] != d]
-        engine.add(docs)
-        if changed and self._learner is not None:
-            # examples learned for the old definition say nothing about the new one
-            self._learner.tool_changed(changed)
+        engine.add(docs, embedded=embedded)
+        if changed:
+            if self._learner is not None:
+                # examples learned for the old definition say nothing about the new one
+                self._learner.tool_changed(changed)
+            if self._writer is not None:
+                self._writer.withdraw(changed)
         self._ask_for_examples(docs)
 
     def _ask_for_examples(self, docs: Sequence[ToolDoc]) -> None:
@@ -353,9 +454,15 @@ class DiscoveryActor(SupervisedActor):
 
     def remove(self, names: Iterable[str]) -> None:
         gone = list(names)
-        self._engine("tools").remove(gone)
+        engine = self._engine("tools")
+        for name in gone:
+            self._waiting.pop(name, None)
+        self._state.indexing(len(self._waiting))
+        engine.remove(gone)
         if self._learner is not None:
             self._learner.tool_changed(gone)
+        if self._writer is not None:
+            self._writer.withdraw(gone)  # never ask the model about a tool that left
 
     # -- learning from use (chalie/discovery/learning.py) -------------------
     def learn(
@@ -394,19 +501,18 @@ class DiscoveryActor(SupervisedActor):
         return self._learner.clear()
 
     def sync(self) -> dict[str, int]:
-        """Bring the tool index in line with the registry: add, replace and drop the difference."""
+        """Bring the tool index in line with the registry: add, replace and drop the difference
+        (what to add is queued like :meth:`add`'s)."""
         engine = self._engine("tools")
         wanted = {d.name: d for d in self._catalogue()}
         held = engine.docs
         changed = [d for name, d in wanted.items() if held.get(name) != d]
         gone = [name for name in held if name not in wanted]
-        if changed:
-            engine.add(changed)
-            self._ask_for_examples(changed)
+        gone += [name for name in self._waiting if name not in wanted and name not in held]
         if gone:
-            engine.remove(gone)
-        if self._learner is not None:
-            self._learner.tool_changed([d.name for d in changed if d.name in held] + gone)
+            self.remove(gone)
+        if changed:
+            self.add(changed)
         return {"added": len(changed), "removed": len(gone)}
 
     def rebuild(self) -> dict[str, Any]:

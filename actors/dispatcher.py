@@ -71,6 +71,7 @@ from actors.timers import TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability, gate_internal
+from chalie.approvals import ResumableCall, encode_call
 from chalie.events import EventBus
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
@@ -622,6 +623,7 @@ class DispatcherActor(SupervisedActor):
                 act_summary=state.act_summary,
                 params_redacted=state.redacted,
                 reach=state.reach,
+                resume=_resumable(state),
             )
             state.ask = ask
             self._policy.tell(ask)
@@ -799,6 +801,23 @@ _HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
     Suggested: DispatcherActor._on_suggested,
     CancelTurn: DispatcherActor._on_cancel_turn,
 }
+
+
+def _resumable(state: _Call) -> bytes | None:
+    """The call as it can run again after a restart (chalie.approvals), or None: a call
+    whose arguments hold a redacted secret is never stored, nor is a resumed call again."""
+    ctx = state.call.context
+    if ctx.resumes or state.redacted != state.pre.params:
+        return None
+    return encode_call(
+        ResumableCall(
+            call_id=state.call.call_id,
+            tool=state.tool,
+            arguments=dict(state.pre.params),
+            act_summary=state.act_summary,
+            context=ctx,
+        )
+    )
 
 
 def _answer(state: _Call, fut: Future[GateDecision]) -> GateDecision:

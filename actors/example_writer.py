@@ -11,6 +11,8 @@ Lifecycle, in order:
    a time, within the budget of tools a minute, validates the answer
    (chalie/discovery/written.py), caches it and delivers it. A failure (an
    HTTP error, an answer that is not a clean list) stores nothing and logs one line.
+   :meth:`withdraw` drops the tools that left the index (or changed) from the
+   queue: the model is never asked about a tool that is gone.
 4. ``deliver`` (the DiscoveryHandle's tell) stores the phrases as the tool's
    model-written examples, if its definition is still the one they were written for.
 5. :meth:`close` cancels the pump and closes the cache.
@@ -82,6 +84,18 @@ class ExampleWriter:
             return
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon(lambda: self._enqueue(wanted))
+
+    def withdraw(self, names: Sequence[str]) -> None:
+        """Forget queued tools by name (they left the index or changed); returns at once."""
+        gone = set(names)
+        if not gone:
+            return
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon(lambda: self._drop(gone))
+
+    def _drop(self, names: set[str]) -> None:
+        for digest in [k for k, doc in self._queue.items() if doc.name in names]:
+            del self._queue[digest]
 
     def _digest(self, doc: ToolDoc) -> str:
         return definition_hash(doc.name, doc.summary, self._schema_of_quietly(doc.name))

@@ -271,6 +271,7 @@ class McpConnectionActor(SupervisedActor):
             asks=self._deps.asks,
             auth=auth,
             hidden=hidden,
+            max_message=self._cfg.max_result_bytes,
         )
         held.append(link)
         link.task_lifetime = self._cfg.task_timeout

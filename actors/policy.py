@@ -38,19 +38,32 @@ import builtins
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.approvals import ApprovalStore
+from chalie.dispatch import render_outcome
 from chalie.events import EventBus
 from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
-from chalie.messages import Decision, PermissionRequest, RequestSettled, Settlement, TurnContext
+from chalie.messages import (
+    BackgroundResult,
+    Decision,
+    PermissionRequest,
+    RequestSettled,
+    Settlement,
+    ToolCall,
+    TurnContext,
+)
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
+from chalie.result import ToolResult
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
 
@@ -87,8 +100,19 @@ def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
 class PolicyActor(SupervisedActor):
     """The permission gate; see the module docstring for the order of a decision."""
 
-    def __init__(self, db_path: Path, events: EventBus, *, approval_expiry: float = 300.0) -> None:
+    def __init__(
+        self,
+        db_path: Path,
+        events: EventBus,
+        *,
+        approval_expiry: float = 300.0,
+        resume: Callable[[ToolCall], None] | None = None,
+    ) -> None:
+        """``resume``: hands a stored call to the dispatcher (a tell), to run it on the
+        owner's answer after a restart (chalie.approvals); None: such calls end with a
+        result that says the answer was recorded."""
         super().__init__()
+        self._resume = resume
         if not isinstance(approval_expiry, int | float) or approval_expiry <= 0:
             raise ValueError("approval_expiry must be a positive number of seconds")
         self._db_path = Path(db_path)
@@ -191,6 +215,7 @@ class PolicyActor(SupervisedActor):
                 message.params_redacted,
                 reply=message.reply,
                 reach=message.reach,
+                resume=message.resume,
             )
         if isinstance(message, ViewRequest):
             return self._view
@@ -215,6 +240,7 @@ class PolicyActor(SupervisedActor):
         *,
         reply: Future[GateDecision] | None = None,
         reach: str | None = None,
+        resume: bytes | None = None,
     ) -> Future[GateDecision]:
         """Decide one call; the returned future completes now, or when a human answers."""
         reply = reply if reply is not None else Future()
@@ -229,6 +255,7 @@ class PolicyActor(SupervisedActor):
                 params_redacted,
                 reply,
                 reach,
+                resume,
             )
         except Exception as exc:
             log.exception("the permission gate failed for call %r; denying", call_id)
@@ -248,6 +275,7 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
         reach: str | None = None,
+        resume: bytes | None = None,
     ) -> GateDecision | None:
         channel = str(context.channel)
         setting: Decision | None = None
@@ -283,10 +311,20 @@ class PolicyActor(SupervisedActor):
             return self._park(
                 call_id, context, tool, permission, act_summary, params_redacted, reach
             )
+        if (
+            context.resumes
+            and internal is not True
+            and setting in (None, "ask")
+            and self._approvals is not None
+            and self._approvals.take_resume(context.resumes, permission)
+        ):
+            # A stored call run again on the owner's answer to its request, once.
+            log.info("call %s runs on the owner's answer to request %s", call_id, context.resumes)
+            return rules.allowed("human")
         if decision is not None:
             return decision
         self._ask_human(
-            call_id, context, tool, permission, act_summary, params_redacted, reply, reach
+            call_id, context, tool, permission, act_summary, params_redacted, reply, reach, resume
         )
         return None
 
@@ -300,13 +338,15 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
         reach: str | None = None,
+        resume: bytes | None = None,
     ) -> None:
         request = self._request(context, tool, permission, act_summary, params_redacted, reach)
         request_id = request.request_id
         # Durable before anyone is asked: a request nobody could find later is never raised
-        # (a failed write fails the gate closed).
+        # (a failed write fails the gate closed). The call is stored with it, to be run
+        # again if the owner answers after a restart (chalie.approvals).
         if self._approvals is not None:
-            self._approvals.put(request)
+            self._approvals.put(request, call=resume)
         timer = self.schedule(self._expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, reply, timer)
         log.info(
@@ -416,12 +456,76 @@ class PolicyActor(SupervisedActor):
             decision = rules.failed_closed(type(exc).__name__)
         self._settle(pending, answer, decision, by=by)  # type: ignore[arg-type]  # checked above
         if not pending.waiting:
-            log.info(
-                "request %s answered after a restart: its call ended with that run; "
-                "the answer is recorded",
-                request_id,
-            )
+            self._after_restart(request, answer, decision)
         return True
+
+    def _after_restart(
+        self, request: PermissionRequest, answer: str, decision: GateDecision
+    ) -> None:
+        """A request a previous run left open is answered: its stored call runs again in the
+        background on that answer, or its conversation hears why not (chalie.approvals)."""
+        assert self._approvals is not None
+        parked, call = self._approvals.waiting_call(request.request_id)
+        if parked:
+            return  # park_asks: the agent's next call takes the answer
+        if decision.allowed and call is not None and self._resume is not None:
+            context = msgspec.structs.replace(
+                call.context,
+                resumes=request.request_id,
+                allow_async=True,
+                scope="unrestricted",  # the tool the owner allowed, whatever the turn had
+                turn_id=f"resumed-{request.request_id}",
+            )
+            arguments = {**call.arguments, "act_summary": call.act_summary, "async": True}
+            resumed = ToolCall(
+                call_id=f"{call.call_id}-resumed"[:128],
+                tool=call.tool,
+                arguments=arguments,
+                context=context,
+            )
+            log.info(
+                "request %s answered after a restart: its call runs again as %s",
+                request.request_id,
+                resumed.call_id,
+            )
+            try:
+                self._resume(resumed)
+                return
+            except Exception:
+                log.exception("the call of request %s could not be resumed", request.request_id)
+        if decision.allowed:
+            result = ToolResult.error(
+                "interrupted",
+                f"The owner allowed {request.permission} after Chalie restarted, but the call "
+                "that waited could not be run again"
+                + (
+                    " (its arguments held a secret, which is never stored)."
+                    if call is None
+                    else "."
+                )
+                + (" It is allowed from now on." if answer == "allow_always" else ""),
+                hint="make the call again if it is still wanted.",
+            )
+        else:
+            result = ToolResult.error(
+                decision.code or "permission-denied",
+                f"The owner declined {request.permission} after Chalie restarted; the call "
+                "that waited did not run.",
+                hint="do not retry this call; ask the person what they want instead.",
+            )
+        log.info("request %s answered after a restart: %s", request.request_id, result.code)
+        tool = call.tool if call is not None else request.tool
+        self._events.publish(
+            request.conversation_id,
+            BackgroundResult(
+                call_id=f"{call.call_id if call else request.request_id}-resumed"[:128],
+                conversation_id=request.conversation_id,
+                tool=tool,
+                envelope=render_outcome(tool, result),
+                status=result.status,
+                code=result.code,
+            ),
+        )
 
     # -- the operator's surface --------------------------------------------------
     def view(self) -> PolicyView:

@@ -7,9 +7,14 @@ who answered it. A daemon that stops or dies leaves its open requests
 ``pending``: the next start reads them back (:meth:`ApprovalStore.left_open`),
 so ``chalie policy pending`` still lists them and any owner client still
 answers them, and they still expire to a denial at their ``expires_at``.
-What a restart cannot keep is the call that waited (its turn ended
-``interrupted``): an answer given after the restart is recorded, and an
-``allow_always`` becomes the rule, so the call runs when it is made again.
+The call that waited is stored beside its request (:class:`ResumableCall`: the tool,
+its validated arguments, its turn's context), unless its arguments hold a secret (a
+redacted field: raw secrets are never stored). Its turn ended ``interrupted`` with the
+run that died; when the owner allows it after the restart, the PolicyActor hands the
+stored call back to the dispatcher as a background call whose gate is that answer
+(``TurnContext.resumes``, :meth:`ApprovalStore.take_resume`), and its result reaches the
+conversation as a background result. A call that was not stored, or one the owner
+denies, ends with a background result that says so.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from chalie.db import connect
-from chalie.messages import PermissionRequest
+from chalie.messages import PermissionRequest, TurnContext
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS permission_requests (
@@ -45,12 +50,36 @@ CREATE TABLE IF NOT EXISTS permission_requests (
 );
 CREATE INDEX IF NOT EXISTS permission_requests_open ON permission_requests (state);
 """
+# Added after the first release: a store made before has no such column yet.
+_CALL_COLUMN: Final = "ALTER TABLE permission_requests ADD COLUMN call BLOB"
+RESUMABLE: Final = ("allow_once", "allow_always")
+
+
+class ResumableCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call that waits for an answer, as it can be dispatched again after a restart."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    act_summary: str
+    context: TurnContext
+
+
 PENDING: Final = "pending"
 # Settled rows kept for the record, newest first; older ones are pruned.
 KEEP_SETTLED: Final = 10_000
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(PermissionRequest).decode
+_decode_call = msgspec.json.Decoder(ResumableCall).decode
+
+
+def encode_call(call: ResumableCall) -> bytes | None:
+    """The stored form of a call (None: it cannot be stored)."""
+    try:
+        return _encode(call)
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return None
 
 
 class ApprovalStore:
@@ -61,18 +90,24 @@ class ApprovalStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(_SCHEMA)
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(permission_requests)")}
+            if "call" not in columns:
+                self._conn.execute(_CALL_COLUMN)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
-    def put(self, request: PermissionRequest, *, parked: bool = False) -> None:
-        """Store a request as it is raised (committed on return)."""
+    def put(
+        self, request: PermissionRequest, *, parked: bool = False, call: bytes | None = None
+    ) -> None:
+        """Store a request as it is raised (committed on return), with the call that waits
+        for it (``encode_call``), if it can be run again."""
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO permission_requests (request_id, conversation_id, "
-                "permission, body, created, expires_at, state, parked) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "permission, body, created, expires_at, state, parked, call) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.request_id,
                     request.conversation_id,
@@ -82,8 +117,39 @@ class ApprovalStore:
                     request.expires_at,
                     PENDING,
                     1 if parked else 0,
+                    call,
                 ),
             )
+
+    def waiting_call(self, request_id: str) -> tuple[bool, ResumableCall | None]:
+        """Whether the request was parked, and the call stored with it (None: none, or
+        unreadable)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT parked, call FROM permission_requests WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+        if row is None:
+            return False, None
+        parked, body = bool(row[0]), row[1]
+        if body is None:
+            return parked, None
+        try:
+            return parked, _decode_call(body)
+        except msgspec.DecodeError:
+            return parked, None
+
+    def take_resume(self, request_id: str, permission: str) -> bool:
+        """Use the owner's allow of a stored call's request, once: True when it was allowed
+        (for this permission) and not used yet."""
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE permission_requests SET used = 1 WHERE request_id = ? AND "
+                "permission = ? AND parked = 0 AND used = 0 AND call IS NOT NULL AND "
+                "state IN (?, ?)",
+                (request_id, permission, *RESUMABLE),
+            )
+        return cur.rowcount == 1
 
     def take_grant(self, conversation_id: str, permission: str) -> str | None:
         """Use the owner's ``allow_once`` of a parked request for this call; its id, or None."""

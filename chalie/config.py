@@ -465,6 +465,9 @@ class McpConfig(Section, frozen=True):
     # Seconds a task-augmented call (a tool whose execution.taskSupport is optional or
     # required) may run: its lifetime, beyond the call timeout.
     task_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 3600.0
+    # The largest answer a server may send (bytes of one message): a bigger tool result is
+    # refused as it arrives (mcp-result-too-large), never held; the session keeps serving.
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=65536, le=1 << 30)] = 8 * 1024 * 1024
 
 
 # -- [accounts] and [weather] ----------------------------------------------------------

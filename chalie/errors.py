@@ -371,6 +371,11 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "No pending reminder with that id.",
         "reminder cancel (or chalie reminders cancel) with an unknown or finished id.",
     ),
+    ErrorCode(
+        "mcp-result-too-large",
+        "A remote MCP server's answer was larger than [mcp] max_result_bytes; it was refused.",
+        "A server answered a call with more than the configured bytes (default 8 MiB).",
+    ),
 )
 
 KNOWN_CODES: Final[frozenset[str]] = frozenset(e.code for e in ERROR_CODES)

@@ -98,6 +98,9 @@ class GateAsk:
     reply: Future[GateDecision] = field(default_factory=Future)
     # What the call reaches beyond Chalie (chalie.ability.Ability.reach); set: sensitive.
     reach: str | None = None
+    # The call as it can be run again after a restart (chalie.approvals.ResumableCall,
+    # encoded), or None when it cannot be stored (its arguments hold a redacted secret).
+    resume: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

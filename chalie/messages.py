@@ -96,6 +96,9 @@ class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
     principal: Principal | None = None
     # An ask nobody can answer now is parked for the owner instead of denied (park_asks).
     park_asks: bool = False
+    # A call re-dispatched on the owner's answer to this stored request (chalie.approvals):
+    # the gate allows it once if that request was allowed, and asks again otherwise.
+    resumes: str = ""
 
 
 class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):

@@ -209,11 +209,22 @@ class Parts:
 
 
 def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
+    from concurrent.futures import Future
+
+    from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
+    from chalie.mail import Dispatch
 
     expiry = rt.config.approval_expiry
+
+    def resume(call: ToolCall) -> None:
+        """A stored call answered after a restart goes back to the dispatcher (a tell; it
+        runs in the background and its result reaches the conversation)."""
+        rt.child("dispatcher", DispatcherActor).tell(Dispatch(call, Future()))
+
     return ChildSpec(
-        "policy", lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=expiry)
+        "policy",
+        lambda: PolicyActor.start(rt.db_path, rt.events, approval_expiry=expiry, resume=resume),
     )
 
 

@@ -97,6 +97,16 @@ class Ping(ClientFrame, tag="ping", kw_only=True, frozen=True):
 
 
 ClientMessage = Open | Send | Cancel | Answer | Close | Ping
+
+
+class Authenticate(ClientFrame, tag="hello", kw_only=True, frozen=True):
+    """A ZeroMQ client's optional first frame: the token it speaks for. Checked like the
+    WebSocket's (an agent's token gets ``forbidden``); a client that sends none is the
+    transport's owner (the 0600 ipc socket, an authorized CURVE key). Not a session frame."""
+
+    token: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+
+
 KINDS: Final = ("open", "send", "cancel", "answer", "close", "ping")
 
 

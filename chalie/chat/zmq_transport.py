@@ -15,6 +15,14 @@ a session's inbox and outbox are bounded, so a client that floods gets
 The TCP socket is a CURVE server; a ZAP handler on the bridge's own
 context admits only the configured client public keys. There is no TCP
 without CURVE (the configuration refuses it).
+
+Who a client is (docs/chat.rst): the owner by transport (the 0600 ipc socket is the OS
+user; an authorized CURVE key is the operator's), unless its first frame is a ``hello``
+carrying a token (:class:`~chalie.chat.protocol.Authenticate`). That token is checked as
+the WebSocket checks one: unknown or revoked → ``unauthorized``, valid but not an owner's
+(an agent's, a gateway's) → ``forbidden``, each a ``rejected`` frame with no session, and
+logged with the token's id, never its secret; an owner token's session is that token's
+principal.
 """
 
 from __future__ import annotations
@@ -25,10 +33,13 @@ import errno
 import logging
 import os
 import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import msgspec
 import zmq
 import zmq.asyncio
 from zmq.auth.asyncio import AsyncioAuthenticator
@@ -37,7 +48,8 @@ from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
 from chalie.config import ChatConfig
 from chalie.conversation.port import ConversationsPort
-from chalie.principals import LOCAL_OWNER
+from chalie.principals import LOCAL_OWNER, Principal, may_chat
+from chalie.tokens import TokenInfo
 
 log = logging.getLogger("chalie.chat.zmq")
 
@@ -47,6 +59,8 @@ INBOX_LIMIT: Final = 64
 PEER_HWM: Final = 256
 _RETRY_SEND: Final = 0.02
 ZAP_DOMAIN: Final = "chalie-chat"
+# Connections whose hello was refused, remembered so they stay refused (newest kept).
+REFUSED_KEPT: Final = 4096
 
 
 def socket_path(home: Path) -> Path:
@@ -86,8 +100,15 @@ class _Peer:
 class ZmqBridge:
     """The chat ROUTER socket(s) on the running event loop."""
 
-    def __init__(self, config: ChatConfig, port: ConversationsPort, home: Path) -> None:
+    def __init__(
+        self,
+        config: ChatConfig,
+        port: ConversationsPort,
+        home: Path,
+        verify: Callable[[str | None], Awaitable[TokenInfo | None]] | None = None,
+    ) -> None:
         self._config = config
+        self._verify = verify
         self._port = port
         self._home = home
         self._ctx = zmq.asyncio.Context()
@@ -95,6 +116,8 @@ class ZmqBridge:
         self._socks: list[zmq.asyncio.Socket] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._peers: dict[tuple[int, bytes], _Peer] = {}
+        # connection -> the refusal its hello got: every later frame gets it again
+        self._refused: OrderedDict[tuple[int, bytes], p.Rejected] = OrderedDict()
         # Sessions ever opened (clients counts only those still held).
         self.sessions_opened = 0
         self._inode: int | None = None
@@ -182,9 +205,25 @@ class ZmqBridge:
                 continue
             peer = self._peers.get((index, ident))
             if peer is None:
-                peer = self._admit(index, sock, ident)
-                if peer is None:
+                refused = self._refused.get((index, ident))
+                if refused is not None:
+                    self._send_now(sock, ident, refused)
                     continue
+                hello = _authenticate(frames[1])
+                principal: Principal = LOCAL_OWNER
+                origin = "zmq:tcp" if index else "zmq:ipc"
+                if hello is not None:
+                    checked, origin = await self._check(sock, ident, hello, origin)
+                    if isinstance(checked, p.Rejected):
+                        self._send_now(sock, ident, checked)
+                        self._refused[(index, ident)] = checked
+                        while len(self._refused) > REFUSED_KEPT:
+                            self._refused.popitem(last=False)
+                        continue
+                    principal = checked
+                peer = self._admit(index, sock, ident, principal, origin)
+                if peer is None or hello is not None:
+                    continue  # the hello was the session's opening, not a frame for it
             peer.last_seen = time.monotonic()
             try:
                 peer.inbox.put_nowait(frames[1])
@@ -193,7 +232,32 @@ class ZmqBridge:
                     p.Rejected(code="overloaded", message="too many frames in flight; slow down")
                 )
 
-    def _admit(self, index: int, sock: zmq.asyncio.Socket, ident: bytes) -> _Peer | None:
+    async def _check(
+        self, sock: zmq.asyncio.Socket, ident: bytes, hello: p.Authenticate, origin: str
+    ) -> tuple[Principal | p.Rejected, str]:
+        """The principal a hello's token speaks for, or the refusal to send."""
+        info = await self._verify(hello.token) if self._verify is not None else None
+        if info is None:
+            log.warning("chat ZeroMQ client refused: not a valid token", extra={"origin": origin})
+            return p.Rejected(code=p.UNAUTHORIZED, message="not a valid chat token"), origin
+        principal = info.principal()
+        if not may_chat(principal):
+            log.warning(
+                "chat ZeroMQ client refused a token that is not an owner's",
+                extra={"token_id": info.id, "scope": info.scope, "origin": origin},
+            )
+            message = f"a {info.scope} token cannot chat; chat needs an owner token"
+            return p.Rejected(code=p.FORBIDDEN, message=message), origin
+        return principal, f"{origin}:{info.name}"
+
+    def _admit(
+        self,
+        index: int,
+        sock: zmq.asyncio.Socket,
+        ident: bytes,
+        principal: Principal = LOCAL_OWNER,
+        origin: str = "zmq:ipc",
+    ) -> _Peer | None:
         cfg = self._config
         if len(self._peers) >= cfg.max_clients:
             self._send_now(
@@ -211,9 +275,10 @@ class ZmqBridge:
         session = ChatSession(
             self._port,
             p.Codec("msgpack", cfg.max_frame_bytes),
-            origin="zmq:tcp" if index else "zmq:ipc",
-            # The ipc socket is 0600 (the OS user); TCP admits only the operator's CURVE keys.
-            principal=LOCAL_OWNER,
+            origin=origin,
+            # The ipc socket is 0600 (the OS user); TCP admits only the operator's CURVE keys;
+            # a hello's owner token is that token's principal (the module doc).
+            principal=principal,
             outbox_limit=cfg.send_queue,
             max_open=cfg.max_open_conversations,
             on_overflow=overflow,
@@ -274,3 +339,14 @@ class ZmqBridge:
                     "chat ZeroMQ client idle; forgotten", extra={"origin": peer.session.origin}
                 )
                 await self._forget(peer)
+
+
+_hello = msgspec.msgpack.Decoder(p.Authenticate)
+
+
+def _authenticate(raw: bytes) -> p.Authenticate | None:
+    """A first frame that is a ``hello`` with a token (anything else: None)."""
+    try:
+        return _hello.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

@@ -461,8 +461,17 @@ class DiscoveryEngine:
         return self._docs.get(name)
 
     # -- incremental updates ----------------------------------------------
-    def add(self, docs: Sequence[ToolDoc]) -> None:
-        """Add or replace tools in both indexes without a rebuild."""
+    def missing_texts(self, docs: Sequence[ToolDoc]) -> list[str]:
+        """The texts adding ``docs`` would embed: embed them off the index's owner (the
+        embedder is thread-safe) and hand the vectors to :meth:`add` as ``embedded``."""
+        fresh = _unique(docs)
+        with self._lock:
+            changed = [d for d in fresh.values() if self._docs.get(d.name) != d]
+            return self._vectors.missing_texts(changed) if changed else []
+
+    def add(self, docs: Sequence[ToolDoc], *, embedded: Mapping[str, Any] | None = None) -> None:
+        """Add or replace tools in both indexes without a rebuild; ``embedded`` (text -> its
+        vector) spares embedding what :meth:`missing_texts` named."""
         fresh = _unique(docs)
         if not fresh:
             return
@@ -470,7 +479,7 @@ class DiscoveryEngine:
             changed = [d for d in fresh.values() if self._docs.get(d.name) != d]
             if not changed:
                 return
-            self._vectors.upsert(changed)
+            self._vectors.upsert(changed, embedded=embedded)
             self._names.upsert(changed)
             for doc in changed:
                 self._docs[doc.name] = doc

@@ -71,6 +71,11 @@ class IndexState:
         with self._lock:
             self._phase, self._error, self._facts = "failed", error, {}
 
+    def indexing(self, waiting: int) -> None:
+        """How many tools wait to be embedded and indexed (added in batches)."""
+        with self._lock:
+            self._facts["to_index"] = int(waiting)
+
     def begin_rebuild(self, reuse: bool) -> tuple[RebuildJob, bool]:
         """The job to run (new) or the one already running; the flag says which."""
         with self._lock:
@@ -133,6 +138,8 @@ def describe(state: Any) -> str:
         )
     else:
         line = f"discovery index: {phase}"
+    if state.get("to_index"):
+        line += f"  ({state['to_index']} tools being indexed)"
     job = state.get("rebuild")
     if isinstance(job, dict) and job.get("phase") == "running":
         line += f"  (rebuild {job.get('done', 0)}/{job.get('total', 0)})"

@@ -411,15 +411,15 @@ class VectorIndex:
             self._postings.setdefault(term, set()).add(doc.name)
         self._total_len += length
 
-    def upsert(self, docs: Sequence[ToolDoc]) -> None:
-        """Add or replace tools; text whose vector is already held is not embedded again."""
+    def _plan(
+        self, docs: Sequence[ToolDoc]
+    ) -> tuple[list[tuple[ToolDoc, list[str], str, int, tuple[str, ...]]], dict[str, Matrix]]:
+        """What upserting ``docs`` embeds (each tool's texts) and the vectors already held."""
         latest: dict[str, ToolDoc] = {}
         for doc in docs:
             if not isinstance(doc, ToolDoc) or not isinstance(doc.name, str) or not doc.name:
                 raise ValueError(f"not a named ToolDoc: {doc!r}")
             latest[doc.name] = doc
-        if not latest:
-            return
         known: dict[str, Matrix] = {}
         for name in latest:
             old = self._entries.get(name)
@@ -432,6 +432,27 @@ class VectorIndex:
             learned = self._learned.get(doc.name, ())
             prose, catalogue = prose_texts(doc, learned)
             plan.append((doc, prose, name_text(bare_name(doc)), catalogue, learned))
+        return plan, known
+
+    def missing_texts(self, docs: Sequence[ToolDoc]) -> list[str]:
+        """The texts :meth:`upsert` would embed for ``docs`` (embed them anywhere, pass the
+        vectors back as ``embedded``: the slow part of an update, away from the index)."""
+        plan, known = self._plan(docs)
+        wanted = {t for _, prose, nm, _, _ in plan for t in (*prose, nm)}
+        return sorted(t for t in wanted if _digest(t) not in known)
+
+    def upsert(
+        self, docs: Sequence[ToolDoc], *, embedded: Mapping[str, Matrix] | None = None
+    ) -> None:
+        """Add or replace tools; text whose vector is already held is not embedded again,
+        nor text ``embedded`` (text -> its vector, from :meth:`missing_texts`) brings."""
+        plan, known = self._plan(docs)
+        if not plan:
+            return
+        for text, row in (embedded or {}).items():
+            if np.shape(row) != (self.dim,):
+                raise ValueError(f"an embedded row has shape {np.shape(row)}, not ({self.dim},)")
+            known.setdefault(_digest(text), row)
         wanted = {t for _, prose, nm, _, _ in plan for t in (*prose, nm)}
         todo = sorted(t for t in wanted if _digest(t) not in known)
         if todo:

@@ -27,6 +27,13 @@ from chalie.result import ToolResult
 MAX_BODY: Final = 256 * 1024
 MAX_RICH_BYTES: Final = 16 * 1024 * 1024
 TIMEOUT_CODE: Final = -32001
+# Our own JSON-RPC error code: an answer refused for its size (chalie.mcp.stdio sends it).
+TOO_LARGE: Final = -32099
+# How the SDK's Streamable HTTP transport says an answer was past its size limit (an SSE
+# event; a JSON body refused by chalie.mcp.session.BoundedTransport).
+SSE_TOO_LARGE: Final = "byte limit"
+JSON_TOO_LARGE: Final = "bytes; refused"
+PARSE_ERROR: Final = -32700
 CONNECTION_CLOSED: Final = -32000
 MAX_DEPTH: Final = 64  # structured content walked this deep for media payloads
 MIN_PAYLOAD: Final = 16  # a shorter "payload" could equal an ordinary string: left alone
@@ -219,8 +226,20 @@ def remote_error(server: str, tool: str, code: int, message: str) -> ToolResult:
     """A JSON-RPC error the server answered the call with."""
     if code == TIMEOUT_CODE:
         return timed_out(server, tool, None).with_meta(remote_code=code)
+    if (code == CONNECTION_CLOSED and SSE_TOO_LARGE in message) or (
+        code == PARSE_ERROR and JSON_TOO_LARGE in message
+    ):
+        code = TOO_LARGE  # the HTTP transport refused an answer past max_result_bytes
     if code == CONNECTION_CLOSED:
         return unreachable(server, tool, message or "connection closed")
+    if code == TOO_LARGE:
+        return ToolResult.error(
+            "mcp-result-too-large",
+            f"The answer of {tool[:120]} on MCP server {server} was too large and was refused "
+            f"({clean_text(message, 120)}).",
+            hint="ask for less (a smaller page, a narrower query), or do without this tool.",
+            meta={**_meta(server, tool), "remote_code": code},
+        )
     text = clean_text(message, 500)
     if "unknown tool" in text.lower() or "tool not found" in text.lower():
         return unknown_tool(server, tool, text)

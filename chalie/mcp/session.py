@@ -51,7 +51,6 @@ from typing import Any, Final, Literal, TextIO
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 from mcp_types import (
@@ -75,6 +74,7 @@ from chalie.logs import Throttle
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
+from chalie.mcp.stdio import bounded_stdio_client
 from chalie.tls import tls_context
 
 log = logging.getLogger("chalie.mcp")
@@ -185,6 +185,52 @@ def describe(exc: BaseException) -> str:
     return "cancelled"
 
 
+class TooLarge(httpx2.StreamError):
+    """A JSON answer past max_result_bytes (the SDK ends its request with PARSE_ERROR)."""
+
+
+class _BoundedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> Any:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise TooLarge(f"the answer is larger than {self._limit} bytes; refused")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """An HTTP server's JSON answers are read up to ``limit`` bytes, never more (SSE events
+    have the SDK's own per-event limit); a bigger one fails its request at once."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        kind = response.headers.get("content-type", "")
+        if not kind.startswith("application/json"):
+            return response
+        stream = response.stream
+        assert isinstance(stream, httpx2.AsyncByteStream)
+        return httpx2.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_BoundedBody(stream, self._limit),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class Link:
     """One server's session; see the module doc for its lifecycle."""
 
@@ -199,9 +245,12 @@ class Link:
         asks: Asks | None = None,
         auth: httpx2.Auth | None = None,
         hidden: tuple[str, ...] = (),
+        max_message: int = 8 * 1024 * 1024,
     ) -> None:
         """``auth``: an OAuth server's provider (chalie.mcp.oauth); ``hidden``: more values
-        (its tokens) error text must never show."""
+        (its tokens) error text must never show; ``max_message``: the largest message a
+        stdio server may send (chalie.mcp.stdio), and the largest result any server may."""
+        self.max_message = max_message
         self._spec = spec  # resolved: never log it
         self._auth = auth
         self.needs_login = False
@@ -338,7 +387,7 @@ class Link:
                 env=dict(spec.env) or None,
                 cwd=spec.cwd or None,
             )
-            return stdio_client(params, errlog=self._errlog or self._stderr())
+            return bounded_stdio_client(params, self._errlog or self._stderr(), self.max_message)
         if spec.transport == "http":
             http = httpx2.AsyncClient(
                 verify=self._tls,
@@ -346,9 +395,15 @@ class Link:
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks=hooks,
                 auth=self._auth,
+                transport=BoundedTransport(
+                    httpx2.AsyncHTTPTransport(verify=self._tls), self.max_message
+                ),
             )
             stack_http.append(http)
-            return streamable_http_client(spec.url, http_client=http)
+            # An SSE event past the limit fails its call at once (results.remote_error).
+            return streamable_http_client(
+                spec.url, http_client=http, max_sse_event_size=self.max_message
+            )
 
         def factory(
             headers: dict[str, str] | None = None,

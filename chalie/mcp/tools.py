@@ -39,8 +39,12 @@ State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024
 MAX_SCHEMA_BYTES: Final = 64 * 1024
 MAX_REMOTE_NAME: Final = 512
-# A longer description is hostile on its face: it is cut before hashing and storing.
-MAX_REMOTE_DESCRIPTION: Final = 64 * 1024
+# What one remote tool may cost to hold (its row is kept in memory and in chalie.db): a
+# longer description is cut before hashing and storing (a digest of the whole stands for
+# the rest, so a change past the cut is still a change); a schema past MAX_SCHEMA_BYTES is
+# never a proxy's parameters, and only its digest and size are kept.
+MAX_REMOTE_DESCRIPTION: Final = 8 * 1024
+OVERSIZED: Final = "x-chalie-oversized"
 _CONTROL: Final = re.compile(
     r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]"
 )
@@ -116,6 +120,10 @@ def schema_problem(schema: Any) -> str | None:
     """Why an inputSchema cannot be a proxy's parameters, or None."""
     if not isinstance(schema, dict):
         return "its input schema is not an object"
+    if OVERSIZED in schema:
+        if schema[OVERSIZED] == "not JSON":
+            return "its input schema is not JSON"
+        return f"its input schema is larger than {MAX_SCHEMA_BYTES // 1024} KiB"
     try:
         size = len(json.dumps(schema))
     except (TypeError, ValueError):
@@ -160,9 +168,31 @@ def remote_tool(raw: Any) -> RemoteTool | None:
         description, schema = getattr(raw, "description", None), getattr(raw, "input_schema", None)
     return RemoteTool(
         name=name,
-        description=description[:MAX_REMOTE_DESCRIPTION] if isinstance(description, str) else "",
-        schema=schema if isinstance(schema, dict) else {},
+        description=bounded_description(description) if isinstance(description, str) else "",
+        schema=bounded_schema(schema) if isinstance(schema, dict) else {},
     )
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def bounded_description(text: str) -> str:
+    """``text``, or its first MAX_REMOTE_DESCRIPTION characters and a digest of the whole."""
+    if len(text) <= MAX_REMOTE_DESCRIPTION:
+        return text
+    return f"{text[: MAX_REMOTE_DESCRIPTION - 80]} [cut; sha256:{_digest(text)}]"
+
+
+def bounded_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, or (past MAX_SCHEMA_BYTES of JSON) a stand-in holding its digest and size."""
+    try:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):
+        return {OVERSIZED: "not JSON", "bytes": 0}
+    if len(text) <= MAX_SCHEMA_BYTES:
+        return schema
+    return {OVERSIZED: _digest(text), "bytes": len(text)}
 
 
 @dataclass

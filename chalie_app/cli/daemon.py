@@ -49,9 +49,10 @@ def run_command(ctx: click.Context) -> None:
     # Imported here: the actor runtime is heavy, and the other commands never need it.
     # The composition root sits above the actors; the CLI is the only part of
     # chalie/ that reaches it, and only to run the daemon.
-    from chalie import daemon
+    from chalie import daemon, heap
     from chalie_app import root
 
+    heap.limit_arenas()  # before any thread starts (chalie/heap.py)
     obj: Ctx = ctx.obj
     verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
     logs.configure(logging.DEBUG if verbose else logging.INFO)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from chalie.chat import protocol as p
@@ -109,5 +110,138 @@ def test_a_request_left_open_expires_to_a_denial_after_the_gate_restarts(tmp_pat
         assert store.state(request.request_id) == ("expired", None)
         store.close()
         assert second.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get() is False
+    finally:
+        second.stop()
+
+
+ASKING = {
+    "steps": [],
+    # every person's message asks for the clock; a tool's result is answered in words
+    "on_user": CLOCK["steps"][0],
+    "on_tool": {"text": "done"},
+}
+
+
+def ask_in_new_conversation(home: Path, text: str, msg_id: str) -> dict[str, Any]:
+    with ChatClient.local(home) as chat:
+        chat.send(p.Send(text=text, client_msg_id=msg_id))
+        while True:
+            frame = chat.receive(30)
+            assert frame is not None, "no permission request"
+            assert frame["type"] != "rejected", frame
+            if frame["type"] == "permission_request":
+                return frame
+
+
+def background_result(home: Path, conversation_id: str, timeout: float = 60) -> dict[str, Any]:
+    """The first background result the conversation holds (its stored events, then live)."""
+    with ChatClient.local(home) as chat:
+        chat.send(p.Open(conversation_id=conversation_id, after_seq=0))
+        while True:
+            frame = chat.receive(timeout)
+            assert frame is not None, "no background result in the conversation"
+            if frame["type"] == "background_result":
+                return frame
+
+
+@pytest.mark.slow
+def test_a_request_answered_after_a_restart_resumes_its_call() -> None:
+    """kill -9 while two calls wait for the owner; after the restart the owner allows one
+    (it runs, its result reaches its conversation as a background result) and denies the
+    other (its conversation hears that it did not run). Before: both only ended
+    ``interrupted`` and the answers were merely recorded."""
+    with FakeModelServer(load_script(json.dumps(ASKING))) as model:
+        home: Path = short_home()
+        (home / "config.toml").write_text(
+            f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+            '[channels.chat]\npinned = ["clock"]\nfind_tools = false\n'
+            "[chat]\nport = 0\n[mcp_server]\nport = 0\n"
+        )
+        d = DaemonProcess(home, home / "daemon.log").start()
+        try:
+            allowed = ask_in_new_conversation(home, "what time is it?", "m1")
+            denied = ask_in_new_conversation(home, "and now?", "m2")
+            assert {r["request_id"] for r in pending(d)} == {
+                allowed["request_id"],
+                denied["request_id"],
+            }
+            d.kill()  # SIGKILL while both wait
+
+            d = DaemonProcess(home, home / "daemon.log").start()
+            assert d.cli("policy", "answer", allowed["request_id"], "once").returncode == 0
+            assert d.cli("policy", "answer", denied["request_id"], "deny").returncode == 0
+            ran = background_result(home, allowed["conversation_id"])
+            assert ran["tool"] == "clock" and ran["status"] == "success", ran
+            assert "clock(status=success" in ran["envelope"], ran
+            refused = background_result(home, denied["conversation_id"])
+            assert refused["status"] == "error" and "permission-denied" in refused["envelope"]
+            assert "did not run" in refused["envelope"]
+            # the resumed call is on the trail, allowed by the owner's answer
+            trail = json.loads(d.cli("trail", "--json").stdout)
+            resumed = [r for r in trail if r["call_id"].endswith("-resumed")]
+            assert [(r["tool"], r["status"], r["decided_by"]) for r in resumed] == [
+                ("clock", "success", "human")
+            ], resumed
+        finally:
+            d.kill()
+
+
+def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearly(
+    tmp_path: Path,
+) -> None:
+    """The PolicyActor's half of resuming (no daemon): the call stored with its request is
+    handed back, once, on an allow after a restart, and its gate allows it exactly once; a
+    call that could not be stored (a secret in its arguments) ends with a result that says
+    so in its conversation."""
+    from actors.policy import PolicyActor
+    from chalie.approvals import ResumableCall, encode_call
+    from chalie.events import EventBus
+    from chalie.messages import BackgroundResult, ToolCall, TurnContext
+    from chalie.principals import LOCAL_OWNER
+
+    db = tmp_path / "chalie.db"
+    bus = EventBus()
+    heard: list[BackgroundResult] = []
+    bus.subscribe(None, heard.append, kinds=(BackgroundResult,))
+    ctx = TurnContext(conversation_id="c1", turn_id="t1", channel="chat", human_present=True)
+    stored = encode_call(
+        ResumableCall(
+            call_id="k1",
+            tool="clock",
+            arguments={"action": "now", "zone": "UTC"},
+            act_summary="reading the clock",
+            context=ctx,
+        )
+    )
+    first = PolicyActor.start(db, bus)
+    gate = first.proxy()
+    gate.gate("k1", ctx, "clock", "clock.now", False, "read", {"zone": "UTC"}, resume=stored).get()
+    other = msgspec.structs.replace(ctx, conversation_id="c2")
+    gate.gate("k2", other, "email", "email.send", False, "send", {"password": "***"}).get()
+    requests = {r.conversation_id: r.request_id for r in gate.pending().get()}
+    first.stop()
+    resumed: list[ToolCall] = []
+    second = PolicyActor.start(db, bus, resume=resumed.append)
+    try:
+        gate = second.proxy()
+        assert gate.answer(requests["c1"], "allow_once", LOCAL_OWNER).get() is True
+        (call,) = resumed
+        assert call.tool == "clock" and call.context.resumes == requests["c1"]
+        assert call.arguments == {
+            "action": "now",
+            "zone": "UTC",
+            "act_summary": "reading the clock",
+            "async": True,
+        }
+        assert call.context.allow_async and call.context.conversation_id == "c1"
+        again = (call.call_id, call.context, "clock", "clock.now", False, "read", {"zone": "UTC"})
+        assert gate.gate(*again).get().result(5).decision == "allow"
+        twice = gate.gate(*again).get()  # the answer is used once: asked again
+        assert not twice.done() and len(gate.pending().get()) == 2  # c2 and the new ask
+        assert gate.answer(requests["c2"], "allow_once", LOCAL_OWNER).get() is True
+        wait_until(lambda: heard, timeout=10)
+        (told,) = heard
+        assert told.conversation_id == "c2" and told.code == "interrupted"
+        assert "held a secret" in told.envelope and len(resumed) == 1
     finally:
         second.stop()

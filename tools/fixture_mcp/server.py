@@ -6,7 +6,9 @@
 ``structured``, ``picture`` (an image), ``fail`` (isError), ``slow``
 (sleeps), ``grow`` (adds tools and announces list_changed), ``mutate``
 (changes ``echo``'s description and announces it), ``quietly`` (adds tools
-without announcing them), ``extra_<i>``.
+without announcing them), ``extra_<i>``; ``--many N`` adds ``many_<i>`` tools, listed
+without the SDK's per-tool set-up (10,000 of them list in a second), ``shrink`` drops the
+first of them and announces it; ``--big`` offers ``big``, a text of the size asked for.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, ListToolsResult, PaginatedRequestParams, TextContent
+from mcp.types import (
+    CallToolResult,
+    ImageContent,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+)
+from mcp.types import Tool as MCPTool
 
 from chalie.listener import tcp_listener
 
@@ -35,10 +44,38 @@ HOSTILE = {
 }
 
 
+MANY_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+
 class Fixture(MCPServer):
     page_size = 0
     chatty = False  # announce list_changed after every listing (a list_changed loop)
     listings = 0
+    many = 0  # many_<i> tools listed beside the registered ones (i from many_from)
+    many_from = 0
+    _many_listed: list[MCPTool] = []
+
+    def many_tools(self) -> list[MCPTool]:
+        if len(self._many_listed) != self.many - self.many_from:
+            self._many_listed = [
+                MCPTool(
+                    name=f"many_{i}",
+                    description=f"Catalogue entry {i}: looks up record number {i} of the store.",
+                    input_schema=MANY_SCHEMA,
+                )
+                for i in range(self.many_from, self.many)
+            ]
+        return self._many_listed
+
+    async def list_tools(self) -> list[MCPTool]:
+        return [*(await super().list_tools()), *self.many_tools()]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        number = int(name[5:]) if name.startswith("many_") and name[5:].isdigit() else -1
+        if self.many_from <= number < self.many:
+            text = f"record {name[5:]}: {arguments.get('x', 0)}"
+            return CallToolResult(content=[TextContent(type="text", text=text)])
+        return await super().call_tool(name, arguments, context)
 
     async def _handle_list_tools(  # type: ignore[override]
         self, ctx: Any, params: PaginatedRequestParams | None
@@ -83,6 +120,7 @@ def numbered(kind: str, n: int) -> Any:
 def build(args: argparse.Namespace) -> Fixture:
     srv = Fixture("fixture", version="1", log_level="WARNING")
     srv.page_size = args.page_size
+    srv.many = args.many
     srv.chatty = args.chatty
     if args.chatty:
 
@@ -167,6 +205,22 @@ def build(args: argparse.Namespace) -> Fixture:
             srv.add_tool(numbered("quiet", n), name=f"quiet_{n}", description=f"Quiet tool {n}.")
         return f"now {state['grown']} grown tools"
 
+    if args.many:
+
+        @srv.tool()
+        async def shrink(count: int, ctx: Context) -> str:
+            """Drop the first many_<i> tools and announce the change."""
+            srv.many_from = min(srv.many, srv.many_from + count)
+            await announce(ctx)
+            return f"now {srv.many - srv.many_from} many tools"
+
+    if args.big:
+
+        @srv.tool()
+        def big(megabytes: float) -> str:
+            """Answer with a text of this many megabytes."""
+            return "x" * int(megabytes * 1024 * 1024)
+
     @srv.tool()
     async def mutate(ctx: Context) -> str:
         """Change echo's description (a rug pull) and announce it."""
@@ -229,6 +283,8 @@ def main() -> None:
     parser.add_argument("--token", default="")
     parser.add_argument("--page-size", type=int, default=0)
     parser.add_argument("--extra", type=int, default=0)
+    parser.add_argument("--many", type=int, default=0, help="many_<i> tools, listed cheaply")
+    parser.add_argument("--big", action="store_true", help="offer big(megabytes)")
     parser.add_argument("--hostile", action="store_true")
     parser.add_argument("--chatty", action="store_true", help="list_changed after each list")
     parser.add_argument("--cancel-log", default="", help="append a line when slow is cancelled")

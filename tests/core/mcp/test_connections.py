@@ -349,7 +349,7 @@ def test_a_stdio_server_printing_junk_connects_and_cannot_flood_the_log(
     rig.add(stdio_spec("junk", "--junk", connect_timeout=10))
     rig.start()
     rig.wait_tools("junk", FIXTURE_TOOLS, 30)  # 500 junk lines, then a working session
-    sdk = [r for r in caplog.records if r.name == "mcp.client.stdio"]
+    sdk = [r for r in caplog.records if r.name == "chalie.mcp.stdio"]
     assert 1 <= len(sdk) <= 20  # one line each, a bounded number a minute
     assert all(r.exc_info is None for r in sdk)
 

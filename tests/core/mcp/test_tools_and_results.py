@@ -10,7 +10,7 @@ import msgspec
 from chalie.envelope import parse, render
 from chalie.mcp import results
 from chalie.mcp.proxy import install, proxy_class
-from chalie.mcp.tools import RemoteTool, ToolRow, approve, clean_text, plan
+from chalie.mcp.tools import RemoteTool, ToolRow, approve, clean_text, definition_hash, plan
 from chalie.registry import Registry
 
 S = {"type": "object", "properties": {"q": {"type": "string"}}}
@@ -219,8 +219,30 @@ def test_an_enormous_description_is_cut_before_it_is_pinned_or_stored() -> None:
     from chalie.mcp.tools import MAX_REMOTE_DESCRIPTION, remote_tool
 
     t = remote_tool({"name": "a", "description": "x" * (4 << 20), "inputSchema": S})
-    assert t is not None and len(t.description) == MAX_REMOTE_DESCRIPTION
+    assert t is not None and len(t.description) <= MAX_REMOTE_DESCRIPTION
+    # a change past the cut is still a change of definition (a digest of the whole is kept)
+    u = remote_tool({"name": "a", "description": "x" * (4 << 20) + "y", "inputSchema": S})
+    assert u is not None and definition_hash(u) != definition_hash(t)
     assert remote_tool({"name": 5}) is None and remote_tool({"description": "no name"}) is None
+
+
+def test_what_one_remote_tool_holds_is_bounded() -> None:
+    """Memory per tool: 5,000 tools of a hostile server each with a 1 MB schema and a
+    1 MB description hold kilobytes each, not megabytes; the tool is incompatible, and a
+    change to the big schema is still a change."""
+    from chalie.mcp.tools import MAX_REMOTE_DESCRIPTION, MAX_SCHEMA_BYTES, remote_tool
+
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40_000)}}
+    listed = {"name": "a", "description": "d" * (1 << 20), "inputSchema": huge}
+    t = remote_tool(listed)
+    assert t is not None
+    (row,) = plan("srv", [], [listed], {}, now=1.0).rows
+    held = len(msgspec.json.encode(row))
+    assert held < MAX_REMOTE_DESCRIPTION + 1024, held
+    assert row.state == "incompatible" and f"{MAX_SCHEMA_BYTES // 1024} KiB" in row.problem
+    bigger = {**huge, "required": ["p1"]}
+    u = remote_tool({"name": "a", "description": "d" * (1 << 20), "inputSchema": bigger})
+    assert u is not None and definition_hash(u) != definition_hash(t)
 
 
 def test_a_change_through_incompatible_is_still_quarantined() -> None:
