@@ -18,26 +18,29 @@ URL mode: the owner is shown the link through the gate (permission
 ``_mcp_<server>.elicitation``; allowing means the owner will open it
 themselves, Chalie never opens it) and the answer is accept or decline. Form
 mode: a form asking for a credential is declined (never filled on the owner's
-behalf); any other form is a question to the owner: ``_mcp_<server>.elicitation``
-through the gate (the owner sees the question and the fields), then the answer
-from :meth:`ServerAsks.answer` (``chalie mcp answer``), checked against the
-requested schema, within ``[mcp] elicitation_timeout``.
+behalf); any other form is one durable request of the gate's
+(``_mcp_<server>.elicitation``, a :class:`~chalie.messages.PermissionRequest`
+with the form's schema, stored in ``chalie.db``, listed by ``chalie policy
+pending``): a setting of deny declines it, otherwise the owner, and only an
+owner principal other than the one whose turn raised it, answers it from a chat
+client (``answer`` with ``content``), ``chalie policy answer`` or ``chalie mcp
+answer``; the answer is checked against the requested schema by the gate, and
+the request expires to a decline after ``[mcp] elicitation_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 from mcp_types import (
     INVALID_REQUEST,
     CreateMessageRequestParams,
@@ -52,18 +55,17 @@ from mcp_types import (
 from actors.child_ref import ChildRef
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
-from chalie.events import HUMANS, EventBus
-from chalie.mail import GateAsk, RecordAsk
+from chalie.events import EventBus
+from chalie.forms import fields as form_fields
+from chalie.forms import secret_fields
+from chalie.mail import GateAsk, RecordAsk, Withdraw
 from chalie.mcp.peer import (
     MAX_SHOWN,
-    BadAnswer,
     CallScope,
-    check_answer,
     describe_request,
     estimate_tokens,
     model_request,
     sampling_prompt,
-    secret_fields,
 )
 from chalie.messages import TurnContext
 from chalie.policy import GateDecision
@@ -94,17 +96,6 @@ def headless(server: str) -> TurnContext:
         scope="restricted",
         initiator="framework",
     )
-
-
-class ElicitationAsked(msgspec.Struct, tag_field="type", tag="elicitation_request", frozen=True):
-    """Shown to the owner: a server's question, answered with ``chalie mcp answer``."""
-
-    request_id: str
-    conversation_id: str
-    server: str
-    message: str
-    fields: dict[str, Any]
-    expires_at: float
 
 
 class Budget:
@@ -141,15 +132,6 @@ class Budget:
             self._conn.close()
 
 
-@dataclass
-class _Question:
-    server: str
-    schema: dict[str, Any]
-    future: concurrent.futures.Future[ElicitResult] = field(
-        default_factory=concurrent.futures.Future
-    )
-
-
 class ServerAsks:
     """The Asks of every connection (chalie.mcp.peer); runs on the daemon's loop."""
 
@@ -176,8 +158,6 @@ class ServerAsks:
         self._expiry = approval_expiry
         self._budget = Budget(db_path)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-budget")
-        self._questions: dict[str, _Question] = {}
-        self._lock = threading.Lock()
 
     async def aclose(self) -> None:
         """Close the model's connections (on the loop)."""
@@ -186,11 +166,6 @@ class ServerAsks:
             await client.aclose()
 
     def close(self) -> None:
-        with self._lock:
-            pending, self._questions = list(self._questions.values()), {}
-        for q in pending:
-            if not q.future.done():
-                q.future.set_result(ElicitResult(action="cancel"))
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._budget.close()
 
@@ -202,8 +177,16 @@ class ServerAsks:
         what: str,
         summary: str,
         params: dict[str, Any],
+        *,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> GateDecision | None:
-        """The gate's decision for a server's request; None when there is no gate."""
+        """The gate's decision for a server's request; None when there is no gate.
+
+        ``form``: the owner fills it (a durable request of the gate's, answered from chat,
+        ``chalie policy answer`` or ``chalie mcp answer``); the decision carries the answer.
+        A request the server gives up on (its call cancelled) is withdrawn from the gate.
+        """
         policy = self._policy
         if policy is None:
             return None
@@ -218,10 +201,17 @@ class ServerAsks:
             act_summary=summary[:200],
             params_redacted=params,
             reply=reply,
+            form=form,
+            expires_in=expires_in,
         )
+        wait = (self._expiry if expires_in is None else expires_in) + GATE_GRACE
         try:
             policy.tell(ask)
-            decision = await asyncio.wait_for(asyncio.wrap_future(reply), self._expiry + GATE_GRACE)
+            decision = await asyncio.wait_for(asyncio.wrap_future(reply), wait)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                policy.tell(Withdraw(reply))
+            raise
         except Exception as exc:
             log.warning("the gate did not decide %s for %s: %s", what, server, exc)
             return None
@@ -341,60 +331,19 @@ class ServerAsks:
         if secrets:
             log.info("mcp server %s asked for secrets (%s): declined", server, ", ".join(secrets))
             return ElicitResult(action="decline")
-        fields = dict(schema_dict.get("properties") or {})
         decision = await self._gate(
-            server, scope, "elicitation", shown, {"message": params.message, "fields": fields}
+            server,
+            scope,
+            "elicitation",
+            shown,
+            {"message": params.message[:MAX_SHOWN], "fields": form_fields(schema_dict)},
+            form=schema_dict,
+            expires_in=self._cfg.elicitation_timeout,
         )
-        if decision is None or not decision.allowed:
+        if decision is None or not decision.allowed or decision.content is None:
             return ElicitResult(action="decline")
-        return await self._ask_owner(server, scope, params.message, schema_dict)
-
-    async def _ask_owner(
-        self, server: str, scope: CallScope, message: str, schema: dict[str, Any]
-    ) -> ElicitResult:
-        request_id = uuid.uuid4().hex
-        question = _Question(server, schema)
-        with self._lock:
-            self._questions[request_id] = question
-        assert scope.context is not None
-        asked = ElicitationAsked(
-            request_id=request_id,
-            conversation_id=scope.context.conversation_id,
-            server=server,
-            message=message[:MAX_SHOWN],
-            fields=dict(schema.get("properties") or {}),
-            expires_at=time.time() + self._cfg.elicitation_timeout,
-        )
-        if self._bus is not None:
-            self._bus.publish(scope.context.conversation_id, asked)  # type: ignore[arg-type]
-            self._bus.publish(HUMANS, asked)  # type: ignore[arg-type]
-        log.info("mcp server %s asks the owner (request %s)", server, request_id)
-        try:
-            return await asyncio.wait_for(
-                asyncio.wrap_future(question.future), self._cfg.elicitation_timeout
-            )
-        except TimeoutError:
-            return ElicitResult(action="cancel")
-        finally:
-            with self._lock:
-                self._questions.pop(request_id, None)
-
-    def pending(self) -> list[str]:
-        with self._lock:
-            return sorted(self._questions)
-
-    def answer(self, request_id: str, content: Any) -> str:
-        """The owner's answer (None: decline); ``ok``, ``unknown``, or BadAnswer's reason."""
-        with self._lock:
-            question = self._questions.get(request_id)
-        if question is None or question.future.done():
-            return "unknown"
-        if content is None:
-            question.future.set_result(ElicitResult(action="decline"))
-            return "ok"
-        checked = check_answer(question.schema, content)  # raises BadAnswer
-        question.future.set_result(ElicitResult(action="accept", content=checked))
-        return "ok"
+        log.info("mcp server %s: the owner answered its form", server)
+        return ElicitResult(action="accept", content=decision.content)
 
 
-__all__ = ["BadAnswer", "Budget", "ElicitationAsked", "ServerAsks", "headless", "permission"]
+__all__ = ["Budget", "ServerAsks", "headless", "permission"]

@@ -191,6 +191,8 @@ class PolicyActor(SupervisedActor):
                 message.params_redacted,
                 reply=message.reply,
                 reach=message.reach,
+                form=message.form,
+                expires_in=message.expires_in,
             )
         if isinstance(message, ViewRequest):
             return self._view
@@ -215,8 +217,15 @@ class PolicyActor(SupervisedActor):
         *,
         reply: Future[GateDecision] | None = None,
         reach: str | None = None,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> Future[GateDecision]:
-        """Decide one call; the returned future completes now, or when a human answers."""
+        """Decide one call; the returned future completes now, or when a human answers.
+
+        ``form``: a question whose answer fills it (a server's elicitation); it is put to
+        a person whatever the setting, unless the setting is deny or nobody is there, and
+        it expires after ``expires_in`` seconds (default: the approval expiry) to a denial.
+        """
         reply = reply if reply is not None else Future()
         try:
             decision = self._decide(
@@ -229,6 +238,8 @@ class PolicyActor(SupervisedActor):
                 params_redacted,
                 reply,
                 reach,
+                form,
+                expires_in,
             )
         except Exception as exc:
             log.exception("the permission gate failed for call %r; denying", call_id)
@@ -248,6 +259,8 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
         reach: str | None = None,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> GateDecision | None:
         channel = str(context.channel)
         setting: Decision | None = None
@@ -266,6 +279,24 @@ class PolicyActor(SupervisedActor):
             human_present=context.human_present,
             internal=internal is True,
         )
+        if form is not None:
+            # A form is filled by a person or not at all: deny, or nobody to ask, declines;
+            # an allow does not answer it (never on the owner's behalf), so it is asked.
+            if decision is not None and not decision.allowed:
+                return decision
+            self._ask_human(
+                call_id,
+                context,
+                tool,
+                permission,
+                act_summary,
+                params_redacted,
+                reply,
+                reach,
+                form=form,
+                expires_in=expires_in,
+            )
+            return None
         if (
             decision is not None
             and decision.decision == "deny"
@@ -300,14 +331,20 @@ class PolicyActor(SupervisedActor):
         params_redacted: dict[str, Any],
         reply: Future[GateDecision],
         reach: str | None = None,
+        *,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> None:
-        request = self._request(context, tool, permission, act_summary, params_redacted, reach)
+        expiry = self._expiry if expires_in is None else max(0.001, float(expires_in))
+        request = self._request(
+            context, tool, permission, act_summary, params_redacted, reach, form, expiry
+        )
         request_id = request.request_id
         # Durable before anyone is asked: a request nobody could find later is never raised
         # (a failed write fails the gate closed).
         if self._approvals is not None:
             self._approvals.put(request)
-        timer = self.schedule(self._expiry, ExpireRequest(request_id))
+        timer = self.schedule(expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, reply, timer)
         log.info(
             "asking conversation %s to allow %s (request %s, call %s)",
@@ -348,6 +385,8 @@ class PolicyActor(SupervisedActor):
         act_summary: str,
         params_redacted: dict[str, Any],
         reach: str | None,
+        form: dict[str, Any] | None = None,
+        expiry: float | None = None,
     ) -> PermissionRequest:
         asked_by = rules.asked_by(context.principal, context.channel)
         return PermissionRequest(
@@ -358,11 +397,12 @@ class PolicyActor(SupervisedActor):
             tool=tool,
             act_summary=act_summary[:200],
             params=params_redacted,
-            expires_at=time.time() + self._expiry,
+            expires_at=time.time() + (self._expiry if expiry is None else expiry),
             principal=context.principal,
             origin=asked_by,
             reach=reach,
             prompt=rules.prompt(tool, permission, act_summary, params_redacted, asked_by, reach),
+            form=form,
         )
 
     def _expire(self, request_id: str) -> None:
@@ -382,12 +422,18 @@ class PolicyActor(SupervisedActor):
                 )
                 log.info("permission request %s withdrawn by its caller", request_id)
 
-    def answer(self, request_id: str, answer: str, by: Principal | None) -> bool:
+    def answer(
+        self, request_id: str, answer: str, by: Principal | None, content: Any = None
+    ) -> bool:
         """Apply ``by``'s answer; False when no such request is pending (answered or expired).
 
         Only an owner answers, and never the principal whose turn raised the
         request (:func:`chalie.principals.may_answer`): anyone else gets
         :class:`~chalie.policy.PolicyError` ``forbidden`` and the request stays.
+        A request with a form is answered with ``content``, its fields; one that does
+        not fit the form is a PolicyError and the request stays pending
+        (:func:`chalie.policy.answer_decision`). The content is handed to the caller
+        only: never stored, logged or published.
         """
         if answer not in rules.ANSWERS:
             raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(rules.ANSWERS)}")
@@ -404,13 +450,15 @@ class PolicyActor(SupervisedActor):
                 },
             )
             raise PolicyError("only the owner answers a permission request", code="forbidden")
+        form = found.request.form
+        # A bad answer (content that does not fit the form...) raises here: the request stays.
+        decision = rules.answer_decision(answer, found.request.permission, form, content)
         pending = self._pending.pop(request_id)
         self.unschedule(pending.timer)
         request = pending.request
         try:
-            if answer == "allow_always":
+            if answer == "allow_always" and form is None:
                 self.store.set(request.channel, request.permission, "allow")
-            decision = rules.answer_decision(answer, request.permission)
         except Exception as exc:
             log.exception("applying the answer to %s failed; denying", request_id)
             decision = rules.failed_closed(type(exc).__name__)

@@ -98,6 +98,12 @@ class GateAsk:
     reply: Future[GateDecision] = field(default_factory=Future)
     # What the call reaches beyond Chalie (chalie.ability.Ability.reach); set: sensitive.
     reach: str | None = None
+    # A form the owner fills (a server's elicitation, chalie.forms): the JSON schema of the
+    # answer, which the decision carries (GateDecision.content); a request with a form is
+    # always put to a person, even where the setting is allow, and expires after
+    # ``expires_in`` seconds (None: the gate's approval expiry).
+    form: dict[str, Any] | None = None
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
