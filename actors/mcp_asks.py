@@ -53,6 +53,8 @@ from mcp_types import (
 )
 
 from actors.child_ref import ChildRef
+from actors.policy import ViewCache
+from chalie import policy as rules
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
 from chalie.events import EventBus
@@ -99,24 +101,48 @@ def headless(server: str) -> TurnContext:
 
 
 class Budget:
-    """Tokens each server's sampling spent per UTC day, in ``chalie.db`` (off the loop)."""
+    """Tokens each server's sampling spent per UTC day, in ``chalie.db``.
+
+    The table is the record; what this process knows of it is also kept in memory
+    (:meth:`known`, read without a thread hop), since this is the table's one writer.
+    :meth:`spent` and :meth:`book` touch the database (off the loop, on one thread, so a
+    booking is in the table before a later read of it); :meth:`note` counts a booking in
+    memory at once, so concurrent requests cannot overspend between the two.
+    """
 
     def __init__(self, db_path: Path) -> None:
         self._conn = connect(db_path)
         self._conn.execute(_SCHEMA)
         self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], int] = {}
 
     @staticmethod
     def today() -> str:
         return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
+    def known(self, server: str) -> int | None:
+        """Today's spending as this process knows it (None: not read yet today)."""
+        with self._lock:
+            return self._known.get((server, self.today()))
+
+    def note(self, server: str, tokens: int) -> None:
+        """Count a booking in memory (where today's spending is known)."""
+        key = (server, self.today())
+        with self._lock:
+            if key in self._known:
+                self._known[key] += max(0, tokens)
+
     def spent(self, server: str) -> int:
+        """Today's spending from the table (blocking), and known from now on."""
+        day = self.today()
         with self._lock:
             row = self._conn.execute(
-                "SELECT tokens FROM mcp_sampling WHERE server = ? AND day = ?",
-                (server, self.today()),
+                "SELECT tokens FROM mcp_sampling WHERE server = ? AND day = ?", (server, day)
             ).fetchone()
-        return int(row[0]) if row else 0
+            spent = int(row[0]) if row else 0
+            self._known = {k: v for k, v in self._known.items() if k[1] == day}
+            self._known[(server, day)] = spent
+        return spent
 
     def book(self, server: str, tokens: int) -> None:
         with self._lock:
@@ -158,6 +184,7 @@ class ServerAsks:
         self._expiry = approval_expiry
         self._budget = Budget(db_path)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-budget")
+        self._views = ViewCache()  # on the loop only
 
     async def aclose(self) -> None:
         """Close the model's connections (on the loop)."""
@@ -204,6 +231,10 @@ class ServerAsks:
             form=form,
             expires_in=expires_in,
         )
+        now = self._gate_now(ask)
+        if now is not None:
+            self._record(ask, now)
+            return now
         wait = (self._expiry if expires_in is None else expires_in) + GATE_GRACE
         try:
             policy.tell(ask)
@@ -217,6 +248,30 @@ class ServerAsks:
             return None
         self._record(ask, decision)
         return decision
+
+    def _gate_now(self, ask: GateAsk) -> GateDecision | None:
+        """The decision without a hop to the PolicyActor, where the operator's table settles
+        it (allow or deny, read from its lock-free view, the one rule applied as the
+        dispatcher's fast path does); None: the actor decides (ask, unseen, a form to fill)."""
+        policy = self._policy
+        try:
+            if policy is None or not policy.is_alive():
+                return None
+            view = self._views.get(policy.current())
+            if view is None:
+                return None
+            setting = view.setting(ask.context.channel, ask.permission)
+        except Exception:
+            return None
+        if setting not in ("allow", "deny") or (ask.form is not None and setting != "deny"):
+            return None
+        return rules.gate_rule(
+            setting,
+            permission=ask.permission,
+            channel=ask.context.channel,
+            human_present=ask.context.human_present,
+            internal=False,
+        )
 
     def _record(self, ask: GateAsk, decision: GateDecision) -> None:
         """The decision on the action trail, through its one writer (never waited on)."""
@@ -264,7 +319,9 @@ class ServerAsks:
             return self._refuse(server, f"sampling was not allowed ({why})")
         loop = asyncio.get_running_loop()
         limit = self._cfg.sampling_tokens_per_day if budget is None else budget
-        spent = await loop.run_in_executor(self._pool, self._budget.spent, server)
+        spent = self._budget.known(server)
+        if spent is None:  # the first request of the day: read the table, off the loop
+            spent = await loop.run_in_executor(self._pool, self._budget.spent, server)
         estimate = estimate_tokens(prompt) + bound
         if spent + estimate > limit:
             return self._refuse(
@@ -279,6 +336,7 @@ class ServerAsks:
             log.warning("sampling for %s failed at the model: %s", server, code)
             return self._refuse(server, f"the model failed ({code})")
         used = answer.usage.total or estimate_tokens(prompt) + estimate_tokens(answer.text)
+        self._budget.note(server, used)
         loop.run_in_executor(self._pool, self._budget.book, server, used)
         log.info(
             "sampled for mcp server %s",

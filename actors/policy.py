@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pykka
+
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.approvals import ApprovalStore
@@ -52,7 +54,7 @@ from chalie.messages import Decision, PermissionRequest, RequestSettled, Settlem
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 
-__all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
+__all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewCache", "ViewRequest", "Withdraw"]
 
 log = logging.getLogger("chalie.policy")
 
@@ -65,6 +67,32 @@ class PolicyView:
 
     def setting(self, channel: str, permission: str, *, sensitive: bool = False) -> Decision | None:
         return rules.resolve(self._store.table, channel, permission, sensitive=sensitive)
+
+
+class ViewCache:
+    """The current PolicyActor's :class:`PolicyView`, fetched once per incarnation without
+    waiting for it (a gate fast path: the dispatcher's, the MCP server asks'). One owner
+    thread (or loop) each; None until the actor has answered."""
+
+    def __init__(self) -> None:
+        self._urn: str | None = None
+        self._view: PolicyView | None = None
+        self._future: Any = None
+
+    def get(self, ref: Any) -> PolicyView | None:
+        if ref.actor_urn != self._urn:
+            self._urn, self._view = ref.actor_urn, None
+            self._future = ref.ask(ViewRequest(), block=False)
+        if self._view is None and self._future is not None:
+            try:
+                found = self._future.get(timeout=0)
+            except pykka.Timeout:
+                return None
+            except Exception:
+                self._future = None
+                return None
+            self._view = found if isinstance(found, PolicyView) else None
+        return self._view
 
 
 @dataclass
