@@ -175,14 +175,29 @@ def test_a_form_elicitation_is_a_durable_request_checked_against_the_form(
 
 
 def test_a_form_elicitation_expires_to_a_decline(rig: Rig) -> None:
-    with_asks(rig, None, elicitation_timeout=1.0)
+    with_asks(rig, None, elicitation_timeout=3.0)
     rig.add(capable())
     rig.start()
     rig.wait_tools("cap", 6, 40)
     rig.allow("_mcp_cap_*")
     out = rig.run("_mcp_cap_ask_name", context=turn())
     assert "no answer (decline)" in out.envelope
-    assert rig.policy.proxy().pending().get(timeout=5) == []
+    policy = rig.policy.proxy()
+    assert policy.pending().get(timeout=5) == []
+    # allow_always answers a form once: no rule is stored for it (never filled for the owner)
+    asked: list[PermissionRequest] = []
+    rig.bus.subscribe(
+        "conv", lambda e: asked.append(e) if isinstance(e, PermissionRequest) else None
+    )
+    fut = rig.call("_mcp_cap_ask_name", context=turn())
+    wait_until(lambda: bool(asked), 20, "the question")
+    answered = policy.answer(
+        asked[0].request_id, "allow_always", LOCAL_OWNER, {"name": "Al", "age": 9}
+    )
+    assert answered.get(timeout=5) is True
+    assert "hello Al (9)" in fut.result(30).envelope
+    rules = policy.list().get(timeout=5)
+    assert not any(r.permission == "_mcp_cap.elicitation" and r.decision == "allow" for r in rules)
 
 
 def test_progress_reaches_the_conversation_as_tool_progress(rig: Rig) -> None:
