@@ -265,6 +265,7 @@ class RuntimeBackend:
                 params=dict(r.params),
                 expires_at=r.expires_at,
                 asked_by=origins.get(r.conversation_id, ""),
+                form=r.form,
             )
             for r in found
         ]
@@ -273,7 +274,9 @@ class RuntimeBackend:
         """Answer as ``who``, the signed-in caller (the bearer token's principal, the
         session's token's, or the local owner for a one-time-link session)."""
         try:
-            done = self._policy().call(PolicyActor.answer, path.request_id, args.answer, who)
+            done = self._policy().call(
+                PolicyActor.answer, path.request_id, args.answer, who, args.content
+            )
         except PolicyError as exc:
             if exc.code == "forbidden":
                 raise ApiProblem(403, "forbidden", str(exc)) from None

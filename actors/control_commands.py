@@ -113,17 +113,13 @@ class ControlCommands:
         return control.success(mcp.call(McpConnections.reload))
 
     def mcp_answer(self, args: McpAnswerArgs) -> ControlReply:
-        """The owner answers a server's elicitation (checked against the server's form)."""
-        from actors.mcp_asks import BadAnswer
-
-        asks = self._host.services.mcp_asks
-        if asks is None:
-            return control.failure(control.UNAVAILABLE, "MCP connections are not running")
-        try:
-            found = asks.answer(args.request_id, args.content)
-        except BadAnswer as exc:
-            return control.failure(control.INVALID_ARGS, str(exc))
-        if found == "unknown":
+        """The owner answers a server's elicitation: its fields (checked against the form by
+        the gate, whose durable request it is), or none to decline."""
+        answer = "deny" if args.content is None else "allow_once"
+        found = self._policy().call(
+            PolicyActor.answer, args.request_id, answer, LOCAL_OWNER, args.content
+        )
+        if found is False:
             return control.failure(control.NOT_FOUND, f"no pending elicitation {args.request_id!r}")
         return control.success({"request_id": args.request_id, "answered": True})
 
@@ -227,7 +223,9 @@ class ControlCommands:
 
     def policy_answer(self, args: PolicyAnswerArgs) -> ControlReply:
         # The control socket is 0600: whoever reaches it is the OS user, the owner.
-        found = self._policy().call(PolicyActor.answer, args.request_id, args.answer, LOCAL_OWNER)
+        found = self._policy().call(
+            PolicyActor.answer, args.request_id, args.answer, LOCAL_OWNER, args.content
+        )
         if found is False:
             return control.failure(
                 control.NOT_FOUND, f"no pending permission request {args.request_id!r}"

@@ -451,7 +451,7 @@ class Conversations(SupervisedActor):
         return self.store.events(conversation_id, after_seq, limit)
 
     def answer(
-        self, request_id: str, answer: str, by: Principal | None
+        self, request_id: str, answer: str, by: Principal | None, content: Any = None
     ) -> concurrent.futures.Future[bool]:
         """Hand ``by``'s answer to the gate, the request's one owner; the future says
         whether the request was pending. The PolicyActor answers it (and refuses anyone
@@ -467,7 +467,7 @@ class Conversations(SupervisedActor):
             raise ConversationError("invalid-message", "request_id is not a request id")
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
         answered = self._rt.child("policy", PolicyActor).future(
-            PolicyActor.answer, request_id, answer, by
+            PolicyActor.answer, request_id, answer, by, content
         )
         assert isinstance(answered, CallbackFuture)  # the PolicyActor's answers call back
         answered.add_done_callback(lambda done: _settle_bool(out, done))

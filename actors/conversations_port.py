@@ -54,8 +54,10 @@ class ActorConversations:
             "cancel", self._child.acall(Conversations.cancel, conversation_id)
         )
 
-    async def answer(self, request_id: str, answer: str, by: Principal) -> bool:
-        answered = self._child.acall(Conversations.answer, request_id, answer, by)
+    async def answer(
+        self, request_id: str, answer: str, by: Principal, content: Any = None
+    ) -> bool:
+        answered = self._child.acall(Conversations.answer, request_id, answer, by, content)
         return await self._settled("answer", answered)
 
     async def delete(self, conversation_id: str) -> bool:

@@ -66,7 +66,7 @@ from actors.executors import EXECUTORS, ExecutorEnv, Factory, build
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
 from actors.future import Reply
-from actors.policy import PolicyActor, PolicyView
+from actors.policy import PolicyActor, PolicyView, ViewCache
 from actors.timers import TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
@@ -84,7 +84,6 @@ from chalie.mail import (
     GateAsk,
     RecordAsk,
     Suggested,
-    ViewRequest,
     Withdraw,
 )
 from chalie.messages import BackgroundResult, CancelTurn, ToolCall, ToolOutcome
@@ -203,9 +202,7 @@ class DispatcherActor(SupervisedActor):
         self._seq = itertools.count(1)
         # Job ids: unique per call across restarts and processes, without a uuid per call.
         self._job_prefix = f"{os.getpid():x}-{os.urandom(6).hex()}"
-        self._view_urn: str | None = None
-        self._view: PolicyView | None = None
-        self._view_future: pykka.Future[Any] | None = None
+        self._views = ViewCache()
         self._timers: TimerInbox = self.timers  # deadlines and the trail flush, on this thread
         self._flush_timer: int | None = None  # the pending FlushTrail, if any
         # Unknown tool names are looked up in discovery on this one thread (it blocks).
@@ -636,19 +633,7 @@ class DispatcherActor(SupervisedActor):
 
     def _policy_view(self, ref: pykka.ActorRef[PolicyActor]) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""
-        if ref.actor_urn != self._view_urn:
-            self._view_urn, self._view = ref.actor_urn, None
-            self._view_future = ref.ask(ViewRequest(), block=False)
-        if self._view is None and self._view_future is not None:
-            try:
-                found = self._view_future.get(timeout=0)
-            except pykka.Timeout:
-                return None
-            except Exception:
-                self._view_future = None
-                return None
-            self._view = found if isinstance(found, PolicyView) else None
-        return self._view
+        return self._views.get(ref)
 
     # -- step 3: execution ---------------------------------------------------------------
     def _after_gate(self, state: _Call, decision: GateDecision) -> None:

@@ -18,26 +18,29 @@ URL mode: the owner is shown the link through the gate (permission
 ``_mcp_<server>.elicitation``; allowing means the owner will open it
 themselves, Chalie never opens it) and the answer is accept or decline. Form
 mode: a form asking for a credential is declined (never filled on the owner's
-behalf); any other form is a question to the owner: ``_mcp_<server>.elicitation``
-through the gate (the owner sees the question and the fields), then the answer
-from :meth:`ServerAsks.answer` (``chalie mcp answer``), checked against the
-requested schema, within ``[mcp] elicitation_timeout``.
+behalf); any other form is one durable request of the gate's
+(``_mcp_<server>.elicitation``, a :class:`~chalie.messages.PermissionRequest`
+with the form's schema, stored in ``chalie.db``, listed by ``chalie policy
+pending``): a setting of deny declines it, otherwise the owner, and only an
+owner principal other than the one whose turn raised it, answers it from a chat
+client (``answer`` with ``content``), ``chalie policy answer`` or ``chalie mcp
+answer``; the answer is checked against the requested schema by the gate, and
+the request expires to a decline after ``[mcp] elicitation_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 from mcp_types import (
     INVALID_REQUEST,
     CreateMessageRequestParams,
@@ -50,20 +53,21 @@ from mcp_types import (
 )
 
 from actors.child_ref import ChildRef
+from actors.policy import ViewCache
+from chalie import policy as rules
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
-from chalie.events import HUMANS, EventBus
-from chalie.mail import GateAsk, RecordAsk
+from chalie.events import EventBus
+from chalie.forms import fields as form_fields
+from chalie.forms import secret_fields
+from chalie.mail import GateAsk, RecordAsk, Withdraw
 from chalie.mcp.peer import (
     MAX_SHOWN,
-    BadAnswer,
     CallScope,
-    check_answer,
     describe_request,
     estimate_tokens,
     model_request,
     sampling_prompt,
-    secret_fields,
 )
 from chalie.messages import TurnContext
 from chalie.policy import GateDecision
@@ -96,36 +100,49 @@ def headless(server: str) -> TurnContext:
     )
 
 
-class ElicitationAsked(msgspec.Struct, tag_field="type", tag="elicitation_request", frozen=True):
-    """Shown to the owner: a server's question, answered with ``chalie mcp answer``."""
-
-    request_id: str
-    conversation_id: str
-    server: str
-    message: str
-    fields: dict[str, Any]
-    expires_at: float
-
-
 class Budget:
-    """Tokens each server's sampling spent per UTC day, in ``chalie.db`` (off the loop)."""
+    """Tokens each server's sampling spent per UTC day, in ``chalie.db``.
+
+    The table is the record; what this process knows of it is also kept in memory
+    (:meth:`known`, read without a thread hop), since this is the table's one writer.
+    :meth:`spent` and :meth:`book` touch the database (off the loop, on one thread, so a
+    booking is in the table before a later read of it); :meth:`note` counts a booking in
+    memory at once, so concurrent requests cannot overspend between the two.
+    """
 
     def __init__(self, db_path: Path) -> None:
         self._conn = connect(db_path)
         self._conn.execute(_SCHEMA)
         self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], int] = {}
 
     @staticmethod
     def today() -> str:
         return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
+    def known(self, server: str) -> int | None:
+        """Today's spending as this process knows it (None: not read yet today)."""
+        with self._lock:
+            return self._known.get((server, self.today()))
+
+    def note(self, server: str, tokens: int) -> None:
+        """Count a booking in memory (where today's spending is known)."""
+        key = (server, self.today())
+        with self._lock:
+            if key in self._known:
+                self._known[key] += max(0, tokens)
+
     def spent(self, server: str) -> int:
+        """Today's spending from the table (blocking), and known from now on."""
+        day = self.today()
         with self._lock:
             row = self._conn.execute(
-                "SELECT tokens FROM mcp_sampling WHERE server = ? AND day = ?",
-                (server, self.today()),
+                "SELECT tokens FROM mcp_sampling WHERE server = ? AND day = ?", (server, day)
             ).fetchone()
-        return int(row[0]) if row else 0
+            spent = int(row[0]) if row else 0
+            self._known = {k: v for k, v in self._known.items() if k[1] == day}
+            self._known[(server, day)] = spent
+        return spent
 
     def book(self, server: str, tokens: int) -> None:
         with self._lock:
@@ -139,15 +156,6 @@ class Budget:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-@dataclass
-class _Question:
-    server: str
-    schema: dict[str, Any]
-    future: concurrent.futures.Future[ElicitResult] = field(
-        default_factory=concurrent.futures.Future
-    )
 
 
 class ServerAsks:
@@ -176,8 +184,7 @@ class ServerAsks:
         self._expiry = approval_expiry
         self._budget = Budget(db_path)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-budget")
-        self._questions: dict[str, _Question] = {}
-        self._lock = threading.Lock()
+        self._views = ViewCache()  # on the loop only
 
     async def aclose(self) -> None:
         """Close the model's connections (on the loop)."""
@@ -186,11 +193,6 @@ class ServerAsks:
             await client.aclose()
 
     def close(self) -> None:
-        with self._lock:
-            pending, self._questions = list(self._questions.values()), {}
-        for q in pending:
-            if not q.future.done():
-                q.future.set_result(ElicitResult(action="cancel"))
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._budget.close()
 
@@ -202,8 +204,16 @@ class ServerAsks:
         what: str,
         summary: str,
         params: dict[str, Any],
+        *,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> GateDecision | None:
-        """The gate's decision for a server's request; None when there is no gate."""
+        """The gate's decision for a server's request; None when there is no gate.
+
+        ``form``: the owner fills it (a durable request of the gate's, answered from chat,
+        ``chalie policy answer`` or ``chalie mcp answer``); the decision carries the answer.
+        A request the server gives up on (its call cancelled) is withdrawn from the gate.
+        """
         policy = self._policy
         if policy is None:
             return None
@@ -218,15 +228,50 @@ class ServerAsks:
             act_summary=summary[:200],
             params_redacted=params,
             reply=reply,
+            form=form,
+            expires_in=expires_in,
         )
+        now = self._gate_now(ask)
+        if now is not None:
+            self._record(ask, now)
+            return now
+        wait = (self._expiry if expires_in is None else expires_in) + GATE_GRACE
         try:
             policy.tell(ask)
-            decision = await asyncio.wait_for(asyncio.wrap_future(reply), self._expiry + GATE_GRACE)
+            decision = await asyncio.wait_for(asyncio.wrap_future(reply), wait)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                policy.tell(Withdraw(reply))
+            raise
         except Exception as exc:
             log.warning("the gate did not decide %s for %s: %s", what, server, exc)
             return None
         self._record(ask, decision)
         return decision
+
+    def _gate_now(self, ask: GateAsk) -> GateDecision | None:
+        """The decision without a hop to the PolicyActor, where the operator's table settles
+        it (allow or deny, read from its lock-free view, the one rule applied as the
+        dispatcher's fast path does); None: the actor decides (ask, unseen, a form to fill)."""
+        policy = self._policy
+        try:
+            if policy is None or not policy.is_alive():
+                return None
+            view = self._views.get(policy.current())
+            if view is None:
+                return None
+            setting = view.setting(ask.context.channel, ask.permission)
+        except Exception:
+            return None
+        if setting not in ("allow", "deny") or (ask.form is not None and setting != "deny"):
+            return None
+        return rules.gate_rule(
+            setting,
+            permission=ask.permission,
+            channel=ask.context.channel,
+            human_present=ask.context.human_present,
+            internal=False,
+        )
 
     def _record(self, ask: GateAsk, decision: GateDecision) -> None:
         """The decision on the action trail, through its one writer (never waited on)."""
@@ -274,7 +319,9 @@ class ServerAsks:
             return self._refuse(server, f"sampling was not allowed ({why})")
         loop = asyncio.get_running_loop()
         limit = self._cfg.sampling_tokens_per_day if budget is None else budget
-        spent = await loop.run_in_executor(self._pool, self._budget.spent, server)
+        spent = self._budget.known(server)
+        if spent is None:  # the first request of the day: read the table, off the loop
+            spent = await loop.run_in_executor(self._pool, self._budget.spent, server)
         estimate = estimate_tokens(prompt) + bound
         if spent + estimate > limit:
             return self._refuse(
@@ -289,6 +336,7 @@ class ServerAsks:
             log.warning("sampling for %s failed at the model: %s", server, code)
             return self._refuse(server, f"the model failed ({code})")
         used = answer.usage.total or estimate_tokens(prompt) + estimate_tokens(answer.text)
+        self._budget.note(server, used)
         loop.run_in_executor(self._pool, self._budget.book, server, used)
         log.info(
             "sampled for mcp server %s",
@@ -341,60 +389,19 @@ class ServerAsks:
         if secrets:
             log.info("mcp server %s asked for secrets (%s): declined", server, ", ".join(secrets))
             return ElicitResult(action="decline")
-        fields = dict(schema_dict.get("properties") or {})
         decision = await self._gate(
-            server, scope, "elicitation", shown, {"message": params.message, "fields": fields}
+            server,
+            scope,
+            "elicitation",
+            shown,
+            {"message": params.message[:MAX_SHOWN], "fields": form_fields(schema_dict)},
+            form=schema_dict,
+            expires_in=self._cfg.elicitation_timeout,
         )
-        if decision is None or not decision.allowed:
+        if decision is None or not decision.allowed or decision.content is None:
             return ElicitResult(action="decline")
-        return await self._ask_owner(server, scope, params.message, schema_dict)
-
-    async def _ask_owner(
-        self, server: str, scope: CallScope, message: str, schema: dict[str, Any]
-    ) -> ElicitResult:
-        request_id = uuid.uuid4().hex
-        question = _Question(server, schema)
-        with self._lock:
-            self._questions[request_id] = question
-        assert scope.context is not None
-        asked = ElicitationAsked(
-            request_id=request_id,
-            conversation_id=scope.context.conversation_id,
-            server=server,
-            message=message[:MAX_SHOWN],
-            fields=dict(schema.get("properties") or {}),
-            expires_at=time.time() + self._cfg.elicitation_timeout,
-        )
-        if self._bus is not None:
-            self._bus.publish(scope.context.conversation_id, asked)  # type: ignore[arg-type]
-            self._bus.publish(HUMANS, asked)  # type: ignore[arg-type]
-        log.info("mcp server %s asks the owner (request %s)", server, request_id)
-        try:
-            return await asyncio.wait_for(
-                asyncio.wrap_future(question.future), self._cfg.elicitation_timeout
-            )
-        except TimeoutError:
-            return ElicitResult(action="cancel")
-        finally:
-            with self._lock:
-                self._questions.pop(request_id, None)
-
-    def pending(self) -> list[str]:
-        with self._lock:
-            return sorted(self._questions)
-
-    def answer(self, request_id: str, content: Any) -> str:
-        """The owner's answer (None: decline); ``ok``, ``unknown``, or BadAnswer's reason."""
-        with self._lock:
-            question = self._questions.get(request_id)
-        if question is None or question.future.done():
-            return "unknown"
-        if content is None:
-            question.future.set_result(ElicitResult(action="decline"))
-            return "ok"
-        checked = check_answer(question.schema, content)  # raises BadAnswer
-        question.future.set_result(ElicitResult(action="accept", content=checked))
-        return "ok"
+        log.info("mcp server %s: the owner answered its form", server)
+        return ElicitResult(action="accept", content=decision.content)
 
 
-__all__ = ["BadAnswer", "Budget", "ElicitationAsked", "ServerAsks", "headless", "permission"]
+__all__ = ["Budget", "ServerAsks", "headless", "permission"]

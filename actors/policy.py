@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pykka
 
 from actors.actor import SupervisedActor
 from chalie import policy as rules
@@ -65,7 +66,7 @@ from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
 
-__all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewRequest", "Withdraw"]
+__all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewCache", "ViewRequest", "Withdraw"]
 
 log = logging.getLogger("chalie.policy")
 
@@ -78,6 +79,32 @@ class PolicyView:
 
     def setting(self, channel: str, permission: str, *, sensitive: bool = False) -> Decision | None:
         return rules.resolve(self._store.table, channel, permission, sensitive=sensitive)
+
+
+class ViewCache:
+    """The current PolicyActor's :class:`PolicyView`, fetched once per incarnation without
+    waiting for it (a gate fast path: the dispatcher's, the MCP server asks'). One owner
+    thread (or loop) each; None until the actor has answered."""
+
+    def __init__(self) -> None:
+        self._urn: str | None = None
+        self._view: PolicyView | None = None
+        self._future: Any = None
+
+    def get(self, ref: Any) -> PolicyView | None:
+        if ref.actor_urn != self._urn:
+            self._urn, self._view = ref.actor_urn, None
+            self._future = ref.ask(ViewRequest(), block=False)
+        if self._view is None and self._future is not None:
+            try:
+                found = self._future.get(timeout=0)
+            except pykka.Timeout:
+                return None
+            except Exception:
+                self._future = None
+                return None
+            self._view = found if isinstance(found, PolicyView) else None
+        return self._view
 
 
 @dataclass
@@ -216,6 +243,8 @@ class PolicyActor(SupervisedActor):
                 reply=message.reply,
                 reach=message.reach,
                 resume=message.resume,
+                form=message.form,
+                expires_in=message.expires_in,
             )
         if isinstance(message, ViewRequest):
             return self._view
@@ -241,8 +270,15 @@ class PolicyActor(SupervisedActor):
         reply: Future[GateDecision] | None = None,
         reach: str | None = None,
         resume: bytes | None = None,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> Future[GateDecision]:
-        """Decide one call; the returned future completes now, or when a human answers."""
+        """Decide one call; the returned future completes now, or when a human answers.
+
+        ``form``: a question whose answer fills it (a server's elicitation); it is put to
+        a person whatever the setting, unless the setting is deny or nobody is there, and
+        it expires after ``expires_in`` seconds (default: the approval expiry) to a denial.
+        """
         reply = reply if reply is not None else Future()
         try:
             decision = self._decide(
@@ -256,6 +292,8 @@ class PolicyActor(SupervisedActor):
                 reply,
                 reach,
                 resume,
+                form,
+                expires_in,
             )
         except Exception as exc:
             log.exception("the permission gate failed for call %r; denying", call_id)
@@ -276,6 +314,8 @@ class PolicyActor(SupervisedActor):
         reply: Future[GateDecision],
         reach: str | None = None,
         resume: bytes | None = None,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> GateDecision | None:
         channel = str(context.channel)
         setting: Decision | None = None
@@ -294,6 +334,24 @@ class PolicyActor(SupervisedActor):
             human_present=context.human_present,
             internal=internal is True,
         )
+        if form is not None:
+            # A form is filled by a person or not at all: deny, or nobody to ask, declines;
+            # an allow does not answer it (never on the owner's behalf), so it is asked.
+            if decision is not None and not decision.allowed:
+                return decision
+            self._ask_human(
+                call_id,
+                context,
+                tool,
+                permission,
+                act_summary,
+                params_redacted,
+                reply,
+                reach,
+                form=form,
+                expires_in=expires_in,
+            )
+            return None
         if (
             decision is not None
             and decision.decision == "deny"
@@ -339,15 +397,21 @@ class PolicyActor(SupervisedActor):
         reply: Future[GateDecision],
         reach: str | None = None,
         resume: bytes | None = None,
+        *,
+        form: dict[str, Any] | None = None,
+        expires_in: float | None = None,
     ) -> None:
-        request = self._request(context, tool, permission, act_summary, params_redacted, reach)
+        expiry = self._expiry if expires_in is None else max(0.001, float(expires_in))
+        request = self._request(
+            context, tool, permission, act_summary, params_redacted, reach, form, expiry
+        )
         request_id = request.request_id
         # Durable before anyone is asked: a request nobody could find later is never raised
         # (a failed write fails the gate closed). The call is stored with it, to be run
         # again if the owner answers after a restart (chalie.approvals).
         if self._approvals is not None:
             self._approvals.put(request, call=resume)
-        timer = self.schedule(self._expiry, ExpireRequest(request_id))
+        timer = self.schedule(expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, reply, timer)
         log.info(
             "asking conversation %s to allow %s (request %s, call %s)",
@@ -388,6 +452,8 @@ class PolicyActor(SupervisedActor):
         act_summary: str,
         params_redacted: dict[str, Any],
         reach: str | None,
+        form: dict[str, Any] | None = None,
+        expiry: float | None = None,
     ) -> PermissionRequest:
         asked_by = rules.asked_by(context.principal, context.channel)
         return PermissionRequest(
@@ -398,11 +464,12 @@ class PolicyActor(SupervisedActor):
             tool=tool,
             act_summary=act_summary[:200],
             params=params_redacted,
-            expires_at=time.time() + self._expiry,
+            expires_at=time.time() + (self._expiry if expiry is None else expiry),
             principal=context.principal,
             origin=asked_by,
             reach=reach,
             prompt=rules.prompt(tool, permission, act_summary, params_redacted, asked_by, reach),
+            form=form,
         )
 
     def _expire(self, request_id: str) -> None:
@@ -422,12 +489,18 @@ class PolicyActor(SupervisedActor):
                 )
                 log.info("permission request %s withdrawn by its caller", request_id)
 
-    def answer(self, request_id: str, answer: str, by: Principal | None) -> bool:
+    def answer(
+        self, request_id: str, answer: str, by: Principal | None, content: Any = None
+    ) -> bool:
         """Apply ``by``'s answer; False when no such request is pending (answered or expired).
 
         Only an owner answers, and never the principal whose turn raised the
         request (:func:`chalie.principals.may_answer`): anyone else gets
         :class:`~chalie.policy.PolicyError` ``forbidden`` and the request stays.
+        A request with a form is answered with ``content``, its fields; one that does
+        not fit the form is a PolicyError and the request stays pending
+        (:func:`chalie.policy.answer_decision`). The content is handed to the caller
+        only: never stored, logged or published.
         """
         if answer not in rules.ANSWERS:
             raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(rules.ANSWERS)}")
@@ -444,13 +517,15 @@ class PolicyActor(SupervisedActor):
                 },
             )
             raise PolicyError("only the owner answers a permission request", code="forbidden")
+        form = found.request.form
+        # A bad answer (content that does not fit the form...) raises here: the request stays.
+        decision = rules.answer_decision(answer, found.request.permission, form, content)
         pending = self._pending.pop(request_id)
         self.unschedule(pending.timer)
         request = pending.request
         try:
-            if answer == "allow_always":
+            if answer == "allow_always" and form is None:
                 self.store.set(request.channel, request.permission, "allow")
-            decision = rules.answer_decision(answer, request.permission)
         except Exception as exc:
             log.exception("applying the answer to %s failed; denying", request_id)
             decision = rules.failed_closed(type(exc).__name__)

@@ -877,6 +877,7 @@ class TurnActor(Actor):
             asked_by=request.origin,
             reach=request.reach,
             prompt=request.prompt,
+            form=request.form,
         )
 
     def _settled(self, request_id: str, answer: str) -> None:

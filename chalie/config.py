@@ -460,7 +460,8 @@ class McpConfig(Section, frozen=True):
     sampling_tokens_per_day: Annotated[int, msgspec.Meta(ge=0, le=100_000_000)] = 20_000
     # The most a single sampling answer may be, whatever the server asks.
     sampling_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
-    # Seconds the owner has to answer a server's elicitation.
+    # Seconds the owner has to answer a server's form (elicitation): its durable request
+    # then expires to a decline.
     elicitation_timeout: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 300.0
     # Seconds a task-augmented call (a tool whose execution.taskSupport is optional or
     # required) may run: its lifetime, beyond the call timeout.

@@ -103,16 +103,21 @@ class PolicyResetArgs(Args):
     permission: Short | None = None
 
 
+# The fields of a form answer (a server's elicitation; checked against its form by the gate).
+FormContent = dict[str, str | int | float | bool | list[str] | None]
+
+
 class PolicyAnswerArgs(Args):
     request_id: Id
     answer: Answer
+    content: FormContent | None = None  # a request with a form: its fields
 
 
 class McpAnswerArgs(Args):
     """The owner's answer to a server's elicitation: the form's fields, or none to decline."""
 
     request_id: Id
-    content: dict[str, str | int | float | bool | list[str] | None] | None = None
+    content: FormContent | None = None
 
 
 class DiscoveryExamplesArgs(Args):

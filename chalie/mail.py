@@ -101,6 +101,12 @@ class GateAsk:
     # The call as it can be run again after a restart (chalie.approvals.ResumableCall,
     # encoded), or None when it cannot be stored (its arguments hold a redacted secret).
     resume: bytes | None = None
+    # A form the owner fills (a server's elicitation, chalie.forms): the JSON schema of the
+    # answer, which the decision carries (GateDecision.content); a request with a form is
+    # always put to a person, even where the setting is allow, and expires after
+    # ``expires_in`` seconds (None: the gate's approval expiry).
+    form: dict[str, Any] | None = None
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,9 @@ class PermissionRequest(Message, tag="permission_request", kw_only=True, frozen=
     # A sensitive call's reach (the command line it runs...), and the prompt a person reads.
     reach: str | None = None
     prompt: str = ""
+    # A question with a form to fill (a server's elicitation): the JSON schema the answer
+    # must fit (chalie.forms); answered allow_once with the fields, or deny to decline.
+    form: dict[str, Any] | None = None
 
 
 class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=True):

@@ -35,6 +35,7 @@ import msgspec
 
 from chalie.db import connect
 from chalie.display import NAME_CHARS, one_line, param_lines
+from chalie.forms import BadAnswer, check_answer
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
 
@@ -68,6 +69,8 @@ class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
     code: str | None = None
     message: str = ""
     hint: str = ""
+    # The owner's answer to a form (GateAsk.form), checked against it; only when allowed.
+    content: dict[str, Any] | None = None
 
     @property
     def allowed(self) -> bool:
@@ -292,12 +295,31 @@ def failed_closed(reason: str) -> GateDecision:
     )
 
 
-def answer_decision(answer: str, permission: str) -> GateDecision:
-    if answer in ("allow_once", "allow_always"):
-        return allowed("human")
+def answer_decision(
+    answer: str,
+    permission: str,
+    form: Mapping[str, Any] | None = None,
+    content: Any = None,
+) -> GateDecision:
+    """The decision a person's answer makes. A request with a form (``form``) is answered
+    ``allow_once`` (or ``allow_always``, the same: a form is never filled for the owner)
+    with ``content``, the fields, checked against the form, or ``deny`` (decline);
+    anything else is a PolicyError and the request stays pending."""
+    if answer not in ANSWERS:
+        raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(ANSWERS)}")
+    if form is None and content is not None:
+        raise PolicyError("only a request with a form is answered with content")
     if answer == "deny":
         return denied_by_human(permission)
-    raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(ANSWERS)}")
+    if form is None:
+        return allowed("human")
+    if content is None:
+        raise PolicyError("this request is a form: answer it with its fields, or deny")
+    try:
+        checked = check_answer(form, content)
+    except BadAnswer as exc:
+        raise PolicyError(str(exc)) from None
+    return GateDecision(decision="allow", decided_by="human", content=checked)
 
 
 # -- the store ---------------------------------------------------------------

@@ -139,14 +139,6 @@ class LoopService(Protocol):
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]: ...
 
 
-class ElicitationAnswers(Protocol):
-    """The owner's answers to remote servers' elicitations (``actors.mcp_asks.ServerAsks``)."""
-
-    def answer(self, request_id: str, content: Any) -> str:
-        """``ok`` or ``unknown``; a content the server's form refuses raises."""
-        ...
-
-
 @dataclass
 class Services:
     """What an inline ability (and the runtime around it) may reach; None: not running here."""
@@ -156,8 +148,6 @@ class Services:
     # MCP outbound's management operations and the loop its probes run on (mcp_manager).
     mcp: McpAdmin | None = None
     loop: LoopService | None = None
-    # The owner's answers to the servers' elicitations (chalie mcp answer).
-    mcp_asks: ElicitationAnswers | None = None
     # The web tools' shared parts (guard, fetcher, search, browser pool) and the
     # delegates' sub-turns (web_search, web_browse).
     web: WebKit | None = None

@@ -60,7 +60,6 @@ class McpWiring:
 
         rt.services.mcp = McpAdmin(rt.db_path, rt.config.home, on_change=reload)
         rt.services.loop = rt.loop
-        rt.services.mcp_asks = asks
         directory = self.directory
         self.spec = ChildSpec(
             "mcp", lambda: McpConnections.start(deps, directory=directory), shutdown=60.0

@@ -111,10 +111,13 @@ class Approval(Reply):
     expires_at: float
     # Who asked: the principal whose turn raised it (the conversation's, until issue 18).
     asked_by: str = ""
+    # A form to fill (a server's elicitation): the answer's JSON schema (AnswerBody.content).
+    form: dict[str, Any] | None = None
 
 
 class AnswerBody(Struct):
     answer: Answer
+    content: dict[str, Any] | None = None  # a request with a form: its fields
 
 
 class Answered(Reply):

@@ -86,6 +86,8 @@ class Cancel(ClientFrame, tag="cancel", kw_only=True, frozen=True):
 class Answer(ClientFrame, tag="answer", kw_only=True, frozen=True):
     request_id: Id
     answer: PermissionAnswer
+    # A request with a form (a server's elicitation): the fields, checked against it.
+    content: dict[str, Any] | None = None
 
 
 class Close(ClientFrame, tag="close", kw_only=True, frozen=True):

@@ -137,7 +137,7 @@ class ChatSession:
             done = await self._port.cancel(msg.conversation_id)
             self.push(p.Cancelled(id=msg.id, conversation_id=msg.conversation_id, cancelled=done))
         elif isinstance(msg, p.Answer):
-            found = await self._port.answer(msg.request_id, msg.answer, self.principal)
+            found = await self._port.answer(msg.request_id, msg.answer, self.principal, msg.content)
             self.push(p.Answered(id=msg.id, request_id=msg.request_id, found=found))
         elif isinstance(msg, p.Close):
             self._close_stream(msg.conversation_id)

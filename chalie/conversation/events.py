@@ -73,6 +73,9 @@ class PermissionRequested(ConversationEvent, tag="permission_request", frozen=Tr
     asked_by: str = ""
     reach: str | None = None
     prompt: str = ""
+    # A form to fill (a remote server's elicitation): the JSON schema of the answer; the
+    # client answers allow_once with ``content`` (the fields), or deny to decline.
+    form: dict[str, Any] | None = None
 
 
 class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True, kw_only=True):

@@ -49,11 +49,14 @@ class ConversationsPort(Protocol):
         """The stored events after ``after_seq``, at most ``limit``, in order."""
         ...
 
-    async def answer(self, request_id: str, answer: str, by: Principal) -> bool:
+    async def answer(
+        self, request_id: str, answer: str, by: Principal, content: Any = None
+    ) -> bool:
         """``by``'s answer to a permission request; False when it is no longer pending.
 
         Only the owner answers (:func:`chalie.principals.may_answer`): anyone else gets
-        ConversationError ``forbidden`` and the request stays pending.
+        ConversationError ``forbidden`` and the request stays pending. A request with a
+        form is answered with ``content`` (its fields, checked against the form).
         """
         ...
 

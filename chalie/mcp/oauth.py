@@ -32,7 +32,8 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from ipaddress import ip_address
 from typing import Any, Final
 
 import httpx2
@@ -47,6 +48,7 @@ from pydantic import ValidationError
 
 from chalie.mcp.secrets import SecretFile
 from chalie.mcp.spec import ServerSpec
+from chalie.ssrf import AllowEntry, Blocked, Guard, Resolver, Target, system_resolver
 
 log = logging.getLogger("chalie.mcp")
 
@@ -54,6 +56,8 @@ CLIENT_NAME: Final = "Chalie"
 CALLBACK_PATH: Final = "/callback"
 MAX_CALLBACK: Final = 8192  # bytes of the redirect's request line and headers read
 REVOKE_TIMEOUT: Final = 5.0
+# What a loopback MCP server's authorization-server URLs may also reach.
+LOOPBACK_NETS: Final = ("127.0.0.0/8", "::1")
 
 
 class LoginRequired(Exception):
@@ -164,14 +168,132 @@ class SecretTokens(TokenStorage):
         return [s for s in out if len(s) >= 4]
 
 
+class AuthGuard:
+    """The SSRF guard (:mod:`chalie.ssrf`) for a server's authorization-server URLs.
+
+    The protected-resource and authorization-server metadata name the URLs the flow
+    then fetches (metadata, registration, token, revocation): a hostile server could
+    point them into the owner's network. Each is checked, every address its name
+    resolves to, and the request is pinned to the checked address (the name kept for
+    the Host header and TLS), so nothing resolves it again. Only public addresses pass,
+    and loopback too when the configured MCP server itself is on loopback (a local
+    server's own authorization server; the tests'); nothing else is allowed.
+    """
+
+    def __init__(self, server_url: str, resolver: Resolver | None = None) -> None:
+        self._server = server_url
+        self._resolver = resolver or system_resolver
+        self._guard: Guard | None = None
+
+    def guard(self) -> Guard:
+        """The guard, its loopback allowance decided by the configured server (blocking)."""
+        if self._guard is None:
+            allow: tuple[AllowEntry, ...] = ()
+            if self._is_loopback():
+                allow = tuple(AllowEntry.parse(net) for net in LOOPBACK_NETS)
+            self._guard = Guard(allow, self._resolver)
+        return self._guard
+
+    def _is_loopback(self) -> bool:
+        try:
+            host, port = Guard().check_url(self._server)
+            found = [host] if _is_ip(host) else self._resolver(host, port)
+        except (Blocked, OSError):
+            return False
+        return bool(found) and all(_is_ip(a) and ip_address(a).is_loopback for a in found)
+
+    def check(self, url: str) -> Target:
+        """The checked destination of ``url``; Blocked when it is refused (blocking)."""
+        return self.guard().check(url)
+
+    def pin(self, request: httpx2.Request, target: Target) -> None:
+        """Send ``request`` to the checked address, its name kept for Host and TLS."""
+        url = request.url
+        if url.host != target.address:
+            if url.scheme == "https":
+                request.extensions = {**request.extensions, "sni_hostname": url.host}
+            request.url = url.copy_with(host=target.address)
+
+    async def admit(self, request: httpx2.Request) -> None:
+        """Check and pin one request of the flow (the lookup off the loop)."""
+        target = await asyncio.to_thread(self.check, str(request.url))
+        self.pin(request, target)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ip_address(text.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
 class Provider(OAuthClientProvider):
-    """The SDK's provider, also loading the stored token's expiry (so it refreshes in time)."""
+    """The SDK's provider, with what Chalie adds to it:
+
+    - the stored token's expiry is loaded, so it refreshes in time;
+    - a 401 on a token believed valid (revoked at the provider, its expiry wrong) is
+      answered by one refresh and the request sent again, before the SDK's full flow
+      (which in the daemon is needs-login); a refused refresh goes on to that flow;
+    - every request of the flow other than the authenticated one (discovery,
+      registration, token, redirects of them) passes the SSRF guard (:class:`AuthGuard`).
+    """
+
+    def __init__(self, *args: Any, guard: AuthGuard | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._guard = guard
 
     async def _initialize(self) -> None:
         await super()._initialize()
         tokens = self.context.current_tokens
         if tokens is not None and tokens.expires_in is not None:
             self.context.update_token_expiry(tokens)
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = super().async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                if outgoing is not request and self._guard is not None:
+                    await self._guard.admit(outgoing)
+                response = yield outgoing
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+    async def _auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        inner = super()._auth_flow(request)
+        refreshed = False
+        try:
+            outgoing = await inner.__anext__()
+            while True:
+                response = yield outgoing
+                if (
+                    outgoing is request
+                    and response.status_code == 401
+                    and not refreshed
+                    and self.context.can_refresh_token()
+                ):
+                    refreshed = True  # once: a refused refresh goes on to the SDK's flow
+                    log.info("a token believed valid was refused: refreshing it once")
+                    answer = yield await self._refresh_token()
+                    if await self._handle_refresh_response(answer):
+                        self._add_auth_header(request)
+                        again = yield request
+                        if again.status_code != 401:
+                            return
+                        response = again
+                outgoing = await inner.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await inner.aclose()
 
 
 def client_metadata(spec: ServerSpec, redirect_uri: str) -> OAuthClientMetadata:
@@ -210,6 +332,7 @@ def daemon_auth(
         storage=storage,
         redirect_handler=nobody,
         callback_handler=nobody,
+        guard=AuthGuard(spec.url),
     )
     return provider, storage
 
@@ -306,6 +429,7 @@ async def login(
         storage=storage,
         redirect_handler=redirect,
         callback_handler=wait,
+        guard=AuthGuard(spec.url),
     )
     try:
         async with httpx2.AsyncClient(
@@ -350,7 +474,9 @@ def revoke(spec: ServerSpec, secrets: SecretFile, *, verify: Any = True) -> int:
         return 0
     done = 0
     pairs = [("refresh_token", tokens.refresh_token), ("access_token", tokens.access_token)]
+    guard = AuthGuard(spec.url)
     try:
+        target = guard.check(str(endpoint))  # the SSRF guard, as for the flow's requests
         with httpx2.Client(verify=verify, timeout=REVOKE_TIMEOUT) as http:
             for hint, value in pairs:
                 if not value:
@@ -358,14 +484,19 @@ def revoke(spec: ServerSpec, secrets: SecretFile, *, verify: Any = True) -> int:
                 form = {"token": value, "token_type_hint": hint, "client_id": client.client_id}
                 if client.client_secret:
                     form["client_secret"] = client.client_secret
-                response = http.post(str(endpoint), data=form)
+                request = http.build_request("POST", str(endpoint), data=form)
+                guard.pin(request, target)
+                response = http.send(request)
                 done += response.status_code == 200
+    except Blocked as exc:
+        log.warning("the revocation endpoint of %s is refused: %s", spec.name, exc.reason)
     except Exception as exc:
         log.warning("revoking the grant of %s failed: %s", spec.name, type(exc).__name__)
     return done
 
 
 __all__ = [
+    "AuthGuard",
     "LoginFailed",
     "LoginRequired",
     "Provider",

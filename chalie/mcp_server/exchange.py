@@ -14,7 +14,7 @@ own request.
 from __future__ import annotations
 
 import time
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -39,6 +39,9 @@ class AgentExchange(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exchan
     act_summary: str = ""
     expires_at: float = 0.0
     prompt: str = ""
+    # A form to fill (a remote server's elicitation within the agent's turn): its schema;
+    # answered like a permission_request with one (allow_once with content, or deny).
+    form: dict[str, Any] | None = None
     # phase "answered": the calls Chalie made for the agent ("tool: status").
     calls: tuple[str, ...] = ()
     ts: float = msgspec.field(default_factory=time.time)

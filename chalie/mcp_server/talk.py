@@ -379,6 +379,7 @@ class TalkToChalie:
             act_summary=event.act_summary or "",
             expires_at=event.expires_at or 0.0,
             prompt=prompt,
+            form=event.form,
         )
         try:
             self.desk.surface(exchange)

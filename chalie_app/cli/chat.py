@@ -11,6 +11,7 @@ cancels the running turn; a second Ctrl-C (or one while idle) exits.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -100,11 +101,35 @@ class TerminalChat:
         """Answer the pending prompt with ``line``; False when it is not an answer."""
         if self.prompt is None:
             return False
+        if self.prompt.get("form") is not None:
+            return self._fill(line)
         choice = ANSWERS.get(line.strip().lower()[:1])
         if choice is None:
             self.ask()
             return True
         self.client.send(p.Answer(request_id=self.prompt["request_id"], answer=choice))
+        self.prompt = None
+        return True
+
+    def _fill(self, line: str) -> bool:
+        """A form (a server's question): a JSON object of its fields, or ``d`` to decline.
+        The daemon checks the fields against the form; a bad answer is rejected and the
+        request stays pending."""
+        assert self.prompt is not None
+        text = line.strip()
+        request_id = self.prompt["request_id"]
+        if text.lower() in ("d", "deny", "decline"):
+            self.client.send(p.Answer(request_id=request_id, answer="deny"))
+            self.prompt = None
+            return True
+        try:
+            content = json.loads(text)
+        except ValueError:
+            content = None
+        if not isinstance(content, dict):
+            self.ask()
+            return True
+        self.client.send(p.Answer(request_id=request_id, answer="allow_once", content=content))
         self.prompt = None
         return True
 
@@ -134,6 +159,18 @@ class TerminalChat:
         if self.prompt is None:
             return
         req = self.prompt
+        form = req.get("form")
+        if isinstance(form, dict):
+            props = form.get("properties")
+            names = (
+                ", ".join(one_line(str(k), 40) for k in props) if isinstance(props, dict) else ""
+            )
+            self.notice(
+                f"  ? {one_line(req.get('act_summary', ''))}\n"
+                f"    fields: {names}\n"
+                '    answer with a JSON object of the fields (e.g. {"name": "..."}), or [d]eny: '
+            )
+            return
         self.notice(
             f"  ? {one_line(req.get('tool', ''), 64)} wants"
             f" {one_line(req.get('permission', ''), 64)}:"

@@ -21,7 +21,7 @@ import msgspec
 from chalie import control
 from chalie.display import one_line
 from chalie.mcp.admin import McpAdmin, McpAdminError
-from chalie_app.cli.daemon import fail
+from chalie_app.cli.daemon import ask_daemon, fail
 from chalie_app.cli.group import Ctx, cli
 
 
@@ -395,13 +395,5 @@ def mcp_answer(obj: Ctx, request_id: str, answer: str | None, decline: bool) -> 
             fail(f"the answer is not JSON ({str(exc)[:80]})")
         if not isinstance(content, dict):
             fail("the answer must be a JSON object of the form's fields")
-    client = control.ControlClient(obj.config.home)
-    try:
-        reply = client.call(
-            "mcp.answer", {"request_id": request_id, "content": content}, timeout=30
-        )
-    except control.DaemonNotRunning:
-        fail("the daemon is not running")
-    finally:
-        client.close()
-    _echo_json(reply)
+    # The same durable request as chalie policy answer (the gate checks it against the form).
+    _echo_json(ask_daemon(obj, "mcp.answer", {"request_id": request_id, "content": content}))

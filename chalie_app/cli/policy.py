@@ -86,7 +86,9 @@ def policy_pending(obj: Ctx, as_json: bool) -> None:
         )
         for line in str(p.get("prompt") or "").splitlines():
             click.echo(f"    {line}")  # each line escaped and capped by the gate
-    click.echo("answer with: chalie policy answer REQUEST_ID once|always|deny")
+        if p.get("form") is not None:
+            click.echo("    a form: answer with --content '{\"field\": ...}' (or deny)")
+    click.echo("answer with: chalie policy answer REQUEST_ID once|always|deny [--content JSON]")
 
 
 @policy.command("set")
@@ -116,8 +118,17 @@ def policy_reset(obj: Ctx, channel: str | None, permission: str | None) -> None:
 @policy.command("answer")
 @click.argument("request_id")
 @click.argument("answer", type=click.Choice(tuple(ANSWERS)))
+@click.option(
+    "--content", help="A request with a form: a JSON object of its fields (checked against it)."
+)
 @click.pass_obj
-def policy_answer(obj: Ctx, request_id: str, answer: str) -> None:
-    """Answer a pending permission request (see `chalie policy list`)."""
-    ask_daemon(obj, "policy.answer", {"request_id": request_id, "answer": ANSWERS[answer]})
+def policy_answer(obj: Ctx, request_id: str, answer: str, content: str | None) -> None:
+    """Answer a pending permission request (see `chalie policy pending`)."""
+    args: dict[str, Any] = {"request_id": request_id, "answer": ANSWERS[answer]}
+    if content is not None:
+        try:
+            args["content"] = json.loads(content)
+        except ValueError as exc:
+            raise click.UsageError(f"--content is not JSON ({str(exc)[:80]})") from None
+    ask_daemon(obj, "policy.answer", args)
     click.echo(f"{request_id}: {ANSWERS[answer]}")

@@ -245,3 +245,94 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
         assert "held a secret" in told.envelope and len(resumed) == 1
     finally:
         second.stop()
+
+
+ASK_NAME = {
+    "steps": [
+        {"tool_calls": [{"name": "_mcp_cap_ask_name", "arguments": {"act_summary": "asking"}}]},
+        {"text": "server said: {last_result}"},
+    ],
+    "on_user": {"text": "done"},
+}
+
+
+@pytest.mark.slow
+def test_a_server_s_form_is_listed_answered_from_the_cli_and_survives_kill_9() -> None:
+    """A remote server's form elicitation is a durable request: ``chalie policy pending``
+    shows it, a bad ``--content`` is refused and leaves it pending, ``chalie mcp answer``
+    answers it; one left open by a kill -9 is pending again after the restart."""
+    import sys
+
+    from chalie.mcp.admin import McpAdmin
+    from chalie.mcp.spec import ServerSpec
+    from tools.fixture_mcp.rig import ROOT
+
+    with FakeModelServer(load_script(json.dumps({"steps": ASK_NAME["steps"] * 2}))) as model:
+        home: Path = short_home()
+        (home / "config.toml").write_text(
+            f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+            '[channels.chat]\npinned = ["_mcp_cap_ask_name"]\nfind_tools = false\n'
+            "[chat]\nport = 0\n[mcp_server]\nport = 0\n[mcp]\nstart_delay = 0\n"
+            "[discovery]\nwrite_examples = false\n"
+        )
+        admin = McpAdmin(home / "chalie.db", home)
+        cap = ServerSpec(
+            name="cap",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "tools.fixture_mcp.capable"),
+            cwd=str(ROOT),
+        )
+        admin.add(cap)
+        admin.close()
+
+        def ask(chat: ChatClient, text: str) -> dict[str, Any]:
+            """Send, allow the tool call, and return the form's permission request."""
+            chat.send(p.Send(text=text, client_msg_id=text.replace(" ", "-")))
+            while True:
+                frame = chat.receive(60)
+                assert frame is not None, "no form request"
+                if frame["type"] == "permission_request" and frame.get("form") is None:
+                    chat.send(p.Answer(request_id=frame["request_id"], answer="allow_once"))
+                elif frame["type"] == "permission_request":
+                    return frame
+
+        def finished(chat: ChatClient) -> dict[str, Any]:
+            while True:
+                frame = chat.receive(60)
+                assert frame is not None, "the turn did not finish"
+                if frame["type"] == "turn_finished":
+                    return frame
+
+        d = DaemonProcess(home, home / "daemon.log").start()
+        try:
+            with ChatClient.local(home) as chat:
+                wait_until(
+                    lambda: "_mcp_cap_ask_name" in d.cli("tools", "list").stdout, 60, "the tool"
+                )
+                form = ask(chat, "ask my name")
+                rid = form["request_id"]
+                (listed,) = pending(d)
+                assert listed["request_id"] == rid and listed["form"] == form["form"]
+                shown = d.cli("policy", "pending").stdout
+                assert rid in shown and "a form: answer with --content" in shown
+                bad = d.cli("policy", "answer", rid, "once", "--content", '{"name": "Z"}')
+                assert bad.returncode == 1 and "fit the form" in bad.stderr
+                assert [r["request_id"] for r in pending(d)] == [rid]
+                good = d.cli("mcp", "answer", rid, '{"name": "Zed", "age": 5}')
+                assert good.returncode == 0, good.stderr
+                assert "hello Zed (5)" in finished(chat)["text"]
+                assert pending(d) == []
+                # the next form waits when the daemon is killed
+                second = ask(chat, "ask again")["request_id"]
+            d.kill()
+            d = DaemonProcess(home, home / "daemon.log").start()
+            (again,) = pending(d)
+            assert again["request_id"] == second and again["form"] == form["form"]
+            late = d.cli(
+                "policy", "answer", second, "once", "--content", '{"name": "Al", "age": 3}'
+            )
+            assert late.returncode == 0, late.stderr  # recorded; its call ended with that run
+            assert pending(d) == []
+        finally:
+            d.kill()

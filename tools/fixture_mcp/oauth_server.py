@@ -1,7 +1,8 @@
 """A fixture OAuth-protected MCP server: its own authorization server and resource server on one
 loopback port.
 
-``python -m tools.fixture_mcp.oauth_server [--ttl S] [--client ID:SECRET:REDIRECT] [--no-dcr]``
+``python -m tools.fixture_mcp.oauth_server [--ttl S] [--client ID:SECRET:REDIRECT] [--no-dcr]
+[--token-endpoint URL]`` (the metadata names URL as its token endpoint: a hostile one)
 prints ``PORT <n>``. The MCP endpoint ``/mcp`` (one tool, ``whoami``) answers 401
 with ``WWW-Authenticate: Bearer resource_metadata=...`` unless the request carries a live
 access token. The authorization server publishes RFC 9728 protected-resource
@@ -10,7 +11,8 @@ authorizes with PKCE S256 only (the "user" approves at once: ``/authorize``
 redirects to the client's registered redirect URI with the code), issues
 access tokens living ``--ttl`` seconds and rotating refresh tokens, and revokes
 (RFC 7009). Test hooks: ``POST /admin/revoke`` (the owner revokes every grant at
-the provider), ``POST /admin/expire`` (every access token expires now),
+the provider), ``POST /admin/revoke-access`` (every access token is revoked, the refresh
+tokens still good), ``POST /admin/expire`` (every access token expires now),
 ``GET /admin/stats`` (counts of each step).
 """
 
@@ -43,6 +45,7 @@ class Grant:
     access: str
     expires: float
     revoked: bool = False
+    access_revoked: bool = False  # the access token alone (its refresh token still good)
 
 
 @dataclass
@@ -50,6 +53,7 @@ class State:
     base: str = ""
     ttl: float = 3600.0
     dcr: bool = True
+    token_endpoint: str = ""  # what the metadata names as the token endpoint ("": ours)
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     grants: list[Grant] = field(default_factory=list)
@@ -87,7 +91,7 @@ async def asm(request: Request) -> Response:
     meta: dict[str, Any] = {
         "issuer": S.base,
         "authorization_endpoint": f"{S.base}/authorize",
-        "token_endpoint": f"{S.base}/token",
+        "token_endpoint": S.token_endpoint or f"{S.base}/token",
         "revocation_endpoint": f"{S.base}/revoke",
         "response_types_supported": ["code"],
         "grant_types_supported": ["authorization_code", "refresh_token"],
@@ -217,6 +221,12 @@ async def admin_revoke(request: Request) -> Response:
     return JSONResponse({"revoked": len(S.grants)})
 
 
+async def admin_revoke_access(request: Request) -> Response:
+    for grant in S.grants:
+        grant.access_revoked = True
+    return JSONResponse({"revoked": len(S.grants)})
+
+
 async def admin_expire(request: Request) -> Response:
     for grant in S.grants:
         grant.expires = 0.0
@@ -234,7 +244,12 @@ def live(header: str) -> str | None:
         return None
     now = time.time()
     for grant in S.grants:
-        if grant.access == presented.strip() and not grant.revoked and grant.expires > now:
+        if (
+            grant.access == presented.strip()
+            and not grant.revoked
+            and not grant.access_revoked
+            and grant.expires > now
+        ):
             return grant.client_id
     return None
 
@@ -292,6 +307,7 @@ def build() -> Any:
             Route("/revoke", revoke, methods=["POST"]),
             Route("/admin/revoke", admin_revoke, methods=["POST"]),
             Route("/admin/expire", admin_expire, methods=["POST"]),
+            Route("/admin/revoke-access", admin_revoke_access, methods=["POST"]),
             Route("/admin/stats", admin_stats),
         ]
     )
@@ -304,6 +320,7 @@ async def serve(args: argparse.Namespace) -> None:
     S.base = f"http://127.0.0.1:{port}"
     S.ttl = args.ttl
     S.dcr = not args.no_dcr
+    S.token_endpoint = args.token_endpoint
     for spec in args.client:
         client_id, secret, redirect = spec.split(":", 2)
         S.clients[client_id] = {"redirect_uris": [redirect], "secret": secret or None}
@@ -317,6 +334,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, default=3600.0)
     parser.add_argument("--client", action="append", default=[], help="ID:SECRET:REDIRECT")
     parser.add_argument("--no-dcr", action="store_true")
+    parser.add_argument("--token-endpoint", default="", help="the token endpoint to advertise")
     args = parser.parse_args()
     asyncio.run(serve(args))
 

@@ -817,3 +817,47 @@ def test_a_conversation_is_listed_read_and_deleted(d: BrainDaemon) -> None:
         assert "hi there" in text and "Hello from the script." in text
         assert ok(c.delete(f"/api/v1/conversations/{cid}"), api.Deleted).deleted
         refused(c.get(f"/api/v1/conversations/{cid}"), 404, "unknown-conversation")
+
+
+def test_a_form_request_is_listed_with_its_schema_and_answered_with_content(
+    d: BrainDaemon,
+) -> None:
+    """A request with a form (a remote server's elicitation) over REST: listed with its
+    schema; content that does not fit is a 400 and the request stays; the fitting one is
+    the decision's content."""
+    from chalie.messages import TurnContext
+
+    form = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    }
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    ctx = TurnContext(conversation_id="c-form", turn_id="t-form", channel="chat")
+    reply = policy.call(
+        PolicyActor.gate,
+        "call-form",
+        ctx,
+        "_mcp_cap_ask",
+        "_mcp_cap.elicitation",
+        False,
+        "which city?",
+        {"message": "which city?"},
+        form=form,
+        expires_in=60.0,
+    )
+    with d.client() as c:
+        listed = ok(c.get("/api/v1/approvals"), list[api.Approval])
+        (mine,) = [a for a in listed if a.conversation_id == "c-form"]
+        assert mine.form == form
+        path = f"/api/v1/approvals/{mine.request_id}/answer"
+        refused(c.post(path, json={"answer": "allow_once"}), 400, "invalid-args")
+        refused(
+            c.post(path, json={"answer": "allow_once", "content": {"city": "x" * 30}}),
+            400,
+            "invalid-args",
+        )
+        assert not reply.done()
+        ok(c.post(path, json={"answer": "allow_once", "content": {"city": "Rabat"}}), api.Answered)
+    decision = reply.result(5)
+    assert decision.allowed and decision.content == {"city": "Rabat"}

@@ -112,7 +112,7 @@ class FakeConversations(Actor):
         return conv.events[after_seq : after_seq + limit]
 
     def answer(
-        self, request_id: str, answer: str, by: Principal | None = None
+        self, request_id: str, answer: str, by: Principal | None = None, content: Any = None
     ) -> concurrent.futures.Future[bool]:
         if not may_answer(by, None):
             raise ConversationError("forbidden", "only the owner answers")

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from actors.child_ref import ChildRef
-from actors.mcp_asks import ElicitationAsked, ServerAsks
+from actors.mcp_asks import ServerAsks
 from chalie.config import McpConfig, ModelConfig
 from chalie.conversation.events import ToolProgress
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
-from chalie.principals import LOCAL_OWNER
+from chalie.policy import PolicyError
+from chalie.principals import LOCAL_OWNER, Principal
 from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
@@ -134,32 +135,69 @@ def test_elicitation_declines_without_a_human_and_never_fills_a_secret(
     assert "no login (decline)" in secret.envelope
 
 
-def test_a_form_elicitation_is_a_question_to_the_owner_checked_against_the_form(
+def test_a_form_elicitation_is_a_durable_request_checked_against_the_form(
     rig: Rig,
 ) -> None:
-    asks = with_asks(rig, None)
+    with_asks(rig, None)
     rig.add(capable())
     rig.start()
     rig.wait_tools("cap", 6, 40)
     rig.allow("_mcp_cap_*")
+    # an allow does not fill a form: the owner is still asked (never on their behalf)
     rig.allow("_mcp_cap.elicitation")
-    asked: list[ElicitationAsked] = []
+    asked: list[PermissionRequest] = []
     rig.bus.subscribe(
-        "conv", lambda e: asked.append(e) if isinstance(e, ElicitationAsked) else None
+        "conv", lambda e: asked.append(e) if isinstance(e, PermissionRequest) else None
     )
     fut = rig.call("_mcp_cap_ask_name", context=turn())
     wait_until(lambda: bool(asked), 20, "the question reaches the owner")
     (q,) = asked
-    assert "name and age" in q.message and set(q.fields) == {"name", "age"}
-    from chalie.mcp.peer import BadAnswer
-
-    with pytest.raises(BadAnswer):
-        asks.answer(q.request_id, {"name": "Ann", "age": "old"})
-    with pytest.raises(BadAnswer):
-        asks.answer(q.request_id, {"name": {"nested": 1}, "age": 3})
-    assert asks.answer("nope", {"name": "x", "age": 1}) == "unknown"
-    assert asks.answer(q.request_id, {"name": "Ann", "age": 41}) == "ok"
+    assert q.permission == "_mcp_cap.elicitation" and q.form is not None
+    assert set(q.form["properties"]) == {"name", "age"} and "name and age" in q.prompt
+    policy = rig.policy.proxy()
+    (stored,) = policy.pending().get(timeout=5)  # what `chalie policy pending` lists
+    assert stored.request_id == q.request_id and stored.form == q.form
+    for bad in ({"name": "Ann", "age": "old"}, {"name": {"nested": 1}, "age": 3}, None):
+        with pytest.raises(PolicyError):
+            policy.answer(q.request_id, "allow_once", LOCAL_OWNER, bad).get(timeout=5)
+    assert policy.answer("nope", "allow_once", LOCAL_OWNER, {"name": "x"}).get(timeout=5) is False
+    agent = Principal(scope="agent", id="tok_agent", name="agent")
+    with pytest.raises(PolicyError, match="only the owner"):
+        policy.answer(q.request_id, "allow_once", agent, {"name": "Ann", "age": 41}).get(timeout=5)
+    assert not fut.done()  # bad answers, and anyone but the owner, leave it pending
+    ok = policy.answer(q.request_id, "allow_once", LOCAL_OWNER, {"name": "Ann", "age": 41})
+    assert ok.get(timeout=5) is True
     assert "hello Ann (41)" in fut.result(30).envelope
+    # a setting of deny declines without asking
+    rig.policy.proxy().set("chat", "_mcp_cap.elicitation", "deny").get(timeout=5)
+    assert "no answer (decline)" in rig.run("_mcp_cap_ask_name", context=turn()).envelope
+    assert len(asked) == 1
+
+
+def test_a_form_elicitation_expires_to_a_decline(rig: Rig) -> None:
+    with_asks(rig, None, elicitation_timeout=3.0)
+    rig.add(capable())
+    rig.start()
+    rig.wait_tools("cap", 6, 40)
+    rig.allow("_mcp_cap_*")
+    out = rig.run("_mcp_cap_ask_name", context=turn())
+    assert "no answer (decline)" in out.envelope
+    policy = rig.policy.proxy()
+    assert policy.pending().get(timeout=5) == []
+    # allow_always answers a form once: no rule is stored for it (never filled for the owner)
+    asked: list[PermissionRequest] = []
+    rig.bus.subscribe(
+        "conv", lambda e: asked.append(e) if isinstance(e, PermissionRequest) else None
+    )
+    fut = rig.call("_mcp_cap_ask_name", context=turn())
+    wait_until(lambda: bool(asked), 20, "the question")
+    answered = policy.answer(
+        asked[0].request_id, "allow_always", LOCAL_OWNER, {"name": "Al", "age": 9}
+    )
+    assert answered.get(timeout=5) is True
+    assert "hello Al (9)" in fut.result(30).envelope
+    rules = policy.list().get(timeout=5)
+    assert not any(r.permission == "_mcp_cap.elicitation" and r.decision == "allow" for r in rules)
 
 
 def test_progress_reaches_the_conversation_as_tool_progress(rig: Rig) -> None:

@@ -257,3 +257,63 @@ def test_chalie_mcp_login_prints_the_url_and_waits(rig: Rig, guarded: Guarded) -
         json.loads((rig.home / "mcp-secrets.json").read_text())["saas.oauth.tokens"]
     )
     assert tokens["access_token"] not in "".join(lines) + rest
+
+
+def test_a_401_on_a_token_believed_valid_is_refreshed_once(rig: Rig) -> None:
+    srv = Guarded("--ttl", "3600")  # the access token is believed valid for an hour
+    try:
+        rig.add(ServerSpec(name="saas", transport="http", url=srv.url, oauth=True))
+        log_in(rig, "saas")
+        rig.start()
+        rig.wait_online("saas", 30)
+        rig.wait_tools("saas", 1, 30)
+        rig.allow("_mcp_saas_*")
+        assert "you are in" in rig.run("_mcp_saas_whoami").envelope
+        assert srv.stats()["refreshed"] == 0
+        # the provider revokes the access token alone: one refresh, and the call succeeds
+        srv.admin("revoke-access")
+        out = rig.run("_mcp_saas_whoami")
+        assert out.status == "success" and "you are in" in out.envelope, out.envelope
+        assert srv.stats()["refreshed"] == 1
+        assert rig.status("saas") == "online"
+        assert "you are in" in rig.run("_mcp_saas_whoami").envelope  # the new token holds
+        assert srv.stats()["refreshed"] == 1
+        # the refresh token revoked too: needs login, mcp-auth-failed
+        srv.admin("revoke")
+
+        def refused() -> Any:
+            out = rig.run("_mcp_saas_whoami")
+            return out if out.status == "error" else None
+
+        out = wait_until(refused, 30, "the revoked grant refused")
+        assert out.code == "mcp-auth-failed" and "chalie mcp login saas" in out.envelope
+        wait_until(lambda: rig.status("saas") == "needs-login", 30, "needs login")
+        assert srv.stats()["refreshed"] == 1  # the refused refresh is tried once, not looped
+    finally:
+        srv.kill()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "why"),
+    [("http://169.254.169.254/token", "metadata address"), ("http://10.9.8.7:80/t", "private")],
+)
+def test_a_token_endpoint_at_a_forbidden_address_is_never_fetched(
+    rig: Rig, endpoint: str, why: str
+) -> None:
+    srv = Guarded("--token-endpoint", endpoint)
+    try:
+        rig.add(ServerSpec(name="saas", transport="http", url=srv.url, oauth=True))
+        spec = resolve(rig.admin.spec("saas"), rig.admin.secrets)
+
+        def show(url: str) -> None:
+            asyncio.get_running_loop().run_in_executor(None, owner_opens, url)
+
+        with pytest.raises(LoginFailed, match=why):
+            asyncio.run(login(spec, rig.admin.secrets, show, timeout=30))
+        # discovery and registration went on (the server is on loopback, so is its own
+        # authorization server); the token endpoint was refused before any connection
+        stats = srv.stats()
+        assert stats["registered"] == 1 and stats["issued"] == 0
+        assert "saas.oauth.tokens" not in json.loads((rig.home / "mcp-secrets.json").read_text())
+    finally:
+        srv.kill()

@@ -234,3 +234,52 @@ def test_prompts_are_playbooks_the_model_fills(lib: tuple[Rig, DiscoveryHandle, 
     rig.reload()
     wait_until(lambda: "_mcp_lib_review" not in found(), 30, "the prompt leaves")
     assert rig.registry.get(PROMPTS) is None and rig.registry.get(RES) is None
+
+
+def subscribing(name: str, *args: str) -> ServerSpec:
+    return ServerSpec(
+        name=name,
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "tools.fixture_mcp.subscribing", *args),
+        cwd=str(ROOT),
+    )
+
+
+def test_a_2025_11_25_server_s_resources_subscribe_keeps_and_drops_what_was_read(
+    tmp_path: Path,
+) -> None:
+    """resources/subscribe on the handshake generation (the SDK's server offers it only on
+    2026-07-28): a read subscribes first, is kept, and resources/updated drops it."""
+    rig = Rig(tmp_path)
+    try:
+        rig.add(subscribing("sub"))
+        rig.add(subscribing("nosub", "--no-subscribe"))
+        rig.start()
+        for name in ("sub", "nosub"):
+            rig.wait_tools(name, 3, 40)
+            proxy = f"_mcp_{name}__resources"
+            wait_until(lambda p=proxy: rig.registry.get(p) is not None, 30, proxy)
+            rig.allow(f"_mcp_{name}_*")
+        link = rig.deps.routes["sub"].link
+        assert link is not None and link.info is not None and link.info.protocol == "2025-11-25"
+        res = "_mcp_sub__resources"
+        assert "notes://" not in rig.run("_mcp_sub_subscribed").envelope
+        first = rig.run(res, {"action": "read", "uri": "notes://today"})
+        assert "Buy milk." in first.envelope and "kept=false" in first.envelope
+        assert "notes://today" in rig.run("_mcp_sub_subscribed").envelope  # before the read
+        again = rig.run(res, {"action": "read", "uri": "notes://today"})
+        assert "Buy milk." in again.envelope and "kept=true" in again.envelope
+        assert "\n1\n" in rig.run("_mcp_sub_reads").envelope
+        assert rig.run("_mcp_sub_edit", {"text": "Buy bread."}).status == "success"
+        wait_until(lambda: link.updates >= 1, 20, "resources/updated reached the link")
+        fresh = rig.run(res, {"action": "read", "uri": "notes://today"})
+        assert "Buy bread." in fresh.envelope and "kept=false" in fresh.envelope
+        assert "\n2\n" in rig.run("_mcp_sub_reads").envelope
+        # a server without subscriptions: nothing is kept, every read asks it
+        for _ in range(2):
+            out = rig.run("_mcp_nosub__resources", {"action": "read", "uri": "notes://today"})
+            assert "Buy milk." in out.envelope and "kept=false" in out.envelope
+        assert "\n2\n" in rig.run("_mcp_nosub_reads").envelope
+    finally:
+        rig.close()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalie.conversation.events import (
+    PermissionRequested,
     RichPayload,
     ToolFinished,
     ToolStarted,
@@ -26,6 +27,7 @@ from chalie.conversation.events import (
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie.mcp_server.exchange import AgentExchange
 
+FORM: dict[str, Any] = {"type": "object", "properties": {"name": {"type": "string"}}}
 PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
     "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -168,6 +170,19 @@ class FakeConversations:
                 tool=tool,
                 status=status,
                 code=code,
+            )
+        if "form" in text:  # a remote server's question to the person, within the turn
+            self._emit(
+                cid,
+                PermissionRequested,
+                request_id=f"{turn_id}-form",
+                turn_id=turn_id,
+                tool="_mcp_cap_ask_name",
+                permission="_mcp_cap.elicitation",
+                act_summary="The MCP server cap asks: your name?",
+                params={},
+                expires_at=time.time() + 60,
+                form=FORM,
             )
         if "picture" in text:
             self._emit(

@@ -178,3 +178,22 @@ def test_only_an_enabled_loop_in_human_call_with_a_person_connected_marks_its_tu
 
         assert not asyncio.run(go()).is_error
     assert [m.human_present for m in convs.sent] == [expected]
+
+
+def test_a_form_on_a_loop_in_human_turn_reaches_the_person_with_its_schema() -> None:
+    from tests.core.mcp_server.doubles import FORM
+
+    convs = FakeConversations()
+    desk = FakeDesk(1)
+    with running(convs=convs, desk=desk, loop_in_human_asks=True) as r:
+        secret = r.tokens.create("agent")
+
+        async def go() -> Any:
+            async with connect(r.url, secret, "auto") as client:
+                return await client.call_tool(
+                    "talk_to_chalie", {**ARGS, "message": "fill the form please"}
+                )
+
+        assert not asyncio.run(go()).is_error
+    (asked,) = [x for x in desk.shown if x.phase == "permission"]
+    assert asked.form == FORM and asked.permission == "_mcp_cap.elicitation"
