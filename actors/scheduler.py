@@ -54,7 +54,7 @@ from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
 from chalie.schedule.desk import ReminderError
 from chalie.schedule.rules import RuleError, RuleKind, first_time, next_time, zone
-from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore
+from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
 
 log = logging.getLogger("chalie.scheduler")
@@ -452,6 +452,14 @@ class Scheduler(SupervisedActor):
     ) -> builtins.list[Reminder]:
         assert self._store is not None
         return self._store.listed(principal=principal, pending_only=pending_only, limit=limit)
+
+    def get(self, reminder_id: int) -> Reminder | None:
+        assert self._store is not None
+        return self._store.get(reminder_id)
+
+    def shown(self, view: Shown, limit: int = 100) -> builtins.list[Reminder]:
+        assert self._store is not None
+        return self._store.shown(view, limit)
 
     def status(self) -> dict[str, Any]:
         assert self._store is not None

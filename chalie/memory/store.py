@@ -258,6 +258,14 @@ class MemoryStore:
             rows = self._conn.execute("SELECT DISTINCT principal FROM memories").fetchall()
         return sorted(str(r[0]) for r in rows)
 
+    def counts(self) -> dict[str, int]:
+        """How many memories each principal has."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT principal, COUNT(*) FROM memories GROUP BY principal"
+            ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def count(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])

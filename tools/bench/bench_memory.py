@@ -133,15 +133,36 @@ WHEN = [
 ]
 
 
-def corpus(n: int, seed: int = 1) -> list[str]:
+PARTS = (FIRST, VERBS, THINGS, WHERE, WHEN)
+
+
+def picks(n: int, seed: int = 1) -> list[tuple[int, ...]]:
+    """Which phrase of each part every corpus text uses."""
     rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        out.append(
-            f"{rng.choice(FIRST)} {rng.choice(VERBS)} {rng.choice(THINGS)} "
-            f"{rng.choice(WHERE)} {rng.choice(WHEN)} (note {i})"
-        )
-    return out
+    return [tuple(rng.randrange(len(part)) for part in PARTS) for _ in range(n)]
+
+
+def corpus(n: int, seed: int = 1) -> list[str]:
+    return [
+        " ".join(part[j] for part, j in zip(PARTS, pick, strict=True)) + f" (note {i})"
+        for i, pick in enumerate(picks(n, seed))
+    ]
+
+
+def composed_vectors(n: int, seed: int = 1) -> np.ndarray[Any, Any]:
+    """The short mode's corpus vectors: each text's vector is the normalised sum of its five
+    phrases' embeddings plus a little noise (62 texts embedded instead of 100,000). The graph
+    has the same size, dimension and quantisation, so a search costs what it does on real
+    vectors; the neighbours are only approximately those of the real texts."""
+    embedder = load_embedder()
+    phrases = [embedder.embed(list(part)) for part in PARTS]
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((n, embedder.dim), dtype=np.float32)
+    for k, pick in enumerate(picks(n, seed)):
+        rows[k] = sum(phrases[p][j] for p, j in enumerate(pick))
+    rows += rng.normal(0.0, 0.08, rows.shape).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
 
 
 def pct(values: list[float], q: float) -> float:
