@@ -27,6 +27,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -66,6 +67,11 @@ SEMANTIC_CEILING: Final = 0.85
 NEAR_DUPLICATE: Final = 0.07
 CANDIDATES: Final = 50
 MAX_K: Final = 50
+# Recent texts' vectors (a recall right after a store of the same words, a query asked
+# again): ~1.5 KB each. The embedding is most of a recall's CPU.
+VECTOR_CACHE: Final = 512
+# Candidates fetched from chalie.db per round, as a multiple of k: most recalls need one.
+FETCH_FACTOR: Final = 4
 NEGATIONS: Final = frozenset(
     {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
 )
@@ -201,6 +207,8 @@ class MemoryBook:
         self._clock = clock
         self._lock = threading.RLock()
         self._index: MemoryIndex | None = None
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._vectors_lock = threading.Lock()
         self.rebuilt = 0  # how many times the index was rebuilt from the table (observable)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -257,7 +265,18 @@ class MemoryBook:
 
     # -- writes -------------------------------------------------------------------------
     def _vector(self, text: str) -> Any:
-        return self.embedder.embed([text])[0]
+        with self._vectors_lock:
+            found = self._vectors.get(text)
+            if found is not None:
+                self._vectors.move_to_end(text)
+                return found
+        vector = self.embedder.embed([text])[0]
+        vector.flags.writeable = False  # shared by every caller of the cache
+        with self._vectors_lock:
+            self._vectors[text] = vector
+            while len(self._vectors) > VECTOR_CACHE:
+                self._vectors.popitem(last=False)
+        return vector
 
     def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
         """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
@@ -437,9 +456,14 @@ class MemoryBook:
         for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
             fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
-        found = self.store.many(mid for mid, _ in ranked)
         out: list[Recalled] = []
-        for mid, score in ranked:
+        # Rows are read in rank order, a few more than k at a time: filters that drop many
+        # read further, an unfiltered recall reads one small batch.
+        found: dict[int, Memory] = {}
+        step = FETCH_FACTOR * k
+        for pos, (mid, score) in enumerate(ranked):
+            if pos % step == 0:
+                found = self.store.many(m for m, _ in ranked[pos : pos + step])
             memory = found.get(mid)
             if memory is None or memory.principal not in principals:
                 continue

@@ -223,3 +223,59 @@ def test_words_are_found_before_and_after_the_keyword_index_commits(book: Memory
     assert index.keyword([OWNER], "wombat12", 5) == []
     index.flush()
     assert index.keyword([OWNER], "wombat12", 5) == [] and index.stats()["text_docs"] == 0
+
+
+def test_a_new_memory_the_graph_cannot_reach_is_still_recalled(book: MemoryBook) -> None:
+    """HNSW is approximate: a new node among near-duplicates may get no links back. The
+    newest vectors are also searched exactly, so a just-stored memory is never missed."""
+    for i in range(30):
+        book.store_memory(Draft(text=f"Note {i}: the boiler was serviced in spring"), ME)
+    memory, _ = book.store_memory(Draft(text="The boiler code is 7731 for the engineer"), ME)
+    index = book.index()
+    index._graphs[OWNER].remove(memory.id)  # as if no search could reach it
+    found = [mid for mid, _ in index.semantic([OWNER], book._vector("the boiler code"), 5)]
+    assert found[0] == memory.id
+    # Forgotten, it leaves the exact search too.
+    book.forget([OWNER], memory.id)
+    found = [mid for mid, _ in index.semantic([OWNER], book._vector("the boiler code"), 5)]
+    assert memory.id not in found
+    assert "The boiler code is 7731 for the engineer" not in texts(
+        book.recall([OWNER], query="boiler code for the engineer")
+    )
+
+
+def test_the_keyword_search_keeps_principals_apart_with_or_without_its_filter(
+    book: MemoryBook,
+) -> None:
+    mine, _ = book.store_memory(Draft(text="The gate code is Quorvex"), ME)
+    book.index().flush()  # into Tantivy (not only the tail)
+    index = book.index()
+    # Only the owner has memories: the search needs no principal clause, and finds it.
+    assert [m for m, _ in index.keyword([OWNER], "quorvex", 5)] == [mine.id]
+    theirs, _ = book.store_memory(Draft(text="The agent's gate code is Quorvex too"), AGENT)
+    index.flush()
+    assert [m for m, _ in index.keyword([OWNER], "quorvex", 5)] == [mine.id]
+    assert [m for m, _ in index.keyword(["agent:bot"], "quorvex", 5)] == [theirs.id]
+    both = {m for m, _ in index.keyword([OWNER, "agent:bot"], "quorvex", 5)}
+    assert both == {mine.id, theirs.id}
+
+
+def test_a_repeated_text_is_embedded_once(book: MemoryBook) -> None:
+    calls: list[int] = []
+    embed = book.embedder.embed
+
+    class Counting:
+        model_id, dim = book.embedder.model_id, book.embedder.dim
+
+        def embed(self, texts: list[str]) -> object:
+            calls.append(len(texts))
+            return embed(texts)
+
+    book.embedder = Counting()  # type: ignore[assignment]
+    memory, _ = book.store_memory(Draft(text="Parking is on level minus two"), ME)
+    assert [h.memory.id for h in book.recall([OWNER], query="Parking is on level minus two")] == [
+        memory.id
+    ]
+    book.recall([OWNER], query="where did I park")
+    book.recall([OWNER], query="where did I park")
+    assert calls == [1, 1]
