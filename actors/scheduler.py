@@ -46,7 +46,7 @@ from chalie.events import EventBus
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
-from chalie.memory.whose import OWNER, is_agent
+from chalie.memory.whose import UNKNOWN_AGENT, is_agent, principal_of
 from chalie.messages import BackgroundResult
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
@@ -88,6 +88,8 @@ class Reflection:
 @dataclass(frozen=True)
 class _Reflected:
     conversation_id: str
+    # Whose memories the pass stores: the conversation's principal (chalie.memory.whose).
+    principal: str
     upto: int
     updated: float
     response: Any
@@ -341,8 +343,10 @@ class Scheduler(SupervisedActor):
             if loaded is None:
                 continue
             messages = loaded.messages
-            request = reflection_request(messages[ledger.upto(cid) :])
-            if request is None:
+            info = loaded.info
+            whose = principal_of(info.channel, info.origin, info.principal)
+            request = reflection_request(messages[ledger.upto(cid) :], agent=is_agent(whose))
+            if request is None or whose == UNKNOWN_AGENT:  # no agent to keep them for
                 ledger.done(cid, len(messages), updated)
                 continue
             self._reflecting = cid
@@ -352,14 +356,15 @@ class Scheduler(SupervisedActor):
                 fut: Any,
                 me: Any = me,
                 cid: str = cid,
+                whose: str = whose,
                 upto: int = upto,
                 updated: float = updated,
             ) -> None:
                 try:
                     reply: Any = fut.result()
-                    _tell(me, _Reflected(cid, upto, updated, reply, None))
+                    _tell(me, _Reflected(cid, whose, upto, updated, reply, None))
                 except BaseException as exc:
-                    _tell(me, _Reflected(cid, upto, updated, None, exc))
+                    _tell(me, _Reflected(cid, whose, upto, updated, None, exc))
 
             self._loop.submit(model.complete(request, lambda _text: None)).add_done_callback(done)
             return
@@ -390,7 +395,7 @@ class Scheduler(SupervisedActor):
                     desk.book.store_memory(
                         draft,
                         Provenance(
-                            principal=OWNER,
+                            principal=message.principal,
                             source="reflection",
                             conversation_id=message.conversation_id,
                             untrusted=desk.untrusted_in(message.conversation_id),
