@@ -61,6 +61,10 @@ log = logging.getLogger("chalie.memory")
 # rare-word hits.
 RRF_K: Final = 10
 KEYWORD_WEIGHT: Final = 0.5
+# The memories holding a rare word of the query (a name, a code: chalie.memory.index.rare)
+# are a third list, weighing as much as the meaning: among thousands of look-alike memories
+# the one with the reference the person quotes comes first.
+RARE_WEIGHT: Final = 1.0
 # A semantic neighbour further than this (cosine distance) is noise, not a candidate.
 SEMANTIC_CEILING: Final = 0.85
 # A new memory this close to one of the same principal and kind is the same memory.
@@ -455,6 +459,8 @@ class MemoryBook:
                 fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
         for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
             fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
+        for rank, mid in enumerate(index.rare(principals, query)):
+            fused[mid] = fused.get(mid, 0.0) + RARE_WEIGHT / (RRF_K + rank + 1)
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
         out: list[Recalled] = []
         # Rows are read in rank order, a few more than k at a time: filters that drop many
@@ -477,9 +483,9 @@ class MemoryBook:
                 tags=tags,
             ):
                 continue
-            # 1.0: first in both lists
+            # 1.0: first in the meaning's and the words' lists
             best = (1.0 + KEYWORD_WEIGHT) / (RRF_K + 1)
-            out.append(Recalled(memory=memory, score=round(score / best, 4)))
+            out.append(Recalled(memory=memory, score=round(min(1.0, score / best), 4)))
             if len(out) >= k:
                 break
         return out

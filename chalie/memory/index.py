@@ -56,6 +56,9 @@ COMMIT_BATCH: Final = 2000
 # new memory among many near-identical ones can get no links back to it and be missed by
 # every search that does not start from its own words.
 FRESH: Final = 1024
+# A query word in at most this many memories is rare (a name, a code, a reference): the
+# memories that hold it are a list of their own in the fusion (chalie.memory.book).
+RARE_DOCS: Final = 3
 
 
 class MemoryIndexError(RuntimeError):
@@ -416,7 +419,7 @@ class MemoryIndex:
             # Only when another principal has memories here does the query need the
             # principal clause: without it Tantivy's top-k pruning (block-WAND) skips most
             # of the postings, with it every matching memory is scored.
-            others = any(p not in principals and len(g) for p, g in self._graphs.items())
+            others = self._others(principals)
             wanted = _terms(" ".join(words))
             fresh = sorted(
                 (
@@ -429,18 +432,7 @@ class MemoryIndex:
         try:
             query = self._text.parse_query(" ".join(words), ["text"])
             if others:
-                who = tantivy.Query.boolean_query(
-                    [
-                        (
-                            tantivy.Occur.Should,
-                            tantivy.Query.term_query(self._schema, "principal", p),
-                        )
-                        for p in principals
-                    ]
-                )
-                query = tantivy.Query.boolean_query(
-                    [(tantivy.Occur.Must, query), (tantivy.Occur.Must, who)]
-                )
+                query = self._theirs(query, principals)
             searcher = self._text.searcher()
             hits = searcher.search(query, n + len(gone), count=False).hits
             found = [(int(searcher.doc(addr)["mid"][0]), float(score)) for score, addr in hits]
@@ -451,6 +443,52 @@ class MemoryIndex:
         seen = {mid for mid, _ in out}
         out += [(mid, sc) for mid, sc in found if mid not in gone and mid not in seen]
         return out[:n]
+
+    def _others(self, principals: Sequence[str]) -> bool:
+        """Whether another principal has memories here (the caller holds _lock)."""
+        return any(p not in principals and len(g) for p, g in self._graphs.items())
+
+    def _theirs(self, query: tantivy.Query, principals: Sequence[str]) -> tantivy.Query:
+        """``query`` among the principals' memories only."""
+        who = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "principal", p))
+                for p in principals
+            ]
+        )
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, who)])
+
+    def rare(self, principals: Sequence[str], text: str) -> list[int]:
+        """The memories holding a rare word of the query (one in at most RARE_DOCS memories),
+        the not yet committed ones first. A word Tantivy indexes under another form (a stem)
+        has no postings of its own and counts as no word here."""
+        words = list(dict.fromkeys(query_words(text)))
+        if not words or not principals:
+            return []
+        with self._lock:
+            gone = set(self._gone)
+            others = self._others(principals)
+            tail = [(mid, terms) for mid, (who, terms) in self._tail.items() if who in principals]
+        out: list[int] = []
+        try:
+            searcher = self._text.searcher()
+            for word in words:
+                (key,) = _terms(word) or {word}
+                fresh = [mid for mid, terms in tail if key in terms]
+                indexed = int(searcher.doc_freq("text", word))
+                if not 0 < indexed + len(fresh) <= RARE_DOCS:
+                    continue
+                out += fresh
+                if indexed:
+                    query = tantivy.Query.term_query(self._schema, "text", word)
+                    if others:
+                        query = self._theirs(query, principals)
+                    hits = searcher.search(query, RARE_DOCS + len(gone), count=False).hits
+                    found = (int(searcher.doc(addr)["mid"][0]) for _, addr in hits)
+                    out += [mid for mid in found if mid not in gone]  # gone: old words
+        except ValueError as exc:
+            raise MemoryIndexError(f"memory keyword search failed: {exc}") from exc
+        return list(dict.fromkeys(out))
 
     def __len__(self) -> int:
         with self._lock:

@@ -245,13 +245,14 @@ def bench_recall(book: MemoryBook, queries: int) -> None:
     for i in range(20):
         book.recall([OWNER], query=f"a warm-up question {i}")
     times = []
+    cpus = []
     gc.collect()
-    cpu = time.process_time()
     for q in asks:
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         book.recall([OWNER], query=q, k=5)
         times.append((time.perf_counter() - t) * 1e3)
-    cpu = (time.process_time() - cpu) / len(asks) * 1e3
+        cpus.append((time.process_time() - c) * 1e3)
+    cpu = sum(cpus) / len(cpus)
     again = []
     for q in asks[:100]:  # asked before: the embedding is remembered
         t = time.perf_counter()
@@ -259,8 +260,9 @@ def bench_recall(book: MemoryBook, queries: int) -> None:
         again.append((time.perf_counter() - t) * 1e3)
     p50, p99 = pct(times, 50), pct(times, 99)
     print(
-        f"   ({len(asks)} distinct queries; CPU per recall {cpu:.2f} ms (process time, all "
-        f"threads); a query asked again: p50 {pct(again, 50):.2f} ms, p99 {pct(again, 99):.2f} ms)"
+        f"   ({len(asks)} distinct queries; CPU per recall (process time, all threads) mean "
+        f"{cpu:.2f} ms, p50 {pct(cpus, 50):.2f}, p99 {pct(cpus, 99):.2f}; a query asked again: "
+        f"p50 {pct(again, 50):.2f} ms, p99 {pct(again, 99):.2f} ms)"
     )
     line("1. recall @100k p50 (embedding included)", p50, "ms", "<= 10 ms", p50 <= 10, p50 / 10)
     line("1. recall @100k p99 (embedding included)", p99, "ms", "<= 30 ms", p99 <= 30, p99 / 30)
