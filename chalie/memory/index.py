@@ -59,6 +59,8 @@ FRESH: Final = 1024
 # A query word in at most this many memories is rare (a name, a code, a reference): the
 # memories that hold it are a list of their own in the fusion (chalie.memory.book).
 RARE_DOCS: Final = 3
+# ... and in at most this share of them: in a small index every word is rare, and none is.
+RARE_SHARE: Final = 0.01
 
 
 class MemoryIndexError(RuntimeError):
@@ -459,24 +461,27 @@ class MemoryIndex:
         return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, who)])
 
     def rare(self, principals: Sequence[str], text: str) -> list[int]:
-        """The memories holding a rare word of the query (one in at most RARE_DOCS memories),
-        the not yet committed ones first. A word Tantivy indexes under another form (a stem)
-        has no postings of its own and counts as no word here."""
+        """The memories holding a rare word of the query (one in at most RARE_DOCS memories
+        and RARE_SHARE of them all), the not yet committed ones first. A word Tantivy
+        indexes under another form (a stem) has no postings of its own and counts as none."""
         words = list(dict.fromkeys(query_words(text)))
         if not words or not principals:
             return []
         with self._lock:
             gone = set(self._gone)
             others = self._others(principals)
+            most = min(RARE_DOCS, int(RARE_SHARE * sum(len(g) for g in self._graphs.values())))
             tail = [(mid, terms) for mid, (who, terms) in self._tail.items() if who in principals]
         out: list[int] = []
+        if most < 1:
+            return out
         try:
             searcher = self._text.searcher()
             for word in words:
                 (key,) = _terms(word) or {word}
                 fresh = [mid for mid, terms in tail if key in terms]
                 indexed = int(searcher.doc_freq("text", word))
-                if not 0 < indexed + len(fresh) <= RARE_DOCS:
+                if not 0 < indexed + len(fresh) <= most:
                     continue
                 out += fresh
                 if indexed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chalie.discovery.embedder import Embedder
@@ -284,12 +285,19 @@ def test_a_repeated_text_is_embedded_once(book: MemoryBook) -> None:
 @pytest.mark.parametrize("committed", [False, True], ids=["in-the-tail", "in-tantivy"])
 def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committed: bool) -> None:
     """The fusion's third list: the memories holding a word that is in at most RARE_DOCS of
-    them (a code, a name), so that among thousands of look-alikes the one with the reference
-    the person quotes is found (bench_memory figure 2 missed 8 of 100 without it)."""
-    for i in range(6):
-        book.store_memory(Draft(text=f"Parcel {i} for the office came on a Monday"), ME)
+    them, and at most 1 % (a code, a name), so that among thousands of look-alikes the one
+    with the reference the person quotes is found (bench_memory figure 2 missed 8 of 100
+    without it). In a small book no word is rare."""
     target, _ = book.store_memory(Draft(text="The office parcel has tracking code QX77841"), ME)
     other, _ = book.store_memory(Draft(text="The agent's parcel has code QX77841 too"), AGENT)
+    assert book.index().rare([OWNER], "the office parcel, code qx77841") == []
+    # 300 more memories (stored as rows, as an import would, without the near-duplicate merge)
+    places = ["office", "studio", "flat", "garage", "shop", "clinic", "school", "depot"]
+    texts = [f"Parcel {i} for the {places[i % 8]} came on a Monday" for i in range(300)]
+    for text, vector in zip(texts, book.embedder.embed(texts), strict=True):
+        memory = Memory(id=0, principal=OWNER, kind="fact", text=text, created=1.0, updated=1.0)
+        mid = book.store.insert(memory, book.embedder.model_id, vector)
+        book.index().add([(msgspec.structs.replace(memory, id=mid), vector)])
     index = book.index()
     if committed:
         index.flush()
