@@ -220,6 +220,8 @@ class MemoryBook:
         with self._lock:
             if self._index is None:
                 self._index = self._open()
+                # The store's commits leave the WAL to the committer (chalie.memory.store).
+                self._index.after_commit = self.store.checkpoint
             return self._index
 
     def _open(self) -> MemoryIndex:

@@ -27,7 +27,7 @@ import re
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -128,6 +128,8 @@ class MemoryIndex:
         self._closing = threading.Event()
         self._committer: threading.Thread | None = None
         self._pending_text: dict[int, Memory] = {}
+        # Called after each commit of the committer (the book checkpoints chalie.db's WAL).
+        self.after_commit: Callable[[], None] | None = None
         # One writer for the index's life (under _text_lock): a commit does not wait for
         # merges, which go on in Tantivy's own threads; close waits for them.
         self._writer: Any = None
@@ -271,6 +273,12 @@ class MemoryIndex:
             except MemoryIndexError:
                 log.exception("memory keyword index commit failed; retrying")
                 self._dirty.set()
+            after = self.after_commit
+            if after is not None:
+                try:
+                    after()
+                except Exception:
+                    log.exception("the memory committer's after-commit step failed")
 
     def flush(self) -> None:
         """Move the tail into Tantivy and commit (the committer's work; also at save)."""

