@@ -38,6 +38,7 @@ from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
 from chalie.db import connect
 from chalie.events import EventBus
+from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
 from chalie.messages import CHANNELS, ControlReply
 from chalie.policy import PolicyError
 from chalie.principals import Principal
@@ -688,6 +689,135 @@ class RuntimeBackend:
         if not gone:
             raise ApiProblem(404, "not-found", f"no learned example {path.id}")
         return api.Forgotten(forgotten=int(gone))
+
+    # -- memory -----------------------------------------------------------------------
+    def _memory(self) -> Any:
+        desk = self._host.services.memory
+        if desk is None:
+            raise ApiProblem(503, "unavailable", "memory is not running")
+        return desk.book
+
+    def _agent_names(self) -> dict[str, str]:
+        """Memory key -> the agent token's name (a revoked token keeps its name)."""
+        return {AGENT_PREFIX + t.id: t.name for t in self.token_store.list() if t.id}
+
+    def _memory_view(
+        self, memory: Any, names: dict[str, str], score: float | None = None
+    ) -> api.MemoryView:
+        return api.MemoryView(
+            id=memory.id,
+            principal=memory.principal,
+            agent=names.get(memory.principal, "?") if is_agent(memory.principal) else "",
+            kind=memory.kind,
+            text=memory.text,
+            place=memory.place,
+            time=memory.time,
+            people=list(memory.people),
+            tags=list(memory.tags),
+            skill=memory.skill,
+            source=memory.source,
+            untrusted=list(memory.untrusted),
+            conversation_id=memory.conversation_id,
+            created=memory.created,
+            updated=memory.updated,
+            merged=memory.merged,
+            score=score,
+        )
+
+    def memories(self, _path: Any, args: api.MemoriesQuery) -> api.MemoriesPage:
+        book = self._memory()
+        names = self._agent_names()
+        keys = [args.principal] if args.principal else book.store.principals()
+        # The owner's first, then the agents' by name.
+        keys.sort(key=lambda k: (k != OWNER, names.get(k, k)))
+        counts = book.store.counts()
+        groups = []
+        for key in keys:
+            rows = book.recent([key], args.limit)
+            groups.append(
+                api.MemoryGroup(
+                    principal=key,
+                    agent=names.get(key, "?") if is_agent(key) else "",
+                    count=counts.get(key, 0),
+                    memories=[self._memory_view(m, names) for m in rows],
+                )
+            )
+        return api.MemoriesPage(groups=groups)
+
+    def memory_search(self, _path: Any, args: api.MemorySearch) -> list[api.MemoryView]:
+        from chalie.memory.book import MemoryRequestError
+
+        try:
+            hits = self._memory().recall(
+                [args.principal], query=args.query, location=args.location, k=args.limit
+            )
+        except MemoryRequestError as exc:
+            raise ApiProblem(400, exc.code, str(exc)) from None
+        names = self._agent_names()
+        return [self._memory_view(h.memory, names, h.score) for h in hits]
+
+    def memory_forget(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryForgotten:
+        from chalie.memory.book import MemoryRequestError
+
+        book = self._memory()
+        memory = book.get(path.id)
+        try:
+            if memory is None:
+                raise MemoryRequestError("memory-not-found", f"no memory {path.id}")
+            book.forget([memory.principal], path.id)
+        except MemoryRequestError as exc:
+            raise ApiProblem(404, exc.code, str(exc)) from None
+        return api.MemoryForgotten(id=path.id, forgotten=True)
+
+    def memory_promote(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView:
+        from chalie.memory.book import MemoryRequestError
+
+        try:
+            promoted = self._memory().promote(path.id)
+        except MemoryRequestError as exc:
+            raise ApiProblem(404, exc.code, str(exc)) from None
+        return self._memory_view(promoted, {})
+
+    # -- reminders --------------------------------------------------------------------
+    def _scheduler(self) -> ChildRef[Any]:
+        from actors.scheduler import Scheduler
+
+        return self._host.child("scheduler", Scheduler).within(ACTOR_TIMEOUT)
+
+    def _reminder_view(self, r: Any, names: dict[str, str]) -> api.ReminderView:
+        return api.ReminderView(
+            id=r.id,
+            text=r.text,
+            kind=r.kind,
+            rule=r.rule,
+            zone=r.zone,
+            principal=r.principal,
+            agent=names.get(r.principal, "?") if is_agent(r.principal) else "",
+            conversation_id=r.conversation_id,
+            created=r.created,
+            next_fire=r.next_fire,
+            state=r.state,
+            fired=r.fired,
+            last_fired=r.last_fired,
+            last_late=r.last_late,
+            last_answer=r.last_answer,
+        )
+
+    def reminders(self, _path: Any, args: api.RemindersQuery) -> list[api.ReminderView]:
+        from actors.scheduler import Scheduler
+
+        rows = self._scheduler().call(Scheduler.shown, args.view, args.limit)
+        names = self._agent_names()
+        return [self._reminder_view(r, names) for r in rows]
+
+    def reminder_cancel(self, path: api.ReminderPath, _args: api.Empty) -> api.ReminderView:
+        from actors.scheduler import Scheduler
+
+        ref = self._scheduler()
+        if not ref.call(Scheduler.cancel, path.id, None):
+            raise ApiProblem(404, "reminder-not-found", f"no pending reminder {path.id}")
+        found = ref.call(Scheduler.get, path.id)
+        return self._reminder_view(found, self._agent_names())
 
 
 def _bindable(config: Config) -> None:

@@ -46,7 +46,7 @@ from chalie.events import EventBus
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
-from chalie.memory.whose import OWNER, is_agent
+from chalie.memory.whose import UNKNOWN_AGENT, is_agent, principal_of
 from chalie.messages import BackgroundResult
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
@@ -54,7 +54,7 @@ from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
 from chalie.schedule.desk import ReminderError
 from chalie.schedule.rules import RuleError, RuleKind, first_time, next_time, zone
-from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore
+from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
 
 log = logging.getLogger("chalie.scheduler")
@@ -88,6 +88,8 @@ class Reflection:
 @dataclass(frozen=True)
 class _Reflected:
     conversation_id: str
+    # Whose memories the pass stores: the conversation's principal (chalie.memory.whose).
+    principal: str
     upto: int
     updated: float
     response: Any
@@ -341,8 +343,10 @@ class Scheduler(SupervisedActor):
             if loaded is None:
                 continue
             messages = loaded.messages
-            request = reflection_request(messages[ledger.upto(cid) :])
-            if request is None:
+            info = loaded.info
+            whose = principal_of(info.channel, info.origin, info.principal)
+            request = reflection_request(messages[ledger.upto(cid) :], agent=is_agent(whose))
+            if request is None or whose == UNKNOWN_AGENT:  # no agent to keep them for
                 ledger.done(cid, len(messages), updated)
                 continue
             self._reflecting = cid
@@ -352,14 +356,15 @@ class Scheduler(SupervisedActor):
                 fut: Any,
                 me: Any = me,
                 cid: str = cid,
+                whose: str = whose,
                 upto: int = upto,
                 updated: float = updated,
             ) -> None:
                 try:
                     reply: Any = fut.result()
-                    _tell(me, _Reflected(cid, upto, updated, reply, None))
+                    _tell(me, _Reflected(cid, whose, upto, updated, reply, None))
                 except BaseException as exc:
-                    _tell(me, _Reflected(cid, upto, updated, None, exc))
+                    _tell(me, _Reflected(cid, whose, upto, updated, None, exc))
 
             self._loop.submit(model.complete(request, lambda _text: None)).add_done_callback(done)
             return
@@ -390,7 +395,7 @@ class Scheduler(SupervisedActor):
                     desk.book.store_memory(
                         draft,
                         Provenance(
-                            principal=OWNER,
+                            principal=message.principal,
                             source="reflection",
                             conversation_id=message.conversation_id,
                             untrusted=desk.untrusted_in(message.conversation_id),
@@ -452,6 +457,14 @@ class Scheduler(SupervisedActor):
     ) -> builtins.list[Reminder]:
         assert self._store is not None
         return self._store.listed(principal=principal, pending_only=pending_only, limit=limit)
+
+    def get(self, reminder_id: int) -> Reminder | None:
+        assert self._store is not None
+        return self._store.get(reminder_id)
+
+    def shown(self, view: Shown, limit: int = 100) -> builtins.list[Reminder]:
+        assert self._store is not None
+        return self._store.shown(view, limit)
 
     def status(self) -> dict[str, Any]:
         assert self._store is not None

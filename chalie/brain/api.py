@@ -17,6 +17,7 @@ from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
 from chalie.messages import Answer, Channel, TrailStatus
 from chalie.policy import PERMISSION, SERVER_WILDCARD
 from chalie.principals import Scope
+from chalie.schedule.store import Shown
 
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -445,3 +446,98 @@ class Forgotten(Reply):
 
 class RequestPath(Struct):
     request_id: Id
+
+
+# -- memory -----------------------------------------------------------------------------
+# Whose memories: ``owner``, or ``agent:<token id>`` (chalie.memory.whose).
+MemoryKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=140, pattern=r"^(?:owner|agent:[A-Za-z0-9_.:?-]+)$")
+]
+
+
+class MemoriesQuery(Struct):
+    principal: MemoryKey | None = None
+    limit: Limit = 50
+
+
+class MemoryView(Reply):
+    """One memory with its provenance; ``untrusted`` names the untrusted sources (web pages,
+    mail, remote tools) the storing conversation had read."""
+
+    id: int
+    principal: str
+    # The agent's token name for an agent's memory ("" for the owner's, "?" if unknown).
+    agent: str
+    kind: str
+    text: str
+    source: str
+    created: float
+    updated: float
+    place: str | None = None
+    time: str | None = None
+    people: list[str] = []
+    tags: list[str] = []
+    skill: str | None = None
+    untrusted: list[str] = []
+    conversation_id: str | None = None
+    merged: int = 0
+    score: float | None = None
+
+
+class MemoryGroup(Reply):
+    principal: str
+    agent: str
+    count: int
+    memories: list[MemoryView]
+
+
+class MemoriesPage(Reply):
+    """The owner's memories first, then each agent's, apart."""
+
+    groups: list[MemoryGroup]
+
+
+class MemorySearch(Struct):
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)] | None = None
+    location: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    principal: MemoryKey = "owner"
+    limit: Annotated[int, msgspec.Meta(ge=1, le=50)] = 10
+
+
+class MemoryPath(Struct):
+    id: RowId
+
+
+class MemoryForgotten(Reply):
+    id: int
+    forgotten: bool
+
+
+# -- reminders --------------------------------------------------------------------------
+class RemindersQuery(Struct):
+    # pending: still to fire; fired: fired at least once (newest first); late: its last firing
+    # was late (Chalie was down when it was due).
+    view: Shown = "pending"
+    limit: Limit = 100
+
+
+class ReminderView(Reply):
+    id: int
+    text: str
+    kind: str
+    rule: str
+    zone: str
+    principal: str
+    agent: str
+    conversation_id: str | None
+    created: float
+    next_fire: float | None
+    state: str
+    fired: int
+    last_fired: float | None = None
+    last_late: bool = False
+    last_answer: str | None = None
+
+
+class ReminderPath(Struct):
+    id: RowId

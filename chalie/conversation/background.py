@@ -20,13 +20,21 @@ def starts_turn(result: BackgroundResult) -> bool:
     return result.tool not in SELF_ANNOUNCED
 
 
+FOLLOW_UP_MARK: Final = "[background: "
+
+
 def follow_up_text(result: BackgroundResult) -> str:
     """The user-role message of the turn a background result starts."""
     outcome = "finished" if result.status == "success" else "failed"
     return (
-        f"[background: the {result.tool} call you started earlier has {outcome}; its result "
+        f"{FOLLOW_UP_MARK}the {result.tool} call you started earlier has {outcome}; its result "
         "is above.] Tell the person what came of it, briefly."
     )
+
+
+def is_follow_up(text: str) -> bool:
+    """Whether a user-role message is the runtime's follow-up, not anyone's words."""
+    return text.startswith(FOLLOW_UP_MARK)
 
 
 def follow_up_id(result: BackgroundResult) -> str:

@@ -27,6 +27,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -60,12 +61,21 @@ log = logging.getLogger("chalie.memory")
 # rare-word hits.
 RRF_K: Final = 10
 KEYWORD_WEIGHT: Final = 0.5
+# The memories holding a rare word of the query (a name, a code: chalie.memory.index.rare)
+# are a third list, weighing as much as the meaning: among thousands of look-alike memories
+# the one with the reference the person quotes comes first.
+RARE_WEIGHT: Final = 1.0
 # A semantic neighbour further than this (cosine distance) is noise, not a candidate.
 SEMANTIC_CEILING: Final = 0.85
 # A new memory this close to one of the same principal and kind is the same memory.
 NEAR_DUPLICATE: Final = 0.07
 CANDIDATES: Final = 50
 MAX_K: Final = 50
+# Recent texts' vectors (a recall right after a store of the same words, a query asked
+# again): ~1.5 KB each. The embedding is most of a recall's CPU.
+VECTOR_CACHE: Final = 512
+# Candidates fetched from chalie.db per round, as a multiple of k: most recalls need one.
+FETCH_FACTOR: Final = 4
 NEGATIONS: Final = frozenset(
     {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
 )
@@ -201,6 +211,8 @@ class MemoryBook:
         self._clock = clock
         self._lock = threading.RLock()
         self._index: MemoryIndex | None = None
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._vectors_lock = threading.Lock()
         self.rebuilt = 0  # how many times the index was rebuilt from the table (observable)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -208,6 +220,8 @@ class MemoryBook:
         with self._lock:
             if self._index is None:
                 self._index = self._open()
+                # The store's commits leave the WAL to the committer (chalie.memory.store).
+                self._index.after_commit = self.store.checkpoint
             return self._index
 
     def _open(self) -> MemoryIndex:
@@ -257,7 +271,18 @@ class MemoryBook:
 
     # -- writes -------------------------------------------------------------------------
     def _vector(self, text: str) -> Any:
-        return self.embedder.embed([text])[0]
+        with self._vectors_lock:
+            found = self._vectors.get(text)
+            if found is not None:
+                self._vectors.move_to_end(text)
+                return found
+        vector = self.embedder.embed([text])[0]
+        vector.flags.writeable = False  # shared by every caller of the cache
+        with self._vectors_lock:
+            self._vectors[text] = vector
+            while len(self._vectors) > VECTOR_CACHE:
+                self._vectors.popitem(last=False)
+        return vector
 
     def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
         """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
@@ -436,10 +461,17 @@ class MemoryBook:
                 fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
         for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
             fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
+        for rank, mid in enumerate(index.rare(principals, query)):
+            fused[mid] = fused.get(mid, 0.0) + RARE_WEIGHT / (RRF_K + rank + 1)
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
-        found = self.store.many(mid for mid, _ in ranked)
         out: list[Recalled] = []
-        for mid, score in ranked:
+        # Rows are read in rank order, a few more than k at a time: filters that drop many
+        # read further, an unfiltered recall reads one small batch.
+        found: dict[int, Memory] = {}
+        step = FETCH_FACTOR * k
+        for pos, (mid, score) in enumerate(ranked):
+            if pos % step == 0:
+                found = self.store.many(m for m, _ in ranked[pos : pos + step])
             memory = found.get(mid)
             if memory is None or memory.principal not in principals:
                 continue
@@ -453,9 +485,9 @@ class MemoryBook:
                 tags=tags,
             ):
                 continue
-            # 1.0: first in both lists
+            # 1.0: first in the meaning's and the words' lists
             best = (1.0 + KEYWORD_WEIGHT) / (RRF_K + 1)
-            out.append(Recalled(memory=memory, score=round(score / best, 4)))
+            out.append(Recalled(memory=memory, score=round(min(1.0, score / best), 4)))
             if len(out) >= k:
                 break
         return out

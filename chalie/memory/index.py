@@ -26,7 +26,8 @@ import logging
 import re
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,6 +52,15 @@ WORD: Final = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_WORDS: Final = 32
 COMMIT_AFTER: Final = 1.0
 COMMIT_BATCH: Final = 2000
+# The newest vectors of each principal, also searched exactly: HNSW is approximate, and a
+# new memory among many near-identical ones can get no links back to it and be missed by
+# every search that does not start from its own words.
+FRESH: Final = 1024
+# A query word in at most this many memories is rare (a name, a code, a reference): the
+# memories that hold it are a list of their own in the fusion (chalie.memory.book).
+RARE_DOCS: Final = 3
+# ... and in at most this share of them: in a small index every word is rare, and none is.
+RARE_SHARE: Final = 0.01
 
 
 class MemoryIndexError(RuntimeError):
@@ -106,6 +116,7 @@ class MemoryIndex:
         self.dim = dim
         self.model_id = model_id
         self._graphs: dict[str, Hnsw] = {}
+        self._fresh: dict[str, OrderedDict[int, np.ndarray[Any, np.dtype[np.float32]]]] = {}
         self._lock = threading.RLock()
         self._text: tantivy.Index
         self._schema = _schema()
@@ -117,6 +128,11 @@ class MemoryIndex:
         self._closing = threading.Event()
         self._committer: threading.Thread | None = None
         self._pending_text: dict[int, Memory] = {}
+        # Called after each commit of the committer (the book checkpoints chalie.db's WAL).
+        self.after_commit: Callable[[], None] | None = None
+        # One writer for the index's life (under _text_lock): a commit does not wait for
+        # merges, which go on in Tantivy's own threads; close waits for them.
+        self._writer: Any = None
 
     # -- lifecycle --------------------------------------------------------------------
     @classmethod
@@ -131,6 +147,7 @@ class MemoryIndex:
             (directory / "text").mkdir(parents=True, mode=0o700)
             (directory / "vectors").mkdir(mode=0o700)
             index._text = tantivy.Index(index._schema, path=str(directory / "text"))
+        index._text.config_reader(reload_policy="Manual")
         return index
 
     @classmethod
@@ -153,6 +170,7 @@ class MemoryIndex:
         index = cls(directory, dim=dim, model_id=model_id)
         try:
             index._text = tantivy.Index.open(str(directory / "text"))
+            index._text.config_reader(reload_policy="Manual")
             index._text.reload()
             for principal, name in manifest["principals"].items():
                 if not isinstance(name, str) or name != _file_for(str(principal)):
@@ -222,6 +240,12 @@ class MemoryIndex:
                     graph.remove(present)
                 matrix = np.vstack([np.asarray(v, dtype=np.float32) for _, v in rows])
                 graph.add(keys, matrix, threads=2 if len(rows) > 256 else 1)
+                fresh = self._fresh.setdefault(principal, OrderedDict())
+                for key, row in zip(keys, matrix, strict=True):
+                    fresh.pop(int(key), None)
+                    fresh[int(key)] = row
+                while len(fresh) > FRESH:
+                    fresh.popitem(last=False)
             for memory, _ in items:
                 self._tail[memory.id] = (memory.principal, _terms(words_of(memory)))
                 self._gone.add(memory.id)  # its older words, if any, leave Tantivy
@@ -249,6 +273,12 @@ class MemoryIndex:
             except MemoryIndexError:
                 log.exception("memory keyword index commit failed; retrying")
                 self._dirty.set()
+            after = self.after_commit
+            if after is not None:
+                try:
+                    after()
+                except Exception:
+                    log.exception("the memory committer's after-commit step failed")
 
     def flush(self) -> None:
         """Move the tail into Tantivy and commit (the committer's work; also at save)."""
@@ -260,7 +290,7 @@ class MemoryIndex:
             if not adds and not gone:
                 return
             try:
-                writer = self._text.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                writer = self._text_writer()
                 for mid in gone:
                     writer.delete_documents_by_term("mid", str(mid))
                 for memory in adds.values():
@@ -270,9 +300,9 @@ class MemoryIndex:
                         )
                     )
                 writer.commit()
-                writer.wait_merging_threads()
                 self._text.reload()
             except ValueError as exc:
+                self._drop_writer()
                 with self._lock:  # try again later: nothing is lost
                     for mid, memory in adds.items():
                         self._pending_text.setdefault(mid, memory)
@@ -285,20 +315,37 @@ class MemoryIndex:
                     if mid not in self._pending_text:
                         self._tail.pop(mid, None)
 
+    def _text_writer(self) -> Any:
+        """The index's writer (the caller holds _text_lock)."""
+        if self._writer is None:
+            self._writer = self._text.writer(heap_size=_WRITER_HEAP, num_threads=1)
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        """Let the writer go after its merges (the caller holds _text_lock)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.wait_merging_threads()
+            except ValueError as exc:
+                log.warning("memory keyword index merge failed: %s", exc)
+
     def close(self) -> None:
-        """Stop the committer (after a last flush)."""
+        """Stop the committer (after a last flush) and release the writer."""
         self._closing.set()
         self._dirty.set()
         committer, self._committer = self._committer, None
         if committer is not None:
             committer.join(30)
         self.flush()
+        with self._text_lock:
+            self._drop_writer()
 
     def _write_text(self, items: Iterable[tuple[Memory, Any]], *, fresh: bool) -> None:
         """A bulk write straight into Tantivy, committed (a rebuild)."""
         with self._text_lock:
             try:
-                writer = self._text.writer(heap_size=_WRITER_HEAP, num_threads=1)
+                writer = self._text_writer()
                 for memory, _ in items:
                     mid = str(memory.id)
                     if not fresh:
@@ -307,9 +354,9 @@ class MemoryIndex:
                         tantivy.Document(mid=mid, principal=memory.principal, text=words_of(memory))
                     )
                 writer.commit()
-                writer.wait_merging_threads()
                 self._text.reload()
             except ValueError as exc:
+                self._drop_writer()
                 raise MemoryIndexError(f"memory keyword index write failed: {exc}") from exc
 
     def bulk(self, items: Iterable[tuple[Memory, Any]], batch: int = 5000) -> int:
@@ -341,6 +388,9 @@ class MemoryIndex:
             graph = self._graphs.get(memory.principal)
             if graph is not None and graph.contains(memory.id):
                 graph.remove(memory.id)
+            fresh = self._fresh.get(memory.principal)
+            if fresh is not None:
+                fresh.pop(memory.id, None)
             self._tail.pop(memory.id, None)
             self._pending_text.pop(memory.id, None)
             self._gone.add(memory.id)
@@ -349,18 +399,25 @@ class MemoryIndex:
     # -- reads --------------------------------------------------------------------------
     def semantic(self, principals: Sequence[str], vector: Any, n: int) -> list[tuple[int, float]]:
         """(memory id, cosine distance), nearest first, over the principals' graphs."""
-        out: list[tuple[int, float]] = []
+        best: dict[int, float] = {}
+        query = np.asarray(vector, dtype=np.float32)
         with self._lock:
             for principal in principals:
                 graph = self._graphs.get(principal)
                 if graph is None or len(graph) == 0:
                     continue
-                found = graph.search(np.asarray(vector, dtype=np.float32), min(n, len(graph)))
-                out.extend(
-                    (int(k), float(d)) for k, d in zip(found.keys, found.distances, strict=True)
-                )
-        out.sort(key=lambda kd: kd[1])
-        return out[:n]
+                found = graph.search(query, min(n, len(graph)))
+                for k, d in zip(found.keys.tolist(), found.distances.tolist(), strict=True):
+                    best[k] = d
+                fresh = self._fresh.get(principal)
+                if fresh:
+                    keys = list(fresh)
+                    near = 1.0 - np.vstack(list(fresh.values())) @ query
+                    for i in np.argsort(near)[:n].tolist():
+                        k, d = keys[i], float(near[i])
+                        if d < best.get(k, 2.0):
+                            best[k] = d
+        return sorted(best.items(), key=lambda kd: kd[1])[:n]
 
     def keyword(self, principals: Sequence[str], text: str, n: int) -> list[tuple[int, float]]:
         """(memory id, BM25 score), best first, among the principals' memories."""
@@ -369,6 +426,10 @@ class MemoryIndex:
             return []
         with self._lock:
             gone = set(self._gone)
+            # Only when another principal has memories here does the query need the
+            # principal clause: without it Tantivy's top-k pruning (block-WAND) skips most
+            # of the postings, with it every matching memory is scored.
+            others = self._others(principals)
             wanted = _terms(" ".join(words))
             fresh = sorted(
                 (
@@ -379,18 +440,11 @@ class MemoryIndex:
                 reverse=True,
             )
         try:
-            parsed = self._text.parse_query(" ".join(words), ["text"])
-            who = tantivy.Query.boolean_query(
-                [
-                    (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "principal", p))
-                    for p in principals
-                ]
-            )
-            query = tantivy.Query.boolean_query(
-                [(tantivy.Occur.Must, parsed), (tantivy.Occur.Must, who)]
-            )
+            query = self._text.parse_query(" ".join(words), ["text"])
+            if others:
+                query = self._theirs(query, principals)
             searcher = self._text.searcher()
-            hits = searcher.search(query, n + len(gone)).hits
+            hits = searcher.search(query, n + len(gone), count=False).hits
             found = [(int(searcher.doc(addr)["mid"][0]), float(score)) for score, addr in hits]
         except ValueError as exc:
             raise MemoryIndexError(f"memory keyword search failed: {exc}") from exc
@@ -399,6 +453,55 @@ class MemoryIndex:
         seen = {mid for mid, _ in out}
         out += [(mid, sc) for mid, sc in found if mid not in gone and mid not in seen]
         return out[:n]
+
+    def _others(self, principals: Sequence[str]) -> bool:
+        """Whether another principal has memories here (the caller holds _lock)."""
+        return any(p not in principals and len(g) for p, g in self._graphs.items())
+
+    def _theirs(self, query: tantivy.Query, principals: Sequence[str]) -> tantivy.Query:
+        """``query`` among the principals' memories only."""
+        who = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "principal", p))
+                for p in principals
+            ]
+        )
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, who)])
+
+    def rare(self, principals: Sequence[str], text: str) -> list[int]:
+        """The memories holding a rare word of the query (one in at most RARE_DOCS memories
+        and RARE_SHARE of them all), the not yet committed ones first. A word Tantivy
+        indexes under another form (a stem) has no postings of its own and counts as none."""
+        words = list(dict.fromkeys(query_words(text)))
+        if not words or not principals:
+            return []
+        with self._lock:
+            gone = set(self._gone)
+            others = self._others(principals)
+            most = min(RARE_DOCS, int(RARE_SHARE * sum(len(g) for g in self._graphs.values())))
+            tail = [(mid, terms) for mid, (who, terms) in self._tail.items() if who in principals]
+        out: list[int] = []
+        if most < 1:
+            return out
+        try:
+            searcher = self._text.searcher()
+            for word in words:
+                (key,) = _terms(word) or {word}
+                fresh = [mid for mid, terms in tail if key in terms]
+                indexed = int(searcher.doc_freq("text", word))
+                if not 0 < indexed + len(fresh) <= most:
+                    continue
+                out += fresh
+                if indexed:
+                    query = tantivy.Query.term_query(self._schema, "text", word)
+                    if others:
+                        query = self._theirs(query, principals)
+                    hits = searcher.search(query, RARE_DOCS + len(gone), count=False).hits
+                    found = (int(searcher.doc(addr)["mid"][0]) for _, addr in hits)
+                    out += [mid for mid in found if mid not in gone]  # gone: old words
+        except ValueError as exc:
+            raise MemoryIndexError(f"memory keyword search failed: {exc}") from exc
+        return list(dict.fromkeys(out))
 
     def __len__(self) -> int:
         with self._lock:

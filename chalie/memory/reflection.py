@@ -23,9 +23,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from chalie.conversation.background import is_follow_up
 from chalie.db import connect
 from chalie.memory.records import KINDS, Draft, Kind
 from chalie.providers.types import ChatMessage, ModelRequest
+
+# The conversations reflected on: the person's chats (their memories) and the agents'
+# (external_agent, or an MCP-started chat: memories kept under that agent, never the owner's;
+# chalie.memory.whose decides). Not ``subconscious``: a reminder's turn, a background pass's,
+# has no one in it but Chalie and the scheduler's framing.
+REFLECTED_CHANNELS: Final = ("chat", "external_agent")
 
 MAX_MESSAGES: Final = 40
 MAX_CHARS: Final = 12_000
@@ -42,28 +49,38 @@ SYSTEM: Final = (
     "optional playbook name the preference applies to}. Answer [] when nothing is worth "
     "keeping."
 )
+AGENT_SYSTEM: Final = SYSTEM.replace(
+    "between a person and their assistant, Chalie, and pick out what Chalie should remember "
+    "about the person",
+    "between an agent (a program that works for someone) and Chalie, and pick out what Chalie "
+    "should remember for that agent's later conversations",
+).replace("(only what the person said counts)", "(only what the agent said counts)")
 _ARRAY: Final = re.compile(r"\[.*\]", re.DOTALL)
 
 
-def transcript(messages: Sequence[ChatMessage]) -> str:
-    """The person's and Chalie's words (tool traffic left out), newest kept when too long."""
+def transcript(messages: Sequence[ChatMessage], speaker: str = "Person") -> str:
+    """The speaker's and Chalie's words, newest kept when too long. Tool traffic is left
+    out, and so is the runtime's own user-role text (a background result's follow-up)."""
     lines: list[str] = []
     for m in messages[-MAX_MESSAGES:]:
-        if m.role == "user" and m.text:
-            lines.append(f"Person: {m.text}")
+        if m.role == "user" and m.text and not is_follow_up(m.text):
+            lines.append(f"{speaker}: {m.text}")
         elif m.role == "assistant" and m.text:
             lines.append(f"Chalie: {m.text}")
     text = "\n".join(lines)
     return text[-MAX_CHARS:]
 
 
-def reflection_request(messages: Sequence[ChatMessage]) -> ModelRequest | None:
-    """The request, or None when there is nothing of the person's to read."""
-    text = transcript(messages)
-    if "Person:" not in text:
+def reflection_request(
+    messages: Sequence[ChatMessage], *, agent: bool = False
+) -> ModelRequest | None:
+    """The request, or None when there is nothing of the person's (or agent's) to read."""
+    speaker = "Agent" if agent else "Person"
+    text = transcript(messages, speaker)
+    if f"{speaker}:" not in text:
         return None
     return ModelRequest(
-        system=SYSTEM,
+        system=AGENT_SYSTEM if agent else SYSTEM,
         messages=(ChatMessage(role="user", text=f"The conversation:\n\n{text}"),),
         max_tokens=MAX_TOKENS,
     )
@@ -136,16 +153,18 @@ class ReflectionLedger:
             self._conn.close()
 
     def due(self, now: float, idle: float, limit: int = 5) -> list[tuple[str, float]]:
-        """(id, updated) of chat conversations idle for ``idle`` seconds with news since their
-        last reflection (``at`` is the conversation's ``updated`` when it was reflected on)."""
+        """(id, updated) of conversations on the reflected channels idle for ``idle`` seconds
+        with news since their last reflection (``at`` is the conversation's ``updated`` when
+        it was reflected on)."""
+        marks = ",".join("?" * len(REFLECTED_CHANNELS))
         with self._lock:
             try:
                 rows = self._conn.execute(
                     "SELECT c.id, c.updated FROM conversations c LEFT JOIN memory_reflections r "
-                    "ON r.conversation_id = c.id WHERE c.channel = 'chat' "
-                    "AND c.origin NOT LIKE 'mcp:%' AND c.updated <= ? "
+                    f"ON r.conversation_id = c.id WHERE c.channel IN ({marks}) "
+                    "AND c.updated <= ? "
                     "AND (r.at IS NULL OR r.at < c.updated) ORDER BY c.updated LIMIT ?",
-                    (now - idle, limit),
+                    (*REFLECTED_CHANNELS, now - idle, limit),
                 ).fetchall()
             except sqlite3.OperationalError:  # no conversations yet
                 return []

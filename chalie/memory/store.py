@@ -91,10 +91,30 @@ class MemoryStore:
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(SCHEMA)
+            # A commit that fills the WAL past SQLite's threshold copies it into the file
+            # (tens of ms): this connection's never do, so a store stays short.
+            # :meth:`checkpoint` does it instead, off the write path (the memory index's
+            # committer thread); chalie.db's other connections keep checkpointing as before.
+            self._conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+        self._db_path = db_path
+        self._spare: sqlite3.Connection | None = None
+        self._spare_lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        with self._spare_lock:
+            if self._spare is not None:
+                self._spare.close()
+                self._spare = None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file as far as readers allow (PASSIVE: blocks no
+        reader and no writer), on a connection of its own."""
+        with self._spare_lock:
+            if self._spare is None:
+                self._spare = connect(self._db_path)
+            self._spare.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     # -- generation -----------------------------------------------------------------
     def generation(self) -> int:
@@ -257,6 +277,14 @@ class MemoryStore:
         with self._lock:
             rows = self._conn.execute("SELECT DISTINCT principal FROM memories").fetchall()
         return sorted(str(r[0]) for r in rows)
+
+    def counts(self) -> dict[str, int]:
+        """How many memories each principal has."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT principal, COUNT(*) FROM memories GROUP BY principal"
+            ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def count(self) -> int:
         with self._lock:

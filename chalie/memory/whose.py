@@ -18,6 +18,8 @@ from chalie.principals import Principal
 
 OWNER: Final = "owner"
 AGENT_PREFIX: Final = "agent:"
+# The key of an agent turn whose token is unknown.
+UNKNOWN_AGENT: Final = AGENT_PREFIX + "?"
 # Who may be allowed to read the owner's memories: every agent.
 ALL_AGENTS: Final = "*"
 
@@ -30,7 +32,7 @@ def principal_of(channel: str, origin: str, who: Principal | None = None) -> str
         return AGENT_PREFIX + origin[len(ORIGIN_PREFIX) :]
     if channel == "external_agent":
         # An agent turn whose token is unknown must not read or write the owner's memories.
-        return AGENT_PREFIX + "?"
+        return UNKNOWN_AGENT
     return OWNER
 
 

@@ -19,6 +19,8 @@ from chalie.db import connect
 from chalie.schedule.rules import RuleKind
 
 State = Literal["pending", "done", "cancelled"]
+# The owner's views of the table (the dashboard's filter).
+Shown = Literal["pending", "fired", "late", "all"]
 MAX_TEXT: Final = 2000
 
 _SCHEMA: Final = """
@@ -151,6 +153,22 @@ class ReminderStore:
                 f"SELECT {_COLUMNS} FROM reminders WHERE {' AND '.join(where)} "
                 "ORDER BY COALESCE(next_fire, 1e18), id LIMIT ?",
                 (*args, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def shown(self, view: Shown, limit: int = 100) -> list[Reminder]:
+        """Everyone's reminders for the owner's view: pending ones next due first; fired or
+        late ones (their last firing was late) newest firing first; all, newest first."""
+        where, order = {
+            "pending": ("state = 'pending'", "COALESCE(next_fire, 1e18), id"),
+            "fired": ("fired > 0", "last_fired DESC, id DESC"),
+            "late": ("fired > 0 AND last_late = 1", "last_fired DESC, id DESC"),
+            "all": ("1 = 1", "id DESC"),
+        }[view]
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM reminders WHERE {where} ORDER BY {order} LIMIT ?",
+                (limit,),
             ).fetchall()
         return [_row(r) for r in rows]
 

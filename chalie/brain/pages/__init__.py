@@ -20,8 +20,10 @@ from chalie.brain.pages import (
     conversations,
     discovery,
     mcp_server,
+    memory,
     overview,
     policy,
+    reminders,
     remote,
     trail,
 )
@@ -36,6 +38,8 @@ PAGES: Final[tuple[Page, ...]] = (
     trail.PAGE,
     conversations.PAGE,
     accounts.PAGE,
+    memory.PAGE,
+    reminders.PAGE,
     discovery.PAGE,
 )
 

@@ -40,6 +40,8 @@ PAGES = (
     "remote",
     "trail",
     "conversations",
+    "memory",
+    "reminders",
     "discovery",
 )
 

@@ -527,6 +527,8 @@ def test_sign_in_gives_a_strict_cookie_and_csrf_guards_every_change(d: BrainDaem
             "trail",
             "conversations",
             "accounts",
+            "memory",
+            "reminders",
             "discovery",
         ):
             shown = c.get(f"/brain/{slug}")

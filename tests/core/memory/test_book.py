@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chalie.discovery.embedder import Embedder
@@ -223,3 +224,109 @@ def test_words_are_found_before_and_after_the_keyword_index_commits(book: Memory
     assert index.keyword([OWNER], "wombat12", 5) == []
     index.flush()
     assert index.keyword([OWNER], "wombat12", 5) == [] and index.stats()["text_docs"] == 0
+
+
+def test_a_new_memory_the_graph_cannot_reach_is_still_recalled(book: MemoryBook) -> None:
+    """HNSW is approximate: a new node among near-duplicates may get no links back. The
+    newest vectors are also searched exactly, so a just-stored memory is never missed."""
+    for i in range(30):
+        book.store_memory(Draft(text=f"Note {i}: the boiler was serviced in spring"), ME)
+    memory, _ = book.store_memory(Draft(text="The boiler code is 7731 for the engineer"), ME)
+    index = book.index()
+    index._graphs[OWNER].remove(memory.id)  # as if no search could reach it
+    found = [mid for mid, _ in index.semantic([OWNER], book._vector("the boiler code"), 5)]
+    assert found[0] == memory.id
+    # Forgotten, it leaves the exact search too.
+    book.forget([OWNER], memory.id)
+    found = [mid for mid, _ in index.semantic([OWNER], book._vector("the boiler code"), 5)]
+    assert memory.id not in found
+    assert "The boiler code is 7731 for the engineer" not in texts(
+        book.recall([OWNER], query="boiler code for the engineer")
+    )
+
+
+def test_the_keyword_search_keeps_principals_apart_with_or_without_its_filter(
+    book: MemoryBook,
+) -> None:
+    mine, _ = book.store_memory(Draft(text="The gate code is Quorvex"), ME)
+    book.index().flush()  # into Tantivy (not only the tail)
+    index = book.index()
+    # Only the owner has memories: the search needs no principal clause, and finds it.
+    assert [m for m, _ in index.keyword([OWNER], "quorvex", 5)] == [mine.id]
+    theirs, _ = book.store_memory(Draft(text="The agent's gate code is Quorvex too"), AGENT)
+    index.flush()
+    assert [m for m, _ in index.keyword([OWNER], "quorvex", 5)] == [mine.id]
+    assert [m for m, _ in index.keyword(["agent:bot"], "quorvex", 5)] == [theirs.id]
+    both = {m for m, _ in index.keyword([OWNER, "agent:bot"], "quorvex", 5)}
+    assert both == {mine.id, theirs.id}
+
+
+def test_a_repeated_text_is_embedded_once(book: MemoryBook) -> None:
+    calls: list[int] = []
+    embed = book.embedder.embed
+
+    class Counting:
+        model_id, dim = book.embedder.model_id, book.embedder.dim
+
+        def embed(self, texts: list[str]) -> object:
+            calls.append(len(texts))
+            return embed(texts)
+
+    book.embedder = Counting()  # type: ignore[assignment]
+    memory, _ = book.store_memory(Draft(text="Parking is on level minus two"), ME)
+    assert [h.memory.id for h in book.recall([OWNER], query="Parking is on level minus two")] == [
+        memory.id
+    ]
+    book.recall([OWNER], query="where did I park")
+    book.recall([OWNER], query="where did I park")
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["in-the-tail", "in-tantivy"])
+def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committed: bool) -> None:
+    """The fusion's third list: the memories holding a word that is in at most RARE_DOCS of
+    them, and at most 1 % (a code, a name), so that among thousands of look-alikes the one
+    with the reference the person quotes is found (bench_memory figure 2 missed 8 of 100
+    without it). In a small book no word is rare."""
+    target, _ = book.store_memory(Draft(text="The office parcel has tracking code QX77841"), ME)
+    other, _ = book.store_memory(Draft(text="The agent's parcel has code QX77841 too"), AGENT)
+    assert book.index().rare([OWNER], "the office parcel, code qx77841") == []
+    # 300 more memories (stored as rows, as an import would, without the near-duplicate merge)
+    places = ["office", "studio", "flat", "garage", "shop", "clinic", "school", "depot"]
+    texts = [f"Parcel {i} for the {places[i % 8]} came on a Monday" for i in range(300)]
+    for text, vector in zip(texts, book.embedder.embed(texts), strict=True):
+        memory = Memory(id=0, principal=OWNER, kind="fact", text=text, created=1.0, updated=1.0)
+        mid = book.store.insert(memory, book.embedder.model_id, vector)
+        book.index().add([(msgspec.structs.replace(memory, id=mid), vector)])
+    index = book.index()
+    if committed:
+        index.flush()
+    assert index.rare([OWNER], "the office parcel, code qx77841") == [target.id]
+    assert index.rare(["agent:bot"], "code QX77841") == [other.id]
+    # Words in more memories than that are no one's in particular.
+    assert index.rare([OWNER], "the parcel for the office") == []
+    assert index.rare([OWNER], "") == [] and index.rare([], "qx77841") == []
+    book.forget([OWNER], target.id)
+    assert index.rare([OWNER], "code qx77841") == []
+    assert target.id not in [h.memory.id for h in book.recall([OWNER], query="qx77841")]
+
+
+def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) -> None:
+    import sqlite3
+
+    from tests.conftest import wait_until
+
+    assert book.store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    done: list[int] = []
+    index = book.index()
+    assert index.after_commit == book.store.checkpoint
+    index.after_commit = lambda: (book.store.checkpoint(), done.append(1))  # type: ignore[func-returns-value]
+    for i in range(5):
+        book.store_memory(Draft(text=f"Locker {i} holds the winter tyres"), ME)
+    wait_until(lambda: bool(done), 30, "the committer's checkpoint")
+    probe = sqlite3.connect(book.store._db_path)
+    try:
+        busy, log, copied = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        probe.close()
+    assert busy == 0 and log == copied  # nothing left in the WAL that was not copied
