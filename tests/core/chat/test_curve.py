@@ -75,9 +75,10 @@ def test_only_an_authorized_curve_key_gets_in(short_home: Path, tmp_path: Path) 
             assert handshake(bad) == zmq.EVENT_HANDSHAKE_FAILED_AUTH
         with ChatClient(endpoint) as plain:
             # A client without CURVE never completes a handshake: libzmq reports a failure,
-            # or (it did at a load average of 13) nothing at all within the time given.
+            # or nothing at all when it failed before the monitor was attached (often, even
+            # on a quiet machine); the session count below is what proves it never got in.
             quiet = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-            assert handshake(plain, 10.0, silence_is=quiet) != zmq.EVENT_HANDSHAKE_SUCCEEDED
+            assert handshake(plain, 2.0, silence_is=quiet) != zmq.EVENT_HANDSHAKE_SUCCEEDED
         # Only the good one ever had a session (a closed client may already be forgotten).
         assert b.addresses()["zmq_sessions_opened"] == 1
     finally:
