@@ -35,6 +35,7 @@ from chalie.control import (
     ToolsCallArgs,
     ToolsCancelArgs,
     ToolsPollArgs,
+    ToolsSchemaArgs,
     TrailArgs,
 )
 from chalie.messages import ControlReply
@@ -64,6 +65,10 @@ class ControlHost(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
+    def input_schema(self, tool: str) -> dict[str, Any] | None:
+        """A registered tool's input schema (async calls allowed); None: no such tool."""
+        ...
+
     def request_stop(self) -> None: ...
 
 
@@ -84,6 +89,7 @@ class ControlCommands:
             Route("tools.call", ToolsCallArgs, self.tools_call),
             Route("tools.poll", ToolsPollArgs, self.tools_poll),
             Route("tools.cancel", ToolsCancelArgs, self.tools_cancel),
+            Route("tools.schema", ToolsSchemaArgs, self.tools_schema),
             Route("trail", TrailArgs, self.trail),
             Route("policy.list", NoArgs, self.policy_list),
             Route("policy.set", PolicySetArgs, self.policy_set),
@@ -168,6 +174,12 @@ class ControlCommands:
     def tools_cancel(self, args: ToolsCancelArgs) -> ControlReply:
         cancelled = self._dispatcher().call(DispatcherActor.cancel_call, args.call_id)
         return control.success({"call_id": args.call_id, "cancelled": cancelled})
+
+    def tools_schema(self, args: ToolsSchemaArgs) -> ControlReply:
+        schema = self._host.input_schema(args.tool)
+        if schema is None:
+            return control.failure(control.NOT_FOUND, f"no tool {args.tool!r}")
+        return control.success({"tool": args.tool, "input_schema": schema})
 
     # -- the trail ----------------------------------------------------------------------
     def _trail(self) -> Trail:

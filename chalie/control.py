@@ -12,7 +12,9 @@ The daemon's commands (their routing table is in ``actors/control_commands.py``;
 their arguments are the Structs below): ``status``, ``stop``,
 ``tools.call`` / ``tools.poll`` / ``tools.cancel`` (a call runs in the
 daemon; the CLI polls it for its outcome and for permission requests it must
-answer, and cancels it on Ctrl-C), ``trail``,
+answer, and cancels it on Ctrl-C), ``tools.schema`` (a tool's input schema as
+the daemon's catalogue has it: how ``chalie tools call`` reads ``key=value``),
+``trail``,
 ``policy.list`` / ``policy.set`` / ``policy.reset`` / ``policy.pending`` /
 ``policy.answer``, ``mcp.reload`` (reconcile MCP connections with chalie.db),
 ``mcp.answer`` (the owner's answer to a server's elicitation).
@@ -82,6 +84,10 @@ class ToolsPollArgs(Args):
 
 class ToolsCancelArgs(Args):
     call_id: Id
+
+
+class ToolsSchemaArgs(Args):
+    tool: ToolName
 
 
 class TrailArgs(Args):

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import platformdirs
-
 ENV_VAR: Final = "CHALIE_HOME"
 ABILITIES_ENV_VAR: Final = "CHALIE_ABILITIES_DIR"
 
@@ -57,7 +55,11 @@ class Home:
     @classmethod
     def locate(cls, explicit: str | os.PathLike[str] | None = None) -> Home:
         """The data directory the command line, the environment or the platform names."""
-        raw = explicit or os.environ.get(ENV_VAR) or platformdirs.user_data_dir("chalie")
+        raw = explicit or os.environ.get(ENV_VAR)
+        if not raw:
+            import platformdirs  # only for the default: most commands are given a directory
+
+            raw = platformdirs.user_data_dir("chalie")
         return cls(Path(raw).expanduser().resolve())
 
     # -- the layout -----------------------------------------------------------------

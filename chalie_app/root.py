@@ -112,6 +112,11 @@ class Runtime:
 
         return submit(self.child("dispatcher", DispatcherActor).current(), call)
 
+    def input_schema(self, tool: str) -> dict[str, Any] | None:
+        """A registered tool's input schema as a call may use it (``async`` allowed)."""
+        entry = self.registry.get(tool)
+        return None if entry is None else entry.cls.input_schema(allow_async=True)
+
     def request_stop(self) -> None:
         self.stop_requested.set()
 

@@ -25,6 +25,10 @@ from chalie import control
 
 _RUNNING: dict[str, bool] = {"slow": True}
 
+# How often a test's http.server checks for shutdown() (serve_forever's poll_interval): its
+# 0.5 s default made every test server's teardown take half a second.
+SERVER_POLL = 0.02
+
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Before any fixture of the test is set up (a module's daemon fixture included).

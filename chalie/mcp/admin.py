@@ -17,7 +17,6 @@ from typing import Any
 
 from chalie.mcp import server_log
 from chalie.mcp.importing import ImportFileError, parse_servers
-from chalie.mcp.oauth import revoke
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
 from chalie.mcp.store import McpStore, ServerExists, ServerRow
@@ -148,6 +147,10 @@ class McpAdmin:
         row = self._require(name)
         revoked = 0
         if row.spec.oauth:  # the grant is revoked at the authorization server, then forgotten
+            # Imported here: the OAuth client is the mcp SDK (hundreds of ms); only a
+            # server that used OAuth needs it, and the other admin commands never do.
+            from chalie.mcp.oauth import revoke
+
             try:
                 revoked = revoke(resolve(row.spec, self.secrets), self.secrets)
             except MissingSecret:

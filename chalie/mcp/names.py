@@ -18,7 +18,6 @@ and the envelope's and the policy's tool-name rule.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Final
@@ -62,6 +61,8 @@ def tool_part(remote: str) -> str:
 
 
 def short_hash(remote: str) -> str:
+    import hashlib  # here: the CLI reads PREFIX on every trail row and rarely hashes
+
     return hashlib.sha256(remote.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LEN]
 
 

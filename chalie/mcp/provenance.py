@@ -1,4 +1,8 @@
-"""Where a proxy comes from, in words: for the policy list and approval prompts."""
+"""Where a proxy comes from, in words: for the policy list and approval prompts.
+
+The store and the policy's patterns are imported when a name is a proxy's: the
+CLI shows every trail row and rule through :func:`suffix`, and most are not.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,13 @@ from pathlib import Path
 
 from chalie.home import Home
 from chalie.mcp.names import PREFIX, server_of
-from chalie.mcp.store import McpStore
-from chalie.policy import SERVER_WILDCARD
 
 
 def provenance(db_path: Path, name: str) -> str | None:
     """``remote tool 'X' on MCP server s`` for a proxy (or ``s.*``), None for anything else."""
+    from chalie.mcp.store import McpStore
+    from chalie.policy import SERVER_WILDCARD
+
     wildcard = SERVER_WILDCARD.match(name)
     if wildcard:
         return f"every tool of MCP server {wildcard.group(1)}"

@@ -24,8 +24,8 @@ from chalie_app.cli.group import Ctx, cli
 
 
 def _book(obj: Ctx) -> AccountBook:
-    obj.config.layout.create()
-    return AccountBook(obj.config.layout.db, obj.config.home)
+    obj.layout.create()
+    return AccountBook(obj.layout.db, obj.home)
 
 
 def _password(kind: str, from_stdin: bool, none: bool) -> str | None:

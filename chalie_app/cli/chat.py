@@ -379,14 +379,14 @@ def _line(chat: TerminalChat, line: str) -> bool:
 @click.pass_obj
 def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
     """Talk to Chalie in the terminal (or pipe one message in: `echo hi | chalie chat`)."""
-    client = _connect(obj.config.home)
+    client = _connect(obj.home)
     chat = TerminalChat(
         client,
         channel=channel,
         conversation_id=conversation_id,
         out=sys.stdout,
         err=sys.stderr,
-        home=obj.config.home,
+        home=obj.home,
     )
     try:
         if sys.stdin.isatty():

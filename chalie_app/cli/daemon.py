@@ -15,8 +15,7 @@ from typing import Any, NoReturn
 
 import click
 
-from chalie import control, logs
-from chalie.discovery.state import describe
+from chalie import control
 from chalie_app.cli.group import Ctx, cli
 
 EXIT_NO_DAEMON = 1
@@ -49,7 +48,7 @@ def run_command(ctx: click.Context) -> None:
     # Imported here: the actor runtime is heavy, and the other commands never need it.
     # The composition root sits above the actors; the CLI is the only part of
     # chalie/ that reaches it, and only to run the daemon.
-    from chalie import daemon, heap
+    from chalie import daemon, heap, logs
     from chalie_app import root
 
     heap.limit_arenas()  # before any thread starts (chalie/heap.py)
@@ -96,6 +95,8 @@ def _fields(item: object) -> str:
 @click.pass_obj
 def status_command(obj: Ctx, as_json: bool, wait: float | None) -> None:
     """Show the running daemon: actors and their restarts, workers, uptime."""
+    from chalie.discovery.state import describe
+
     data = _wait_ready(obj, wait) if wait is not None else ask_daemon(obj, "status")
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -190,7 +191,7 @@ def stop_command(obj: Ctx, timeout: float) -> None:
         reply = obj.client.call("stop", None, timeout=15.0)
     except control.DaemonNotRunning:
         # As `systemctl stop` of a stopped unit: the wanted state holds already.
-        click.echo(f"chalie: no daemon running on {obj.config.home}; nothing to stop")
+        click.echo(f"chalie: no daemon running on {obj.home}; nothing to stop")
         return
     if not reply.ok:
         fail(f"{reply.error}: {reply.data.get('message', '')}", EXIT_ERROR_REPLY)

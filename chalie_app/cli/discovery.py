@@ -55,7 +55,7 @@ def index_rebuild(obj: Ctx, reuse: bool) -> None:
     With a daemon running, the daemon rebuilds (and serves the new index at
     once); this command shows its progress. Without one, it rebuilds here.
     """
-    home = obj.config.home
+    home = obj.home
     if control.read_pid(home) is not None and control.socket_path(home).exists():
         _rebuild_in_daemon(obj, reuse)
         return
@@ -105,7 +105,7 @@ def _learned_phrases(obj: Ctx) -> dict[str, list[str]] | None:
     from chalie.discovery.learning import LearnedExamples
     from chalie.home import DB_NAME
 
-    path = obj.config.home / DB_NAME
+    path = obj.home / DB_NAME
     if not path.exists():
         return None
     store = LearnedExamples(path, per_tool=obj.config.discovery.examples_per_tool)
@@ -123,9 +123,9 @@ def _rebuild_here(obj: Ctx, reuse: bool) -> None:
 
     registry = load_registry(obj)
     docs = registry_docs(registry)
-    library = SkillLibrary.standard(obj.config.home)
+    library = SkillLibrary.standard(obj.home)
     embedder = _embedder(obj)
-    tools_dir, skills_dir = index_dirs(obj.config.home)
+    tools_dir, skills_dir = index_dirs(obj.home)
     try:
         with click.progressbar(length=max(len(docs), 1), label="tools ", show_pos=True) as bar:
             done = [0]
@@ -174,9 +174,7 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
 
     registry = load_registry(obj)
     embedder = _embedder(obj)
-    ref = DiscoveryActor.start(
-        registry=registry, home=obj.config.home, embedder=embedder, readonly=True
-    )
+    ref = DiscoveryActor.start(registry=registry, home=obj.home, embedder=embedder, readonly=True)
     try:
         handle = DiscoveryHandle(ref, timeout=600.0)  # a stale index is rebuilt in memory first
         status = handle.status()

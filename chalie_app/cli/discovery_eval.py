@@ -44,7 +44,7 @@ def examples() -> None:
 
 def _examples_call(obj: Ctx, args: dict[str, Any]) -> Any:
     """Through the daemon when one runs (its index follows at once), else on chalie.db."""
-    home = obj.config.home
+    home = obj.home
     if control.read_pid(home) is not None and control.socket_path(home).exists():
         from chalie_app.cli.daemon import ask_daemon
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -17,15 +18,41 @@ import click
 if TYPE_CHECKING:
     from chalie.config import Config
     from chalie.control import ControlClient
+    from chalie.home import Home
 
 
 class Ctx:
-    """What every command may need, built lazily so ``--help`` stays fast."""
+    """What every command may need, built lazily so ``--help`` stays fast.
+
+    :attr:`home` and :attr:`layout` name the data directory without reading
+    ``config.toml``: a command that only talks to the daemon or opens ``chalie.db``
+    needs no more (the daemon runs on the configuration it loaded). :attr:`config`
+    reads and checks the file, for the commands that use a setting.
+    """
 
     def __init__(self, home: str | None) -> None:
         self._home = home
+        self._layout: Home | None = None
         self._config: Config | None = None
         self._client: ControlClient | None = None
+
+    @property
+    def layout(self) -> Home:
+        """The data directory (``--home``, ``CHALIE_HOME`` or the platform's), checked."""
+        if self._layout is None:
+            from chalie.home import Home, HomeError
+
+            try:
+                where = Home.locate(self._home)
+                where.check()
+            except HomeError as exc:
+                raise click.ClickException(str(exc)) from None
+            self._layout = where
+        return self._layout
+
+    @property
+    def home(self) -> Path:
+        return self.layout.root
 
     @property
     def config(self) -> Config:
@@ -45,12 +72,15 @@ class Ctx:
         if self._client is None:
             from chalie.control import ControlClient
 
-            self._client = ControlClient(self.config.home)
+            self._client = ControlClient(self.home)
         return self._client
 
     def set_home(self, home: str) -> None:
         """The data directory, given after the command; before anything was loaded."""
-        if self._config is not None and str(self._config.home) != home:
+        loaded = self._config.home if self._config is not None else None
+        if self._layout is not None:
+            loaded = self._layout.root
+        if loaded is not None and str(loaded) != home:
             raise click.UsageError("--home was given twice with different directories")
         self._home = home
 
@@ -146,12 +176,15 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         """Every command: an unusable ``chalie.db`` is one line and exit 1 (chalie.db)."""
-        from chalie.db import DatabaseUnusable
-
         try:
             return super().invoke(ctx)
-        except DatabaseUnusable as exc:
-            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            # Not imported: no command opened the database, so nothing raised DatabaseUnusable
+            # (importing it would load sqlite3 into every command).
+            db = sys.modules.get("chalie.db")
+            if db is not None and isinstance(exc, db.DatabaseUnusable):
+                raise click.ClickException(str(exc)) from None
+            raise
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]

@@ -9,7 +9,6 @@ the CLI process and keeps nothing.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 from pathlib import Path
@@ -26,8 +25,8 @@ from chalie_app.cli.group import Ctx, cli
 
 
 def _admin(obj: Ctx) -> McpAdmin:
-    home = obj.config.home
-    return McpAdmin(obj.config.layout.db, home, on_change=lambda: _poke(home))
+    home = obj.home
+    return McpAdmin(obj.layout.db, home, on_change=lambda: _poke(home))
 
 
 def _poke(home: Path) -> None:
@@ -268,6 +267,8 @@ def mcp_import(obj: Ctx, file: Path, replace: bool) -> None:
 @click.pass_obj
 def mcp_test(obj: Ctx, name: str, timeout: float) -> None:
     """Connect, list the tools, report the protocol version and latency; keep nothing."""
+    import asyncio
+
     from chalie.mcp.probe import test_server
     from chalie.mcp.secrets import MissingSecret, resolve
 
@@ -296,6 +297,8 @@ def mcp_test(obj: Ctx, name: str, timeout: float) -> None:
 def mcp_login(obj: Ctx, name: str, timeout: float) -> None:
     """Authorize Chalie at an OAuth server: prints the URL to open, waits for the redirect,
     stores the grant in the secrets file, and has a running daemon reconnect."""
+    import asyncio
+
     from chalie.mcp.oauth import login
     from chalie.mcp.secrets import MissingSecret, resolve
 
@@ -322,7 +325,7 @@ def mcp_login(obj: Ctx, name: str, timeout: float) -> None:
         fail(f"{name}: the login failed: {scrubbed(exc, resolved)}")
     finally:
         admin.close()
-    _poke(obj.config.home)
+    _poke(obj.home)
     click.echo(f"{name}: logged in ({report['tools']} tools, protocol {report['protocol']})")
 
 

@@ -21,7 +21,7 @@ def _provenance(obj: Ctx, permission: str) -> str:
     """Where a remote MCP proxy comes from (``  [remote tool 'x' on MCP server s]``)."""
     from chalie.mcp.provenance import suffix
 
-    return suffix(obj.config.home, permission)
+    return suffix(obj.home, permission)
 
 
 @cli.group()

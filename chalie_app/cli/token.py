@@ -22,7 +22,7 @@ from chalie_app.cli.group import Ctx, cli
 
 
 def _store(obj: Ctx) -> TokenStore:
-    return TokenStore(obj.config.layout.db)
+    return TokenStore(obj.layout.db)
 
 
 def _when(ts: float | None) -> str:

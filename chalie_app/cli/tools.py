@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from chalie.registry import DuplicateAbilityError, Registry
 from chalie.tool_names import FRAMEWORK_FIELDS
 from chalie_app.cli.group import Ctx, cli
-from chalie_app.cli.prompt import ApprovalPrompt
+
+if TYPE_CHECKING:
+    from chalie.registry import Registry
 
 
 def progress_line(progress: dict[str, Any]) -> str:
@@ -23,8 +24,11 @@ def progress_line(progress: dict[str, Any]) -> str:
 
 def load_registry(ctx: Ctx) -> Registry:
     """The catalogue the daemon serves: built-in and drop-in abilities, and the proxies of
-    every cached remote MCP tool (as the daemon registers them before it connects)."""
+    every cached remote MCP tool (as the daemon registers them before it connects).
+
+    Imports every ability (and what each needs): for ``tools list``, never for a call."""
     from chalie.mcp.proxy import install_cached
+    from chalie.registry import DuplicateAbilityError, Registry
 
     try:
         registry = Registry.collect(dropin=ctx.config.abilities_dir)
@@ -157,12 +161,19 @@ def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) ->
 
 
 def _schema_of(obj: Ctx, name: str) -> dict[str, Any] | None:
-    """The tool's input schema from the local registry (the daemon's may differ; it validates)."""
+    """The tool's input schema from the daemon's catalogue (the one the call runs against);
+    None when the daemon knows no such tool (the call then says so) or is not running (the
+    pairs are still checked, so a malformed one is a usage error before "no daemon")."""
+    from chalie import control
+
     try:
-        entry = load_registry(obj).get(name)
-    except click.ClickException:
+        reply = obj.client.call("tools.schema", {"tool": name})
+    except control.DaemonNotRunning:
         return None
-    return None if entry is None else entry.cls.input_schema(allow_async=True)
+    if not reply.ok or not isinstance(reply.data, dict):
+        return None
+    schema = reply.data.get("input_schema")
+    return schema if isinstance(schema, dict) else None
 
 
 @tools.command("call")
@@ -204,6 +215,7 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
     from chalie import control
     from chalie_app.cli.daemon import ask_daemon, fail
+    from chalie_app.cli.prompt import ApprovalPrompt
 
     def still_pending(request_id: str) -> bool:
         pending = ask_daemon(obj, "policy.pending")
@@ -218,7 +230,7 @@ def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
         for request in news.get("permission_requests", []):
             from chalie.mcp.provenance import suffix  # a remote tool names its server
 
-            where = suffix(obj.config.home, str(request.get("permission", "")))
+            where = suffix(obj.home, str(request.get("permission", "")))
             answer = prompt.ask({**request, "provenance": where.strip(" []")} if where else request)
             if answer is None:
                 click.echo("chalie: that request was answered elsewhere", err=True)

@@ -83,7 +83,7 @@ def trail_command(
         )
         from chalie.mcp.provenance import suffix
 
-        where = suffix(obj.config.home, row["tool"])  # a remote MCP tool names its server
+        where = suffix(obj.home, row["tool"])  # a remote MCP tool names its server
         click.echo(
             f"    params {one_line(row['params'], PARAMS_CHARS)}{where}"
             + (f"  — {one_line(row['act_summary'])}" if row.get("act_summary") else "")

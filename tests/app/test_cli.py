@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from chalie import control
 from chalie_app.cli import cli
 from chalie_app.cli.tools import parse_pairs
+from tests.app.cli.test_imports import CONTROL_COMMANDS, check
 from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
@@ -232,6 +233,17 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     lines = out.stdout.splitlines()
     assert any(line.startswith("chat: websocket ") for line in lines)
     assert any(line.startswith("mcp server: ") for line in lines)
+
+
+def test_control_commands_against_a_live_daemon_load_nothing_heavy(
+    clean_policy: DaemonProcess, tmp_path: Path
+) -> None:
+    """All the way through each reply (status prints every part, a call runs and ends)."""
+    assert clean_policy.cli("policy", "set", "chat", "clock", "allow").returncode == 0
+    assert clean_policy.cli("tools", "call", "clock", "action=now").returncode == 0  # a trail row
+    for argv, extra in CONTROL_COMMANDS:
+        if argv != ["stop"]:
+            check(argv, extra, clean_policy.home, tmp_path / "modules.json")
 
 
 def test_tools_call_asks_in_the_terminal_and_allow_once_runs_the_call(
@@ -443,6 +455,27 @@ def test_a_forged_prompt_line_in_act_summary_stays_inside_one_escaped_line(
     assert "\x07" not in stderr
     summary = next(line for line in lines if line.startswith("  copy"))
     assert len(summary) <= 2 + 200
+
+
+def test_tools_schema_is_the_daemons_input_schema_and_refuses_bad_names(
+    live: DaemonProcess,
+) -> None:
+    """How `tools call` reads key=value: from the catalogue the call runs against."""
+    client = control.ControlClient(live.home)
+    try:
+        found = client.call("tools.schema", {"tool": "calculator"})
+        assert found.ok and found.data["tool"] == "calculator"
+        assert found.data["input_schema"]["properties"]["expression"]["type"] == "string"
+        assert "async" in found.data["input_schema"]["properties"]  # as a call may use it
+        dropin = client.call("tools.schema", {"tool": "echo_tool"})
+        assert dropin.ok and dropin.data["input_schema"]["additionalProperties"] is True
+        missing = client.call("tools.schema", {"tool": "no_such_tool"})
+        assert not missing.ok and missing.error == control.NOT_FOUND
+        for bad in ({"tool": "../etc"}, {"tool": "x" * 500}, {}, {"tool": "clock", "more": 1}):
+            refused = client.call("tools.schema", bad)
+            assert not refused.ok and refused.error == control.INVALID_ARGS, bad
+    finally:
+        client.close()
 
 
 def test_a_string_parameter_given_digits_reaches_the_tool_as_a_string(

@@ -439,3 +439,21 @@ def test_exit_process_exits_normally_when_no_thread_is_left() -> None:
     code = "from chalie import daemon\ndaemon.exit_process(0)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert (out.returncode, out.stderr) == (0, "")
+
+
+def test_exit_process_runs_the_exit_handlers_and_flushes_what_was_written(tmp_path: Path) -> None:
+    """It skips the interpreter's finalisation, never the handlers nor buffered output."""
+    log = tmp_path / "handlers.log"
+    code = (
+        "import atexit, logging, sys\n"
+        "from chalie import daemon\n"
+        f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+        "atexit.register(lambda: print('handler ran', flush=False))\n"
+        "logging.getLogger('t').info('last line before exit')\n"
+        "sys.stdout.write('buffered')\n"
+        "daemon.exit_process(3)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3
+    assert out.stdout == "bufferedhandler ran\n"
+    assert "last line before exit" in log.read_text()

@@ -204,6 +204,7 @@ _DUMP = (
 )
 
 
+@pytest.mark.slow  # two interpreters, each importing every ability
 def test_descriptors_are_byte_identical_across_processes() -> None:
     outs = [
         subprocess.run(

@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import SERVER_POLL
+
 MAIL_USER = "imaptest"
 
 
@@ -193,7 +195,7 @@ def http_server(
             pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, args=(SERVER_POLL,), daemon=True)
     thread.start()
     try:
         yield Http(f"http://127.0.0.1:{srv.server_address[1]}", hits)

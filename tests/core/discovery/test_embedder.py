@@ -23,6 +23,7 @@ from chalie.discovery.embedder import (
     OpenAIEmbedder,
     load_embedder,
 )
+from tests.conftest import SERVER_POLL
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -251,7 +252,7 @@ def endpoint() -> Iterator[str]:
     _Endpoint.seen = []
     _Endpoint.garbage = False
     server = HTTPServer(("127.0.0.1", 0), _Endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SERVER_POLL,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -9,6 +9,7 @@ from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.lexicon import english_words, has_words, syntax_share
 from chalie.discovery.types import ToolDoc
+from tests.conftest import require_slow
 
 from .test_intent import CATALOGUE
 
@@ -20,6 +21,7 @@ SEARCH = ToolDoc(
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
+    require_slow("a model")
     return load_embedder()
 
 
@@ -61,6 +63,7 @@ def test_catalogue_words_count_as_known_and_syntax_does_not() -> None:
     assert not has_words("}); } catch (e) { throw e; }", set(), english=False)
 
 
+@pytest.mark.slow  # loads the model and builds an index
 def test_gibberish_comes_back_in_not_found(embedder: Embedder) -> None:
     engine = DiscoveryEngine.build([*CATALOGUE, QREATOR, SEARCH], embedder)
     for entry in ("zzzz qqq", "qwertyuiop", "lorem ipsum dolor sit amet", "x = [i**2 for i in y]"):
@@ -71,6 +74,7 @@ def test_gibberish_comes_back_in_not_found(embedder: Embedder) -> None:
     assert engine.find(["qreator"]).names == ["qreator"]
 
 
+@pytest.mark.slow  # loads the model and builds an index
 def test_a_weather_query_brings_no_unrelated_runner_up(embedder: Embedder) -> None:
     engine = DiscoveryEngine.build([*CATALOGUE, SEARCH], embedder)
     result = engine.find(["what's the weather in Paris tomorrow"])

@@ -15,7 +15,7 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import PermissionRequest, TurnContext
 from chalie.principals import LOCAL_OWNER
 from chalie.trail import Trail
-from tests.conftest import wait_until
+from tests.conftest import SERVER_POLL, wait_until
 from tests.core.mcp.test_client_capabilities import with_asks
 from tools.fixture_mcp.rig import ROOT, Rig
 
@@ -37,7 +37,7 @@ def link() -> Iterator[tuple[str, list[str]]]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SERVER_POLL,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/consent?state=abc", hits
     server.shutdown()

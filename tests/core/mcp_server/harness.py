@@ -22,6 +22,7 @@ from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.tokens import TokenStore
+from tests.conftest import require_slow
 from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
 
 MODES = ("auto", "legacy")
@@ -52,6 +53,7 @@ def running(
     **config: Any,
 ) -> Iterator[Running]:
     """Start a server on port 0 on its own loop thread; stop both afterwards."""
+    require_slow("an MCP HTTP server")
     cfg = McpServerConfig(port=0, **config)
     port = convs if convs is not None else FakeConversations()
     people = desk if desk is not None else FakeDesk()

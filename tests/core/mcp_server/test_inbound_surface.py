@@ -16,6 +16,9 @@ from chalie.tokens import bearer as bearer_secret
 from tests.core.mcp_server.doubles import PNG
 from tests.core.mcp_server.harness import MODES, connect, running
 
+# Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ARGS: dict[str, Any] = {
     "message": "draw a picture",
     "agent_name": "claude-code",

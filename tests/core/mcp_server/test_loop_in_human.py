@@ -19,6 +19,9 @@ from tests.conftest import wait_until
 from tests.core.chat.conftest import Bridge, start_bridge, stop_bridge
 from tests.core.mcp_server.harness import connect, running
 
+# Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ARGS: dict[str, Any] = {
     "message": "should I book the flight for the user?",
     "agent_name": "travel-bot",

@@ -17,6 +17,9 @@ from tests.conftest import wait_until
 from tests.core.mcp_server.doubles import FakeConversations
 from tests.core.mcp_server.harness import MODES, Running, connect, running
 
+# Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
+pytestmark = pytest.mark.slow
+
 ARGS: dict[str, Any] = {
     "message": "add 2 and 2",
     "agent_name": "claude-code",

@@ -10,10 +10,12 @@ import pytest
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
+from tests.conftest import require_slow
 
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
+    require_slow("a model")
     return load_embedder()
 
 

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.conftest import SERVER_POLL
+
 ARTICLE_TEXT = (
     "The harbour of Valletta was rebuilt in 1566 after the Great Siege. "
     "Engineers cut the ditch of Fort St Elmo into the living rock, and the new city "
@@ -124,7 +126,7 @@ class Site:
         self._other = _Server(("127.0.0.1", 0), self._other_handler())
         self.other_port = self._other.server_address[1]
         for server in (self._httpd, self._other):
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            threading.Thread(target=server.serve_forever, args=(SERVER_POLL,), daemon=True).start()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -318,7 +320,7 @@ class SearxNG:
         self._httpd = _Server(("127.0.0.1", 0), Handler)
         self.port = self._httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, args=(SERVER_POLL,), daemon=True).start()
 
     def stop(self) -> None:
         self._httpd.shutdown()

@@ -14,6 +14,7 @@ from chalie import untrusted
 from chalie.config import Config
 from chalie.envelope import parse, render
 from chalie.web.kit import WebKit
+from tests.conftest import SERVER_POLL
 from tests.core.web.conftest import call
 from tests.core.web.site import SearxNG
 
@@ -102,7 +103,7 @@ def _shaped(
         do_POST = _answer
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, args=(SERVER_POLL,), daemon=True).start()
     monkeypatch.setenv("CHALIE_TEST_KEY", "sk-very-secret-123")
     kit = kit_for(
         tmp_path,
