@@ -27,6 +27,7 @@ import icalendar
 import recurring_ical_events
 
 from chalie.accounts.failure import AccountFailure
+from chalie.personal import vevent
 
 # icalendar's own types say a property may be any of a dozen things; the code below checks
 # what it reads (a DTSTART that is not a date or date-time is skipped as broken), so the
@@ -55,12 +56,20 @@ class Source:
 
 @dataclass
 class Parsed:
-    """One calendar object: its events grouped by UID, its zones."""
+    """One calendar object: its events grouped by UID.
+
+    Read by :mod:`.vevent` when the object is of the common subset (``light``), else
+    by icalendar (``fast``: single events; ``recurring``: a calendar per series).
+    """
 
     source: Source
-    calendar: Ical
     fast: list[Event]  # single, non-recurring events: no expansion needed
     recurring: dict[str, Ical]  # uid -> a calendar of that uid's events
+    light: list[vevent.Series] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.fast) + len(self.recurring) + len(self.light)
 
 
 def zone_of(name: str) -> zoneinfo.ZoneInfo:
@@ -116,8 +125,17 @@ def _broken(event: Event) -> str | None:
     return None
 
 
-def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | None:
-    """One calendar object; None (and a line in ``skipped``) when it does not parse at all."""
+def parse(
+    text: str, source: Source, skipped: list[dict[str, str]], *, full: bool = False
+) -> Parsed | None:
+    """One calendar object; None (and a line in ``skipped``) when it does not parse at all.
+
+    The common subset is read by :func:`vevent.read`; anything else (or ``full``) by icalendar.
+    """
+    if not full:
+        light = vevent.read(text)
+        if light is not None:
+            return Parsed(source, [], {}, light)
     try:
         cal = icalendar.Calendar.from_ical(text)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -147,7 +165,7 @@ def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | 
         for e in events:
             one.add_component(e)
         recurring[uid] = one
-    return Parsed(source, cal, fast, recurring)
+    return Parsed(source, fast, recurring)
 
 
 # -- reading without parsing ----------------------------------------------------------------
@@ -268,29 +286,115 @@ def occurrence(
 ) -> dict[str, Any]:
     first: dt.date | dt.datetime = event["DTSTART"].dt if start is None else start
     last = _end_of(event, first) if end is None else end
+    return shape(
+        uid=str(event.get("UID", "")),
+        title=_text(event, "SUMMARY"),
+        location=_text(event, "LOCATION"),
+        description=_text(event, "DESCRIPTION"),
+        status=str(event.get("STATUS", "")),
+        transp=str(event.get("TRANSP", "")),
+        own_start=event["DTSTART"].dt,
+        first=first,
+        last=last,
+        source=source,
+        zone=zone,
+        recurring=recurring,
+    )
+
+
+def shape(
+    *,
+    uid: str,
+    title: str,
+    location: str,
+    description: str,
+    status: str,
+    transp: str,
+    own_start: dt.date | dt.datetime,
+    first: dt.date | dt.datetime,
+    last: dt.date | dt.datetime,
+    source: Source,
+    zone: dt.tzinfo,
+    recurring: bool,
+) -> dict[str, Any]:
+    """One occurrence as ``list`` shows it, whichever parser read the event."""
     out: dict[str, Any] = {
         "id": source.href,
-        "uid": str(event.get("UID", ""))[:200],
-        "title": _text(event, "SUMMARY") or "(no title)",
+        "uid": uid[:200],
+        "title": title[:MAX_TEXT] or "(no title)",
         "start": _show(first, zone),
         "end": _show(last, zone),
         "all_day": not isinstance(first, dt.datetime),
-        "event_zone": _zone_name(event["DTSTART"].dt),
+        "event_zone": _zone_name(own_start),
         "calendar": source.calendar,
         "account": source.account,
     }
-    for key, name in (("LOCATION", "location"), ("DESCRIPTION", "description")):
-        text = _text(event, key)
+    for text, name in ((location, "location"), (description, "description")):
         if text:
-            out[name] = text
+            out[name] = text[:MAX_TEXT]
     if recurring:
         out["recurring"] = True
-    status = str(event.get("STATUS", "")).upper()
     if status:
         out["status"] = status.lower()
-    if str(event.get("TRANSP", "")).upper() == "TRANSPARENT":
+    if transp.upper() == "TRANSPARENT":
         out["busy"] = False
     return out
+
+
+def _light_occurrence(
+    event: vevent.Light,
+    source: Source,
+    zone: dt.tzinfo,
+    first: dt.date | dt.datetime,
+    last: dt.date | dt.datetime,
+    *,
+    recurring: bool,
+) -> dict[str, Any]:
+    return shape(
+        uid=event.uid,
+        title=event.summary,
+        location=event.location,
+        description=event.description,
+        status=event.status.upper(),
+        transp=event.transp,
+        own_start=event.start,
+        first=first,
+        last=last,
+        source=source,
+        zone=zone,
+        recurring=recurring,
+    )
+
+
+def _expand_light(
+    series: vevent.Series,
+    source: Source,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    zone: dt.tzinfo,
+    out: list[tuple[dt.datetime, dict[str, Any]]],
+) -> None:
+    master = series.master
+    if master is not None and not series.recurring:
+        if _overlaps(master.start, master.end, lo, hi, zone):
+            found = _light_occurrence(
+                master, source, zone, master.start, master.end, recurring=False
+            )
+            out.append((as_datetime(master.start, zone), found))
+        return
+    # A lone override (an invitation to one instance) reads as a single event.
+    recurring = master is not None or len(series.overrides) > 1
+    replaced = {vevent.key(o.recurrence_id) for o in series.overrides if o.recurrence_id}
+    if master is not None:
+        for first, last in vevent.starts(master, lo, hi, zone, MAX_OCCURRENCES):
+            if vevent.key(first) in replaced or not _overlaps(first, last, lo, hi, zone):
+                continue
+            found = _light_occurrence(master, source, zone, first, last, recurring=True)
+            out.append((as_datetime(first, zone), found))
+    for o in series.overrides:
+        if _overlaps(o.start, o.end, lo, hi, zone):
+            found = _light_occurrence(o, source, zone, o.start, o.end, recurring=recurring)
+            out.append((as_datetime(o.start, zone), found))
 
 
 def _overlaps(
@@ -316,6 +420,17 @@ def expand(
     """Every occurrence overlapping [lo, hi), sorted by start; failures go to ``skipped``."""
     out: list[tuple[dt.datetime, dict[str, Any]]] = []
     for p in parsed:
+        for series in p.light:
+            try:
+                _expand_light(series, p.source, lo, hi, zone, out)
+            except Exception as exc:  # one event's bad data must not hide the others
+                skipped.append(
+                    {
+                        "id": p.source.href,
+                        "uid": series.uid[:200],
+                        "reason": f"cannot expand: {str(exc)[:160]}",
+                    }
+                )
         for event in p.fast:
             first = event["DTSTART"].dt
             last = _end_of(event, first)
