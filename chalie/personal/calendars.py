@@ -272,8 +272,13 @@ def _owned(rt: PersonalRuntime, dav: DavClient, account: Account, event_id: str)
 
 
 def update(
-    rt: PersonalRuntime, account_name: str | None, event_id: str, **changes: Any
+    rt: PersonalRuntime,
+    account_name: str | None,
+    event_id: str,
+    occurrence: dt.date | dt.datetime | None = None,
+    **changes: Any,
 ) -> dict[str, Any]:
+    """Change an event (a series as a whole), or with ``occurrence`` one occurrence of it."""
     account = _writable(rt, account_name)
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
@@ -281,9 +286,16 @@ def update(
         href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
         source = ical.Source(account.name, "", href, current.etag)
-        text = ical.changed_event(current.data, source, **changes)
+        if occurrence is None:
+            text = ical.changed_event(current.data, source, **changes)
+        else:
+            changes.pop("recurrence", None)
+            text = ical.changed_occurrence(current.data, source, occurrence, **changes)
         etag = dav.put(href, text, "text/calendar", etag=current.etag)
-    return {"id": href, "account": account.name, "etag": etag}
+    out = {"id": href, "account": account.name, "etag": etag}
+    if occurrence is not None:
+        out["occurrence"] = occurrence.isoformat()
+    return out
 
 
 def delete(
