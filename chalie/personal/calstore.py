@@ -55,20 +55,28 @@ class Snapshot:
 
 
 class CalendarStore:
-    """The cache file; any thread (one lock)."""
+    """The cache file, opened on first use (a home without calendars never gets one); any
+    thread (one lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        try:
-            self._conn = self._open()
-        except (DatabaseUnusable, sqlite3.DatabaseError):
-            # A cache: set the broken file aside and start empty.
-            for suffix in ("", "-wal", "-shm"):
-                p = self.path.with_name(self.path.name + suffix)
-                if p.exists():
-                    p.replace(p.with_name(p.name + ".broken"))
-            self._conn = self._open()
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        # Called with self._lock held.
+        if self._db is None:
+            try:
+                self._db = self._open()
+            except (DatabaseUnusable, sqlite3.DatabaseError):
+                # A cache: set the broken file aside and start empty.
+                for suffix in ("", "-wal", "-shm"):
+                    p = self.path.with_name(self.path.name + suffix)
+                    if p.exists():
+                        p.replace(p.with_name(p.name + ".broken"))
+                self._db = self._open()
+        return self._db
 
     def _open(self) -> sqlite3.Connection:
         conn = connect(self.path)
@@ -88,7 +96,9 @@ class CalendarStore:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     # -- collections ------------------------------------------------------------------
     def load(self, account: Account, collection: str) -> Snapshot | None:
