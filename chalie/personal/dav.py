@@ -299,6 +299,11 @@ class DavClient:
                 if r.href.rstrip("/") == collection.href.rstrip("/"):
                     truncated = truncated or " 507" in f" {r.status}"
                     continue
+                inside = (
+                    r.href.startswith(collection.href) and "/" not in r.href[len(collection.href) :]
+                )
+                if not inside:  # a member is directly inside the collection, nothing else
+                    continue
                 if " 404" in f" {r.status}":
                     gone.add(r.href)
                     found.pop(r.href, None)

@@ -154,7 +154,36 @@ def _naive(moment: Moment) -> dt.datetime:
     return dt.datetime.combine(moment, dt.time())
 
 
-def _rule(value: str, start: Moment) -> du.rrule:
+_MONTH_DAYS: Final = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _numbers(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise _Decline from None
+
+
+def _never(parts: dict[str, str]) -> bool:
+    """A rule whose BY parts no date can meet (the 30th of February).
+
+    dateutil would look for one up to the year 9999: seconds of CPU for a rule
+    someone else wrote into an invitation.
+    """
+    months = _numbers(parts["BYMONTH"]) if "BYMONTH" in parts else list(range(1, 13))
+    if any(not 1 <= m <= 12 for m in months):
+        raise _Decline
+    if "BYMONTHDAY" in parts:
+        longest = max(_MONTH_DAYS[m - 1] for m in months)
+        if all(d == 0 or abs(d) > longest for d in _numbers(parts["BYMONTHDAY"])):
+            return True
+    if "BYYEARDAY" in parts and all(d == 0 or abs(d) > 366 for d in _numbers(parts["BYYEARDAY"])):
+        return True
+    return "BYWEEKNO" in parts and all(w == 0 or abs(w) > 53 for w in _numbers(parts["BYWEEKNO"]))
+
+
+def _rule(value: str, start: Moment) -> du.rrule | None:
+    """The RRULE as dateutil's; None when it can never occur (the event is its DTSTART)."""
     parts: dict[str, str] = {}
     for part in value.split(";"):
         key, sep, v = part.partition("=")
@@ -172,9 +201,12 @@ def _rule(value: str, start: Moment) -> du.rrule:
                 raise _Decline
         elif not _same_kind(until, start):
             raise _Decline
+    if _never(parts):
+        return None  # RFC 5545: DTSTART is always the first instance
     first = _naive(start)
     try:
-        rule = du.rrulestr("RRULE:" + value, dtstart=first, forceset=False)
+        # cache: the instances found once are kept, each later month view reads them again
+        rule = du.rrulestr("RRULE:" + value, dtstart=first, forceset=False, cache=True)
     except (ValueError, TypeError, OverflowError, KeyError, IndexError):
         raise _Decline from None
     if not isinstance(rule, du.rrule):

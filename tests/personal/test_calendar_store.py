@@ -21,7 +21,14 @@ from chalie.personal.http import HttpClient, Response
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from chalie_app.cli import cli
-from tests.personal.servers import Radicale, dav_request, make_calendar, put_object, radicale
+from tests.personal.servers import (
+    Radicale,
+    dav_request,
+    http_server,
+    make_calendar,
+    put_object,
+    radicale,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -157,3 +164,42 @@ def test_a_broken_cache_file_is_set_aside(book: AccountBook, home: Path, server:
     assert len(titles(rt)) == 5
     assert path.with_name(path.name + ".broken").exists()
     rt.store.close()  # type: ignore[union-attr]
+
+
+def test_a_sync_answer_naming_objects_outside_the_calendar_is_not_believed(
+    book: AccountBook, home: Path
+) -> None:
+    ns = 'xmlns:D="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav" xmlns:CS="http://calendarserver.org/ns/"'
+
+    def member(href: str, title: str) -> str:
+        return (
+            f'<D:response><D:href>{href}</D:href><D:propstat><D:prop><D:getetag>"{title}"'
+            f"</D:getetag><C:calendar-data>{vevent(title, 3, title)}</C:calendar-data></D:prop>"
+            "<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>"
+        )
+
+    def route(path: str, query: Any, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if headers.get("X-Method") == "PROPFIND":
+            body = (
+                f"<D:multistatus {ns}><D:response><D:href>/cal/</D:href><D:propstat><D:prop>"
+                "<D:resourcetype><D:collection/><C:calendar/></D:resourcetype>"
+                "<D:displayname>Cal</D:displayname><CS:getctag>1</CS:getctag></D:prop>"
+                "<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>"
+            )
+        elif headers.get("X-Method") == "REPORT":
+            body = (
+                f"<D:multistatus {ns}><D:sync-token>t1</D:sync-token>"
+                + member("/cal/mine.ics", "Mine")
+                + member("/other/theirs.ics", "Planted")
+                + member("/cal/deeper/x.ics", "Nested")
+                + "</D:multistatus>"
+            )
+        else:
+            return 404, {}, b""
+        return 207, {"Content-Type": "application/xml"}, body.encode()
+
+    with http_server(route) as srv:
+        book.add(Account(name="odd", kind="caldav", url=srv.url + "/cal/", username="u"), "p")
+        rt = runtime(book, home)
+        assert titles(rt) == ["Mine"]
+        rt.store.close()  # type: ignore[union-attr]

@@ -160,3 +160,17 @@ def test_a_series_from_long_ago_is_bounded() -> None:
     skipped: list[dict[str, str]] = []
     assert ical.expand([parsed], *window(tz), tz, skipped) == []
     assert skipped[0]["uid"] == "old" and skipped[0]["reason"].startswith("cannot expand")
+
+
+def test_a_rule_no_date_can_meet_is_its_dtstart_alone() -> None:
+    # dateutil would search for the 30th of February up to the year 9999 (seconds of CPU)
+    tz = zoneinfo.ZoneInfo("UTC")
+    text = one(
+        "UID:never\nDTSTART:20250310T090000Z\nDTEND:20250310T100000Z\n"
+        "RRULE:FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30\nSUMMARY:Never\n"
+    )
+    parsed = ical.parse(text, ical.Source("a", "c", "/x"), [])
+    assert parsed is not None and parsed.light
+    found = ical.expand([parsed], *window(tz), tz, [])
+    assert [(o["title"], o["start"]) for o in found] == [("Never", "2025-03-10T09:00+00:00")]
+    assert vevent.read(text.replace("BYMONTH=2", "BYMONTH=13")) is None
