@@ -28,6 +28,9 @@ from chalie.personal.http import HttpClient
 T = TypeVar("T")
 MAX_CACHED: Final = 64
 LISTING_TTL: Final = 300.0
+# Where a restarted daemon may list an account's collections without finding it again: a
+# home set rarely moves, and listing at a stale place fails and finds it again anyway.
+STORED_LISTING_TTL: Final = 86_400.0
 
 
 class CollectionCache(Generic[T]):
@@ -117,7 +120,7 @@ class PersonalRuntime:
 
         Where to list them (the account URL, or the home set behind its principal) is
         found again after LISTING_TTL seconds, or when listing there fails; the cache
-        file keeps it across restarts.
+        file keeps it across restarts (for STORED_LISTING_TTL).
         """
         key = (account.name, kind)
         found = self.listings.get(key)
@@ -125,8 +128,8 @@ class PersonalRuntime:
         where: tuple[str, int] | None = None
         if found is not None and now - float(found[0]) < LISTING_TTL:
             where = found[1]
-        elif self.store is not None:
-            where = self.store.listing(account, kind, LISTING_TTL)
+        elif found is None and self.store is not None:  # a fresh process: what the last one found
+            where = self.store.listing(account, kind, STORED_LISTING_TTL)
             if where is not None:
                 self.listings.put(key, str(now), where)
         if where is not None:
