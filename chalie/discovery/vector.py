@@ -130,6 +130,14 @@ PHRASE_MIN_SIMILARITY = 0.6
 HEAD_PHRASE_GATE: float | None = None
 HEAD_OFFSET = 0.0
 HEAD_CANDIDATES = 32
+# Pseudo-relevance feedback (see VectorIndex._feedback): the query moved toward its best
+# tools' cards orders the hits below the first. Measured through the real cascade
+# (2026-12-01, MiniLM): MetaTool dev + the ten built-ins R@5 79.37 -> 80.06 (R@1
+# unchanged, R@3 74.08 -> 74.18), assistant-40 R@3 96.2 -> 97.5 with its no-tool
+# queries answered with nothing unchanged at 80% (admission is the original query's);
+# the centroid of 5 tools, or a weight of 0.5, gained less.
+FEEDBACK_TOOLS = 3
+FEEDBACK_WEIGHT = 0.3
 # Learned phrases kept per tool in the index (the store bounds them first).
 MAX_PHRASES = 64
 
@@ -652,17 +660,51 @@ class VectorIndex:
             return []
         if self.gate is not None and not self.gate.admits(q, best_similarity):
             return []
-        return [(n, d) for n, d in scored if d <= self.ceiling][:k]
+        hits = [(n, d) for n, d in scored if d <= self.ceiling]
+        return self._feedback(q, text, hits, k)[:k]
+
+    def _feedback(
+        self, q: Matrix, text: str | None, hits: list[tuple[str, float]], k: int
+    ) -> list[tuple[str, float]]:
+        """The hits after one round of pseudo-relevance feedback (Rocchio).
+
+        The query moves toward the centroid of its FEEDBACK_TOOLS best tools' cards
+        (FEEDBACK_WEIGHT of it) and the hits below the first are ordered by that
+        query: a short request embedded by a small model is noisy, and the best
+        tools' cards say what it asks in the catalogue's own words. The best hit stays
+        first (feedback's known cost is precision at one); whether the entry is
+        answered at all stays the original query's decision (the confidence cut and
+        the request gate ran on it), a runner-up the moved query finds within the
+        ceiling joins the hits, and every hit carries the original query's distance
+        (what the small-catalogue runner-up margin of the cascade compares).
+        """
+        if FEEDBACK_WEIGHT <= 0 or len(hits) < 2:
+            return hits
+        top = [self._entries[n].slots[0] for n, _ in hits[:FEEDBACK_TOOLS]]
+        moved = q + FEEDBACK_WEIGHT * self._vectors[top].mean(axis=0)
+        moved = moved / (np.linalg.norm(moved) or 1.0)
+        again = [n for n, d in self._ranked(moved, text, k)[0] if d <= self.ceiling]
+        rank = {n: i for i, n in enumerate(again)}
+        have = {n for n, _ in hits}
+        new = [n for n in again[: max(k, len(hits))] if n not in have]
+        if new:  # tools the moved query brings, with the original query's distance
+            original = dict(self._ranked(q, text, k, extra=new)[0])
+            hits = hits + [(n, original[n]) for n in new if n in original]
+        head, rest = hits[0], hits[1:]
+        rest.sort(key=lambda hit: rank.get(hit[0], len(rank)))
+        return [head, *rest]
 
     def score(self, q: Matrix, text: str | None, k: int) -> list[tuple[str, float]]:
         """Candidates with their fused distance, best first, before the ceiling and the gate."""
         return self._ranked(q, text, k)[0]
 
     def _ranked(
-        self, q: Matrix, text: str | None, k: int
+        self, q: Matrix, text: str | None, k: int, extra: Sequence[str] = ()
     ) -> tuple[list[tuple[str, float]], float, float]:
         """As ``score``, plus the best plain cosine of a candidate's prose (for the gate) and
-        the best fused distance without the learned head (for the confidence cut)."""
+        the best fused distance without the learned head (for the confidence cut).
+
+        ``extra``: tools scored as candidates whatever HNSW proposes."""
         live = len(self._slot_owner) - len(self._free)
         if not live:
             return [], 0.0, 1.0
@@ -677,6 +719,7 @@ class VectorIndex:
         )
         query_terms = terms(text) if text else []
         cands.extend(self._lexical_candidates(query_terms, set(cands)))
+        cands.extend(n for n in dict.fromkeys(extra) if n in self._entries and n not in cands)
         head: dict[str, float] = {}
         if self.head.active:
             head_names, head_sims = self.head.scores(q)
