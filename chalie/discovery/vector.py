@@ -688,7 +688,7 @@ class VectorIndex:
         have = {n for n, _ in hits}
         new = [n for n in again[: max(k, len(hits))] if n not in have]
         if new:  # tools the moved query brings, with the original query's distance
-            original = dict(self._ranked(q, text, k, extra=new)[0])
+            original = dict(self._ranked(q, text, k, only=new)[0])
             hits = hits + [(n, original[n]) for n in new if n in original]
         head, rest = hits[0], hits[1:]
         rest.sort(key=lambda hit: rank.get(hit[0], len(rank)))
@@ -699,31 +699,37 @@ class VectorIndex:
         return self._ranked(q, text, k)[0]
 
     def _ranked(
-        self, q: Matrix, text: str | None, k: int, extra: Sequence[str] = ()
+        self, q: Matrix, text: str | None, k: int, only: Sequence[str] | None = None
     ) -> tuple[list[tuple[str, float]], float, float]:
         """As ``score``, plus the best plain cosine of a candidate's prose (for the gate) and
         the best fused distance without the learned head (for the confidence cut).
 
-        ``extra``: tools scored as candidates whatever HNSW proposes."""
+        ``only``: score just these tools (no candidates proposed)."""
         live = len(self._slot_owner) - len(self._free)
         if not live:
             return [], 0.0, 1.0
-        want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
-        self._hnsw.set_ef(max(HNSW_EF, want))
-        try:
-            labels, _ = self._hnsw.knn_query(q, k=want)
-        except RuntimeError as exc:
-            raise IndexCorruptError(f"vector index search failed: {exc}") from exc
-        cands = list(
-            dict.fromkeys(o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None)
-        )
         query_terms = terms(text) if text else []
-        cands.extend(self._lexical_candidates(query_terms, set(cands)))
-        cands.extend(n for n in dict.fromkeys(extra) if n in self._entries and n not in cands)
+        if only is not None:
+            cands = [n for n in dict.fromkeys(only) if n in self._entries]
+            if not cands:
+                return [], 0.0, 1.0
+        else:
+            want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
+            self._hnsw.set_ef(max(HNSW_EF, want))
+            try:
+                labels, _ = self._hnsw.knn_query(q, k=want)
+            except RuntimeError as exc:
+                raise IndexCorruptError(f"vector index search failed: {exc}") from exc
+            cands = list(
+                dict.fromkeys(
+                    o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None
+                )
+            )
+            cands.extend(self._lexical_candidates(query_terms, set(cands)))
         head: dict[str, float] = {}
         if self.head.active:
             head_names, head_sims = self.head.scores(q)
-            if head_names:
+            if head_names and only is None:
                 top = np.argsort(-head_sims, kind="stable")[:HEAD_CANDIDATES]
                 have = set(cands)
                 for i in top:
@@ -731,6 +737,7 @@ class VectorIndex:
                     if name in self._entries and name not in have:
                         cands.append(name)
                         have.add(name)
+            if head_names:
                 head = dict(zip(head_names, (float(x) for x in head_sims), strict=True))
         lex = self._lexical(query_terms, cands) if query_terms else {}
         entries = [self._entries[n] for n in cands]
