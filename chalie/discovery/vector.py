@@ -12,6 +12,8 @@ and is kept only when its distance ``1 - score`` is at or under the ceiling
 (and the entry's best hit under the ceiling less a calibrated margin, the
 request gate of chalie/discovery/intent.py admits the entry, and the entry
 has words at all: chalie/discovery/lexicon.py).
+Below the best hit, the hits are ordered by the query moved toward the centroid of
+its best tools' cards (pseudo-relevance feedback, ``VectorIndex._feedback``).
 The BM25 coverage (0..1: the share of the query's attainable BM25 weight the
 tool's prose reaches) lifts tools that share a query's rare words, which a
 6-layer model underweights. Generic name words ("Tool", "API", "plugin") are
