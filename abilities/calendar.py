@@ -67,8 +67,9 @@ class CalendarParams(msgspec.Struct, forbid_unknown_fields=True):
             msgspec.Meta(
                 min_length=10,
                 max_length=40,
-                description="delete_event: only this occurrence of a recurring event (its "
-                "start, as list shows it); without it the whole series goes",
+                description="update_event / delete_event: only this occurrence of a "
+                "recurring event (its occurrence, as list shows it); without it the whole "
+                "series changes or goes",
             ),
         ]
         | None
@@ -204,8 +205,18 @@ class Calendar(Ability):
                 hint="pass title, start, end, location, description or recurrence with the id.",
                 meta={"param": "title"},
             )
+        when = None
+        if p.occurrence is not None:
+            if p.recurrence is not None:
+                return ToolResult.error(
+                    "invalid-param",
+                    "one occurrence has no recurrence of its own.",
+                    hint="drop occurrence= to change the series' recurrence.",
+                    meta={"param": "recurrence"},
+                )
+            when = ical.parse_moment(p.occurrence, zone, "occurrence")
         return ToolResult.success(
-            {"updated": calendars.update(rt, p.account, p.id, **changes)}, meta=meta
+            {"updated": calendars.update(rt, p.account, p.id, when, **changes)}, meta=meta
         )
 
     @staticmethod

@@ -27,6 +27,7 @@ WORKERS_DIR_NAME: Final = "workers"
 ABILITIES_DIR_NAME: Final = "abilities"
 SKILLS_DIR_NAME: Final = "skills"
 INDEX_DIR_NAME: Final = "index"
+CACHE_DIR_NAME: Final = "cache"
 
 # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
 MAX_IPC_PATH: Final = 107
@@ -39,6 +40,11 @@ class HomeError(RuntimeError):
 def index_dirs(home: Path) -> tuple[Path, Path]:
     """Where the tool and the skill indexes live in a data directory."""
     return home / INDEX_DIR_NAME / "tools", home / INDEX_DIR_NAME / "skills"
+
+
+def personal_cache_file(home: Path) -> Path:
+    """Where the calendar objects synced from people's accounts are kept across restarts."""
+    return home / CACHE_DIR_NAME / "calendars.db"
 
 
 def memory_index_dir(home: Path) -> Path:

@@ -51,6 +51,14 @@ _LOOKALIKE: Final = re.compile(r"^([\s>*#\\\"'`]*)(?=untrusted\s*content)", re.I
 
 def clean(text: str) -> str:
     """Content text as it may stand in a result: no controls, no bidi tricks, no fake warning."""
+    # Printable ASCII holds no control, invisible or line-break character and is its own
+    # NFC form: only a line that looks like the warning could change it.
+    if text.isascii() and text.isprintable() and "ntrusted" not in text.lower():
+        return text
+    return _clean_all(text)
+
+
+def _clean_all(text: str) -> str:
     text = unicodedata.normalize("NFC", text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = "\n".join(text.splitlines())  # \u2028, \x1c ... become real line breaks

@@ -33,7 +33,7 @@ def probe(rt: PersonalRuntime, account: Account) -> dict[str, Any]:
         parsed = ical.parse(
             resp.text, ical.Source(account.name, account.name, account.url), skipped
         )
-        found["events"] = 0 if parsed is None else len(parsed.fast) + len(parsed.recurring)
+        found["events"] = 0 if parsed is None else parsed.count
         if skipped:
             found["skipped"] = len(skipped)
     elif account.kind == "imap":

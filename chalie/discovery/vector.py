@@ -12,6 +12,8 @@ and is kept only when its distance ``1 - score`` is at or under the ceiling
 (and the entry's best hit under the ceiling less a calibrated margin, the
 request gate of chalie/discovery/intent.py admits the entry, and the entry
 has words at all: chalie/discovery/lexicon.py).
+Below the best hit, the hits are ordered by the query moved toward the centroid of
+its best tools' cards (pseudo-relevance feedback, ``VectorIndex._feedback``).
 The BM25 coverage (0..1: the share of the query's attainable BM25 weight the
 tool's prose reaches) lifts tools that share a query's rare words, which a
 6-layer model underweights. Generic name words ("Tool", "API", "plugin") are
@@ -130,6 +132,14 @@ PHRASE_MIN_SIMILARITY = 0.6
 HEAD_PHRASE_GATE: float | None = None
 HEAD_OFFSET = 0.0
 HEAD_CANDIDATES = 32
+# Pseudo-relevance feedback (see VectorIndex._feedback): the query moved toward its best
+# tools' cards orders the hits below the first. Measured through the real cascade
+# (2026-12-01, MiniLM): MetaTool dev + the ten built-ins R@5 79.37 -> 80.06 (R@1
+# unchanged, R@3 74.08 -> 74.18), assistant-40 R@3 96.2 -> 97.5 with its no-tool
+# queries answered with nothing unchanged at 80% (admission is the original query's);
+# the centroid of 5 tools, or a weight of 0.5, gained less.
+FEEDBACK_TOOLS = 3
+FEEDBACK_WEIGHT = 0.3
 # Learned phrases kept per tool in the index (the store bounds them first).
 MAX_PHRASES = 64
 
@@ -652,35 +662,76 @@ class VectorIndex:
             return []
         if self.gate is not None and not self.gate.admits(q, best_similarity):
             return []
-        return [(n, d) for n, d in scored if d <= self.ceiling][:k]
+        hits = [(n, d) for n, d in scored if d <= self.ceiling]
+        return self._feedback(q, text, hits, k)[:k]
+
+    def _feedback(
+        self, q: Matrix, text: str | None, hits: list[tuple[str, float]], k: int
+    ) -> list[tuple[str, float]]:
+        """The hits after one round of pseudo-relevance feedback (Rocchio).
+
+        The query moves toward the centroid of its FEEDBACK_TOOLS best tools' cards
+        (FEEDBACK_WEIGHT of it) and the hits below the first are ordered by that
+        query: a short request embedded by a small model is noisy, and the best
+        tools' cards say what it asks in the catalogue's own words. The best hit stays
+        first (feedback's known cost is precision at one); whether the entry is
+        answered at all stays the original query's decision (the confidence cut and
+        the request gate ran on it), a runner-up the moved query finds within the
+        ceiling joins the hits, and every hit carries the original query's distance
+        (what the small-catalogue runner-up margin of the cascade compares).
+        """
+        if FEEDBACK_WEIGHT <= 0 or len(hits) < 2:
+            return hits
+        top = [self._entries[n].slots[0] for n, _ in hits[:FEEDBACK_TOOLS]]
+        moved = q + FEEDBACK_WEIGHT * self._vectors[top].mean(axis=0)
+        moved = moved / (np.linalg.norm(moved) or 1.0)
+        again = [n for n, d in self._ranked(moved, text, k)[0] if d <= self.ceiling]
+        rank = {n: i for i, n in enumerate(again)}
+        have = {n for n, _ in hits}
+        new = [n for n in again[: max(k, len(hits))] if n not in have]
+        if new:  # tools the moved query brings, with the original query's distance
+            original = dict(self._ranked(q, text, k, only=new)[0])
+            hits = hits + [(n, original[n]) for n in new if n in original]
+        head, rest = hits[0], hits[1:]
+        rest.sort(key=lambda hit: rank.get(hit[0], len(rank)))
+        return [head, *rest]
 
     def score(self, q: Matrix, text: str | None, k: int) -> list[tuple[str, float]]:
         """Candidates with their fused distance, best first, before the ceiling and the gate."""
         return self._ranked(q, text, k)[0]
 
     def _ranked(
-        self, q: Matrix, text: str | None, k: int
+        self, q: Matrix, text: str | None, k: int, only: Sequence[str] | None = None
     ) -> tuple[list[tuple[str, float]], float, float]:
         """As ``score``, plus the best plain cosine of a candidate's prose (for the gate) and
-        the best fused distance without the learned head (for the confidence cut)."""
+        the best fused distance without the learned head (for the confidence cut).
+
+        ``only``: score just these tools (no candidates proposed)."""
         live = len(self._slot_owner) - len(self._free)
         if not live:
             return [], 0.0, 1.0
-        want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
-        self._hnsw.set_ef(max(HNSW_EF, want))
-        try:
-            labels, _ = self._hnsw.knn_query(q, k=want)
-        except RuntimeError as exc:
-            raise IndexCorruptError(f"vector index search failed: {exc}") from exc
-        cands = list(
-            dict.fromkeys(o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None)
-        )
         query_terms = terms(text) if text else []
-        cands.extend(self._lexical_candidates(query_terms, set(cands)))
+        if only is not None:
+            cands = [n for n in dict.fromkeys(only) if n in self._entries]
+            if not cands:
+                return [], 0.0, 1.0
+        else:
+            want = min(live, max(MIN_CANDIDATES, CANDIDATES_PER_HIT * k))
+            self._hnsw.set_ef(max(HNSW_EF, want))
+            try:
+                labels, _ = self._hnsw.knn_query(q, k=want)
+            except RuntimeError as exc:
+                raise IndexCorruptError(f"vector index search failed: {exc}") from exc
+            cands = list(
+                dict.fromkeys(
+                    o for o in (self._slot_owner[int(s)] for s in labels[0]) if o is not None
+                )
+            )
+            cands.extend(self._lexical_candidates(query_terms, set(cands)))
         head: dict[str, float] = {}
         if self.head.active:
             head_names, head_sims = self.head.scores(q)
-            if head_names:
+            if head_names and only is None:
                 top = np.argsort(-head_sims, kind="stable")[:HEAD_CANDIDATES]
                 have = set(cands)
                 for i in top:
@@ -688,6 +739,7 @@ class VectorIndex:
                     if name in self._entries and name not in have:
                         cands.append(name)
                         have.add(name)
+            if head_names:
                 head = dict(zip(head_names, (float(x) for x in head_sims), strict=True))
         lex = self._lexical(query_terms, cands) if query_terms else {}
         entries = [self._entries[n] for n in cands]

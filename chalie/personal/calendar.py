@@ -27,6 +27,7 @@ import icalendar
 import recurring_ical_events
 
 from chalie.accounts.failure import AccountFailure
+from chalie.personal import vevent
 
 # icalendar's own types say a property may be any of a dozen things; the code below checks
 # what it reads (a DTSTART that is not a date or date-time is skipped as broken), so the
@@ -55,12 +56,20 @@ class Source:
 
 @dataclass
 class Parsed:
-    """One calendar object: its events grouped by UID, its zones."""
+    """One calendar object: its events grouped by UID.
+
+    Read by :mod:`.vevent` when the object is of the common subset (``light``), else
+    by icalendar (``fast``: single events; ``recurring``: a calendar per series).
+    """
 
     source: Source
-    calendar: Ical
     fast: list[Event]  # single, non-recurring events: no expansion needed
     recurring: dict[str, Ical]  # uid -> a calendar of that uid's events
+    light: list[vevent.Series] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.fast) + len(self.recurring) + len(self.light)
 
 
 def zone_of(name: str) -> zoneinfo.ZoneInfo:
@@ -116,8 +125,17 @@ def _broken(event: Event) -> str | None:
     return None
 
 
-def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | None:
-    """One calendar object; None (and a line in ``skipped``) when it does not parse at all."""
+def parse(
+    text: str, source: Source, skipped: list[dict[str, str]], *, full: bool = False
+) -> Parsed | None:
+    """One calendar object; None (and a line in ``skipped``) when it does not parse at all.
+
+    The common subset is read by :func:`vevent.read`; anything else (or ``full``) by icalendar.
+    """
+    if not full:
+        light = vevent.read(text)
+        if light is not None:
+            return Parsed(source, [], {}, light)
     try:
         cal = icalendar.Calendar.from_ical(text)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
@@ -147,7 +165,7 @@ def parse(text: str, source: Source, skipped: list[dict[str, str]]) -> Parsed | 
         for e in events:
             one.add_component(e)
         recurring[uid] = one
-    return Parsed(source, cal, fast, recurring)
+    return Parsed(source, fast, recurring)
 
 
 # -- reading without parsing ----------------------------------------------------------------
@@ -268,29 +286,124 @@ def occurrence(
 ) -> dict[str, Any]:
     first: dt.date | dt.datetime = event["DTSTART"].dt if start is None else start
     last = _end_of(event, first) if end is None else end
+    rid = event.get("RECURRENCE-ID")
+    return shape(
+        uid=str(event.get("UID", "")),
+        title=_text(event, "SUMMARY"),
+        location=_text(event, "LOCATION"),
+        description=_text(event, "DESCRIPTION"),
+        status=str(event.get("STATUS", "")),
+        transp=str(event.get("TRANSP", "")),
+        own_start=event["DTSTART"].dt,
+        first=first,
+        last=last,
+        source=source,
+        zone=zone,
+        recurring=recurring,
+        occurrence=None if rid is None else rid.dt,
+    )
+
+
+def shape(
+    *,
+    uid: str,
+    title: str,
+    location: str,
+    description: str,
+    status: str,
+    transp: str,
+    own_start: dt.date | dt.datetime,
+    first: dt.date | dt.datetime,
+    last: dt.date | dt.datetime,
+    source: Source,
+    zone: dt.tzinfo,
+    recurring: bool,
+    occurrence: dt.date | dt.datetime | None = None,
+) -> dict[str, Any]:
+    """One occurrence as ``list`` shows it, whichever parser read the event.
+
+    An occurrence of a series names which one it is (``occurrence``: its start as the
+    series has it, which an override may have moved): update and delete take that.
+    """
     out: dict[str, Any] = {
         "id": source.href,
-        "uid": str(event.get("UID", ""))[:200],
-        "title": _text(event, "SUMMARY") or "(no title)",
+        "uid": uid[:200],
+        "title": title[:MAX_TEXT] or "(no title)",
         "start": _show(first, zone),
         "end": _show(last, zone),
         "all_day": not isinstance(first, dt.datetime),
-        "event_zone": _zone_name(event["DTSTART"].dt),
+        "event_zone": _zone_name(own_start),
         "calendar": source.calendar,
         "account": source.account,
     }
-    for key, name in (("LOCATION", "location"), ("DESCRIPTION", "description")):
-        text = _text(event, key)
+    for text, name in ((location, "location"), (description, "description")):
         if text:
-            out[name] = text
+            out[name] = text[:MAX_TEXT]
     if recurring:
         out["recurring"] = True
-    status = str(event.get("STATUS", "")).upper()
+        out["occurrence"] = _show(first if occurrence is None else occurrence, zone)
     if status:
         out["status"] = status.lower()
-    if str(event.get("TRANSP", "")).upper() == "TRANSPARENT":
+    if transp.upper() == "TRANSPARENT":
         out["busy"] = False
     return out
+
+
+def _light_occurrence(
+    event: vevent.Light,
+    source: Source,
+    zone: dt.tzinfo,
+    first: dt.date | dt.datetime,
+    last: dt.date | dt.datetime,
+    *,
+    recurring: bool,
+) -> dict[str, Any]:
+    return shape(
+        occurrence=event.recurrence_id,
+        uid=event.uid,
+        title=event.summary,
+        location=event.location,
+        description=event.description,
+        status=event.status.upper(),
+        transp=event.transp,
+        own_start=event.start,
+        first=first,
+        last=last,
+        source=source,
+        zone=zone,
+        recurring=recurring,
+    )
+
+
+def _expand_light(
+    series: vevent.Series,
+    source: Source,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    zone: dt.tzinfo,
+    out: list[tuple[dt.datetime, dict[str, Any]]],
+) -> None:
+    master = series.master
+    if master is not None and not series.recurring:
+        if _overlaps(master.start, master.end, lo, hi, zone):
+            found = _light_occurrence(
+                master, source, zone, master.start, master.end, recurring=False
+            )
+            out.append((as_datetime(master.start, zone), found))
+        return
+    # A lone override (an invitation to one instance) reads as a single event.
+    recurring = master is not None or len(series.overrides) > 1
+    replaced = {vevent.key(o.recurrence_id) for o in series.overrides if o.recurrence_id}
+    if master is not None:
+        for first, last in vevent.starts(master, lo, hi, zone, MAX_OCCURRENCES):
+            if vevent.key(first) in replaced or not _overlaps(first, last, lo, hi, zone):
+                continue
+            found = _light_occurrence(master, source, zone, first, last, recurring=True)
+            out.append((as_datetime(first, zone), found))
+    for o in series.overrides:
+        if _overlaps(o.start, o.end, lo, hi, zone):
+            found = _light_occurrence(o, source, zone, o.start, o.end, recurring=recurring)
+            out.append((as_datetime(o.start, zone), found))
 
 
 def _overlaps(
@@ -316,6 +429,17 @@ def expand(
     """Every occurrence overlapping [lo, hi), sorted by start; failures go to ``skipped``."""
     out: list[tuple[dt.datetime, dict[str, Any]]] = []
     for p in parsed:
+        for series in p.light:
+            try:
+                _expand_light(series, p.source, lo, hi, zone, out)
+            except Exception as exc:  # one event's bad data must not hide the others
+                skipped.append(
+                    {
+                        "id": p.source.href,
+                        "uid": series.uid[:200],
+                        "reason": f"cannot expand: {str(exc)[:160]}",
+                    }
+                )
         for event in p.fast:
             first = event["DTSTART"].dt
             last = _end_of(event, first)
@@ -516,12 +640,8 @@ def changed_event(
     return str(cal.to_ical().decode())
 
 
-def without_occurrence(text: str, source: Source, when: dt.date | dt.datetime) -> str:
-    """The object's text with one occurrence of its series excluded (EXDATE), its override gone.
-
-    ``when`` is the occurrence's start as ``list`` shows it. A non-recurring event, or a
-    moment that is not one of the series' starts, is refused (nothing is written).
-    """
+def _series(text: str, source: Source) -> tuple[Ical, Event]:
+    """The stored object and its series' master; refused when the event happens once."""
     try:
         cal: Ical = icalendar.Calendar.from_ical(text)
     except (ValueError, KeyError, IndexError, TypeError):
@@ -533,10 +653,29 @@ def without_occurrence(text: str, source: Source, when: dt.date | dt.datetime) -
         raise AccountFailure(
             "invalid-param",
             "occurrence= is for a recurring event; this one happens once",
-            hint="delete it without occurrence=.",
+            hint="change or delete it without occurrence=.",
             param="occurrence",
         )
-    master: Event = masters[0]
+    return cal, masters[0]
+
+
+def _overrides(cal: Ical) -> list[Event]:
+    return [e for e in cal.subcomponents if e.name == "VEVENT" and "RECURRENCE-ID" in e]
+
+
+def _same(a: dt.date | dt.datetime, b: dt.date | dt.datetime) -> bool:
+    return as_datetime(a, dt.UTC) == as_datetime(b, dt.UTC)
+
+
+def _occurrence_of(
+    cal: Ical, master: Event, when: dt.date | dt.datetime, source: Source
+) -> dt.date | dt.datetime:
+    """Which occurrence ``when`` names, as the series has it (its RECURRENCE-ID).
+
+    ``when`` is what ``list`` showed: the ``occurrence`` (or, for an occurrence nobody
+    moved, its ``start``); an overridden one is also found by its moved start. A moment
+    that is none of these is refused.
+    """
     first = master["DTSTART"].dt
     if isinstance(first, dt.datetime):
         if not isinstance(when, dt.datetime):
@@ -546,23 +685,106 @@ def without_occurrence(text: str, source: Source, when: dt.date | dt.datetime) -
         )
     else:
         target = when.date() if isinstance(when, dt.datetime) else when
+    overrides = _overrides(cal)
+    for o in overrides:
+        if _same(o["RECURRENCE-ID"].dt, target):
+            return target
+    for o in overrides:  # an override found by where it was moved to
+        if "DTSTART" in o and _same(o["DTSTART"].dt, target):
+            rid: dt.date | dt.datetime = o["RECURRENCE-ID"].dt
+            return rid
     lo = as_datetime(target, dt.UTC) - dt.timedelta(minutes=1)
     probe = icalendar.Calendar()
     for z in cal.walk("VTIMEZONE"):
         probe.add_component(z)
     probe.add_component(master)
     starts = [o["DTSTART"].dt for o in recurring_ical_events.of(probe).between(lo, lo + SLACK)]
-    if not any(as_datetime(s, dt.UTC) == as_datetime(target, dt.UTC) for s in starts):
+    if not any(_same(s, target) for s in starts):
         raise AccountFailure(
             "item-not-found",
             f"the series has no occurrence starting {when.isoformat()}",
             account=source.account,
-            hint="pass occurrence= as the start list showed for that occurrence.",
+            hint="pass occurrence= as list showed it for that occurrence.",
             param="occurrence",
         )
+    return target
+
+
+def without_occurrence(text: str, source: Source, when: dt.date | dt.datetime) -> str:
+    """The object's text with one occurrence of its series excluded (EXDATE), its override gone.
+
+    ``when`` names the occurrence as ``list`` shows it (see :func:`_occurrence_of`). A
+    non-recurring event, or a moment that is no occurrence of the series, is refused
+    (nothing is written).
+    """
+    cal, master = _series(text, source)
+    target = _occurrence_of(cal, master, when, source)
     master.add("EXDATE", target)
-    for override in [e for e in cal.subcomponents if e.name == "VEVENT" and "RECURRENCE-ID" in e]:
-        rid = override["RECURRENCE-ID"].dt
-        if as_datetime(rid, dt.UTC) == as_datetime(target, dt.UTC):
+    for override in _overrides(cal):
+        if _same(override["RECURRENCE-ID"].dt, target):
             cal.subcomponents.remove(override)
+    return str(cal.to_ical().decode())
+
+
+# Properties of a series' master that belong to the series, not to one occurrence.
+_SERIES_ONLY: Final = frozenset(
+    {"RRULE", "RDATE", "EXDATE", "EXRULE", "DTSTART", "DTEND", "DURATION", "RECURRENCE-ID",
+     "SEQUENCE", "DTSTAMP"}
+)  # fmt: skip
+
+
+def changed_occurrence(
+    text: str,
+    source: Source,
+    when: dt.date | dt.datetime,
+    *,
+    title: str | None,
+    start: dt.date | dt.datetime | None,
+    end: dt.date | dt.datetime | None,
+    location: str | None,
+    description: str | None,
+) -> str:
+    """The object's text with one occurrence changed: an override (RFC 5545 RECURRENCE-ID).
+
+    The first change of an occurrence copies the master's details into a new VEVENT
+    with the master's UID; a later one changes that override. The rest of the series
+    stays as it was.
+    """
+    cal, master = _series(text, source)
+    target = _occurrence_of(cal, master, when, source)
+    found = [o for o in _overrides(cal) if _same(o["RECURRENCE-ID"].dt, target)]
+    series_start = master["DTSTART"].dt
+    length = _end_of(master, series_start) - series_start
+    if found:
+        event: Event = found[0]
+        old_start = event["DTSTART"].dt
+        old_end = _end_of(event, old_start)
+    else:
+        event = icalendar.Event()
+        for key, value in master.items():
+            if key not in _SERIES_ONLY:
+                event.add(key, value)
+        event.add("RECURRENCE-ID", target)
+        old_start, old_end = target, target + length
+        _set_times(event, old_start, old_end)
+        for alarm in master.subcomponents:
+            event.add_component(alarm)
+        cal.add_component(event)
+    if start is not None or end is not None:
+        new_start = start if start is not None else old_start
+        if end is None:
+            end = new_start + (old_end - old_start)
+        check_span(new_start, end)
+        _set_times(event, new_start, end)
+    for key, value in (("SUMMARY", title), ("LOCATION", location), ("DESCRIPTION", description)):
+        if value is not None:
+            event.pop(key, None)
+            if value:
+                event.add(key, value)
+    seq = str(master.get("SEQUENCE", 0))
+    event.pop("SEQUENCE", None)
+    event.add("SEQUENCE", (int(seq) if seq.isdigit() else 0) + 1)
+    event.pop("DTSTAMP", None)
+    event.add("DTSTAMP", dt.datetime.now(dt.UTC))
+    cal.add_missing_timezones()
     return str(cal.to_ical().decode())

@@ -128,7 +128,7 @@ def all_cards(
             creds = rt.book.credentials(account)
             with rt.http(creds) as http:
                 dav = rt.dav(creds, http)
-                for coll in rt.collections(dav, account.name, "addressbook"):
+                for coll in rt.collections(dav, account, "addressbook"):
                     state = _sync(rt, dav, account, coll)
                     cards.extend(c for _, c in state.cards.values() if c is not None)
                     skipped.extend(state.skipped)
@@ -188,7 +188,7 @@ def create(
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
-        colls = rt.collections(dav, account.name, "addressbook")
+        colls = rt.collections(dav, account, "addressbook")
         target = next((c for c in colls if book_name in (None, c.name, c.href)), None)
         if target is None:
             raise AccountFailure(
@@ -221,7 +221,7 @@ def update(
     creds = rt.book.credentials(account)
     with rt.http(creds) as http:
         dav = rt.dav(creds, http)
-        href = check_href(card_id, rt.collections(dav, account.name, "addressbook"), account.name)
+        href = check_href(card_id, rt.collections(dav, account, "addressbook"), account.name)
         current = dav.get(href)
         try:
             old = parse_card(current.data, href, current.etag, account.name, "")

@@ -18,6 +18,9 @@ from typing import Any, Final, Generic, TypeVar
 
 from chalie.accounts.book import AccountBook, Credentials
 from chalie.accounts.failure import AccountFailure
+from chalie.accounts.spec import Account
+from chalie.home import personal_cache_file
+from chalie.personal.calstore import CalendarStore
 from chalie.personal.dav import Collection, DavClient
 from chalie.personal.dav import Kind as DavKind
 from chalie.personal.http import HttpClient
@@ -25,6 +28,9 @@ from chalie.personal.http import HttpClient
 T = TypeVar("T")
 MAX_CACHED: Final = 64
 LISTING_TTL: Final = 300.0
+# Where a restarted daemon may list an account's collections without finding it again: a
+# home set rarely moves, and listing at a stale place fails and finds it again anyway.
+STORED_LISTING_TTL: Final = 86_400.0
 
 
 class CollectionCache(Generic[T]):
@@ -86,10 +92,19 @@ class PersonalRuntime:
     addressbooks: CollectionCache[Any] = field(default_factory=CollectionCache)
     # (account, kind) -> (when found, (listing URL, depth)): discovery is redone after a while
     listings: CollectionCache[tuple[str, int]] = field(default_factory=CollectionCache)
+    # Calendar objects on disk across restarts (None: memory only, as in most tests).
+    store: CalendarStore | None = None
 
     @classmethod
     def open(cls, db_path: Path, home: Path, settings: PersonalSettings) -> PersonalRuntime:
-        return cls(AccountBook(db_path, home), settings)
+        return cls(
+            AccountBook(db_path, home), settings, store=CalendarStore(personal_cache_file(home))
+        )
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.book.close()
 
     def http(self, creds: Credentials) -> HttpClient:
         a = creds.account
@@ -100,21 +115,31 @@ class PersonalRuntime:
     def dav(self, creds: Credentials, http: HttpClient) -> DavClient:
         return DavClient(creds.account.name, creds.account.url, http)
 
-    def collections(self, dav: DavClient, account: str, kind: DavKind) -> list[Collection]:
+    def collections(self, dav: DavClient, account: Account, kind: DavKind) -> list[Collection]:
         """The account's collections and their CTags: one PROPFIND once discovery is cached.
 
         Where to list them (the account URL, or the home set behind its principal) is
-        found again after LISTING_TTL seconds, or when listing there fails.
+        found again after LISTING_TTL seconds, or when listing there fails; the cache
+        file keeps it across restarts (for STORED_LISTING_TTL).
         """
-        key = (account, kind)
+        key = (account.name, kind)
         found = self.listings.get(key)
         now = time.monotonic()
+        where: tuple[str, int] | None = None
         if found is not None and now - float(found[0]) < LISTING_TTL:
+            where = found[1]
+        elif found is None and self.store is not None:  # a fresh process: what the last one found
+            where = self.store.listing(account, kind, STORED_LISTING_TTL)
+            if where is not None:
+                self.listings.put(key, str(now), where)
+        if where is not None:
             try:
-                return dav.listed(kind, *found[1])
+                return dav.listed(kind, *where)
             except AccountFailure as exc:
                 if exc.code in ("auth-failed", "account-unreachable"):
                     raise
         where = dav.listing(kind)
         self.listings.put(key, str(now), where)
+        if self.store is not None:
+            self.store.put_listing(account, kind, where)
         return dav.listed(kind, *where)

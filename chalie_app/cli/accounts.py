@@ -185,11 +185,21 @@ def accounts_default(obj: Ctx, name: str) -> None:
 @click.pass_obj
 def accounts_remove(obj: Ctx, name: str) -> None:
     """Remove an account and its password."""
+    from chalie.home import personal_cache_file
+    from chalie.personal.calstore import CalendarStore
+
     book = _book(obj)
     try:
         gone = book.remove(name)
     finally:
         book.close()
+    cache = personal_cache_file(obj.config.home)
+    if gone and cache.exists():  # what was synced from it goes too
+        store = CalendarStore(cache)
+        try:
+            store.forget(name)
+        finally:
+            store.close()
     if not gone:
         fail(f"no account is named {name}")
     click.echo(f"removed {name}")

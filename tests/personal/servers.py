@@ -174,10 +174,21 @@ class Http:
 def http_server(
     route: Callable[[str, dict[str, list[str]], dict[str, str]], tuple[int, dict[str, str], bytes]],
 ) -> Iterator[Http]:
-    """A loopback HTTP server whose answers come from ``route(path, query, headers)``."""
+    """A loopback HTTP server whose answers come from ``route(path, query, headers)``.
+
+    GET, and WebDAV's PROPFIND and REPORT (the method in ``headers["X-Method"]``) for a
+    hand-written, hostile DAV server.
+    """
     hits: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
+        def do_PROPFIND(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.headers["X-Method"] = self.command
+            self.do_GET()
+
+        do_REPORT = do_PROPFIND
+
         def do_GET(self) -> None:
             parts = urllib.parse.urlsplit(self.path)
             hits.append(self.path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from abilities.calendar import Calendar, CalendarParams
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account
+from chalie.personal import calendar as ical
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.result import ToolResult
 from chalie.services import Services
@@ -281,6 +283,108 @@ def test_one_occurrence_of_a_series_can_be_deleted(book: AccountBook, server: Ra
     )
     assert single.code == "invalid-param"
     assert cal.run(CalendarParams(action="delete_event", id=event_id)).ok
+
+
+def test_one_occurrence_of_a_series_can_be_changed_and_then_deleted(
+    book: AccountBook, server: Radicale
+) -> None:
+    cal = tool(book, server)
+    made = cal.run(
+        CalendarParams(
+            action="create_event",
+            title="Choir",
+            start="2025-03-24T18:00",
+            zone="Europe/Malta",
+            recurrence="FREQ=WEEKLY;COUNT=3",
+        )
+    )
+    event_id = json.loads(made.body)["created"]["id"]
+
+    def choir() -> list[tuple[str, str, str]]:
+        shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
+        return [
+            (e["title"], e["start"], e["occurrence"])
+            for e in shown["events"]
+            if e["title"].startswith("Choir")
+        ]
+
+    before = choir()
+    assert [start for _, start, _ in before] == [occ for _, _, occ in before]
+    second = before[1][2]  # 2025-03-31T16:00Z (18:00 in Malta, summer time)
+    moved = cal.run(
+        CalendarParams(
+            action="update_event",
+            id=event_id,
+            occurrence=second,
+            title="Choir (moved)",
+            start="2025-04-01T19:00",
+            zone="Europe/Malta",
+        )
+    )
+    assert moved.ok, moved.body
+    assert choir() == [
+        before[0],
+        ("Choir (moved)", "2025-04-01T17:00+00:00", second),  # 19:00 Malta; still that one
+        before[2],
+    ]
+    # on the server: the series as it was, and one override naming its occurrence
+    stored = json.loads(
+        cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")).body.split("\n", 1)[1]
+    )
+    assert {e["id"] for e in stored["events"] if e["title"].startswith("Choir")} == {event_id}
+    text = server_text(server, event_id)
+    assert text.count("RECURRENCE-ID") == 1 and text.count("RRULE:FREQ=WEEKLY;COUNT=3") == 1
+    # the light reader takes the override as icalendar does
+    src, utc = ical.Source("work", "Work", event_id), dt.UTC
+    lo, hi = dt.datetime(2025, 3, 20, tzinfo=utc), dt.datetime(2025, 4, 10, tzinfo=utc)
+    light, full = ical.parse(text, src, []), ical.parse(text, src, [], full=True)
+    assert light is not None and light.light and full is not None
+    assert ical.expand([light], lo, hi, utc, []) == ical.expand([full], lo, hi, utc, [])
+    # changed again, named by where it was moved to: the same override, no second one
+    again = cal.run(
+        CalendarParams(
+            action="update_event", id=event_id, occurrence="2025-04-01T17:00Z", location="Hall"
+        )
+    )
+    assert again.ok, again.body
+    assert server_text(server, event_id).count("RECURRENCE-ID") == 1
+    assert choir()[1] == ("Choir (moved)", "2025-04-01T17:00+00:00", second)
+    # refusals: a rule for one occurrence, a moment that is none, an event that happens once
+    rule = cal.run(
+        CalendarParams(
+            action="update_event", id=event_id, occurrence=second, recurrence="FREQ=DAILY"
+        )
+    )
+    assert rule.code == "invalid-param" and rule.meta["param"] == "recurrence"
+    none = cal.run(
+        CalendarParams(
+            action="update_event", id=event_id, occurrence="2025-03-25T17:00Z", title="x"
+        )
+    )
+    assert none.code == "item-not-found" and none.meta["param"] == "occurrence"
+    once = cal.run(
+        CalendarParams(
+            action="update_event",
+            id="/alice/work/ny.ics",
+            occurrence="2025-04-02T13:00Z",
+            title="x",
+        )
+    )
+    assert once.code == "invalid-param"
+    # deleting the overridden occurrence takes the override with it
+    gone = cal.run(CalendarParams(action="delete_event", id=event_id, occurrence=second))
+    assert gone.ok, gone.body
+    assert choir() == [before[0], before[2]]
+    assert "RECURRENCE-ID" not in server_text(server, event_id)
+    assert cal.run(CalendarParams(action="delete_event", id=event_id)).ok
+
+
+def server_text(server: Radicale, href: str) -> str:
+    import httpx2
+
+    got = httpx2.get(server.url + href, auth=("alice", server.users["alice"]))
+    assert got.status_code == 200
+    return got.text.replace("\r\n", "\n")
 
 
 def test_permissions_come_from_the_action() -> None:

@@ -356,3 +356,28 @@ def test_any_sequence_of_updates_matches_a_plain_dict(ops: list[tuple[str, int, 
 
 def test_the_module_calibrates_the_default_model() -> None:
     assert MINILM_MODEL_ID in vector_module.CEILINGS
+
+
+def test_feedback_reorders_runners_up_only_and_keeps_the_original_distances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    docs = [ToolDoc(f"tool_{i}", f"does thing number {i} for people", ()) for i in range(40)]
+    index = VectorIndex(Hashing())
+    index.upsert(docs)
+    queries = [f"please do task {i}" for i in range(60)]
+    moved_any = False
+    for text in queries:
+        q = index.embedder.embed([text])[0]
+        with_feedback = index.search_vector(q, 8, text=text)
+        original = dict(index.score(q, text, 8))
+        monkeypatch.setattr(vector_module, "FEEDBACK_WEIGHT", 0.0)
+        plain = index.search_vector(q, 8, text=text)
+        monkeypatch.undo()
+        assert bool(with_feedback) == bool(plain)  # answered or not: the original query decides
+        if not plain:
+            continue
+        assert with_feedback[0] == plain[0]  # the best hit stays first
+        assert all(d == pytest.approx(original[n]) for n, d in with_feedback)
+        assert len({n for n, _ in with_feedback}) == len(with_feedback)
+        moved_any |= [n for n, _ in with_feedback] != [n for n, _ in plain]
+    assert moved_any  # feedback did change some order

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from chalie import untrusted
 from chalie.envelope import parse, render
 from chalie.result import ToolResult
@@ -57,3 +59,14 @@ def test_json_bodies_are_cleaned_string_by_string() -> None:
 
 def test_a_plain_success_is_not_marked() -> None:
     assert not untrusted.is_marked(ToolResult.success("x"))
+
+
+def test_the_plain_ascii_shortcut_changes_nothing_the_full_cleaning_would() -> None:
+    rng = random.Random(5)
+    alphabet = "abc XYZ019 \t\n\r\x1b\x7f>*#'\"`é\u202e" + "untrusted content UNTRUSTED"
+    samples = ["", "plain", "Room 4", "untrusted content", "  > UnTrusted  Content: x", "a\n"]
+    samples += [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(3000)
+    ]
+    for text in samples:
+        assert untrusted.clean(text) == untrusted._clean_all(text), repr(text)
