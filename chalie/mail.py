@@ -159,6 +159,13 @@ class WatchChildren:
     """Supervisor: look for plain-actor children that died without a report."""
 
 
+@dataclass(frozen=True, slots=True)
+class DismissedStopped:
+    """Supervisor: a dismissed child (by urn) has stopped, or its shutdown time is up."""
+
+    urn: str
+
+
 # -- TurnActor and its parent, the Conversations actor --
 
 
@@ -204,15 +211,6 @@ class TurnActorIdle:
     conversation_id: str
     urn: str
     send_no: int
-
-
-@dataclass(frozen=True, slots=True)
-class TurnActorCrashed:
-    """Conversations, from a TurnActor: it failed (its turn is ended as failed)."""
-
-    conversation_id: str
-    urn: str
-    error: str
 
 
 # -- McpConnectionActor --

@@ -402,7 +402,7 @@ def test_bad_permission_answers_are_refused(h: Harness) -> None:
     )
 
 
-def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goes_on(
+def test_a_crashed_turn_actor_ends_its_turn_with_an_error_and_the_conversation_goes_on(
     h: Harness,
 ) -> None:
     h.script({"steps": [{"hang": True}], "on_user": {"text": "back again"}})
@@ -411,12 +411,34 @@ def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goe
     wait_until(lambda: h.server.requests, what="the model request")
     h.conversations.call(Conversations.crash, cid)
     end = h.finished(first)
-    assert end.reason == "interrupted" and "interrupted" in end.text
+    assert end.reason == "interrupted" and "fault inside Chalie" in end.text
+    errors = [e for e in h.of(cid, ErrorEvent) if e.turn_id == first.turn_id]
+    assert [e.code for e in errors] == ["internal-error"]
+    assert "RuntimeError" in errors[0].message and "crash requested" not in errors[0].message
     second = h.send("two", "bg-openai", conversation_id=cid)
     assert h.finished(second).text == "back again"
     stored = h.stored(cid)
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
     assert_valid_history(h.history(cid))
+
+
+def test_the_supervisor_restarts_a_crashed_turn_actor_which_runs_the_queued_message(
+    h: Harness,
+) -> None:
+    """A transient child: restarted after a failure, from storage, with no new message."""
+    h.script({"steps": [{"hang": True}], "on_user": {"text": "the queued one ran"}})
+    first = h.send("one", "bg-openai")
+    cid = first.conversation_id
+    wait_until(lambda: h.server.requests, what="the model request")
+    queued = h.send("two", "bg-openai", conversation_id=cid)
+    assert queued.queued
+    before = h.conversations.call(Conversations.child, cid)
+    h.conversations.call(Conversations.crash, cid)
+    assert h.finished(first).reason == "interrupted"
+    assert h.finished(queued).text == "the queued one ran"
+    (child,) = [c for c in h.conversations.call(Conversations.status)["children"] if c["id"] == cid]
+    assert child["restarts"] == 1 and "crash requested" in child["last_error"]
+    assert h.conversations.call(Conversations.child, cid).actor_urn != before.actor_urn
 
 
 def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> None:
@@ -429,6 +451,8 @@ def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> N
         timeout=10,
         what="the idle actor to stop",
     )
+    # A normal exit of a transient child: not restarted, and forgotten by its supervisor.
+    assert not h.conversations.call(Conversations.has_child, cid)
     second = h.send("which word?", "bg-ollama", conversation_id=cid)
     assert h.finished(second).text == "second answer"
     contents = [m["content"] for m in h.server.requests[1]["body"]["messages"]]
