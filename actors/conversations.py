@@ -59,7 +59,7 @@ from chalie.config import Config, ModelConfig
 from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
-from chalie.conversation.events import Event
+from chalie.conversation.events import BackgroundResult, Event
 from chalie.conversation.requests import (
     Accepted,
     ConversationError,
@@ -79,13 +79,7 @@ from chalie.mail import (
     TurnActorIdle,
 )
 from chalie.mcp.proxy import scoped_to
-from chalie.messages import (
-    ANSWERS,
-    BackgroundResult,
-    CancelTurn,
-    ToolCall,
-    ToolOutcome,
-)
+from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import Outbox
 from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
@@ -216,7 +210,8 @@ class Conversations(Supervisor):
         ref = self.actor_ref
 
         def route(event: Any) -> None:
-            tell_quietly(ref, _Route(event))
+            if not event.recorded:  # a TurnActor's record of one is already delivered
+                tell_quietly(ref, _Route(event))
 
         # Background results only (a conversation may have no live TurnActor to hear its
         # own): permission requests reach the running turn's actor directly.

@@ -39,8 +39,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
+import msgspec
 import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
@@ -48,11 +49,11 @@ from actors.loop import EventLoopThread
 from chalie.conversation import act, background, compaction
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
-    BackgroundDelivered,
+    BackgroundResult,
     ConversationEvent,
     ErrorEvent,
     FinishReason,
-    PermissionRequested,
+    PermissionRequest,
     PermissionSettled,
     RichPayload,
     TextDelta,
@@ -73,20 +74,14 @@ from chalie.mail import (
     StartTurn,
     TurnActorIdle,
 )
-from chalie.messages import (
-    BackgroundResult,
-    PermissionRequest,
-    RequestSettled,
-    ToolCall,
-    ToolOutcome,
-    TurnContext,
-)
+from chalie.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
 from chalie.principals import Principal
 from chalie.providers import rescue
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 
 log = logging.getLogger("chalie.turn")
+R = TypeVar("R", PermissionRequest, BackgroundResult)
 
 CANCELLED_LINE: Final = "The turn was cancelled."
 # A call that ended with one of these was refused by a person or the gate: the turn
@@ -296,6 +291,8 @@ class TurnActor(SupervisedActor):
         ref = self.actor_ref
 
         def heard(event: Any) -> None:  # on the PolicyActor's thread
+            if isinstance(event, PermissionRequest) and event.recorded:
+                return  # this actor's own record of a request, back from the bus
             tell_quietly(ref, _Heard(event))
 
         # The PolicyActor owns this conversation's permission requests; the turn hears
@@ -445,6 +442,11 @@ class TurnActor(SupervisedActor):
     def _event(self, cls: type[ConversationEvent], **fields: Any) -> ConversationEvent:
         self._seq += 1
         return cls(conversation_id=self.conversation_id, seq=self._seq, ts=time.time(), **fields)
+
+    def _record(self, made: R, **fields: Any) -> R:
+        """A value its owner made unnumbered (a request, a result), as this log's next event."""
+        self._seq += 1
+        return msgspec.structs.replace(made, seq=self._seq, ts=time.time(), **fields)
 
     def _publish(self, events: Sequence[ConversationEvent]) -> None:
         for event in events:
@@ -899,20 +901,9 @@ class TurnActor(SupervisedActor):
         turn_id = turn.turn_id if turn is not None else ""
         if turn is not None:
             turn.requests[request.request_id] = request.tool
-        self._emit(
-            PermissionRequested,
-            request_id=request.request_id,
-            turn_id=turn_id,
-            tool=request.tool,
-            permission=request.permission,
-            act_summary=request.act_summary,
-            params=request.params,
-            expires_at=request.expires_at,
-            asked_by=request.origin,
-            reach=request.reach,
-            prompt=request.prompt,
-            form=request.form,
-        )
+        event = self._record(request, turn_id=turn_id)
+        self._deps.store.write(Batch(self.conversation_id, events=[event]))
+        self._publish([event])
 
     def _settled(self, request_id: str, answer: str) -> None:
         turn = self._turn
@@ -931,13 +922,8 @@ class TurnActor(SupervisedActor):
         message = ChatMessage(
             role="background", call_id=result.call_id, tool=result.tool, text=result.envelope
         )
-        event = self._event(
-            BackgroundDelivered,
-            call_id=result.call_id,
-            tool=result.tool,
-            status=result.status,
-            envelope=result.envelope,
-        )
+        # The rich payload and the outbox row are the delivery's, not the log's.
+        event = self._record(result, rich=None, outbox_id=0)
         turn = self._turn
         if turn is not None and (turn.calls or turn.model is not None):
             # Between a tool call and its result no message may stand: the model

@@ -11,13 +11,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalie.messages import (
-    BackgroundResult,
-    Busy,
-    ToolCall,
-    ToolOutcome,
-    TurnContext,
-)
+from chalie.conversation.events import BackgroundResult
+from chalie.messages import Busy, ToolCall, ToolOutcome, TurnContext
 from chalie.policy import GateDecision
 from chalie.result import ToolResult
 

@@ -514,8 +514,8 @@ def deliver_interrupted(
     """
     if not background:
         return
+    from chalie.conversation.events import BackgroundResult
     from chalie.conversation.store import interrupted_envelope
-    from chalie.messages import BackgroundResult
     from chalie.outbox import Outbox
 
     outbox = Outbox(db_path, max_age=config.outbox.max_age, max_rows=config.outbox.max_rows)

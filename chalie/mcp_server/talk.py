@@ -38,7 +38,7 @@ from mcp_types import CallToolResult, TextContent
 from chalie.approvals import ApprovalStore
 from chalie.conversation.events import (
     ErrorEvent,
-    PermissionRequested,
+    PermissionRequest,
     RichPayload,
     ToolFinished,
     ToolProgress,
@@ -314,7 +314,7 @@ class TalkToChalie:
                 )
             elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
-            elif isinstance(event, PermissionRequested):
+            elif isinstance(event, PermissionRequest):
                 if follow.park:
                     # Parked: the call has ended; the owner answers later, anywhere.
                     follow.parked.append(
@@ -342,7 +342,7 @@ class TalkToChalie:
             return 0  # fail closed: nobody to ask, so ask is deny
 
     def _ask_people(
-        self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequested
+        self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequest
     ) -> None:
         what = one_line(event.act_summary or event.tool or "an action")
         prompt = (

@@ -16,13 +16,10 @@ import pytest
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.events import EventBus
-from chalie.messages import (
-    BackgroundResult,
-    CancelTurn,
-    ToolCall,
-)
+from chalie.messages import CancelTurn, ToolCall
 from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
 from chalie.services import Services

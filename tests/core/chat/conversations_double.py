@@ -28,7 +28,7 @@ from actors.actor import Actor
 from chalie.conversation.events import ConversationEvent as Event
 from chalie.conversation.events import (
     ErrorEvent,
-    PermissionRequested,
+    PermissionRequest,
     PermissionSettled,
     TextDelta,
     ToolFinished,
@@ -198,7 +198,7 @@ class FakeConversations(Actor):
             self._pending[request_id] = (conv.cid, turn_id, call_id)
             self._emit(
                 conv,
-                PermissionRequested,
+                PermissionRequest,
                 request_id=request_id,
                 turn_id=turn_id,
                 tool="clock",

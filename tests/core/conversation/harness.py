@@ -165,7 +165,7 @@ class Harness:
                 for e in self.events
                 if getattr(e, "conversation_id", None) == conversation_id
                 and (kind is None or isinstance(e, kind))
-                and hasattr(e, "seq")
+                and getattr(e, "recorded", False)
             ]
 
     def finished(self, accepted: Accepted, timeout: float = 15.0) -> TurnFinished:

@@ -14,7 +14,7 @@ from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
 from chalie.conversation.events import (
     ErrorEvent,
-    PermissionRequested,
+    PermissionRequest,
     PermissionSettled,
     TextDelta,
     ToolFinished,
@@ -105,7 +105,7 @@ def test_a_turn_finds_a_tool_asks_the_human_runs_it_and_answers(h: Harness, fmt:
     accepted = h.send("what time is it in Tokyo", f"chat-{fmt}")
     assert not accepted.queued and not accepted.duplicate
     cid = accepted.conversation_id
-    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")[0]
+    request = wait_until(lambda: h.of(cid, PermissionRequest), what="a permission request")[0]
     assert request.tool == "clock" and request.turn_id == accepted.turn_id
     assert (
         h.conversations.call(
@@ -493,7 +493,7 @@ def test_events_pages_and_bounds(h: Harness) -> None:
 def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged(
     h: Harness,
 ) -> None:
-    from chalie.conversation.events import BackgroundDelivered
+    from chalie.conversation.events import BackgroundResult
     from chalie.outbox import Outbox
 
     h.script(
@@ -523,7 +523,7 @@ def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged
     first = h.send("time, in the background", "async")
     cid = first.conversation_id
     assert h.finished(first).text == "started it"
-    delivered = wait_until(lambda: h.of(cid, BackgroundDelivered), what="the background result")
+    delivered = wait_until(lambda: h.of(cid, BackgroundResult), what="the background result")
     assert delivered[0].tool == "clock" and delivered[0].status == "success"
     wait_until(
         lambda: any(m.role == "background" for m in h.history(cid)),
@@ -606,7 +606,7 @@ def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harne
     )
     second = h.send("add again", "chat-openai", conversation_id=cid)
     request = wait_until(
-        lambda: [e for e in h.of(cid, PermissionRequested) if e.turn_id == second.turn_id],
+        lambda: [e for e in h.of(cid, PermissionRequest) if e.turn_id == second.turn_id],
         what="the request",
     )[0]
     # Answered from another terminal (chalie policy answer), not through the conversations.

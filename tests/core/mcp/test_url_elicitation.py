@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from chalie.conversation.events import PermissionRequest
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.messages import TurnContext
 from chalie.principals import LOCAL_OWNER
 from chalie.trail import Trail
 from tests.conftest import SERVER_POLL, wait_until
