@@ -19,7 +19,7 @@ from chalie.chat.client import ChatClient
 from chalie.config import Config
 from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
-from tests.core.chat.conversations_double import FakeConversations
+from tests.conversations_double import ConversationsDouble
 from tests.core.chat.daemon import Daemon
 
 
@@ -47,7 +47,7 @@ def start_bridge(home: Path, **config: Any) -> Bridge:
     loop = EventLoopThread()
     loop.start()
     bus = EventBus()
-    convs = FakeConversations.start(bus)
+    convs = ConversationsDouble.start(bus)
     cfg = Config.from_mapping({"chat": {"port": 0, **config}}, home=home).chat
     ref = ChatBridge.start(
         cfg, home, home / "chalie.db", loop, bus, ChildRef.to(convs, "conversations")

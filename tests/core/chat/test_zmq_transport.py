@@ -46,7 +46,7 @@ def test_a_retried_send_starts_no_second_turn(bridge: Bridge) -> None:
         again = collect(c, lambda f: f["type"] == "accepted")
         assert again[-1]["duplicate"] is True
         assert c.receive(0.3) is None  # no second turn's events
-    assert len(bridge.convs.proxy().sends.get()) == 2
+    assert len(bridge.convs.proxy().sent.get()) == 2
 
 
 def test_a_reconnecting_client_gets_what_it_missed_and_nothing_twice(bridge: Bridge) -> None:
