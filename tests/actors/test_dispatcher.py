@@ -24,16 +24,15 @@ from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.trail import Trail
-from tests.actors.conftest import (
+from tests.actors.rig import (
     ARGS,
     Rig,
     Slow,
     attrs,
     ctx,
 )
-from tests.conftest import wait_until
+from tools.waiting import wait_until
 
-# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
 
 
@@ -457,7 +456,7 @@ from chalie.events import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services
-from tests.actors.conftest import Fast, Slow
+from tests.actors.rig import Fast, Slow
 
 db = Path(sys.argv[1])
 reg = Registry()

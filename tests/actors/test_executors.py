@@ -22,9 +22,9 @@ from chalie.messages import ISOLATIONS, ToolCall, TurnContext
 from chalie.outbox import Outbox, OutboxError
 from chalie.result import ToolResult
 from chalie.services import Services
-from tests.actors.conftest import EX, Rig, ctx
-from tests.conftest import wait_until
+from tests.actors.rig import EX, Rig, ctx
 from tools import sample_abilities
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,9 @@ from actors.supervisor import Supervisor
 from chalie.config import McpServerConfig
 from chalie.supervision import ChildSpec
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.doubles import FakeDesk
+from tools.waiting import wait_until
 
 
 @contextlib.contextmanager

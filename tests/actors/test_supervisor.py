@@ -16,7 +16,7 @@ from actors.child_ref import ChildRef, ChildUnavailable
 from actors.supervisor import Supervisor
 from chalie.mail import ChildExit
 from chalie.supervision import ChildSpec, OnDemand
-from tests.conftest import wait_until
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,9 @@ import pytest
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 CLOCK = {
     "steps": [

@@ -59,9 +59,9 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import TurnContext
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest
-from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.waiting import wait_until
 
 
 def ctx() -> TurnContext:

@@ -18,9 +18,9 @@ import pytest
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.conversation.events import PermissionRequest
-from tests.conftest import wait_until
-from tests.core.chat.conftest import collect
+from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import Daemon, clock_script
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

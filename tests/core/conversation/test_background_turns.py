@@ -9,7 +9,8 @@ import pytest
 from chalie.conversation.events import BackgroundResult, TurnFinished, TurnStarted
 from chalie.envelope import render
 from chalie.result import ToolResult
-from tests.core.conversation.harness import Harness, assert_valid_history, wait_until
+from tests.core.conversation.harness import Harness, assert_valid_history
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,8 @@ from actors.policy import PolicyActor
 from chalie.conversation.events import PermissionRequest
 from chalie.discovery.types import ToolDoc
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import Harness, wait_until
+from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

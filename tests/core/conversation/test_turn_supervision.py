@@ -6,7 +6,8 @@ import pytest
 
 from actors.conversations import Conversations
 from chalie_app.root import TURNS
-from tests.core.conversation.harness import Harness, wait_until
+from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 # Starts a daemon and a scripted model: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -24,7 +24,8 @@ from chalie.conversation.events import (
 from chalie.conversation.requests import Accepted, ConversationError
 from chalie.mail import StartTurn
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
+from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

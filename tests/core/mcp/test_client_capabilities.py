@@ -21,9 +21,9 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import TurnContext
 from chalie.policy import PolicyError
 from chalie.principals import LOCAL_OWNER, Principal
-from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

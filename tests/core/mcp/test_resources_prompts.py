@@ -21,8 +21,8 @@ from chalie.principals import LOCAL_OWNER
 from chalie.services import Services
 from chalie.trail import Trail
 from chalie.untrusted import WARNING_LINE
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

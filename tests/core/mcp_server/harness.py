@@ -22,9 +22,9 @@ from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.tokens import TokenStore
-from tests.conftest import require_slow
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.doubles import FakeDesk
+from tests.slow import require_slow
 
 MODES = ("auto", "legacy")
 

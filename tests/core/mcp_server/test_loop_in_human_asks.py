@@ -16,12 +16,12 @@ from actors.mcp_server import BusDesk
 from chalie.chat import protocol as p
 from chalie.config import ChatConfig
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.doubles import FakeDesk
 from tests.core.mcp_server.harness import connect, running
 from tools.fake_llm.script import Script, Step, ToolCallStep
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

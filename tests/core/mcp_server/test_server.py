@@ -13,9 +13,9 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import wait_until
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.harness import MODES, Running, connect, running
+from tools.waiting import wait_until
 
 # Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

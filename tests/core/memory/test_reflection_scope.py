@@ -25,8 +25,8 @@ from chalie.messages import BackgroundResult
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.schedule.clock import ManualClock
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 BOT = Principal(scope="agent", id="tok_reflect1", name="bookkeeper")
 ANSWER = json.dumps(

@@ -14,8 +14,9 @@ from chalie import control
 from chalie.conversation.events import BackgroundResult
 from chalie.conversation.store import ConversationStore
 from chalie.envelope import parse
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from chalie.envelope import parse
 from chalie.memory.whose import OWNER
 from chalie.schedule.clock import ManualClock
 from chalie.schedule.desk import ReminderError
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,9 @@ from actors.policy import PolicyActor
 from chalie import untrusted
 from chalie.conversation.events import PermissionRequest, RichPayload, ToolFinished
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import Harness, wait_until
+from tests.core.conversation.harness import Harness
 from tests.core.web.site import ARTICLE_TEXT, SearxNG, Site
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
