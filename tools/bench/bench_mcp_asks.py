@@ -121,7 +121,7 @@ def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], lis
     from chalie.mcp.admin import McpAdmin
     from chalie.tokens import FIRST_TOKEN_FILE
     from chalie_app import root as daemon
-    from tests.core.conversation.harness import config_toml
+    from tools.conversation_harness import config_toml
 
     stamp = {"name": "_mcp_cap_stamp", "arguments": {"n": n, "pause": 0.06, "act_summary": "s"}}
     find = {"name": "find_tools", "arguments": {"query": ["_mcp_cap_stamp"], "act_summary": "f"}}
