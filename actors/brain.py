@@ -259,7 +259,7 @@ class RuntimeBackend:
             api.Approval(
                 request_id=r.request_id,
                 conversation_id=r.conversation_id,
-                channel=r.channel,
+                channel=r.channel or "",
                 tool=r.tool,
                 permission=r.permission,
                 act_summary=r.act_summary,

@@ -1,4 +1,4 @@
-"""Conversations: the supervisor of one TurnActor per conversation, and what clients call.
+"""Conversations: the supervisor of one TurnActor per live conversation, and what clients call.
 
 Clients reach it through the conversations port (``actors/conversations_port.py``).
 
@@ -13,13 +13,18 @@ Lifecycle, in order:
 2. :meth:`submit` validates and stores the message (a seen ``client_msg_id``
    starts nothing), creates the conversation's TurnActor on demand (it loads
    the history from storage) and hands it the turn.
+   Each TurnActor is a child of this supervisor (:class:`actors.supervisor.Supervisor`),
+   made from the :class:`chalie.supervision.OnDemand` template it is started with
+   (:data:`chalie_app.root.TURNS`: transient).
 3. A TurnActor idle for ``conversations.idle_stop`` seconds reports it and is
-   stopped, unless a message was sent to it meanwhile.
-4. A TurnActor that crashes reports it and is started again at once; the new
-   one ends the crashed turn ``interrupted`` with a line the user sees. Past
-   :data:`MAX_CRASHES` in :data:`CRASH_PERIOD` seconds it is left stopped
-   until the next message.
-5. ``on_stop``: stop every TurnActor (a running turn ends ``interrupted``),
+   dismissed (a normal exit: not restarted), unless a message was sent to it meanwhile.
+4. A TurnActor that fails ends its turn at once, from storage, with an
+   ``internal-error`` event and a line the user sees; the supervisor then applies
+   the template's rule: restarted after its backoff (the new actor goes on with
+   any queued message), and past the intensity this supervisor escalates to its
+   parent, which restarts it. A message for a conversation whose actor waits for
+   its restart starts it at once.
+5. ``on_stop``: stop every TurnActor at once (a running turn ends ``interrupted``),
    close the model clients on the loop, close the store.
 
 The actor never blocks its mailbox on another actor: ``submit``, ``cancel``,
@@ -32,29 +37,29 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
-import threading
-import time
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
 import pykka
 
-from actors.actor import SupervisedActor, tell_quietly
+from actors.actor import tell_quietly
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.dispatcher import DispatcherActor, submit
 from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
+from actors.supervisor import Supervisor
 from actors.turn import TurnActor, TurnDeps
 from chalie import healing
 from chalie.config import Config, ModelConfig
 from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
-from chalie.conversation.events import Event
+from chalie.conversation.events import BackgroundResult, Event
 from chalie.conversation.requests import (
     Accepted,
     ConversationError,
@@ -71,22 +76,16 @@ from chalie.mail import (
     DeliverBackground,
     EvictIfIdle,
     StartTurn,
-    TurnActorCrashed,
     TurnActorIdle,
 )
 from chalie.mcp.proxy import scoped_to
-from chalie.messages import (
-    ANSWERS,
-    BackgroundResult,
-    CancelTurn,
-    ToolCall,
-    ToolOutcome,
-)
+from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import Outbox
 from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
+from chalie.supervision import OnDemand
 from chalie.tool_names import FRAMEWORK_FIELDS
 
 
@@ -117,11 +116,7 @@ class ConversationsHost(Protocol):
 log = logging.getLogger("chalie.conversations")
 K = TypeVar("K", bound=pykka.Actor)
 
-MAX_CRASHES: Final = 3
-CRASH_PERIOD: Final = 30.0
 ASK_TIMEOUT: Final = 10.0
-# How long a delete waits for the conversation's TurnActor to stop.
-STOP_WAIT: Final = 5.0
 # Conversations whose channel is kept in memory (least recently used dropped first).
 CHANNELS_REMEMBERED: Final = 10_000
 
@@ -129,14 +124,6 @@ CHANNELS_REMEMBERED: Final = 10_000
 @dataclass(frozen=True)
 class _Route:
     event: BackgroundResult
-
-
-@dataclass(frozen=True)
-class _Delete:
-    """A deleted conversation's TurnActor has stopped: its rows can go."""
-
-    conversation_id: str
-    reply: concurrent.futures.Future[bool]
 
 
 @dataclass(frozen=True)
@@ -149,16 +136,21 @@ class _FollowUp:
 
 @dataclass
 class _Live:
-    ref: pykka.ActorRef[TurnActor]
+    """What this actor keeps of a live conversation (its actor is the child of that id)."""
+
     send_no: int = 0
     evicting: bool = False  # asked to stop if idle (over max_live); cleared on use
 
 
-class Conversations(SupervisedActor):
-    """One TurnActor per conversation, on demand; the API chat clients and MCP build on."""
+class Conversations(Supervisor):
+    """One TurnActor per live conversation, on demand; the API chat clients and MCP build on."""
 
-    def __init__(self, rt: ConversationsHost) -> None:
-        super().__init__()
+    # The TurnActors do not depend on each other: a stop stops them all at once.
+    STOP_TOGETHER = True
+
+    def __init__(self, rt: ConversationsHost, turns: OnDemand) -> None:
+        super().__init__((), intensity=turns.intensity, period=turns.period)
+        self._turns = turns
         self._rt = rt
         cfg = rt.config
         self._channels: dict[str, Channel] = resolve_channels(cfg.channels)
@@ -167,7 +159,6 @@ class Conversations(SupervisedActor):
         self._models: dict[str, ModelClient] = {}
         # Least recently used first: a use moves a conversation to the end.
         self._live: OrderedDict[str, _Live] = OrderedDict()
-        self._crashes: dict[str, deque[float]] = {}
         self._send_no = 0
         # The channel of conversations seen (it never changes): no read for each message.
         # cid -> (channel, owning principal id; '' for the owner's): neither ever changes.
@@ -219,30 +210,34 @@ class Conversations(SupervisedActor):
         ref = self.actor_ref
 
         def route(event: Any) -> None:
-            tell_quietly(ref, _Route(event))
+            if not event.recorded:  # a TurnActor's record of one is already delivered
+                tell_quietly(ref, _Route(event))
 
         # Background results only (a conversation may have no live TurnActor to hear its
         # own): permission requests reach the running turn's actor directly.
         self._sub = rt.events.subscribe(None, route, kinds=(BackgroundResult,))
+        super().on_start()
 
     def on_stop(self) -> None:
         self._close()
+        super().on_stop()
 
-    def on_failure(self, *exc: Any) -> None:
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._close()
+        super().on_failure(exc_type, exc, tb)
 
     def _close(self) -> None:
         if self._sub is not None:
             self._sub.close()
             self._sub = None
-        live, self._live = self._live, OrderedDict()
-        stops = []
-        for entry in live.values():
-            with contextlib.suppress(pykka.ActorDeadError):
-                stops.append(entry.ref.stop(block=False))
-        for stop in stops:
-            with contextlib.suppress(pykka.Timeout, pykka.ActorDeadError):
-                stop.get(timeout=5)
+        # The TurnActors first: a stopping one still writes its turn's end.
+        self.stop_children()
+        self._live = OrderedDict()
         models, self._models = self._models, {}
         for client in models.values():
             with contextlib.suppress(Exception):
@@ -381,10 +376,10 @@ class Conversations(SupervisedActor):
             )
             return out
         self._send_no += 1
-        live = self._actor(cid)
+        live, ref = self._actor(cid)
         live.send_no = self._send_no
         taken: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        asked = live.ref.ask(
+        asked = ref.ask(
             StartTurn(
                 turn_id,
                 client_msg_id,
@@ -433,12 +428,12 @@ class Conversations(SupervisedActor):
         """
         check_id(conversation_id)
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        live = self._live.get(conversation_id)
-        if live is None:
+        ref = self.child(conversation_id)
+        if ref is None:
             out.set_result(False)
             return out
         try:
-            asked = live.ref.ask(CancelRunningTurn(), block=False)
+            asked = ref.ask(CancelRunningTurn(), block=False)
         except pykka.ActorDeadError:
             out.set_result(False)
             return out
@@ -500,20 +495,17 @@ class Conversations(SupervisedActor):
         self._channel_of.pop(conversation_id, None)
         if self._summaries is not None:
             self._summaries.delete(conversation_id)
-        live = self._live.pop(conversation_id, None)
-        if live is None:
-            out.set_result(self.store.delete(conversation_id))
-            return out
-        ref = self.actor_ref
-        stopping = live.ref.stop(block=False)
+        self._live.pop(conversation_id, None)
 
-        def stopped() -> None:
-            # pykka's stop future has no done-callbacks: a helper thread waits for it.
-            with contextlib.suppress(pykka.Timeout):
-                stopping.get(timeout=STOP_WAIT)
-            tell_quietly(ref, _Delete(conversation_id, out))
+        def stopped() -> None:  # on this actor's thread
+            self._channel_of.pop(conversation_id, None)
+            try:
+                out.set_result(self.store.delete(conversation_id))
+            except Exception as exc:
+                out.set_exception(exc)
 
-        threading.Thread(target=stopped, name="conversation-delete", daemon=True).start()
+        if not self.dismiss_child(conversation_id, then=stopped):
+            stopped()
         return out
 
     def live(self) -> int:
@@ -525,9 +517,9 @@ class Conversations(SupervisedActor):
 
     def crash(self, conversation_id: str) -> None:
         """Tests: make the conversation's TurnActor fail."""
-        live = self._live.get(conversation_id)
-        if live is not None:
-            live.ref.tell("crash")
+        ref = self.child(conversation_id)
+        if ref is not None:
+            ref.tell("crash")
 
     # -- conversations' channels ------------------------------------------------------------
     def _known_channel(self, cid: str) -> str | None:
@@ -552,30 +544,46 @@ class Conversations(SupervisedActor):
             self._channel_of.popitem(last=False)
 
     # -- children ---------------------------------------------------------------------------
-    def _actor(self, cid: str) -> _Live:
+    def _actor(self, cid: str) -> tuple[_Live, pykka.ActorRef[TurnActor]]:
+        """The conversation's TurnActor, started now if it is not running."""
         live = self._live.get(cid)
-        if live is not None and live.ref.is_alive():
-            self._live.move_to_end(cid)
-            live.evicting = False
-            return live
+        if live is None:
+            live = self._live[cid] = _Live()
+        self._live.move_to_end(cid)
+        live.evicting = False
+        ref = self.child(cid)
+        if ref is None or not ref.is_alive():
+            if self.has_child(cid):
+                # Failed, and waiting for its restart: a message starts it now.
+                self.restart_child(cid)
+            else:
+                self.add_child(self._turns.spec(cid, lambda: self._start_turn_actor(cid)))
+            ref = self.child(cid)
+            if ref is None:  # its start failed (the supervisor's rule applies)
+                raise ConversationError("unavailable", "the conversation could not start")
+            self._evict()
+        return live, ref
+
+    def _start_turn_actor(self, cid: str) -> pykka.ActorRef[TurnActor]:
+        """The TurnActor for ``cid`` (the template's start; on this actor's thread)."""
         deps = self._deps
         assert deps is not None
-        ref = TurnActor.start(cid, deps, self.actor_ref)
-        live = _Live(ref)
-        self._live[cid] = live
-        self._live.move_to_end(cid)
-        self._evict()
-        return live
+        live = self._live.get(cid)
+        return TurnActor.start(cid, deps, self.actor_ref, live.send_no if live else 0)
+
+    def child_forgotten(self, id: str) -> None:
+        self._live.pop(id, None)
 
     def _evict(self) -> None:
         """Over max_live: ask the least recently used to stop if idle (a busy one stays)."""
         excess = len(self._live) - self._rt.config.conversations.max_live
-        for live in self._live.values():
+        for cid, live in self._live.items():
             if excess <= 0:
                 return
-            if not live.evicting:
+            ref = self.child(cid)
+            if not live.evicting and ref is not None:
                 live.evicting = True
-                tell_quietly(live.ref, EvictIfIdle())
+                tell_quietly(ref, EvictIfIdle())
             excess -= 1
 
     def _follow_up_later(self, conversation_id: str, result: BackgroundResult) -> None:
@@ -610,23 +618,18 @@ class Conversations(SupervisedActor):
             self._follow_up(message)
         elif isinstance(message, _Route):
             self._route(message.event)
-        elif isinstance(message, _Delete):
-            self._channel_of.pop(message.conversation_id, None)
-            try:
-                message.reply.set_result(self.store.delete(message.conversation_id))
-            except Exception as exc:
-                message.reply.set_exception(exc)
         elif isinstance(message, TurnActorIdle):
-            live = self._live.get(message.conversation_id)
+            cid = message.conversation_id
+            live = self._live.get(cid)
+            ref = self.child(cid)
             if (
                 live is not None
-                and live.ref.actor_urn == message.urn
-                and (live.send_no <= message.send_no)
+                and ref is not None
+                and ref.actor_urn == message.urn
+                and live.send_no <= message.send_no
             ):
-                del self._live[message.conversation_id]
-                live.ref.stop(block=False)
-        elif isinstance(message, TurnActorCrashed):
-            self._crashed(message)
+                del self._live[cid]
+                self.dismiss_child(cid)
         else:
             return super().on_receive(message)
         return None
@@ -635,26 +638,11 @@ class Conversations(SupervisedActor):
         cid = event.conversation_id
         if self._store is None or self._known_channel(cid) is None:
             return  # a call made outside any conversation (the CLI's tools call)
-        self._actor(cid).ref.tell(DeliverBackground(event))
-
-    def _crashed(self, message: TurnActorCrashed) -> None:
-        cid = message.conversation_id
-        live = self._live.get(cid)
-        if live is None or live.ref.actor_urn != message.urn:
-            return
-        del self._live[cid]
-        log.error("turn actor failed", extra={"conversation_id": cid, "error": message.error})
-        now = time.monotonic()
-        times = self._crashes.setdefault(cid, deque(maxlen=MAX_CRASHES))
-        times.append(now)
-        if len(times) == MAX_CRASHES and now - times[0] < CRASH_PERIOD:
-            log.error(
-                "turn actor keeps failing; left stopped until the next message",
-                extra={"conversation_id": cid},
-            )
-            return
-        # The new actor ends the crashed turn as interrupted while it starts.
-        self._actor(cid)
+        try:
+            _, ref = self._actor(cid)
+        except ConversationError:
+            return  # kept in the outbox: the conversation's next actor takes it
+        tell_quietly(ref, DeliverBackground(event))
 
 
 def _settle_bool(out: concurrent.futures.Future[bool], done: Any) -> None:

@@ -24,7 +24,7 @@ import pykka
 
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import Conversations
-from chalie.conversation.events import Event
+from chalie.conversation.events import ConversationEvent, Event
 from chalie.conversation.port import Closeable, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
 from chalie.events import EventBus
@@ -72,7 +72,14 @@ class ActorConversations:
         return found
 
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
-        return self._events.subscribe(conversation_id, callback)
+        """The conversation's live events; a request or a result its owner published
+        before the TurnActor recorded it is left out (the client gets the record)."""
+
+        def recorded(event: Any) -> None:
+            if not isinstance(event, ConversationEvent) or event.recorded:
+                callback(event)
+
+        return self._events.subscribe(conversation_id, recorded)
 
     # -- the answers ----------------------------------------------------------------------
     async def _settled(self, method: str, asked: Awaitable[concurrent.futures.Future[T]]) -> T:

@@ -72,6 +72,7 @@ from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability, gate_internal
 from chalie.approvals import ResumableCall, encode_call
+from chalie.conversation.events import BackgroundResult
 from chalie.events import EventBus
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
@@ -86,7 +87,7 @@ from chalie.mail import (
     Suggested,
     Withdraw,
 )
-from chalie.messages import BackgroundResult, CancelTurn, ToolCall, ToolOutcome
+from chalie.messages import CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.principals import principal_id

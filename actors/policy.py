@@ -50,18 +50,11 @@ import pykka
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.approvals import ApprovalStore
+from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.dispatch import render_outcome
 from chalie.events import EventBus
 from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
-from chalie.messages import (
-    BackgroundResult,
-    Decision,
-    PermissionRequest,
-    RequestSettled,
-    Settlement,
-    ToolCall,
-    TurnContext,
-)
+from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
@@ -465,8 +458,9 @@ class PolicyActor(SupervisedActor):
             act_summary=act_summary[:200],
             params=params_redacted,
             expires_at=time.time() + (self._expiry if expiry is None else expiry),
+            ts=time.time(),
             principal=context.principal,
-            origin=asked_by,
+            asked_by=asked_by,
             reach=reach,
             prompt=rules.prompt(tool, permission, act_summary, params_redacted, asked_by, reach),
             form=form,
@@ -525,6 +519,8 @@ class PolicyActor(SupervisedActor):
         request = pending.request
         try:
             if answer == "allow_always" and form is None:
+                if request.channel is None:  # never so for a request this gate raised
+                    raise ValueError("the request names no channel")
                 self.store.set(request.channel, request.permission, "allow")
         except Exception as exc:
             log.exception("applying the answer to %s failed; denying", request_id)

@@ -36,6 +36,7 @@ import pykka
 
 from actors.actor import SupervisedActor
 from actors.timers import TimerInbox
+from chalie.conversation.events import BackgroundResult
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
 from chalie.conversation.requests import SendMessage
@@ -47,7 +48,6 @@ from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
 from chalie.memory.whose import UNKNOWN_AGENT, is_agent, principal_of
-from chalie.messages import BackgroundResult
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.result import ToolResult

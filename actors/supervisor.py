@@ -20,7 +20,13 @@ Lifecycle of a supervised child:
    failed to its parent; the root logs the child and its last error, stops the
    tree and calls ``on_escalate(child_id, last_error)`` from a new thread.
 5. Stopping a supervisor stops its children in reverse start order, waiting
-   for each at most its ``shutdown`` seconds.
+   for each at most its ``shutdown`` seconds (all at once, then waiting, when
+   :attr:`Supervisor.STOP_TOGETHER`: children that do not depend on each other).
+
+Children added at run time (:meth:`Supervisor.add_child`, OTP's
+``simple_one_for_one`` children, made from a :class:`chalie.supervision.OnDemand`
+template) are forgotten when their exit is not restarted (a transient child's
+normal exit), and :meth:`Supervisor.dismiss_child` stops one without waiting for it.
 
 Callers reach a child through ``ChildRef[A]`` (made by ``Directory.ref``),
 which resolves the current ref on every call, so a restart shows only as a
@@ -43,7 +49,7 @@ import pykka
 from actors.actor import SupervisedActor, binding, describe_error
 from actors.child_ref import ChildRef
 from actors.directory import Directory
-from chalie.mail import ChildExit, RestartChild, WatchChildren
+from chalie.mail import ChildExit, DismissedStopped, RestartChild, WatchChildren
 from chalie.supervision import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
@@ -70,6 +76,7 @@ class _Child:
     token: int = 0  # bumps on every exit, so a stale restart timer does nothing
     supervised: bool = True
     attempts: int = 0
+    dynamic: bool = False  # added at run time: forgotten when its exit is not restarted
 
     @property
     def restarts(self) -> int:
@@ -82,6 +89,10 @@ class Supervisor(SupervisedActor):
     ``Supervisor.start(specs, *, intensity=5, period=10.0, backoff_base=0.05,
     backoff_cap=2.0, on_escalate=None)``.
     """
+
+    # Whether a stop stops every child at once and then waits (children that do not
+    # depend on each other), rather than one by one in reverse start order.
+    STOP_TOGETHER: bool = False
 
     def __init__(
         self,
@@ -108,6 +119,8 @@ class Supervisor(SupervisedActor):
         self._escalated: tuple[str, str] | None = None
         self._shutting_down = False
         self.directory = directory if directory is not None else Directory()
+        # Dismissed children not yet stopped: urn -> what runs once they have.
+        self._dismissed: dict[str, Callable[[], None] | None] = {}
 
     # -- lifecycle ----------------------------------------------------------
     def on_start(self) -> None:
@@ -116,9 +129,7 @@ class Supervisor(SupervisedActor):
         self._schedule(WATCH_INTERVAL, WatchChildren())
 
     def on_stop(self) -> None:
-        self._shutting_down = True
-        for child in reversed(self._children):
-            self._stop_child(child)
+        self.stop_children()
         if self._escalated is not None and self._binding is None:
             child_id, error = self._escalated
             callback = self._on_escalate
@@ -135,15 +146,40 @@ class Supervisor(SupervisedActor):
     ) -> None:
         # The supervisor itself crashed: take the children down with it so the
         # restarted supervisor does not meet orphans.
+        self.stop_children()
+
+    def stop_children(self) -> None:
+        """Stop every child (a stopping supervisor's first step; idempotent)."""
         self._shutting_down = True
+        if not self.STOP_TOGETHER:
+            for child in reversed(self._children):
+                self._stop_child(child)
+            return
+        stops = []
         for child in reversed(self._children):
-            self._stop_child(child)
+            ref, child.ref = child.ref, None
+            child.token += 1
+            self.directory.set(child.spec.id, None)
+            if ref is not None:
+                stops.append((child, ref.stop(block=False)))
+        deadline = time.monotonic() + max((c.spec.shutdown for c, _ in stops), default=0.0)
+        for child, stop in stops:
+            try:
+                stop.get(timeout=max(0.0, deadline - time.monotonic()))
+            except pykka.Timeout:
+                log.error("child %s did not stop within %.1f s", child.spec.id, child.spec.shutdown)
+            except pykka.ActorDeadError:
+                pass
 
     # -- the API --------------------------------------------------------------
     def child(self, id: str) -> pykka.ActorRef[Any] | None:
         """The child's current ref (a restart gives a new one), or None."""
         child = self._by_id.get(id)
         return child.ref if child else None
+
+    def has_child(self, id: str) -> bool:
+        """Whether ``id`` is a child (running, or waiting for its restart)."""
+        return id in self._by_id
 
     def child_ref(self, id: str) -> ChildRef[Any]:
         """A restart-proof handle on a child, usable from any thread (see Directory.ref)."""
@@ -160,7 +196,7 @@ class Supervisor(SupervisedActor):
         check_specs([spec])
         if spec.id in self._by_id:
             raise ValueError(f"two children with id {spec.id!r}")
-        child = _Child(spec)
+        child = _Child(spec, dynamic=True)
         self._children.append(child)
         self._by_id[spec.id] = child
         self._start_child(child)
@@ -173,6 +209,40 @@ class Supervisor(SupervisedActor):
         self._children.remove(child)
         self._stop_child(child)
         return True
+
+    def dismiss_child(self, id: str, then: Callable[[], None] | None = None) -> bool:
+        """Forget a child and ask it to stop, without waiting (no restart); False: no child.
+
+        ``then`` runs on this actor's thread once the child has stopped (its exit
+        report), or when its ``shutdown`` seconds are up, whichever comes first.
+        """
+        child = self._by_id.pop(id, None)
+        if child is None:
+            return False
+        self._children.remove(child)
+        ref, child.ref = child.ref, None
+        child.token += 1
+        self.directory.set(id, None)
+        if ref is None or not ref.is_alive():
+            if then is not None:
+                then()
+            return True
+        self._dismissed[ref.actor_urn] = then
+        self._schedule(child.spec.shutdown, DismissedStopped(ref.actor_urn))
+        try:
+            ref.stop(block=False)
+        except pykka.ActorDeadError:
+            self._stopped_dismissed(ref.actor_urn)
+        return True
+
+    def _stopped_dismissed(self, urn: str) -> None:
+        if urn in self._dismissed:
+            then = self._dismissed.pop(urn)
+            if then is not None:
+                then()
+
+    def child_forgotten(self, id: str) -> None:
+        """Hook: a child added at run time exited and is not restarted, so it is forgotten."""
 
     def restart_child(self, id: str) -> bool:
         """Stop a child and start it again now, from its spec; False when there is none.
@@ -212,11 +282,16 @@ class Supervisor(SupervisedActor):
                 self._start_child(child)
         elif isinstance(message, WatchChildren):
             self._watch()
+        elif isinstance(message, DismissedStopped):
+            self._stopped_dismissed(message.urn)
         else:
             log.warning("supervisor ignored an unexpected message %r", type(message).__name__)
         return None
 
     def _child_exited(self, msg: ChildExit) -> None:
+        if msg.urn in self._dismissed:
+            self._stopped_dismissed(msg.urn)
+            return
         child = self._by_id.get(msg.child_id)
         if child is None or child.ref is None or child.ref.actor_urn != msg.urn:
             log.debug("ignored a stale exit report from %s (%s)", msg.child_id, msg.urn)
@@ -242,6 +317,8 @@ class Supervisor(SupervisedActor):
                 "failed" if abnormal else "normal",
                 child.spec.restart,
             )
+            if child.dynamic:
+                self._forget(child)
             return
         if decision.action == "escalate":
             self._escalate(child)
@@ -291,6 +368,12 @@ class Supervisor(SupervisedActor):
         child.supervised = issubclass(ref.actor_class, SupervisedActor)
         self.directory.set(child.spec.id, ref)
 
+    def _forget(self, child: _Child) -> None:
+        if self._by_id.get(child.spec.id) is child:
+            del self._by_id[child.spec.id]
+            self._children.remove(child)
+            self.child_forgotten(child.spec.id)
+
     def _handle_failed_start(self, child: _Child, error: str) -> None:
         # A start that raised counts as a failed incarnation, like on_start failing.
         child.token += 1
@@ -300,6 +383,8 @@ class Supervisor(SupervisedActor):
             self._escalate(child)
         elif decision.action == "restart":
             self._schedule(decision.delay, RestartChild(child.spec.id, child.token))
+        elif child.dynamic:
+            self._forget(child)
 
     def _stop_child(self, child: _Child) -> None:
         ref, child.ref = child.ref, None

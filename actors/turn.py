@@ -36,22 +36,24 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from types import TracebackType
+from typing import Any, Final, Protocol, TypeVar
 
+import msgspec
 import pykka
 
-from actors.actor import Actor, tell_quietly
+from actors.actor import SupervisedActor, tell_quietly
 from actors.loop import EventLoopThread
 from chalie.conversation import act, background, compaction
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
-    BackgroundDelivered,
+    BackgroundResult,
     ConversationEvent,
     ErrorEvent,
     FinishReason,
-    PermissionRequested,
+    PermissionRequest,
     PermissionSettled,
     RichPayload,
     TextDelta,
@@ -60,7 +62,7 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
+from chalie.conversation.store import FAILED_LINE, Batch, ConversationStore, TurnUpdate
 from chalie.conversation.stream import DeltaThrottle
 from chalie.delegate import parent_of
 from chalie.dispatch import envelope_name
@@ -70,23 +72,16 @@ from chalie.mail import (
     DeliverBackground,
     EvictIfIdle,
     StartTurn,
-    TurnActorCrashed,
     TurnActorIdle,
 )
-from chalie.messages import (
-    BackgroundResult,
-    PermissionRequest,
-    RequestSettled,
-    ToolCall,
-    ToolOutcome,
-    TurnContext,
-)
+from chalie.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
 from chalie.principals import Principal
 from chalie.providers import rescue
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
 
 log = logging.getLogger("chalie.turn")
+R = TypeVar("R", PermissionRequest, BackgroundResult)
 
 CANCELLED_LINE: Final = "The turn was cancelled."
 # A call that ended with one of these was refused by a person or the gate: the turn
@@ -252,11 +247,20 @@ class _Turn:
     park_asks: bool = False  # its unanswerable asks wait for the owner (StartTurn)
 
 
-class TurnActor(Actor):
-    """The turns of one conversation; started on demand by the Conversations actor."""
+class TurnActor(SupervisedActor):
+    """The turns of one conversation; a transient child of the Conversations supervisor.
+
+    ``parent`` hears when the actor is idle; ``send_no`` is the last message the
+    parent sent this conversation before this actor started (a restarted actor has
+    every earlier one from storage).
+    """
 
     def __init__(
-        self, conversation_id: str, deps: TurnDeps, parent: pykka.ActorRef[Any] | None = None
+        self,
+        conversation_id: str,
+        deps: TurnDeps,
+        parent: pykka.ActorRef[Any] | None = None,
+        send_no: int = 0,
     ) -> None:
         super().__init__()
         self.conversation_id = conversation_id
@@ -274,7 +278,7 @@ class TurnActor(Actor):
         # Background results waiting for the tool step, with their outbox ids.
         self._held: list[tuple[ChatMessage, int]] = []
         self._delivered: set[str] = set()
-        self._send_no = 0
+        self._send_no = send_no
         self._channel: Channel | None = None
         self._parent_call = ""  # a delegate conversation's parent call (chalie.delegate)
         self._principal: Principal | None = None  # whose conversation (None: the owner's)
@@ -287,6 +291,8 @@ class TurnActor(Actor):
         ref = self.actor_ref
 
         def heard(event: Any) -> None:  # on the PolicyActor's thread
+            if isinstance(event, PermissionRequest) and event.recorded:
+                return  # this actor's own record of a request, back from the bus
             tell_quietly(ref, _Heard(event))
 
         # The PolicyActor owns this conversation's permission requests; the turn hears
@@ -298,7 +304,10 @@ class TurnActor(Actor):
             deps.bus.publish(self.conversation_id, event)
         loaded = deps.store.load(self.conversation_id)
         if loaded is None:
-            raise LookupError(f"no conversation {self.conversation_id!r}")
+            # Deleted meanwhile: nothing to run, and nothing failed (a normal exit).
+            log.info("no conversation to run", extra={"conversation_id": self.conversation_id})
+            self.actor_ref.stop(block=False)
+            return
         self._channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
         self._parent_call = parent_of(loaded.info.origin)
         self._principal = loaded.info.principal
@@ -327,17 +336,39 @@ class TurnActor(Actor):
             self._requests.close()
             self._requests = None
 
-    def on_failure(self, *exc: Any) -> None:
+    def on_failure(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """A fault in a handler: the turn ends now, from storage (what is in memory may be
+        what broke), with an ``internal-error`` event and a line saying so. The
+        supervisor then applies its rule (:data:`chalie_app.root.TURNS`)."""
         self._close_requests()
         self._gen += 1
-        turn = self._turn
-        if turn is not None and turn.model is not None:
-            turn.model.cancel()
-        if self._parent is not None:
-            err = exc[1] if len(exc) > 1 else None
-            tell_quietly(
-                self._parent, TurnActorCrashed(self.conversation_id, self.actor_urn, repr(err))
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            if turn.model is not None:
+                turn.model.cancel()
+            with contextlib.suppress(Exception):
+                self._deps.cancel_calls(turn.turn_id)
+            with contextlib.suppress(Exception):
+                self._deps.forget(turn.turn_id)
+        try:
+            events = self._deps.store.recover(
+                self.conversation_id,
+                line=FAILED_LINE,
+                # The kind of fault only: its text may hold anything (the log has it).
+                error=("internal-error", f"the turn failed ({type(exc).__name__})"),
             )
+        except Exception:
+            log.exception(
+                "a failed turn could not be closed; the next start closes it",
+                extra={"conversation_id": self.conversation_id},
+            )
+            return
+        self._publish(events)
 
     def _report_idle(self) -> None:
         if self._turn is None and not self._queue and self._parent is not None:
@@ -412,7 +443,12 @@ class TurnActor(Actor):
         self._seq += 1
         return cls(conversation_id=self.conversation_id, seq=self._seq, ts=time.time(), **fields)
 
-    def _publish(self, events: list[ConversationEvent]) -> None:
+    def _record(self, made: R, **fields: Any) -> R:
+        """A value its owner made unnumbered (a request, a result), as this log's next event."""
+        self._seq += 1
+        return msgspec.structs.replace(made, seq=self._seq, ts=time.time(), **fields)
+
+    def _publish(self, events: Sequence[ConversationEvent]) -> None:
         for event in events:
             self._deps.bus.publish(self.conversation_id, event)
 
@@ -865,20 +901,9 @@ class TurnActor(Actor):
         turn_id = turn.turn_id if turn is not None else ""
         if turn is not None:
             turn.requests[request.request_id] = request.tool
-        self._emit(
-            PermissionRequested,
-            request_id=request.request_id,
-            turn_id=turn_id,
-            tool=request.tool,
-            permission=request.permission,
-            act_summary=request.act_summary,
-            params=request.params,
-            expires_at=request.expires_at,
-            asked_by=request.origin,
-            reach=request.reach,
-            prompt=request.prompt,
-            form=request.form,
-        )
+        event = self._record(request, turn_id=turn_id)
+        self._deps.store.write(Batch(self.conversation_id, events=[event]))
+        self._publish([event])
 
     def _settled(self, request_id: str, answer: str) -> None:
         turn = self._turn
@@ -897,13 +922,8 @@ class TurnActor(Actor):
         message = ChatMessage(
             role="background", call_id=result.call_id, tool=result.tool, text=result.envelope
         )
-        event = self._event(
-            BackgroundDelivered,
-            call_id=result.call_id,
-            tool=result.tool,
-            status=result.status,
-            envelope=result.envelope,
-        )
+        # The rich payload and the outbox row are the delivery's, not the log's.
+        event = self._record(result, rich=None, outbox_id=0)
         turn = self._turn
         if turn is not None and (turn.calls or turn.model is not None):
             # Between a tool call and its result no message may stand: the model

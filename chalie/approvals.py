@@ -27,8 +27,9 @@ from typing import Any, Final
 
 import msgspec
 
+from chalie.conversation.events import PermissionRequest
 from chalie.db import connect
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.messages import TurnContext
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS permission_requests (
@@ -80,6 +81,20 @@ def encode_call(call: ResumableCall) -> bytes | None:
         return _encode(call)
     except (TypeError, ValueError, msgspec.EncodeError):
         return None
+
+
+def _read(body: bytes) -> PermissionRequest:
+    """A stored request. One stored by an earlier version (a wire message then: tagged
+    ``kind``, its ``asked_by`` named ``origin``) is read as the request it was."""
+    try:
+        return _decode(body)
+    except msgspec.ValidationError:
+        old = msgspec.json.decode(body)
+        if not isinstance(old, dict) or old.pop("kind", None) != "permission_request":
+            raise
+        old["type"] = "permission_request"
+        old["asked_by"] = old.pop("origin", "")
+        return msgspec.convert(old, PermissionRequest)
 
 
 class ApprovalStore:
@@ -210,7 +225,7 @@ class ApprovalStore:
         found = []
         for (body,) in rows:
             try:
-                found.append(_decode(body))
+                found.append(_read(body))
             except msgspec.DecodeError:
                 continue  # unreadable: it can be neither shown nor answered
         return found

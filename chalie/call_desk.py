@@ -3,7 +3,7 @@
 A client that is not a conversation turn (the CLI, a chat bridge's direct
 command, the inbound MCP server) starts a call with :meth:`CallDesk.start`
 and follows it with :meth:`CallDesk.poll`: a long-poll that hands over each
-:class:`~chalie.messages.PermissionRequest` published for the call's
+:class:`~chalie.conversation.events.PermissionRequest` published for the call's
 conversation, as it is published, and the :class:`~chalie.messages.ToolOutcome`
 once it exists.
 
@@ -33,17 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chalie.conversation.events import ToolProgress
+from chalie.conversation.events import PermissionRequest, ToolProgress
 from chalie.events import EventBus, Subscription
-from chalie.messages import (
-    Channel,
-    Initiator,
-    PermissionRequest,
-    ToolCall,
-    ToolOutcome,
-    ToolScope,
-    TurnContext,
-)
+from chalie.messages import Channel, Initiator, ToolCall, ToolOutcome, ToolScope, TurnContext
 
 log = logging.getLogger("chalie.call_desk")
 

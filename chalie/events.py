@@ -19,9 +19,14 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from chalie.conversation.events import ConversationEvent, ToolProgress
+from chalie.conversation.events import (
+    BackgroundResult,
+    ConversationEvent,
+    PermissionRequest,
+    ToolProgress,
+)
 from chalie.mcp_server.exchange import AgentExchange
-from chalie.messages import BackgroundResult, PermissionRequest, RequestSettled
+from chalie.messages import RequestSettled
 
 log = logging.getLogger("chalie.events")
 

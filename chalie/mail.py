@@ -11,13 +11,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalie.messages import (
-    BackgroundResult,
-    Busy,
-    ToolCall,
-    ToolOutcome,
-    TurnContext,
-)
+from chalie.conversation.events import BackgroundResult
+from chalie.messages import Busy, ToolCall, ToolOutcome, TurnContext
 from chalie.policy import GateDecision
 from chalie.result import ToolResult
 
@@ -159,6 +154,13 @@ class WatchChildren:
     """Supervisor: look for plain-actor children that died without a report."""
 
 
+@dataclass(frozen=True, slots=True)
+class DismissedStopped:
+    """Supervisor: a dismissed child (by urn) has stopped, or its shutdown time is up."""
+
+    urn: str
+
+
 # -- TurnActor and its parent, the Conversations actor --
 
 
@@ -204,15 +206,6 @@ class TurnActorIdle:
     conversation_id: str
     urn: str
     send_no: int
-
-
-@dataclass(frozen=True, slots=True)
-class TurnActorCrashed:
-    """Conversations, from a TurnActor: it failed (its turn is ended as failed)."""
-
-    conversation_id: str
-    urn: str
-    error: str
 
 
 # -- McpConnectionActor --

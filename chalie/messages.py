@@ -130,28 +130,6 @@ class CancelTurn(Message, tag="cancel_turn", kw_only=True, frozen=True):
     turn_id: str
 
 
-class PermissionRequest(Message, tag="permission_request", kw_only=True, frozen=True):
-    """Sent to the conversation's human when the gate says ask."""
-
-    request_id: str
-    conversation_id: str
-    channel: Channel
-    permission: str
-    tool: str
-    act_summary: str = ""
-    params: dict[str, Any] = {}
-    expires_at: float
-    # Whose turn raised it (never the one to answer it, unless the owner) and through what.
-    principal: Principal | None = None
-    origin: str = ""
-    # A sensitive call's reach (the command line it runs...), and the prompt a person reads.
-    reach: str | None = None
-    prompt: str = ""
-    # A question with a form to fill (a server's elicitation): the JSON schema the answer
-    # must fit (chalie.forms); answered allow_once with the fields, or deny to decline.
-    form: dict[str, Any] | None = None
-
-
 class PermissionAnswer(Message, tag="permission_answer", kw_only=True, frozen=True):
     request_id: str
     answer: Answer
@@ -163,20 +141,6 @@ class RequestSettled(Message, tag="request_settled", kw_only=True, frozen=True):
     request_id: str
     conversation_id: str
     answer: Settlement
-
-
-class BackgroundResult(Message, tag="background_result", kw_only=True, frozen=True):
-    """The final envelope of an async call, delivered to its conversation later."""
-
-    call_id: str
-    conversation_id: str
-    tool: str
-    envelope: str
-    status: Status
-    code: str | None = None
-    rich: dict[str, Any] | None = None
-    # The outbox row holding it until a consumer acknowledges it (0: not stored).
-    outbox_id: int = 0
 
 
 # -- worker protocol (broker <-> ability worker processes) -------------------
@@ -241,10 +205,8 @@ AnyMessage = (
     | ToolCall
     | ToolOutcome
     | CancelTurn
-    | PermissionRequest
     | PermissionAnswer
     | RequestSettled
-    | BackgroundResult
     | WorkerReady
     | Heartbeat
     | WorkerJob

@@ -28,8 +28,8 @@ from typing import Final
 
 import msgspec
 
+from chalie.conversation.events import BackgroundResult
 from chalie.db import connect
-from chalie.messages import BackgroundResult
 
 log = logging.getLogger("chalie.outbox")
 

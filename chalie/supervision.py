@@ -62,6 +62,35 @@ class ChildSpec:
             raise ValueError(f"child {self.id!r}: shutdown must be a positive number of seconds")
 
 
+@dataclass(frozen=True)
+class OnDemand:
+    """Children a supervisor starts on demand, one a key, from one template (OTP's
+    ``simple_one_for_one``): every such child is ``restart`` (``transient``: a normal
+    exit is final, a failure restarts it), stopped within ``shutdown`` seconds, and
+    more than ``intensity`` restarts within ``period`` seconds make the supervisor give
+    up and escalate to its parent. A child not restarted is forgotten.
+    """
+
+    kind: str
+    restart: Restart = "transient"
+    shutdown: float = 5.0
+    intensity: int = DEFAULT_INTENSITY
+    period: float = DEFAULT_PERIOD
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ValueError("on-demand children need a non-empty kind")
+        if self.restart not in RESTART_TYPES:
+            raise ValueError(f"{self.kind}: restart must be one of {', '.join(RESTART_TYPES)}")
+        if not isinstance(self.shutdown, int | float) or self.shutdown <= 0:
+            raise ValueError(f"{self.kind}: shutdown must be a positive number of seconds")
+        RestartIntensity(self.intensity, self.period)  # its own checks
+
+    def spec(self, key: str, start: Callable[[], pykka.ActorRef[Any]]) -> ChildSpec:
+        """The child spec of the child for ``key``."""
+        return ChildSpec(key, start, self.restart, self.shutdown)
+
+
 def check_specs(specs: list[ChildSpec] | tuple[ChildSpec, ...]) -> None:
     """Reject a child list with duplicate ids, naming the id."""
     seen: set[str] = set()

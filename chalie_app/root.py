@@ -67,7 +67,7 @@ from chalie.home import HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
-from chalie.supervision import ChildSpec
+from chalie.supervision import ChildSpec, OnDemand
 
 if TYPE_CHECKING:
     from actors.discovery import WriterFactory
@@ -311,7 +311,7 @@ def _scheduler(rt: Runtime, parts: Parts) -> ChildSpec:
 def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.conversations import Conversations
 
-    return ChildSpec("conversations", lambda: Conversations.start(rt), shutdown=15.0)
+    return ChildSpec("conversations", lambda: Conversations.start(rt, TURNS), shutdown=15.0)
 
 
 def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
@@ -379,6 +379,12 @@ def _control(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 Child = Callable[[Runtime, Parts], ChildSpec | None]
+
+# The conversations child supervises one TurnActor a live conversation, started on
+# demand from this template (OTP's simple_one_for_one): transient, so an idle stop is
+# final and a failure restarts it (its turn ended with an error first); past 5
+# restarts in 30 s the conversations supervisor gives up and this tree restarts it.
+TURNS: Final = OnDemand("turn", restart="transient", shutdown=5.0, intensity=5, period=30.0)
 
 # The tree's children in start order; the supervisor stops them in reverse, so the
 # control endpoint closes first and the workers are reaped after the dispatcher stopped
@@ -508,8 +514,8 @@ def deliver_interrupted(
     """
     if not background:
         return
+    from chalie.conversation.events import BackgroundResult
     from chalie.conversation.store import interrupted_envelope
-    from chalie.messages import BackgroundResult
     from chalie.outbox import Outbox
 
     outbox = Outbox(db_path, max_age=config.outbox.max_age, max_rows=config.outbox.max_rows)

@@ -55,6 +55,19 @@ def test_the_tree_in_the_docs_is_the_tree_in_the_code() -> None:
     documented = re.findall(r"^- ``([a-z_]+)``", listed, flags=re.M)
     in_code = [make.__name__.lstrip("_") for make in (*root.TREE, *root.LAST)]
     assert documented == in_code
+    turns = root.TURNS
+    nested = " ".join(listed.split("- ``conversations``", 1)[1].split("\n- ", 1)[0].split())
+    assert f"one ``{turns.kind}`` child" in nested and f"``{turns.restart}``" in nested
+    assert f"past {turns.intensity} restarts in {turns.period:g} s" in nested
+
+
+def test_the_readme_names_the_children_of_the_tree_in_start_order() -> None:
+    from chalie_app import root
+
+    text = (DOCS.parent / "README.rst").read_text()
+    paragraph = text.split("``chalie run`` is one process", 1)[1].split("\n\n", 1)[0]
+    in_code = [make.__name__.lstrip("_") for make in (*root.TREE, *root.LAST)]
+    assert re.findall(r"``([a-z_]+)``", paragraph) == in_code
 
 
 def test_every_doc_is_listed_in_the_index() -> None:

@@ -84,6 +84,21 @@ def test_no_module_imports_a_programs_door() -> None:
     assert bad == []
 
 
+def test_the_tools_and_benchmarks_import_no_test_code() -> None:
+    """What tests and benchmarks share lives in ``tools/``; tests build on it, never the reverse."""
+    assert offenders("tools", ("tests",)) == []
+
+
+def test_no_test_imports_a_conftest() -> None:
+    """A conftest holds fixtures and hooks; a helper lives in a module named for it."""
+    bad = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for module in imported_modules(path):
+            if module.split(".")[-1] == "conftest":
+                bad.append(f"{path.relative_to(ROOT).as_posix()} imports {module}")
+    assert bad == []
+
+
 def test_a_router_refuses_two_routes_for_one_command() -> None:
     def ok(_args: NoArgs) -> ControlReply:
         return ControlReply(ok=True)

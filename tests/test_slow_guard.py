@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import require_slow
+from tests.slow import require_slow
 
 
 def test_an_unmarked_test_that_starts_a_daemon_fails_naming_the_mark() -> None:

@@ -3,6 +3,13 @@
 msgspec Structs tagged by ``type``. Every event carries ``conversation_id``,
 ``seq`` and ``ts``. A client subscribes to the live bus first, then backfills
 with ``events(after_seq)`` and drops duplicates by ``seq``.
+
+Two of them are made before they are numbered, by their one owner, and published
+unnumbered (``seq`` 0, :attr:`ConversationEvent.recorded` false): a
+:class:`PermissionRequest` (the PolicyActor, when the gate asks) and a
+:class:`BackgroundResult` (the dispatcher or the scheduler, when an async call
+ends). The conversation's TurnActor records the same value in the log, numbered;
+clients see only the recorded one (the conversations port drops the others).
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
-from chalie.messages import Settlement
+from chalie.messages import Channel, Settlement, Status
+from chalie.principals import Principal
 
 FinishReason = Literal[
     "final",
@@ -33,6 +41,11 @@ class ConversationEvent(
     conversation_id: str
     seq: int
     ts: float
+
+    @property
+    def recorded(self) -> bool:
+        """Whether this is the conversation's log's (numbered), not yet to be recorded."""
+        return self.seq > 0
 
 
 class TurnStarted(ConversationEvent, tag="turn_started", frozen=True, kw_only=True):
@@ -61,16 +74,28 @@ class ToolFinished(ConversationEvent, tag="tool_finished", frozen=True, kw_only=
     code: str | None = None
 
 
-class PermissionRequested(ConversationEvent, tag="permission_request", frozen=True, kw_only=True):
+class PermissionRequest(ConversationEvent, tag="permission_request", frozen=True, kw_only=True):
+    """A call waits for a person's answer: raised by the PolicyActor, its one owner.
+
+    The gate makes it unnumbered, without a turn; the TurnActor whose call raised it
+    records it with its ``seq``, ``ts`` and ``turn_id``.
+    """
+
+    seq: int = 0
+    ts: float = 0.0
     request_id: str
-    turn_id: str
+    turn_id: str = ""
     tool: str
     permission: str
-    act_summary: str
-    params: dict[str, Any]
+    act_summary: str = ""
+    params: dict[str, Any] = {}
     expires_at: float
-    # Who asked through which channel, what a sensitive call reaches, the prompt to show.
+    # The policy channel of the call (None only in events recorded before it was kept).
+    channel: Channel | None = None
+    # Whose turn raised it (never the one to answer it, unless the owner) and through what.
+    principal: Principal | None = None
     asked_by: str = ""
+    # A sensitive call's reach (the command line it runs...), and the prompt a person reads.
     reach: str | None = None
     prompt: str = ""
     # A form to fill (a remote server's elicitation): the JSON schema of the answer; the
@@ -87,11 +112,24 @@ class PermissionSettled(ConversationEvent, tag="permission_settled", frozen=True
     answer: Settlement
 
 
-class BackgroundDelivered(ConversationEvent, tag="background_result", frozen=True, kw_only=True):
+class BackgroundResult(ConversationEvent, tag="background_result", frozen=True, kw_only=True):
+    """The final envelope of an async call, delivered to its conversation later.
+
+    Made unnumbered when the call ends (kept in the outbox until its conversation has
+    it: ``outbox_id``); the conversation's TurnActor records it (without ``rich`` or
+    ``outbox_id``, which are for the delivery only).
+    """
+
+    seq: int = 0
+    ts: float = 0.0
     call_id: str
     tool: str
-    status: str
+    status: Status
     envelope: str
+    code: str | None = None
+    rich: dict[str, Any] | None = None
+    # The outbox row holding it until a consumer acknowledges it (0: not stored).
+    outbox_id: int = 0
 
 
 class RichPayload(ConversationEvent, tag="rich_payload", frozen=True, kw_only=True):
@@ -138,9 +176,9 @@ Event = (
     | TextDelta
     | ToolStarted
     | ToolFinished
-    | PermissionRequested
+    | PermissionRequest
     | PermissionSettled
-    | BackgroundDelivered
+    | BackgroundResult
     | RichPayload
     | TurnFinished
     | ErrorEvent

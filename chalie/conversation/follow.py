@@ -94,8 +94,8 @@ class TurnFollower:
         """
         if isinstance(item, ToolProgress):
             return item if self.turn_id is not None and item.turn_id == self.turn_id else None
-        if not isinstance(item, ConversationEvent):
-            return None
+        if not isinstance(item, ConversationEvent) or not item.recorded:
+            return None  # not the log's (a request or a result its turn records)
         if item.seq:
             if item.seq in self._seen:
                 return None  # the backfill and the live feed overlap

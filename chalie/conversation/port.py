@@ -62,5 +62,7 @@ class ConversationsPort(Protocol):
 
     def subscribe(self, conversation_id: str, callback: Callable[[Any], None]) -> Closeable:
         """Live events of one conversation (or of a bus key such as ``HUMANS``);
-        ``callback`` runs on the publisher's thread."""
+        ``callback`` runs on the publisher's thread. A request or a result its owner
+        published before the conversation recorded it is left out: the record follows
+        (:attr:`chalie.conversation.events.ConversationEvent.recorded`)."""
         ...

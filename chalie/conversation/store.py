@@ -29,6 +29,7 @@ import msgspec
 from chalie import db
 from chalie.conversation.events import (
     ConversationEvent,
+    ErrorEvent,
     Event,
     TurnFinished,
     decode_event,
@@ -45,6 +46,11 @@ MAX_EVENTS_PAGE: Final = 1000
 INTERRUPTED_LINE: Final = (
     "The turn was interrupted (the runtime stopped or restarted); "
     "send your message again to continue."
+)
+# A turn whose actor failed (a fault in Chalie): the line its conversation shows.
+FAILED_LINE: Final = (
+    "The turn was interrupted by a fault inside Chalie (the daemon's log has the "
+    "details); send your message again to continue."
 )
 
 _SCHEMA: Final = """
@@ -393,11 +399,18 @@ class ConversationStore:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def recover(self, conversation_id: str) -> builtins.list[Event]:
+    def recover(
+        self,
+        conversation_id: str,
+        *,
+        line: str = INTERRUPTED_LINE,
+        error: tuple[str, str] | None = None,
+    ) -> builtins.list[Event]:
         """Close what a crash left open, in one transaction; returns the events it wrote.
 
         Every tool call without a result gets an ``interrupted`` result, and
-        every turn left ``running`` ends ``interrupted`` with a line for the user.
+        every turn left ``running`` ends ``interrupted`` with ``line`` for the user,
+        after an ``error`` event (code, message) when one is given.
         """
         written: builtins.list[Event] = []
         with self._lock:
@@ -441,17 +454,32 @@ class ConversationStore:
                 )
                 next_idx += 1
             for (turn_id,) in running:
+                ended: builtins.list[Event] = []
+                if error is not None:
+                    seq += 1
+                    ended.append(
+                        ErrorEvent(
+                            conversation_id=conversation_id,
+                            seq=seq,
+                            ts=time.time(),
+                            turn_id=turn_id,
+                            code=error[0],
+                            message=error[1],
+                        )
+                    )
                 seq += 1
-                event = TurnFinished(
-                    conversation_id=conversation_id,
-                    seq=seq,
-                    ts=time.time(),
-                    turn_id=turn_id,
-                    reason="interrupted",
-                    text=INTERRUPTED_LINE,
+                ended.append(
+                    TurnFinished(
+                        conversation_id=conversation_id,
+                        seq=seq,
+                        ts=time.time(),
+                        turn_id=turn_id,
+                        reason="interrupted",
+                        text=line,
+                    )
                 )
-                batch.events.append(event)
-                written.append(event)
+                batch.events.extend(ended)
+                written.extend(ended)
                 c.execute(
                     "UPDATE conversation_turns SET state = 'done', reason = 'interrupted', "
                     "finished = ? WHERE turn_id = ?",

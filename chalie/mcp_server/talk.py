@@ -38,7 +38,7 @@ from mcp_types import CallToolResult, TextContent
 from chalie.approvals import ApprovalStore
 from chalie.conversation.events import (
     ErrorEvent,
-    PermissionRequested,
+    PermissionRequest,
     RichPayload,
     ToolFinished,
     ToolProgress,
@@ -54,7 +54,7 @@ from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.rich import blocks
 from chalie.mcp_server.turns import CHANNEL, origin
-from chalie.mcp_server.validation import InvalidArguments, TalkRequest, check
+from chalie.mcp_server.validation import InvalidArguments, TalkRequest, call_signature, check
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -143,26 +143,12 @@ class TalkToChalie:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def __call__(
-        self,
-        ctx: Context,
-        message: Any = None,
-        agent_name: Any = None,
-        project_or_task_name: Any = None,
-        loop_in_human: Any = None,
-        conversation_id: Any = None,
-    ) -> CallToolResult:
+    async def __call__(self, ctx: Context, **arguments: Any) -> CallToolResult:
+        """One call; its parameters are TalkRequest's fields (the signature below)."""
         self.stats.calls += 1
         caller = _caller(ctx)
         if caller is None:  # only a request the gate admitted carries one
             return error_result("unauthorized", "no authenticated caller")
-        arguments = {
-            "message": message,
-            "agent_name": agent_name,
-            "project_or_task_name": project_or_task_name,
-            "loop_in_human": loop_in_human,
-            "conversation_id": conversation_id,
-        }
         try:
             req = check(arguments)
         except InvalidArguments as exc:
@@ -328,7 +314,7 @@ class TalkToChalie:
                 )
             elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
-            elif isinstance(event, PermissionRequested):
+            elif isinstance(event, PermissionRequest):
                 if follow.park:
                     # Parked: the call has ended; the owner answers later, anywhere.
                     follow.parked.append(
@@ -356,7 +342,7 @@ class TalkToChalie:
             return 0  # fail closed: nobody to ask, so ask is deny
 
     def _ask_people(
-        self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequested
+        self, cid: str, caller: Caller, req: TalkRequest, event: PermissionRequest
     ) -> None:
         what = one_line(event.act_summary or event.tool or "an action")
         prompt = (
@@ -421,6 +407,11 @@ class TalkToChalie:
             self.desk.surface(exchange)
         except Exception:
             log.exception("could not surface an agent exchange")
+
+
+# The SDK reads the tool's parameters from the handler's signature: made from TalkRequest,
+# so the parameters are written once (chalie.mcp_server.validation).
+TalkToChalie.__call__.__signature__ = call_signature(Context, CallToolResult)  # type: ignore[attr-defined]
 
 
 class _Gone(Exception):

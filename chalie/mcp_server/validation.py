@@ -9,6 +9,7 @@ from the same constraints.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
@@ -101,6 +102,24 @@ class TalkRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 FIELDS: Final = TalkRequest.__struct_fields__
 _REQUIRED: Final = FIELDS[: len(FIELDS) - len(TalkRequest.__struct_defaults__)]
+
+
+def call_signature(context: type, returns: type) -> inspect.Signature:
+    """The signature a ``talk_to_chalie`` handler shows the MCP SDK, made from TalkRequest.
+
+    The SDK reads a tool's parameters from its handler's signature: ``self``, the
+    request context (annotated ``context``), then each of TalkRequest's fields, taken as
+    it comes (``Any``, absent: None) so that :func:`check` names every bad field itself.
+    """
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=context),
+            *(inspect.Parameter(name, kw, default=None, annotation=Any) for name in FIELDS),
+        ],
+        return_annotation=returns,
+    )
 
 
 class FieldError(msgspec.Struct, frozen=True):

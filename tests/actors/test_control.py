@@ -22,9 +22,8 @@ from actors.loop import EventLoopThread
 from chalie import control, daemon
 from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
 from chalie.routing import Route, Router
-from tests.conftest import wait_until
+from tools.waiting import wait_until
 
-# The daemon's command names and argument types, read from its routing table.
 COMMANDS: dict[str, type[control.Args]] = {
     route.name: route.args for route in ControlCommands(Any, Any).routes()
 }

@@ -16,27 +16,23 @@ import pytest
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.events import EventBus
-from chalie.messages import (
-    BackgroundResult,
-    CancelTurn,
-    ToolCall,
-)
+from chalie.messages import CancelTurn, ToolCall
 from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.trail import Trail
-from tests.actors.conftest import (
+from tests.actors.rig import (
     ARGS,
     Rig,
     Slow,
     attrs,
     ctx,
 )
-from tests.conftest import wait_until
+from tools.waiting import wait_until
 
-# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
 
 
@@ -460,7 +456,7 @@ from chalie.events import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services
-from tests.actors.conftest import Fast, Slow
+from tests.actors.rig import Fast, Slow
 
 db = Path(sys.argv[1])
 reg = Registry()

@@ -15,15 +15,16 @@ import pytest
 from actors.dispatcher import DispatcherActor, submit
 from actors.executors import EXECUTORS, ExecutorEnv
 from chalie.ability import Ability
+from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.execution import Done, Executor, Job
-from chalie.messages import ISOLATIONS, BackgroundResult, ToolCall, TurnContext
+from chalie.messages import ISOLATIONS, ToolCall, TurnContext
 from chalie.outbox import Outbox, OutboxError
 from chalie.result import ToolResult
 from chalie.services import Services
-from tests.actors.conftest import EX, Rig, ctx
-from tests.conftest import wait_until
+from tests.actors.rig import EX, Rig, ctx
 from tools import sample_abilities
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from actors.dispatcher import submit
 from chalie.ability import Ability
 from chalie.messages import ToolCall
 from chalie.result import ToolResult
-from tests.actors.conftest import EX, Rig, ctx
+from tests.actors.rig import EX, Rig, ctx
 
 
 class VaultParams(msgspec.Struct, forbid_unknown_fields=True):

@@ -19,8 +19,9 @@ from actors.supervisor import Supervisor
 from chalie.config import McpServerConfig
 from chalie.supervision import ChildSpec
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
-from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
+from tests.conversations_double import DoublePort
+from tests.core.mcp_server.doubles import FakeDesk
+from tools.waiting import wait_until
 
 
 @contextlib.contextmanager
@@ -30,17 +31,17 @@ def tree(tmp_path: Path, **config: Any) -> Iterator[pykka.ActorRef[Supervisor]]:
     db = tmp_path / "chalie.db"
     store = TokenStore(db)
     cfg = McpServerConfig(**{"port": 0, **config})
+    convs = DoublePort()
 
     def start() -> pykka.ActorRef[Any]:
-        return McpServerActor.start(
-            cfg, loop, db, FakeConversations(), lambda: store, FakeDesk(humans=0)
-        )
+        return McpServerActor.start(cfg, loop, db, convs.port, lambda: store, FakeDesk(humans=0))
 
     sup = Supervisor.start([ChildSpec("mcp_server", start)], backoff_base=0.01)
     try:
         yield sup
     finally:
         sup.stop(block=True, timeout=20)
+        convs.stop()
         loop.stop()
         store.close()
 

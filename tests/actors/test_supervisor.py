@@ -15,8 +15,8 @@ from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.supervisor import Supervisor
 from chalie.mail import ChildExit
-from chalie.supervision import ChildSpec
-from tests.conftest import wait_until
+from chalie.supervision import ChildSpec, OnDemand
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -442,3 +442,78 @@ def test_a_child_added_at_run_time_is_supervised_and_a_removed_one_stays_stopped
     wait_until(lambda: status_of(sup, "late")["alive"])
     assert status_of(sup, "late")["restarts"] == 0
     assert [c["id"] for c in sup.proxy().status().get(timeout=5)["children"]] == ["w", "late"]
+
+
+def test_a_transient_child_added_at_run_time_is_restarted_after_a_crash_forgotten_after_exit() -> (
+    None
+):
+    """OTP's simple_one_for_one children, from an OnDemand template."""
+    journal = Journal()
+    turns = OnDemand("worker", restart="transient", shutdown=1.0)
+    sup = start_sup([])
+    sup.proxy().add_child(turns.spec("k1", lambda: Worker.start("k1", journal))).get(timeout=5)
+    first = sup.proxy().child("k1").get(timeout=5)
+    first.tell("boom")
+    wait_until(restarted(sup, "k1", 1), what="the crashed child's restart")
+    again = sup.proxy().child("k1").get(timeout=5)
+    assert again.actor_urn != first.actor_urn
+    again.tell("quit")  # a normal exit: final, and the child is forgotten
+    wait_until(lambda: not sup.proxy().has_child("k1").get(timeout=5), what="k1 forgotten")
+    assert sup.proxy().status().get(timeout=5)["children"] == []
+    assert journal.count("start", "k1") == 2
+
+
+class Slow(SupervisedActor):
+    def __init__(self, journal: Journal, delay: float) -> None:
+        super().__init__()
+        self.journal = journal
+        self.delay = delay
+
+    def on_stop(self) -> None:
+        time.sleep(self.delay)
+        self.journal.add("stop", "slow")
+
+
+class Dismisser(Supervisor):
+    """A supervisor whose own handler dismisses a child (as Conversations does)."""
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message[0] == "dismiss":
+            _, child_id, journal = message
+            self.dismiss_child(child_id, then=lambda: journal.add("then", child_id))
+            journal.add("dismissed", child_id)
+            return None
+        return super().on_receive(message)
+
+
+@pytest.mark.parametrize("delay, shutdown", [(0.2, 5.0), (3.0, 0.3)])
+def test_a_dismissed_child_stops_without_blocking_its_supervisor_and_then_runs_after(
+    delay: float, shutdown: float
+) -> None:
+    """``then`` runs once the child stopped, or once its shutdown time is up if it hangs."""
+    journal = Journal()
+    sup = Dismisser.start([], backoff_base=0.01)
+    spec = ChildSpec("slow", lambda: Slow.start(journal, delay), "transient", shutdown)
+    sup.proxy().add_child(spec).get(timeout=5)
+    sup.tell(("dismiss", "slow", journal))
+    # The supervisor answers at once while the child is still stopping.
+    assert sup.proxy().has_child("slow").get(timeout=1) is False
+    assert journal.count("then") == 0
+    wait_until(lambda: journal.count("then") == 1, timeout=10, what="then")
+    stopped_first = journal.count("stop", "slow") == 1
+    assert stopped_first is (delay < shutdown)
+    assert sup.proxy().dismiss_child("slow").get(timeout=5) is False
+
+
+class Hostess(Supervisor):
+    STOP_TOGETHER = True
+
+
+def test_children_that_stop_together_stop_in_the_time_of_the_slowest() -> None:
+    journal = Journal()
+    sup = Hostess.start([ChildSpec(f"s{i}", lambda: Slow.start(journal, 0.5)) for i in range(4)])
+    wait_until(lambda: all(c["alive"] for c in sup.proxy().status().get(timeout=5)["children"]))
+    began = time.monotonic()
+    sup.stop(timeout=10)
+    assert journal.count("stop", "slow") == 4
+    assert time.monotonic() - began < 1.5  # one by one would take 2 s

@@ -49,8 +49,8 @@ from chalie.messages import (
 from chalie.registry import Registry, abilities_in
 from chalie.result import ToolResult
 from chalie.supervision import ChildSpec
-from tests.conftest import wait_until
 from tools import sample_abilities
+from tools.waiting import wait_until
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

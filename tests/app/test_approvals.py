@@ -11,8 +11,9 @@ import pytest
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 CLOCK = {
     "steps": [
@@ -195,8 +196,9 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
     so in its conversation."""
     from actors.policy import PolicyActor
     from chalie.approvals import ResumableCall, encode_call
+    from chalie.conversation.events import BackgroundResult
     from chalie.events import EventBus
-    from chalie.messages import BackgroundResult, ToolCall, TurnContext
+    from chalie.messages import ToolCall, TurnContext
     from chalie.principals import LOCAL_OWNER
 
     db = tmp_path / "chalie.db"

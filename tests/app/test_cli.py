@@ -25,9 +25,10 @@ from chalie import control
 from chalie_app.cli import cli
 from chalie_app.cli.tools import parse_pairs
 from tests.app.cli.test_imports import CONTROL_COMMANDS, check
-from tests.conftest import DaemonProcess, alive, descendants, reap, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
+from tools.processes import alive, descendants, reap
+from tools.waiting import wait_until
 
-# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
 
 DROPIN = textwrap.dedent(

@@ -26,9 +26,10 @@ import pytest
 from actors.loop import EventLoopThread, LoopNotRunning
 from chalie import control, daemon, logs
 from chalie_app import root
-from tests.conftest import DaemonProcess, alive, descendants, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
+from tools.processes import alive, descendants
+from tools.waiting import wait_until
 
-# Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
 
 # -- structured logs ---------------------------------------------------------------

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from chalie import control
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

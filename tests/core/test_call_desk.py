@@ -9,8 +9,9 @@ import time
 import pytest
 
 from chalie.call_desk import CallDesk, UnknownCall
+from chalie.conversation.events import PermissionRequest
 from chalie.events import EventBus
-from chalie.messages import PermissionRequest, ToolCall, ToolOutcome
+from chalie.messages import ToolCall, ToolOutcome
 
 
 def outcome_for(call: ToolCall) -> ToolOutcome:

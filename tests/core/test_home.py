@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from chalie.home import Home, HomeError
 from chalie_app.cli import cli
-from tests.conftest import short_home
+from tests.daemon_process import short_home
 
 COMMANDS = [
     ["status"],

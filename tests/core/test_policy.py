@@ -17,8 +17,9 @@ import pytest
 
 from actors.policy import PolicyActor
 from chalie import policy as rules
+from chalie.conversation.events import PermissionRequest
 from chalie.events import EventBus
-from chalie.messages import PermissionRequest, RequestSettled, ToolCall, TurnContext, decode, encode
+from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
 

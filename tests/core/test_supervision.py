@@ -6,6 +6,7 @@ import pytest
 
 from chalie.supervision import (
     ChildSpec,
+    OnDemand,
     RestartIntensity,
     RestartPolicy,
     backoff_delay,
@@ -131,3 +132,34 @@ def test_bad_intensity_settings_are_rejected() -> None:
         RestartIntensity(-1, 1.0)
     with pytest.raises(ValueError):
         RestartIntensity(1, 0)
+
+
+def test_an_on_demand_template_makes_each_child_spec_with_its_rule() -> None:
+    turns = OnDemand("turn", restart="transient", shutdown=2.0, intensity=3, period=30.0)
+    made = turns.spec("c_1", lambda: None)  # type: ignore[arg-type,return-value]
+    assert (made.id, made.restart, made.shutdown) == ("c_1", "transient", 2.0)
+    policy = RestartPolicy(intensity=turns.intensity, period=turns.period)
+    assert policy.on_exit(made, abnormal=False, now=0.0).action == "ignore"
+    assert [policy.on_exit(made, abnormal=True, now=t).action for t in (1, 2, 3, 4)] == [
+        "restart",
+        "restart",
+        "restart",
+        "escalate",
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kind": ""}, "non-empty kind"),
+        ({"kind": "turn", "restart": "sometimes"}, "restart must be one of"),
+        ({"kind": "turn", "shutdown": 0}, "shutdown must be a positive"),
+        ({"kind": "turn", "intensity": -1}, "intensity"),
+        ({"kind": "turn", "period": 0}, "period"),
+    ],
+)
+def test_a_malformed_on_demand_template_is_rejected(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        OnDemand(**kwargs)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.personal.servers import json_answer
+from tools.personal_servers import json_answer
 
 GEOCODING = {
     "valletta": {

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account, AccountSpecError
 from chalie_app.cli import cli
-from tests.personal.servers import free_port, make_calendar, radicale
+from tools.personal_servers import free_port, make_calendar, radicale
 
 
 def run(home: Path, *args: str, stdin: str = "") -> tuple[int, str]:

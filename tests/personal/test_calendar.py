@@ -17,7 +17,7 @@ from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.untrusted import WARNING_LINE
-from tests.personal.servers import Radicale, http_server, make_calendar, put_object, radicale
+from tools.personal_servers import Radicale, http_server, make_calendar, put_object, radicale
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from chalie.personal.http import HttpClient, Response
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from chalie_app.cli import cli
-from tests.personal.servers import (
+from tools.personal_servers import (
     Radicale,
     dav_request,
     http_server,

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import DaemonProcess, short_home
+from tests.daemon_process import DaemonProcess, short_home
 from tests.personal import open_meteo
-from tests.personal.servers import Http, Radicale, http_server, make_calendar, put_object, radicale
 from tests.personal.test_calendar import WEEKLY_BERLIN
+from tools.personal_servers import Http, Radicale, http_server, make_calendar, put_object, radicale
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from chalie.untrusted import WARNING_LINE
 from tests.personal.pdfs import minimal_pdf
-from tests.personal.servers import Dovecot, Smtp, dovecot, free_port, have_dovecot, smtp
+from tools.personal_servers import Dovecot, Smtp, dovecot, free_port, have_dovecot, smtp
 
 if not have_dovecot() and os.environ.get("CI"):  # .ci/run installs it: a skip would hide the tests
     raise RuntimeError("Dovecot is missing: .ci/run installs Debian's dovecot-imapd")

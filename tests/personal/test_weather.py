@@ -12,7 +12,7 @@ from chalie.accounts.book import AccountBook
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from tests.personal import open_meteo
-from tests.personal.servers import Http, free_port, http_server
+from tools.personal_servers import Http, free_port, http_server
 
 
 @pytest.fixture

@@ -49,7 +49,8 @@ import httpx2
 from actors.chat_bridge import ChatBridge
 from actors.policy import PolicyActor
 from chalie.config import Config
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.conversation.events import PermissionRequest
+from chalie.messages import TurnContext
 from chalie.policy import PolicyStore
 from chalie.principals import LOCAL_OWNER
 from chalie.tokens import FIRST_TOKEN_FILE

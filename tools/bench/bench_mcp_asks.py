@@ -59,9 +59,9 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import TurnContext
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest
-from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.waiting import wait_until
 
 
 def ctx() -> TurnContext:
@@ -121,7 +121,7 @@ def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], lis
     from chalie.mcp.admin import McpAdmin
     from chalie.tokens import FIRST_TOKEN_FILE
     from chalie_app import root as daemon
-    from tests.core.conversation.harness import config_toml
+    from tools.conversation_harness import config_toml
 
     stamp = {"name": "_mcp_cap_stamp", "arguments": {"n": n, "pause": 0.06, "act_summary": "s"}}
     find = {"name": "find_tools", "arguments": {"query": ["_mcp_cap_stamp"], "act_summary": "f"}}

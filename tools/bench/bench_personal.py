@@ -66,7 +66,7 @@ from chalie.messages import ToolCall, TurnContext
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.registry import Registry
 from chalie.services import Services
-from tests.personal import servers
+from tools import personal_servers as servers
 
 
 def ms(fn: Callable[[], object], n: int) -> list[float]:

@@ -242,7 +242,7 @@ def bench_delegate(n: int) -> None:
     from chalie.messages import ToolCall, TurnContext
     from chalie.providers.client import ModelClient
     from chalie.providers.types import ChatMessage, ModelRequest
-    from tests.core.conversation.harness import Harness
+    from tools.conversation_harness import Harness
 
     # The daemon's own log handler (``chalie daemon`` configures it before anything else; a
     # bare run gets the MCP SDK's rich console handler instead, ~1 ms a turn's log line),
@@ -412,7 +412,7 @@ def rss_mb(pid: int) -> float:
 
 
 def chromium_children(pid: int) -> int:
-    from tests.conftest import descendants
+    from tools.processes import descendants
 
     count = 0
     for child in descendants(pid):

@@ -18,10 +18,10 @@ from chalie.config import Config
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
-from tests.conftest import wait_until
 from tests.core.conversation.harness import config_toml
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
+from tools.waiting import wait_until
 
 
 class BrainDaemon:

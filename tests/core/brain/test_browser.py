@@ -23,10 +23,10 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from actors.policy import PolicyActor
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.conftest import wait_until
 from tests.core.brain.daemon import BrainDaemon
 from tests.core.chat.daemon import clock_script
 from tests.core.mcp_server.harness import connect
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

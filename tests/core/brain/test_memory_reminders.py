@@ -24,8 +24,8 @@ from chalie.brain import api
 from chalie.memory.records import Draft, Provenance
 from chalie.memory.whose import AGENT_PREFIX, OWNER
 from chalie.schedule.store import ReminderStore
-from tests.conftest import wait_until
 from tests.core.brain.daemon import BrainDaemon
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ from chalie.brain import api
 from chalie.brain.openapi import document
 from chalie.brain.operations import OPERATIONS
 from chalie.trail import CallRecord, Trail
-from tests.conftest import wait_until
 from tests.core.brain.daemon import BrainDaemon
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

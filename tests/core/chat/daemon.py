@@ -13,10 +13,11 @@ from chalie.config import Config
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
-from tests.conftest import require_slow, wait_until
 from tests.core.conversation.harness import config_toml
+from tests.slow import require_slow
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
+from tools.waiting import wait_until
 
 
 class Daemon:

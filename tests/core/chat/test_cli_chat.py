@@ -17,10 +17,10 @@ import pytest
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.conversation.events import PermissionRequested
-from tests.conftest import wait_until
-from tests.core.chat.conftest import collect
+from chalie.conversation.events import PermissionRequest
+from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import Daemon, clock_script
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_a_piped_turn_waits_for_an_answer_given_elsewhere_and_tooltips_are_one_e
     d.script(ASKING)
     seen: list[Any] = []
     sub = d.rt.events.subscribe(
-        None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None
+        None, lambda e: seen.append(e) if isinstance(e, PermissionRequest) else None
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "chalie", "--home", str(d.home), "chat", "--channel", "chat-openai"],
@@ -184,7 +184,7 @@ def test_a_prompt_answered_elsewhere_goes_away(d: Daemon) -> None:
     d.script(ASKING)
     seen: list[Any] = []
     sub = d.rt.events.subscribe(
-        None, lambda e: seen.append(e) if isinstance(e, PermissionRequested) else None
+        None, lambda e: seen.append(e) if isinstance(e, PermissionRequest) else None
     )
     t = Terminal(d.home, "--channel", "chat-openai")
     try:

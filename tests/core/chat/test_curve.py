@@ -15,7 +15,7 @@ from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.config import Config, ConfigError
 from chalie.tokens import TokenStore
-from tests.core.chat.conftest import collect, start_bridge, stop_bridge
+from tests.core.chat.bridge import collect, start_bridge, stop_bridge
 
 
 def keys(where: Path, name: str) -> tuple[bytes, bytes]:

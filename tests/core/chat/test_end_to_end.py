@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.core.chat.conftest import collect, collect_all
+from tests.core.chat.bridge import collect, collect_all
 from tests.core.chat.daemon import Daemon, clock_script
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".

@@ -22,10 +22,10 @@ from chalie.mcp.spec import ServerSpec
 from chalie.tokens import FIRST_TOKEN_FILE
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
-from tests.conftest import wait_until
 from tests.core.conversation.harness import config_toml
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import ROOT
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

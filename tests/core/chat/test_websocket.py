@@ -14,8 +14,8 @@ from websockets.typing import Origin
 
 from chalie.chat import protocol as p
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
-from tests.core.chat.conftest import Bridge, start_bridge, stop_bridge
+from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
+from tools.waiting import wait_until
 
 
 def auth(token: str) -> dict[str, str]:

@@ -14,8 +14,8 @@ import zmq
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from tests.conftest import wait_until
-from tests.core.chat.conftest import Bridge, collect, collect_all
+from tests.core.chat.bridge import Bridge, collect, collect_all
+from tools.waiting import wait_until
 
 
 def finished(frame: dict[str, Any]) -> bool:
@@ -46,7 +46,7 @@ def test_a_retried_send_starts_no_second_turn(bridge: Bridge) -> None:
         again = collect(c, lambda f: f["type"] == "accepted")
         assert again[-1]["duplicate"] is True
         assert c.receive(0.3) is None  # no second turn's events
-    assert len(bridge.convs.proxy().sends.get()) == 2
+    assert len(bridge.convs.proxy().sent.get()) == 2
 
 
 def test_a_reconnecting_client_gets_what_it_missed_and_nothing_twice(bridge: Bridge) -> None:
@@ -154,7 +154,7 @@ def test_a_frame_past_the_transport_limit_drops_only_that_client(bridge: Bridge)
 
 
 def test_a_client_that_never_reads_is_dropped_and_others_are_served(short_home: Any) -> None:
-    from tests.core.chat.conftest import start_bridge, stop_bridge
+    from tests.core.chat.bridge import start_bridge, stop_bridge
 
     b = start_bridge(short_home, send_queue=16)
     try:
@@ -174,7 +174,7 @@ def test_a_client_that_never_reads_is_dropped_and_others_are_served(short_home: 
 
 @pytest.mark.slow
 def test_a_thousand_clients_then_a_cap_and_everyone_else_is_served(short_home: Any) -> None:
-    from tests.core.chat.conftest import start_bridge, stop_bridge
+    from tests.core.chat.bridge import start_bridge, stop_bridge
 
     b = start_bridge(short_home, max_clients=1000)
     ctx = zmq.Context()
@@ -203,7 +203,7 @@ def test_a_thousand_clients_then_a_cap_and_everyone_else_is_served(short_home: A
 def test_first_boot_logs_where_the_token_is_never_the_token(
     short_home: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tests.core.chat.conftest import start_bridge, stop_bridge
+    from tests.core.chat.bridge import start_bridge, stop_bridge
 
     with caplog.at_level(logging.INFO, logger="chalie.chat"):
         b = start_bridge(short_home)

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from chalie.conversation.events import BackgroundDelivered, TurnFinished, TurnStarted
+from chalie.conversation.events import BackgroundResult, TurnFinished, TurnStarted
 from chalie.envelope import render
-from chalie.messages import BackgroundResult
 from chalie.result import ToolResult
-from tests.core.conversation.harness import Harness, assert_valid_history, wait_until
+from tests.core.conversation.harness import Harness, assert_valid_history
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_an_idle_conversation_hears_about_a_background_result(h: Harness) -> Non
     last = h.send("thanks", "chat", conversation_id=cid)
     assert h.finished(last).text == "You're welcome."
     assert len(h.of(cid, TurnFinished)) == 3
-    assert len(h.of(cid, BackgroundDelivered)) == 1
+    assert len(h.of(cid, BackgroundResult)) == 1
     assert_valid_history(h.history(cid))
 
 
@@ -66,5 +66,5 @@ def test_a_reminders_answer_is_shown_not_announced_again(h: Harness) -> None:
     cid = first.conversation_id
     h.finished(first)
     h.rt.events.publish(cid, result(cid, "reminder-1-1", tool="reminder"))
-    wait_until(lambda: h.of(cid, BackgroundDelivered), 10, "the reminder in the chat")
+    wait_until(lambda: h.of(cid, BackgroundResult), 10, "the reminder in the chat")
     assert len(h.of(cid, TurnFinished)) == 1

@@ -6,11 +6,16 @@ import asyncio
 import time
 from typing import Any
 
-from chalie.conversation.events import TextDelta, TurnFinished, TurnStarted
+from chalie.conversation.events import (
+    BackgroundResult,
+    PermissionRequest,
+    TextDelta,
+    TurnFinished,
+    TurnStarted,
+)
 from chalie.conversation.follow import TurnFollower, follow_turn
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie.events import EventBus
-from chalie.messages import BackgroundResult, PermissionRequest
 
 
 def started(seq: int, turn: str, client: str) -> TurnStarted:

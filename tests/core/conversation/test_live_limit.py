@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from actors.conversations import Conversations
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

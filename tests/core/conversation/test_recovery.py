@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import DaemonProcess, short_home
-from tests.core.conversation.harness import wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ import pytest
 
 from actors.policy import PolicyActor
 from chalie.conversation.events import TextDelta, ToolStarted
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
 from tools.fake_llm.sloppy import Sloppy, library
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from chalie.config import ChannelConfig
 from chalie.conversation import act
 from chalie.conversation.channels import SHIPPED, Channel, resolve_channels
-from chalie.conversation.events import TextDelta, TurnStarted, decode_event, encode_event
+from chalie.conversation.events import (
+    BackgroundResult,
+    PermissionRequest,
+    TextDelta,
+    TurnStarted,
+    decode_event,
+    encode_event,
+)
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.providers.types import ChatMessage, ToolCallPart
 
@@ -99,6 +107,35 @@ def test_a_seen_client_message_id_returns_the_earlier_turn(tmp_path: Path) -> No
 def test_events_round_trip_through_their_json() -> None:
     event = TextDelta(conversation_id="c", seq=3, ts=1.5, turn_id="t", text="héllo")
     assert decode_event(encode_event(event)) == event
+
+
+def test_a_request_and_a_result_are_one_type_made_unnumbered_and_recorded_numbered() -> None:
+    made = PermissionRequest(
+        conversation_id="c", request_id="r", tool="t", permission="t.x", expires_at=9.0
+    )
+    assert not made.recorded
+    recorded = msgspec.structs.replace(made, seq=4, ts=2.0, turn_id="t1")
+    assert recorded.recorded and decode_event(encode_event(recorded)) == recorded
+    done = BackgroundResult(
+        conversation_id="c", call_id="k", tool="t", status="success", envelope="e", outbox_id=7
+    )
+    assert not done.recorded and decode_event(encode_event(done)) == done
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        # as the log held them before the two types were merged
+        '{"type":"permission_request","conversation_id":"c","seq":5,"ts":1.0,'
+        '"request_id":"r","turn_id":"t1","tool":"clock","permission":"clock",'
+        '"act_summary":"","params":{},"expires_at":9.0,"asked_by":"","reach":null,"prompt":""}',
+        '{"type":"background_result","conversation_id":"c","seq":6,"ts":1.0,'
+        '"call_id":"k","tool":"clock","status":"success","envelope":"[clock] ok"}',
+    ],
+)
+def test_events_recorded_by_an_earlier_version_still_read(stored: str) -> None:
+    event = decode_event(stored)
+    assert event.recorded and event.seq in (5, 6)
 
 
 def test_context_trimming_shortens_old_results_first_then_drops_old_turns() -> None:

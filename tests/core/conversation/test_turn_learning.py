@@ -15,10 +15,11 @@ import pytest
 
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
-from chalie.conversation.events import PermissionRequested
+from chalie.conversation.events import PermissionRequest
 from chalie.discovery.types import ToolDoc
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import Harness, wait_until
+from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -67,7 +68,7 @@ def run_turn(h: Harness, channel: str, answer: str | None = "allow_once") -> str
     accepted = h.send(ENTRY, channel)
     if answer is not None:
         cid = accepted.conversation_id
-        request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+        request = wait_until(lambda: h.of(cid, PermissionRequest), what="a permission request")
         h.conversations.call(
             Conversations.answer, request[0].request_id, answer, LOCAL_OWNER
         ).result(10)
@@ -125,7 +126,7 @@ def test_a_failed_call_teaches_nothing(h: Harness) -> None:
 
 
 def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
-    from chalie.conversation.events import BackgroundDelivered, TurnFinished, TurnStarted
+    from chalie.conversation.events import BackgroundResult, TurnFinished, TurnStarted
 
     script = find_then_clock(ENTRY)
     script["steps"][1]["tool_calls"][0]["arguments"]["async"] = True
@@ -133,7 +134,7 @@ def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
     h.script(script)
     accepted = h.send(ENTRY, "chat")
     cid = accepted.conversation_id
-    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+    request = wait_until(lambda: h.of(cid, PermissionRequest), what="a permission request")
     h.conversations.call(
         Conversations.answer, request[0].request_id, "allow_once", LOCAL_OWNER
     ).result(10)
@@ -142,7 +143,7 @@ def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
     assert accepted.turn_id not in h.rt.services.discovery._finds
     # the result arrives later; if the turn had ended, it starts one of its own: let it end
     # here, not inside the next test's script
-    wait_until(lambda: h.of(cid, BackgroundDelivered), what="the background result")
+    wait_until(lambda: h.of(cid, BackgroundResult), what="the background result")
     wait_until(
         lambda: len(h.of(cid, TurnFinished)) == len(h.of(cid, TurnStarted)),
         what="every turn of the conversation to end",
@@ -179,7 +180,7 @@ def test_a_cancelled_turn_drops_its_find_record(h: Harness) -> None:
     )
     accepted = h.send(ENTRY, "chat")
     cid = accepted.conversation_id
-    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")
+    request = wait_until(lambda: h.of(cid, PermissionRequest), what="a permission request")
     h.conversations.call(
         Conversations.answer, request[0].request_id, "allow_once", LOCAL_OWNER
     ).result(10)

@@ -14,7 +14,7 @@ from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
 from chalie.conversation.events import (
     ErrorEvent,
-    PermissionRequested,
+    PermissionRequest,
     PermissionSettled,
     TextDelta,
     ToolFinished,
@@ -24,7 +24,8 @@ from chalie.conversation.events import (
 from chalie.conversation.requests import Accepted, ConversationError
 from chalie.mail import StartTurn
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history, wait_until
+from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -105,7 +106,7 @@ def test_a_turn_finds_a_tool_asks_the_human_runs_it_and_answers(h: Harness, fmt:
     accepted = h.send("what time is it in Tokyo", f"chat-{fmt}")
     assert not accepted.queued and not accepted.duplicate
     cid = accepted.conversation_id
-    request = wait_until(lambda: h.of(cid, PermissionRequested), what="a permission request")[0]
+    request = wait_until(lambda: h.of(cid, PermissionRequest), what="a permission request")[0]
     assert request.tool == "clock" and request.turn_id == accepted.turn_id
     assert (
         h.conversations.call(
@@ -402,7 +403,7 @@ def test_bad_permission_answers_are_refused(h: Harness) -> None:
     )
 
 
-def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goes_on(
+def test_a_crashed_turn_actor_ends_its_turn_with_an_error_and_the_conversation_goes_on(
     h: Harness,
 ) -> None:
     h.script({"steps": [{"hang": True}], "on_user": {"text": "back again"}})
@@ -411,12 +412,34 @@ def test_a_crashed_turn_actor_ends_its_turn_interrupted_and_the_conversation_goe
     wait_until(lambda: h.server.requests, what="the model request")
     h.conversations.call(Conversations.crash, cid)
     end = h.finished(first)
-    assert end.reason == "interrupted" and "interrupted" in end.text
+    assert end.reason == "interrupted" and "fault inside Chalie" in end.text
+    errors = [e for e in h.of(cid, ErrorEvent) if e.turn_id == first.turn_id]
+    assert [e.code for e in errors] == ["internal-error"]
+    assert "RuntimeError" in errors[0].message and "crash requested" not in errors[0].message
     second = h.send("two", "bg-openai", conversation_id=cid)
     assert h.finished(second).text == "back again"
     stored = h.stored(cid)
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
     assert_valid_history(h.history(cid))
+
+
+def test_the_supervisor_restarts_a_crashed_turn_actor_which_runs_the_queued_message(
+    h: Harness,
+) -> None:
+    """A transient child: restarted after a failure, from storage, with no new message."""
+    h.script({"steps": [{"hang": True}], "on_user": {"text": "the queued one ran"}})
+    first = h.send("one", "bg-openai")
+    cid = first.conversation_id
+    wait_until(lambda: h.server.requests, what="the model request")
+    queued = h.send("two", "bg-openai", conversation_id=cid)
+    assert queued.queued
+    before = h.conversations.call(Conversations.child, cid)
+    h.conversations.call(Conversations.crash, cid)
+    assert h.finished(first).reason == "interrupted"
+    assert h.finished(queued).text == "the queued one ran"
+    (child,) = [c for c in h.conversations.call(Conversations.status)["children"] if c["id"] == cid]
+    assert child["restarts"] == 1 and "crash requested" in child["last_error"]
+    assert h.conversations.call(Conversations.child, cid).actor_urn != before.actor_urn
 
 
 def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> None:
@@ -429,6 +452,8 @@ def test_an_idle_conversation_stops_and_comes_back_from_storage(h: Harness) -> N
         timeout=10,
         what="the idle actor to stop",
     )
+    # A normal exit of a transient child: not restarted, and forgotten by its supervisor.
+    assert not h.conversations.call(Conversations.has_child, cid)
     second = h.send("which word?", "bg-ollama", conversation_id=cid)
     assert h.finished(second).text == "second answer"
     contents = [m["content"] for m in h.server.requests[1]["body"]["messages"]]
@@ -469,7 +494,7 @@ def test_events_pages_and_bounds(h: Harness) -> None:
 def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged(
     h: Harness,
 ) -> None:
-    from chalie.conversation.events import BackgroundDelivered
+    from chalie.conversation.events import BackgroundResult
     from chalie.outbox import Outbox
 
     h.script(
@@ -499,7 +524,7 @@ def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged
     first = h.send("time, in the background", "async")
     cid = first.conversation_id
     assert h.finished(first).text == "started it"
-    delivered = wait_until(lambda: h.of(cid, BackgroundDelivered), what="the background result")
+    delivered = wait_until(lambda: h.of(cid, BackgroundResult), what="the background result")
     assert delivered[0].tool == "clock" and delivered[0].status == "success"
     wait_until(
         lambda: any(m.role == "background" for m in h.history(cid)),
@@ -582,7 +607,7 @@ def test_a_permission_answered_elsewhere_is_settled_in_the_conversation(h: Harne
     )
     second = h.send("add again", "chat-openai", conversation_id=cid)
     request = wait_until(
-        lambda: [e for e in h.of(cid, PermissionRequested) if e.turn_id == second.turn_id],
+        lambda: [e for e in h.of(cid, PermissionRequest) if e.turn_id == second.turn_id],
         what="the request",
     )[0]
     # Answered from another terminal (chalie policy answer), not through the conversations.

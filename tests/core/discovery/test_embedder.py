@@ -23,7 +23,7 @@ from chalie.discovery.embedder import (
     OpenAIEmbedder,
     load_embedder,
 )
-from tests.conftest import SERVER_POLL
+from tools.http_servers import SERVER_POLL
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -22,9 +22,9 @@ from chalie.discovery.state import IndexState, describe
 from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
 from chalie_app.cli import cli
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
+from tools.waiting import wait_until
 
-# Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
 
 

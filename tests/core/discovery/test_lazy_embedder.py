@@ -10,7 +10,7 @@ import pytest
 
 from chalie.discovery.embedder import MINILM_MODEL_ID, Embedder, Matrix, load_embedder
 from chalie.discovery.lazy_embedder import LazyEmbedder
-from tests.conftest import wait_until
+from tools.waiting import wait_until
 
 
 class Counting:

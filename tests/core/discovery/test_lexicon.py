@@ -9,7 +9,7 @@ from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.lexicon import english_words, has_words, syntax_share
 from chalie.discovery.types import ToolDoc
-from tests.conftest import require_slow
+from tests.slow import require_slow
 
 from .test_intent import CATALOGUE
 

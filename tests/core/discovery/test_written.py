@@ -32,9 +32,9 @@ from chalie.discovery.written import (
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie_app.root import example_writer
-from tests.core.conversation.harness import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -12,8 +12,9 @@ import pytest
 
 from chalie.mcp.results import TOO_LARGE
 from chalie.mcp.stdio import PREFIX, _Lines, refusal
-from tests.conftest import alive, descendants, wait_until
 from tools.fixture_mcp.rig import FAST, Rig, stdio_spec
+from tools.processes import alive, descendants
+from tools.waiting import wait_until
 
 
 def rss_mb() -> float:

@@ -16,8 +16,8 @@ from chalie.mcp.admin import McpAdmin
 from chalie.mcp.spec import ServerSpec
 from chalie.services import Services
 from chalie_app.cli import cli
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -166,7 +166,7 @@ def test_manager_adds_lists_tests_and_removes_by_asking(rig: Rig) -> None:
 
 
 def test_daemon_is_ready_before_servers_connect_and_calls_a_remote_tool(tmp_path: Path) -> None:
-    from tests.conftest import DaemonProcess, short_home
+    from tests.daemon_process import DaemonProcess, short_home
 
     home = short_home()
     srv = FixtureServer()

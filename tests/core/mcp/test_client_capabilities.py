@@ -16,14 +16,14 @@ import pytest
 from actors.child_ref import ChildRef
 from actors.mcp_asks import ServerAsks
 from chalie.config import McpConfig, ModelConfig
-from chalie.conversation.events import ToolProgress
+from chalie.conversation.events import PermissionRequest, ToolProgress
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.messages import TurnContext
 from chalie.policy import PolicyError
 from chalie.principals import LOCAL_OWNER, Principal
-from tests.conftest import wait_until
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ import pytest
 from actors.mcp_connection import McpConnectionActor
 from chalie.envelope import parse
 from chalie.mcp.spec import ServerSpec
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig, ctx, stdio_spec
 from tools.fixture_mcp.server import PNG
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

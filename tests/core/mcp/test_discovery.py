@@ -11,8 +11,8 @@ import pytest
 from actors.discovery import DiscoveryActor, DiscoveryHandle
 from chalie.config import McpConfig
 from chalie.mcp.spec import ServerSpec
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FixtureServer, Rig
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -23,8 +23,8 @@ import pytest
 from chalie.mcp.oauth import LoginFailed, login
 from chalie.mcp.secrets import resolve
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,14 +14,15 @@ import pytest
 from abilities.find_skills import FindSkills
 from actors.discovery import DiscoveryActor, DiscoveryHandle
 from actors.dispatcher import DispatcherActor
+from chalie.conversation.events import PermissionRequest
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.messages import TurnContext
 from chalie.principals import LOCAL_OWNER
 from chalie.services import Services
 from chalie.trail import Trail
 from chalie.untrusted import WARNING_LINE
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 from chalie.config import McpConfig
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import TurnContext
-from tests.conftest import wait_until
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,15 @@ from typing import Any
 
 import pytest
 
+from chalie.conversation.events import PermissionRequest
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import PermissionRequest, TurnContext
+from chalie.messages import TurnContext
 from chalie.principals import LOCAL_OWNER
 from chalie.trail import Trail
-from tests.conftest import SERVER_POLL, wait_until
 from tests.core.mcp.test_client_capabilities import with_asks
 from tools.fixture_mcp.rig import ROOT, Rig
+from tools.http_servers import SERVER_POLL
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

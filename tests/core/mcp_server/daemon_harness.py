@@ -15,9 +15,10 @@ from actors.mcp_server import McpServerActor
 from chalie.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime
-from tests.conftest import require_slow, wait_until
+from tests.slow import require_slow
 from tools.fake_llm.script import Script
 from tools.fake_llm.server import FakeModelServer
+from tools.waiting import wait_until
 
 
 @contextlib.contextmanager

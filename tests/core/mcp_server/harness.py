@@ -22,8 +22,9 @@ from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.tokens import TokenStore
-from tests.conftest import require_slow
-from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
+from tests.conversations_double import DoublePort
+from tests.core.mcp_server.doubles import FakeDesk
+from tests.slow import require_slow
 
 MODES = ("auto", "legacy")
 
@@ -46,16 +47,18 @@ class Running:
 @contextlib.contextmanager
 def running(
     *,
-    convs: ConversationsPort | None = None,
+    convs: DoublePort | ConversationsPort | None = None,
     tokens: TokenVerifier | None = None,
     desk: HumanDesk | None = None,
     db_path: Path | None = None,
     **config: Any,
 ) -> Iterator[Running]:
-    """Start a server on port 0 on its own loop thread; stop both afterwards."""
+    """Start a server on port 0 on its own loop thread, over a conversations double (or
+    ``convs``); stop all three afterwards."""
     require_slow("an MCP HTTP server")
     cfg = McpServerConfig(port=0, **config)
-    port = convs if convs is not None else FakeConversations()
+    double = DoublePort() if convs is None else convs
+    port = double.port if isinstance(double, DoublePort) else double
     people = desk if desk is not None else FakeDesk()
     with tempfile.TemporaryDirectory() as tmp:
         db = db_path or Path(tmp) / "chalie.db"
@@ -69,12 +72,14 @@ def running(
         loop.start()
         try:
             url = loop.submit(server.start()).result(10)
-            yield Running(server, loop, url, store, port, people, owners)
+            yield Running(server, loop, url, store, double, people, owners)
         finally:
             with contextlib.suppress(Exception):
                 loop.submit(server.stop()).result(10)
             loop.stop()
             owners.close()
+            if isinstance(double, DoublePort):
+                double.stop()  # the double it ran with, made here or given
             if tokens is None and isinstance(store, TokenStore):
                 store.close()
 

@@ -12,10 +12,10 @@ import pytest
 
 from actors.conversations import Conversations
 from actors.policy import PolicyActor
-from tests.conftest import wait_until
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step, ToolCallStep
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink
 
 import chalie
 from chalie.tokens import bearer as bearer_secret
-from tests.core.mcp_server.doubles import PNG
+from tests.conversations_double import PNG
 from tests.core.mcp_server.harness import MODES, connect, running
 
 # Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".

@@ -15,9 +15,9 @@ from actors.mcp_server import BusDesk
 from chalie.chat import protocol as p
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.exchange import AgentExchange
-from tests.conftest import wait_until
-from tests.core.chat.conftest import Bridge, start_bridge, stop_bridge
+from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
 from tests.core.mcp_server.harness import connect, running
+from tools.waiting import wait_until
 
 # Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

@@ -16,11 +16,12 @@ from actors.mcp_server import BusDesk
 from chalie.chat import protocol as p
 from chalie.config import ChatConfig
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
+from tests.conversations_double import DoublePort
 from tests.core.mcp_server.daemon_harness import live_daemon
-from tests.core.mcp_server.doubles import FakeConversations, FakeDesk
+from tests.core.mcp_server.doubles import FakeDesk
 from tests.core.mcp_server.harness import connect, running
 from tools.fake_llm.script import Script, Step, ToolCallStep
+from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -168,7 +169,7 @@ def test_with_asks_off_a_loop_in_human_turn_still_denies_an_ask() -> None:
 def test_only_an_enabled_loop_in_human_call_with_a_person_connected_marks_its_turn(
     asks: bool, humans: int, loop_in: bool, expected: bool
 ) -> None:
-    convs = FakeConversations()
+    convs = DoublePort()
     with running(convs=convs, desk=FakeDesk(humans), loop_in_human_asks=asks) as r:
         secret = r.tokens.create("agent")
 
@@ -177,13 +178,13 @@ def test_only_an_enabled_loop_in_human_call_with_a_person_connected_marks_its_tu
                 return await client.call_tool("talk_to_chalie", {**ARGS, "loop_in_human": loop_in})
 
         assert not asyncio.run(go()).is_error
-    assert [m.human_present for m in convs.sent] == [expected]
+        assert [m.human_present for m in convs.sent] == [expected]
 
 
 def test_a_form_on_a_loop_in_human_turn_reaches_the_person_with_its_schema() -> None:
-    from tests.core.mcp_server.doubles import FORM
+    from tests.conversations_double import FORM
 
-    convs = FakeConversations()
+    convs = DoublePort()
     desk = FakeDesk(1)
     with running(convs=convs, desk=desk, loop_in_human_asks=True) as r:
         secret = r.tokens.create("agent")

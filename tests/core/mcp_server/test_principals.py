@@ -20,10 +20,10 @@ from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.principals import Principal
 from chalie.tokens import TokenStore
-from tests.conftest import wait_until
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import connect
 from tests.core.mcp_server.test_loop_in_human_asks import ARGS, clock_turns, tools_of
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import wait_until
-from tests.core.mcp_server.doubles import FakeConversations
+from tests.conversations_double import DoublePort
 from tests.core.mcp_server.harness import MODES, Running, connect, running
+from tools.waiting import wait_until
 
 # Starts an MCP HTTP server with the SDK client: deselect with -m "not slow".
 pytestmark = pytest.mark.slow
@@ -418,7 +418,7 @@ def test_loop_in_human_surfaces_the_exchange_to_connected_chat_clients(mode: str
 
 
 def test_a_slow_turn_keeps_reporting_progress_until_it_ends() -> None:
-    with running(convs=FakeConversations(delay=0.05)) as r:
+    with running(convs=DoublePort(step_delay=0.05)) as r:
         secret = r.tokens.create("patient")
         seen: list[float] = []
 
@@ -434,7 +434,7 @@ def test_a_slow_turn_keeps_reporting_progress_until_it_ends() -> None:
 
 
 def test_a_method_header_that_disagrees_with_the_body_does_not_dodge_the_turn_limit() -> None:
-    with running(max_concurrent_turns=1, convs=FakeConversations()) as r:
+    with running(max_concurrent_turns=1, convs=DoublePort()) as r:
         secret = r.tokens.create("sly")
         auth = f"Bearer {secret}"
         r.server.gate.limits.begin_turn(_id(r, "sly"))  # type: ignore[union-attr]  # one turn running
@@ -481,7 +481,7 @@ def test_a_session_belongs_to_the_token_that_opened_it() -> None:
 
 
 def test_a_request_cancelled_while_its_message_is_stored_still_cancels_the_turn() -> None:
-    with running(convs=FakeConversations(send_delay=1.0)) as r:
+    with running(convs=DoublePort(accept_delay=1.0)) as r:
         secret = r.tokens.create("hasty")
 
         async def go() -> None:

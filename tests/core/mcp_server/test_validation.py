@@ -113,3 +113,24 @@ def test_the_schema_and_the_check_come_from_the_one_type() -> None:
     assert schema["additionalProperties"] is False
     assert all(prop.get("description") for prop in schema["properties"].values())
     assert "$ref" not in str(schema)
+
+
+def test_the_handler_the_sdk_reads_takes_exactly_the_types_fields() -> None:
+    """The SDK builds the tool's argument model from the handler's signature: it is made
+    from TalkRequest, so a field added to the type reaches the handler with no other edit."""
+    from mcp.server.mcpserver.tools.base import Tool
+
+    from chalie.mcp_server.talk import TalkToChalie
+    from chalie.mcp_server.validation import FIELDS
+
+    class Bare(TalkToChalie):
+        def __init__(self) -> None:  # the signature is all this test reads
+            pass
+
+    tool = Tool.from_function(Bare().__call__, name="talk_to_chalie")
+    assert tool.context_kwarg == "ctx"
+    assert tuple(tool.fn_metadata.arg_model.model_fields) == FIELDS
+    given = tool.fn_metadata.arg_model.model_validate({"message": "hi", "sudo": 1})
+    assert tool.fn_metadata.arg_model.model_dump_one_level(given) == {
+        name: ("hi" if name == "message" else None) for name in FIELDS
+    }

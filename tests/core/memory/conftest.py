@@ -10,7 +10,7 @@ import pytest
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
-from tests.conftest import require_slow
+from tests.slow import require_slow
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie.ability import Ability
 from chalie.conversation.channels import SHIPPED
+from chalie.conversation.events import PermissionRequest
 from chalie.conversation.store import ConversationStore
 from chalie.discovery.embedder import Embedder
 from chalie.envelope import parse
@@ -24,7 +25,7 @@ from chalie.events import EventBus
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
 from chalie.memory.turns import TurnMemory
-from chalie.messages import PermissionRequest, ToolCall, ToolOutcome, TurnContext
+from chalie.messages import ToolCall, ToolOutcome, TurnContext
 from chalie.principals import LOCAL_OWNER
 from chalie.registry import Registry
 from chalie.result import ToolResult

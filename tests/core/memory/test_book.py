@@ -314,7 +314,7 @@ def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committ
 def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) -> None:
     import sqlite3
 
-    from tests.conftest import wait_until
+    from tools.waiting import wait_until
 
     assert book.store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     done: list[int] = []

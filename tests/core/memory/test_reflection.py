@@ -12,8 +12,8 @@ import pytest
 from actors.scheduler import Scheduler
 from chalie.memory.reflection import parse_memories
 from chalie.schedule.clock import ManualClock
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

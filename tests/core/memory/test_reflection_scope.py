@@ -18,15 +18,15 @@ import pytest
 from actors.conversations import Conversations
 from actors.scheduler import Scheduler
 from chalie.conversation.background import follow_up_text
+from chalie.conversation.events import BackgroundResult
 from chalie.conversation.requests import Accepted, SendMessage
 from chalie.memory.reflection import reflection_request, transcript
 from chalie.memory.whose import AGENT_PREFIX, OWNER
-from chalie.messages import BackgroundResult
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.schedule.clock import ManualClock
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 BOT = Principal(scope="agent", id="tok_reflect1", name="bookkeeper")
 ANSWER = json.dumps(

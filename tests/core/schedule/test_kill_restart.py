@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from chalie import control
-from chalie.conversation.events import BackgroundDelivered
+from chalie.conversation.events import BackgroundResult
 from chalie.conversation.store import ConversationStore
 from chalie.envelope import parse
-from tests.conftest import DaemonProcess, short_home, wait_until
+from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -81,9 +82,9 @@ def test_a_reminder_missed_while_killed_fires_late_at_the_next_start(home: Path)
         assert [r["text"] for r in pending] == ["water plants"]  # the other one still waits
         store = ConversationStore(home / "chalie.db")
 
-        def delivered() -> list[BackgroundDelivered]:
+        def delivered() -> list[BackgroundResult]:
             events = store.events("c-owner", 0, 100)
-            return [e for e in events if isinstance(e, BackgroundDelivered)]
+            return [e for e in events if isinstance(e, BackgroundResult)]
 
         (event,) = wait_until(delivered, 30, "the answer in the owner's chat")
         (env,) = parse(event.envelope)

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from actors.scheduler import Scheduler
-from chalie.conversation.events import BackgroundDelivered
+from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.memory.whose import OWNER
 from chalie.schedule.clock import ManualClock
 from chalie.schedule.desk import ReminderError
-from tests.conftest import wait_until
 from tests.core.conversation.harness import Harness
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +43,8 @@ def chat_conversation(h: Harness) -> str:
     return accepted.conversation_id
 
 
-def delivered(h: Harness, cid: str) -> list[BackgroundDelivered]:
-    return [e for e in h.stored(cid) if isinstance(e, BackgroundDelivered)]
+def delivered(h: Harness, cid: str) -> list[BackgroundResult]:
+    return [e for e in h.stored(cid) if isinstance(e, BackgroundResult)]
 
 
 def scheduler(h: Harness) -> Any:

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.conftest import SERVER_POLL
+from tools.http_servers import SERVER_POLL
 
 ARTICLE_TEXT = (
     "The harbour of Valletta was rebuilt in 1566 after the Great Siege. "

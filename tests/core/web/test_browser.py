@@ -11,9 +11,9 @@ import pytest
 from abilities.browser import Browser
 from chalie import untrusted
 from chalie.web.kit import WebKit
-from tests.conftest import wait_until
-from tests.core.web.conftest import call, make_kit
+from tests.core.web.kit import call, make_kit
 from tests.core.web.site import Site
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

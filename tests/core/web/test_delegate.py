@@ -18,10 +18,11 @@ from actors.conversations import Conversations
 from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
 from chalie import untrusted
-from chalie.conversation.events import PermissionRequested, RichPayload, ToolFinished
+from chalie.conversation.events import PermissionRequest, RichPayload, ToolFinished
 from chalie.principals import LOCAL_OWNER
-from tests.core.conversation.harness import Harness, wait_until
+from tests.core.conversation.harness import Harness
 from tests.core.web.site import ARTICLE_TEXT, SearxNG, Site
+from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +97,7 @@ def test_a_web_search_delegate_turn_from_chat_to_an_answer_with_sources(
     )
     accepted = h.send(QUESTION, "chat")
     cid = accepted.conversation_id
-    asked = wait_until(lambda: h.of(cid, PermissionRequested), 30, "the ask for web_search")
+    asked = wait_until(lambda: h.of(cid, PermissionRequest), 30, "the ask for web_search")
     assert asked[0].tool == "web_search"  # the person consents to the delegate, once
     assert h.conversations.call(
         Conversations.answer, asked[0].request_id, "allow_once", LOCAL_OWNER
@@ -262,7 +263,7 @@ def test_a_web_browse_delegate_drives_the_browser_and_sees_its_scoped_mcp_tool(
 
 
 def test_a_delegate_call_can_run_in_the_background(world: tuple[Harness, Site, SearxNG]) -> None:
-    from chalie.conversation.events import BackgroundDelivered
+    from chalie.conversation.events import BackgroundResult
 
     h, site, _ = world
     h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
@@ -284,7 +285,7 @@ def test_a_delegate_call_can_run_in_the_background(world: tuple[Harness, Site, S
     end = h.finished(accepted, timeout=60)
     assert end.reason == "final" and end.text == "I am looking it up in the background."
     cid = accepted.conversation_id
-    delivered = wait_until(lambda: h.of(cid, BackgroundDelivered), 60, "the delegate's answer")
+    delivered = wait_until(lambda: h.of(cid, BackgroundResult), 60, "the delegate's answer")
     envelope = delivered[0].envelope
     assert delivered[0].tool == "web_search" and "status=success" in envelope.split("\n")[0]
     assert f"Found it on {site.url('/article')} quickly." in envelope

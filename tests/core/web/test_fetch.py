@@ -15,7 +15,7 @@ from chalie.envelope import parse, render
 from chalie.web.extract import extract
 from chalie.web.http import FetchError
 from chalie.web.kit import WebKit
-from tests.core.web.conftest import call, make_kit
+from tests.core.web.kit import call, make_kit
 from tests.core.web.site import ARTICLE, Site
 
 

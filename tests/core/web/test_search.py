@@ -14,9 +14,9 @@ from chalie import untrusted
 from chalie.config import Config
 from chalie.envelope import parse, render
 from chalie.web.kit import WebKit
-from tests.conftest import SERVER_POLL
-from tests.core.web.conftest import call
+from tests.core.web.kit import call
 from tests.core.web.site import SearxNG
+from tools.http_servers import SERVER_POLL
 
 
 def rows(q: str) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import SERVER_POLL
+from tools.http_servers import SERVER_POLL
 
 MAIL_USER = "imaptest"
 

@@ -1,0 +1,208 @@
+"""A real daemon in this process and the scripted model server on loopback: for the turn
+tests (``tests/core/conversation/harness.py`` guards it with the slow mark) and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from actors.child_ref import ChildRef
+from actors.conversations import Conversations
+from chalie.config import Config
+from chalie.conversation.events import TurnFinished
+from chalie.conversation.requests import Accepted, SendMessage
+from chalie_app import root
+from chalie_app.root import Runtime
+from tools.fake_llm import FakeModelServer, load_script
+from tools.fake_llm.script import Player
+from tools.waiting import wait_until
+
+FORMATS = ("openai", "ollama", "anthropic")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def base_url(server: FakeModelServer, fmt: str) -> str:
+    return server.url + ("/v1" if fmt == "openai" else "")
+
+
+def config_toml(server: FakeModelServer, conversations: str = "") -> str:
+    lines: list[str] = []
+
+    def model(name: str, fmt: str, **extra: Any) -> None:
+        lines.append(f"[models.{name}]")
+        lines.append(f'provider = "{fmt}"')
+        lines.append(f'base_url = "{base_url(server, fmt)}"')
+        lines.append('model = "scripted"')
+        extra.setdefault("retries", 2)
+        extra.setdefault("backoff", 0.01)
+        for k, v in extra.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+
+    def channel(name: str, **keys: Any) -> None:
+        lines.append(f"[channels.{name}]")
+        for k, v in keys.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+
+    model("default", "openai")
+    for fmt in FORMATS:
+        model(fmt, fmt)
+        model(f"{fmt}-whole", fmt, stream=False)
+        channel(f"chat-{fmt}", human_present=True, policy_channel="chat", model=fmt)
+        channel(f"bg-{fmt}", model=fmt, pinned=["clock", "calculator"])
+        channel(f"bg-{fmt}-whole", model=f"{fmt}-whole", pinned=["clock", "calculator"])
+    model("impatient", "openai", read_timeout=0.3, retries=1)
+    lines.append("[models.refused]")
+    lines.append(f'base_url = "http://127.0.0.1:{free_port()}/v1"')
+    lines.append("retries = 1")
+    lines.append("backoff = 0.01")
+    channel("refused", model="refused")
+    model("tiny", "openai", context_window=700, max_output_tokens=100)
+    channel("steps", model="default", pinned=["calculator"], max_steps=3, max_repeat=100)
+    channel("repeat", model="default", pinned=["calculator"])
+    channel("clocked", model="default", pinned=["calculator"], wall_clock=0.5)
+    channel("tokens", model="default", pinned=["calculator"], token_budget=30)
+    channel("hang", model="impatient", pinned=["calculator"])
+    channel("tiny", model="tiny", pinned=["calculator"])
+    # Holds a summary and a question, not a long first turn as well (compaction tests).
+    model("roomy", "openai", context_window=2000, max_output_tokens=100)
+    channel("roomy", model="roomy", find_tools=False)
+    channel("async", model="default", pinned=["clock"], async_offered=True)
+    # A model with the small-model repairs off (tool_call_rescue, answer_nudge).
+    model("literal", "openai", tool_call_rescue="off", answer_nudge="off")
+    channel("literal", model="literal", pinned=["clock", "calculator"], find_tools=False)
+    lines.append("[conversations]")
+    if "idle_stop" not in conversations:
+        lines.append("idle_stop = 1.0")
+    lines.append("max_queued = 2")
+    if conversations:
+        lines.append(conversations)
+    return "\n".join(lines) + "\n"
+
+
+class Harness:
+    """The daemon, the model server, and the live events of every conversation."""
+
+    def __init__(self, extra_toml: str = "", conversations: str = "", clock: Any = None) -> None:
+        self.server = FakeModelServer(load_script("{}")).start()
+        self.home = Path(tempfile.mkdtemp(prefix="cvh-", dir="/tmp"))
+        (self.home / "config.toml").write_text(config_toml(self.server, conversations) + extra_toml)
+        self.config = Config.load(self.home)
+        self.events: list[Any] = []
+        self._lock = threading.Lock()
+        ready = threading.Event()
+        box: dict[str, Runtime] = {}
+
+        def on_ready(rt: Runtime) -> None:
+            box["rt"] = rt
+            ready.set()
+
+        self.thread = threading.Thread(
+            target=root.run,
+            args=(self.config,),
+            kwargs={"ready": on_ready, "clock": clock},
+            daemon=True,
+        )
+        self.thread.start()
+        if not ready.wait(120):
+            raise RuntimeError("the daemon did not start")
+        self.rt = box["rt"]
+        wait_until(self._tree_up, 120, "every child of the tree to run")
+        self.sub = self.rt.events.subscribe(None, self._record)
+
+    def _tree_up(self) -> bool:
+        assert self.rt.supervisor is not None
+        status = self.rt.supervisor.proxy().status().get(timeout=10)
+        return all(c["alive"] for c in status["children"])
+
+    def _record(self, event: Any) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    @property
+    def conversations(self) -> ChildRef[Conversations]:
+        return self.rt.child("conversations", Conversations).within(10)
+
+    def script(self, script: dict[str, Any]) -> None:
+        self.server.app.player = Player(load_script(json.dumps(script)))
+        self.server.app.requests.clear()
+        self.server.app.received.clear()
+
+    def send(
+        self,
+        text: str,
+        channel: str,
+        conversation_id: str | None = None,
+        client_msg_id: str = "",
+        busy: str = "queue",
+    ) -> Accepted:
+        result: Accepted = self.conversations.call(
+            Conversations.submit,
+            SendMessage(
+                conversation_id=conversation_id,
+                channel=channel,
+                text=text,
+                client_msg_id=client_msg_id,
+                busy=busy,  # type: ignore[arg-type]
+            ),
+        ).result(10)
+        return result
+
+    def of(self, conversation_id: str, kind: type | None = None) -> list[Any]:
+        with self._lock:
+            return [
+                e
+                for e in self.events
+                if getattr(e, "conversation_id", None) == conversation_id
+                and (kind is None or isinstance(e, kind))
+                and getattr(e, "recorded", False)
+            ]
+
+    def finished(self, accepted: Accepted, timeout: float = 15.0) -> TurnFinished:
+        def done() -> TurnFinished | None:
+            for e in self.of(accepted.conversation_id, TurnFinished):
+                if e.turn_id == accepted.turn_id:
+                    return e  # type: ignore[no-any-return]
+            return None
+
+        result: TurnFinished = wait_until(done, timeout, f"turn {accepted.turn_id} to finish")
+        return result
+
+    def stored(self, conversation_id: str) -> list[Any]:
+        result: list[Any] = self.conversations.call(Conversations.events, conversation_id, 0, 1000)
+        return result
+
+    def history(self, conversation_id: str) -> list[Any]:
+        shown = self.conversations.call(Conversations.show, conversation_id)
+        return list(shown["messages"])
+
+    def close(self) -> None:
+        self.sub.close()
+        self.rt.request_stop()
+        self.thread.join(60)
+        self.server.stop()
+
+
+def assert_valid_history(messages: list[Any]) -> None:
+    """Every tool call is answered by exactly one tool result before the next user message."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if m.role == "assistant":
+            assert not open_calls, f"a new assistant step with calls still open: {open_calls}"
+            open_calls = {c.id for c in m.tool_calls}
+        elif m.role == "tool":
+            assert m.call_id in open_calls, f"a result for an unknown call {m.call_id}"
+            open_calls.discard(m.call_id)
+        elif m.role == "user":
+            assert not open_calls, f"a user message while calls are open: {open_calls}"
+    assert not open_calls, f"calls left without a result: {open_calls}"
