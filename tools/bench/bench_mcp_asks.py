@@ -85,28 +85,28 @@ def quantile(xs: list[float], q: float) -> float:
 
 class ReaderStamps:
     """When the daemon's stdio reader took each progress line from the server's pipe
-    (the SDK's line parser, wrapped for the bench only): splits a delay into the server and
-    the pipe's part and Chalie's part."""
+    (our reader's line parser, chalie.mcp.stdio._parse, wrapped for the bench only): splits
+    a delay into the server and the pipe's part and Chalie's part."""
 
     def __init__(self) -> None:
-        import mcp.client.stdio as stdio
+        from chalie.mcp import stdio
 
         self.seen: dict[str, float] = {}
         self._stdio = stdio
-        self._orig = stdio._parse_line
-        pattern = re.compile(r'"message":\s*"([0-9.]+)"')
+        self._orig = stdio._parse
+        pattern = re.compile(rb'"message":\s*"([0-9.]+)"')
 
-        def parse(line: str) -> Any:
-            if "notifications/progress" in line:
+        def parse(line: bytes) -> Any:
+            if b"notifications/progress" in line:
                 found = pattern.search(line)
                 if found:
-                    self.seen[found.group(1)] = time.time()
+                    self.seen[found.group(1).decode()] = time.time()
             return self._orig(line)
 
-        stdio._parse_line = parse
+        stdio._parse = parse  # type: ignore[assignment]
 
     def close(self) -> None:
-        self._stdio._parse_line = self._orig
+        self._stdio._parse = self._orig  # type: ignore[assignment]
 
 
 def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], list[float]]:
