@@ -251,9 +251,10 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def lock_held(home: Path) -> bool | None:
-    """Whether a process holds the data directory's lock (read from /proc/locks, which
-    changes nothing); None where that cannot be told."""
+def lock_holder(home: Path) -> int | bool | None:
+    """Who holds the data directory's lock (read from /proc/locks, which changes nothing):
+    its pid; False when nobody does; True when held by a pid this namespace cannot name;
+    None where that cannot be told."""
     try:
         st = os.stat(home / LOCK_NAME)
     except FileNotFoundError:
@@ -269,8 +270,18 @@ def lock_held(home: Path) -> bool | None:
         parts = line.split()
         # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"; a blocked waiter has "->".
         if len(parts) >= 6 and parts[1] == "FLOCK" and "->" not in parts and parts[5] == inode:
-            return True
+            try:
+                pid = int(parts[4])
+            except ValueError:
+                return True
+            return pid if pid > 0 else True
     return False
+
+
+def lock_held(home: Path) -> bool | None:
+    """Whether a process holds the data directory's lock; None where that cannot be told."""
+    holder = lock_holder(home)
+    return holder if holder is None else holder is not False
 
 
 def read_pid(home: Path) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from typing import Any, NoReturn
@@ -190,8 +191,14 @@ def stop_command(obj: Ctx, timeout: float) -> None:
     try:
         reply = obj.client.call("stop", None, timeout=15.0)
     except control.DaemonNotRunning:
-        # As `systemctl stop` of a stopped unit: the wanted state holds already.
-        click.echo(f"chalie: no daemon running on {obj.home}; nothing to stop")
+        holder = control.lock_holder(obj.home)
+        if isinstance(holder, bool) or holder is None or not control.process_alive(holder):
+            # As `systemctl stop` of a stopped unit: the wanted state holds already.
+            click.echo(f"chalie: no daemon running on {obj.home}; nothing to stop")
+            return
+        # The lock is held but nothing answers yet: a daemon still starting (its signal
+        # handler turns SIGTERM into the same clean stop).
+        _stop_starting(holder, timeout)
         return
     if not reply.ok:
         fail(f"{reply.error}: {reply.data.get('message', '')}", EXIT_ERROR_REPLY)
@@ -203,3 +210,22 @@ def stop_command(obj: Ctx, timeout: float) -> None:
             fail(f"daemon {pid} is still stopping after {timeout:g} s")
         time.sleep(0.05)
     click.echo(f"chalie: daemon {pid} stopped")
+
+
+def _stop_starting(pid: int, timeout: float) -> None:
+    """Stop a daemon that holds the lock but does not answer yet (still starting)."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        click.echo(f"chalie: daemon {pid} stopped")
+        return
+    except PermissionError:
+        fail(f"daemon {pid} is starting and belongs to another user; not stopped")
+    deadline = time.monotonic() + timeout
+    while control.process_alive(pid):
+        if time.monotonic() > deadline:
+            fail(f"daemon {pid} was starting and is still stopping after {timeout:g} s")
+        time.sleep(0.05)
+    click.echo(f"chalie: daemon {pid} was starting; stopped")

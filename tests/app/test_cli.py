@@ -134,6 +134,50 @@ def test_stop_without_a_daemon_is_a_message_and_success(tmp_path: Path) -> None:
     assert "no daemon running" in result.stdout and "nothing to stop" in result.stdout
 
 
+def test_stop_while_a_daemon_is_starting_stops_it(tmp_path: Path) -> None:
+    # A daemon holds the lock from its first step but answers only once its tree is up (a
+    # first index build can take a while): stop must not say "nothing to stop" meanwhile.
+    home = tmp_path / "home"
+    home.mkdir()
+    starting = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import signal, sys, threading
+                from pathlib import Path
+                from chalie.daemon import instance_lock
+                stop = threading.Event()
+                signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                with instance_lock(Path({str(home)!r})):
+                    print("locked", flush=True)
+                    stop.wait(60)
+                print("clean", flush=True)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert starting.stdout is not None
+        assert starting.stdout.readline().strip() == "locked"
+        assert control.lock_holder(home) == starting.pid
+        result = CliRunner().invoke(cli, ["--home", str(home), "stop", "--timeout", "20"])
+        assert result.exit_code == 0, result.output
+        assert f"daemon {starting.pid} was starting; stopped" in result.stdout
+        assert starting.wait(10) == 0
+        assert starting.stdout.read().strip() == "clean"  # its own clean stop, not a kill
+        assert control.lock_holder(home) is False
+    finally:
+        if starting.poll() is None:
+            starting.kill()
+            starting.wait()
+        if starting.stdout is not None:
+            starting.stdout.close()
+
+
 def test_the_habits_people_have(tmp_path: Path) -> None:
     from chalie import __version__
 
