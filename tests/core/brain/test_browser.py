@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from actors.policy import PolicyActor
 from chalie.chat import protocol as p
@@ -30,7 +29,6 @@ from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "brain"
 PAGES = (
     "overview",
@@ -45,13 +43,6 @@ PAGES = (
     "discovery",
 )
 
-if not os.path.exists(CHROMIUM):  # CI installs it (.ci/run); a skip there would hide the tests
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-    pytest.skip(
-        f"{CHROMIUM} is not installed (apt-get install -y chromium)", allow_module_level=True
-    )
-
 
 @pytest.fixture(scope="module")
 def d() -> Iterator[BrainDaemon]:
@@ -60,28 +51,6 @@ def d() -> Iterator[BrainDaemon]:
         yield running
     finally:
         running.close()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 class Watched:

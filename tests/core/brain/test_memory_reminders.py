@@ -10,7 +10,6 @@ before the scheduler looked (as after a daemon was down).
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from chalie.brain import api
 from chalie.memory.records import Draft, Provenance
@@ -29,7 +28,6 @@ from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 HOSTILE = "<script>alert('mem')</script> & \"quotes\""
 
 
@@ -334,32 +332,6 @@ def test_the_pages_escape_what_they_show_and_their_actions_need_the_csrf_token(
 
 
 # -- in a real browser --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-            ],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 def test_the_owner_reviews_memories_and_reminders_in_the_browser(
     d: BrainDaemon, browser: Browser
 ) -> None:
