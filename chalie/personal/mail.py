@@ -617,6 +617,29 @@ def reading(
 # -- SMTP -----------------------------------------------------------------------------------
 
 
+def _smtp_session(creds: Credentials, timeout: float) -> smtplib.SMTP:
+    """A connection to the account's SMTP server, greeted, encrypted as configured and logged
+    in (when the account has a user name); closed again when any of that fails."""
+    a = creds.account
+    ctx = _tls()
+    smtp: smtplib.SMTP
+    if a.security == "tls":
+        smtp = smtplib.SMTP_SSL(a.host, a.effective_port, timeout=timeout, context=ctx)
+    else:
+        smtp = smtplib.SMTP(a.host, a.effective_port, timeout=timeout)
+    try:
+        smtp.ehlo()
+        if a.security == "starttls":
+            smtp.starttls(context=ctx)
+            smtp.ehlo()
+        if a.username:
+            smtp.login(a.username, creds.password)
+    except BaseException:
+        smtp.close()
+        raise
+    return smtp
+
+
 def send(creds: Credentials, msg: EmailMessage, timeout: float) -> list[str]:
     """Hand ``msg`` to the account's SMTP server; the recipients it accepted."""
     a = creds.account
@@ -630,19 +653,7 @@ def send(creds: Credentials, msg: EmailMessage, timeout: float) -> list[str]:
     if not recipients:
         raise AccountFailure("invalid-param", "the message has no recipient", param="to")
     try:
-        ctx = _tls()
-        smtp: smtplib.SMTP
-        if a.security == "tls":
-            smtp = smtplib.SMTP_SSL(a.host, a.effective_port, timeout=timeout, context=ctx)
-        else:
-            smtp = smtplib.SMTP(a.host, a.effective_port, timeout=timeout)
-        with smtp:
-            smtp.ehlo()
-            if a.security == "starttls":
-                smtp.starttls(context=ctx)
-                smtp.ehlo()
-            if a.username:
-                smtp.login(a.username, creds.password)
+        with _smtp_session(creds, timeout) as smtp:
             del msg["Bcc"]
             refused = smtp.send_message(msg, to_addrs=recipients)
     except smtplib.SMTPAuthenticationError:
@@ -672,20 +683,8 @@ def send(creds: Credentials, msg: EmailMessage, timeout: float) -> list[str]:
 def probe_smtp(creds: Credentials, timeout: float) -> dict[str, Any]:
     a = creds.account
     try:
-        ctx = _tls()
-        smtp: smtplib.SMTP
-        if a.security == "tls":
-            smtp = smtplib.SMTP_SSL(a.host, a.effective_port, timeout=timeout, context=ctx)
-        else:
-            smtp = smtplib.SMTP(a.host, a.effective_port, timeout=timeout)
-        with smtp:
-            smtp.ehlo()
-            if a.security == "starttls":
-                smtp.starttls(context=ctx)
-                smtp.ehlo()
+        with _smtp_session(creds, timeout) as smtp:
             extensions = sorted(smtp.esmtp_features)
-            if a.username:
-                smtp.login(a.username, creds.password)
     except smtplib.SMTPAuthenticationError:
         raise AccountFailure(
             "auth-failed", "the SMTP server refused the login", account=a.name
