@@ -90,6 +90,8 @@ class Clock(Ability):
         "datetime": "time",
     }
     timeout = 5.0
+    # Pure and bounded: run on the dispatcher's thread (actors/executors/immediate.py).
+    isolation = "immediate"
 
     def run(self, params: ClockParams) -> ToolResult:
         src = _zone(params.zone)

@@ -9,7 +9,9 @@ itself, and owns everything else: the deadline, the trail, the envelope.
 The contract an executor keeps:
 
 1. ``start(job, done)`` never blocks and never raises; a failure to start is
-   reported through ``done`` as an error result.
+   reported through ``done`` as an error result. ``done`` may be called inside
+   ``start`` (the immediate executor runs abilities that compute and return at
+   once on the dispatcher's thread).
 2. ``done`` is called exactly once per started job, also after ``cancel``
    (with whatever result the executor has then, e.g. ``cancelled``); the
    dispatcher ignores a result for a call it has already ended.

