@@ -236,33 +236,34 @@ def main() -> None:
         for each in (call, quick):
             outcome = submit(dispatcher, each).result(5)
             assert outcome.status == "success", outcome.envelope
-        print(
-            "immediate no-op through the dispatcher (run on its thread, as clock and calculator"
-            f" are), gate (allow) + trail included, n={n} a round:"
+        figures = (
+            (
+                "immediate no-op through the dispatcher (run on its thread, as clock and "
+                "calculator are), gate (allow) + trail included",
+                "dispatch",
+                quick,
+                INLINE_TARGET,
+            ),
+            (
+                "inline no-op through the dispatcher (run in a lane thread: every ability "
+                "that may wait)",
+                "lane call",
+                call,
+                None,
+            ),
         )
-        rounds(
-            "dispatch",
-            "pykka ask",
-            lambda: submit(dispatcher, quick).result(5),
-            lambda: echo.ask(_Ping()),
-            n,
-            count,
-            INLINE_TARGET,
-        )
-        print(
-            "inline no-op through the dispatcher (run in a lane thread: every ability that may"
-            f" wait), n={n} a round:"
-        )
-        rounds(
-            "lane call",
-            "pykka ask",
-            lambda: submit(dispatcher, call).result(5),
-            lambda: echo.ask(_Ping()),
-            n,
-            count,
-            None,
-            "no target (two more cross-thread hand-offs; see the module docstring)",
-        )
+        for title, label, each, target in figures:
+            print(f"{title}, n={n} a round:")
+            rounds(
+                label,
+                "pykka ask",
+                lambda each=each: submit(dispatcher, each).result(5),
+                lambda: echo.ask(_Ping()),
+                n,
+                count,
+                target,
+                "no target (two more cross-thread hand-offs; see the module docstring)",
+            )
         samples = timed(lambda: submit(dispatcher, quick).result(5), n)
         print(
             f"  immediate, last run: p50 {statistics.median(samples):.1f} us   "
