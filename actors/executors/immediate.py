@@ -13,7 +13,9 @@ with it), so the executor keeps every tool to its declaration: a run that
 takes longer than :data:`SLOW_RUN` is logged, and from then on, for the life
 of the process, that tool runs in inline lanes of its own
 (:class:`~actors.executors.inline.InlineExecutor`, started on first use),
-where the deadline and cancellation work as for any inline tool.
+where the deadline and cancellation work as for any inline tool. The time is
+wall-clock time, so a run that waited for the GIL behind a busy thread may
+count as slow too: the move costs that tool its speed, never its safety.
 """
 
 from __future__ import annotations
