@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
+
+from chalie.errors import ERROR_CODES
+from tools import gen_docs, import_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-sys.path.insert(0, str(ROOT / "tools"))
-
-import gen_docs  # noqa: E402
-import import_graph  # noqa: E402
-
-from chalie.errors import ERROR_CODES  # noqa: E402
 
 
 def test_the_generated_tables_are_fresh() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import functools
 from pathlib import Path
 
 import pytest
@@ -11,29 +9,9 @@ import pytest
 from chalie.control import NoArgs, encode_request
 from chalie.messages import ControlReply
 from chalie.routing import Route, Router
+from tools.import_graph import imports_of
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@functools.cache
-def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
-
-
-@functools.cache
-def imports_of(path: Path) -> tuple[frozenset[str], frozenset[str]]:
-    """What a file imports, at any depth (function-level imports included): the modules,
-    and every ``module.name`` its ``from module import name`` lines name. One walk a file,
-    shared by every test here."""
-    found: set[str] = set()
-    names: set[str] = set()
-    for node in ast.walk(parsed(path)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return frozenset(found), frozenset(names)
 
 
 def imported_modules(path: Path) -> frozenset[str]:

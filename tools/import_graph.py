@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -71,6 +72,23 @@ def component(module: str) -> str:
     return top
 
 
+@functools.cache
+def imports_of(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """What a file imports, at any depth (function-level and TYPE_CHECKING imports
+    included): the modules, and every ``module.name`` its ``from module import name``
+    lines name. One parse a file, shared by the picture and ``tests/test_layers.py``;
+    only the small answer is kept, never the tree."""
+    found: set[str] = set()
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(found), frozenset(names)
+
+
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package in PACKAGES:
@@ -89,17 +107,11 @@ def edges() -> tuple[list[str], set[tuple[str, str]]]:
     nodes = sorted({component(m) for m in mods})
     found: set[tuple[str, str]] = set()
     for name, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module]
-            for target in targets:
-                if target.split(".")[0] in PACKAGES and target != "chalie.__main__":
-                    a, b = component(name), component(target)
-                    if a != b:
-                        found.add((a, b))
+        for target in imports_of(path)[0]:
+            if target.split(".")[0] in PACKAGES and target != "chalie.__main__":
+                a, b = component(name), component(target)
+                if a != b:
+                    found.add((a, b))
     return nodes, found
 
 
