@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chalie.admission import Admission, connection_cap, guarded_protocol
+from chalie.asgi_server import Server
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
 from chalie.config import LOOPBACK_HOSTS, ChatConfig
@@ -71,7 +72,7 @@ class WebSocketBridge:
         self._extra_routes = extra_routes
         self._port = port
         self._verify = verify
-        self._server: uvicorn.Server | None = None
+        self._server: Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._sessions: set[ChatSession] = set()
         self._admitting = 0
@@ -113,7 +114,7 @@ class WebSocketBridge:
             ws_ping_timeout=20.0,
             timeout_graceful_shutdown=1,
         )
-        self._server = uvicorn.Server(uv)
+        self._server = Server(uv)
         self._task = asyncio.get_running_loop().create_task(
             self._server.serve(sockets=[sock]), name="chat-websocket"
         )
@@ -135,7 +136,7 @@ class WebSocketBridge:
         for session in list(self._sessions):
             session.close()
         if self._server is not None and self._task is not None:
-            self._server.should_exit = True
+            self._server.exit()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._task), 3.0)
             if not self._task.done():

@@ -36,6 +36,7 @@ from starlette.routing import Mount
 
 import chalie
 from chalie.admission import Admission, connection_cap, guarded_protocol
+from chalie.asgi_server import Server
 from chalie.config import McpServerConfig
 from chalie.listener import tcp_listener
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
@@ -261,7 +262,7 @@ class McpHttpServer:
         self.port = 0
         self.gate: Gate | None = None
         self.done: asyncio.Future[Any] | None = None
-        self._uvicorn: uvicorn.Server | None = None
+        self._uvicorn: Server | None = None
         self._sock: socket.socket | None = None
         self._stopping = False
         self.admission: Admission | None = None
@@ -296,7 +297,7 @@ class McpHttpServer:
             server_header=False,
         )
         # Off the main thread uvicorn installs no signal handlers: the daemon keeps its own.
-        server = uvicorn.Server(cfg)
+        server = Server(cfg)
         self._uvicorn = server
         loop = asyncio.get_running_loop()
         self.done = loop.create_task(server.serve(sockets=[sock]), name="mcp-server")
@@ -313,7 +314,7 @@ class McpHttpServer:
         server, done = self._uvicorn, self.done
         if server is None or done is None:
             return
-        server.should_exit = True
+        server.exit()
         if not done.done():
             try:
                 await asyncio.wait_for(asyncio.shield(done), 5.0)

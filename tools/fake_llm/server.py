@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from chalie.asgi_server import Server
 from chalie.listener import tcp_listener
 from tools.fake_llm.script import (
     Player,
@@ -445,7 +446,7 @@ class FakeModelServer:
         # TCP_NODELAY on every connection (see chalie.listener): no 40 ms delayed-ACK stalls.
         self._sock = tcp_listener(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        self._server = uvicorn.Server(
+        self._server = Server(
             uvicorn.Config(
                 self.app,
                 log_level="critical",
@@ -479,8 +480,8 @@ class FakeModelServer:
         return self
 
     def stop(self) -> None:
-        self._server.should_exit = True
         self._server.force_exit = True
+        self._server.exit()
         if self._thread is not None:
             self._thread.join(10)
         self._sock.close()
