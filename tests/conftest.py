@@ -1,4 +1,5 @@
-"""The suite's one hook: each test's slow mark is noted before its fixtures run.
+"""The suite's hooks: each test's slow mark is noted before its fixtures run; a fast run
+(``-m "not slow"``) does not import a test module marked slow whole.
 
 The helpers live in modules named for what they hold: :mod:`tests.slow` (the
 slow mark's guard), :mod:`tests.daemon_process` (a real daemon process),
@@ -8,9 +9,18 @@ and :mod:`tools.processes` (shared with the benchmarks).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests import slow
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # Its every test would be deselected: do not import it at all (True: ignore; None: ask on).
+    if slow.deselects_slow(config) and slow.whole_module_slow(collection_path):
+        return True
+    return None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
