@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import re
+import select
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +47,8 @@ MAX_ARG_DEPTH: Final = 64
 # The data directory's layout is chalie.home's; these names are re-exported for clients.
 SOCKET_NAME: Final = CONTROL_SOCKET_NAME
 _SLICE_MS: Final = 200
+# How often wait_gone looks where it cannot be woken by the exit (no pidfd).
+_GONE_POLL: Final = 0.01
 
 # Error codes a ControlReply can carry (the ``error`` field).
 MALFORMED: Final = "malformed-request"
@@ -251,6 +255,34 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds for ``pid`` to exit; whether it has (a zombie has).
+
+    Woken by the exit itself: a Linux pidfd becomes readable when its process ends. Where
+    there is none (another system, an old kernel), :func:`process_alive` is asked every
+    ``_GONE_POLL`` seconds instead.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            return bool(poller.poll(max(0, int(timeout * 1000)))) or not process_alive(pid)
+        finally:
+            os.close(fd)
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_GONE_POLL)
+    return True
+
+
 def lock_holder(home: Path) -> int | bool | None:
     """Who holds the data directory's lock (read from /proc/locks, which changes nothing):
     its pid; False when nobody does; True when held by a pid this namespace cannot name;
@@ -284,6 +316,15 @@ def lock_held(home: Path) -> bool | None:
     return holder if holder is None else holder is not False
 
 
+def named_pid(home: Path) -> int | None:
+    """The pid file's process if it is alive, else None: a first look, the lock not asked."""
+    try:
+        pid = int((home / PID_NAME).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 and process_alive(pid) else None
+
+
 def read_pid(home: Path) -> int | None:
     """The daemon's pid: the pid file's process if it is alive and the lock is held, else None.
 
@@ -291,16 +332,20 @@ def read_pid(home: Path) -> int | None:
     (pids are reused); the lock, which the kernel drops with its holder, says
     whether a daemon really runs.
     """
-    try:
-        pid = int((home / PID_NAME).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if pid <= 0 or not process_alive(pid) or lock_held(home) is False:
+    pid = named_pid(home)
+    if pid is None or lock_held(home) is False:
         return None
     return pid
 
 
 # -- the client ---------------------------------------------------------------
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 class DaemonNotRunning(RuntimeError):
@@ -330,8 +375,12 @@ class ControlClient:
         self._sock: zmq.Socket[bytes] | None = None
 
     def check(self) -> None:
-        """Raise DaemonNotRunning now when there is plainly no daemon (no live pid, no socket)."""
-        if read_pid(self.home) is None or not socket_path(self.home).exists():
+        """Raise DaemonNotRunning now when there is plainly no daemon: no pid file naming a
+        live process, or no socket file. Whether that process holds the data directory's
+        lock (a killed daemon's pid file can name another, live process) is asked only while
+        the request waits for its answer: the kernel's lock table, /proc/locks, takes an RCU
+        grace period to read (5-20 ms, most of a command's own work)."""
+        if named_pid(self.home) is None or not _is_socket(socket_path(self.home)):
             raise DaemonNotRunning(self.home)
 
     def _socket(self) -> zmq.Socket[bytes]:
@@ -364,8 +413,8 @@ class ControlClient:
             sock.send(encode_request(command, args), zmq.NOBLOCK)
             # Wait in slices, so a daemon that dies mid-request is noticed at once.
             while not sock.poll(_SLICE_MS, zmq.POLLIN):
-                if read_pid(self.home) is None:
-                    raise DaemonNotRunning(self.home, "the daemon stopped during the request")
+                if read_pid(self.home) is None:  # it stopped, or its pid file was stale
+                    raise DaemonNotRunning(self.home)
                 if time.monotonic() >= deadline:
                     raise DaemonNotRunning(self.home, f"no answer within {wait:g} s")
             frame = sock.recv()

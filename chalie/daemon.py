@@ -13,12 +13,10 @@ the tree gave up, :data:`EXIT_ALREADY_RUNNING`, :data:`EXIT_STARTUP_FAILED`.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from typing import Final, NoReturn
 
 from chalie import control
 from chalie.home import Home
+from chalie.quick_exit import quick_exit
 
 log = logging.getLogger("chalie.daemon")
 
@@ -104,12 +103,5 @@ def exit_process(code: int, *, grace: float = 2.0) -> NoReturn:
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(code)
-    # A clean stop: every actor closed what it owns. Run the exit handlers (logging's flush
-    # among them) and the streams' flush, then leave without the interpreter's finalisation:
-    # tearing down every module and native library (the model runtime, the indexes, the
-    # HTTP stack) was most of a `chalie stop` (about 1 s of 2 on a loaded machine).
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    # A clean stop: every actor closed what it owns (chalie.quick_exit).
+    quick_exit(code)

@@ -204,11 +204,8 @@ def stop_command(obj: Ctx, timeout: float) -> None:
         fail(f"{reply.error}: {reply.data.get('message', '')}", EXIT_ERROR_REPLY)
     data = reply.data
     pid = int(data["pid"])
-    deadline = time.monotonic() + timeout
-    while control.process_alive(pid):
-        if time.monotonic() > deadline:
-            fail(f"daemon {pid} is still stopping after {timeout:g} s")
-        time.sleep(0.05)
+    if not control.wait_gone(pid, timeout):
+        fail(f"daemon {pid} is still stopping after {timeout:g} s")
     click.echo(f"chalie: daemon {pid} stopped")
 
 
@@ -223,9 +220,6 @@ def _stop_starting(pid: int, timeout: float) -> None:
         return
     except PermissionError:
         fail(f"daemon {pid} is starting and belongs to another user; not stopped")
-    deadline = time.monotonic() + timeout
-    while control.process_alive(pid):
-        if time.monotonic() > deadline:
-            fail(f"daemon {pid} was starting and is still stopping after {timeout:g} s")
-        time.sleep(0.05)
+    if not control.wait_gone(pid, timeout):
+        fail(f"daemon {pid} was starting and is still stopping after {timeout:g} s")
     click.echo(f"chalie: daemon {pid} was starting; stopped")

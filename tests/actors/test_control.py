@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import stat
 import threading
 import time
@@ -182,15 +183,30 @@ def test_client_treats_a_dead_pid_as_no_daemon(home: Path) -> None:
         control.request(home, "status")
 
 
+def unserved_socket(path: Path) -> socket.socket:
+    """A socket file nobody serves (a killed daemon leaves one): a connect is refused."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    return sock
+
+
 def test_client_gives_up_on_a_silent_socket(home: Path) -> None:
     (home / control.PID_NAME).write_text(str(os.getpid()))  # alive, but nobody listens
-    (home / control.SOCKET_NAME).write_text("")
     with (
+        unserved_socket(home / control.SOCKET_NAME),
         daemon.instance_lock(home),
         pytest.raises(control.DaemonNotRunning) as info,
     ):
         control.request(home, "status", timeout=0.3)
     assert "no answer" in info.value.why
+
+
+def test_a_live_pid_beside_a_file_that_is_no_socket_is_no_daemon_at_once(home: Path) -> None:
+    (home / control.PID_NAME).write_text(str(os.getpid()))
+    (home / control.SOCKET_NAME).write_text("")
+    with daemon.instance_lock(home), pytest.raises(control.DaemonNotRunning) as info:
+        control.request(home, "status", timeout=30)
+    assert info.value.why == ""  # refused before any request was sent: nothing waited
 
 
 # -- the endpoint, live -------------------------------------------------------------
@@ -414,7 +430,7 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
     home.mkdir(mode=0o700)
     # The pid of a live process that is not a daemon, and a socket file nobody serves.
     (home / control.PID_NAME).write_text(f"{os.getpid()}\n")
-    (home / control.SOCKET_NAME).write_text("")
+    leftover = unserved_socket(home / control.SOCKET_NAME)
     (home / control.LOCK_NAME).write_text("")
     assert control.read_pid(home) is None
     began = time.monotonic()
@@ -423,6 +439,7 @@ def test_a_stale_pid_file_naming_an_unrelated_live_process_is_no_daemon(tmp_path
     result = CliRunner().invoke(cli, ["--home", str(home), "stop"])
     assert result.exit_code == 0 and "no daemon running" in result.stdout
     assert time.monotonic() - began < 5
+    leftover.close()
     # Held by a live process, the lock makes the same pid file a daemon's.
     holder = subprocess.Popen(
         [
@@ -498,3 +515,32 @@ def test_the_live_endpoint_answers_a_deeply_nested_request(served: Served) -> No
     reply = reply_of(raw(served.home, [b"", frame], zmq.DEALER))
     assert reply.error == control.MALFORMED
     assert control.request(served.home, "status").ok
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_wait_gone_sees_an_exit_a_zombie_and_a_live_process(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    if not pidfd:
+
+        def unavailable(_pid: int) -> int:
+            raise OSError(38, "Function not implemented")
+
+        monkeypatch.setattr(os, "pidfd_open", unavailable)
+    child = subprocess.Popen(
+        [sys.executable, "-S", "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        assert control.wait_gone(child.pid, 0.05) is False  # it runs on: the wait times out
+        assert child.stdin is not None
+        threading.Thread(target=child.stdin.close).start()  # it exits while we wait
+        assert control.wait_gone(child.pid, 30) is True
+        assert control.wait_gone(child.pid, 0) is True  # not reaped yet: a zombie is gone
+        assert child.poll() is not None
+    finally:
+        child.kill()
+        child.wait(10)
+    assert control.wait_gone(child.pid, 30) is True  # reaped: no such process

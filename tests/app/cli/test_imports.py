@@ -60,18 +60,22 @@ CONTROL_COMMANDS: Final = [
     (["mcp", "list"], ("chalie.config",)),
 ]
 
+# The command leaves through its exit handlers (chalie.quick_exit): the last one records.
 PROBE: Final = """
-import json, sys
+import atexit, json, sys
 out, argv = sys.argv[1], sys.argv[2:]
 sys.argv = ["chalie", *argv]
-try:
-    from chalie_app.cli import main
-    main()
-except SystemExit:
-    pass
-finally:
+
+
+def record():
     with open(out, "w") as f:
         json.dump(sorted(sys.modules), f)
+
+
+atexit.register(record)
+from chalie_app.cli import main
+
+main()
 """
 
 
