@@ -7,8 +7,6 @@ into ``chalie: <code>: <message>``.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import sys
 import time
@@ -49,6 +47,8 @@ def run_command(ctx: click.Context) -> None:
     # Imported here: the actor runtime is heavy, and the other commands never need it.
     # The composition root sits above the actors; the CLI is the only part of
     # chalie/ that reaches it, and only to run the daemon.
+    import logging
+
     from chalie import daemon, heap, logs
     from chalie_app import root
 
@@ -74,6 +74,8 @@ def _scalar(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict | list):
+        import json
+
         return json.dumps(value, default=str, separators=(",", ":"))
     return str(value)
 
@@ -100,6 +102,8 @@ def status_command(obj: Ctx, as_json: bool, wait: float | None) -> None:
 
     data = _wait_ready(obj, wait) if wait is not None else ask_daemon(obj, "status")
     if as_json:
+        import json
+
         click.echo(json.dumps(data, indent=2, default=str))
         return
     up = _age(data["uptime"])

@@ -6,11 +6,13 @@ beside its floor (control commands <= 150 ms; ``tools call`` <= 250 ms plus the 
 and beside ``python3 -c pass`` measured in the same run. Bytecode is cached, as in an
 installed copy (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). Each figure's CPU time
 (user + system, of the command's process) is printed too: it moves much less than the
-wall clock on a loaded machine. ``stop`` is
-measured once at the end (it includes the daemon's own shutdown), and again with no
-daemon running.
+wall clock on a loaded machine. ``stop`` of a running daemon includes the daemon's own
+shutdown and exit (``stop`` returns once the process is gone): it is measured on
+``STOP_RUNS`` daemons started one after another on the same data directory, each once
+its discovery index is ready (a stop during the first index build waits for it), and
+again with no daemon running.
 
-Run: python tools/bench/bench_cli.py [--runs N]
+Run: python tools/bench/bench_cli.py [--runs N] [--stop-runs N]
 """
 
 from __future__ import annotations
@@ -74,6 +76,15 @@ def cpu_of(argv: list[str]) -> float:
     return statistics.median(CPU.get(" ".join(argv), [0.0]))
 
 
+def ready(reply: control.ControlReply) -> bool:
+    """Every actor up and the discovery index built."""
+    data = reply.data
+    if not reply.ok or not all(c["alive"] for c in data["actors"]):
+        return False
+    state = data.get("discovery")
+    return isinstance(state, dict) and state.get("state") == "ready"
+
+
 def start(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     (home / "config.toml").write_text("[mcp_server]\nport = 0\n[chat]\nport = 0\n")
     proc = subprocess.Popen(
@@ -91,7 +102,7 @@ def start(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
             except control.DaemonNotRunning:
                 time.sleep(0.05)
                 continue
-            if reply.ok and all(c["alive"] for c in reply.data["actors"]):
+            if ready(reply):
                 return proc
             time.sleep(0.05)
     finally:
@@ -112,6 +123,7 @@ def row(name: str, took: float, floor: float, floor_name: str, base: float, cpu:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--stop-runs", type=int, default=5)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="chc-", dir="/tmp"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CHALIE_HOME": str(home)}
@@ -132,10 +144,26 @@ def main() -> None:
             took = median_of([*chalie, *argv], env, args.runs)
             floor_name = "floor" if floor == CONTROL_FLOOR else "floor+tool"
             print(row(name, took, floor, floor_name, base, cpu_of([*chalie, *argv])))
-        stop = timed([*chalie, "stop"], env)
-        proc.wait(60)
+        stops = []
+        for n in range(args.stop_runs):
+            if n:
+                proc = start(home, env)
+            stops.append(timed([*chalie, "stop"], env))
+            proc.wait(60)
         stop_cpu = cpu_of([*chalie, "stop"])
-        print(row("stop (daemon exits)", stop, CONTROL_FLOOR, "floor", base, stop_cpu) + " (once)")
+        print(
+            row(
+                "stop (daemon exits)",
+                statistics.median(stops),
+                CONTROL_FLOOR,
+                "floor",
+                base,
+                stop_cpu,
+            )
+            + f" (median of {len(stops)} daemons: "
+            + " ".join(f"{t * 1000:.0f}" for t in stops)
+            + ")"
+        )
         CPU.pop(" ".join([*chalie, "stop"]), None)
         idle = median_of([*chalie, "stop"], env, args.runs)
         print(
