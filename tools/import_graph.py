@@ -18,6 +18,7 @@ import argparse
 import ast
 import functools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -80,13 +81,24 @@ def imports_of(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     only the small answer is kept, never the tree."""
     found: set[str] = set()
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _statements(ast.parse(path.read_text(), filename=str(path)).body):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return frozenset(found), frozenset(names)
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every statement, at any depth (an import is one): bodies are walked, expressions,
+    most of a tree's nodes, are not."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
 
 
 def modules() -> dict[str, Path]:
