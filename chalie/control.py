@@ -249,10 +249,10 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True  # alive, someone else's
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        line = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no /proc here: kill(0) is all we know
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return line.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def wait_gone(pid: int, timeout: float) -> bool:
