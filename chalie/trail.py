@@ -78,7 +78,9 @@ _ADDED: Final = {
 _json = msgspec.json.Encoder()
 
 
-class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
+class TrailCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One call as an operator is shown it (the REST API's trail row derives from this)."""
+
     id: int
     call_id: str
     turn_id: str
@@ -95,12 +97,17 @@ class TrailRow(msgspec.Struct, frozen=True, kw_only=True):
     background: bool
     started_at: float
     ended_at: float | None
+    # The principal id of the turn (chalie.principals); '' for a row from before the column.
+    principal: str = ""
+
+
+class TrailRow(TrailCall, frozen=True, kw_only=True):
+    """A stored row: the call as shown, and what the dispatcher keeps beside it."""
+
     # What the dispatcher healed in the model's arguments (chalie.healing), "; "-joined.
     healed: str = ""
     # The call that started the delegate sub-turn this call ran in ('' for none).
     parent_call_id: str = ""
-    # The principal id of the turn (chalie.principals); '' for a row from before the column.
-    principal: str = ""
 
 
 _COLUMNS: Final = tuple(TrailRow.__struct_fields__)

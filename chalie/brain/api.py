@@ -18,6 +18,7 @@ from chalie.messages import Answer, Channel, TrailStatus
 from chalie.policy import PERMISSION, SERVER_WILDCARD
 from chalie.principals import Scope
 from chalie.schedule.store import Shown
+from chalie.trail import TrailCall
 
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -326,24 +327,10 @@ class TrailExportQuery(Struct):
     format: Literal["jsonl", "csv"] = "jsonl"
 
 
-class TrailEntry(Reply):
-    id: int
-    call_id: str
-    turn_id: str
-    conversation_id: str
-    channel: str
-    tool: str
-    permission: str | None
-    decision: str | None
-    decided_by: str | None
-    params: str
-    status: str
-    code: str | None
-    act_summary: str
-    background: bool
-    started_at: float
-    ended_at: float | None
-    principal: str = ""
+# The stored row's fields an operator is shown, declared once in chalie.trail (frozen there,
+# so not a Reply: a frozen struct cannot also derive from a mutable one).
+class TrailEntry(TrailCall, frozen=True):
+    """One tool call on the action trail."""
 
 
 class TrailPage(Reply):

@@ -375,6 +375,72 @@ def test_trail_keyset_pages_filters_and_exports(d: BrainDaemon) -> None:
         assert len(csv_text.strip().splitlines()) == 26
 
 
+# The trail row as the REST API and its CSV export show it, field by field and in order.
+TRAIL_ROW_FIELDS = [
+    "id",
+    "call_id",
+    "turn_id",
+    "conversation_id",
+    "channel",
+    "tool",
+    "permission",
+    "decision",
+    "decided_by",
+    "params",
+    "status",
+    "code",
+    "act_summary",
+    "background",
+    "started_at",
+    "ended_at",
+    "principal",
+]
+
+
+def test_the_trail_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+    book = Trail(d.rt.db_path)
+    try:
+        rec = book.record_for(
+            call_id="shape-1",
+            turn_id="t1",
+            conversation_id="c-shape",
+            channel="chat",
+            tool="clock",
+            permission="clock",
+            params='{"zone": "UTC"}',
+            act_summary="what time is it",
+            healed="zone: utc -> UTC",
+            parent_call_id="shape-0",
+            principal="local",
+        )
+        book.finish(
+            rec, status="success", code=None, decision="allow", decided_by="policy", started=False
+        )
+    finally:
+        book.close()
+    with d.client() as c:
+        page = c.get("/api/v1/trail", params={"conversation": "c-shape"})
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert list(body) == ["rows", "next_before"] and body["next_before"] is None
+        (row,) = body["rows"]
+        assert list(row) == TRAIL_ROW_FIELDS  # what the dispatcher keeps for itself is not shown
+        assert row["call_id"] == "shape-1" and row["background"] is False
+        assert row["params"] == '{"zone": "UTC"}' and row["principal"] == "local"
+        assert row["status"] == "success" and isinstance(row["ended_at"], float)
+        csv_text = c.get(
+            "/api/v1/trail/export", params={"conversation": "c-shape", "format": "csv"}
+        ).text
+        head, line = csv_text.strip().splitlines()
+        assert head.split(",") == TRAIL_ROW_FIELDS and "shape-1" in line
+        jsonl = c.get("/api/v1/trail/export", params={"conversation": "c-shape", "format": "jsonl"})
+        (stored,) = [json.loads(x) for x in jsonl.text.splitlines()]
+        # The JSONL export is the whole stored row, the healed arguments and parent call included.
+        assert set(stored) == {*TRAIL_ROW_FIELDS, "healed", "parent_call_id"}
+        assert stored["healed"] == "zone: utc -> UTC" and stored["parent_call_id"] == "shape-0"
+        assert {k: stored[k] for k in TRAIL_ROW_FIELDS} == row
+
+
 def test_conversations_list_read_delete(d: BrainDaemon) -> None:
     with d.client() as c:
         refused(c.get("/api/v1/conversations/c-none"), 404, "unknown-conversation")
