@@ -46,7 +46,7 @@ from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
 from chalie.tokens import TokenError, TokenInfo, TokenStore
-from chalie.trail import Trail
+from chalie.trail import Trail, TrailRow
 
 A = TypeVar("A", bound=pykka.Actor)
 
@@ -515,7 +515,9 @@ class RuntimeBackend:
         return api.ApprovedTools(name=done["name"], approved=list(done["approved"]))
 
     # -- trail ------------------------------------------------------------------------
-    def _trail_query(self, args: Any, *, limit: int, before: int | None) -> list[Any]:
+    def _trail_query(
+        self, args: api.TrailFilter, *, limit: int, before: int | None
+    ) -> list[TrailRow]:
         try:
             return self._book().query(
                 tool=args.tool,

@@ -299,7 +299,9 @@ class RemoteDone(Reply):
 
 
 # -- trail ------------------------------------------------------------------------------
-class TrailQuery(Struct):
+class TrailFilter(Struct):
+    """The filters a trail page and a trail export share."""
+
     tool: Annotated[str, msgspec.Meta(max_length=128)] | None = None
     status: TrailStatus | None = None
     code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
@@ -309,21 +311,15 @@ class TrailQuery(Struct):
     principal: Annotated[str, msgspec.Meta(max_length=128)] | None = None
     since: float | None = None
     until: float | None = None
+
+
+class TrailQuery(TrailFilter):
     # Keyset pagination: rows with an id below this one (the previous page's next_before).
     before: RowId | None = None
     limit: Limit = 50
 
 
-class TrailExportQuery(Struct):
-    tool: Annotated[str, msgspec.Meta(max_length=128)] | None = None
-    status: TrailStatus | None = None
-    code: Annotated[str, msgspec.Meta(max_length=64)] | None = None
-    channel: Annotated[str, msgspec.Meta(max_length=64)] | None = None
-    conversation: Annotated[str, msgspec.Meta(max_length=128)] | None = None
-    # The principal id of the turn (a token id, or ``local`` for the owner's local calls).
-    principal: Annotated[str, msgspec.Meta(max_length=128)] | None = None
-    since: float | None = None
-    until: float | None = None
+class TrailExportQuery(TrailFilter):
     format: Literal["jsonl", "csv"] = "jsonl"
 
 
