@@ -4,19 +4,21 @@ tests (``tests/core/conversation/harness.py`` guards it with the slow mark) and 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from actors.chat_bridge import ChatBridge
 from actors.child_ref import ChildRef
 from actors.conversations import Conversations
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
 from chalie.conversation.requests import Accepted, SendMessage
-from chalie_app import root
-from chalie_app.root import Runtime
+from chalie.tokens import FIRST_TOKEN_FILE
+from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
 from tools.waiting import wait_until
@@ -100,23 +102,8 @@ class Harness:
         self.config = Config.load(self.home)
         self.events: list[Any] = []
         self._lock = threading.Lock()
-        ready = threading.Event()
-        box: dict[str, Runtime] = {}
-
-        def on_ready(rt: Runtime) -> None:
-            box["rt"] = rt
-            ready.set()
-
-        self.thread = threading.Thread(
-            target=root.run,
-            args=(self.config,),
-            kwargs={"ready": on_ready, "clock": clock},
-            daemon=True,
-        )
-        self.thread.start()
-        if not ready.wait(120):
-            raise RuntimeError("the daemon did not start")
-        self.rt = box["rt"]
+        self.daemon = DaemonThread(self.config, clock=clock)
+        self.rt = self.daemon.rt
         wait_until(self._tree_up, 120, "every child of the tree to run")
         self.sub = self.rt.events.subscribe(None, self._record)
 
@@ -188,9 +175,42 @@ class Harness:
 
     def close(self) -> None:
         self.sub.close()
-        self.rt.request_stop()
-        self.thread.join(60)
+        self.daemon.stop()
         self.server.stop()
+
+
+class ChatDaemon:
+    """A daemon on a fresh home in /tmp with the scripted model on loopback and chat on an
+    ephemeral port; ``addresses`` are the chat bridge's, ``token`` the first (owner) token.
+
+    ``extra_toml`` is appended to the configuration; :meth:`script` gives the model its next
+    script; :meth:`close` stops the daemon and the model and removes the home.
+    """
+
+    def __init__(self, extra_toml: str = "", *, prefix: str = "chd-") -> None:
+        self.server = FakeModelServer(load_script("{}")).start()
+        self.home = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self.daemon: DaemonThread | None = None
+        try:
+            text = config_toml(self.server) + "[chat]\nport = 0\n" + extra_toml
+            (self.home / "config.toml").write_text(text)
+            self.daemon = DaemonThread(Config.load(self.home))
+            self.rt = self.daemon.rt
+            self.addresses: dict[str, Any] = self.daemon.chat().call(ChatBridge.addresses)
+            self.token = (self.home / FIRST_TOKEN_FILE).read_text().strip()
+        except BaseException:
+            self.close()
+            raise
+
+    def script(self, script: dict[str, Any]) -> None:
+        self.server.app.player = Player(load_script(json.dumps(script)))
+        self.server.app.requests.clear()
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+        self.server.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def assert_valid_history(messages: list[Any]) -> None:
