@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from chalie.accounts.book import AccountBook
-from chalie.personal.runtime import PersonalRuntime, PersonalSettings
-from chalie.services import Services
 
 
 @pytest.fixture
@@ -24,11 +22,3 @@ def book(home: Path) -> Iterator[AccountBook]:
     b = AccountBook(home / "chalie.db", home)
     yield b
     b.close()
-
-
-def runtime(book: AccountBook, **settings: object) -> PersonalRuntime:
-    return PersonalRuntime(book, PersonalSettings(**settings))  # type: ignore[arg-type]
-
-
-def services(rt: PersonalRuntime) -> Services:
-    return Services(personal=rt)

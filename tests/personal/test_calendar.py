@@ -92,6 +92,28 @@ def tool(
     return Calendar(None, Services(personal=PersonalRuntime(book, PersonalSettings())))
 
 
+def created_id(result: ToolResult) -> str:
+    """The id of the event a create_event call made."""
+    assert result.ok, result.body
+    made: str = json.loads(result.body)["created"]["id"]
+    return made
+
+
+def weekly_series(cal: Calendar, title: str) -> str:
+    """Three weekly events from Monday 24 March 2025, 18:00 in Malta (across the DST change)."""
+    return created_id(
+        cal.run(
+            CalendarParams(
+                action="create_event",
+                title=title,
+                start="2025-03-24T18:00",
+                zone="Europe/Malta",
+                recurrence="FREQ=WEEKLY;COUNT=3",
+            )
+        )
+    )
+
+
 def events(result: ToolResult) -> dict[str, Any]:
     assert result.ok, result.body
     assert result.body.startswith(WARNING_LINE + "\n") and result.meta["untrusted"] is True
@@ -152,17 +174,17 @@ def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Rad
 
 def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) -> None:
     cal = tool(book, server)
-    made = cal.run(
-        CalendarParams(
-            action="create_event",
-            title="Dentist",
-            start="2025-05-02T15:00",
-            zone="Europe/Malta",
-            location="Sliema",
+    event_id = created_id(
+        cal.run(
+            CalendarParams(
+                action="create_event",
+                title="Dentist",
+                start="2025-05-02T15:00",
+                zone="Europe/Malta",
+                location="Sliema",
+            )
         )
     )
-    assert made.ok, made.body
-    event_id = json.loads(made.body)["created"]["id"]
     day = events(cal.run(CalendarParams(start="2025-05-02", zone="Europe/Malta")))
     assert [(e["title"], e["start"], e["end"]) for e in day["events"]] == [
         ("Dentist", "2025-05-02T15:00+02:00", "2025-05-02T16:00+02:00")
@@ -254,16 +276,7 @@ def test_a_change_on_the_server_refetches_only_that_object(
 
 def test_one_occurrence_of_a_series_can_be_deleted(book: AccountBook, server: Radicale) -> None:
     cal = tool(book, server)
-    made = cal.run(
-        CalendarParams(
-            action="create_event",
-            title="Piano",
-            start="2025-03-24T18:00",
-            zone="Europe/Malta",
-            recurrence="FREQ=WEEKLY;COUNT=3",
-        )
-    )
-    event_id = json.loads(made.body)["created"]["id"]
+    event_id = weekly_series(cal, "Piano")
     shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
     piano = [e["start"] for e in shown["events"] if e["title"] == "Piano"]
     # 18:00 in Malta: 17:00Z before the change on 30 March, 16:00Z after
@@ -289,16 +302,7 @@ def test_one_occurrence_of_a_series_can_be_changed_and_then_deleted(
     book: AccountBook, server: Radicale
 ) -> None:
     cal = tool(book, server)
-    made = cal.run(
-        CalendarParams(
-            action="create_event",
-            title="Choir",
-            start="2025-03-24T18:00",
-            zone="Europe/Malta",
-            recurrence="FREQ=WEEKLY;COUNT=3",
-        )
-    )
-    event_id = json.loads(made.body)["created"]["id"]
+    event_id = weekly_series(cal, "Choir")
 
     def choir() -> list[tuple[str, str, str]]:
         shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
