@@ -49,6 +49,7 @@ from chalie.tokens import TokenError, TokenInfo, TokenStore
 from chalie.trail import Trail, TrailRow
 
 A = TypeVar("A", bound=pykka.Actor)
+V = TypeVar("V", bound=msgspec.Struct)
 
 ACTOR_TIMEOUT: Final = 10.0
 EXPORT_PAGE: Final = 500
@@ -81,14 +82,50 @@ def _rss() -> int:
     return 0
 
 
+def view(kind: type[V], source: Any, **given: Any) -> V:
+    """An answer of type ``kind`` from ``source``'s attributes of the same names (validated,
+    tuples as lists); ``given`` are the fields worked out here instead."""
+    if given:
+        source = {
+            **{f: getattr(source, f) for f in kind.__struct_fields__ if hasattr(source, f)},
+            **given,
+        }
+    return msgspec.convert(source, kind, from_attributes=True)
+
+
+@contextlib.contextmanager
+def refused(kind: type[Exception], status: int, code: str | None = None) -> Iterator[None]:
+    """An exception of ``kind`` raised inside is the refusal ``status`` with its message:
+    its own stable code (``exc.code``), or ``code`` when given."""
+    try:
+        yield
+    except kind as exc:
+        raise ApiProblem(status, code or exc.code, str(exc)) from None  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def coded_refusals() -> Iterator[None]:
+    """A ValueError that carries a stable code (a conversation request refused) is a 400."""
+    try:
+        yield
+    except ValueError as exc:
+        code = getattr(exc, "code", None)
+        if isinstance(code, str):
+            raise ApiProblem(400, code, str(exc)) from None
+        raise
+
+
+def unknown_conversation(conversation_id: str) -> ApiProblem:
+    return ApiProblem(404, "unknown-conversation", f"no conversation {conversation_id!r}")
+
+
+def agent_name(names: dict[str, str], key: str) -> str:
+    """The agent token's name for an agent's memory key ("?" if unknown); "" for the owner."""
+    return names.get(key, "?") if is_agent(key) else ""
+
+
 def token_view(info: TokenInfo) -> api.TokenView:
-    return api.TokenView(
-        name=info.name,
-        scope=info.scope,
-        created=info.created,
-        revoked=info.revoked,
-        last_used=info.last_used,
-    )
+    return view(api.TokenView, info)
 
 
 def client_configs(url: str, secret: str) -> api.ClientConfigs:
@@ -210,12 +247,7 @@ class RuntimeBackend:
     def overview(self, _path: Any, _args: api.Empty) -> api.Overview:
         status = self._host.status()
         actors = msgspec.convert(status.get("actors", []), list[api.ActorView])
-        remotes = [
-            api.RemoteSummary(
-                name=r.name, status=r.status, tools=r.tools, quarantined=r.quarantined
-            )
-            for r in self.remotes(None, api.Empty())
-        ]
+        remotes = [view(api.RemoteSummary, r) for r in self.remotes(None, api.Empty())]
         errors = self._book().query(status="error", limit=RECENT_ERRORS)
         try:
             pending = len(self._policy().call(PolicyActor.pending))
@@ -231,17 +263,7 @@ class RuntimeBackend:
             mcp_server=status.get("mcp_server"),
             remote_servers=remotes,
             pending_approvals=pending,
-            recent_errors=[
-                api.ErrorRow(
-                    id=r.id,
-                    tool=r.tool,
-                    code=r.code,
-                    channel=r.channel,
-                    conversation_id=r.conversation_id,
-                    started_at=r.started_at,
-                )
-                for r in errors
-            ],
+            recent_errors=[view(api.ErrorRow, r) for r in errors],
             sessions=self.sessions.count(),
         )
 
@@ -256,17 +278,12 @@ class RuntimeBackend:
                 )
                 origins[req.conversation_id] = rows[0][0] if rows else ""
         return [
-            api.Approval(
-                request_id=r.request_id,
-                conversation_id=r.conversation_id,
+            view(
+                api.Approval,
+                r,
                 channel=r.channel or "",
-                tool=r.tool,
-                permission=r.permission,
-                act_summary=r.act_summary,
                 params=dict(r.params),
-                expires_at=r.expires_at,
                 asked_by=origins.get(r.conversation_id, ""),
-                form=r.form,
             )
             for r in found
         ]
@@ -288,33 +305,14 @@ class RuntimeBackend:
 
     def approval_history(self, _path: Any, args: api.HistoryQuery) -> list[api.HistoryRow]:
         rows = self._book().query(decided_by="human", limit=args.limit)
-        return [
-            api.HistoryRow(
-                id=r.id,
-                tool=r.tool,
-                permission=r.permission,
-                decision=r.decision,
-                channel=r.channel,
-                conversation_id=r.conversation_id,
-                status=r.status,
-                started_at=r.started_at,
-            )
-            for r in rows
-        ]
+        return [view(api.HistoryRow, r) for r in rows]
 
     # -- policy -----------------------------------------------------------------------
     def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:
         rows = self._policy().call(PolicyActor.list, True)
         needle = args.q.strip().lower()
         shown = [
-            api.PolicyRowView(
-                channel=r.channel,
-                permission=r.permission,
-                decision=r.decision,
-                origin=r.origin,
-                updated_at=r.updated_at,
-                read_only=r.decision == "internal",
-            )
+            view(api.PolicyRowView, r, read_only=r.decision == "internal")
             for r in rows
             if (not needle or needle in r.permission.lower())
             and (args.channel is None or r.channel == args.channel)
@@ -332,25 +330,15 @@ class RuntimeBackend:
         return api.PolicyPage(channels=list(CHANNELS), rows=shown, unconfigured=unconfigured)
 
     def policy_set(self, _path: Any, args: api.PolicySet) -> api.PolicyRowView:
-        try:
+        with refused(PolicyError, 400, "invalid-args"):
             row = self._policy().call(PolicyActor.set, args.channel, args.permission, args.decision)
-        except PolicyError as exc:
-            raise ApiProblem(400, "invalid-args", str(exc)) from None
-        return api.PolicyRowView(
-            channel=row.channel,
-            permission=row.permission,
-            decision=row.decision,
-            origin=row.origin,
-            updated_at=row.updated_at,
-        )
+        return view(api.PolicyRowView, row)
 
     def policy_reset(self, _path: Any, args: api.PolicyReset) -> api.Removed:
-        try:
+        with refused(PolicyError, 400, "invalid-args"):
             removed = self._policy().call(
                 PolicyActor.reset, channel=args.channel, permission=args.permission
             )
-        except PolicyError as exc:
-            raise ApiProblem(400, "invalid-args", str(exc)) from None
         return api.Removed(removed=int(removed))
 
     # -- the inbound MCP server and tokens --------------------------------------------
@@ -392,14 +380,13 @@ class RuntimeBackend:
         }
         if values:
             with self._config_lock:
-                try:
+                with (
+                    refused(ConfigError, 400, "invalid-config"),
+                    refused(OSError, 409, "config-not-written"),
+                ):
                     new = config_file.change(
                         self._host.config.home, "mcp_server", values, check=_bindable
                     )
-                except ConfigError as exc:
-                    raise ApiProblem(400, "invalid-config", str(exc)) from None
-                except OSError as exc:
-                    raise ApiProblem(409, "config-not-written", str(exc)) from None
                 self._host.config = msgspec.structs.replace(
                     self._host.config, mcp_server=new.mcp_server
                 )
@@ -427,10 +414,8 @@ class RuntimeBackend:
         return api.CreatedToken(token=view, secret=secret, configs=client_configs(url, secret))
 
     def token_revoke(self, path: api.NamePath, _args: api.Empty) -> api.TokenView:
-        try:
+        with refused(TokenError, 400):
             done = self.token_store.revoke(path.name)
-        except TokenError as exc:
-            raise ApiProblem(400, exc.code, str(exc)) from None
         if not done:
             raise ApiProblem(404, "not-found", f"no active token named {path.name!r}")
         # Its dashboard sessions end at their next request (the book checks the token).
@@ -471,40 +456,32 @@ class RuntimeBackend:
         from chalie.mcp.secrets import MissingSecret, resolve
 
         spec = self._admin_do("spec", path.name)
-        with self._admin_lock:
-            try:
-                resolved = resolve(spec, self._mcp_admin().secrets)
-            except MissingSecret as exc:
-                raise ApiProblem(409, "missing-secret", str(exc)) from None
+        with self._admin_lock, refused(MissingSecret, 409, "missing-secret"):
+            resolved = resolve(spec, self._mcp_admin().secrets)
         report = self._host.loop.submit(test_server(resolved, timeout=20.0)).result(30)
         return api.RemoteDone(name=path.name, detail=report)
 
+    def _remote_done(self, op: str, name: str, *args: Any) -> api.RemoteDone:
+        return api.RemoteDone(name=name, detail=self._admin_do(op, name, *args))
+
     def remote_enable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
-        return api.RemoteDone(name=path.name, detail=self._admin_do("set_enabled", path.name, True))
+        return self._remote_done("set_enabled", path.name, True)
 
     def remote_disable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
-        return api.RemoteDone(
-            name=path.name, detail=self._admin_do("set_enabled", path.name, False)
-        )
+        return self._remote_done("set_enabled", path.name, False)
 
     def remote_remove(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
-        return api.RemoteDone(name=path.name, detail=self._admin_do("remove", path.name))
+        return self._remote_done("remove", path.name)
 
     def remote_tools(self, path: api.NamePath, _args: api.Empty) -> list[api.RemoteToolView]:
         self._admin_do("spec", path.name)  # 404 for an unknown server
         with self._admin_lock:
             rows = self._mcp_admin().store.tools(path.name)
         return [
-            api.RemoteToolView(
-                proxy=r.proxy,
-                remote=r.remote,
-                state=r.state,
+            view(
+                api.RemoteToolView,
+                r,
                 description=r.description[:500],
-                server=r.server,
-                first_seen=r.first_seen,
-                updated_at=r.updated_at,
-                changed=r.changed,
-                problem=r.problem,
                 diff=quarantine_diff(r) if r.state == "quarantined" else "",
             )
             for r in rows
@@ -518,7 +495,7 @@ class RuntimeBackend:
     def _trail_query(
         self, args: api.TrailFilter, *, limit: int, before: int | None
     ) -> list[TrailRow]:
-        try:
+        with refused(ValueError, 400, "invalid-args"):
             return self._book().query(
                 tool=args.tool,
                 status=args.status,
@@ -531,15 +508,13 @@ class RuntimeBackend:
                 before=before,
                 limit=limit,
             )
-        except ValueError as exc:
-            raise ApiProblem(400, "invalid-args", str(exc)) from None
 
     def trail(self, _path: Any, args: api.TrailQuery) -> api.TrailPage:
         rows = self._trail_query(args, limit=args.limit + 1, before=args.before)
         more = len(rows) > args.limit
         rows = rows[: args.limit]
         return api.TrailPage(
-            rows=[msgspec.convert(msgspec.to_builtins(r), api.TrailEntry) for r in rows],
+            rows=[view(api.TrailEntry, r) for r in rows],
             next_before=rows[-1].id if more and rows else None,
         )
 
@@ -582,16 +557,12 @@ class RuntimeBackend:
         rows = []
         for a in found:
             shown = a.shown()
-            server = str(shown.get("url") or f"{a.host}:{a.effective_port}")
             rows.append(
-                api.AccountRow(
-                    name=a.name,
-                    kind=a.kind,
-                    default=a.default,
-                    server=server,
+                view(
+                    api.AccountRow,
+                    a,
+                    server=str(shown.get("url") or f"{a.host}:{a.effective_port}"),
                     security="" if "url" in shown else a.security,
-                    username=a.username,
-                    address=a.address,
                     password_stored=a.has_password,
                 )
             )
@@ -600,14 +571,13 @@ class RuntimeBackend:
     # -- conversations ----------------------------------------------------------------
     def conversations(self, _path: Any, args: api.ConversationsQuery) -> list[api.ConversationRow]:
         rows = self._conversations().call(Conversations.list, args.limit)
-        return [msgspec.convert(msgspec.to_builtins(r), api.ConversationRow) for r in rows]
+        return [view(api.ConversationRow, r) for r in rows]
 
     def conversation(self, path: api.ConversationPath, _args: api.Empty) -> api.ConversationView:
-        found = self._call_conversations(Conversations.show, path.conversation_id)
+        with coded_refusals():
+            found = self._conversations().call(Conversations.show, path.conversation_id)
         if found is None:
-            raise ApiProblem(
-                404, "unknown-conversation", f"no conversation {path.conversation_id!r}"
-            )
+            raise unknown_conversation(path.conversation_id)
         return api.ConversationView(
             conversation_id=path.conversation_id, detail=msgspec.to_builtins(found)
         )
@@ -617,27 +587,11 @@ class RuntimeBackend:
         port = ActorConversations(
             self._host.child("conversations", Conversations), self._host.events
         )
-        try:
+        with coded_refusals():
             existed = self._host.loop.submit(port.delete(path.conversation_id)).result(60)
-        except ValueError as exc:
-            code = getattr(exc, "code", None)
-            if isinstance(code, str):
-                raise ApiProblem(400, code, str(exc)) from None
-            raise
         if not existed:
-            raise ApiProblem(
-                404, "unknown-conversation", f"no conversation {path.conversation_id!r}"
-            )
+            raise unknown_conversation(path.conversation_id)
         return api.Deleted(conversation_id=path.conversation_id, deleted=True)
-
-    def _call_conversations(self, method: Any, *args: Any) -> Any:
-        try:
-            return self._conversations().call(method, *args)
-        except ValueError as exc:
-            code = getattr(exc, "code", None)
-            if isinstance(code, str):
-                raise ApiProblem(400, code, str(exc)) from None
-            raise
 
     # -- discovery --------------------------------------------------------------------
     def _discovery(self) -> Any:
@@ -658,10 +612,8 @@ class RuntimeBackend:
         ]
         if not usable:
             return api.DiscoveryAnswer(entries=blank, injected=[])
-        try:
+        with refused(QueryError, 400, "invalid-args"):
             found = self._discovery().find(usable)
-        except QueryError as exc:
-            raise ApiProblem(400, "invalid-args", str(exc)) from None
         entries = []
         for e in found.entries:
             distances = list(e.distances) + [None] * (len(e.names) - len(e.distances))
@@ -706,25 +658,7 @@ class RuntimeBackend:
     def _memory_view(
         self, memory: Any, names: dict[str, str], score: float | None = None
     ) -> api.MemoryView:
-        return api.MemoryView(
-            id=memory.id,
-            principal=memory.principal,
-            agent=names.get(memory.principal, "?") if is_agent(memory.principal) else "",
-            kind=memory.kind,
-            text=memory.text,
-            place=memory.place,
-            time=memory.time,
-            people=list(memory.people),
-            tags=list(memory.tags),
-            skill=memory.skill,
-            source=memory.source,
-            untrusted=list(memory.untrusted),
-            conversation_id=memory.conversation_id,
-            created=memory.created,
-            updated=memory.updated,
-            merged=memory.merged,
-            score=score,
-        )
+        return view(api.MemoryView, memory, agent=agent_name(names, memory.principal), score=score)
 
     def memories(self, _path: Any, args: api.MemoriesQuery) -> api.MemoriesPage:
         book = self._memory()
@@ -739,7 +673,7 @@ class RuntimeBackend:
             groups.append(
                 api.MemoryGroup(
                     principal=key,
-                    agent=names.get(key, "?") if is_agent(key) else "",
+                    agent=agent_name(names, key),
                     count=counts.get(key, 0),
                     memories=[self._memory_view(m, names) for m in rows],
                 )
@@ -749,12 +683,10 @@ class RuntimeBackend:
     def memory_search(self, _path: Any, args: api.MemorySearch) -> list[api.MemoryView]:
         from chalie.memory.book import MemoryRequestError
 
-        try:
+        with refused(MemoryRequestError, 400):
             hits = self._memory().recall(
                 [args.principal], query=args.query, location=args.location, k=args.limit
             )
-        except MemoryRequestError as exc:
-            raise ApiProblem(400, exc.code, str(exc)) from None
         names = self._agent_names()
         return [self._memory_view(h.memory, names, h.score) for h in hits]
 
@@ -763,21 +695,17 @@ class RuntimeBackend:
 
         book = self._memory()
         memory = book.get(path.id)
-        try:
-            if memory is None:
-                raise MemoryRequestError("memory-not-found", f"no memory {path.id}")
+        if memory is None:
+            raise ApiProblem(404, "memory-not-found", f"no memory {path.id}")
+        with refused(MemoryRequestError, 404):
             book.forget([memory.principal], path.id)
-        except MemoryRequestError as exc:
-            raise ApiProblem(404, exc.code, str(exc)) from None
         return api.MemoryForgotten(id=path.id, forgotten=True)
 
     def memory_promote(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView:
         from chalie.memory.book import MemoryRequestError
 
-        try:
+        with refused(MemoryRequestError, 404):
             promoted = self._memory().promote(path.id)
-        except MemoryRequestError as exc:
-            raise ApiProblem(404, exc.code, str(exc)) from None
         return self._memory_view(promoted, {})
 
     # -- reminders --------------------------------------------------------------------
@@ -787,23 +715,7 @@ class RuntimeBackend:
         return self._host.child("scheduler", Scheduler).within(ACTOR_TIMEOUT)
 
     def _reminder_view(self, r: Any, names: dict[str, str]) -> api.ReminderView:
-        return api.ReminderView(
-            id=r.id,
-            text=r.text,
-            kind=r.kind,
-            rule=r.rule,
-            zone=r.zone,
-            principal=r.principal,
-            agent=names.get(r.principal, "?") if is_agent(r.principal) else "",
-            conversation_id=r.conversation_id,
-            created=r.created,
-            next_fire=r.next_fire,
-            state=r.state,
-            fired=r.fired,
-            last_fired=r.last_fired,
-            last_late=r.last_late,
-            last_answer=r.last_answer,
-        )
+        return view(api.ReminderView, r, agent=agent_name(names, r.principal))
 
     def reminders(self, _path: Any, args: api.RemindersQuery) -> list[api.ReminderView]:
         from actors.scheduler import Scheduler
