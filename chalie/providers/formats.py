@@ -60,6 +60,20 @@ def _new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
+def _call(call_id: str, name: str, raw: Any) -> ToolCallPart:
+    """One tool call, its arguments parsed (kept as text when they are not an object)."""
+    args, text = parse_arguments(raw)
+    return ToolCallPart(id=call_id or _new_call_id(), name=name, arguments=args, raw=text)
+
+
+def _usage(counts: Any, input_key: str, output_key: str) -> Usage:
+    """Token counts from a server's usage object, by its own two key names."""
+    return Usage(
+        input_tokens=int(counts.get(input_key) or 0),
+        output_tokens=int(counts.get(output_key) or 0),
+    )
+
+
 class Assembler(Protocol):
     def feed(self, chunk: dict[str, Any], event: str = "") -> list[str]:
         """Take one decoded chunk; return the text deltas it carried."""
@@ -143,6 +157,13 @@ def _stop(reason: Any, has_calls: bool) -> StopReason:
     return "final"
 
 
+def _response(
+    text: str, calls: tuple[ToolCallPart, ...], usage: Usage, reason: Any
+) -> ModelResponse:
+    """The whole answer: its text, its calls, its usage, and why it stopped."""
+    return ModelResponse(text=text, tool_calls=calls, usage=usage, stop=_stop(reason, bool(calls)))
+
+
 def bearer(api_key: str | None) -> dict[str, str]:
     """The OpenAI-style credentials header (OpenAI and Ollama servers); none without a key."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -174,27 +195,17 @@ class OpenAIWire:
         try:
             choice = data["choices"][0]
             message = choice["message"]
-            calls = []
-            for raw in message.get("tool_calls") or []:
-                fn = raw["function"]
-                args, text = parse_arguments(fn.get("arguments"))
-                calls.append(
-                    ToolCallPart(
-                        id=raw.get("id") or _new_call_id(),
-                        name=fn["name"],
-                        arguments=args,
-                        raw=text,
-                    )
+            calls = tuple(
+                _call(
+                    raw.get("id") or "", raw["function"]["name"], raw["function"].get("arguments")
                 )
-            usage = data.get("usage") or {}
-            return ModelResponse(
-                text=message.get("content") or "",
-                tool_calls=tuple(calls),
-                usage=Usage(
-                    input_tokens=int(usage.get("prompt_tokens") or 0),
-                    output_tokens=int(usage.get("completion_tokens") or 0),
-                ),
-                stop=_stop(choice.get("finish_reason"), bool(calls)),
+                for raw in message.get("tool_calls") or []
+            )
+            return _response(
+                message.get("content") or "",
+                calls,
+                _usage(data.get("usage") or {}, "prompt_tokens", "completion_tokens"),
+                choice.get("finish_reason"),
             )
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             raise bad_response("a chat completion without the expected fields") from None
@@ -212,8 +223,7 @@ class _PartialCall:
 
     def part(self) -> ToolCallPart:
         raw: Any = self.whole if self.whole is not None else "".join(self.arguments)
-        args, text = parse_arguments(raw)
-        return ToolCallPart(id=self.id or _new_call_id(), name=self.name, arguments=args, raw=text)
+        return _call(self.id, self.name, raw)
 
 
 class _OpenAIAssembler:
@@ -231,10 +241,7 @@ class _OpenAIAssembler:
         try:
             usage = chunk.get("usage")
             if usage:
-                self._usage = Usage(
-                    input_tokens=int(usage.get("prompt_tokens") or 0),
-                    output_tokens=int(usage.get("completion_tokens") or 0),
-                )
+                self._usage = _usage(usage, "prompt_tokens", "completion_tokens")
             deltas: list[str] = []
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
@@ -259,12 +266,7 @@ class _OpenAIAssembler:
 
     def finish(self) -> ModelResponse:
         calls = tuple(self._calls[i].part() for i in sorted(self._calls))
-        return ModelResponse(
-            text="".join(self._text),
-            tool_calls=calls,
-            usage=self._usage,
-            stop=_stop(self._reason, bool(calls)),
-        )
+        return _response("".join(self._text), calls, self._usage, self._reason)
 
 
 # -- Ollama /api/chat --------------------------------------------------------------------
@@ -356,22 +358,14 @@ class _OllamaAssembler:
             if chunk.get("done"):
                 self.complete = True
                 self._reason = chunk.get("done_reason")
-                self._usage = Usage(
-                    input_tokens=int(chunk.get("prompt_eval_count") or 0),
-                    output_tokens=int(chunk.get("eval_count") or 0),
-                )
+                self._usage = _usage(chunk, "prompt_eval_count", "eval_count")
             return deltas
         except (KeyError, TypeError, ValueError, AttributeError):
             raise bad_response("a chat chunk without the expected fields") from None
 
     def finish(self) -> ModelResponse:
         calls = tuple(c.part() for c in self._calls)
-        return ModelResponse(
-            text="".join(self._text),
-            tool_calls=calls,
-            usage=self._usage,
-            stop=_stop(self._reason, bool(calls)),
-        )
+        return _response("".join(self._text), calls, self._usage, self._reason)
 
 
 # -- Anthropic Messages ------------------------------------------------------------------
@@ -451,24 +445,12 @@ class AnthropicWire:
                 if block.get("type") == "text":
                     texts.append(block.get("text", ""))
                 elif block.get("type") == "tool_use":
-                    args, raw = parse_arguments(block.get("input"))
-                    calls.append(
-                        ToolCallPart(
-                            id=block.get("id") or _new_call_id(),
-                            name=block["name"],
-                            arguments=args,
-                            raw=raw,
-                        )
-                    )
-            usage = data.get("usage") or {}
-            return ModelResponse(
-                text="".join(texts),
-                tool_calls=tuple(calls),
-                usage=Usage(
-                    input_tokens=int(usage.get("input_tokens") or 0),
-                    output_tokens=int(usage.get("output_tokens") or 0),
-                ),
-                stop=_stop(data.get("stop_reason"), bool(calls)),
+                    calls.append(_call(block.get("id") or "", block["name"], block.get("input")))
+            return _response(
+                "".join(texts),
+                tuple(calls),
+                _usage(data.get("usage") or {}, "input_tokens", "output_tokens"),
+                data.get("stop_reason"),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise bad_response("a message without the expected fields") from None
@@ -530,12 +512,8 @@ class _AnthropicAssembler:
 
     def finish(self) -> ModelResponse:
         calls = tuple(self._blocks[i].part() for i in sorted(self._blocks))
-        return ModelResponse(
-            text="".join(self._text),
-            tool_calls=calls,
-            usage=Usage(input_tokens=self._input, output_tokens=self._output),
-            stop=_stop(self._reason, bool(calls)),
-        )
+        usage = Usage(input_tokens=self._input, output_tokens=self._output)
+        return _response("".join(self._text), calls, usage, self._reason)
 
 
 WIRES: Final[dict[str, Wire]] = {
