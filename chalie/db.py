@@ -1,4 +1,5 @@
-"""Opening the daemon's SQLite file: WAL, a busy timeout, and a 0600 file.
+"""Opening the daemon's SQLite file (WAL, a busy timeout, and a 0600 file), and its write
+transaction.
 
 Durability choice: ``journal_mode=WAL`` with ``synchronous=NORMAL``. A commit
 appends the transaction to the WAL file with ``write()`` before it returns, so
@@ -14,6 +15,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, Literal
 
@@ -69,6 +72,20 @@ def connect(path: Path, *, synchronous: Synchronous = "NORMAL") -> sqlite3.Conne
         raise sqlite3.OperationalError(f"{path}: could not switch to WAL (got {mode})")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on an autocommit connection (``BEGIN IMMEDIATE``: the write lock
+    is taken at the start): committed when the block ends, rolled back when it raises (a
+    failed commit included). The caller holds its connection's lock around it."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def check_usable(path: Path) -> None:

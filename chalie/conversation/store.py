@@ -192,14 +192,8 @@ class ConversationStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with self._lock, db.transaction(self._conn) as conn:
+            yield conn
 
     # -- conversations ------------------------------------------------------------------
     def create(

@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import connect
+from chalie.db import connect, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
 
@@ -190,15 +190,9 @@ class McpStore:
         return True
 
     def remove_server(self, name: str) -> bool:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._conn.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
-                self._conn.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            cur = self._conn.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
+            self._conn.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
             return cur.rowcount > 0
 
     def set_status(
@@ -308,16 +302,10 @@ class McpStore:
         ]
         if not values:
             return 0
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.executemany(
-                    f"INSERT OR REPLACE INTO mcp_tools ({self._TOOL_COLS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    values,
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            self._conn.executemany(
+                f"INSERT OR REPLACE INTO mcp_tools ({self._TOOL_COLS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
         return len(values)

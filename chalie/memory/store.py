@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from chalie.db import connect
+from chalie.db import connect, transaction
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
 
 SCHEMA: Final = """
@@ -69,6 +69,23 @@ def _row(r: Sequence[Any]) -> Memory:
         created=float(r[12]),
         updated=float(r[13]),
         merged=int(r[14]),
+    )
+
+
+def _written(memory: Memory) -> tuple[Any, ...]:
+    """A memory's columns from ``principal`` to ``conversation_id``, as stored (lists as JSON)."""
+    return (
+        memory.principal,
+        memory.kind,
+        memory.text,
+        memory.place,
+        memory.time,
+        json.dumps(list(memory.people)),
+        json.dumps(list(memory.tags)),
+        memory.skill,
+        memory.source,
+        json.dumps(list(memory.untrusted)),
+        memory.conversation_id,
     )
 
 
@@ -132,36 +149,20 @@ class MemoryStore:
 
     # -- writes -----------------------------------------------------------------------
     def insert(self, memory: Memory, model_id: str, vector: np.ndarray[Any, Any]) -> int:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._conn.execute(
-                    f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
-                    "VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        memory.principal,
-                        memory.kind,
-                        memory.text,
-                        memory.place,
-                        memory.time,
-                        json.dumps(list(memory.people)),
-                        json.dumps(list(memory.tags)),
-                        memory.skill,
-                        memory.source,
-                        json.dumps(list(memory.untrusted)),
-                        memory.conversation_id,
-                        memory.created,
-                        memory.updated,
-                        memory.merged,
-                        model_id,
-                        pack(vector),
-                    ),
-                )
-                self._bump()
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            cur = self._conn.execute(
+                f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
+                "VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *_written(memory),
+                    memory.created,
+                    memory.updated,
+                    memory.merged,
+                    model_id,
+                    pack(vector),
+                ),
+            )
+            self._bump()
             assert cur.lastrowid is not None
             return int(cur.lastrowid)
 
@@ -176,49 +177,21 @@ class MemoryStore:
             "principal = ?, kind = ?, text = ?, place = ?, at = ?, people = ?, tags = ?, "
             "skill = ?, source = ?, untrusted = ?, conversation_id = ?, updated = ?, merged = ?"
         )
-        args: list[Any] = [
-            memory.principal,
-            memory.kind,
-            memory.text,
-            memory.place,
-            memory.time,
-            json.dumps(list(memory.people)),
-            json.dumps(list(memory.tags)),
-            memory.skill,
-            memory.source,
-            json.dumps(list(memory.untrusted)),
-            memory.conversation_id,
-            memory.updated,
-            memory.merged,
-        ]
+        args: list[Any] = [*_written(memory), memory.updated, memory.merged]
         if vector is not None and model_id is not None:
             sets += ", model_id = ?, vector = ?"
             args += [model_id, pack(vector)]
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._conn.execute(
-                    f"UPDATE memories SET {sets} WHERE id = ?", (*args, memory.id)
-                )
-                if cur.rowcount:
-                    self._bump()
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            cur = self._conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*args, memory.id))
+            if cur.rowcount:
+                self._bump()
         return cur.rowcount > 0
 
     def delete(self, memory_id: int) -> bool:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                cur = self._conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
-                if cur.rowcount:
-                    self._bump()
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            cur = self._conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            if cur.rowcount:
+                self._bump()
         return cur.rowcount > 0
 
     # -- reads ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from chalie.accounts.spec import Account
-from chalie.db import DatabaseUnusable, connect
+from chalie.db import DatabaseUnusable, connect, transaction
 
 SCHEMA_VERSION: Final = 1
 _SCHEMA: Final = """
@@ -136,30 +136,24 @@ class CalendarStore:
         ``complete``: ``changed`` is the whole collection (every other row goes).
         """
         who = identity(account)
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                if complete:
-                    self._conn.execute(
-                        "DELETE FROM cal_objects WHERE identity = ? AND collection = ?",
-                        (who, collection),
-                    )
-                self._conn.executemany(
-                    "DELETE FROM cal_objects WHERE identity = ? AND collection = ? AND href = ?",
-                    [(who, collection, h) for h in gone],
-                )
-                self._conn.executemany(
-                    "INSERT OR REPLACE INTO cal_objects VALUES (?, ?, ?, ?, ?)",
-                    [(who, collection, h, etag, text) for h, (etag, text) in changed.items()],
-                )
+        with self._lock, transaction(self._conn):
+            if complete:
                 self._conn.execute(
-                    "INSERT OR REPLACE INTO cal_collections VALUES (?, ?, ?, ?, ?)",
-                    (who, account.name, collection, ctag, sync_token),
+                    "DELETE FROM cal_objects WHERE identity = ? AND collection = ?",
+                    (who, collection),
                 )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+            self._conn.executemany(
+                "DELETE FROM cal_objects WHERE identity = ? AND collection = ? AND href = ?",
+                [(who, collection, h) for h in gone],
+            )
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO cal_objects VALUES (?, ?, ?, ?, ?)",
+                [(who, collection, h, etag, text) for h, (etag, text) in changed.items()],
+            )
+            self._conn.execute(
+                "INSERT OR REPLACE INTO cal_collections VALUES (?, ?, ?, ?, ?)",
+                (who, account.name, collection, ctag, sync_token),
+            )
 
     # -- where collections are listed ---------------------------------------------------
     def listing(self, account: Account, kind: str, ttl: float) -> tuple[str, int] | None:
@@ -182,22 +176,16 @@ class CalendarStore:
     # -- forgetting ---------------------------------------------------------------------
     def forget(self, name: str) -> None:
         """Every row of the account named ``name`` (whatever it pointed at)."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                whos = [
-                    r[0]
-                    for r in self._conn.execute(
-                        "SELECT identity FROM cal_collections WHERE account = ? UNION "
-                        "SELECT identity FROM listings WHERE account = ?",
-                        (name, name),
-                    ).fetchall()
-                ]
-                for table in ("cal_objects", "cal_collections", "listings"):
-                    self._conn.executemany(
-                        f"DELETE FROM {table} WHERE identity = ?", [(w,) for w in whos]
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, transaction(self._conn):
+            whos = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT identity FROM cal_collections WHERE account = ? UNION "
+                    "SELECT identity FROM listings WHERE account = ?",
+                    (name, name),
+                ).fetchall()
+            ]
+            for table in ("cal_objects", "cal_collections", "listings"):
+                self._conn.executemany(
+                    f"DELETE FROM {table} WHERE identity = ?", [(w,) for w in whos]
+                )
