@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from chalie.conversation.requests import ID_PATTERN
+from chalie.conversation.store import ConversationSummary
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
 from chalie.messages import Answer, Channel, TrailStatus
 from chalie.policy import PERMISSION, SERVER_WILDCARD
@@ -354,15 +355,9 @@ class ConversationsQuery(Struct):
     limit: Limit = 50
 
 
-class ConversationRow(Reply):
-    id: str
-    channel: str
-    origin: str
-    created: float
-    updated: float
-    title: str
-    messages: int
-    last_seq: int
+# The fields declared once in chalie.conversation.store (frozen there, so not a Reply).
+class ConversationRow(ConversationSummary, frozen=True):
+    """One conversation as listed."""
 
 
 class ConversationPath(Struct):

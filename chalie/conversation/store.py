@@ -125,7 +125,9 @@ class Batch:
     turn: TurnUpdate | None = None
 
 
-class ConversationInfo(msgspec.Struct, frozen=True, kw_only=True):
+class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation as listed (the REST API's conversation row derives from this)."""
+
     id: str
     channel: str
     origin: str
@@ -134,6 +136,9 @@ class ConversationInfo(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     messages: int
     last_seq: int
+
+
+class ConversationInfo(ConversationSummary, frozen=True, kw_only=True):
     # Who the conversation belongs to; None: the owner (made before principals, or locally).
     principal: Principal | None = None
 

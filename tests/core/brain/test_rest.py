@@ -449,6 +449,35 @@ def test_conversations_list_read_delete(d: BrainDaemon) -> None:
         assert isinstance(ok(c.get("/api/v1/conversations"), list[api.ConversationRow]), list)
 
 
+def test_a_conversation_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+    from chalie.conversation.store import ConversationStore
+    from chalie.principals import Principal
+
+    store = ConversationStore(d.rt.db_path)
+    try:
+        agent = Principal(scope="agent", id="tok-shape", name="shape")
+        store.create("c-shape-row", "chat", origin="rest-test", title="Shape", principal=agent)
+    finally:
+        store.close()
+    with d.client() as c:
+        listed = c.get("/api/v1/conversations", params={"limit": 500})
+        assert listed.status_code == 200, listed.text
+        (row,) = [r for r in listed.json() if r["id"] == "c-shape-row"]
+    # Who it belongs to is not shown on the list.
+    assert list(row) == [
+        "id",
+        "channel",
+        "origin",
+        "created",
+        "updated",
+        "title",
+        "messages",
+        "last_seq",
+    ]
+    assert (row["channel"], row["origin"], row["title"]) == ("chat", "rest-test", "Shape")
+    assert (row["messages"], row["last_seq"]) == (0, 0) and row["created"] == row["updated"]
+
+
 def test_discovery_try_and_examples(d: BrainDaemon) -> None:
     with d.client() as c:
         found = ok(
