@@ -20,7 +20,7 @@ from typing import Any
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account, Kind
 from chalie.personal import calendar as ical
-from chalie.personal.dav import Collection, DavClient, check_href
+from chalie.personal.dav import Collection, DavClient, check_href, keep_unchanged
 from chalie.personal.runtime import PersonalRuntime
 
 READ_KINDS: tuple[Kind, ...] = ("caldav", "ics")
@@ -92,13 +92,7 @@ def _collection_objects(
         got, gone = changes.found, changes.gone
     else:
         etags = dav.etags(coll)
-        wanted = []
-        for href, etag in etags.items():
-            prev = old.objects.get(href)
-            if prev is not None and etag and prev[0] == etag:
-                state.objects[href] = prev
-            else:
-                wanted.append(href)
+        wanted = keep_unchanged(etags, old.objects, state.objects)
         got = dav.multiget(coll, wanted, "calendar")
         gone = [h for h in old.objects if h not in etags]
         complete = False
@@ -142,9 +136,8 @@ def _ics_objects(rt: PersonalRuntime, account: Account) -> CollectionState:
 
 
 def calendars_of(rt: PersonalRuntime, account: Account) -> list[Collection]:
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        return rt.dav(creds, http).collections("calendar")
+    with rt.dav_session(account) as dav:
+        return dav.collections("calendar")
 
 
 def window(
@@ -171,9 +164,7 @@ def window(
                 if calendar_name is None or calendar_name == account.name:
                     states.append(_ics_objects(rt, account))
                 continue
-            creds = rt.book.credentials(account)
-            with rt.http(creds) as http:
-                dav = rt.dav(creds, http)
+            with rt.dav_session(account) as dav:
                 colls = rt.collections(dav, account, "calendar")
                 picked = [c for c in colls if calendar_name in (None, c.name, c.href)]
                 if calendar_name is not None and not picked and account_name:
@@ -257,9 +248,7 @@ def create(
     **fields: Any,
 ) -> dict[str, Any]:
     account = _writable(rt, account_name)
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        dav = rt.dav(creds, http)
+    with rt.dav_session(account) as dav:
         coll = _target(rt, dav, account, calendar_name)
         uid, text = ical.new_event(**fields)
         href = f"{coll.href}{uid.split('@')[0]}.ics"
@@ -280,9 +269,7 @@ def update(
 ) -> dict[str, Any]:
     """Change an event (a series as a whole), or with ``occurrence`` one occurrence of it."""
     account = _writable(rt, account_name)
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        dav = rt.dav(creds, http)
+    with rt.dav_session(account) as dav:
         href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
         source = ical.Source(account.name, "", href, current.etag)
@@ -306,9 +293,7 @@ def delete(
 ) -> dict[str, Any]:
     """Delete an event (a series as a whole), or with ``occurrence`` one date of its series."""
     account = _writable(rt, account_name)
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        dav = rt.dav(creds, http)
+    with rt.dav_session(account) as dav:
         href = _owned(rt, dav, account, event_id)
         current = dav.get(href)
         if occurrence is None:

@@ -18,7 +18,7 @@ import vobject
 
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
-from chalie.personal.dav import Collection, DavClient, check_href
+from chalie.personal.dav import Collection, DavClient, check_href, keep_unchanged
 from chalie.personal.runtime import PersonalRuntime
 
 MAX_RESULTS: Final = 50
@@ -90,13 +90,7 @@ def _sync(rt: PersonalRuntime, dav: DavClient, account: Account, coll: Collectio
     old: BookState = cached[1] if cached is not None else BookState()
     etags = dav.etags(coll)
     state = BookState()
-    wanted = []
-    for href, etag in etags.items():
-        prev = old.cards.get(href)
-        if prev is not None and etag and prev[0] == etag:
-            state.cards[href] = prev
-        else:
-            wanted.append(href)
+    wanted = keep_unchanged(etags, old.cards, state.cards)
     for res in dav.multiget(coll, wanted, "addressbook"):
         try:
             state.cards[res.href] = (
@@ -125,9 +119,7 @@ def all_cards(
     failures: list[AccountFailure] = []
     for account in accounts:
         try:
-            creds = rt.book.credentials(account)
-            with rt.http(creds) as http:
-                dav = rt.dav(creds, http)
+            with rt.dav_session(account) as dav:
                 for coll in rt.collections(dav, account, "addressbook"):
                     state = _sync(rt, dav, account, coll)
                     cards.extend(c for _, c in state.cards.values() if c is not None)
@@ -185,9 +177,7 @@ def create(
     note: str,
 ) -> dict[str, Any]:
     account = rt.book.pick(("carddav",), account_name)
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        dav = rt.dav(creds, http)
+    with rt.dav_session(account) as dav:
         colls = rt.collections(dav, account, "addressbook")
         target = next((c for c in colls if book_name in (None, c.name, c.href)), None)
         if target is None:
@@ -218,9 +208,7 @@ def update(
     note: str | None,
 ) -> dict[str, Any]:
     account = rt.book.pick(("carddav",), account_name)
-    creds = rt.book.credentials(account)
-    with rt.http(creds) as http:
-        dav = rt.dav(creds, http)
+    with rt.dav_session(account) as dav:
         href = check_href(card_id, rt.collections(dav, account, "addressbook"), account.name)
         current = dav.get(href)
         try:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import posixpath
 import urllib.parse
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from chalie.accounts.failure import AccountFailure
 from chalie.personal.http import HttpClient
@@ -29,6 +30,24 @@ CS: Final = "http://calendarserver.org/ns/"
 Kind = Literal["calendar", "addressbook"]
 _NS_DECL: Final = f'xmlns:D="{DAV}" xmlns:C="{CALDAV}" xmlns:A="{CARDDAV}" xmlns:CS="{CS}"'
 _XML: Final = {"Content-Type": "application/xml; charset=utf-8"}
+
+
+T = TypeVar("T")
+
+
+def keep_unchanged(
+    etags: Mapping[str, str], old: Mapping[str, tuple[str, T]], kept: dict[str, tuple[str, T]]
+) -> list[str]:
+    """Copy into ``kept`` each resource of ``old`` whose ETag is still ``etags``'s; the hrefs
+    of the others (new, changed, or without an ETag), to fetch again."""
+    wanted = []
+    for href, etag in etags.items():
+        prev = old.get(href)
+        if prev is not None and etag and prev[0] == etag:
+            kept[href] = prev
+        else:
+            wanted.append(href)
+    return wanted
 
 
 def _q(ns: str, name: str) -> str:

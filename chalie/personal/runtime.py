@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
@@ -114,6 +116,14 @@ class PersonalRuntime:
 
     def dav(self, creds: Credentials, http: HttpClient) -> DavClient:
         return DavClient(creds.account.name, creds.account.url, http)
+
+    @contextmanager
+    def dav_session(self, account: Account) -> Iterator[DavClient]:
+        """A DAV client on the account's server with its stored credentials; its HTTP
+        connection closes when the block ends."""
+        creds = self.book.credentials(account)
+        with self.http(creds) as http:
+            yield self.dav(creds, http)
 
     def collections(self, dav: DavClient, account: Account, kind: DavKind) -> list[Collection]:
         """The account's collections and their CTags: one PROPFIND once discovery is cached.
