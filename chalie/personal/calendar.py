@@ -600,12 +600,7 @@ def changed_event(
     recurrence: str | None,
 ) -> str:
     """The object's text with its master event changed (a series changes as a whole)."""
-    try:
-        cal: Ical = icalendar.Calendar.from_ical(text)
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise AccountFailure(
-            "account-bad-response", "the stored event does not parse", account=source.account
-        ) from None
+    cal = _stored(text, source)
     masters = [e for e in cal.walk("VEVENT") if "RECURRENCE-ID" not in e]
     if not masters or _broken(masters[0]):
         raise AccountFailure(
@@ -614,9 +609,49 @@ def changed_event(
             account=source.account,
         )
     event: Event = masters[0]
+    old_start = event["DTSTART"].dt
+    _edit(
+        event,
+        old_start,
+        _end_of(event, old_start),
+        title=title,
+        start=start,
+        end=end,
+        location=location,
+        description=description,
+    )
+    if recurrence is not None:
+        event.pop("RRULE", None)
+        if recurrence:
+            event.add("RRULE", check_rrule(recurrence))
+    return _written(cal, event, event)
+
+
+def _stored(text: str, source: Source) -> Ical:
+    """The stored object, parsed; refused as the server's bad answer when it does not parse."""
+    try:
+        cal: Ical = icalendar.Calendar.from_ical(text)
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise AccountFailure(
+            "account-bad-response", "the stored event does not parse", account=source.account
+        ) from None
+    return cal
+
+
+def _edit(
+    event: Event,
+    old_start: Any,  # the event's times as icalendar gives them (.dt): dates or date-times
+    old_end: Any,
+    *,
+    title: str | None,
+    start: dt.date | dt.datetime | None,
+    end: dt.date | dt.datetime | None,
+    location: str | None,
+    description: str | None,
+) -> None:
+    """Apply a change to one VEVENT: its times (a moved start keeps the length), then each
+    text field given (an empty one is removed)."""
     if start is not None or end is not None:
-        old_start = event["DTSTART"].dt
-        old_end = _end_of(event, old_start)
         new_start = start if start is not None else old_start
         if end is None:
             end = new_start + (old_end - old_start)
@@ -627,13 +662,14 @@ def changed_event(
             event.pop(key, None)
             if value:
                 event.add(key, value)
-    if recurrence is not None:
-        event.pop("RRULE", None)
-        if recurrence:
-            event.add("RRULE", check_rrule(recurrence))
-    seq = int(str(event.get("SEQUENCE", 0)) or 0) if str(event.get("SEQUENCE", 0)).isdigit() else 0
+
+
+def _written(cal: Ical, event: Event, sequenced: Event) -> str:
+    """The object's text after ``event`` changed: its SEQUENCE one past ``sequenced``'s (the
+    event itself, or the series' master for a new override), its DTSTAMP now."""
+    seq = str(sequenced.get("SEQUENCE", 0))
     event.pop("SEQUENCE", None)
-    event.add("SEQUENCE", seq + 1)
+    event.add("SEQUENCE", (int(seq) if seq.isdigit() else 0) + 1)
     event.pop("DTSTAMP", None)
     event.add("DTSTAMP", dt.datetime.now(dt.UTC))
     cal.add_missing_timezones()
@@ -642,12 +678,7 @@ def changed_event(
 
 def _series(text: str, source: Source) -> tuple[Ical, Event]:
     """The stored object and its series' master; refused when the event happens once."""
-    try:
-        cal: Ical = icalendar.Calendar.from_ical(text)
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise AccountFailure(
-            "account-bad-response", "the stored event does not parse", account=source.account
-        ) from None
+    cal = _stored(text, source)
     masters = [e for e in cal.walk("VEVENT") if "RECURRENCE-ID" not in e]
     if not masters or _broken(masters[0]) or not any(k in masters[0] for k in ("RRULE", "RDATE")):
         raise AccountFailure(
@@ -770,21 +801,14 @@ def changed_occurrence(
         for alarm in master.subcomponents:
             event.add_component(alarm)
         cal.add_component(event)
-    if start is not None or end is not None:
-        new_start = start if start is not None else old_start
-        if end is None:
-            end = new_start + (old_end - old_start)
-        check_span(new_start, end)
-        _set_times(event, new_start, end)
-    for key, value in (("SUMMARY", title), ("LOCATION", location), ("DESCRIPTION", description)):
-        if value is not None:
-            event.pop(key, None)
-            if value:
-                event.add(key, value)
-    seq = str(master.get("SEQUENCE", 0))
-    event.pop("SEQUENCE", None)
-    event.add("SEQUENCE", (int(seq) if seq.isdigit() else 0) + 1)
-    event.pop("DTSTAMP", None)
-    event.add("DTSTAMP", dt.datetime.now(dt.UTC))
-    cal.add_missing_timezones()
-    return str(cal.to_ical().decode())
+    _edit(
+        event,
+        old_start,
+        old_end,
+        title=title,
+        start=start,
+        end=end,
+        location=location,
+        description=description,
+    )
+    return _written(cal, event, master)
