@@ -8,7 +8,7 @@ the account and what failed, never a password, and no traceback reaches the mode
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from chalie.result import ToolResult
 
@@ -23,17 +23,7 @@ Code = Literal[
     "service-unreachable",
     "unknown-place",
 ]
-CODES: Final[tuple[str, ...]] = (
-    "account-unreachable",
-    "auth-failed",
-    "unknown-account",
-    "account-bad-response",
-    "item-not-found",
-    "read-only-account",
-    "invalid-param",
-    "service-unreachable",
-    "unknown-place",
-)
+CODES: Final[tuple[str, ...]] = get_args(Code)
 HINTS: Final[dict[str, str]] = {
     "account-unreachable": "the server did not answer; retry later, or ask the user to check "
     "the account with `chalie accounts test NAME`.",

@@ -473,18 +473,22 @@ class Mailbox:
                 return None
         return None
 
+    def _require(self, folder: str, uids: Sequence[int]) -> None:
+        """Refuse (item-not-found, naming the first) unless every message is in the folder."""
+        existing = self.c.fetch(list(uids), ["FLAGS"])
+        missing = [u for u in uids if u not in existing]
+        if missing:
+            raise AccountFailure(
+                "item-not-found",
+                f"no message {missing[0]} in {folder}",
+                account=self.who,
+                param="id",
+            )
+
     def move(self, folder: str, uids: Sequence[int], target: str) -> None:
         self._select(folder, readonly=False)
         with _failures(self.who):
-            existing = self.c.fetch(list(uids), ["FLAGS"])
-            missing = [u for u in uids if u not in existing]
-            if missing:
-                raise AccountFailure(
-                    "item-not-found",
-                    f"no message {missing[0]} in {folder}",
-                    account=self.who,
-                    param="id",
-                )
+            self._require(folder, uids)
             if not self.c.folder_exists(target):
                 raise AccountFailure(
                     "item-not-found",
@@ -505,15 +509,7 @@ class Mailbox:
     ) -> dict[int, list[str]]:
         self._select(folder, readonly=False)
         with _failures(self.who):
-            existing = self.c.fetch(list(uids), ["FLAGS"])
-            missing = [u for u in uids if u not in existing]
-            if missing:
-                raise AccountFailure(
-                    "item-not-found",
-                    f"no message {missing[0]} in {folder}",
-                    account=self.who,
-                    param="id",
-                )
+            self._require(folder, uids)
             if add:
                 self.c.add_flags(list(uids), list(add))
             if remove:
