@@ -179,11 +179,6 @@ class Brain:
         *,
         token: bool = True,
     ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            started = time.perf_counter()
-            response = await checked(request)
-            return _timed(response, started)
-
         async def checked(request: Request) -> Response:
             refused = self._host_ok(request)
             if refused is not None:
@@ -197,7 +192,7 @@ class Brain:
                     return _error(403, "forbidden", "this token is not the owner's")
             return await handler(request, info)
 
-        return endpoint
+        return _timed(checked)
 
     def session_of(self, request: Request) -> access.Session | None:
         session = self.sessions.get(request.cookies.get(access.COOKIE))
@@ -211,11 +206,6 @@ class Brain:
     def _guard_page(
         self, handler: Callable[..., Awaitable[Response]], *, login: bool = True
     ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            started = time.perf_counter()
-            response = await checked(request)
-            return _timed(response, started)
-
         async def checked(request: Request) -> Response:
             refused = self._host_ok(request)
             if refused is not None:
@@ -238,7 +228,7 @@ class Brain:
                     return _error(403, "csrf", "the form's CSRF token is missing or wrong")
             return self._secure(await handler(request, session))
 
-        return endpoint
+        return _timed(checked)
 
     @staticmethod
     def _secure(response: Response) -> Response:
@@ -590,10 +580,19 @@ class Brain:
         return tuple(a.request_id for a in found)
 
 
-def _timed(response: Response, started: float) -> Response:
-    """The server's own time for the request (``Server-Timing``), what the benchmark reads."""
-    response.headers["server-timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
-    return response
+def _timed(
+    endpoint: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint, its answer carrying the server's own time for the request
+    (``Server-Timing``), what the benchmark reads."""
+
+    async def timed(request: Request) -> Response:
+        started = time.perf_counter()
+        response = await endpoint(request)
+        response.headers["server-timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+        return response
+
+    return timed
 
 
 def _form_value(value: Any) -> Any:

@@ -958,3 +958,24 @@ def test_a_form_request_is_listed_with_its_schema_and_answered_with_content(
         ok(c.post(path, json={"answer": "allow_once", "content": {"city": "Rabat"}}), api.Answered)
     decision = reply.result(5)
     assert decision.allowed and decision.content == {"city": "Rabat"}
+
+
+def test_every_answer_carries_the_servers_own_time(d: BrainDaemon) -> None:
+    """Server-Timing (what tools/bench/bench_brain.py reads): on REST answers, refusals
+    included, and on pages, the login page and a redirect included."""
+
+    def took(response: Any) -> float:
+        name, dur = response.headers["server-timing"].split(";")
+        assert name == "app" and dur.startswith("dur=")
+        return float(dur.removeprefix("dur="))
+
+    with d.client() as c:
+        assert took(c.get("/api/v1/overview")) >= 0
+        assert took(c.get("/api/v1/conversations/c-none")) >= 0  # a 404
+    with d.client(None) as c:
+        assert took(c.get("/api/v1/overview")) >= 0  # a 401
+        assert took(c.get("/brain/approvals")) >= 0  # the 303 to the login page
+        assert took(c.get("/brain/login")) >= 0
+        assert _sign_in(d, c, d.token).status_code == 303
+        shown = c.get("/brain/approvals")
+        assert shown.status_code == 200 and took(shown) >= 0
