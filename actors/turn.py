@@ -443,6 +443,19 @@ class TurnActor(SupervisedActor):
         self._seq += 1
         return cls(conversation_id=self.conversation_id, seq=self._seq, ts=time.time(), **fields)
 
+    def _finished(
+        self, turn: _Turn, call_id: str, tool: str, status: str, code: str | None
+    ) -> ConversationEvent:
+        """The tool_finished event of one of the turn's calls."""
+        return self._event(
+            ToolFinished,
+            turn_id=turn.turn_id,
+            call_id=call_id,
+            tool=tool[:128],
+            status=status,
+            code=code,
+        )
+
     def _record(self, made: R, **fields: Any) -> R:
         """A value its owner made unnumbered (a request, a result), as this log's next event."""
         self._seq += 1
@@ -771,30 +784,14 @@ class TurnActor(SupervisedActor):
                 turn.codes.append(f"{envelope_name(part.name)}:repeated")
                 if cfg_nudge(self._deps.models(channel.model)):
                     turn.no_tools = True
-                batch.events.append(
-                    self._event(
-                        ToolFinished,
-                        turn_id=turn.turn_id,
-                        call_id=part.id,
-                        tool=part.name[:128],
-                        status="success",
-                        code="repeated",
-                    )
-                )
+                batch.events.append(self._finished(turn, part.id, part.name, "success", "repeated"))
                 continue
             arguments, bare = act.loose_arguments(part)
             if arguments is None and bare is None:
                 call.result = act.malformed_arguments(part)
                 turn.codes.append(f"{envelope_name(part.name)}:invalid-param")
                 batch.events.append(
-                    self._event(
-                        ToolFinished,
-                        turn_id=turn.turn_id,
-                        call_id=part.id,
-                        tool=part.name[:128],
-                        status="error",
-                        code="invalid-param",
-                    )
+                    self._finished(turn, part.id, part.name, "error", "invalid-param")
                 )
                 continue
             to_run.append(
@@ -843,17 +840,7 @@ class TurnActor(SupervisedActor):
                 turn.last_ok = (call.tool, outcome.envelope)
         elif outcome.code in DENIED_CODES:
             turn.denied.add(call.tool)
-        events: list[ConversationEvent] = []
-        events.append(
-            self._event(
-                ToolFinished,
-                turn_id=turn.turn_id,
-                call_id=call.call_id,
-                tool=call.tool[:128],
-                status=outcome.status,
-                code=outcome.code,
-            )
-        )
+        events = [self._finished(turn, call.call_id, call.tool, outcome.status, outcome.code)]
         rich = getattr(outcome, "rich", None)
         if isinstance(rich, dict):
             events.append(
