@@ -18,7 +18,7 @@ from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.personal import calendar as ical
 from chalie.personal import calendars
-from chalie.personal.runtime import PersonalRuntime
+from chalie.personal.runtime import PersonalRuntime, with_accounts
 from chalie.result import ToolResult
 from chalie.untrusted import success as untrusted_success
 
@@ -76,17 +76,6 @@ class CalendarParams(msgspec.Struct, forbid_unknown_fields=True):
     ) = None
 
 
-def runtime_of(ability: Ability) -> PersonalRuntime | ToolResult:
-    found = ability.services.personal if ability.services is not None else None
-    if not isinstance(found, PersonalRuntime):
-        return ToolResult.error(
-            "internal-error",
-            "accounts are not available in this runtime.",
-            hint="this is a fault in the runtime's set-up, not in your call.",
-        )
-    return found
-
-
 class Calendar(Ability):
     name = "calendar"
     summary = (
@@ -115,13 +104,7 @@ class Calendar(Ability):
     timeout = 60.0
 
     def run(self, params: CalendarParams) -> ToolResult:
-        rt = runtime_of(self)
-        if isinstance(rt, ToolResult):
-            return rt
-        try:
-            return self._run(rt, params)
-        except AccountFailure as exc:
-            return exc.result()
+        return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _run(self, rt: PersonalRuntime, p: CalendarParams) -> ToolResult:
         zone_name = p.zone or rt.settings.zone

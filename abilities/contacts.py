@@ -6,11 +6,10 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from abilities.calendar import runtime_of
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.personal import contacts
-from chalie.personal.runtime import PersonalRuntime
+from chalie.personal.runtime import PersonalRuntime, with_accounts
 from chalie.result import ToolResult
 from chalie.untrusted import success as untrusted_success
 
@@ -56,13 +55,7 @@ class Contacts(Ability):
     timeout = 60.0
 
     def run(self, params: ContactsParams) -> ToolResult:
-        rt = runtime_of(self)
-        if isinstance(rt, ToolResult):
-            return rt
-        try:
-            return self._run(rt, params)
-        except AccountFailure as exc:
-            return exc.result()
+        return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _run(self, rt: PersonalRuntime, p: ContactsParams) -> ToolResult:
         meta = {"action": p.action}

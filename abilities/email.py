@@ -16,14 +16,13 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from abilities.calendar import runtime_of
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
 from chalie.dispatch import MAX_RICH_BYTES
 from chalie.display import one_line
 from chalie.personal import mail
-from chalie.personal.runtime import PersonalRuntime
+from chalie.personal.runtime import PersonalRuntime, with_accounts
 from chalie.result import ToolResult
 from chalie.untrusted import success as untrusted_success
 
@@ -131,13 +130,7 @@ class Email(Ability):
         return one_line("; ".join(parts), 1000)
 
     def run(self, params: EmailParams) -> ToolResult:
-        rt = runtime_of(self)
-        if isinstance(rt, ToolResult):
-            return rt
-        try:
-            return self._run(rt, params)
-        except AccountFailure as exc:
-            return exc.result()
+        return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _mailbox(self, rt: PersonalRuntime, name: str | None) -> mail.Mailbox:
         account = rt.book.pick(("imap",), name)

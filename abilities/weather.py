@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from abilities.calendar import runtime_of
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
+from chalie.personal.runtime import runtime_of
 from chalie.personal.weather import OpenMeteo, Place, current_body, forecast_body
 from chalie.result import ToolResult
 

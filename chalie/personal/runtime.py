@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from chalie.accounts.book import AccountBook, Credentials
 from chalie.accounts.failure import AccountFailure
@@ -26,6 +26,10 @@ from chalie.personal.calstore import CalendarStore
 from chalie.personal.dav import Collection, DavClient
 from chalie.personal.dav import Kind as DavKind
 from chalie.personal.http import HttpClient
+from chalie.result import ToolResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 T = TypeVar("T")
 MAX_CACHED: Final = 64
@@ -153,3 +157,34 @@ class PersonalRuntime:
         if self.store is not None:
             self.store.put_listing(account, kind, where)
         return dav.listed(kind, *where)
+
+
+class Served(Protocol):
+    """An ability, as far as this module needs it (naming chalie.ability's type here would
+    close an import circle through chalie.services)."""
+
+    services: Any
+
+
+def runtime_of(ability: Served) -> PersonalRuntime | ToolResult:
+    """The daemon's personal runtime, as the ability's services carry it; an internal error
+    when this runtime has none."""
+    found = ability.services.personal if ability.services is not None else None
+    if not isinstance(found, PersonalRuntime):
+        return ToolResult.error(
+            "internal-error",
+            "accounts are not available in this runtime.",
+            hint="this is a fault in the runtime's set-up, not in your call.",
+        )
+    return found
+
+
+def with_accounts(ability: Served, act: Callable[[PersonalRuntime], ToolResult]) -> ToolResult:
+    """``act`` on the personal runtime; an account failure is its structured error."""
+    rt = runtime_of(ability)
+    if isinstance(rt, ToolResult):
+        return rt
+    try:
+        return act(rt)
+    except AccountFailure as exc:
+        return exc.result()
