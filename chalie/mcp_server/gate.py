@@ -128,13 +128,15 @@ async def refuse(
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """An HTTP error whose body is a JSON-RPC error carrying the stable code."""
-    body = msgspec.json.encode(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32000, "message": message, "data": {"code": code}},
-        }
-    )
+    error = {"code": -32000, "message": message, "data": {"code": code}}
+    await _send_json(send, status, {"jsonrpc": "2.0", "id": None, "error": error}, headers)
+
+
+async def _send_json(
+    send: Send, status: int, value: Any, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """A whole JSON answer straight on the ASGI channel, before any app sees the request."""
+    body = msgspec.json.encode(value)
     await send(
         {
             "type": "http.response.start",
@@ -306,30 +308,16 @@ class Gate:
 
     async def _well_known(self, path: str, send: Send) -> None:
         resource_path = "/" + self.resource.partition("://")[2].partition("/")[2]
+        no_store = [(b"cache-control", b"no-store")]
         if self.resource and path in (RESOURCE_METADATA, RESOURCE_METADATA + resource_path):
-            body = msgspec.json.encode(
-                {
-                    "resource": self.resource,
-                    "bearer_methods_supported": ["header"],
-                    "resource_name": "Chalie",
-                }
-            )
-            status = 200
-        else:
-            body = msgspec.json.encode({"error": "not_found"})
-            status = 404
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"cache-control", b"no-store"),
-                ],
+            metadata = {
+                "resource": self.resource,
+                "bearer_methods_supported": ["header"],
+                "resource_name": "Chalie",
             }
-        )
-        await send({"type": "http.response.body", "body": body})
+            await _send_json(send, 200, metadata, no_store)
+        else:
+            await _send_json(send, 404, {"error": "not_found"}, no_store)
 
     async def _too_many(self, send: Send, exc: Refused) -> None:
         await refuse(
