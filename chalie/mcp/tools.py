@@ -259,29 +259,17 @@ def plan(
                 out.added.append(proxy)
             continue
         callable_before = row.state == "active"
-        if problem:
-            # Broken now: never callable, shown as listed; the pin (the last approved
-            # definition) stays, so only that definition makes it active again.
+        if problem or digest == row.pin:
+            # Broken now (problem): never callable, shown as listed; the pin (the last
+            # approved definition) stays, so only that definition makes it active again.
             new = msgspec.structs.replace(
                 row,
                 description=tool.description,
                 schema=tool.schema,
-                state="incompatible",
+                state="incompatible" if problem else "active",
                 changed="",
                 pending=None,
-                problem=problem,
-            )
-            if new != row:
-                new = msgspec.structs.replace(new, updated_at=now)
-        elif digest == row.pin:
-            new = msgspec.structs.replace(
-                row,
-                description=tool.description,
-                schema=tool.schema,
-                state="active",
-                changed="",
-                pending=None,
-                problem="",
+                problem=problem or "",
             )
             if new != row:
                 new = msgspec.structs.replace(new, updated_at=now)
