@@ -74,6 +74,20 @@ def connect(path: Path, *, synchronous: Synchronous = "NORMAL") -> sqlite3.Conne
     return conn
 
 
+def connect_retrying(path: Path, attempts: int = 100) -> sqlite3.Connection:
+    """:func:`connect`, retried for a store that another process may be opening first: two
+    first opens of a fresh file racing to switch it to WAL answer "database is locked" at
+    once (SQLite's busy handler does not cover it)."""
+    for attempt in range(attempts):
+        try:
+            return connect(path)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction on an autocommit connection (``BEGIN IMMEDIATE``: the write lock

@@ -13,7 +13,6 @@ busy timeout serialise them; within a process one lock guards the connection.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import msgspec
 
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, Account, AccountSpecError, Kind, check_account
-from chalie.db import connect
+from chalie.db import connect_retrying
 from chalie.mcp.secrets import MissingSecret, SecretFile
 
 _SCHEMA: Final = """
@@ -59,22 +58,11 @@ class AccountBook:
     """The table and the secrets file, for any thread of one process."""
 
     def __init__(self, db_path: Path, home: Path) -> None:
-        self._conn = self._open(Path(db_path))
+        self._conn = connect_retrying(Path(db_path))
         self._lock = threading.Lock()
         self.secrets = SecretFile(Path(home))
         with self._lock:
             self._conn.executescript(_SCHEMA)
-
-    @staticmethod
-    def _open(path: Path) -> sqlite3.Connection:
-        for attempt in range(100):
-            try:
-                return connect(path)
-            except sqlite3.OperationalError as exc:  # two first opens racing to switch to WAL
-                if "locked" not in str(exc) or attempt == 99:
-                    raise
-                time.sleep(0.02)
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:

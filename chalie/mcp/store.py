@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import connect, transaction
+from chalie.db import connect_retrying, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
 
@@ -65,19 +65,6 @@ _json = msgspec.json.Encoder()
 _remote = msgspec.json.Decoder(RemoteTool)
 
 
-def _connect(path: Path, attempts: int = 100) -> sqlite3.Connection:
-    """chalie.db.connect, retried: switching a fresh file to WAL while another connection does
-    the same answers "database is locked" at once (SQLite's busy handler does not cover it)."""
-    for attempt in range(attempts):
-        try:
-            return connect(path)
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == attempts - 1:
-                raise
-            time.sleep(0.02)
-    raise AssertionError("unreachable")
-
-
 class ServerExists(ValueError):
     pass
 
@@ -102,7 +89,7 @@ class McpStore:
     """The two tables, for any thread of one process (one lock around the connection)."""
 
     def __init__(self, path: Path) -> None:
-        self._conn = _connect(Path(path))
+        self._conn = connect_retrying(Path(path))
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(_SCHEMA)
