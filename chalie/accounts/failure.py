@@ -8,6 +8,8 @@ the account and what failed, never a password, and no traceback reaches the mode
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final, Literal, get_args
 
 from chalie.result import ToolResult
@@ -79,3 +81,29 @@ class AccountFailure(Exception):
     def __str__(self) -> str:
         who = f"{self.account}: " if self.account else ""
         return f"{self.code}: {who}{self.message}"
+
+
+class AccountSweep:
+    """A read over several accounts: a failing one is noted in ``unavailable`` and the others
+    still answer; with one account named (``named``), or when every one fails, it raises."""
+
+    def __init__(self, named: bool) -> None:
+        self.named = named
+        self.failures: list[AccountFailure] = []
+        self.unavailable: list[dict[str, str]] = []
+
+    @contextmanager
+    def reading(self, account: str) -> Iterator[None]:
+        """Read the account named ``account`` inside; its failure is noted (or raised)."""
+        try:
+            yield
+        except AccountFailure as exc:
+            if self.named:
+                raise
+            self.failures.append(exc)
+            self.unavailable.append({"account": account, "code": exc.code, "message": exc.message})
+
+    def check(self, tried: int) -> None:
+        """Raise the first failure when all ``tried`` accounts failed."""
+        if self.failures and len(self.failures) == tried:
+            raise self.failures[0]

@@ -17,7 +17,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalie.accounts.failure import AccountFailure
+from chalie.accounts.failure import AccountFailure, AccountSweep
 from chalie.accounts.spec import Account, Kind
 from chalie.personal import calendar as ical
 from chalie.personal.dav import Collection, DavClient, check_href, keep_unchanged
@@ -156,10 +156,9 @@ def window(
         if not accounts:
             rt.book.pick(READ_KINDS, None)  # raises unknown-account with the set-up hint
     states: list[CollectionState] = []
-    unavailable: list[dict[str, str]] = []
-    failures: list[AccountFailure] = []
+    sweep = AccountSweep(named=bool(account_name))
     for account in accounts:
-        try:
+        with sweep.reading(account.name):
             if account.kind == "ics":
                 if calendar_name is None or calendar_name == account.name:
                     states.append(_ics_objects(rt, account))
@@ -177,14 +176,8 @@ def window(
                     )
                 for coll in picked:
                     states.append(_collection_objects(rt, dav, account, coll))
-        except AccountFailure as exc:
-            if account_name:
-                raise
-            failures.append(exc)
-            unavailable.append({"account": account.name, "code": exc.code, "message": exc.message})
-    if failures and len(failures) == len(accounts):
-        raise failures[0]
-    if calendar_name is not None and not states and not failures:
+    sweep.check(len(accounts))
+    if calendar_name is not None and not states and not sweep.failures:
         raise AccountFailure(
             "item-not-found",
             f"no calendar named {calendar_name!r} in any account",
@@ -202,7 +195,7 @@ def window(
             if p is not None:
                 parsed.append(p)
     found = ical.expand(parsed, lo, hi, zone, skipped)
-    return Window(found, skipped, unavailable, [a.name for a in accounts])
+    return Window(found, skipped, sweep.unavailable, [a.name for a in accounts])
 
 
 # -- writing -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import vobject
 
-from chalie.accounts.failure import AccountFailure
+from chalie.accounts.failure import AccountFailure, AccountSweep
 from chalie.accounts.spec import Account
 from chalie.personal.dav import Collection, DavClient, check_href, keep_unchanged
 from chalie.personal.runtime import PersonalRuntime
@@ -115,23 +115,15 @@ def all_cards(
         rt.book.pick(("carddav",), None)
     cards: list[Card] = []
     skipped: list[dict[str, str]] = []
-    unavailable: list[dict[str, str]] = []
-    failures: list[AccountFailure] = []
+    sweep = AccountSweep(named=bool(account_name))
     for account in accounts:
-        try:
-            with rt.dav_session(account) as dav:
-                for coll in rt.collections(dav, account, "addressbook"):
-                    state = _sync(rt, dav, account, coll)
-                    cards.extend(c for _, c in state.cards.values() if c is not None)
-                    skipped.extend(state.skipped)
-        except AccountFailure as exc:
-            if account_name:
-                raise
-            failures.append(exc)
-            unavailable.append({"account": account.name, "code": exc.code, "message": exc.message})
-    if failures and len(failures) == len(accounts):
-        raise failures[0]
-    return cards, skipped, unavailable
+        with sweep.reading(account.name), rt.dav_session(account) as dav:
+            for coll in rt.collections(dav, account, "addressbook"):
+                state = _sync(rt, dav, account, coll)
+                cards.extend(c for _, c in state.cards.values() if c is not None)
+                skipped.extend(state.skipped)
+    sweep.check(len(accounts))
+    return cards, skipped, sweep.unavailable
 
 
 def matches(card: Card, query: str) -> bool:
