@@ -19,8 +19,6 @@ denies, ends with a background result that says so.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -28,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.conversation.events import PermissionRequest
-from chalie.db import connect
+from chalie.db import Store
 from chalie.messages import TurnContext
 
 _SCHEMA: Final = """
@@ -97,21 +95,15 @@ def _read(body: bytes) -> PermissionRequest:
         return msgspec.convert(old, PermissionRequest)
 
 
-class ApprovalStore:
+class ApprovalStore(Store):
     """The ``permission_requests`` table; one connection, safe from any thread."""
 
     def __init__(self, path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(path)
-        self._lock = threading.Lock()
+        super().__init__(path, _SCHEMA)
         with self._lock:
-            self._conn.executescript(_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(permission_requests)")}
             if "call" not in columns:
                 self._conn.execute(_CALL_COLUMN)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     def put(
         self, request: PermissionRequest, *, parked: bool = False, call: bytes | None = None

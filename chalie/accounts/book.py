@@ -13,7 +13,6 @@ busy timeout serialise them; within a process one lock guards the connection.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Final
@@ -22,7 +21,7 @@ import msgspec
 
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, Account, AccountSpecError, Kind, check_account
-from chalie.db import connect_retrying
+from chalie.db import Store
 from chalie.mcp.secrets import MissingSecret, SecretFile
 
 _SCHEMA: Final = """
@@ -54,19 +53,12 @@ class Credentials(msgspec.Struct, frozen=True):
         return f"Credentials({self.account.name!r}, password=<hidden>)"
 
 
-class AccountBook:
+class AccountBook(Store):
     """The table and the secrets file, for any thread of one process."""
 
     def __init__(self, db_path: Path, home: Path) -> None:
-        self._conn = connect_retrying(Path(db_path))
-        self._lock = threading.Lock()
+        super().__init__(db_path, _SCHEMA, racing=True)
         self.secrets = SecretFile(Path(home))
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     # -- reading ----------------------------------------------------------------------
     def _rows(self, kind: str | None = None) -> list[Account]:

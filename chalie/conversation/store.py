@@ -16,7 +16,6 @@ import builtins
 import contextlib
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -177,23 +176,17 @@ def interrupted_envelope(tool: str) -> str:
     )
 
 
-class ConversationStore:
+class ConversationStore(db.Store):
     """The conversation tables of one database file, safe from any thread."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._conn = db.connect(self.path)
-        self._lock = threading.Lock()
+        super().__init__(self.path, _SCHEMA)
         with self._lock:
-            self._conn.executescript(_SCHEMA)
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(conversations)")}
             if "principal" not in columns:
                 with contextlib.suppress(sqlite3.OperationalError):  # another process won
                     self._conn.execute(_MIGRATE_PRINCIPAL)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -22,14 +22,13 @@ The store never leaves the machine: it is a table in the daemon's database.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from chalie.db import connect
+from chalie.db import Store
 from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.trail import REDACTED, SECRET_KEY
@@ -124,20 +123,14 @@ def _checked(value: object, what: str, limit: int) -> str:
     return value.strip()
 
 
-class LearnedExamples:
+class LearnedExamples(Store):
     """The learned-examples table; thread-safe (one connection, one lock)."""
 
     def __init__(self, db_path: Path, *, per_tool: int = DEFAULT_PER_TOOL) -> None:
         if isinstance(per_tool, bool) or not 1 <= per_tool <= MAX_PER_TOOL:
             raise ValueError(f"per_tool must be within 1..{MAX_PER_TOOL}")
         self.per_tool = per_tool
-        self._lock = threading.Lock()
-        self._db = connect(Path(db_path))
-        self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(db_path, _SCHEMA)
 
     @staticmethod
     def _row(row: tuple[Any, ...]) -> Example:
@@ -163,20 +156,20 @@ class LearnedExamples:
             raise ExampleError(f"definition must be a string of at most {MAX_DEFINITION_CHARS}")
         key = word_key(stored)
         when = time.time() if now is None else float(now)
-        with self._lock, self._db:
-            rows = self._db.execute(
+        with self._lock, self._conn:
+            rows = self._conn.execute(
                 "SELECT id, words FROM discovery_examples WHERE tool = ? ORDER BY created, id",
                 (tool,),
             ).fetchall()
             for id_, words in rows:
                 if words == key or overlap(words, key) >= NEAR_IDENTICAL:
-                    self._db.execute(
+                    self._conn.execute(
                         "UPDATE discovery_examples SET created = ?, channel = ?, definition = ? "
                         "WHERE id = ?",
                         (when, channel, definition, id_),
                     )
                     return LearnOutcome("refreshed", self._get(int(id_)))
-            cur = self._db.execute(
+            cur = self._conn.execute(
                 "INSERT INTO discovery_examples (tool, text, words, channel, created, definition) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (tool, stored, key, channel, when, definition),
@@ -186,7 +179,7 @@ class LearnedExamples:
             return LearnOutcome("added", self._get(new_id), tuple(dropped))
 
     def _get(self, id_: int) -> Example:
-        row = self._db.execute(
+        row = self._conn.execute(
             "SELECT id, tool, text, channel, created, definition FROM discovery_examples "
             "WHERE id = ?",
             (id_,),
@@ -195,7 +188,7 @@ class LearnedExamples:
 
     def _bound(self, tool: str) -> list[int]:
         """Drop the tool's most redundant rows (oldest first among equals) past per_tool."""
-        rows = self._db.execute(
+        rows = self._conn.execute(
             "SELECT id, words, created, channel FROM discovery_examples WHERE tool = ? "
             "ORDER BY created, id",
             (tool,),
@@ -220,7 +213,7 @@ class LearnedExamples:
             dropped.append(int(rows[victim][0]))
             del rows[victim]
         if dropped:
-            self._db.executemany(
+            self._conn.executemany(
                 "DELETE FROM discovery_examples WHERE id = ?", [(i,) for i in dropped]
             )
         return dropped
@@ -229,12 +222,12 @@ class LearnedExamples:
     def examples(self, tool: str | None = None) -> list[Example]:
         with self._lock:
             if tool is None:
-                rows = self._db.execute(
+                rows = self._conn.execute(
                     "SELECT id, tool, text, channel, created, definition FROM discovery_examples "
                     "ORDER BY tool, created, id"
                 ).fetchall()
             else:
-                rows = self._db.execute(
+                rows = self._conn.execute(
                     "SELECT id, tool, text, channel, created, definition FROM discovery_examples "
                     "WHERE tool = ? ORDER BY created, id",
                     (tool,),
@@ -253,32 +246,32 @@ class LearnedExamples:
 
     # -- forgetting -------------------------------------------------------
     def forget_tool(self, tool: str) -> int:
-        with self._lock, self._db:
-            cur = self._db.execute("DELETE FROM discovery_examples WHERE tool = ?", (tool,))
+        with self._lock, self._conn:
+            cur = self._conn.execute("DELETE FROM discovery_examples WHERE tool = ?", (tool,))
             return int(cur.rowcount)
 
     def forget_id(self, id_: int) -> Example | None:
-        with self._lock, self._db:
-            row = self._db.execute(
+        with self._lock, self._conn:
+            row = self._conn.execute(
                 "SELECT id, tool, text, channel, created, definition FROM discovery_examples "
                 "WHERE id = ?",
                 (int(id_),),
             ).fetchone()
             if row is None:
                 return None
-            self._db.execute("DELETE FROM discovery_examples WHERE id = ?", (int(id_),))
+            self._conn.execute("DELETE FROM discovery_examples WHERE id = ?", (int(id_),))
             return self._row(row)
 
     def clear(self) -> int:
-        with self._lock, self._db:
-            return int(self._db.execute("DELETE FROM discovery_examples").rowcount)
+        with self._lock, self._conn:
+            return int(self._conn.execute("DELETE FROM discovery_examples").rowcount)
 
     def drop_changed(self, definitions: Mapping[str, str]) -> list[str]:
         """Drop rows learned under another definition of their tool; the tools touched."""
         touched: list[str] = []
-        with self._lock, self._db:
+        with self._lock, self._conn:
             for tool, definition in definitions.items():
-                cur = self._db.execute(
+                cur = self._conn.execute(
                     "DELETE FROM discovery_examples WHERE tool = ? AND definition != '' "
                     "AND definition != ?",
                     (tool, definition),
@@ -289,7 +282,7 @@ class LearnedExamples:
 
     def tools(self) -> list[str]:
         with self._lock:
-            rows = self._db.execute(
+            rows = self._conn.execute(
                 "SELECT DISTINCT tool FROM discovery_examples ORDER BY tool"
             ).fetchall()
         return [str(r[0]) for r in rows]

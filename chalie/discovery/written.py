@@ -23,14 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from chalie.db import connect
+from chalie.db import Store
 from chalie.discovery.learning import NEAR_IDENTICAL, overlap, word_key
 from chalie.discovery.learning import WRITTEN_SOURCE as WRITTEN_SOURCE
 from chalie.providers.types import ChatMessage, ModelRequest
@@ -158,21 +157,15 @@ CREATE TABLE IF NOT EXISTS discovery_written (
 """
 
 
-class WrittenCache:
+class WrittenCache(Store):
     """Validated model-written phrases by definition hash, in chalie.db; thread-safe."""
 
     def __init__(self, db_path: Path) -> None:
-        self._lock = threading.Lock()
-        self._db = connect(Path(db_path))
-        self._db.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        super().__init__(db_path, _SCHEMA)
 
     def get(self, digest: str) -> list[str] | None:
         with self._lock:
-            row = self._db.execute(
+            row = self._conn.execute(
                 "SELECT phrases FROM discovery_written WHERE hash = ?", (digest,)
             ).fetchone()
         if row is None:
@@ -184,8 +177,8 @@ class WrittenCache:
             return None
 
     def put(self, digest: str, tool: str, phrases: list[str], model: str) -> None:
-        with self._lock, self._db:
-            self._db.execute(
+        with self._lock, self._conn:
+            self._conn.execute(
                 "INSERT OR REPLACE INTO discovery_written (hash, tool, phrases, model, created) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (digest, tool, json.dumps(phrases), model[:128], time.time()),
@@ -193,7 +186,7 @@ class WrittenCache:
 
     def count(self) -> int:
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM discovery_written").fetchone()[0])
+            return int(self._conn.execute("SELECT COUNT(*) FROM discovery_written").fetchone()[0])
 
 
 class Budget:

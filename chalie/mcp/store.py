@@ -16,7 +16,6 @@ busy timeout serialise them; within a process one lock guards the connection.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import connect_retrying, transaction
+from chalie.db import Store, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
 
@@ -85,18 +84,11 @@ class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
         return self.spec.name
 
 
-class McpStore:
+class McpStore(Store):
     """The two tables, for any thread of one process (one lock around the connection)."""
 
     def __init__(self, path: Path) -> None:
-        self._conn = connect_retrying(Path(path))
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        super().__init__(path, _SCHEMA, racing=True)
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:
         with self._lock:

@@ -18,13 +18,12 @@ import datetime as dt
 import json
 import re
 import sqlite3
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from chalie.conversation.background import is_follow_up
-from chalie.db import connect
+from chalie.db import Store
 from chalie.memory.records import KINDS, Draft, Kind
 from chalie.providers.types import ChatMessage, ModelRequest
 
@@ -139,18 +138,11 @@ CREATE TABLE IF NOT EXISTS memory_reflection_budget (
 """
 
 
-class ReflectionLedger:
+class ReflectionLedger(Store):
     """Which conversations are due a reflection, how far each was read, what was spent."""
 
     def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        super().__init__(db_path, _SCHEMA)
 
     def due(self, now: float, idle: float, limit: int = 5) -> list[tuple[str, float]]:
         """(id, updated) of conversations on the reflected channels idle for ``idle`` seconds

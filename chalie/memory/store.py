@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from chalie.db import connect, transaction
+from chalie.db import Store, connect, transaction
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
 
 SCHEMA: Final = """
@@ -100,14 +100,12 @@ def unpack(blob: bytes, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
     return out.astype(np.float32)
 
 
-class MemoryStore:
+class MemoryStore(Store):
     """One connection; callers may use it from any thread (a lock serialises it)."""
 
     def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
-        self._lock = threading.Lock()
+        super().__init__(db_path, SCHEMA)
         with self._lock:
-            self._conn.executescript(SCHEMA)
             # A commit that fills the WAL past SQLite's threshold copies it into the file
             # (tens of ms): this connection's never do, so a store stays short.
             # :meth:`checkpoint` does it instead, off the write path (the memory index's
@@ -118,8 +116,7 @@ class MemoryStore:
         self._spare_lock = threading.Lock()
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        super().close()
         with self._spare_lock:
             if self._spare is not None:
                 self._spare.close()

@@ -8,14 +8,12 @@ during the turn never fires it twice; the answer is recorded afterwards.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import connect
+from chalie.db import Store
 from chalie.schedule.rules import RuleKind
 
 State = Literal["pending", "done", "cancelled"]
@@ -84,18 +82,11 @@ def _row(r: Any) -> Reminder:
     )
 
 
-class ReminderStore:
+class ReminderStore(Store):
     """One connection, any thread (a lock serialises it)."""
 
     def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        super().__init__(db_path, _SCHEMA)
 
     def add(
         self,
