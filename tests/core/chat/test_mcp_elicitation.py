@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +21,10 @@ from actors.chat_bridge import ChatBridge
 from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.config import Config
-from chalie.mcp.admin import McpAdmin
-from chalie.mcp.spec import ServerSpec
 from chalie.tokens import FIRST_TOKEN_FILE
-from chalie_app import root as daemon
-from chalie_app.root import Runtime
-from tests.core.conversation.harness import config_toml
+from tests.core.chat.daemon import capable_config, wait_indexed
+from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
-from tools.fixture_mcp.rig import ROOT
-from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -56,48 +48,15 @@ def _pending(home: Path) -> list[dict[str, Any]]:
 def test_a_form_elicitation_is_answered_from_chat_and_the_cli() -> None:
     model = FakeModelServer(load_script(json.dumps(SCRIPT))).start()
     home = Path(tempfile.mkdtemp(prefix="che-", dir="/tmp"))
-    (home / "config.toml").write_text(
-        config_toml(model)
-        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n"
-        + "[discovery]\nwrite_examples = false\n"
-    )
-    config = Config.load(home)
-    admin = McpAdmin(config.layout.db, home)
-    spec = ServerSpec(
-        name="cap",
-        transport="stdio",
-        command=sys.executable,
-        args=("-m", "tools.fixture_mcp.capable"),
-        cwd=str(ROOT),
-    )
-    admin.add(spec)
-    admin.close()
-    ready = threading.Event()
-    box: dict[str, Runtime] = {}
-
-    def on_ready(rt: Runtime) -> None:
-        box["rt"] = rt
-        ready.set()
-
-    thread = threading.Thread(
-        target=daemon.run, args=(config,), kwargs={"ready": on_ready}, daemon=True
-    )
-    thread.start()
+    config = capable_config(model, home)
+    running: DaemonThread | None = None
     zmq_frames: list[dict[str, Any]] = []
     try:
-        assert ready.wait(120), "the daemon did not start"
-        rt = box["rt"]
-        chat = rt.child("chat", ChatBridge).within(10)
-        wait_until(chat.is_alive, 60, "the chat child")
-        addresses: dict[str, Any] = chat.call(ChatBridge.addresses)
+        running = DaemonThread(config)
+        rt = running.rt
+        addresses: dict[str, Any] = running.chat().call(ChatBridge.addresses)
         token = (home / FIRST_TOKEN_FILE).read_text().strip()
-        discovery = rt.services.discovery
-        assert discovery is not None
-        wait_until(
-            lambda: "_mcp_cap_ask_name" in discovery.find(["_mcp_cap_ask_name"]).names,
-            60,
-            "the remote tool in the index",
-        )
+        wait_indexed(rt, "_mcp_cap_ask_name")
 
         async def turn(answer_form: Any) -> list[dict[str, Any]]:
             frames: list[dict[str, Any]] = []
@@ -190,8 +149,8 @@ def test_a_form_elicitation_is_answered_from_chat_and_the_cli() -> None:
         first = asyncio.run(turn(from_chat))
         second = asyncio.run(turn(from_cli))
     finally:
-        box["rt"].request_stop() if "rt" in box else None
-        thread.join(60)
+        if running is not None:
+            running.stop()
         model.stop()
     (form_frame,) = [f for f in first if f["type"] == "permission_request" and f.get("form")]
     assert form_frame["permission"] == "_mcp_cap.elicitation"

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +14,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 from actors.chat_bridge import ChatBridge
-from chalie.config import Config
-from chalie.mcp.admin import McpAdmin
-from chalie.mcp.spec import ServerSpec
 from chalie.tokens import FIRST_TOKEN_FILE
-from chalie_app import root as daemon
-from chalie_app.root import Runtime
-from tests.core.conversation.harness import config_toml
+from tests.core.chat.daemon import capable_config, wait_indexed
+from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
-from tools.fixture_mcp.rig import ROOT
-from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -55,49 +47,14 @@ SCRIPT = {
 def test_remote_progress_reaches_a_websocket_client() -> None:
     model = FakeModelServer(load_script(json.dumps(SCRIPT))).start()
     home = Path(tempfile.mkdtemp(prefix="chp-", dir="/tmp"))
-    (home / "config.toml").write_text(
-        config_toml(model)
-        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n"
-        + "[discovery]\nwrite_examples = false\n"  # the script is the turn's alone
-    )
-    config = Config.load(home)
-    admin = McpAdmin(config.layout.db, home)
-    admin.add(
-        ServerSpec(
-            name="cap",
-            transport="stdio",
-            command=sys.executable,
-            args=("-m", "tools.fixture_mcp.capable"),
-            cwd=str(ROOT),
-        )
-    )
-    admin.close()
-    ready = threading.Event()
-    box: dict[str, Runtime] = {}
-
-    def on_ready(rt: Runtime) -> None:
-        box["rt"] = rt
-        ready.set()
-
-    thread = threading.Thread(
-        target=daemon.run, args=(config,), kwargs={"ready": on_ready}, daemon=True
-    )
-    thread.start()
+    config = capable_config(model, home)
+    running: DaemonThread | None = None
     try:
-        assert ready.wait(120), "the daemon did not start"
-        rt = box["rt"]
-        chat = rt.child("chat", ChatBridge).within(10)
-        wait_until(chat.is_alive, 60, "the chat child")
-        addresses: dict[str, Any] = chat.call(ChatBridge.addresses)
+        running = DaemonThread(config)
+        rt = running.rt
+        addresses: dict[str, Any] = running.chat().call(ChatBridge.addresses)
         token = (home / FIRST_TOKEN_FILE).read_text().strip()
-        wait_until(lambda: rt.registry.get("_mcp_cap_count") is not None, 60, "the remote tool")
-        discovery = rt.services.discovery
-        assert discovery is not None
-        wait_until(
-            lambda: "_mcp_cap_count" in discovery.find(["_mcp_cap_count"]).names,
-            60,
-            "the remote tool in the index",
-        )
+        wait_indexed(rt, "_mcp_cap_count")
 
         async def go() -> list[dict[str, Any]]:
             frames: list[dict[str, Any]] = []
@@ -128,8 +85,8 @@ def test_remote_progress_reaches_a_websocket_client() -> None:
 
         frames = asyncio.run(go())
     finally:
-        box["rt"].request_stop() if "rt" in box else None
-        thread.join(60)
+        if running is not None:
+            running.stop()
         model.stop()
     kinds = [(f["type"], f.get("tool"), f.get("status"), f.get("code")) for f in frames]
     progress = [f for f in frames if f["type"] == "tool_progress"]
