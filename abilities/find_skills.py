@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from abilities.find_tools import Entry, ask_discovery, log
 from chalie.ability import Ability
+from chalie.discovery.asking import Entry, ask_discovery, log
 from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
 from chalie.mcp.extras import prompts_proxy_of
 from chalie.result import ToolResult
