@@ -6,9 +6,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
+# How long an expect() waits for its condition: Playwright's 5 s is short for a page
+# that waits on a daemon, a scripted model and server-sent events on a loaded 2-core
+# machine; a condition that holds is seen at once either way.
+EXPECT_TIMEOUT_MS = 20_000
 ARGS = (
     "--no-sandbox",
     "--disable-gpu",
@@ -27,6 +31,7 @@ def browser() -> Iterator[Browser]:
         if os.environ.get("CI"):
             raise RuntimeError(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(ARGS))
         try:
