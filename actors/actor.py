@@ -217,8 +217,12 @@ class SupervisedActor(Actor):
     def on_start(self) -> None:
         pass
 
+    def on_end(self) -> None:
+        """Release what the actor holds, however it ends: a subclass whose cleanup is the same
+        on a stop and on a failure overrides this one hook instead of both."""
+
     def on_stop(self) -> None:
-        pass
+        self.on_end()
 
     def on_failure(
         self,
@@ -226,7 +230,7 @@ class SupervisedActor(Actor):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        pass
+        self.on_end()
 
 
 # The base's own hooks report too, for subclasses that override none of them.

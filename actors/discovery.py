@@ -144,10 +144,7 @@ class DiscoveryActor(SupervisedActor):
                 log.exception("model-written examples unavailable")
         self._load(rebuild=False, progress=None)
 
-    def on_stop(self) -> None:
-        self._close_store()
-
-    def on_failure(self, *exc: Any) -> None:
+    def on_end(self) -> None:
         self._close_store()
 
     def _close_pool(self) -> None:

@@ -38,10 +38,7 @@ class MemoryKeeper(SupervisedActor):
     def on_start(self) -> None:
         self._services.memory = self._desk
 
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(self, *exc: Any) -> None:
+    def on_end(self) -> None:
         self._close()
 
     def _close(self) -> None:

@@ -179,10 +179,7 @@ class Scheduler(SupervisedActor):
         self._clock.on_jump(lambda: _tell(me, _Wake()))
         self._arm()
 
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(self, *exc: Any) -> None:
+    def on_end(self) -> None:
         self._close()
 
     def _close(self) -> None:

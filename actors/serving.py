@@ -7,13 +7,13 @@ Lifecycle, in order:
    :meth:`ServingActor.stopped_serving`, which tells the actor
    :class:`~chalie.mail.EndpointDied`; handling it raises, so the actor
    fails and its supervisor restarts it (with a fresh server).
-3. ``on_stop``, or ``on_failure`` (pykka runs that instead of ``on_stop``
-   after a failed message), calls the subclass's :meth:`close` once.
+3. ``on_end`` (from ``on_stop``, or from ``on_failure``, which pykka runs
+   instead of ``on_stop`` after a failed message) calls the subclass's
+   :meth:`close` once.
 """
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 from actors.actor import SupervisedActor, tell_quietly
@@ -38,13 +38,5 @@ class ServingActor(SupervisedActor):
             raise RuntimeError(f"{message.what} stopped serving: {message.error}")
         return super().on_receive(message)
 
-    def on_stop(self) -> None:
-        self.close()
-
-    def on_failure(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def on_end(self) -> None:
         self.close()

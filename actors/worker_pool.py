@@ -730,10 +730,7 @@ class WorkerPool(SupervisedActor):
         if self._broker is not None:
             self.spawn_thread(self._broker.run, "worker-broker")
 
-    def on_stop(self) -> None:
-        self._close()
-
-    def on_failure(self, *exc_info: Any) -> None:
+    def on_end(self) -> None:
         self._close()
 
     def _close(self) -> None:

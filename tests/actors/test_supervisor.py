@@ -517,3 +517,31 @@ def test_children_that_stop_together_stop_in_the_time_of_the_slowest() -> None:
     sup.stop(timeout=10)
     assert journal.count("stop", "slow") == 4
     assert time.monotonic() - began < 1.5  # one by one would take 2 s
+
+
+class _Holder(SupervisedActor):
+    """Releases what it holds in on_end alone; fails on the message "fail"."""
+
+    def __init__(self, ended: list[str]) -> None:
+        super().__init__()
+        self.ended = ended
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "fail":
+            raise RuntimeError("asked to fail")
+        return super().on_receive(message)
+
+    def on_end(self) -> None:
+        self.ended.append("ended")
+
+
+def test_on_end_runs_once_on_a_stop_and_once_on_a_failure() -> None:
+    stopped: list[str] = []
+    ref = _Holder.start(stopped)
+    ref.stop()
+    assert stopped == ["ended"]
+    failed: list[str] = []
+    ref = _Holder.start(failed)
+    ref.tell("fail")
+    wait_until(lambda: bool(failed) and not ref.is_alive(), timeout=5)
+    assert failed == ["ended"]
