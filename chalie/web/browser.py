@@ -39,7 +39,9 @@ from chalie.web.http import Fetcher, FetchError
 
 log = logging.getLogger("chalie.browser")
 
-LAUNCH_ARGS: Final = (
+# How Debian's Chromium runs headless here (as root, in a container, no GPU, quiet):
+# also what the dashboard's browser tests and the benchmarks launch it with.
+HEADLESS_ARGS: Final = (
     "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
@@ -47,6 +49,11 @@ LAUNCH_ARGS: Final = (
     "--disable-component-update",
     "--no-first-run",
     "--disable-sync",
+)
+# The browser tool's: no extensions, no name resolution of its own (every request goes
+# through our SSRF-guarded fetcher), no WebRTC around it.
+LAUNCH_ARGS: Final = (
+    *HEADLESS_ARGS,
     "--disable-extensions",
     "--host-resolver-rules=MAP * ~NOTFOUND",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",

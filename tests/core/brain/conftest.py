@@ -8,20 +8,14 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
+from chalie.config import BrowserConfig
+from chalie.web.browser import HEADLESS_ARGS
+
+CHROMIUM = str(BrowserConfig().executable)
 # How long an expect() waits for its condition: Playwright's 5 s is short for a page
 # that waits on a daemon, a scripted model and server-sent events on a loaded 2-core
 # machine; a condition that holds is seen at once either way.
 EXPECT_TIMEOUT_MS = 20_000
-ARGS = (
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def browser() -> Iterator[Browser]:
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(ARGS))
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(HEADLESS_ARGS))
         try:
             yield b
         finally:
