@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from actors.scheduler import Scheduler
 from chalie.memory.reflection import parse_memories
 from chalie.schedule.clock import ManualClock
 from tests.core.conversation.harness import Harness
+from tests.core.memory.reflecting import reflection_harness, scheduler_status
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -39,19 +38,10 @@ def clock() -> ManualClock:
 
 @pytest.fixture(scope="module")
 def h(clock: ManualClock) -> Iterator[Harness]:
-    harness = Harness(
-        extra_toml="[background]\nreflection_idle = 60.0\nreflection_tokens_per_day = 300\n",
-        clock=clock,
-    )
-    try:
-        yield harness
-    finally:
-        harness.close()
+    yield from reflection_harness(clock, tokens_per_day=300)
 
 
-def status(h: Harness) -> dict[str, Any]:
-    found: dict[str, Any] = h.rt.child("scheduler", Scheduler).within(10).call(Scheduler.status)
-    return found
+status = scheduler_status
 
 
 def chat(h: Harness, text: str) -> str:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from actors.conversations import Conversations
-from actors.scheduler import Scheduler
 from chalie.conversation.background import follow_up_text
 from chalie.conversation.events import BackgroundResult
 from chalie.conversation.requests import Accepted, SendMessage
@@ -26,6 +25,7 @@ from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.schedule.clock import ManualClock
 from tests.core.conversation.harness import Harness
+from tests.core.memory.reflecting import reflection_harness, scheduler_status
 from tools.waiting import wait_until
 
 BOT = Principal(scope="agent", id="tok_reflect1", name="bookkeeper")
@@ -44,19 +44,10 @@ def clock() -> ManualClock:
 
 @pytest.fixture(scope="module")
 def h(clock: ManualClock) -> Iterator[Harness]:
-    harness = Harness(
-        extra_toml="[background]\nreflection_idle = 60.0\nreflection_tokens_per_day = 5000\n",
-        clock=clock,
-    )
-    try:
-        yield harness
-    finally:
-        harness.close()
+    yield from reflection_harness(clock, tokens_per_day=5000)
 
 
-def status(h: Harness) -> dict[str, Any]:
-    found: dict[str, Any] = h.rt.child("scheduler", Scheduler).within(10).call(Scheduler.status)
-    return found
+status = scheduler_status
 
 
 def send(h: Harness, text: str, channel: str, **kw: Any) -> str:
