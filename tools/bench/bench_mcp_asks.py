@@ -60,7 +60,7 @@ from chalie.messages import TurnContext
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest
 from tools.fake_llm import FakeModelServer, load_script
-from tools.fixture_mcp.rig import FAST, ROOT, Rig
+from tools.fixture_mcp.rig import FAST, ROOT, Rig, capable_config
 from tools.waiting import wait_until
 
 
@@ -117,11 +117,8 @@ def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], lis
     from websockets.asyncio.client import connect
 
     from actors.chat_bridge import ChatBridge
-    from chalie.config import Config
-    from chalie.mcp.admin import McpAdmin
     from chalie.tokens import FIRST_TOKEN_FILE
     from chalie_app import root as daemon
-    from tools.conversation_harness import config_toml
 
     stamp = {"name": "_mcp_cap_stamp", "arguments": {"n": n, "pause": 0.06, "act_summary": "s"}}
     find = {"name": "find_tools", "arguments": {"query": ["_mcp_cap_stamp"], "act_summary": "f"}}
@@ -129,22 +126,7 @@ def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], lis
     model = FakeModelServer(load_script(json.dumps(script))).start()
     stamps = ReaderStamps()
     home = Path(tempfile.mkdtemp(prefix="bma-", dir="/tmp"))
-    (home / "config.toml").write_text(
-        config_toml(model)
-        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n[discovery]\nwrite_examples = false\n"
-    )
-    config = Config.load(home)
-    admin = McpAdmin(config.layout.db, home)
-    admin.add(
-        ServerSpec(
-            name="cap",
-            transport="stdio",
-            command=sys.executable,
-            args=("-m", f"tools.fixture_mcp.{fixture}"),
-            cwd=str(ROOT),
-        )
-    )
-    admin.close()
+    config = capable_config(model, home, fixture)
     box: dict[str, Any] = {}
     ready = threading.Event()
 

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -22,25 +21,16 @@ from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections, McpHandle
 from actors.mcp_deps import McpDeps, SideWork, preload
 from actors.policy import PolicyActor
-from chalie.config import McpConfig
+from chalie.config import Config, McpConfig
 from chalie.events import EventBus
 from chalie.mcp.admin import McpAdmin
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services
+from tools.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """``predicate()``'s first true value; AssertionError naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout:g} s")
-        time.sleep(0.01)
-    return value
 
 
 FAST = McpConfig(
@@ -246,3 +236,30 @@ class Rig:
             asks.close()  # type: ignore[attr-defined]
         self.admin.close()
         self.loop.stop()
+
+
+def capable_config(model: Any, home: Path, fixture: str = "capable") -> Config:
+    """A home whose daemon connects at once to a fixture MCP server (``cap``, over stdio;
+    ``fixture`` names its module in tools/fixture_mcp), with chat on an ephemeral port and
+    no examples written (the script is the turn's alone). ``model``: a started
+    tools.fake_llm.FakeModelServer."""
+    from tools.conversation_harness import config_toml
+
+    (home / "config.toml").write_text(
+        config_toml(model)
+        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n"
+        + "[discovery]\nwrite_examples = false\n"
+    )
+    config = Config.load(home)
+    admin = McpAdmin(config.layout.db, home)
+    admin.add(
+        ServerSpec(
+            name="cap",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", f"tools.fixture_mcp.{fixture}"),
+            cwd=str(ROOT),
+        )
+    )
+    admin.close()
+    return config

@@ -3,18 +3,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-from chalie.config import Config
-from chalie.mcp.admin import McpAdmin
-from chalie.mcp.spec import ServerSpec
 from chalie_app.root import Runtime
 from tests.slow import require_slow
-from tools.conversation_harness import ChatDaemon, config_toml
-from tools.fake_llm import FakeModelServer
-from tools.fixture_mcp.rig import ROOT
+from tools.conversation_harness import ChatDaemon
 from tools.waiting import wait_until
 
 
@@ -47,30 +40,6 @@ def clock_script(act_summary: str) -> dict[str, Any]:
             {"text": "It is evening in Tokyo.", "chunk": 6},
         ]
     }
-
-
-def capable_config(model: FakeModelServer, home: Path) -> Config:
-    """A home whose daemon connects at once to the capable fixture MCP server (``cap``, over
-    stdio), with chat on an ephemeral port and no examples written (the script is the turn's
-    alone)."""
-    (home / "config.toml").write_text(
-        config_toml(model)
-        + "[chat]\nport = 0\n[mcp]\nstart_delay = 0\n"
-        + "[discovery]\nwrite_examples = false\n"
-    )
-    config = Config.load(home)
-    admin = McpAdmin(config.layout.db, home)
-    admin.add(
-        ServerSpec(
-            name="cap",
-            transport="stdio",
-            command=sys.executable,
-            args=("-m", "tools.fixture_mcp.capable"),
-            cwd=str(ROOT),
-        )
-    )
-    admin.close()
-    return config
 
 
 def wait_indexed(rt: Runtime, tool: str) -> None:

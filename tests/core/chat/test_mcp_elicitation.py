@@ -22,9 +22,10 @@ from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.tokens import FIRST_TOKEN_FILE
-from tests.core.chat.daemon import capable_config, wait_indexed
+from tests.core.chat.daemon import wait_indexed
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
+from tools.fixture_mcp.rig import capable_config
 
 pytestmark = pytest.mark.slow
 

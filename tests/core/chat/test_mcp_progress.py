@@ -15,9 +15,10 @@ from websockets.asyncio.client import connect
 
 from actors.chat_bridge import ChatBridge
 from chalie.tokens import FIRST_TOKEN_FILE
-from tests.core.chat.daemon import capable_config, wait_indexed
+from tests.core.chat.daemon import wait_indexed
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
+from tools.fixture_mcp.rig import capable_config
 
 pytestmark = pytest.mark.slow
 
