@@ -23,6 +23,7 @@ from actors.policy import PolicyActor
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from tests.core.brain.daemon import BrainDaemon
+from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import clock_script
 from tests.core.mcp_server.harness import connect
 from tools.waiting import wait_until
@@ -97,16 +98,6 @@ def run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result(60)
 
 
-def collect(client: ChatClient, until: Any, timeout: float = 30.0) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-    while True:
-        frame = client.receive(timeout)
-        assert frame is not None, f"no frame in {timeout} s; so far {got}"
-        got.append(frame)
-        if until(frame):
-            return got
-
-
 # -- the tests ----------------------------------------------------------------------------
 def test_sign_in_and_every_page_renders(page: Watched, d: BrainDaemon) -> None:
     pg = page.page
@@ -137,7 +128,7 @@ def test_a_chat_turn_is_approved_in_the_dashboard_and_goes_on(
     d.script(clock_script("reading the Tokyo clock"))
     with ChatClient.local(d.home) as chat:
         chat.send(p.Send(channel="chat-openai", text="time in Tokyo?", client_msg_id="b1"))
-        frames = collect(chat, lambda f: f["type"] == "permission_request")
+        frames = collect(chat, lambda f: f["type"] == "permission_request", timeout=30.0)
         # It appears without a reload (server-sent events), with who, where, what and how.
         card = pg.locator("article.approval")
         expect(card).to_have_count(1, timeout=10_000)
@@ -147,7 +138,7 @@ def test_a_chat_turn_is_approved_in_the_dashboard_and_goes_on(
         expect(card).to_contain_text("chat")
         shot(pg, "approvals-pending")
         card.get_by_role("button", name="Allow once").click()
-        frames += collect(chat, lambda f: f["type"] == "turn_finished")
+        frames += collect(chat, lambda f: f["type"] == "turn_finished", timeout=30.0)
     end = frames[-1]
     assert end["reason"] == "final" and end["text"] == "It is evening in Tokyo."
     finished = [f for f in frames if f["type"] == "tool_finished" and f["tool"] == "clock"]
@@ -177,7 +168,7 @@ def test_a_policy_set_in_the_dashboard_decides_the_next_call(page: Watched, d: B
     d.script(clock_script("reading the clock again"))
     with ChatClient.local(d.home) as chat:
         chat.send(p.Send(channel="chat-openai", text="and now?", client_msg_id="b2"))
-        frames = collect(chat, lambda f: f["type"] == "turn_finished")
+        frames = collect(chat, lambda f: f["type"] == "turn_finished", timeout=30.0)
     assert not [f for f in frames if f["type"] == "permission_request"]
     clock = [f for f in frames if f["type"] == "tool_finished" and f["tool"] == "clock"]
     assert clock and clock[0]["status"] == "error"
