@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx2
+import msgspec
 
 from actors.mcp_server import McpServerActor
 from tests.slow import require_slow
@@ -36,3 +37,17 @@ class BrainDaemon(ChatDaemon):
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         return httpx2.Client(base_url=self.base, headers=headers, timeout=30, **kw)
+
+
+# -- reading the REST answers ----------------------------------------------------------
+def ok(response: Any, kind: Any) -> Any:
+    """A 200 JSON answer, decoded as ``kind``."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    return msgspec.json.decode(response.content, type=kind)
+
+
+def refused(response: Any, status: int, code: str) -> None:
+    """A refusal with this status and error code."""
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == code

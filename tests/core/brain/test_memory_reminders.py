@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 from playwright.sync_api import Browser, expect
 
@@ -23,7 +22,7 @@ from chalie.brain import api
 from chalie.memory.records import Draft, Provenance
 from chalie.memory.whose import AGENT_PREFIX, OWNER
 from chalie.schedule.store import ReminderStore
-from tests.core.brain.daemon import BrainDaemon
+from tests.core.brain.daemon import BrainDaemon, ok, refused
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -40,17 +39,6 @@ def d() -> Iterator[BrainDaemon]:
         yield running
     finally:
         running.close()
-
-
-def ok(response: Any, kind: Any) -> Any:
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    return msgspec.json.decode(response.content, type=kind)
-
-
-def refused(response: Any, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.json()["error"] == code
 
 
 def book(d: BrainDaemon) -> Any:

@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 
 from actors.policy import PolicyActor
@@ -17,7 +16,7 @@ from chalie.brain import api
 from chalie.brain.openapi import document
 from chalie.brain.operations import OPERATIONS
 from chalie.trail import CallRecord, Trail
-from tests.core.brain.daemon import BrainDaemon
+from tests.core.brain.daemon import BrainDaemon, ok, refused
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -30,17 +29,6 @@ def d() -> Iterator[BrainDaemon]:
         yield running
     finally:
         running.close()
-
-
-def ok(response: Any, kind: Any) -> Any:
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    return msgspec.json.decode(response.content, type=kind)
-
-
-def refused(response: Any, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.json()["error"] == code
 
 
 # -- who gets in ------------------------------------------------------------------------
