@@ -42,15 +42,21 @@ def pending(d: DaemonProcess) -> list[dict[str, Any]]:
     return list(json.loads(done.stdout))
 
 
+def clock_home(model: FakeModelServer) -> Path:
+    """A fresh home whose chat channel has the clock pinned, on the scripted ``model``."""
+    home: Path = short_home()
+    (home / "config.toml").write_text(
+        f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+        '[channels.chat]\npinned = ["clock"]\nfind_tools = false\n'
+        "[chat]\nport = 0\n[mcp_server]\nport = 0\n"
+    )
+    return home
+
+
 @pytest.mark.slow
 def test_a_pending_request_survives_kill_9_and_is_answered_after_the_restart() -> None:
     with FakeModelServer(load_script(json.dumps(CLOCK))) as model:
-        home: Path = short_home()
-        (home / "config.toml").write_text(
-            f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
-            '[channels.chat]\npinned = ["clock"]\nfind_tools = false\n'
-            "[chat]\nport = 0\n[mcp_server]\nport = 0\n"
-        )
+        home = clock_home(model)
         d = DaemonProcess(home, home / "daemon.log").start()
         try:
             with ChatClient.local(home) as chat:
@@ -152,12 +158,7 @@ def test_a_request_answered_after_a_restart_resumes_its_call() -> None:
     other (its conversation hears that it did not run). Before: both only ended
     ``interrupted`` and the answers were merely recorded."""
     with FakeModelServer(load_script(json.dumps(ASKING))) as model:
-        home: Path = short_home()
-        (home / "config.toml").write_text(
-            f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
-            '[channels.chat]\npinned = ["clock"]\nfind_tools = false\n'
-            "[chat]\nport = 0\n[mcp_server]\nport = 0\n"
-        )
+        home = clock_home(model)
         d = DaemonProcess(home, home / "daemon.log").start()
         try:
             allowed = ask_in_new_conversation(home, "what time is it?", "m1")
