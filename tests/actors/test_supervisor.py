@@ -463,15 +463,34 @@ def test_a_transient_child_added_at_run_time_is_restarted_after_a_crash_forgotte
     assert journal.count("start", "k1") == 2
 
 
-class Slow(SupervisedActor):
-    def __init__(self, journal: Journal, delay: float) -> None:
+class Held(SupervisedActor):
+    """A child whose stop lasts until the test lets it go (30 s at most: a guard)."""
+
+    def __init__(self, journal: Journal, release: threading.Event) -> None:
         super().__init__()
         self.journal = journal
-        self.delay = delay
+        self.release = release
 
     def on_stop(self) -> None:
-        time.sleep(self.delay)
+        self.release.wait(30)
         self.journal.add("stop", "slow")
+
+
+class Gathered(SupervisedActor):
+    """A child whose stop ends only when all its siblings are stopping at the same time."""
+
+    def __init__(self, journal: Journal, together: threading.Barrier) -> None:
+        super().__init__()
+        self.journal = journal
+        self.together = together
+
+    def on_stop(self) -> None:
+        try:
+            self.together.wait()
+        except threading.BrokenBarrierError:
+            self.journal.add("alone", "slow")  # the others were not stopping meanwhile
+        else:
+            self.journal.add("stop", "slow")
 
 
 class Dismisser(Supervisor):
@@ -486,23 +505,28 @@ class Dismisser(Supervisor):
         return super().on_receive(message)
 
 
-@pytest.mark.parametrize("delay, shutdown", [(0.2, 5.0), (3.0, 0.3)])
+@pytest.mark.parametrize("hangs, shutdown", [(False, 5.0), (True, 0.3)])
 def test_a_dismissed_child_stops_without_blocking_its_supervisor_and_then_runs_after(
-    delay: float, shutdown: float
+    hangs: bool, shutdown: float
 ) -> None:
     """``then`` runs once the child stopped, or once its shutdown time is up if it hangs."""
     journal = Journal()
+    release = threading.Event()
     sup = Dismisser.start([], backoff_base=0.01)
-    spec = ChildSpec("slow", lambda: Slow.start(journal, delay), "transient", shutdown)
+    spec = ChildSpec("slow", lambda: Held.start(journal, release), "transient", shutdown)
     sup.proxy().add_child(spec).get(timeout=5)
     sup.tell(("dismiss", "slow", journal))
     # The supervisor answers at once while the child is still stopping.
-    assert sup.proxy().has_child("slow").get(timeout=1) is False
+    assert sup.proxy().has_child("slow").get(timeout=5) is False
     assert journal.count("then") == 0
-    wait_until(lambda: journal.count("then") == 1, timeout=10, what="then")
-    stopped_first = journal.count("stop", "slow") == 1
-    assert stopped_first is (delay < shutdown)
-    assert sup.proxy().dismiss_child("slow").get(timeout=5) is False
+    if not hangs:
+        release.set()  # the child's stop ends well within its shutdown time
+    try:
+        wait_until(lambda: journal.count("then") == 1, timeout=10, what="then")
+        assert journal.count("stop", "slow") == (0 if hangs else 1)
+        assert sup.proxy().dismiss_child("slow").get(timeout=5) is False
+    finally:
+        release.set()
 
 
 class Hostess(Supervisor):
@@ -511,12 +535,15 @@ class Hostess(Supervisor):
 
 def test_children_that_stop_together_stop_in_the_time_of_the_slowest() -> None:
     journal = Journal()
-    sup = Hostess.start([ChildSpec(f"s{i}", lambda: Slow.start(journal, 0.5)) for i in range(4)])
+    # Each child's stop waits for all four to be stopping: one by one, the first would wait
+    # in vain until the barrier's timeout breaks it.
+    together = threading.Barrier(4, timeout=10)
+    sup = Hostess.start(
+        [ChildSpec(f"s{i}", lambda: Gathered.start(journal, together)) for i in range(4)]
+    )
     wait_until(lambda: all(c["alive"] for c in sup.proxy().status().get(timeout=5)["children"]))
-    began = time.monotonic()
-    sup.stop(timeout=10)
-    assert journal.count("stop", "slow") == 4
-    assert time.monotonic() - began < 1.5  # one by one would take 2 s
+    sup.stop(timeout=30)
+    assert journal.count("stop", "slow") == 4 and journal.count("alone", "slow") == 0
 
 
 class _Holder(SupervisedActor):
