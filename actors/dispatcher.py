@@ -51,7 +51,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -678,24 +677,12 @@ class DispatcherActor(SupervisedActor):
             timeout=cls.timeout,
         )
         state.job, state.executor = job, executor
-        me, seq, here = self.actor_ref, state.seq, threading.get_ident()
-        box: list[ToolResult] | None = []
-
-        def done(result: ToolResult) -> None:
-            # Reported inside start, on this thread (the immediate executor): kept, and
-            # finished below without a message to self; from anywhere else: a message.
-            held = box
-            if held is not None and threading.get_ident() == here:
-                held.append(result)
-            else:
-                _tell(me, Executed(seq, result))
-
+        me, seq = self.actor_ref, state.seq
         # The executor may wake another thread, which then wants the GIL this one holds;
-        # the deadline's timer is set after (no thread can report before this handler ends).
-        executor.start(job, done)
-        ran, box = box, None
-        if ran:
-            self._finish(state, ran[0])
+        # the deadline's timer is set after (no report is handled before this handler ends).
+        ended = executor.start(job, lambda result: _tell(me, Executed(seq, result)))
+        if ended is not None:  # ended inside start (the immediate executor)
+            self._finish(state, ended)
             return
         state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
 

@@ -9,9 +9,10 @@ itself, and owns everything else: the deadline, the trail, the envelope.
 The contract an executor keeps:
 
 1. ``start(job, done)`` never blocks and never raises; a failure to start is
-   reported through ``done`` as an error result. ``done`` may be called inside
-   ``start`` (the immediate executor runs abilities that compute and return at
-   once on the dispatcher's thread).
+   reported through ``done`` as an error result. An executor that ends the job
+   inside ``start`` (the immediate executor: abilities that compute and return
+   at once, on the dispatcher's thread) returns its result instead, and then
+   never calls ``done``; every other ``start`` returns None.
 2. ``done`` is called exactly once per started job, also after ``cancel``
    (with whatever result the executor has then, e.g. ``cancelled``); the
    dispatcher ignores a result for a call it has already ended.
@@ -61,8 +62,9 @@ Done = Callable[[ToolResult], None]
 class Executor(Protocol):
     """A way to run tools: inline lanes, worker processes, MCP proxies."""
 
-    def start(self, job: Job, done: Done) -> None:
-        """Run the job; call ``done`` once with its result. Never blocks, never raises."""
+    def start(self, job: Job, done: Done) -> ToolResult | None:
+        """Run the job; call ``done`` once with its result, or return the result when the job
+        ended inside ``start``. Never blocks, never raises."""
 
     def cancel(self, job_id: str) -> None:
         """Stop the job if it is still queued or running (best effort)."""

@@ -28,6 +28,7 @@ from actors.executors.inline import InlineExecutor
 from chalie.execution import Done, Job
 from chalie.faults import FAULTS
 from chalie.invoke import invoke
+from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.dispatch")
 
@@ -36,7 +37,8 @@ SLOW_RUN: Final = 0.005
 
 
 class ImmediateExecutor:
-    """Runs a job inside ``start``, on the caller's thread; see the module docstring.
+    """Runs a job inside ``start``, on the caller's thread, and returns its result; see the
+    module docstring.
 
     ``start`` is called on the dispatcher's thread only, so the set of moved
     tools needs no lock.
@@ -54,14 +56,13 @@ class ImmediateExecutor:
         return frozenset(self._moved)
 
     # -- the Executor protocol ---------------------------------------------------
-    def start(self, job: Job, done: Done) -> None:
+    def start(self, job: Job, done: Done) -> ToolResult | None:
         tool = job.tool
         if tool in self._moved:
             self._lanes.start(job, done)
-            return
+            return None
         if job.instance.was_cancelled():
-            done(FAULTS.cancelled(tool))
-            return
+            return FAULTS.cancelled(tool)
         began = time.perf_counter()
         result = invoke(job.instance, job.value)
         spent = time.perf_counter() - began
@@ -74,7 +75,7 @@ class ImmediateExecutor:
                 spent * 1000,
                 self._slow_run * 1000,
             )
-        done(result)
+        return result
 
     def cancel(self, job_id: str) -> None:
         self._lanes.cancel(job_id)  # a job run here has already ended
