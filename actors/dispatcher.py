@@ -54,7 +54,7 @@ import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 import pykka
@@ -67,7 +67,7 @@ from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.process import WorkerPool
 from actors.future import Reply
 from actors.policy import PolicyActor, PolicyView, ViewCache
-from actors.timers import TimerInbox
+from actors.timers import Ready, TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability, gate_internal
@@ -94,6 +94,9 @@ from chalie.principals import principal_id
 from chalie.registry import Entry
 from chalie.result import ToolResult
 from chalie.trail import CallRecord, Trail, TrailRow, params_json, redact
+
+if TYPE_CHECKING:
+    from actors.worker_pool import HostedPool
 
 __all__ = ["DEFAULT_LANE_QUEUE", "DispatcherActor", "WorkerPool", "submit"]
 
@@ -181,6 +184,7 @@ class DispatcherActor(SupervisedActor):
         children: Directory | None = None,
         outbox_max_age: float = DEFAULT_MAX_AGE,
         outbox_max_rows: int = DEFAULT_MAX_ROWS,
+        pool: HostedPool | None = None,
     ) -> None:
         super().__init__()
         self._registry = registry
@@ -214,6 +218,9 @@ class DispatcherActor(SupervisedActor):
         check_limits(outbox_max_age, outbox_max_rows)
         self._outbox_max_age = outbox_max_age
         self._outbox_max_rows = outbox_max_rows
+        # The worker pool, when this actor hosts it (``workers`` is then its handle):
+        # begun on this thread in on_start, its sockets watched by this actor's inbox.
+        self._pool = pool
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
@@ -226,6 +233,8 @@ class DispatcherActor(SupervisedActor):
         self._outbox = Outbox(
             self._trail_path, max_age=self._outbox_max_age, max_rows=self._outbox_max_rows
         )
+        if self._pool is not None:
+            self._pool.begin(self._timers)
 
     def on_stop(self) -> None:
         self._shutdown("the dispatcher stopped during the call")
@@ -243,6 +252,11 @@ class DispatcherActor(SupervisedActor):
                 executor.close()
             except Exception:
                 log.exception("closing an executor failed")
+        if self._pool is not None:
+            try:  # after the calls were aborted: their jobs need no answer any more
+                self._pool.end(self._timers)
+            except Exception:
+                log.exception("stopping the worker pool failed")
         if self._trail is not None:
             self._trail.close()
         if self._outbox is not None:
@@ -305,6 +319,10 @@ class DispatcherActor(SupervisedActor):
             )
         except Exception:
             log.exception("recording %s on the trail failed", message.permission)
+
+    def _on_ready(self, message: Ready) -> None:
+        if self._pool is not None:
+            self._pool.on_events(message.events)
 
     def _on_suggested(self, message: Suggested) -> None:
         self._suggesting -= 1
@@ -391,6 +409,10 @@ class DispatcherActor(SupervisedActor):
             ),
             "lanes": inline.busy() if isinstance(inline, InlineExecutor) else {},
         }
+
+    def workers_status(self) -> dict[str, Any] | None:
+        """The hosted worker pool's status (WorkerPool.status), or None when not hosting."""
+        return self._pool.status() if self._pool is not None else None
 
     def trail(self, **filters: Any) -> list[TrailRow]:
         """Recent trail rows (see :meth:`chalie.trail.Trail.query` for the filters)."""
@@ -789,6 +811,7 @@ _HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
     RecordAsk: DispatcherActor._on_record_ask,
     ToolCall: DispatcherActor._on_tool_call,
     Suggested: DispatcherActor._on_suggested,
+    Ready: DispatcherActor._on_ready,
     CancelTurn: DispatcherActor._on_cancel_turn,
 }
 

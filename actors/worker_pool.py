@@ -50,6 +50,7 @@ import zmq
 
 from actors.actor import SupervisedActor
 from actors.future import Reply
+from actors.timers import TimerInbox
 from chalie.broker_book import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
@@ -204,6 +205,11 @@ class Broker:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise
         self.finished = threading.Event()
+        self.poller = zmq.Poller()
+        self.poller.register(self._router, zmq.POLLIN)
+        self.poller.register(self._wake, zmq.POLLIN)
+        self._host: int | None = None  # the driving thread's ident, once begun
+        self._next_tick = self._next_beat = 0.0
 
     # -- called from any thread ---------------------------------------------------
     def _command(self, *command: Any) -> bool:
@@ -255,67 +261,93 @@ class Broker:
                 ),
             )
             return
-        if not self._command("submit", job, timeout, future, frame):
+        if self._on_host():  # the driving thread itself (a hosted pool's actor): at once
+            if self._closed:
+                _resolve(future, _stopped(job.job_id))
+                return
+            self._submit(job, timeout, future, frame, time.monotonic())
+            self._dispatch()
+        elif not self._command("submit", job, timeout, future, frame):
             _resolve(future, _stopped(job.job_id))
 
     def cancel(self, job_id: str) -> None:
-        self._command("cancel", job_id)
+        if self._on_host():
+            self._cancel(job_id)
+        else:
+            self._command("cancel", job_id)
 
     def query(self, timeout: float = 5.0) -> dict[str, Any]:
+        if self._on_host():
+            return self._status()
         reply: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         if not self._command("status", reply):
             return dict(_NOT_RUNNING)
         return reply.result(timeout=timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the broker thread (it reaps the workers) and wait for it."""
+        """Stop the broker (it reaps the workers): at once on the driving thread, else
+        by a command to it, waiting for it to finish."""
+        if self._on_host():
+            self._shutdown()
+            return
         self._command("close")
         with self._lock:
             self._closed = True
         if not self.finished.wait(timeout):
             log.error("worker broker did not stop within %.1f s", timeout)
 
-    # -- the broker thread --------------------------------------------------------
+    # -- the broker's thread: its own (run), or a host actor's (HostedPool) ------------
     def run(self) -> None:
+        """The broker on a thread of its own: wait, handle, until closed."""
         try:
-            self._loop()
+            self.begin()
+            while self.on_events(self.poller.poll(self.wait_ms())):
+                pass
         finally:
             self._shutdown()
 
-    def _loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        poller.register(self._wake, zmq.POLLIN)
-        self._poller = poller
+    def begin(self) -> None:
+        """Make the poller and start the workers, on the thread that will drive the broker."""
+        self._host = threading.get_ident()
         now = time.monotonic()
         self._spawn_due(now)
-        next_tick = now + TICK
-        next_beat = now + self.heartbeat
-        while True:
-            wait_ms = max(0, math.ceil((next_tick - time.monotonic()) * 1000))
-            events = poller.poll(wait_ms)
-            for sock, _ in events:
-                if sock is self._router:
-                    self._receive(FRAMES_PER_TURN)
-                elif sock == self._wake:
-                    os.eventfd_read(self._wake)
-                    with self._lock:
-                        self._signalled = False
-                    if not self._drain_commands():
-                        return
-                else:
-                    self._reap(sock)
-            now = time.monotonic()
-            if now >= next_tick:
-                next_tick = now + TICK
-                self._expire(now)
-                self._spawn_due(now)
-                if now >= next_beat:
-                    next_beat = now + self.heartbeat
-                    self._beat()
-            self._dispatch()
-            if self._answers:
-                self._answer()
+        self._next_tick = now + TICK
+        self._next_beat = now + self.heartbeat
+
+    def wait_ms(self) -> int:
+        """How long the driving thread may wait before the broker's next tick."""
+        return max(0, math.ceil((self._next_tick - time.monotonic()) * 1000))
+
+    def on_events(self, events: list[tuple[Any, int]]) -> bool:
+        """One turn: the poller's events (any may be empty), the clock, then the sends
+        and answers. False once a close command was read (the driver then shuts down)."""
+        for sock, _ in events:
+            if sock is self._router:
+                self._receive(FRAMES_PER_TURN)
+            elif sock == self._wake:
+                os.eventfd_read(self._wake)
+                with self._lock:
+                    self._signalled = False
+                if not self._drain_commands():
+                    return False
+            else:
+                self._reap(sock)
+        now = time.monotonic()
+        if now >= self._next_tick:
+            self._next_tick = now + TICK
+            self._expire(now)
+            self._spawn_due(now)
+            if now >= self._next_beat:
+                self._next_beat = now + self.heartbeat
+                self._beat()
+        self._dispatch()
+        if self._answers:
+            self._answer()
+        return True
+
+    def _on_host(self) -> bool:
+        """Whether the caller is the thread that drives the broker (it may act at once)."""
+        return self._host == threading.get_ident()
 
     def _answer(self) -> None:
         """Resolve the results this turn received (their callbacks run here)."""
@@ -330,37 +362,45 @@ class Broker:
             kind = command[0]
             if kind == "submit":
                 _, job, timeout, future, frame = command
-                refused = self.book.submit(job, timeout, future, now, frame)
-                if refused == "duplicate":
-                    _resolve(
-                        future,
-                        error_result(
-                            job.job_id,
-                            "internal-error",
-                            f"A job with id {job.job_id!r} is already in flight.",
-                            "Use a fresh call id.",
-                        ),
-                    )
-                elif refused == "overloaded":
-                    _resolve(
-                        future,
-                        error_result(
-                            job.job_id,
-                            "overloaded",
-                            "Too many calls are waiting for a worker process.",
-                            "Retry the call in a moment.",
-                        ),
-                    )
+                self._submit(job, timeout, future, frame, now)
             elif kind == "cancel":
                 self._cancel(command[1])
             elif kind == "status":
-                status = self.book.status()
-                status["endpoint"] = self.endpoint
-                status["running_pool"] = True
-                command[1].set_result(status)
+                command[1].set_result(self._status())
             elif kind == "close":
                 return False
         return True
+
+    def _submit(
+        self, job: WorkerJob, timeout: float, future: WorkerFuture, frame: bytes, now: float
+    ) -> None:
+        refused = self.book.submit(job, timeout, future, now, frame)
+        if refused == "duplicate":
+            _resolve(
+                future,
+                error_result(
+                    job.job_id,
+                    "internal-error",
+                    f"A job with id {job.job_id!r} is already in flight.",
+                    "Use a fresh call id.",
+                ),
+            )
+        elif refused == "overloaded":
+            _resolve(
+                future,
+                error_result(
+                    job.job_id,
+                    "overloaded",
+                    "Too many calls are waiting for a worker process.",
+                    "Retry the call in a moment.",
+                ),
+            )
+
+    def _status(self) -> dict[str, Any]:
+        status = self.book.status()
+        status["endpoint"] = self.endpoint
+        status["running_pool"] = True
+        return status
 
     def _cancel(self, job_id: str) -> None:
         job, worker = self.book.cancel(job_id)
@@ -507,7 +547,7 @@ class Broker:
         proc = self._procs.pop(pidfd, None)
         if proc is None:
             return
-        self._poller.unregister(pidfd)
+        self.poller.unregister(pidfd)
         code = proc.reap()
         job = self.book.remove_worker(proc.identity, time.monotonic())
         if job is not None:
@@ -569,12 +609,14 @@ class Broker:
             log.error("cannot hand worker pid %d its credentials: %s", popen.pid, exc)
         proc = _Process(popen, identity.encode())
         self._procs[proc.pidfd] = proc
-        self._poller.register(proc.pidfd, zmq.POLLIN)
+        self.poller.register(proc.pidfd, zmq.POLLIN)
         self.book.add_worker(identity.encode(), slot, popen.pid, now, secret=secret)
         log.info("started worker pid %d for slot %d", popen.pid, slot)
 
     def _shutdown(self) -> None:
-        """Stop every worker, reap it, fail what is open, release the socket."""
+        """Stop every worker, reap it, fail what is open, release the socket (once)."""
+        if self.finished.is_set():
+            return
         with self._lock:
             self._closed = True
             leftover = list(self._commands)
@@ -741,3 +783,65 @@ class WorkerPool(SupervisedActor):
 
     def status(self) -> dict[str, Any]:
         return self.handle.status()
+
+
+class HostedPool:
+    """The worker pool run on its host actor's thread: no broker thread of its own.
+
+    The dispatcher hosts it (``DispatcherActor(..., pool=HostedPool(...))``):
+    its inbox waits on the broker's socket and pidfds beside its mailbox
+    (:meth:`actors.timers.TimerInbox.watch`), a job the dispatcher submits is
+    sent to a worker before the dispatcher's handler returns, and a worker's
+    result is read, turned into the call's result and handled on the same
+    thread. That removes two thread hand-offs from every worker call (the
+    dispatcher waking the broker thread, and the broker thread waking the
+    dispatcher); ``tools/bench/bench_dispatch.py`` measures both ways.
+
+    Built in the host's constructor, begun in its ``on_start`` and stopped in its
+    ``on_end``, all on the host's thread. Other threads use :attr:`handle` as
+    with :class:`WorkerPool` (their commands wake the host). Keywords as for
+    :class:`WorkerPool`.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        workers: int = 2,
+        handle: WorkerPoolHandle | None = None,
+        **tuning: Any,
+    ) -> None:
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError("workers must be a positive integer")
+        self.home = Path(home)
+        self.workers = workers
+        self.tuning = tuning
+        self.handle = handle if handle is not None else WorkerPoolHandle()
+        self._broker: Broker | None = None
+
+    def begin(self, inbox: TimerInbox) -> None:
+        """Bind, start the workers and have ``inbox`` wait on the broker (host's thread)."""
+        broker = Broker(self.home, self.workers, **self.tuning)
+        broker.begin()
+        self._broker = broker
+        inbox.watch(broker.poller, broker.wait_ms)
+        self.handle._bind(broker)
+
+    def on_events(self, events: list[tuple[Any, int]]) -> None:
+        """The inbox's :class:`~actors.timers.Ready`: one turn of the broker."""
+        broker = self._broker
+        if broker is not None and not broker.on_events(events):
+            self.end()
+
+    def status(self) -> dict[str, Any]:
+        return self.handle.status()
+
+    def end(self, inbox: TimerInbox | None = None) -> None:
+        """Stop the workers and release the socket (host's thread; safe to repeat)."""
+        broker, self._broker = self._broker, None
+        if broker is None:
+            return
+        if inbox is not None:
+            inbox.unwatch()
+        self.handle._unbind(broker)
+        broker.close()

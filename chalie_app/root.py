@@ -12,11 +12,11 @@ Start-up, in order (:func:`run`):
 2. Collect the registry (a duplicate name is a one-line start-up error) and
    mark trail rows a crash left ``running`` as interrupted.
 3. Start the uvloop loop thread, then the supervisor tree. The children, in
-   start order (:data:`TREE`, one function a child): policy, workers, discovery,
-   dispatcher, mcp, conversations, chat (when enabled), mcp_server, any extra
-   children, control. The tree stops them in reverse order, so the control
-   endpoint closes first and the workers are reaped after the dispatcher stopped
-   sending them work.
+   start order (:data:`TREE`, one function a child): policy, discovery,
+   dispatcher (which hosts the worker pool on its thread), mcp, conversations,
+   chat (when enabled), mcp_server, any extra children, control. The tree stops
+   them in reverse order, so the control endpoint closes first and the workers
+   are reaped when the dispatcher stops, after its last call.
 4. Write the pid file and wait for a stop: SIGINT or SIGTERM, ``chalie stop``,
    or an escalation from the root supervisor (restart intensity exceeded).
 5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
@@ -131,9 +131,13 @@ class Runtime:
                 tree = self.supervisor.proxy().status().get(timeout=5)
         workers: Any = None
         with contextlib.suppress(Exception):
-            from actors.worker_pool import WorkerPool
+            from actors.dispatcher import DispatcherActor
 
-            workers = self.child("workers", WorkerPool).within(5).call(WorkerPool.status)
+            workers = (
+                self.child("dispatcher", DispatcherActor)
+                .within(5)
+                .call(DispatcherActor.workers_status)
+            )
         chat: Any = None
         with contextlib.suppress(Exception):
             from actors.chat_bridge import ChatBridge
@@ -180,7 +184,7 @@ class Parts:
     anything: children find each other later, through ChildRefs.
     """
 
-    workers: Any  # actors.worker_pool.WorkerPoolHandle
+    workers: Any  # actors.worker_pool.WorkerPoolHandle (its pool hosted by the dispatcher)
     embedder: Any  # chalie.discovery.lazy_embedder.LazyEmbedder
     discovery: Any  # actors.discovery.DiscoveryHandle
     mcp: Any  # chalie_app.mcp_wiring.McpWiring
@@ -233,17 +237,6 @@ def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
     )
 
 
-def _workers(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.worker_pool import WorkerPool
-
-    cfg = rt.config
-    return ChildSpec(
-        "workers",
-        lambda: WorkerPool.start(cfg.home, workers=cfg.workers, handle=parts.workers),
-        shutdown=10.0,
-    )
-
-
 def _discovery(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.discovery import DiscoveryActor
 
@@ -267,6 +260,7 @@ def _discovery(rt: Runtime, parts: Parts) -> ChildSpec:
 def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
+    from actors.worker_pool import HostedPool
 
     cfg = rt.config
     return ChildSpec(
@@ -283,7 +277,10 @@ def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
             outbox_max_age=cfg.outbox.max_age,
             outbox_max_rows=cfg.outbox.max_rows,
             parts={"mcp": parts.mcp.handle},
+            # On the dispatcher's thread: a worker call crosses no broker thread.
+            pool=HostedPool(cfg.home, workers=cfg.workers, handle=parts.workers),
         ),
+        shutdown=10.0,  # its stop reaps the workers
     )
 
 
@@ -387,11 +384,11 @@ Child = Callable[[Runtime, Parts], ChildSpec | None]
 TURNS: Final = OnDemand("turn", restart="transient", shutdown=5.0, intensity=5, period=30.0)
 
 # The tree's children in start order; the supervisor stops them in reverse, so the
-# control endpoint closes first and the workers are reaped after the dispatcher stopped
-# sending them work. Any extra children (tests) start just before control.
+# control endpoint closes first and the dispatcher, which reaps the workers it hosts,
+# stops after everything that sends it calls. Any extra children (tests) start just
+# before control.
 TREE: Final[tuple[Child, ...]] = (
     _policy,
-    _workers,
     _discovery,
     _dispatcher,
     _mcp,

@@ -378,19 +378,30 @@ def test_a_restarted_dispatcher_marks_calls_left_running_interrupted(tmp_path: P
 # -- worker processes ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def pool(tmp_path: Path) -> Iterator[Any]:
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+def _idle(handle: Any) -> bool:
+    return sum(w["state"] == "idle" for w in handle.status()["workers"]) == 2
+
+
+@pytest.fixture(params=["hosted", "own-thread"])
+def worker_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Rig, Any]]:
+    """A dispatcher and a pool of two workers: hosted on the dispatcher's thread (as the
+    daemon runs it), or a WorkerPool actor with a broker thread of its own."""
+    from actors.worker_pool import HostedPool, WorkerPool, WorkerPoolHandle
 
     handle = WorkerPoolHandle()
+    if request.param == "hosted":
+        rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
+        wait_until(lambda: _idle(handle), 10)
+        yield rig, handle
+        return
     ref = WorkerPool.start(tmp_path / "home", workers=2, handle=handle)
-    wait_until(lambda: sum(w["state"] == "idle" for w in handle.status()["workers"]) == 2, 10)
-    yield handle
+    wait_until(lambda: _idle(handle), 10)
+    yield Rig(tmp_path, workers=handle), handle
     ref.stop()
 
 
-def test_a_process_ability_runs_in_a_worker(tmp_path: Path, pool: Any) -> None:
-    rig = Rig(tmp_path, workers=pool)
+def test_a_process_ability_runs_in_a_worker(worker_rig: tuple[Rig, Any]) -> None:
+    rig, _ = worker_rig
     outcome = rig.run("sample_echo", {"text": "hello"}, context=ctx(conversation="conv-w"))
     (env,) = parse(outcome.envelope)
     assert env.content == "hello" and env.attrs["conversation"] == "conv-w"
@@ -398,14 +409,16 @@ def test_a_process_ability_runs_in_a_worker(tmp_path: Path, pool: Any) -> None:
     assert rig.rows()[0].status == "success"
 
 
-def test_a_worker_killed_mid_call_is_worker_crashed(tmp_path: Path, pool: Any) -> None:
-    rig = Rig(tmp_path, workers=pool)
+def test_a_worker_killed_mid_call_is_worker_crashed(worker_rig: tuple[Rig, Any]) -> None:
+    rig, pool = worker_rig
     assert rig.run("sample_kill_self").code == "worker-crashed"
     assert rig.rows()[0].code == "worker-crashed"
+    wait_until(lambda: _idle(pool), 10)  # its slot was filled again
+    assert rig.run("sample_echo", {"text": "again"}).status == "success"
 
 
-def test_cancel_and_timeout_reach_the_worker(tmp_path: Path, pool: Any) -> None:
-    rig = Rig(tmp_path, workers=pool)
+def test_cancel_and_timeout_reach_the_worker(worker_rig: tuple[Rig, Any]) -> None:
+    rig, pool = worker_rig
     fut = rig.call("sample_sleep", {"seconds": 30}, context=ctx("w-turn"))
     wait_until(lambda: pool.status()["running"] == 1)
     assert not fut.done(), fut.result().envelope
@@ -413,6 +426,49 @@ def test_cancel_and_timeout_reach_the_worker(tmp_path: Path, pool: Any) -> None:
     assert fut.result(5).code == "cancelled"
     wait_until(lambda: pool.status()["running"] == 0)
     assert rig.run("sample_short_sleep", {"seconds": 30}).code == "tool-timeout"
+
+
+def test_a_hosted_pool_runs_on_the_dispatchers_thread_and_is_reaped_with_it(
+    tmp_path: Path,
+) -> None:
+    from actors.worker_pool import HostedPool, WorkerPoolHandle
+
+    handle = WorkerPoolHandle()
+    rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
+    wait_until(lambda: _idle(handle), 10)
+    assert not [t for t in threading.enumerate() if t.name == "worker-broker"]
+    # status from the dispatcher's own thread (a direct read) and from this one (a command)
+    mine = rig.ref.proxy().workers_status().get(timeout=5)
+    assert [w["pid"] for w in mine["workers"]] == [w["pid"] for w in handle.status()["workers"]]
+    pids = [w["pid"] for w in mine["workers"] + mine["spares"]]
+    assert len(pids) == 3 and all(pids)
+    # many calls in a row, from several threads at once
+    outcomes: list[str] = []
+
+    def caller(n: int) -> None:
+        for i in range(20):
+            out = rig.run("sample_echo", {"text": f"{n}-{i}"}, call_id=f"h{n}-{i}")
+            outcomes.append(out.status)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcomes == ["success"] * 60
+    rig.ref.stop()
+    for pid in pids:  # reaped by the dispatcher's stop: no process left
+        assert not os.path.exists(f"/proc/{pid}")
+    assert handle.status()["running_pool"] is False
+    # a call after the stop is refused at once, not queued forever
+    from chalie.messages import WorkerJob
+
+    late = handle.submit(WorkerJob(job_id="late", ability="x:Y", params={}), timeout=5)
+    assert late.result(5).code == "internal-error"
+
+
+def test_a_dispatcher_without_a_pool_reports_no_workers(rig: Rig) -> None:
+    assert rig.ref.proxy().workers_status().get(timeout=5) is None
 
 
 def test_without_a_worker_pool_a_process_ability_is_an_internal_error(rig: Rig) -> None:

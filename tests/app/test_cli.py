@@ -264,12 +264,12 @@ def test_status_shows_actors_workers_uptime_pid_and_version(live: DaemonProcess)
     assert out.returncode == 0, out.stderr
     assert f"pid {live.pid}" in out.stdout and "chalie 0.1.0" in out.stdout
     assert "[{" not in out.stdout and "{'" not in out.stdout  # no raw Python structures
-    for child in ("policy", "workers", "dispatcher", "control"):
+    for child in ("policy", "dispatcher", "control"):
         assert any(line.split()[0] == child for line in out.stdout.splitlines() if line.strip())
     data = json.loads(live.cli("status", "--json").stdout)
     assert data["pid"] == live.pid and data["uptime"] > 0
     assert len(data["workers"]["workers"]) == 2
-    assert {c["id"] for c in data["actors"]} >= {"policy", "workers", "dispatcher", "control"}
+    assert {c["id"] for c in data["actors"]} >= {"policy", "dispatcher", "control"}
     assert all(c["restarts"] == 0 for c in data["actors"])
     assert data["loop"] is True  # the uvloop thread runs
     # where chat clients and agents reach it, and what the MCP server has seen

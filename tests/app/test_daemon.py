@@ -264,10 +264,11 @@ def test_run_stops_cleanly_on_a_signal_and_leaves_no_process_behind(
     assert (home / control.PID_NAME).read_text().strip() == str(d.pid)
     assert (home.stat().st_mode & 0o777) == 0o700
     order = [c["id"] for c in status["actors"]]  # type: ignore[attr-defined]
-    # The supervisor stops children in reverse start order: control closes
-    # first, workers are reaped after the dispatcher stopped feeding them.
+    # The supervisor stops children in reverse start order: control closes first,
+    # the dispatcher (which hosts the worker pool) after everything that calls it.
     assert order[0] == "policy" and order[-1] == "control"
-    assert order.index("workers") < order.index("dispatcher")
+    assert "workers" not in order  # the pool runs on the dispatcher's thread
+    assert order.index("dispatcher") < order.index("conversations")
     pids = worker_pids(status)
     assert len(pids) == 2
     below = descendants(d.pid)
