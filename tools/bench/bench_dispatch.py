@@ -439,27 +439,37 @@ def zmq_floor(home: Path) -> tuple[Callable[[], object], Callable[[], None]]:
 def worker_path(
     home: Path, registry: Registry, bus: EventBus, policy: pykka.ActorRef[Any], n: int, count: int
 ) -> None:
-    """The same call to an ability in a worker process, through the dispatcher (2 workers)."""
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+    """The same call to an ability in a worker process, through the dispatcher (2 workers):
+    with the pool hosted on the dispatcher's thread, as the daemon runs it (the target), and
+    with a WorkerPool actor's broker thread of its own (for comparison)."""
+    from actors.worker_pool import HostedPool, WorkerPool, WorkerPoolHandle
 
     registry.add(ProcNoop, source="bench", ref=f"{Path(__file__).resolve()}:ProcNoop")
     policy.proxy().set("chat", "proc_noop", "allow").get()
+    hosted_handle = WorkerPoolHandle()
+    hosted = DispatcherActor.start(
+        registry,
+        Services(),
+        home / "hosted.db",
+        policy,
+        hosted_handle,
+        bus,
+        pool=HostedPool(home / "hosted", workers=2, handle=hosted_handle),
+    )
     handle = WorkerPoolHandle()
     pool = WorkerPool.start(home / "pool", workers=2, handle=handle)
-    dispatcher = DispatcherActor.start(
-        registry, Services(), home / "chalie.db", policy, handle, bus
-    )
+    threaded = DispatcherActor.start(registry, Services(), home / "thread.db", policy, handle, bus)
     ctx = TurnContext(
         conversation_id="bench", turn_id="t2", channel="chat", injected=("proc_noop",)
     )
     call = ToolCall(call_id="w", tool="proc_noop", arguments={"act_summary": "bench"}, context=ctx)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if submit(dispatcher, call).result(10).status == "success":
-            break
-        time.sleep(0.05)
-    for _ in range(300):
-        submit(dispatcher, call).result(10)
+    for dispatcher in (hosted, threaded):
+        deadline = time.monotonic() + 20
+        while submit(dispatcher, call).result(10).status != "success":
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        for _ in range(300):
+            submit(dispatcher, call).result(10)
     floor, close = zmq_floor(home)
     for _ in range(300):
         floor()
@@ -475,20 +485,33 @@ def worker_path(
         return handle.submit(work, timeout=10).result(10)
 
     try:
+        print("  the pool hosted on the dispatcher's thread (as the daemon runs it):")
         rounds(
             "worker call",
             "zmq round trip",
-            lambda: submit(dispatcher, call).result(10),
+            lambda: submit(hosted, call).result(10),
             floor,
             m,
             count,
             WORKER_TARGET,
         )
-        print("  the pool alone (WorkerPoolHandle.submit -> result, no dispatcher):")
+        print("  the pool on a broker thread of its own (a WorkerPool actor):")
+        rounds(
+            "worker call, broker thread",
+            "zmq round trip",
+            lambda: submit(threaded, call).result(10),
+            floor,
+            m,
+            count,
+            None,
+            "for comparison: two more thread hand-offs a call",
+        )
+        print("  that pool alone (WorkerPoolHandle.submit -> result, no dispatcher):")
         rounds("pool call", "zmq round trip", pool_only, floor, m, count, None)
     finally:
         close()
-        dispatcher.stop()
+        hosted.stop()
+        threaded.stop()
         pool.stop()
 
 
