@@ -530,9 +530,12 @@ class DispatcherActor(SupervisedActor):
             gate = self._gate_now(state)
         if gate is not None:
             # Decided without waiting: the running row is written within
-            # START_ROW_DELAY, or as one whole row if the call ends first.
+            # START_ROW_DELAY, or as one whole row if the call ends first (an
+            # immediate call ends inside _after_gate: then no flush is armed).
             self._trail_start(rec, defer=True)
             self._after_gate(state, gate)
+            if self._flush_timer is None and self._trail.deferred():
+                self._flush_timer = self._timers.add(START_ROW_DELAY, FlushTrail())
         else:
             self._trail_start(rec, defer=False)
             self._ask_policy(state)
@@ -543,9 +546,7 @@ class DispatcherActor(SupervisedActor):
             if not defer:
                 self._trail.start(rec)
                 return
-            self._trail.defer_start(rec)
-            if self._flush_timer is None:
-                self._flush_timer = self._timers.add(START_ROW_DELAY, FlushTrail())
+            self._trail.defer_start(rec)  # the flush is armed once the call is started
         except Exception:
             log.exception("writing trail row %d failed", rec.id)
 

@@ -49,6 +49,7 @@ Run: ``python tools/bench/bench_dispatch.py [calls] [--rounds N] [--short]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -57,10 +58,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 import pykka
@@ -85,6 +86,43 @@ from chalie.trail import CallRecord, Trail
 # Issue 17 section 6: the dispatcher's overhead, as ratios to the floors measured in the same run.
 INLINE_TARGET = 5.0
 WORKER_TARGET = 3.0
+
+
+# Where the threads of this process run while a figure and its floor are measured.
+PLACEMENTS: Final = {
+    "scheduler": "threads where the kernel puts them",
+    "one-cpu": "every thread of this process on one CPU (child processes keep them all)",
+}
+
+
+@contextlib.contextmanager
+def placed(how: str) -> Iterator[None]:
+    """Measure a figure and its floor under the same thread placement.
+
+    Left to the scheduler, the floor's two threads (a caller and an actor that answers
+    at once) are often kept on one CPU, where a hand-off costs a context switch, while
+    a call that does real work between hand-offs has its threads on both CPUs, where
+    each hand-off wakes the other CPU (on this VM tens of microseconds). The ratio then
+    compares the two placements as much as the work. ``one-cpu`` puts every thread of
+    this process on one CPU for the measurement, floor and figure alike; worker
+    processes, and the floor's echo process, keep every CPU.
+    """
+    if how == "scheduler":
+        yield
+        return
+    every = os.sched_getaffinity(0)
+    cpu = min(every)
+
+    def pin(cpus: set[int]) -> None:
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(tid), cpus)
+
+    pin({cpu})
+    try:
+        yield
+    finally:
+        pin(every)
 
 
 class NoopParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -211,7 +249,14 @@ def main() -> None:
     parser.add_argument("calls", nargs="?", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--short", action="store_true", help="1000 calls a round, 3 rounds")
+    parser.add_argument(
+        "--placement",
+        choices=(*PLACEMENTS, "both"),
+        default="both",
+        help="where this process's threads run while measuring (see placed())",
+    )
     args = parser.parse_args()
+    placements = list(PLACEMENTS) if args.placement == "both" else [args.placement]
     n, count = (1000, 3) if args.short else (args.calls, args.rounds)
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-"))
     registry = Registry()
@@ -226,9 +271,9 @@ def main() -> None:
     ctx = TurnContext(
         conversation_id="bench", turn_id="t1", channel="chat", injected=("noop", "quick_noop")
     )
-    args = {"act_summary": "bench", "note": "x"}
-    call = ToolCall(call_id="c1", tool="noop", arguments=args, context=ctx)
-    quick = ToolCall(call_id="c0", tool="quick_noop", arguments=args, context=ctx)
+    arguments = {"act_summary": "bench", "note": "x"}
+    call = ToolCall(call_id="c1", tool="noop", arguments=arguments, context=ctx)
+    quick = ToolCall(call_id="c0", tool="quick_noop", arguments=arguments, context=ctx)
     try:
         for _ in range(500):  # warm-up; also lets the dispatcher fetch the policy view
             submit(dispatcher, call).result(5)
@@ -254,16 +299,19 @@ def main() -> None:
         )
         for title, label, each, target in figures:
             print(f"{title}, n={n} a round:")
-            rounds(
-                label,
-                "pykka ask",
-                lambda each=each: submit(dispatcher, each).result(5),
-                lambda: echo.ask(_Ping()),
-                n,
-                count,
-                target,
-                "no target (two more cross-thread hand-offs; see the module docstring)",
-            )
+            for how in placements:
+                print(f"  placement {how}: {PLACEMENTS[how]}")
+                with placed(how):
+                    rounds(
+                        label,
+                        "pykka ask",
+                        lambda each=each: submit(dispatcher, each).result(5),
+                        lambda: echo.ask(_Ping()),
+                        n,
+                        count,
+                        target,
+                        "no target (two more cross-thread hand-offs; see the module docstring)",
+                    )
         samples = timed(lambda: submit(dispatcher, quick).result(5), n)
         print(
             f"  immediate, last run: p50 {statistics.median(samples):.1f} us   "
@@ -286,7 +334,7 @@ def main() -> None:
             t.join()
         rate = callers * per / (time.perf_counter() - began)
         print(f"throughput, inline (lane) no-op, {callers} concurrent callers: {rate:,.0f} calls/s")
-        worker_path(home, registry, bus, policy, n, count)
+        worker_path(home, registry, bus, policy, n, count, placements)
         print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     finally:
         pykka.ActorRegistry.stop_all()
@@ -437,7 +485,13 @@ def zmq_floor(home: Path) -> tuple[Callable[[], object], Callable[[], None]]:
 
 
 def worker_path(
-    home: Path, registry: Registry, bus: EventBus, policy: pykka.ActorRef[Any], n: int, count: int
+    home: Path,
+    registry: Registry,
+    bus: EventBus,
+    policy: pykka.ActorRef[Any],
+    n: int,
+    count: int,
+    placements: list[str],
 ) -> None:
     """The same call to an ability in a worker process, through the dispatcher (2 workers):
     with the pool hosted on the dispatcher's thread, as the daemon runs it (the target), and
@@ -485,29 +539,32 @@ def worker_path(
         return handle.submit(work, timeout=10).result(10)
 
     try:
-        print("  the pool hosted on the dispatcher's thread (as the daemon runs it):")
-        rounds(
-            "worker call",
-            "zmq round trip",
-            lambda: submit(hosted, call).result(10),
-            floor,
-            m,
-            count,
-            WORKER_TARGET,
-        )
-        print("  the pool on a broker thread of its own (a WorkerPool actor):")
-        rounds(
-            "worker call, broker thread",
-            "zmq round trip",
-            lambda: submit(threaded, call).result(10),
-            floor,
-            m,
-            count,
-            None,
-            "for comparison: two more thread hand-offs a call",
-        )
-        print("  that pool alone (WorkerPoolHandle.submit -> result, no dispatcher):")
-        rounds("pool call", "zmq round trip", pool_only, floor, m, count, None)
+        for how in placements:
+            print(f"  placement {how}: {PLACEMENTS[how]}")
+            with placed(how):
+                print("  the pool hosted on the dispatcher's thread (as the daemon runs it):")
+                rounds(
+                    "worker call",
+                    "zmq round trip",
+                    lambda: submit(hosted, call).result(10),
+                    floor,
+                    m,
+                    count,
+                    WORKER_TARGET,
+                )
+                print("  the pool on a broker thread of its own (a WorkerPool actor):")
+                rounds(
+                    "worker call, broker thread",
+                    "zmq round trip",
+                    lambda: submit(threaded, call).result(10),
+                    floor,
+                    m,
+                    count,
+                    None,
+                    "for comparison: two more thread hand-offs a call",
+                )
+                print("  that pool alone (WorkerPoolHandle.submit -> result, no dispatcher):")
+                rounds("pool call", "zmq round trip", pool_only, floor, m, count, None)
     finally:
         close()
         hosted.stop()
