@@ -225,20 +225,7 @@ class PolicyActor(SupervisedActor):
     # -- messages ------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, GateAsk):
-            return self.gate(
-                message.call_id,
-                message.context,
-                message.tool,
-                message.permission,
-                message.internal,
-                message.act_summary,
-                message.params_redacted,
-                reply=message.reply,
-                reach=message.reach,
-                resume=message.resume,
-                form=message.form,
-                expires_in=message.expires_in,
-            )
+            return self._gate(message)
         if isinstance(message, ViewRequest):
             return self._view
         if isinstance(message, ExpireRequest):
@@ -268,55 +255,48 @@ class PolicyActor(SupervisedActor):
     ) -> Future[GateDecision]:
         """Decide one call; the returned future completes now, or when a human answers.
 
-        ``form``: a question whose answer fills it (a server's elicitation); it is put to
-        a person whatever the setting, unless the setting is deny or nobody is there, and
-        it expires after ``expires_in`` seconds (default: the approval expiry) to a denial.
+        The fields are a :class:`~chalie.mail.GateAsk`'s (what the dispatcher tells this
+        actor); this is the same ask made through a proxy. ``form``: a question whose
+        answer fills it (a server's elicitation); it is put to a person whatever the
+        setting, unless the setting is deny or nobody is there, and it expires after
+        ``expires_in`` seconds (default: the approval expiry) to a denial.
         """
-        reply = reply if reply is not None else Future()
-        try:
-            decision = self._decide(
-                call_id,
-                context,
-                tool,
-                permission,
-                internal,
-                act_summary,
-                params_redacted,
-                reply,
-                reach,
-                resume,
-                form,
-                expires_in,
+        return self._gate(
+            GateAsk(
+                call_id=call_id,
+                context=context,
+                tool=tool,
+                permission=permission,
+                internal=internal,
+                act_summary=act_summary,
+                params_redacted=params_redacted,
+                reply=reply if reply is not None else Future(),
+                reach=reach,
+                resume=resume,
+                form=form,
+                expires_in=expires_in,
             )
+        )
+
+    def _gate(self, ask: GateAsk) -> Future[GateDecision]:
+        try:
+            decision = self._decide(ask)
         except Exception as exc:
-            log.exception("the permission gate failed for call %r; denying", call_id)
+            log.exception("the permission gate failed for call %r; denying", ask.call_id)
             decision = rules.failed_closed(type(exc).__name__)
         if decision is not None:
-            _complete(reply, decision)
-        return reply
+            _complete(ask.reply, decision)
+        return ask.reply
 
-    def _decide(
-        self,
-        call_id: str,
-        context: TurnContext,
-        tool: str,
-        permission: str,
-        internal: bool,
-        act_summary: str,
-        params_redacted: dict[str, Any],
-        reply: Future[GateDecision],
-        reach: str | None = None,
-        resume: bytes | None = None,
-        form: dict[str, Any] | None = None,
-        expires_in: float | None = None,
-    ) -> GateDecision | None:
+    def _decide(self, ask: GateAsk) -> GateDecision | None:
+        context, permission, internal = ask.context, ask.permission, ask.internal is True
         channel = str(context.channel)
         setting: Decision | None = None
-        if internal is not True:
+        if not internal:
             channel = rules.check_channel(context.channel)
             rules.check_permission(permission)
             setting = rules.resolve(
-                self.store.table, channel, permission, sensitive=reach is not None
+                self.store.table, channel, permission, sensitive=ask.reach is not None
             )
             if setting is None and self.store.record_seen(channel, permission):
                 log.info("unseen permission %s on %s recorded as ask", permission, channel)
@@ -325,31 +305,20 @@ class PolicyActor(SupervisedActor):
             permission=permission,
             channel=channel,
             human_present=context.human_present,
-            internal=internal is True,
+            internal=internal,
         )
-        if form is not None:
+        if ask.form is not None:
             # A form is filled by a person or not at all: deny, or nobody to ask, declines;
             # an allow does not answer it (never on the owner's behalf), so it is asked.
             if decision is not None and not decision.allowed:
                 return decision
-            self._ask_human(
-                call_id,
-                context,
-                tool,
-                permission,
-                act_summary,
-                params_redacted,
-                reply,
-                reach,
-                form=form,
-                expires_in=expires_in,
-            )
+            self._ask_human(ask, resume=None)
             return None
         if (
             decision is not None
             and decision.decision == "deny"
             and context.park_asks
-            and internal is not True
+            and not internal
             and setting in (None, "ask")
         ):
             # No human now: the owner answers later (park_asks), and the agent's next call
@@ -357,47 +326,32 @@ class PolicyActor(SupervisedActor):
             assert self._approvals is not None
             granted = self._approvals.take_grant(context.conversation_id, permission)
             if granted is not None:
-                log.info("call %s runs on the owner's answer to request %s", call_id, granted)
+                log.info("call %s runs on the owner's answer to request %s", ask.call_id, granted)
                 return rules.allowed("human")
-            return self._park(
-                call_id, context, tool, permission, act_summary, params_redacted, reach
-            )
+            return self._park(ask)
         if (
             context.resumes
-            and internal is not True
+            and not internal
             and setting in (None, "ask")
             and self._approvals is not None
             and self._approvals.take_resume(context.resumes, permission)
         ):
             # A stored call run again on the owner's answer to its request, once.
-            log.info("call %s runs on the owner's answer to request %s", call_id, context.resumes)
+            log.info(
+                "call %s runs on the owner's answer to request %s", ask.call_id, context.resumes
+            )
             return rules.allowed("human")
         if decision is not None:
             return decision
-        self._ask_human(
-            call_id, context, tool, permission, act_summary, params_redacted, reply, reach, resume
-        )
+        self._ask_human(ask, resume=ask.resume)
         return None
 
-    def _ask_human(
-        self,
-        call_id: str,
-        context: TurnContext,
-        tool: str,
-        permission: str,
-        act_summary: str,
-        params_redacted: dict[str, Any],
-        reply: Future[GateDecision],
-        reach: str | None = None,
-        resume: bytes | None = None,
-        *,
-        form: dict[str, Any] | None = None,
-        expires_in: float | None = None,
-    ) -> None:
+    def _ask_human(self, ask: GateAsk, *, resume: bytes | None) -> None:
+        """Put the call to a person; ``resume``: the call stored with the request, if any.
+        A form's request expires after its own ``expires_in``, any other after the gate's."""
+        expires_in = ask.expires_in if ask.form is not None else None
         expiry = self._expiry if expires_in is None else max(0.001, float(expires_in))
-        request = self._request(
-            context, tool, permission, act_summary, params_redacted, reach, form, expiry
-        )
+        request = self._request(ask, ask.form, expiry)
         request_id = request.request_id
         # Durable before anyone is asked: a request nobody could find later is never raised
         # (a failed write fails the gate closed). The call is stored with it, to be run
@@ -405,49 +359,37 @@ class PolicyActor(SupervisedActor):
         if self._approvals is not None:
             self._approvals.put(request, call=resume)
         timer = self.schedule(expiry, ExpireRequest(request_id))
-        self._pending[request_id] = _Pending(request, reply, timer)
+        self._pending[request_id] = _Pending(request, ask.reply, timer)
         log.info(
             "asking conversation %s to allow %s (request %s, call %s)",
-            context.conversation_id,
-            permission,
+            ask.context.conversation_id,
+            ask.permission,
             request_id,
-            call_id,
+            ask.call_id,
         )
-        self._events.publish(context.conversation_id, request)
+        self._events.publish(ask.context.conversation_id, request)
 
-    def _park(
-        self,
-        call_id: str,
-        context: TurnContext,
-        tool: str,
-        permission: str,
-        act_summary: str,
-        params_redacted: dict[str, Any],
-        reach: str | None,
-    ) -> GateDecision:
+    def _park(self, ask: GateAsk) -> GateDecision:
         """A durable request for the owner; the call itself ends now, saying it waits."""
-        request = self._request(context, tool, permission, act_summary, params_redacted, reach)
+        request = self._request(ask)
         assert self._approvals is not None
         self._approvals.put(request, parked=True)
         timer = self.schedule(self._expiry, ExpireRequest(request.request_id))
         self._pending[request.request_id] = _Pending(request, Future(), timer, waiting=False)
         log.info(
-            "parked %s for the owner (request %s, call %s)", permission, request.request_id, call_id
+            "parked %s for the owner (request %s, call %s)",
+            ask.permission,
+            request.request_id,
+            ask.call_id,
         )
-        self._events.publish(context.conversation_id, request)
-        return rules.parked(permission, request.request_id)
+        self._events.publish(ask.context.conversation_id, request)
+        return rules.parked(ask.permission, request.request_id)
 
     def _request(
-        self,
-        context: TurnContext,
-        tool: str,
-        permission: str,
-        act_summary: str,
-        params_redacted: dict[str, Any],
-        reach: str | None,
-        form: dict[str, Any] | None = None,
-        expiry: float | None = None,
+        self, ask: GateAsk, form: dict[str, Any] | None = None, expiry: float | None = None
     ) -> PermissionRequest:
+        context, tool, permission = ask.context, ask.tool, ask.permission
+        act_summary, params, reach = ask.act_summary, ask.params_redacted, ask.reach
         asked_by = rules.asked_by(context.principal, context.channel)
         return PermissionRequest(
             request_id=uuid.uuid4().hex,
@@ -456,13 +398,13 @@ class PolicyActor(SupervisedActor):
             permission=permission,
             tool=tool,
             act_summary=act_summary[:200],
-            params=params_redacted,
+            params=params,
             expires_at=time.time() + (self._expiry if expiry is None else expiry),
             ts=time.time(),
             principal=context.principal,
             asked_by=asked_by,
             reach=reach,
-            prompt=rules.prompt(tool, permission, act_summary, params_redacted, asked_by, reach),
+            prompt=rules.prompt(tool, permission, act_summary, params, asked_by, reach),
             form=form,
         )
 
