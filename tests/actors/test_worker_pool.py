@@ -651,6 +651,44 @@ def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_pat
         ref.stop(timeout=15)
 
 
+def test_a_flood_on_a_hosted_pools_socket_starves_neither_the_dispatchers_mail_nor_its_workers(
+    tmp_path: Path,
+) -> None:
+    """The pool on the dispatcher's thread: the flood is read there, between its calls."""
+    from tests.actors.rig import Rig
+
+    handle = WorkerPoolHandle()
+    pool = worker_pool.HostedPool(
+        tmp_path / "home", workers=2, handle=handle, heartbeat=0.1, liveness=4
+    )
+    rig = Rig(tmp_path, workers=handle, pool=pool)
+    wait_until(lambda: all_idle(handle), timeout=30)
+    broker = handle._broker
+    assert broker is not None
+    pids = worker_pids(handle)
+    flooder = subprocess.Popen(
+        [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "15", "4"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: broker.drops.total > 10_000)
+        in_flight = rig.call("sample_sleep", {"seconds": 1.5})
+        for i in range(20):  # calls through the dispatcher: a worker's and an inline one
+            assert rig.run("sample_echo", {"text": f"n{i}"}).status == "success"
+            assert rig.run("fast").status == "success"
+        assert call(handle, job("Echo", text="direct")).body == "direct"  # from this thread
+        assert in_flight.result(20).status == "success"
+        assert flooder.poll() is None, "the flood ended before the calls did"
+        flooding = broker.drops.total
+        wait_until(lambda: broker.drops.total > flooding + 10_000)  # still under flood
+    finally:
+        flooder.kill()
+        flooder.wait(timeout=30)
+    assert worker_pids(handle) == pids  # no worker was killed for missed heartbeats
+    assert all(w["restarts"] == 0 for w in handle.status()["workers"])
+    rig.ref.stop()
+
+
 # -- lifecycle ------------------------------------------------------------------------
 
 
