@@ -16,8 +16,9 @@ actor sequences them and owns the calls in flight, on its own thread only):
 3. Execute: a :class:`~chalie.execution.Job` (exactly the params the gate
    saw) goes to the executor registered for the ability's ``isolation``
    (:data:`actors.executors.EXECUTORS`); its result comes back as an
-   :class:`~chalie.mail.Executed` message and its deadline as a
-   :class:`~chalie.mail.Deadline` message. With ``async`` on a channel
+   :class:`~chalie.mail.Executed` message (or, reported on this actor's own
+   thread by the worker pool it hosts, is handled at once) and its deadline as
+   a :class:`~chalie.mail.Deadline` message. With ``async`` on a channel
    that allows it, the turn gets an immediate success envelope naming the
    call id; the final envelope goes to the outbox (stored until a consumer
    acknowledges it) and is published to the conversation.
@@ -51,6 +52,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -218,12 +220,15 @@ class DispatcherActor(SupervisedActor):
         check_limits(outbox_max_age, outbox_max_rows)
         self._outbox_max_age = outbox_max_age
         self._outbox_max_rows = outbox_max_rows
+        self._thread: int | None = None  # this actor's thread, from on_start
+        self._starting = False  # inside an executor's start (see _reporter)
         # The worker pool, when this actor hosts it (``workers`` is then its handle):
         # begun on this thread in on_start, its sockets watched by this actor's inbox.
         self._pool = pool
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
+        self._thread = threading.get_ident()
         self._trail = Trail(self._trail_path)
         interrupted = self._trail.recover()
         if interrupted:
@@ -700,14 +705,37 @@ class DispatcherActor(SupervisedActor):
             timeout=cls.timeout,
         )
         state.job, state.executor = job, executor
-        me, seq = self.actor_ref, state.seq
         # The executor may wake another thread, which then wants the GIL this one holds;
         # the deadline's timer is set after (no report is handled before this handler ends).
-        ended = executor.start(job, lambda result: _tell(me, Executed(seq, result)))
+        self._starting = True
+        try:
+            ended = executor.start(job, self._reporter(state.seq))
+        finally:
+            self._starting = False
         if ended is not None:  # ended inside start (the immediate executor)
             self._finish(state, ended)
             return
         state.timer = self._timers.add(cls.timeout, Deadline(state.seq))
+
+    def _reporter(self, seq: int) -> Callable[[ToolResult], None]:
+        """The ``done`` an executor calls with the job's result, on any thread.
+
+        From another thread (a lane, an MCP connection) the result comes back as an
+        :class:`~chalie.mail.Executed` message. On this actor's own thread, in a later
+        handler (the worker pool hosted here answers while this actor handles its
+        socket's Ready), it is handled at once: the message would only come back to
+        this same thread. Never inside ``executor.start``: a result known there is
+        ``start``'s return value, and one reported there waits for the handler's end.
+        """
+        me = self.actor_ref
+
+        def done(result: ToolResult) -> None:
+            if threading.get_ident() == self._thread and not self._starting:
+                self._on_executed(Executed(seq, result))
+            else:
+                _tell(me, Executed(seq, result))
+
+        return done
 
     # -- timeouts and cancellation -----------------------------------------------------------
     def _abort(self, state: _Call, result: ToolResult) -> int:
