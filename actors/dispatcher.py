@@ -413,6 +413,7 @@ class DispatcherActor(SupervisedActor):
                 if c.job is not None and (c.executor is not inline or c.job.job_id in in_run)
             ),
             "lanes": inline.busy() if isinstance(inline, InlineExecutor) else {},
+            "timers": len(self._timers),  # live: deadlines of calls running, a pending flush
         }
 
     def workers_status(self) -> dict[str, Any] | None:

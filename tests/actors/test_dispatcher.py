@@ -467,6 +467,24 @@ def test_a_hosted_pool_runs_on_the_dispatchers_thread_and_is_reaped_with_it(
     assert late.result(5).code == "internal-error"
 
 
+def test_a_hosted_pool_that_refuses_a_job_inside_start_ends_the_call_once(
+    tmp_path: Path,
+) -> None:
+    """The refusal is reported on the dispatcher's thread while it starts the job: it is
+    handled after that handler, as a message, and the call ends exactly once."""
+    from actors.worker_pool import HostedPool, WorkerPoolHandle
+
+    handle = WorkerPoolHandle()
+    pool = HostedPool(tmp_path / "home", handle=handle, max_pending=0)
+    rig = Rig(tmp_path, workers=handle, pool=pool)
+    wait_until(lambda: _idle(handle), 10)
+    outcomes = [rig.run("sample_echo", {"text": "x"}, call_id=f"o{i}") for i in range(3)]
+    assert [o.code for o in outcomes] == ["overloaded"] * 3
+    assert [r.code for r in rig.rows()] == ["overloaded"] * 3
+    now = rig.ref.proxy().in_flight().get()
+    assert now["calls"] == 0 and now["timers"] == 0  # no deadline armed for an ended call
+
+
 def test_a_dispatcher_without_a_pool_reports_no_workers(rig: Rig) -> None:
     assert rig.ref.proxy().workers_status().get(timeout=5) is None
 
