@@ -43,17 +43,20 @@ alone 4.0-9.1 before, 3.6-4.3 after. The hand-offs (context switches a call: ~15
 cancelled event and the worker's class cache too (load 13 to 18): own work 70-79 us before,
 51-55 us after; the best round after: inline 70.2 us, ratio 5.3; worker call 162 us, 6.6.
 
-Seventh session (December 2026, a quiet 2-core VM; ``--short``). Placement: every figure
+Eighth session (December 2026, a quiet 2-core VM; ``--short``). Placement: every figure
 and its floor are measured twice, left to the scheduler and with every thread of this
 process on one CPU (``placed``), because the scheduler keeps the floor's two threads on
 one CPU (a hand-off is a context switch, ~10 us) but spreads a call that works between
 its hand-offs over both, where each hand-off wakes a halted vCPU (~40-60 us on this VM,
 most of it in the kernel: perf puts 40% of the dispatcher thread's samples in
 ``try_to_wake_up``). A pykka ask to an actor that spins 0/20/40/80 us: 86/117/138/192 us
-across CPUs, 22/43/63/104 us on one. Figures: immediate no-op 179 us (ratio 7.5) left to
-the scheduler, 95 us (3.1) on one CPU; lane call 287 us (8.8) and 113 us (4.0); worker
-call with the pool hosted on the dispatcher's thread 492 us (3.3) and 432 us (3.3), with
-a broker thread of its own 490 us (3.9) and 389 us (3.2). Pinning the daemon's threads
+across CPUs, 22/43/63/104 us on one. The work itself also runs 2-4 times slower right
+after a hand-off than in a loop on one thread (the dispatcher's own work: 48-72 us CPU
+alone, 70-210 us in place). Figures, two runs: immediate no-op 167-221 us (ratio 5.5-7.3)
+left to the scheduler, 59-76 us (2.7-2.8) on one CPU; lane call 204-298 us (7.4-9.9) and
+88-107 us (4.0-4.8); worker call with the pool hosted on the dispatcher's thread 468-505
+us (3.0-3.8) and 366-409 us (3.2-3.3), with a broker thread of its own 485-570 us
+(3.5-3.7) and 406-418 us (3.2-3.4); the pool alone 1.8-2.2. Pinning the daemon's threads
 to one CPU was tried in the daemon (``bench_turns``) and not taken: turns/s rose from
 136-146 to 178-202 but the act-loop step p50 went from 1.9-2.3 ms to 4.1 ms.
 
