@@ -127,6 +127,11 @@ def _stopped(job_id: str) -> WorkerResult:
     )
 
 
+def _check_workers(workers: object) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError("workers must be a positive integer")
+
+
 class _Process:
     """One worker process and the pidfd that becomes readable when it exits."""
 
@@ -758,8 +763,7 @@ class WorkerPool(SupervisedActor):
         **tuning: Any,
     ) -> None:
         super().__init__()
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError("workers must be a positive integer")
+        _check_workers(workers)
         self.home = Path(home)
         self.workers = workers
         self.handle = handle if handle is not None else WorkerPoolHandle()
@@ -811,8 +815,7 @@ class HostedPool:
         handle: WorkerPoolHandle | None = None,
         **tuning: Any,
     ) -> None:
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError("workers must be a positive integer")
+        _check_workers(workers)
         self.home = Path(home)
         self.workers = workers
         self.tuning = tuning

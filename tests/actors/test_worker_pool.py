@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import logging
 import math
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -619,6 +620,28 @@ print(sent)
 """
 
 
+@contextlib.contextmanager
+def flooded(handle: WorkerPoolHandle, broker: Broker) -> Iterator[Callable[[], None]]:
+    """A flood of one-byte frames on the pool's socket while the block runs (bounded: 15 s
+    or 20 million frames at most); it yields a check that the flood is still going on."""
+    flooder = subprocess.Popen(
+        [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "15", "4"],
+        stdout=subprocess.DEVNULL,
+    )
+
+    def still_flooding() -> None:
+        assert flooder.poll() is None, "the flood ended before the calls did"
+        flooding = broker.drops.total
+        wait_until(lambda: broker.drops.total > flooding + 10_000)
+
+    try:
+        wait_until(lambda: broker.drops.total > 10_000)
+        yield still_flooding
+    finally:
+        flooder.kill()
+        flooder.wait(timeout=30)
+
+
 def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
     # Strict liveness: a worker unheard for 0.4 s is killed, so starvation shows fast.
@@ -628,23 +651,12 @@ def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_pat
         broker = handle._broker
         assert broker is not None
         pids = worker_pids(handle)
-        flooder = subprocess.Popen(
-            # Bounded: 15 s or 20 million frames at most; stopped once the calls are done.
-            [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "15", "4"],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            wait_until(lambda: broker.drops.total > 10_000)
+        with flooded(handle, broker) as still_flooding:
             in_flight = handle.submit(job("Sleep", seconds=1.5), timeout=20)
             answers = [call(handle, job("Echo", text=f"n{i}")).body for i in range(20)]
             assert answers == [f"n{i}" for i in range(20)]
             assert in_flight.result(timeout=20).status == "success"
-            assert flooder.poll() is None, "the flood ended before the calls did"
-            flooding = broker.drops.total
-            wait_until(lambda: broker.drops.total > flooding + 10_000)  # still under flood
-        finally:
-            flooder.kill()
-            flooder.wait(timeout=30)
+            still_flooding()
         assert worker_pids(handle) == pids  # no worker was killed for missed heartbeats
         assert all(w["restarts"] == 0 for w in handle.status()["workers"])
     finally:
@@ -666,24 +678,14 @@ def test_a_flood_on_a_hosted_pools_socket_starves_neither_the_dispatchers_mail_n
     broker = handle._broker
     assert broker is not None
     pids = worker_pids(handle)
-    flooder = subprocess.Popen(
-        [sys.executable, "-c", FLOODER, handle.status()["endpoint"], "15", "4"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_until(lambda: broker.drops.total > 10_000)
+    with flooded(handle, broker) as still_flooding:
         in_flight = rig.call("sample_sleep", {"seconds": 1.5})
         for i in range(20):  # calls through the dispatcher: a worker's and an inline one
             assert rig.run("sample_echo", {"text": f"n{i}"}).status == "success"
             assert rig.run("fast").status == "success"
         assert call(handle, job("Echo", text="direct")).body == "direct"  # from this thread
         assert in_flight.result(20).status == "success"
-        assert flooder.poll() is None, "the flood ended before the calls did"
-        flooding = broker.drops.total
-        wait_until(lambda: broker.drops.total > flooding + 10_000)  # still under flood
-    finally:
-        flooder.kill()
-        flooder.wait(timeout=30)
+        still_flooding()
     assert worker_pids(handle) == pids  # no worker was killed for missed heartbeats
     assert all(w["restarts"] == 0 for w in handle.status()["workers"])
     rig.ref.stop()

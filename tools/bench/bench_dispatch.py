@@ -100,6 +100,7 @@ from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.trail import CallRecord, Trail
+from tools.waiting import wait_until
 
 # Issue 17 section 6: the dispatcher's overhead, as ratios to the floors measured in the same run.
 INLINE_TARGET = 5.0
@@ -536,10 +537,11 @@ def worker_path(
     )
     call = ToolCall(call_id="w", tool="proc_noop", arguments={"act_summary": "bench"}, context=ctx)
     for dispatcher in (hosted, threaded):
-        deadline = time.monotonic() + 20
-        while submit(dispatcher, call).result(10).status != "success":
-            assert time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.05)
+        wait_until(
+            lambda d=dispatcher: submit(d, call).result(10).status == "success",
+            20,
+            what="the workers started",
+        )
         for _ in range(300):
             submit(dispatcher, call).result(10)
     floor, close = zmq_floor(home)
