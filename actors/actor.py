@@ -142,6 +142,21 @@ class Actor(pykka.ThreadingActor):
         """Forget a timer (a handle that fired or was forgotten already is ignored)."""
         self.timers.cancel(handle)
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether this actor is about to be stopped (see :func:`request_stop`): a long step
+        that does not read the mailbox, such as a first build in ``on_start``, may end early."""
+        return self.timers.stop_requested.is_set()
+
+
+def request_stop(ref: pykka.ActorRef[Any]) -> None:
+    """Tell the actor behind ``ref`` that a stop is coming, before sending it: its
+    :attr:`Actor.stop_requested` turns true at once, while the stop message waits in the
+    mailbox behind whatever the actor is busy with. Any other actor: nothing."""
+    inbox = getattr(ref, "actor_inbox", None)
+    if isinstance(inbox, TimerInbox):
+        inbox.stop_requested.set()
+
 
 class SupervisedActor(Actor):
     """Base for supervised children: reports its failures and exits to its supervisor.

@@ -6,7 +6,9 @@ Lifecycle:
    (in the actor's thread) loads the embedder, then opens the persisted tool
    and skill indexes under ``<home>/index/`` or rebuilds them when the
    catalogue, the model or the ceiling changed. Calls that arrive meanwhile wait
-   in the mailbox, so nothing is served from a half-built index.
+   in the mailbox, so nothing is served from a half-built index; a stop requested
+   meanwhile (the supervisor's ``request_stop``) ends the build between batches,
+   persisting nothing, so a daemon stopped during its first build stops at once.
 2. If loading fails, the actor stays up and every find raises
    :class:`IndexCorruptError` (find_tools turns it into discovery-index-error):
    a broken index is loud, never "nothing found". A find at least
@@ -73,6 +75,11 @@ REMEMBERED_TURNS: Final = 1024
 INDEX_BATCH: Final = 64
 # An update this small, with nothing queued, goes in at once (the caller finds it on return).
 INLINE_MAX: Final = 16
+
+
+class _Stopping(Exception):
+    """A build given up because the actor is being stopped."""
+
 
 # Builds the writer of model-written examples, given where it delivers them.
 WriterFactory = Callable[[Deliver], ExampleWriter]
@@ -142,7 +149,13 @@ class DiscoveryActor(SupervisedActor):
                 self._writer = self._make_writer(deliver)
             except Exception:
                 log.exception("model-written examples unavailable")
-        self._load(rebuild=False, progress=None)
+        self._load(rebuild=False, progress=self._unless_stopping)
+
+    def _unless_stopping(self, done: int, total: int) -> None:
+        """The first build's progress: a stop requested meanwhile ends it between batches
+        (nothing half-built is kept: an index is persisted whole or not at all)."""
+        if self.stop_requested:
+            raise _Stopping(f"stopping after {done} of {total} tools were embedded")
 
     def on_end(self) -> None:
         self._close_store()
@@ -252,6 +265,11 @@ class DiscoveryActor(SupervisedActor):
                 model_id=embedder.model_id,
                 ceiling=self._tools.ceiling,
             )
+        except _Stopping as why:
+            log.info("the discovery index build was given up: %s", why)
+            self._tools = self._skills = None
+            self._error = f"the index build was given up: {why}"
+            self._state.failed(self._error)
         except Exception as exc:
             # Stay up and answer every find with the error rather than "nothing found".
             if isinstance(exc, IndexCorruptError):

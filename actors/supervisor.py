@@ -46,7 +46,7 @@ from typing import Any, Final
 
 import pykka
 
-from actors.actor import SupervisedActor, binding, describe_error
+from actors.actor import SupervisedActor, binding, describe_error, request_stop
 from actors.child_ref import ChildRef
 from actors.directory import Directory
 from chalie.mail import ChildExit, DismissedStopped, RestartChild, WatchChildren
@@ -161,6 +161,7 @@ class Supervisor(SupervisedActor):
             child.token += 1
             self.directory.set(child.spec.id, None)
             if ref is not None:
+                request_stop(ref)
                 stops.append((child, ref.stop(block=False)))
         deadline = time.monotonic() + max((c.spec.shutdown for c, _ in stops), default=0.0)
         for child, stop in stops:
@@ -392,6 +393,7 @@ class Supervisor(SupervisedActor):
         self.directory.set(child.spec.id, None)
         if ref is None:
             return
+        request_stop(ref)
         try:
             ref.stop(block=False).get(timeout=child.spec.shutdown)
         except pykka.Timeout:

@@ -31,6 +31,7 @@ import itertools
 import math
 import os
 import queue
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -83,6 +84,10 @@ class TimerInbox:
         self._wake: int | None = None
         self._sleeping = False
         self._in_a_row = 0
+        # Set by whoever is about to stop the owner (the supervisor), before the stop
+        # message: an owner busy in a long step that never reads its mailbox (a first
+        # index build in on_start) can notice it and give the step up.
+        self.stop_requested = threading.Event()
 
     # -- pykka's inbox protocol ----------------------------------------------------------------
     def put(self, envelope: Any, /) -> None:

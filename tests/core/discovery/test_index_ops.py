@@ -7,10 +7,12 @@ import json
 import logging
 import shutil
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pykka
 import pytest
 from click.testing import CliRunner
 
@@ -138,6 +140,61 @@ def test_status_shows_a_failed_index_not_just_a_running_actor(
         assert describe(snap).startswith("discovery index: FAILED")
     finally:
         ref.stop()
+
+
+class GatedEmbedder:
+    """The real embedder, held at its second batch until the test lets it go on."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.model_id, self.dim = inner, inner.model_id, inner.dim
+        self.calls = 0
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def embed(self, texts: Any) -> Any:
+        self.calls += 1
+        if self.calls == 2:
+            self.held.set()
+            assert self.go.wait(30), "the test never let the build go on"
+        return self.inner.embed(texts)
+
+
+def test_a_stop_during_the_first_build_ends_the_build_between_batches(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    from actors.supervisor import Supervisor
+    from chalie.discovery.engine import BUILD_BATCH
+    from chalie.supervision import ChildSpec
+
+    docs = [
+        ToolDoc(name=f"tool_{i}", summary=f"does thing number {i}", examples=(f"do {i}",))
+        for i in range(BUILD_BATCH * 4)
+    ]
+    gated = GatedEmbedder(embedder)
+    spec = ChildSpec(
+        "discovery",
+        lambda: DiscoveryActor.start(docs=docs, home=tmp_path, embedder=gated),
+        shutdown=30.0,
+    )
+    tree = Supervisor.start([spec])
+    assert gated.held.wait(60), "the build never reached its second batch"
+    stopping = threading.Thread(target=tree.stop)  # waits for the child, as a daemon's stop does
+    stopping.start()
+    (child,) = [t for t in pykka.ActorRegistry.get_by_class(DiscoveryActor)]
+    wait_until(lambda: child.actor_inbox.stop_requested.is_set(), 10, what="the stop request")
+    gated.go.set()
+    stopping.join(30)
+    assert not stopping.is_alive() and not child.is_alive()
+    # the batches after the request were never embedded, and nothing half-built is on disk
+    assert gated.calls < 4
+    tools_dir, _ = index_dirs(tmp_path)
+    assert not (tools_dir / MANIFEST).exists()
+    # the next start builds the whole index
+    again = DiscoveryActor.start(docs=docs[:3], home=tmp_path, embedder=embedder)
+    try:
+        assert DiscoveryHandle(again).find(["do 2"]).names[0] == "tool_2"
+    finally:
+        again.stop()
 
 
 def test_a_rebuild_job_reports_progress_and_a_second_start_follows_the_first(
