@@ -15,10 +15,11 @@ import msgspec
 from chalie.conversation.requests import ID_PATTERN
 from chalie.conversation.store import ConversationSummary
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
+from chalie.memory.records import Memory
 from chalie.messages import Answer, Channel, TrailStatus
 from chalie.policy import PERMISSION, SERVER_WILDCARD
 from chalie.principals import Scope
-from chalie.schedule.store import Shown
+from chalie.schedule.store import Reminder, Shown
 from chalie.trail import TrailCall
 
 Name = Annotated[
@@ -438,27 +439,13 @@ class MemoriesQuery(Struct):
     limit: Limit = 50
 
 
-class MemoryView(Reply):
-    """One memory with its provenance; ``untrusted`` names the untrusted sources (web pages,
-    mail, remote tools) the storing conversation had read."""
+class MemoryView(Memory, frozen=True, kw_only=True):
+    """One memory as its store keeps it (:class:`chalie.memory.records.Memory`: provenance,
+    ``untrusted`` naming the untrusted sources, web pages, mail, remote tools, that the storing
+    conversation had read), with what the page adds: ``agent``, the agent's token name for an
+    agent's memory ("" for the owner's, "?" if unknown), and ``score``, its rank in a search."""
 
-    id: int
-    principal: str
-    # The agent's token name for an agent's memory ("" for the owner's, "?" if unknown).
     agent: str
-    kind: str
-    text: str
-    source: str
-    created: float
-    updated: float
-    place: str | None = None
-    time: str | None = None
-    people: list[str] = []
-    tags: list[str] = []
-    skill: str | None = None
-    untrusted: list[str] = []
-    conversation_id: str | None = None
-    merged: int = 0
     score: float | None = None
 
 
@@ -499,22 +486,11 @@ class RemindersQuery(Struct):
     limit: Limit = 100
 
 
-class ReminderView(Reply):
-    id: int
-    text: str
-    kind: str
-    rule: str
-    zone: str
-    principal: str
+class ReminderView(Reminder, frozen=True, kw_only=True):
+    """One reminder as its store keeps it (:class:`chalie.schedule.store.Reminder`), with
+    ``agent``: the agent's token name for an agent's reminder ("" for the owner's)."""
+
     agent: str
-    conversation_id: str | None
-    created: float
-    next_fire: float | None
-    state: str
-    fired: int
-    last_fired: float | None = None
-    last_late: bool = False
-    last_answer: str | None = None
 
 
 class ReminderPath(Struct):

@@ -98,8 +98,8 @@ def test_memories_are_shown_apart_with_provenance_searched_promoted_and_forgotte
         assert shown.groups[0].principal == OWNER
         mine = {m.id: m for m in group(shown, OWNER).memories}
         assert mine[seat].conversation_id == "c-seat" and mine[seat].source == "person"
-        assert mine[seat].kind == "preference" and mine[seat].untrusted == []
-        assert mine[spa].untrusted == ["web_fetch"]
+        assert mine[seat].kind == "preference" and mine[seat].untrusted == ()
+        assert mine[spa].untrusted == ("web_fetch",)
         theirs = group(shown, agent)
         assert theirs.agent == "travel-agent" and theirs.count == 1
         assert [(m.id, m.source, m.place) for m in theirs.memories] == [(hotel, "agent", "Porto")]
