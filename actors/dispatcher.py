@@ -259,7 +259,7 @@ class DispatcherActor(SupervisedActor):
                 log.exception("closing an executor failed")
         if self._pool is not None:
             try:  # after the calls were aborted: their jobs need no answer any more
-                self._pool.end(self._timers)
+                self._pool.end()
             except Exception:
                 log.exception("stopping the worker pool failed")
         if self._trail is not None:

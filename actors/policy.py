@@ -351,7 +351,7 @@ class PolicyActor(SupervisedActor):
         A form's request expires after its own ``expires_in``, any other after the gate's."""
         expires_in = ask.expires_in if ask.form is not None else None
         expiry = self._expiry if expires_in is None else max(0.001, float(expires_in))
-        request = self._request(ask, ask.form, expiry)
+        request = self._request(ask, expiry)
         request_id = request.request_id
         # Durable before anyone is asked: a request nobody could find later is never raised
         # (a failed write fails the gate closed). The call is stored with it, to be run
@@ -385,9 +385,7 @@ class PolicyActor(SupervisedActor):
         self._events.publish(ask.context.conversation_id, request)
         return rules.parked(ask.permission, request.request_id)
 
-    def _request(
-        self, ask: GateAsk, form: dict[str, Any] | None = None, expiry: float | None = None
-    ) -> PermissionRequest:
+    def _request(self, ask: GateAsk, expiry: float | None = None) -> PermissionRequest:
         context, tool, permission = ask.context, ask.tool, ask.permission
         act_summary, params, reach = ask.act_summary, ask.params_redacted, ask.reach
         asked_by = rules.asked_by(context.principal, context.channel)
@@ -405,7 +403,7 @@ class PolicyActor(SupervisedActor):
             asked_by=asked_by,
             reach=reach,
             prompt=rules.prompt(tool, permission, act_summary, params, asked_by, reach),
-            form=form,
+            form=ask.form,
         )
 
     def _expire(self, request_id: str) -> None:

@@ -182,6 +182,11 @@ class TimerInbox:
         self._poll_wait = wait_ms
         self._poller = poller
 
+    @property
+    def watching(self) -> bool:
+        """Whether ``get`` waits on a poller too (see :meth:`watch`)."""
+        return self._poller is not None
+
     def unwatch(self) -> None:
         """Stop watching (owner's thread); ``get`` waits on the mailbox alone again."""
         poller, self._poller, self._poll_wait = self._poller, None, None

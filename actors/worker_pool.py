@@ -312,7 +312,7 @@ class Broker:
             self._shutdown()
 
     def begin(self) -> None:
-        """Make the poller and start the workers, on the thread that will drive the broker."""
+        """Start the workers and the clock, on the thread that will drive the broker."""
         self._host = threading.get_ident()
         now = time.monotonic()
         self._spawn_due(now)
@@ -821,12 +821,13 @@ class HostedPool:
         self.tuning = tuning
         self.handle = handle if handle is not None else WorkerPoolHandle()
         self._broker: Broker | None = None
+        self._inbox: TimerInbox | None = None  # the host's, while it watches the broker
 
     def begin(self, inbox: TimerInbox) -> None:
         """Bind, start the workers and have ``inbox`` wait on the broker (host's thread)."""
         broker = Broker(self.home, self.workers, **self.tuning)
         broker.begin()
-        self._broker = broker
+        self._broker, self._inbox = broker, inbox
         inbox.watch(broker.poller, broker.wait_ms)
         self.handle._bind(broker)
 
@@ -839,12 +840,14 @@ class HostedPool:
     def status(self) -> dict[str, Any]:
         return self.handle.status()
 
-    def end(self, inbox: TimerInbox | None = None) -> None:
-        """Stop the workers and release the socket (host's thread; safe to repeat)."""
+    def end(self) -> None:
+        """Stop the workers and release the socket (host's thread; safe to repeat); the
+        host's inbox stops watching the broker, however the end came."""
         broker, self._broker = self._broker, None
-        if broker is None:
-            return
+        inbox, self._inbox = self._inbox, None
         if inbox is not None:
             inbox.unwatch()
+        if broker is None:
+            return
         self.handle._unbind(broker)
         broker.close()

@@ -485,6 +485,32 @@ def test_a_hosted_pool_that_refuses_a_job_inside_start_ends_the_call_once(
     assert now["calls"] == 0 and now["timers"] == 0  # no deadline armed for an ended call
 
 
+def test_a_hosted_pool_closed_from_another_thread_leaves_the_dispatcher_serving(
+    tmp_path: Path,
+) -> None:
+    from actors.worker_pool import HostedPool, WorkerPoolHandle
+
+    handle = WorkerPoolHandle()
+    rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
+    wait_until(lambda: _idle(handle), 10)
+    pids = [w["pid"] for w in handle.status()["workers"]]
+    broker = handle._broker
+    assert broker is not None
+    assert rig.ref.actor_inbox.watching
+    broker.close(timeout=10)  # a command: the dispatcher's thread ends the pool
+    assert broker.finished.is_set()
+    # the dispatcher's inbox stops watching the closed socket and the reaped workers' pidfds
+    # (left watched, they would be ready at once and for ever: a spinning thread)
+    wait_until(lambda: not rig.ref.actor_inbox.watching, 5, what="the inbox unwatched")
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}")
+    # its inbox no longer waits on the closed socket: calls go on (more than the inbox hands
+    # out between two looks at a watched poller), a worker's is refused
+    assert [rig.run("fast").status for _ in range(40)] == ["success"] * 40
+    assert rig.run("sample_echo", {"text": "x"}).code == "internal-error"
+    assert rig.ref.proxy().workers_status().get(timeout=5)["running_pool"] is False
+
+
 def test_a_dispatcher_without_a_pool_reports_no_workers(rig: Rig) -> None:
     assert rig.ref.proxy().workers_status().get(timeout=5) is None
 

@@ -88,8 +88,10 @@ def test_after_unwatch_the_inbox_waits_on_its_mailbox_alone(
 ) -> None:
     a, b = pair
     inbox = watching(a)
+    assert inbox.watching
     inbox.unwatch()
     inbox.unwatch()  # twice: nothing
+    assert not inbox.watching
     b.send(b"x")  # readable, but no longer watched
     sender = threading.Thread(target=inbox.put, args=("after",))
     sender.start()
