@@ -382,18 +382,28 @@ def _idle(handle: Any) -> bool:
     return sum(w["state"] == "idle" for w in handle.status()["workers"]) == 2
 
 
+def hosted_rig(tmp_path: Path, **tuning: Any) -> tuple[Rig, Any]:
+    """A dispatcher hosting a pool of two workers on its thread, as the daemon runs it,
+    once both workers are idle; and the pool's handle."""
+    from actors.worker_pool import HostedPool, WorkerPoolHandle
+
+    handle = WorkerPoolHandle()
+    pool = HostedPool(tmp_path / "home", handle=handle, **tuning)
+    rig = Rig(tmp_path, workers=handle, pool=pool)
+    wait_until(lambda: _idle(handle), 10)
+    return rig, handle
+
+
 @pytest.fixture(params=["hosted", "own-thread"])
 def worker_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Rig, Any]]:
     """A dispatcher and a pool of two workers: hosted on the dispatcher's thread (as the
     daemon runs it), or a WorkerPool actor with a broker thread of its own."""
-    from actors.worker_pool import HostedPool, WorkerPool, WorkerPoolHandle
+    from actors.worker_pool import WorkerPool, WorkerPoolHandle
 
-    handle = WorkerPoolHandle()
     if request.param == "hosted":
-        rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
-        wait_until(lambda: _idle(handle), 10)
-        yield rig, handle
+        yield hosted_rig(tmp_path)
         return
+    handle = WorkerPoolHandle()
     ref = WorkerPool.start(tmp_path / "home", workers=2, handle=handle)
     wait_until(lambda: _idle(handle), 10)
     yield Rig(tmp_path, workers=handle), handle
@@ -431,11 +441,7 @@ def test_cancel_and_timeout_reach_the_worker(worker_rig: tuple[Rig, Any]) -> Non
 def test_a_hosted_pool_runs_on_the_dispatchers_thread_and_is_reaped_with_it(
     tmp_path: Path,
 ) -> None:
-    from actors.worker_pool import HostedPool, WorkerPoolHandle
-
-    handle = WorkerPoolHandle()
-    rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
-    wait_until(lambda: _idle(handle), 10)
+    rig, handle = hosted_rig(tmp_path)
     assert not [t for t in threading.enumerate() if t.name == "worker-broker"]
     # status from the dispatcher's own thread (a direct read) and from this one (a command)
     mine = rig.ref.proxy().workers_status().get(timeout=5)
@@ -472,12 +478,7 @@ def test_a_hosted_pool_that_refuses_a_job_inside_start_ends_the_call_once(
 ) -> None:
     """The refusal is reported on the dispatcher's thread while it starts the job: it is
     handled after that handler, as a message, and the call ends exactly once."""
-    from actors.worker_pool import HostedPool, WorkerPoolHandle
-
-    handle = WorkerPoolHandle()
-    pool = HostedPool(tmp_path / "home", handle=handle, max_pending=0)
-    rig = Rig(tmp_path, workers=handle, pool=pool)
-    wait_until(lambda: _idle(handle), 10)
+    rig, _ = hosted_rig(tmp_path, max_pending=0)
     outcomes = [rig.run("sample_echo", {"text": "x"}, call_id=f"o{i}") for i in range(3)]
     assert [o.code for o in outcomes] == ["overloaded"] * 3
     assert [r.code for r in rig.rows()] == ["overloaded"] * 3
@@ -488,11 +489,7 @@ def test_a_hosted_pool_that_refuses_a_job_inside_start_ends_the_call_once(
 def test_a_hosted_pool_closed_from_another_thread_leaves_the_dispatcher_serving(
     tmp_path: Path,
 ) -> None:
-    from actors.worker_pool import HostedPool, WorkerPoolHandle
-
-    handle = WorkerPoolHandle()
-    rig = Rig(tmp_path, workers=handle, pool=HostedPool(tmp_path / "home", handle=handle))
-    wait_until(lambda: _idle(handle), 10)
+    rig, handle = hosted_rig(tmp_path)
     pids = [w["pid"] for w in handle.status()["workers"]]
     broker = handle._broker
     assert broker is not None
