@@ -27,12 +27,15 @@ actor sequences them and owns the calls in flight, on its own thread only):
    turn saw is on disk). A late result of a call that already ended (timed
    out, cancelled) is ignored.
 
-The trail row of a call decided at once is written ``running`` at most
-:data:`START_ROW_DELAY` (2 ms) after the call starts, in a batch (a
-:class:`~chalie.mail.FlushTrail` timer message); a call that ends sooner
+The trail row of a call decided at once is written ``running`` about
+:data:`START_ROW_DELAY` (2 ms) after the handler that started it, in a batch
+(a :class:`~chalie.mail.FlushTrail` timer message); a call that ends sooner
 (most do) is written as one complete row. Calls waiting for a human are
-written ``running`` before they are asked. So a SIGKILL loses no call whose
-outcome was returned, and every call in flight for more than 2 ms is marked
+written ``running`` before they are asked, and background calls before their
+conversation is told the result will come: that promise is kept after a
+SIGKILL only through the row (the next start gives the conversation an
+``interrupted`` result). So a SIGKILL loses no call whose outcome or promise
+was returned, and every call in flight for more than a few ms is marked
 ``interrupted`` at the next start.
 
 Timeouts and cancellation: the per-ability timeout runs from the gate's
@@ -538,7 +541,9 @@ class DispatcherActor(SupervisedActor):
             # Decided without waiting: the running row is written within
             # START_ROW_DELAY, or as one whole row if the call ends first (an
             # immediate call ends inside _after_gate: then no flush is armed).
-            self._trail_start(rec, defer=True)
+            # Not a background call's: it is promised a result inside _after_gate,
+            # before the executor's start (which may hold this thread a while).
+            self._trail_start(rec, defer=not background)
             self._after_gate(state, gate)
             if self._flush_timer is None and self._trail.deferred():
                 self._flush_timer = self._timers.add(START_ROW_DELAY, FlushTrail())

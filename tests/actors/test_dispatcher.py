@@ -306,22 +306,31 @@ def test_cancelling_a_turn_cancels_only_its_calls_and_stops_the_work(rig: Rig) -
 def test_an_async_call_answers_at_once_and_delivers_its_result_later(rig: Rig) -> None:
     sub = rig.bus.subscribe_queue("conv-bg")
     context = ctx(conversation="conv-bg", allow_async=True)
-    start = time.monotonic()
-    outcome = rig.run(
-        "slow",
-        {"seconds": 0.5, "async": True, "act_summary": "napping"},
-        call_id="bg-1",
-        context=context,
-    )
+    rig.run("fast", call_id="warm", context=context)  # the gate's view fetched: decided at once
+    reader = Trail(rig.db)
+    try:
+        start = time.monotonic()
+        outcome = rig.run(
+            "slow",
+            {"seconds": 0.5, "async": True, "act_summary": "napping"},
+            call_id="bg-1",
+            context=context,
+        )
+        # The promise is on disk before it is made (a SIGKILL now still gives the
+        # conversation its interrupted result at the next start): read at once, from
+        # another connection, not through the dispatcher.
+        on_disk = [(r.call_id, r.status) for r in reader.query(call_id="bg-1")]
+    finally:
+        reader.close()
+    assert on_disk == [("bg-1", "running")]
     assert time.monotonic() - start < 0.4
     assert outcome.background and outcome.status == "success"
     assert attrs(outcome)["call_id"] == "bg-1"
-    assert rig.rows()[0].status == "running"
     event = sub.queue.get(timeout=5)
     assert isinstance(event, BackgroundResult)
     assert (event.call_id, event.conversation_id, event.status) == ("bg-1", "conv-bg", "success")
     assert "slept" in event.envelope
-    (row,) = rig.rows()
+    (row,) = rig.rows(call_id="bg-1")
     assert (row.status, row.background) == ("success", True)
     # The turn's cancel does not reach a background call; cancel_call does.
     rig.run("slow", {"seconds": 10, "async": True}, call_id="bg-2", context=context)
