@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Final
 
@@ -175,14 +176,30 @@ FUNCTIONS: Final[dict[str, Callable[..., Number]]] = {
 CONSTANTS: Final[dict[str, float]] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
 
+# A percent sign right after a number, not followed by another number (that is the
+# modulo operator, as in 10 % 3): "15%", "15% of 240", "15% * 240", "240 * 15%".
+_PERCENT: Final = re.compile(r"(\d+(?:\.\d+)?)\s*%(?!\s*[\d(.])(\s*of\b)?", re.I)
+# "17 x 23", "2 X 3": the letter x between two numbers is a multiplication sign.
+_TIMES: Final = re.compile(r"(?<=[\d)])\s*[xX]\s*(?=[\d(])")
+# "1,234,567": thousands separators (a comma inside a function's arguments has spaces
+# or is not followed by exactly three digits and a non-digit).
+_THOUSANDS: Final = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
 def _normalise(expression: str) -> str:
-    # Typographic operators people paste: multiplication sign, division sign, minus sign.
-    return (
+    """The expression as Python arithmetic: typographic operators people paste (the
+    multiplication, division and minus signs), ``^`` for a power, percentages, an ``x``
+    between numbers, thousands separators, and ``of`` after a percentage."""
+    text = (
         expression.replace("^", "**")
         .replace("\u00d7", "*")
         .replace("\u00f7", "/")
         .replace("\u2212", "-")
     )
+    text = _TIMES.sub("*", text)
+    if not re.search(r"[a-z_]\w*\s*\(", text, re.I):  # no function call: no argument commas
+        text = _THOUSANDS.sub("", text)
+    return _PERCENT.sub(lambda m: f"({m[1]}/100)" + ("*" if m[2] else ""), text)
 
 
 def evaluate(expression: str) -> Number:

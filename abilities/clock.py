@@ -1,10 +1,20 @@
-"""clock: the current date and time in an IANA time zone, and conversion between zones."""
+"""clock: the current date and time in an IANA time zone, and conversion between zones.
+
+A zone may be written as a model or a person would write it: the IANA name
+(``Asia/Tokyo``), a city or country that has one zone (``Tokyo``, ``new york``,
+``Singapore``), or a common abbreviation (``CET``, ``PST``). No zone means the
+person's own (``[accounts] zone``). A time to convert may be a whole ISO 8601
+date-time or only a time of day (``9am``, ``09:00``, ``21:30``), which is today's
+in the zone it is given in.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import re
 import zoneinfo
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -12,7 +22,10 @@ from chalie.ability import Ability
 from chalie.result import ToolResult
 
 Zone = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=64, description="<Region/City> IANA time zone name")
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=64, description="<Region/City> IANA time zone, or a city name"
+    ),
 ]
 
 
@@ -20,12 +33,14 @@ class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
     """Read the clock in a zone, or convert a time from one zone to another."""
 
     action: Literal["now", "convert"] = "now"
-    zone: Zone = "UTC"
+    # None: the person's own zone ([accounts] zone).
+    zone: Zone | None = None
     time: (
         Annotated[
             str,
             msgspec.Meta(
-                max_length=64, description="<ISO 8601 date-time> to convert (convert only)"
+                max_length=64,
+                description="<ISO 8601 date-time, or a time of day> to convert (convert only)",
             ),
         ]
         | None
@@ -33,18 +48,173 @@ class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
     to_zone: Zone | None = None
 
 
-def _zone(name: str) -> zoneinfo.ZoneInfo | ToolResult:
+# Places people name whose zone is not named after them (or is named after another city).
+PLACES: Final[dict[str, str]] = {
+    "beijing": "Asia/Shanghai",
+    "china": "Asia/Shanghai",
+    "hong kong": "Asia/Hong_Kong",
+    "india": "Asia/Kolkata",
+    "mumbai": "Asia/Kolkata",
+    "delhi": "Asia/Kolkata",
+    "new delhi": "Asia/Kolkata",
+    "bangalore": "Asia/Kolkata",
+    "japan": "Asia/Tokyo",
+    "korea": "Asia/Seoul",
+    "south korea": "Asia/Seoul",
+    "uk": "Europe/London",
+    "england": "Europe/London",
+    "britain": "Europe/London",
+    "germany": "Europe/Berlin",
+    "france": "Europe/Paris",
+    "spain": "Europe/Madrid",
+    "italy": "Europe/Rome",
+    "malta": "Europe/Malta",
+    "valletta": "Europe/Malta",
+    "ireland": "Europe/Dublin",
+    "portugal": "Europe/Lisbon",
+    "netherlands": "Europe/Amsterdam",
+    "switzerland": "Europe/Zurich",
+    "geneva": "Europe/Zurich",
+    "munich": "Europe/Berlin",
+    "frankfurt": "Europe/Berlin",
+    "hamburg": "Europe/Berlin",
+    "milan": "Europe/Rome",
+    "barcelona": "Europe/Madrid",
+    "russia": "Europe/Moscow",
+    "turkey": "Europe/Istanbul",
+    "egypt": "Africa/Cairo",
+    "israel": "Asia/Jerusalem",
+    "dubai": "Asia/Dubai",
+    "uae": "Asia/Dubai",
+    "thailand": "Asia/Bangkok",
+    "vietnam": "Asia/Ho_Chi_Minh",
+    "hanoi": "Asia/Bangkok",
+    "indonesia": "Asia/Jakarta",
+    "philippines": "Asia/Manila",
+    "new zealand": "Pacific/Auckland",
+    "wellington": "Pacific/Auckland",
+    "canberra": "Australia/Sydney",
+    "san francisco": "America/Los_Angeles",
+    "california": "America/Los_Angeles",
+    "seattle": "America/Los_Angeles",
+    "las vegas": "America/Los_Angeles",
+    "washington": "America/New_York",
+    "washington dc": "America/New_York",
+    "boston": "America/New_York",
+    "miami": "America/New_York",
+    "atlanta": "America/New_York",
+    "dallas": "America/Chicago",
+    "houston": "America/Chicago",
+    "austin": "America/Chicago",
+    "brazil": "America/Sao_Paulo",
+    "rio de janeiro": "America/Sao_Paulo",
+    "argentina": "America/Argentina/Buenos_Aires",
+    "buenos aires": "America/Argentina/Buenos_Aires",
+    "montreal": "America/Toronto",
+    "quebec": "America/Toronto",
+    "ottawa": "America/Toronto",
+    "hawaii": "Pacific/Honolulu",
+    "south africa": "Africa/Johannesburg",
+    "cape town": "Africa/Johannesburg",
+    "kenya": "Africa/Nairobi",
+    "nigeria": "Africa/Lagos",
+    "gmt": "Etc/GMT",
+    "utc": "UTC",
+    "z": "UTC",
+    "cet": "CET",
+    "cest": "CET",
+    "est": "America/New_York",
+    "edt": "America/New_York",
+    "et": "America/New_York",
+    "cst": "America/Chicago",
+    "cdt": "America/Chicago",
+    "mst": "America/Denver",
+    "mdt": "America/Denver",
+    "pst": "America/Los_Angeles",
+    "pdt": "America/Los_Angeles",
+    "pt": "America/Los_Angeles",
+    "jst": "Asia/Tokyo",
+    "ist": "Asia/Kolkata",
+    "bst": "Europe/London",
+    "aest": "Australia/Sydney",
+}
+
+
+@functools.cache
+def _cities() -> dict[str, str]:
+    """Each IANA zone by the last part of its name (``tokyo`` -> ``Asia/Tokyo``), where the
+    part names one zone only; the canonical areas win over the legacy ones."""
+    areas = ("Africa", "America", "Antarctica", "Asia", "Atlantic", "Australia", "Europe")
+    out: dict[str, str] = {}
+    for name in sorted(zoneinfo.available_timezones()):
+        if "/" not in name:
+            continue
+        out[name.lower().replace("_", " ")] = name
+        city = name.rsplit("/", 1)[1].replace("_", " ").lower()
+        if name.split("/", 1)[0] in areas or city not in out:
+            out.setdefault(city, name)
+    return out
+
+
+def zone_name(text: str) -> str | None:
+    """The IANA zone a person or a model meant by ``text``; None when there is none."""
+    name = text.strip()
+    if name.startswith(("/", ".")) or ".." in name or "\x00" in name:
+        return None
     try:
-        if name.startswith(("/", ".")) or ".." in name:
-            raise ValueError(name)
-        return zoneinfo.ZoneInfo(name)
+        zoneinfo.ZoneInfo(name)
+        return name
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        return ToolResult.error(
-            "invalid-param",
-            f"{name!r} is not an IANA time zone.",
-            hint="use a name like Europe/Malta, America/New_York or UTC.",
-            meta={"param": "zone"},
-        )
+        pass
+    key = " ".join(re.split(r"[\s_,]+", name.lower())).strip()
+    for candidate in (key, key.split(" ")[0] if "," in name else key):
+        if candidate in PLACES:
+            return PLACES[candidate]
+        if candidate in _cities():
+            return _cities()[candidate]
+    # "Tokyo, Japan", "Berlin Germany": the place before the country
+    first = re.split(r"[,(]", name.lower())[0].strip()
+    return PLACES.get(first) or _cities().get(first)
+
+
+def _zone(name: str, param: str = "zone") -> tuple[str, zoneinfo.ZoneInfo] | ToolResult:
+    found = zone_name(name)
+    if found is not None:
+        return found, zoneinfo.ZoneInfo(found)
+    return ToolResult.error(
+        "invalid-param",
+        f"{name[:64]!r} is not a time zone or a place with one.",
+        hint=f"pass {param} as the Region/City IANA name of the place the user asked about.",
+        meta={"param": param},
+    )
+
+
+_TIME_OF_DAY: Final = re.compile(
+    r"^\s*(\d{1,2})(?:[:.h](\d{2}))?(?::(\d{2}))?\s*(am|pm|a\.m\.|p\.m\.)?\s*$", re.I
+)
+
+
+def _moment(text: str, zone: zoneinfo.ZoneInfo) -> dt.datetime | None:
+    """A date-time (ISO 8601) or a time of day, today in ``zone``; None when neither."""
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        m = _TIME_OF_DAY.match(text)
+        if m is None:
+            return None
+        hour, minute, second = int(m[1]), int(m[2] or 0), int(m[3] or 0)
+        half = (m[4] or "").lower().replace(".", "")
+        if half and not 1 <= hour <= 12:
+            return None
+        if half == "pm" and hour != 12:
+            hour += 12
+        elif half == "am" and hour == 12:
+            hour = 0
+        if hour > 23 or minute > 59 or second > 59:
+            return None
+        today = dt.datetime.now(zone).date()
+        return dt.datetime.combine(today, dt.time(hour, minute, second), tzinfo=zone)
+    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment.astimezone(zone)
 
 
 def _describe(moment: dt.datetime, zone: str) -> dict[str, object]:
@@ -93,32 +263,37 @@ class Clock(Ability):
     # Pure and bounded: run on the dispatcher's thread (actors/executors/immediate.py).
     isolation = "immediate"
 
+    def own_zone(self) -> str:
+        """The person's zone: ``[accounts] zone`` (UTC where no runtime says)."""
+        personal = None if self.services is None else self.services.personal
+        return "UTC" if personal is None else personal.settings.zone
+
     def run(self, params: ClockParams) -> ToolResult:
-        src = _zone(params.zone)
+        src = _zone(params.zone or self.own_zone())
         if isinstance(src, ToolResult):
             return src
+        src_name, src_zone = src
         if params.action == "now":
             return ToolResult.success(
-                _describe(dt.datetime.now(src), params.zone), meta={"action": "now"}
+                _describe(dt.datetime.now(src_zone), src_name), meta={"action": "now"}
             )
         assert params.time is not None and params.to_zone is not None
-        dst = _zone(params.to_zone)
+        dst = _zone(params.to_zone, "to_zone")
         if isinstance(dst, ToolResult):
             return dst
-        try:
-            moment = dt.datetime.fromisoformat(params.time)
-        except ValueError:
+        dst_name, dst_zone = dst
+        moment = _moment(params.time, src_zone)
+        if moment is None:
             return ToolResult.error(
                 "invalid-param",
-                f"{params.time!r} is not an ISO 8601 date-time.",
-                hint="pass time like 2026-11-30T15:00 (the zone goes in zone=).",
+                f"{params.time[:64]!r} is neither a date-time nor a time of day.",
+                hint="pass time as the time the user gave, as HH:MM or an ISO 8601 date-time.",
                 meta={"param": "time"},
             )
-        moment = moment.replace(tzinfo=src) if moment.tzinfo is None else moment.astimezone(src)
         return ToolResult.success(
             {
-                "from": _describe(moment, params.zone),
-                "to": _describe(moment.astimezone(dst), params.to_zone),
+                "from": _describe(moment, src_name),
+                "to": _describe(moment.astimezone(dst_zone), dst_name),
             },
             meta={"action": "convert"},
         )

@@ -71,6 +71,16 @@ class FindSkills(Ability):
             return {}
         return found
 
+    def _tools_for(self, entries: list[str]) -> list[Any]:
+        """The tools these entries match, injected into the turn (nothing on a failure)."""
+        if not entries or self.context is None or self.services is None:
+            return []
+        found = ask_discovery(self, lambda d: d.find(entries, k=DEFAULT_K))
+        if isinstance(found, ToolResult) or not found.injected:
+            return []
+        self.services.turns.inject(self.context.turn_id, found.names)
+        return list(found.injected)
+
     def run(self, params: FindSkillsParams) -> ToolResult:
         queries = list(params.query)
         outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
@@ -96,7 +106,13 @@ class FindSkills(Ability):
                 # How this person wants it done: preferences and corrections kept as memories.
                 entry["rules"] = rules[d.name]
             injected.append(entry)
-        body = {"injected": injected, "not_found": result.not_found}
+        body: dict[str, Any] = {"injected": injected, "not_found": result.not_found}
+        tools = self._tools_for([str(e["query"]) for e in result.not_found])
+        if tools:
+            # find_skills taken for find_tools (a small model's slip): the tools its entries
+            # match are callable now all the same.
+            body["tools"] = [{"name": d.name, "summary": d.summary} for d in tools]
+            body["note"] = "No playbook matched; the tools listed can be called in your next step."
 
         return ToolResult.success(
             body, meta={"injected": len(result.injected), "not_found": len(result.not_found)}

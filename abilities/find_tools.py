@@ -14,7 +14,7 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.discovery.asking import Entry, ask_discovery
-from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
+from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult, confident
 from chalie.result import ToolResult
 
 Entries = Annotated[
@@ -70,6 +70,16 @@ class FindTools(Ability):
         if isinstance(outcome, ToolResult):
             return outcome
         names = outcome.names
+        if self.context is not None and self.context.seed:
+            # A framework seed: only what clearly fits joins the first request.
+            keep = set(confident(outcome))
+            outcome = FindResult(
+                injected=[d for d in outcome.injected if d.name in keep],
+                not_found=[],
+                entries=outcome.entries,
+                definitions=outcome.definitions,
+            )
+            names = outcome.names
         if names and self.context is not None and self.services is not None:
             self.services.turns.inject(self.context.turn_id, names)
             # so that the turn's end can learn from which entry led to which tool

@@ -46,7 +46,7 @@ import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
 from actors.loop import EventLoopThread
-from chalie.conversation import act, background, compaction
+from chalie.conversation import act, answers, background, compaction
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
     BackgroundResult,
@@ -91,6 +91,8 @@ DENIED_CODES: Final = frozenset({"permission-denied", "approval-expired"})
 MAX_CALLS_PER_STEP: Final = 32
 # Calls whose repetition is not an answer already in hand (they change what is callable).
 META_TOOLS: Final = frozenset({"find_tools", "find_skills"})
+# The characters of the person's message a framework seed searches with (one query entry).
+SEED_CHARS: Final = 200
 
 
 def cfg_nudge(client: ModelClient) -> bool:
@@ -198,6 +200,14 @@ class _Deadline:
 
 
 @dataclass(frozen=True)
+class _Seeded:
+    """The framework seed's find_tools ended (its injections are in place): ask the model."""
+
+    gen: int
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True)
 class _IdleCheck:
     gen: int
 
@@ -245,6 +255,7 @@ class _Turn:
     no_tools: bool = False  # the next request goes without tools (the model must answer)
     model_notes: set[str] = field(default_factory=set)  # error lines meant for the model
     park_asks: bool = False  # its unanswerable asks wait for the owner (StartTurn)
+    answer_due: bool = False  # a tool succeeded: the next request asks for the answer
 
 
 class TurnActor(SupervisedActor):
@@ -415,6 +426,10 @@ class TurnActor(SupervisedActor):
             self._background(message.result)
         elif isinstance(message, _Compacted):
             self._compacted(message)
+        elif isinstance(message, _Seeded):
+            if message.gen == self._gen and self._turn is not None:
+                self._turn.codes.append(f"seed:{message.outcome.code or message.outcome.status}")
+                self._step()
         elif isinstance(message, _Deadline):
             if message.gen == self._gen and self._turn is not None:
                 self._finish("guard-time", self._turn.guards.line("guard-time"))
@@ -549,7 +564,54 @@ class TurnActor(SupervisedActor):
         self._deps.store.write(batch)
         self._publish(batch.events)
         self._schedule(channel.wall_clock, _Deadline(self._gen), turn.deadline)
+        if channel.find_tools and self._aid(self._deps.models(channel.model).config.seed_tools):
+            self._seed(turn, start.text)
+            return
         self._step()
+
+    def _aid(self, setting: str) -> bool:
+        """Whether a small-model aid set to ``setting`` ("auto" or "off") is on for this
+        channel's model (auto: on the wires local models speak, chalie.providers.rescue)."""
+        channel = self._channel
+        assert channel is not None
+        provider = self._deps.models(channel.model).config.provider
+        return rescue.enabled(setting, provider)  # type: ignore[arg-type]
+
+    def _context(self, turn: _Turn, **extra: Any) -> TurnContext:
+        """Who the turn's calls are made for: its conversation, channel, principal."""
+        channel = self._channel
+        assert channel is not None
+        fields: dict[str, Any] = {
+            "conversation_id": self.conversation_id,
+            "turn_id": turn.turn_id,
+            "channel": channel.policy_channel,
+            "human_present": channel.human_present or turn.human_present,
+            "park_asks": turn.park_asks,
+            "allow_async": channel.async_offered,
+            "injected": self._channel_tools(),
+            "scope": "restricted",
+            "initiator": "model",
+            "parent_call": self._parent_call,
+            "principal": self._principal,
+        }
+        return TurnContext(**{**fields, **extra})
+
+    def _seed(self, turn: _Turn, text: str) -> None:
+        """The framework seed: find_tools on the person's message, through the dispatcher,
+        so a tool that clearly fits is offered in the first request; then the first step."""
+        query = " ".join(text.split())[:SEED_CHARS]
+        call = ToolCall(
+            call_id=f"seed_{uuid.uuid4().hex[:24]}",
+            tool="find_tools",
+            arguments={"query": [query]},
+            context=self._context(turn, initiator="framework", seed=True),
+        )
+        gen, ref = self._gen, self.actor_ref
+
+        def seeded(future: concurrent.futures.Future[ToolOutcome]) -> None:
+            tell_quietly(ref, _Seeded(gen, future.result()))
+
+        self._deps.dispatch(call).add_done_callback(seeded)
 
     # -- a model step -------------------------------------------------------------------
     def _channel_tools(self) -> tuple[str, ...]:
@@ -602,6 +664,13 @@ class TurnActor(SupervisedActor):
             if note not in turn.notes:
                 turn.notes.append(note)
         messages = tuple(fitted.messages)
+        if turn.answer_due:
+            turn.answer_due = False
+            # After a success the model is asked for the answer with the result (a small
+            # model otherwise says how it would do it); on the delegates' channels (no
+            # find_tools) a search is followed by reading pages, so not there.
+            if not turn.nudge and channel.find_tools and self._aid(cfg.answer_check):
+                turn.nudge = answers.ANSWER_NOTE
         if turn.nudge:  # a one-off note for this request only: never stored
             messages = (*messages, ChatMessage(role="user", text=turn.nudge))
             turn.nudge = ""
@@ -656,6 +725,11 @@ class TurnActor(SupervisedActor):
             return
         turn.model = future
         future.add_done_callback(lambda f: tell_quietly(ref, _model_result(gen, f)))
+
+    def _model_config(self) -> Any:
+        channel = self._channel
+        assert channel is not None
+        return self._deps.models(channel.model).config
 
     def _compact(self, client: ModelClient, old: list[ChatMessage], upto: int) -> None:
         """Ask the model for a summary of ``old`` (the first ``upto`` stored messages)."""
@@ -715,16 +789,27 @@ class TurnActor(SupervisedActor):
         )
         if tail:  # the step's last words: stored and published with the answer
             batch.events.append(self._event(TextDelta, turn_id=turn.turn_id, text=tail))
+        unfit: answers.Unfit = ""
+        if not response.tool_calls and self._aid(self._model_config().answer_check):
+            unfit = answers.unfit(response.text, self._tool_names(turn))
         if not response.tool_calls and (
-            not response.text.strip() or act.recites_a_note(response.text, turn.model_notes)
+            not response.text.strip()
+            or act.recites_a_note(response.text, turn.model_notes)
+            or unfit
         ):
-            # An empty answer (or a hint meant for the model, recited): one nudge, then
-            # the turn ends saying so (never "final").
+            # An empty answer, a hint meant for the model recited, or text that is no
+            # answer (markup, a schema, a call described): one nudge, then the turn ends
+            # saying so (never "final"), with the result in hand if there is one.
             if turn.nudged:
-                self._finish("empty-answer", act.EMPTY_LINE, batch)
+                line = act.EMPTY_LINE
+                if unfit and turn.last_ok is not None:
+                    line = f"{line} {act.result_for_user(*turn.last_ok)}"
+                self._finish("empty-answer", line, batch)
                 return
             turn.nudged = True
-            turn.nudge = act.EMPTY_NUDGE
+            turn.nudge = answers.retry_note(unfit) if unfit else act.EMPTY_NUDGE
+            if unfit:
+                turn.notes.append(f"answer refused: {unfit}")
             self._deps.store.write(batch)
             self._publish(batch.events)
             self._step()
@@ -738,21 +823,7 @@ class TurnActor(SupervisedActor):
         assert channel is not None
         repeat = False
         to_run: list[tuple[_Call, ToolCall]] = []
-        names = self._tool_names(turn)
-        context = TurnContext(
-            conversation_id=self.conversation_id,
-            turn_id=turn.turn_id,
-            channel=channel.policy_channel,
-            human_present=channel.human_present or turn.human_present,
-            park_asks=turn.park_asks,
-            allow_async=channel.async_offered,
-            injected=self._channel_tools(),
-            scope="restricted",
-            initiator="model",
-            parent_call=self._parent_call,
-            principal=self._principal,
-        )
-        del names
+        context = self._context(turn)
         turn.calls = []
         for index, part in enumerate(response.tool_calls):
             call = _Call(index, part.id, part.name, key=act.call_key(part))
@@ -838,6 +909,7 @@ class TurnActor(SupervisedActor):
             if call.tool not in META_TOOLS:
                 turn.done[call.key] = (call.tool, outcome.envelope)
                 turn.last_ok = (call.tool, outcome.envelope)
+                turn.answer_due = True
         elif outcome.code in DENIED_CODES:
             turn.denied.add(call.tool)
         events = [self._finished(turn, call.call_id, call.tool, outcome.status, outcome.code)]

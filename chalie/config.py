@@ -264,6 +264,14 @@ class ModelConfig(Section, frozen=True):
     # After a call repeats one that succeeded, the model gets the earlier result with a
     # note to answer, and (openai and ollama wires) its next request carries no tools.
     answer_nudge: Literal["auto", "off"] = "auto"
+    # Before the first request of a turn on a channel with find_tools, the framework runs
+    # find_tools on the person's message and offers the tools that clearly fit at step one
+    # (a framework seed, through the dispatcher); "auto": on for the openai and ollama wires.
+    seed_tools: Literal["auto", "off"] = "auto"
+    # A final text that is only markup, a tool's schema or a tool call described in words
+    # is not taken as the answer: the model is asked once more, and after a successful
+    # call it is asked to answer with the result; "auto": on for the openai and ollama wires.
+    answer_check: Literal["auto", "off"] = "auto"
 
 
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

@@ -99,6 +99,9 @@ class TurnContext(Message, tag="turn", kw_only=True, frozen=True):
     # A call re-dispatched on the owner's answer to this stored request (chalie.approvals):
     # the gate allows it once if that request was allowed, and asks again otherwise.
     resumes: str = ""
+    # A framework seed (find_tools run on the person's message before the first request):
+    # only the tools that clearly fit are injected (chalie.discovery.cascade.confident).
+    seed: bool = False
 
 
 class ToolCall(Message, tag="tool_call", kw_only=True, frozen=True):

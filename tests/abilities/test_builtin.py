@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import time
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import msgspec
 import pytest
@@ -49,12 +50,58 @@ def test_clock_converts_between_zones_across_dst() -> None:
 def test_clock_bad_zone_is_invalid_param(zone: str) -> None:
     r = call(Clock, {"zone": zone})
     assert (r.status, r.code) == ("error", "invalid-param")
-    assert "IANA" in r.body and r.hint
+    assert "time zone" in r.body and r.hint and "IANA" in r.hint
+    assert "UTC" not in r.hint  # a hint carries no value the model could copy as an answer
+
+
+@pytest.mark.parametrize(
+    ("zone", "iana"),
+    [
+        ("Tokyo", "Asia/Tokyo"),
+        ("sydney", "Australia/Sydney"),
+        ("New York", "America/New_York"),
+        ("new_york", "America/New_York"),
+        ("Tokyo, Japan", "Asia/Tokyo"),
+        ("asia/tokyo", "Asia/Tokyo"),
+        ("Valletta", "Europe/Malta"),
+        ("PST", "America/Los_Angeles"),
+        ("Europe/Berlin", "Europe/Berlin"),
+    ],
+)
+def test_clock_reads_a_city_or_an_abbreviation_as_its_zone(zone: str, iana: str) -> None:
+    r = call(Clock, {"zone": zone})
+    assert r.ok, r.body
+    assert json.loads(r.body)["zone"] == iana
+
+
+def test_clock_without_a_zone_reads_the_persons_own() -> None:
+    from chalie.personal.runtime import PersonalRuntime, PersonalSettings
+    from chalie.services import Services
+
+    personal = PersonalRuntime(None, PersonalSettings(zone="Pacific/Auckland"))  # type: ignore[arg-type]
+    r = invoke(Clock(None, Services(personal=personal)), coerce_params(Clock, {}))
+    assert json.loads(r.body)["zone"] == "Pacific/Auckland"
+    assert json.loads(call(Clock, {}).body)["zone"] == "UTC"  # no runtime: UTC
+
+
+@pytest.mark.parametrize(
+    ("time", "hour", "minute"),
+    [("9am", 9, 0), ("09:00", 9, 0), ("9:30 p.m.", 21, 30), ("21h15", 21, 15)],
+)
+def test_clock_converts_a_time_of_day_given_alone(time: str, hour: int, minute: int) -> None:
+    r = call(Clock, {"action": "convert", "zone": "Berlin", "time": time, "to_zone": "Singapore"})
+    assert r.ok, r.body
+    body = json.loads(r.body)
+    assert body["from"]["time"] == f"{hour:02d}:{minute:02d}:00"
+    assert body["from"]["date"] == dt.datetime.now(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d")
+    berlin = 1 if body["from"]["utc_offset"] == "+01:00" else 2  # winter or summer
+    assert body["to"]["time"] == f"{(hour + 8 - berlin) % 24:02d}:{minute:02d}:00"
 
 
 def test_clock_bad_time_is_invalid_param() -> None:
-    r = call(Clock, {"action": "convert", "time": "yesterday-ish", "to_zone": "UTC"})
-    assert r.code == "invalid-param" and r.meta["param"] == "time"
+    for bad in ("yesterday-ish", "25:00", "13pm", "9:75"):
+        r = call(Clock, {"action": "convert", "time": bad, "to_zone": "UTC"})
+        assert r.code == "invalid-param" and r.meta["param"] == "time", bad
 
 
 def test_clock_params_reject_oversized_and_unknown_fields() -> None:
@@ -75,6 +122,13 @@ def test_clock_params_reject_oversized_and_unknown_fields() -> None:
         ("10 // 3 + 10 % 3", "4"),
         ("max(1, 7, 3)", "7"),
         ("round(pi, 3)", "3.142"),
+        # what a model writes for "15% of 240" and friends: one obvious reading each
+        ("15% of 240", "36"),
+        ("15% * 240", "36"),
+        ("240 * 15%", "36"),
+        ("17 x 23", "391"),
+        ("1,234 * 5,678", "7006652"),
+        ("max(1,234, 7)", "234"),
     ],
 )
 def test_calculator_evaluates(expr: str, value: str) -> None:
