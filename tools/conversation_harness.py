@@ -48,6 +48,10 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
         lines.append('model = "scripted"')
         extra.setdefault("retries", 2)
         extra.setdefault("backoff", 0.01)
+        # The protocol's tests script every request: the small-model aids that add a
+        # request or a call (the framework seed, the answer check) are on for "small" only.
+        extra.setdefault("seed_tools", "off")
+        extra.setdefault("answer_check", "off")
         for k, v in extra.items():
             lines.append(f"{k} = {json.dumps(v)}")
 
@@ -63,6 +67,10 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
         channel(f"chat-{fmt}", human_present=True, policy_channel="chat", model=fmt)
         channel(f"bg-{fmt}", model=fmt, pinned=["clock", "calculator"])
         channel(f"bg-{fmt}-whole", model=f"{fmt}-whole", pinned=["clock", "calculator"])
+    # The small-model aids as shipped (auto: on for the openai wire).
+    model("small", "openai", seed_tools="auto", answer_check="auto")
+    channel("small", model="small", human_present=True, policy_channel="chat")
+    channel("small-bg", model="small")
     model("impatient", "openai", read_timeout=0.3, retries=1)
     lines.append("[models.refused]")
     lines.append(f'base_url = "http://127.0.0.1:{free_port()}/v1"')

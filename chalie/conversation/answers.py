@@ -43,7 +43,8 @@ def _tool_mention(names: Collection[str]) -> re.Pattern[str] | None:
         return None
     alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
     return re.compile(
-        rf"{_VERB}\s+(?:the\s+)?[`'\"*]*(?:{alt})[`'\"*]*(?:\s+(?:function|tool|action)\b|\s+with\b|\(|\s*$)"
+        rf"{_VERB}\s+(?:the\s+)?[`'\"*]*(?:{alt})[`'\"*]*(?:\s+with\b|\(|\s*$)"
+        rf"|{_VERB}\s+(?:the\s+)?[`'\"*]*[A-Za-z_]\w*[`'\"*]*\s+(?:function|tool|action)\b"
         rf"|[`'\"*]+(?:{alt})[`'\"*]+\s+(?:function|tool)\b"
         rf"|\b(?:{alt})\((?:[^()]{{0,200}})\)",
         re.I,

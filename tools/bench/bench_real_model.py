@@ -141,6 +141,8 @@ def _cli(run: Run, *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=run.home,
+        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(HERE))},
         check=False,
     )
     return out.stdout
@@ -502,6 +504,7 @@ class Daemon:
             stdout=self.log,
             stderr=self.log,
             env=env,
+            cwd=home,  # not the checkout: python -m would import the code in the current folder
         )
         self.cli("status", "--wait", "180")
 
@@ -515,6 +518,7 @@ class Daemon:
             text=True,
             timeout=timeout,
             env=self.env,
+            cwd=self.home,
             check=False,
         )
 
@@ -809,6 +813,11 @@ def main() -> int:
     try:
         with rw.world() as world:
             prepare(home, world, recorder.url, model.alias)
+            where = subprocess.run(
+                [sys.executable, "-c", "import chalie; print(chalie.__file__)"],
+                capture_output=True, text=True, env=env, cwd=home, check=False,
+            )  # fmt: skip
+            print(f"the daemon's code: {where.stdout.strip()}", flush=True)
             d = Daemon(home, env)
             try:
                 seed(d, world)

@@ -21,7 +21,8 @@ HTTP 500 "script exhausted". A STEP is an object:
   the first case whose every given condition holds answers instead (``tools``: the
   request offers any tool; ``offered``: it offers NAME; ``result_has``: the last tool
   result contains TEXT; ``described``: the offered tools' descriptions contain TEXT, as
-  a model copying an example value would), so a script can react the way a model would.
+  a model copying an example value would; ``user_has``: the last user message contains
+  TEXT, e.g. a note the runtime added), so a script can react the way a model would.
 
 In ``text``, ``{last_result}`` is the content of the last tool result the request
 carries. A tool call named ``$suggested`` calls the first valid value of the last
@@ -56,6 +57,7 @@ class Case(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     offered: str | None = None
     result_has: str | None = None
     described: str | None = None
+    user_has: str | None = None
     then: Step
 
 
@@ -165,10 +167,12 @@ def last_result(fmt: str, body: dict[str, Any]) -> str:
 
 
 def result_content(envelope: str) -> str:
-    """An envelope's content lines (between its tags), or the text as it is."""
+    """An envelope's content lines (between its tags; a note the runtime added after the
+    closing tag is not content), or the text as it is."""
     lines = envelope.splitlines()
-    if len(lines) >= 2 and lines[0].startswith("[") and lines[-1].startswith("[end:"):
-        return "\n".join(lines[1:-1])
+    ends = [i for i, line in enumerate(lines) if line.startswith("[end:")]
+    if len(lines) >= 2 and lines[0].startswith("[") and ends:
+        return "\n".join(lines[1 : ends[-1]])
     return envelope
 
 
@@ -202,6 +206,8 @@ def resolve(step: Step, fmt: str, body: dict[str, Any]) -> Step:
         if case.result_has is not None and case.result_has not in result:
             continue
         if case.described is not None and case.described not in json.dumps(body.get("tools")):
+            continue
+        if case.user_has is not None and case.user_has not in last_user_text(fmt, body):
             continue
         return resolve(case.then, fmt, body)
     if any(tc.name == "$suggested" for tc in step.tool_calls):

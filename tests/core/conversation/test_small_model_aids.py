@@ -1,0 +1,170 @@
+"""The small-model aids, each against what the real 1.5B model did (the real-models issue).
+
+The scripted model reacts the way Qwen2.5-Coder-1.5B was seen to on llama.cpp:
+it calls a tool only when the tool is offered, describes a call in words or
+writes only markup, says how it would compute a result instead of giving it,
+and calls find_skills where find_tools was meant. Each test runs it through a
+real daemon on the ``small`` model (the aids as shipped); the same script on a
+model with the aids off shows what they change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.policy import PolicyActor
+from chalie.conversation import act, answers
+from chalie.conversation.events import ToolFinished
+from tests.core.conversation.harness import Harness
+from tools.fake_llm.script import offered_tools
+from tools.fake_llm.sloppy import call, clock, step
+
+pytestmark = pytest.mark.slow
+
+TIME = "what time is it in Tokyo right now"
+# What the model writes when it has no clock offered, or is not yet told to answer.
+DESCRIBED = "To find the time in Tokyo, you can call the `clock` function with zone Asia/Tokyo."
+ANSWER = {"text": "It is {last_result}"}
+
+
+def channels() -> str:
+    return "\n".join(
+        [
+            "[channels.plain-bg]",  # the aids off, the same model otherwise
+            'model = "default"',
+            "[chat]",
+            "port = 0",
+            "[mcp_server]",
+            "port = 0",
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def h() -> Iterator[Harness]:
+    harness = Harness(channels() + "\n")
+    policy = harness.rt.child("policy", PolicyActor)
+    for tool in ("clock", "calculator"):
+        policy.call(PolicyActor.set, "subconscious", tool, "allow")
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+def tools_of(h: Harness, i: int) -> list[str]:
+    return offered_tools("openai", h.server.requests[i]["body"])
+
+
+def last_user(h: Harness, i: int) -> str:
+    messages = h.server.requests[i]["body"]["messages"]
+    return str([m for m in messages if m["role"] == "user"][-1]["content"])
+
+
+def run(h: Harness, script: dict[str, Any], text: str, channel: str = "small-bg") -> Any:
+    h.script(script)
+    accepted = h.send(text, channel)
+    return accepted, h.finished(accepted)
+
+
+def last_result(h: Harness, i: int) -> str:
+    return str(h.server.requests[i]["body"]["messages"][-1]["content"])
+
+
+# After a result: the answer when told to give one, else how it would do it (as seen).
+HOW = "To calculate 17*23, I would use the calculator function with the expression 23 * 17."
+TOLD = {"cases": [{"result_has": "Answer the user now", "then": ANSWER}], "text": HOW}
+
+
+def test_the_seed_offers_a_tool_that_clearly_fits_in_the_first_request(h: Harness) -> None:
+    # The model calls the clock when it sees one and describes the call otherwise.
+    script = {
+        "on_user": {"cases": [{"offered": "clock", "then": step(clock())}], "text": DESCRIBED},
+        "on_tool": ANSWER,
+    }
+    accepted, end = run(h, script, TIME)
+    assert end.reason == "final" and "Asia/Tokyo" in end.text, end.text
+    assert "clock" in tools_of(h, 0)  # offered at step one, no find_tools step
+    assert len(h.server.requests) == 2
+    finished = h.of(accepted.conversation_id, ToolFinished)
+    assert [(e.tool, e.status) for e in finished] == [("clock", "success")]  # the seed: no step
+    # Without the aids the same model never gets the clock and describes the call.
+    _, plain = run(h, script, TIME, "plain-bg")
+    assert "clock" not in tools_of(h, 0) and plain.text == DESCRIBED
+
+
+def test_the_seed_offers_nothing_for_chit_chat(h: Harness) -> None:
+    _, end = run(h, {"on_user": {"text": "You're welcome!"}}, "Thanks, that's all for now.")
+    assert end.reason == "final" and end.text == "You're welcome!"
+    assert sorted(tools_of(h, 0)) == ["find_skills", "find_tools"]  # the channel's own only
+
+
+def test_a_described_call_is_not_an_answer_and_the_model_is_asked_to_make_it(
+    h: Harness,
+) -> None:
+    made = {"cases": [{"user_has": "Do not describe", "then": step(clock())}], "text": DESCRIBED}
+    _, end = run(h, {"on_user": made, "on_tool": ANSWER}, "hm, Tokyo?")
+    assert end.reason == "final" and end.text.startswith("It is"), end.text
+    assert last_user(h, 1) == answers.retry_note("described-call")
+    # the refused text never joined the history
+    assert all(DESCRIBED not in str(m) for m in h.server.requests[1]["body"]["messages"])
+
+
+@pytest.mark.parametrize(
+    "markup", ["```", "<tools></tools>", "<tool_response> [end:clock] </tool_response>"]
+)
+def test_markup_twice_ends_the_turn_without_a_final_answer(h: Harness, markup: str) -> None:
+    _, end = run(h, {"on_user": {"text": markup}}, "hm?")
+    assert end.reason == "empty-answer" and end.text == act.EMPTY_LINE
+    assert len(h.server.requests) == 2 and last_user(h, 1) == answers.retry_note("markup")
+
+
+def test_after_a_success_the_model_is_asked_for_the_answer_with_the_result(h: Harness) -> None:
+    calc = call("calculator", {"expression": "17*23", "act_summary": "multiplying"})
+    accepted, end = run(h, {"steps": [step(calc)], "on_tool": TOLD}, "What is 17 * 23?")
+    assert end.reason == "final" and "391" in end.text, end.text
+    assert last_result(h, 1).endswith(answers.ANSWER_NOTE)
+    # the note is for that request only: the stored result is the tool's own
+    assert answers.ANSWER_NOTE not in str(h.history(accepted.conversation_id))
+    # Without the aids the description was taken as the answer (what the real model got).
+    _, plain = run(h, {"steps": [step(calc)], "on_tool": TOLD}, "What is 17 * 23?", "plain-bg")
+    assert plain.reason == "final" and plain.text == HOW
+
+
+def test_a_result_described_even_after_the_note_ends_with_the_result_not_the_description(
+    h: Harness,
+) -> None:
+    calc = call("calculator", {"expression": "17*23", "act_summary": "multiplying"})
+    script = {"steps": [step(calc)], "on_tool": {"text": HOW}, "on_user": {"text": HOW}}
+    _, end = run(h, script, "What is 17 * 23?")
+    assert end.reason == "empty-answer" and HOW not in end.text
+    assert "391" in end.text  # the result in hand reaches the person
+
+
+def test_find_skills_taken_for_find_tools_still_reaches_the_tool(h: Harness) -> None:
+    skills = call("find_skills", {"query": ["multiply two numbers"], "act_summary": "looking"})
+    calc = call("calculator", {"expression": "17*23", "act_summary": "multiplying"})
+    on_tool = {
+        "cases": [
+            {"result_has": "Answer the user now", "then": ANSWER},
+            {"offered": "calculator", "then": step(calc)},
+        ],
+        "text": HOW,
+    }
+    _, end = run(h, {"steps": [step(skills)], "on_tool": on_tool}, "hm")
+    assert end.reason == "final" and "391" in end.text, end.text
+    assert "calculator" not in tools_of(h, 0) and "calculator" in tools_of(h, 1)
+    assert "No playbook matched" in last_result(h, 1)
+
+
+def test_a_find_that_finds_nothing_says_no_such_tool_exists(h: Harness) -> None:
+    find = call("find_tools", {"query": ["tell me a joke"], "act_summary": "x"})
+    script = {"steps": [step(find)], "on_tool": {"text": "I cannot convert currencies."}}
+    _, end = run(h, script, "hm")
+    assert end.reason == "final"
+    assert "No tool exists" in last_result(
+        h, 1
+    ) and "answer the user from what you know" in last_result(h, 1)
