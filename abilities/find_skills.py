@@ -57,6 +57,7 @@ class FindSkills(Ability):
     }
     internal = True
     discoverable = False
+    backgroundable = False
     timeout = 30.0
 
     def _rules(self, names: list[str]) -> dict[str, list[str]]:

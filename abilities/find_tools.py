@@ -60,6 +60,7 @@ class FindTools(Ability):
     }
     internal = True
     discoverable = False
+    backgroundable = False
     timeout = 30.0
 
     def run(self, params: FindToolsParams) -> ToolResult:

@@ -97,6 +97,7 @@ class MemoryTool(Ability):
     # Reading is infrastructure; writing goes through the channel's policy.
     internal_actions = frozenset({"recall", "list"})
     discoverable = False
+    backgroundable = False
     timeout = 30.0
 
     def _desk(self) -> TurnMemory | None:

@@ -648,7 +648,7 @@ class TurnActor(SupervisedActor):
         budget = (
             cfg.context_window
             - cfg.max_output_tokens
-            - act.estimate_tokens(channel.system_prompt)
+            - act.estimate_tokens(channel.prompt())
             - act.tools_tokens(tools)
         )
         view, sizes, offset = compaction.with_summary(
@@ -683,7 +683,7 @@ class TurnActor(SupervisedActor):
             messages = (*messages, ChatMessage(role="user", text=turn.nudge))
             turn.nudge = ""
         request = ModelRequest(
-            system=channel.system_prompt,
+            system=channel.prompt(),
             messages=messages,
             tools=tools,
             max_tokens=cfg.max_output_tokens,

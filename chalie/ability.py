@@ -173,6 +173,10 @@ class Ability(metaclass=AbilityMeta):
     isolation: ClassVar[Isolation] = "inline"
     timeout: ClassVar[float] = 60.0
     internal: ClassVar[bool] = False
+    # Whether a call may run in the background (the ``async`` field, where the channel
+    # offers it). Not for the tools whose result the turn needs now (discovery, memory):
+    # offering it there only cost a small model tokens in every request.
+    backgroundable: ClassVar[bool] = True
     # Actions that bypass the gate when the ability as a whole does not (its reads).
     internal_actions: ClassVar[frozenset[str]] = frozenset()
     sensitive: ClassVar[frozenset[str]] = frozenset()
@@ -244,7 +248,7 @@ class Ability(metaclass=AbilityMeta):
         schema = copy.deepcopy(dict(cls.parameters))
         schema.setdefault("properties", {})
         schema.pop("description", None)  # the Params docstring: the summary says it already
-        cls._inject_framework_fields(schema, allow_async)
+        cls._inject_framework_fields(schema, allow_async and cls.backgroundable)
         return schema
 
     @staticmethod

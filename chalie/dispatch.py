@@ -346,7 +346,7 @@ def framework_fields(
     """
     raw = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
     healed = healing.heal(cls, raw)
-    run_async = arguments.get("async") is True
+    run_async = arguments.get("async") is True and cls.backgroundable
     notes = list(healed.notes)
     given = arguments.get("act_summary")
     if context.initiator == "framework" and not (isinstance(given, str) and given.strip()):

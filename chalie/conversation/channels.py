@@ -17,6 +17,7 @@ from chalie.config import ChannelConfig
 from chalie.messages import Channel as PolicyChannel
 
 CHANNEL_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+META_NAMES: Final = re.compile(r"\bfind_(?:tools|skills)\b")
 
 # Short (a small model reads it at every step) and plain: answer directly; find_tools
 # only for an action; one result is enough.
@@ -27,7 +28,7 @@ CHAT_PROMPT: Final = (
 )
 BACKGROUND_PROMPT: Final = (
     "You are Chalie working in the background; nobody can approve a request, so do not "
-    "retry a refused call. Answer directly when no tool is needed; call find_tools only "
+    "retry a refused call. Answer directly when no tool is needed. Call find_tools only "
     "when an action needs a tool. Finish with a short plain-text answer."
 )
 DELEGATE_PROMPT: Final = (
@@ -66,6 +67,15 @@ class Channel:
     token_budget: int = 200_000
     system_prompt: str = BACKGROUND_PROMPT
     model: str = "default"
+
+    def prompt(self) -> str:
+        """The system prompt as sent: a sentence naming a meta-tool the channel does not
+        offer is left out (a model told to call find_tools where there is none tries)."""
+        if self.find_tools:
+            return self.system_prompt
+        sentences = re.split(r"(?<=[.!?])\s+", self.system_prompt.strip())
+        kept = [s for s in sentences if not META_NAMES.search(s)]
+        return " ".join(kept)
 
     def tools(self) -> tuple[str, ...]:
         """The tools every turn of this channel may call before find_tools injects any."""
