@@ -9,6 +9,12 @@ from actors.control_commands import answer_errors
 from actors.conversations import ASK_TIMEOUT, Conversations, ConversationsHost, new_id
 from actors.conversations_port import ActorConversations
 from chalie import control
+from chalie.conversation.events import (
+    ConversationEvent,
+    TextDelta,
+    ToolFinished,
+    TurnStarted,
+)
 from chalie.conversation.follow import follow_turn
 from chalie.conversation.port import ConversationsUnavailable
 from chalie.conversation.requests import (
@@ -90,7 +96,10 @@ class ConversationCommands:
             client_msg_id=new_id("ask"),
             origin="cli-ask",
         )
-        following = self._host.loop.submit(follow_turn(self._port, msg, timeout=args.timeout))
+        seen = SeenSoFar()  # what the turn did before a timeout, for the reply
+        following = self._host.loop.submit(
+            follow_turn(self._port, msg, timeout=args.timeout, on_event=seen.add)
+        )
         try:
             outcome = following.result(args.timeout + ASK_TIMEOUT)
         except TimeoutError:
@@ -98,6 +107,9 @@ class ConversationCommands:
                 "tool-timeout",
                 f"the turn did not finish within {args.timeout:g} s",
                 conversation_id=cid,
+                turn_id=seen.turn_id,
+                text=seen.text(),
+                tools=seen.tools,
             )
         return control.success(
             {
@@ -110,6 +122,26 @@ class ConversationCommands:
                 ],
             }
         )
+
+
+class SeenSoFar:
+    """A turn's events as they come (on the loop), read once when the wait ends."""
+
+    def __init__(self) -> None:
+        self.turn_id: str | None = None
+        self.parts: list[str] = []
+        self.tools: list[dict[str, Any]] = []
+
+    def add(self, event: ConversationEvent) -> None:
+        if isinstance(event, TurnStarted):
+            self.turn_id = event.turn_id
+        elif isinstance(event, TextDelta):
+            self.parts.append(event.text)
+        elif isinstance(event, ToolFinished):
+            self.tools.append({"tool": event.tool, "status": event.status, "code": event.code})
+
+    def text(self) -> str:
+        return "".join(self.parts)[-4000:]
 
 
 def _conversation_errors(route: Route[Any]) -> Route[Any]:

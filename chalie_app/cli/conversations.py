@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from chalie_app.cli.daemon import ask_daemon
+from chalie_app.cli.daemon import EXIT_ERROR_REPLY, ask_daemon, call_daemon
 from chalie_app.cli.group import Ctx, cli
 
 # How long past the turn's own timeout the CLI waits for the daemon's reply.
@@ -57,7 +57,16 @@ def ask(
     args: dict[str, Any] = {"text": text, "channel": channel, "timeout": timeout}
     if conversation_id:
         args["conversation_id"] = conversation_id
-    data = ask_daemon(obj, "ask", args, timeout=timeout + REPLY_GRACE)
+    if as_json:
+        # Whatever the turn gave, its conversation id included, on a timeout too.
+        reply = call_daemon(obj, "ask", args, timeout=timeout + REPLY_GRACE)
+        if not reply.ok:
+            payload = {"ok": False, "code": reply.error, **(reply.data or {})}
+            click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+            sys.exit(EXIT_ERROR_REPLY)
+        data = reply.data
+    else:
+        data = ask_daemon(obj, "ask", args, timeout=timeout + REPLY_GRACE)
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:

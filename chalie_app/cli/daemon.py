@@ -26,14 +26,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def call_daemon(
+    obj: Ctx, command: str, args: dict[str, Any] | None = None, *, timeout: float = 15.0
+) -> Any:
+    """Send one control request; the whole reply (exit non-zero when no daemon runs)."""
+    try:
+        return obj.client.call(command, args, timeout=timeout)
+    except control.DaemonNotRunning as exc:
+        fail(str(exc), EXIT_NO_DAEMON)
+
+
 def ask_daemon(
     obj: Ctx, command: str, args: dict[str, Any] | None = None, *, timeout: float = 15.0
 ) -> Any:
     """Send one control request; the reply's data, or exit non-zero with one line."""
-    try:
-        reply = obj.client.call(command, args, timeout=timeout)
-    except control.DaemonNotRunning as exc:
-        fail(str(exc), EXIT_NO_DAEMON)
+    reply = call_daemon(obj, command, args, timeout=timeout)
     if not reply.ok:
         message = reply.data.get("message", "") if isinstance(reply.data, dict) else ""
         fail(f"{reply.error}: {message}" if message else str(reply.error), EXIT_ERROR_REPLY)

@@ -190,3 +190,27 @@ def test_a_background_call_running_at_kill_9_gives_its_conversation_an_interrupt
             assert "interrupted" in sent and "slow_tool" in sent
         finally:
             d.kill()
+
+
+def test_ask_json_prints_what_the_turn_had_when_it_times_out() -> None:
+    home = short_home()
+    # The model starts its answer, then writes one chunk a minute: the ask times out first.
+    script = {"on_user": {"text": "partial answer", "chunk": 4, "chunk_delay": 60}}
+    model = FakeModelServer(load_script(json.dumps(script))).start()
+    (home / "config.toml").write_text(
+        f'[models.default]\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+    )
+    d = DaemonProcess(home, home / "daemon.log").start()
+    try:
+        out = d.cli_process("ask", "--json", "--timeout", "3", "hello", timeout=120)
+        assert out.returncode == 1, out.stderr
+        data = json.loads(out.stdout)
+        assert data["ok"] is False and data["code"] == "tool-timeout"
+        assert data["conversation_id"].startswith("c_") and "did not finish" in data["message"]
+        assert "partial answer".startswith(data["text"]) and data["tools"] == []
+        # the conversation it names is there, its turn cancelled
+        shown = json.loads(d.cli("conversations", "show", data["conversation_id"], "--json").stdout)
+        assert shown["messages"][0]["text"] == "hello"
+    finally:
+        d.kill()
+        model.stop()
