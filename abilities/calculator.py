@@ -209,7 +209,7 @@ def evaluate(expression: str) -> Number:
             f"the expression is longer than {MAX_LENGTH} characters", "split it into smaller steps"
         )
     if not expression.strip():
-        raise CalcError("the expression is empty", "pass an expression such as 2*(3+4)")
+        raise CalcError("the expression is empty", "pass the arithmetic the user asked for")
     try:
         tree = ast.parse(_normalise(expression), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -19,6 +19,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from chalie.ability import Ability
+from chalie.personal.runtime import own_zone
 from chalie.result import ToolResult
 
 Zone = Annotated[
@@ -263,13 +264,8 @@ class Clock(Ability):
     # Pure and bounded: run on the dispatcher's thread (actors/executors/immediate.py).
     isolation = "immediate"
 
-    def own_zone(self) -> str:
-        """The person's zone: ``[accounts] zone`` (UTC where no runtime says)."""
-        personal = None if self.services is None else self.services.personal
-        return "UTC" if personal is None else personal.settings.zone
-
     def run(self, params: ClockParams) -> ToolResult:
-        src = _zone(params.zone or self.own_zone())
+        src = _zone(params.zone or own_zone(self.services))
         if isinstance(src, ToolResult):
             return src
         src_name, src_zone = src

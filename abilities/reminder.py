@@ -15,6 +15,7 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.memory.whose import principal_of
+from chalie.personal.runtime import own_zone
 from chalie.result import ToolResult
 from chalie.schedule.desk import ReminderDesk, ReminderError
 from chalie.schedule.rules import RuleKind, zone
@@ -32,21 +33,19 @@ class ReminderParams(msgspec.Struct, forbid_unknown_fields=True):
         | None
     ) = None
     at: (
-        Annotated[Short, msgspec.Meta(description="set: ISO date-time, e.g. 2026-12-24T18:00")]
+        Annotated[Short, msgspec.Meta(description="set: <YYYY-MM-DDTHH:MM>, the person's time")]
         | None
     ) = None
-    after: Annotated[Short, msgspec.Meta(description="set: a delay, e.g. 20m, 1h30m")] | None = None
+    after: Annotated[Short, msgspec.Meta(description="set: <delay>: N m, N h or N d")] | None = None
     every: (
         Annotated[
             Short,
-            msgspec.Meta(
-                description="set: recurring, an RRULE (FREQ=WEEKLY;BYDAY=MO;BYHOUR=8;BYMINUTE=0) "
-                "or cron (30 8 * * mon-fri)"
-            ),
+            msgspec.Meta(description="set: recurring, <RRULE> or <five-field cron>"),
         ]
         | None
     ) = None
-    zone: Annotated[Short, msgspec.Meta(description="IANA time zone of at/every")] = "UTC"
+    # None: the person's own zone ([accounts] zone), as a person means "6pm".
+    zone: Annotated[Short, msgspec.Meta(description="IANA time zone of at/every")] | None = None
     id: Annotated[int, msgspec.Meta(ge=1, description="cancel: the reminder's id")] | None = None
 
 
@@ -124,14 +123,22 @@ class ReminderTool(Ability):
             return ToolResult.error(
                 "invalid-param",
                 "set needs exactly one of at, after or every.",
-                hint="pass at= (2026-12-24T18:00), after= (20m) or every= (an RRULE or cron).",
+                hint=(
+                    "pass at= <YYYY-MM-DDTHH:MM>, after= <a delay: N m, h or d> "
+                    "or every= <RRULE or cron>."
+                ),
                 meta={"action": "set"},
             )
         assert params.text is not None
         kind, rule = given[0]
         try:
             reminder = desk.add(
-                params.text, kind, rule, params.zone, who, self.context.conversation_id
+                params.text,
+                kind,
+                rule,
+                params.zone or own_zone(self.services),
+                who,
+                self.context.conversation_id,
             )
         except ReminderError as exc:
             return ToolResult.error(exc.code, str(exc), hint=exc.hint, meta={"action": "set"})

@@ -97,7 +97,7 @@ def parse_moment(text: str, zone: dt.tzinfo, param: str) -> dt.datetime | dt.dat
         raise AccountFailure(
             "invalid-param",
             f"{param}={raw[:40]!r} is not an ISO 8601 date or date-time",
-            hint=f"pass {param} like 2026-12-01 or 2026-12-01T09:30 (the zone goes in zone=).",
+            hint=f"pass {param} as <YYYY-MM-DD> or <YYYY-MM-DDTHH:MM> (the zone goes in zone=).",
             param=param,
         ) from None
     return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
@@ -528,7 +528,7 @@ def check_rrule(text: str) -> Any:
         raise AccountFailure(
             "invalid-param",
             f"recurrence={raw[:80]!r} is not an RFC 5545 RRULE",
-            hint="pass recurrence like FREQ=WEEKLY;COUNT=10 or FREQ=MONTHLY;BYMONTHDAY=1.",
+            hint="pass recurrence as an RFC 5545 RRULE: FREQ=<DAILY|WEEKLY|MONTHLY|YEARLY>;...",
             param="recurrence",
         )
     return rule

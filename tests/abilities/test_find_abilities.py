@@ -103,7 +103,7 @@ def test_find_tools_injects_what_it_found_into_the_calling_turn(
         {"query": "xq zzv wpt", "reason": "no-match", "hint": NOT_FOUND_HINT}
     ]
     # after a not-found the model is told it may answer without a tool, and what exists
-    assert "without a tool" in body["note"]
+    assert "No tool exists" in body["note"] and "answer the user from what you know" in body["note"]
     assert "Arithmetic and math expressions" in body["kinds"]
     assert result.meta == {"injected": len(names), "not_found": 1}
     assert services.turns.injected("turn-1") == set(names)

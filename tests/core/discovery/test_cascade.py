@@ -204,7 +204,7 @@ def test_the_body_has_the_published_shape(engine: DiscoveryEngine) -> None:
     # an entry found nothing: the model is told what kinds of tools exist, and that it
     # may answer without one
     assert set(body) == {"injected", "not_found", "kinds", "note"}
-    assert "without a tool" in body["note"] and body["kinds"]
+    assert "No tool exists" in body["note"] and body["kinds"]
     assert set(engine.find(["weather"]).body()) == {"injected", "not_found"}
     assert body["injected"] == [
         {
