@@ -25,7 +25,16 @@ from chalie.result import ToolResult
 Zone = Annotated[
     str,
     msgspec.Meta(
-        min_length=1, max_length=64, description="<Region/City> IANA time zone, or a city name"
+        min_length=1,
+        max_length=64,
+        description="<Region/City> IANA zone or a city; convert: where the time is given",
+    ),
+]
+# Named apart from zone: the real 1.5B model swapped the two when both read "a zone".
+ToZone = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=64, description="convert: the zone or city to convert into"
     ),
 ]
 
@@ -41,12 +50,12 @@ class ClockParams(msgspec.Struct, forbid_unknown_fields=True):
             str,
             msgspec.Meta(
                 max_length=64,
-                description="<ISO 8601 date-time, or a time of day> to convert (convert only)",
+                description="convert: <HH:MM> today, or <YYYY-MM-DDTHH:MM> for another day",
             ),
         ]
         | None
     ) = None
-    to_zone: Zone | None = None
+    to_zone: ToZone | None = None
 
 
 # Places people name whose zone is not named after them (or is named after another city).

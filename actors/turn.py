@@ -690,6 +690,8 @@ class TurnActor(SupervisedActor):
         )
         gen = self._gen
         ref = self.actor_ref
+        # The answer check holds the stream until its start reads as an answer.
+        check = self._aid(cfg.answer_check)
         # Calls written as text are read back only where tools were offered.
         offered = (
             frozenset(names)
@@ -702,13 +704,19 @@ class TurnActor(SupervisedActor):
                 asyncio.get_running_loop(), lambda text: tell_quietly(ref, _Delta(gen, text))
             )
             held = rescue.HeldText() if offered is not None else None
+            checked = answers.HeldAnswer(names) if check else None
+
+            def shown(text: str) -> str:
+                return checked.feed(text) if checked is not None and text else text
 
             def on_delta(text: str) -> None:
-                deltas.add(held.feed(text) if held is not None else text)
+                deltas.add(shown(held.feed(text) if held is not None else text))
 
             def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
                 if held is not None:
                     held.release()  # the retry streams the answer again from its start
+                if checked is not None:
+                    checked.release()
                 deltas.flush()
                 tell_quietly(ref, _Retry(gen, attempt, error, delay))
 
@@ -722,7 +730,9 @@ class TurnActor(SupervisedActor):
                 if rescued is not None:
                     held.release()  # the call is never shown as an answer
                     return rescued, deltas.take()
-                deltas.add(held.release())
+                deltas.add(shown(held.release()))
+            if checked is not None:
+                deltas.add(checked.release())
             # The words not yet passed on are stored with the answer, in the same write.
             return response, deltas.take()
 

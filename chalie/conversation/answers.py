@@ -93,3 +93,45 @@ ANSWER_NOTE: Final = (
     "Answer the user now with this result, stating the values it gives, in plain words. "
     "Call another tool only if the request needs one."
 )
+
+
+# How much of an answer is held before it is shown: enough for "To find the time in
+# Tokyo, you can call the `clock` function" to be read as a described call.
+HOLD_CHARS: Final = 160
+_SENTENCE_END: Final = re.compile(r"[.!?:]\s|\n")
+
+
+class HeldAnswer:
+    """Streamed text held until its start reads as an answer (:func:`unfit` says nothing).
+
+    A start that is no answer is held to the end of the step, where the turn refuses
+    it: the person never sees it stream. A fit start is shown and the rest streams on.
+    """
+
+    def __init__(self, offered: Collection[str]) -> None:
+        self._offered = tuple(offered)
+        self._held = ""
+        self._state: Literal["reading", "open", "shut"] = "reading"
+
+    def feed(self, text: str) -> str:
+        """What may be shown now."""
+        if self._state == "open":
+            return text
+        self._held += text
+        if self._state == "shut":
+            return ""
+        if len(self._held) < HOLD_CHARS and not _SENTENCE_END.search(self._held):
+            return ""
+        if unfit(self._held, self._offered):
+            self._state = "shut"
+            return ""
+        self._state = "open"
+        out, self._held = self._held, ""
+        return out
+
+    def release(self) -> str:
+        """At the step's end: what is still held, unless it is no answer (then nothing)."""
+        out, self._held = self._held, ""
+        if self._state == "shut" or unfit(out, self._offered):
+            return ""
+        return out

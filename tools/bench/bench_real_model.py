@@ -546,7 +546,8 @@ def prepare(home: Path, world: rw.World, model_url: str, alias: str) -> None:
         + 'provider = "openai"\n'
         + f'base_url = "{model_url}/v1"\n'
         + f'model = "{alias}"\n'
-        + "context_window = 16384\nread_timeout = 900.0\n"
+        # a runaway answer of a small model otherwise writes 4096 tokens (13 min at 5/s)
+        + "context_window = 16384\nmax_output_tokens = 1024\nread_timeout = 900.0\n"
     )
 
 
@@ -652,6 +653,8 @@ def judge(p: Prompt, o: Outcome, run: Run) -> None:
     ok = expect is None or re.search(expect, o.answer, re.I) is not None
     if p.check is not None:
         ok = ok and p.check(run)
+    if p.tool is None and any(t == "memory" for t, _ in o.tools):
+        ok = False  # nothing in these prompts is about the person: the memory tool took over
     o.right = ok
     o.via_tool = (
         ok and p.tool is not None and any(t == p.tool and s == "success" for t, s in o.tools)
