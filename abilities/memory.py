@@ -74,8 +74,9 @@ class MemoryTool(Ability):
     # Says what it is not for: the real 1.5B model called it for the time in Tokyo and
     # for exchange rates (22 of 50 calls) when it only said what it holds.
     summary = (
-        "Facts the person told you about themselves (people, places, preferences, plans): "
-        "store, recall, update, forget, list. Not for time, math, weather or the web."
+        "Facts about the user: store one they ask you to remember; recall one when they ask "
+        "about themselves (their people, places, preferences, plans). Not for greetings, "
+        "general knowledge, time, math, weather, mail or the web."
     )
     tooltip = "Remember and recall"
     examples = (
@@ -121,7 +122,8 @@ class MemoryTool(Ability):
             since, until = _period(p.time)
             hits = book.recall(
                 readable,
-                query=p.query,
+                # a recall's text has one reading: what to look for (the real model wrote it)
+                query=p.query or p.text,
                 location=p.location,
                 people=p.people or (),
                 since=since,

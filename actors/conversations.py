@@ -206,6 +206,7 @@ class Conversations(Supervisor):
             scoped=lambda channel: scoped_to(rt.registry, channel),
             follow_up=self._follow_up_later,
             summaries=self._summaries,
+            zone=rt.config.accounts.zone,
         )
         ref = self.actor_ref
 

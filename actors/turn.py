@@ -136,6 +136,8 @@ class TurnDeps:
     follow_up: Callable[[str, BackgroundResult], object] = lambda _c, _r: None
     # Where summaries of compacted histories are kept (None: histories are only trimmed).
     summaries: compaction.SummaryStore | None = None
+    # The person's time zone ([accounts] zone): the system prompt says what day it is there.
+    zone: str = "UTC"
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -645,10 +647,11 @@ class TurnActor(SupervisedActor):
         if turn.no_tools:
             turn.no_tools = False
             tools = ()
+        system = act.with_today(channel.prompt(), self._deps.zone, time.time())
         budget = (
             cfg.context_window
             - cfg.max_output_tokens
-            - act.estimate_tokens(channel.prompt())
+            - act.estimate_tokens(system)
             - act.tools_tokens(tools)
         )
         view, sizes, offset = compaction.with_summary(
@@ -683,7 +686,7 @@ class TurnActor(SupervisedActor):
             messages = (*messages, ChatMessage(role="user", text=turn.nudge))
             turn.nudge = ""
         request = ModelRequest(
-            system=channel.prompt(),
+            system=system,
             messages=messages,
             tools=tools,
             max_tokens=cfg.max_output_tokens,

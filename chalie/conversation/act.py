@@ -6,9 +6,11 @@ about what to send and when to stop is a function here, tested without actors.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 import uuid
+import zoneinfo
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,19 @@ GUARD_LINES: Final[dict[str, str]] = {
     "guard-time": "I stopped: this turn ran past its time budget of {limit:g} seconds.",
     "guard-tokens": "I stopped: this turn used up its budget of {limit} tokens.",
 }
+
+
+def with_today(prompt: str, zone: str, now: float) -> str:
+    """The system prompt with the day it is where the person is (a model that does not know
+    the date invents one: the real 1.5B model asked the calendar about October 2023 for
+    "tomorrow"). The date only, not the time: the prompt, the start of every request, stays
+    the same all day, so the model server's prompt cache keeps serving it."""
+    try:
+        tz: dt.tzinfo = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        tz, zone = dt.UTC, "UTC"
+    today = dt.datetime.fromtimestamp(now, tz)
+    return f"{prompt} Today is {today:%A %Y-%m-%d}; the user's time zone is {zone}."
 
 
 def estimate_tokens(text: str) -> int:

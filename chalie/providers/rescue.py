@@ -99,6 +99,8 @@ def _as_call(value: Any) -> TextCall | None:
     inner = value.get("function")
     if isinstance(inner, dict):  # {"type": "function", "function": {"name", "arguments"}}
         value = {**inner, **{k: v for k, v in value.items() if k != "function"}}
+    if _is_schema(value.get("parameters")):
+        return None  # a tool's definition recited, not a call of it
     name = next((value[k] for k in _NAME_KEYS if isinstance(value.get(k), str)), None)
     if name is None:
         if len(value) == 1:  # {"calculator": {"expression": ...}}
@@ -122,6 +124,39 @@ def _as_call(value: Any) -> TextCall | None:
     if isinstance(args, dict):
         return TextCall(name, args, "", explicit)
     return TextCall(name, None, json.dumps(args)[:2000], explicit)
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, dict) and (
+        value.get("type") == "object" or isinstance(value.get("properties"), dict)
+    )
+
+
+# A tool named as the one to call: "use the `calendar` function", "call clock with".
+_NAMED: Final = re.compile(
+    r"\b(?:call|use|invoke|run)\w*\s+(?:the\s+)?[`'\"*]*([A-Za-z_][\w-]{0,127})[`'\"*]*", re.I
+)
+
+
+def _described(text: str, offered: Collection[str]) -> Rescued | None:
+    """A call described in prose: exactly one offered tool named, and exactly one JSON
+    object, its arguments ("use the `calendar` function with the following parameters:
+    ```json {"action": "list", ...}```", as the real 1.5B model wrote)."""
+    names = {m.group(1) for m in _NAMED.finditer(text)} & set(offered)
+    if len(names) != 1:
+        return None
+    objects = [
+        (start, end, value)
+        for start, end, value in _objects(text)
+        if isinstance(value, dict) and value and not _is_schema(value)
+    ]
+    if len(objects) != 1:
+        return None
+    start, end, value = objects[0]
+    if any(k in value for k in _NAME_KEYS) or "function" in value:
+        return None  # call-shaped after all, and not taken above: not ours to guess
+    outside = _FENCE.sub("", text[:start] + text[end:]).strip()
+    return Rescued((TextCall(names.pop(), value, explicit=False),), outside)
 
 
 def _calls(value: Any, offered: Collection[str]) -> list[TextCall] | None:
@@ -202,7 +237,7 @@ def rescue(text: str, offered: Collection[str]) -> Rescued | None:
         if found and all(c.name in offered for c in found):
             outside = (text[:start] + text[end:]).strip()
             return Rescued(tuple(found), outside)
-    return None
+    return _described(text, offered)
 
 
 class HeldText:
