@@ -36,6 +36,8 @@ Lifecycle, in order:
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -56,6 +58,8 @@ ENGINE: Final = "Ray"
 # Seconds between connection attempts: the first retry, doubled up to the cap.
 RETRY_BASE: Final = 1.0
 RETRY_CAP: Final = 60.0
+# Seconds a TCP connect to the cluster's address may take before it counts as unreachable.
+PROBE_TIMEOUT: Final = 5.0
 # Calls waiting for the first connection at most; past it a call is overloaded.
 MAX_WAITING: Final = 10_000
 # Ray's exceptions that mean the process (or the node) running the task died.
@@ -78,6 +82,18 @@ def init_options(settings: WorkersConfig, dropins: Path | None) -> dict[str, Any
     if settings.ship_dropins and dropins is not None and any(dropins.glob("*.py")):
         options["runtime_env"] = {"working_dir": str(dropins), "excludes": ["__pycache__"]}
     return options
+
+
+def check_reachable(address: str | None, timeout: float = PROBE_TIMEOUT) -> None:
+    """ConnectionError at once when a ``HOST:PORT`` (or ``ray://HOST:PORT``) address refuses
+    TCP: ``ray.init`` would retry it for tens of seconds while calls wait."""
+    if address is None or address in ("local", "auto"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise ConnectionError(f"{address}: {exc}") from None
 
 
 def task_options(wants: RayTaskConfig) -> dict[str, Any]:
@@ -169,6 +185,10 @@ class RayExecutor:
         while True:
             try:
                 self._connect()
+                # This thread lives as long as the executor: a cluster that ray.init
+                # started ("local") is its child, killed by Linux when the thread that
+                # started it ends (PR_SET_PDEATHSIG follows the thread, not the process).
+                self._wake.wait()
                 return
             except Exception as exc:
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -195,11 +215,15 @@ class RayExecutor:
             return True
 
     def _connect(self) -> None:
+        # The daemon owns its signals: Ray's own handler of fatal signals takes SIGTERM
+        # too, and a daemon stopped with it aborted (exit -6) instead of stopping cleanly.
+        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
         import ray  # here only: the local engine never imports Ray
 
         from chalie.worker_process import run_frame
 
         started = time.monotonic()
+        check_reachable(self._settings.address)
         if not ray.is_initialized():
             ray.init(**self._init)
         self._ray = ray
@@ -215,10 +239,13 @@ class RayExecutor:
             self._shipped,
         )
         with self._lock:
-            if self._state == "closed":
-                return
-            self._state = "ready"
-            waiting, self._waiting = self._waiting, []
+            closed = self._state == "closed"
+            if not closed:
+                self._state = "ready"
+                waiting, self._waiting = self._waiting, []
+        if closed:  # closed while ray.init ran: leave the cluster it joined
+            ray.shutdown()
+            return
         for job, done in waiting:
             self._submit(job, done)
 
