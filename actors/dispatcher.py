@@ -425,8 +425,12 @@ class DispatcherActor(SupervisedActor):
         }
 
     def workers_status(self) -> dict[str, Any] | None:
-        """The hosted worker pool's status (WorkerPool.status), or None when not hosting."""
-        return self._pool.status() if self._pool is not None else None
+        """The hosted worker pool's status (WorkerPool.status); without one, the status of
+        the executor the process abilities run on, when it keeps one (another engine's)."""
+        if self._pool is not None:
+            return self._pool.status()
+        status = getattr(self._executors.get("process"), "status", None)
+        return status() if callable(status) else None
 
     def trail(self, **filters: Any) -> list[TrailRow]:
         """Recent trail rows (see :meth:`chalie.trail.Trail.query` for the filters)."""

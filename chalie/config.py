@@ -486,8 +486,8 @@ class WorkersConfig(Section, frozen=True):
     namespace: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] = "chalie"
     # CPUs of the cluster address = "local" starts inside the daemon.
     local_cpus: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
-    # Ship the drop-in folder to the cluster with each call's runtime_env (its working_dir),
-    # so a host that has never seen the folder runs its abilities.
+    # Ship the drop-in folder to the cluster (the Ray job's runtime_env working_dir, uploaded
+    # once when the daemon joins), so a host that has never seen the folder runs its abilities.
     ship_dropins: bool = True
     # Per ability: the resources its calls ask of the cluster (default: one CPU).
     abilities: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=128)], RayTaskConfig] = {}

@@ -321,6 +321,14 @@ def test_a_daemon_with_the_ray_engine_runs_a_worker_ability_on_the_cluster(
         answer = call_who_runs(daemon)
         assert "working_dir_files" in answer["folder"]  # the shipped drop-in folder
         assert answer["pid"] in head.pids()  # a process of the Ray head, not of the daemon
+        workers = daemon.status()["workers"]  # what `chalie status` shows
+        assert isinstance(workers, dict)
+        assert (workers["engine"], workers["address"], workers["state"]) == (
+            "ray",
+            head.address,
+            "ready",
+        )
+        assert workers["dropins_shipped"] is True
     finally:
         end(daemon)
 
