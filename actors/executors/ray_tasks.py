@@ -12,7 +12,10 @@ Lifecycle, in order:
    ``runtime_env`` whose ``working_dir`` is the drop-in folder, which Ray
    uploads once to the cluster: a host that has never seen the folder runs
    its abilities. Calls started meanwhile wait; their deadline runs in the
-   dispatcher as always.
+   dispatcher as always. The thread then waits for ``close``: a ``"local"``
+   cluster is its child, and Linux ends it with the thread that started it.
+   Ray's fatal-signal handler is turned off before Ray loads, so SIGTERM
+   still stops the daemon cleanly.
 2. A failed connect ends the waiting calls, and every call until the next
    attempt, with ``service-unavailable``; the thread tries again after a
    growing delay.
@@ -241,7 +244,7 @@ class RayExecutor:
         with self._lock:
             closed = self._state == "closed"
             if not closed:
-                self._state = "ready"
+                self._state, self._why = "ready", ""
                 waiting, self._waiting = self._waiting, []
         if closed:  # closed while ray.init ran: leave the cluster it joined
             ray.shutdown()
