@@ -77,6 +77,7 @@ from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability, gate_internal
 from chalie.approvals import ResumableCall, encode_call
+from chalie.config import WorkersConfig
 from chalie.conversation.events import BackgroundResult
 from chalie.events import EventBus
 from chalie.execution import Executor, Job
@@ -190,6 +191,8 @@ class DispatcherActor(SupervisedActor):
         outbox_max_age: float = DEFAULT_MAX_AGE,
         outbox_max_rows: int = DEFAULT_MAX_ROWS,
         pool: HostedPool | None = None,
+        worker_settings: WorkersConfig | None = None,
+        dropins: Path | None = None,
     ) -> None:
         super().__init__()
         self._registry = registry
@@ -205,6 +208,8 @@ class DispatcherActor(SupervisedActor):
             services=services,
             parts=dict(parts or {}),
             children=children if children is not None else Directory(),
+            worker_settings=worker_settings or WorkersConfig(),
+            dropins=dropins,
         )
         # Built here so bad settings fail the start; the inline threads start on first use.
         self._executors: dict[str, Executor] = build(env, executors or EXECUTORS)
@@ -420,8 +425,12 @@ class DispatcherActor(SupervisedActor):
         }
 
     def workers_status(self) -> dict[str, Any] | None:
-        """The hosted worker pool's status (WorkerPool.status), or None when not hosting."""
-        return self._pool.status() if self._pool is not None else None
+        """The hosted worker pool's status (WorkerPool.status); without one, the status of
+        the executor the process abilities run on, when it keeps one (another engine's)."""
+        if self._pool is not None:
+            return self._pool.status()
+        status = getattr(self._executors.get("process"), "status", None)
+        return status() if callable(status) else None
 
     def trail(self, **filters: Any) -> list[TrailRow]:
         """Recent trail rows (see :meth:`chalie.trail.Trail.query` for the filters)."""

@@ -63,8 +63,10 @@ from chalie.broker_book import (
     broker_endpoint,
     encode_credentials,
     error_result,
+    from_tool_result,
     new_credentials,
 )
+from chalie.faults import FAULTS
 from chalie.frames import DropLog, check_sendable, decode_message
 from chalie.messages import (
     Heartbeat,
@@ -559,15 +561,7 @@ class Broker:
             log.error(
                 "worker pid %d died (exit %d) running %s", proc.popen.pid, code, job.job.job_id
             )
-            _resolve(
-                job.future,
-                error_result(
-                    job.job.job_id,
-                    "worker-crashed",
-                    "The worker process running the call died.",
-                    "The call may not have completed; retry it if it is safe to.",
-                ),
-            )
+            _resolve(job.future, from_tool_result(job.job.job_id, FAULTS.worker_crashed()))
         else:
             log.info("worker pid %d exited with %d", proc.popen.pid, code)
         self._spawn_due(time.monotonic())

@@ -47,9 +47,11 @@ __all__ = [
     "McpServerConfig",
     "MemoryConfig",
     "OutboxConfig",
+    "RayTaskConfig",
     "Section",
     "WeatherConfig",
     "WebConfig",
+    "WorkersConfig",
 ]
 
 
@@ -439,6 +441,77 @@ class BackgroundConfig(Section, frozen=True):
     compaction: bool = True
 
 
+# -- [workers]: where abilities with isolation = "process" run -------------------------
+
+# Where worker abilities run: "local" (the daemon's own ZeroMQ worker processes) or "ray".
+WorkerEngine = Literal["local", "ray"]
+# A Ray cluster: "local" (start one in the daemon, for tests), "auto" (the one `ray start`
+# made on this host), "HOST:PORT" (its GCS) or "ray://HOST:PORT" (Ray Client).
+RayAddress = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^(local|auto|ray://[A-Za-z0-9.\[\]:_-]+|[A-Za-z0-9.\[\]_-]+:[0-9]{1,5})$",
+        max_length=300,
+    ),
+]
+# A custom Ray resource a node advertises (`ray start --resources '{"chromium": 1}'`).
+RayResourceName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")]
+# Ray's own resource names: asked for through num_cpus, num_gpus and memory instead.
+RAY_BUILTIN_RESOURCES: Final = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+
+
+class RayTaskConfig(Section, frozen=True):
+    """``[workers.abilities.NAME]``: what one ability's call asks of the Ray cluster."""
+
+    # CPUs one call holds on its node while it runs.
+    num_cpus: Annotated[float, msgspec.Meta(ge=0.0, le=1024.0)] = 1.0
+    # GPUs one call holds on its node while it runs.
+    num_gpus: Annotated[float, msgspec.Meta(ge=0.0, le=64.0)] = 0.0
+    # Bytes of memory one call reserves on its node (none: no reservation).
+    memory: Annotated[int, msgspec.Meta(ge=1, le=1 << 50)] | None = None
+    # Custom resources a node must offer, e.g. { chromium = 1 } for a host with Chromium.
+    resources: dict[RayResourceName, Annotated[float, msgspec.Meta(gt=0.0, le=1e6)]] = {}
+
+    def __post_init__(self) -> None:
+        builtin = sorted(RAY_BUILTIN_RESOURCES.intersection(self.resources))
+        if builtin:
+            raise ValueError(
+                f"resources may not name Ray's own {', '.join(builtin)}:"
+                " use num_cpus, num_gpus or memory"
+            )
+
+
+class WorkersConfig(Section, frozen=True):
+    """``[workers]``: how abilities with isolation = "process" run (``workers = N`` is count)."""
+
+    # Worker processes of the local engine; each is a Python process.
+    count: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
+    # Where worker abilities run: "local" (the daemon's worker processes) or "ray".
+    engine: WorkerEngine = "local"
+    # The Ray cluster (engine = "ray"): "local", "auto", "HOST:PORT" or "ray://HOST:PORT".
+    address: RayAddress | None = None
+    # The Ray namespace the daemon's tasks run in.
+    namespace: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] = "chalie"
+    # CPUs of the cluster address = "local" starts inside the daemon.
+    local_cpus: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
+    # Ship the drop-in folder to the cluster (the Ray job's runtime_env working_dir, uploaded
+    # once when the daemon joins), so a host that has never seen the folder runs its abilities.
+    ship_dropins: bool = True
+    # Per ability: the resources its calls ask of the cluster (default: one CPU).
+    abilities: dict[Annotated[str, msgspec.Meta(min_length=1, max_length=128)], RayTaskConfig] = {}
+
+    def __post_init__(self) -> None:
+        if self.engine == "ray" and self.address is None:
+            raise ValueError(
+                'workers.engine = "ray" needs workers.address ("auto", "HOST:PORT",'
+                ' "ray://HOST:PORT", or "local" to start one)'
+            )
+        if self.engine == "local" and (self.address is not None or self.abilities):
+            raise ValueError(
+                'workers.address and [workers.abilities] apply only with workers.engine = "ray"'
+            )
+
+
 # -- the whole file ----------------------------------------------------------------------
 
 
@@ -512,8 +585,8 @@ class Config(Section, frozen=True):
     """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
 
     home: Path
-    # Ability worker processes (isolation = "process"); each is a Python process.
-    workers: Annotated[int, msgspec.Meta(ge=1, le=32)] = 2
+    # Ability worker processes (isolation = "process"): a count, or a [workers] table.
+    workers: Annotated[int, msgspec.Meta(ge=1, le=32)] | WorkersConfig = 2
     # The thread pool that runs inline abilities.
     inline_threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
     # Seconds a permission request waits for a human before it counts as denied.
@@ -578,6 +651,12 @@ class Config(Section, frozen=True):
         return msgspec.structs.replace(config, abilities_dir=home / config.abilities_dir)
 
     @property
+    def worker_settings(self) -> WorkersConfig:
+        """``[workers]`` as a table, also when the file says only ``workers = N``."""
+        workers = self.workers
+        return workers if isinstance(workers, WorkersConfig) else WorkersConfig(count=workers)
+
+    @property
     def layout(self) -> Home:
         """Every path in the data directory."""
         return Home(self.home)
@@ -615,6 +694,8 @@ def _explain(source: str, raw: dict[str, Any], message: str) -> str:
     name = ".".join(keys)
     value = _lookup(raw, keys)
     info = _field_type(keys)
+    if isinstance(value, dict) and info is not None:
+        info = _table_of(info)
     if info is None or (isinstance(info, mi.StructType) and not isinstance(value, dict)):
         allowed = "a table" if info is not None else msg
         return f"{source}: {name} = {_show(value)}: must be {allowed}"
@@ -623,11 +704,12 @@ def _explain(source: str, raw: dict[str, Any], message: str) -> str:
     return f"{source}: {name} = {_show(value)}: must be {_allowed(info)}"
 
 
-_NAMED: Final = re.compile(r" - at `\$\.(?P<section>\w+)\[\.\.\.\]")
+_NAMED: Final = re.compile(r" - at `\$\.(?P<section>\w+(?:\.\w+)*)\[\.\.\.\]")
 
 
 def _explain_named(source: str, raw: dict[str, Any], message: str) -> str | None:
-    """The one line for a bad key inside a named table (``[models.NAME]``, ``[channels.NAME]``).
+    """The one line for a bad key inside a named table (``[models.NAME]``, ``[channels.NAME]``,
+    ``[workers.abilities.NAME]``).
 
     msgspec names such a place ``$.models[...]``; each table is checked again
     on its own to find which name holds the bad key.
@@ -636,15 +718,13 @@ def _explain_named(source: str, raw: dict[str, Any], message: str) -> str | None
     if found is None:
         return None
     section = found["section"]
-    config_type = mi.type_info(Config)
-    assert isinstance(config_type, mi.StructType)
-    field = next((f for f in config_type.fields if f.encode_name == section), None)
-    if field is None or not isinstance(field.type, mi.DictType):
+    info = _field_type(section.split("."))
+    if not isinstance(info, mi.DictType):
         return None
-    value_type = field.type.value_type
+    value_type = info.value_type
     if not isinstance(value_type, mi.StructType):
         return None
-    tables = raw.get(section)
+    tables = _lookup(raw, section.split("."))
     if not isinstance(tables, dict):
         return None
     for name, table in tables.items():
@@ -678,7 +758,7 @@ def _struct_at(keys: list[str]) -> mi.StructType | None:
         match = next((f for f in info.fields if f.encode_name == key), None)
         if match is None:
             return None
-        info = _unwrap(match.type)
+        info = _table_of(_unwrap(match.type))
     return info if isinstance(info, mi.StructType) else None
 
 
@@ -695,6 +775,15 @@ def _unwrap(info: mi.Type) -> mi.Type:
         rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
         if len(rest) == 1:
             return rest[0]
+    return info
+
+
+def _table_of(info: mi.Type) -> mi.Type:
+    """A key that is a value or a table (``workers = 2`` or ``[workers]``), read as the table."""
+    if isinstance(info, mi.UnionType):
+        tables = [t for t in info.types if isinstance(t, mi.StructType)]
+        if len(tables) == 1:
+            return tables[0]
     return info
 
 
@@ -719,7 +808,14 @@ def _allowed(info: mi.Type) -> str:
     if isinstance(info, mi.CustomType) and info.cls is Path:
         return "a path (a non-empty string)"
     if isinstance(info, mi.DictType):
-        return "a table of named tables"
+        if isinstance(info.value_type, mi.StructType):
+            return "a table of named tables"
+        values = _allowed(info.value_type).removeprefix("a ").removeprefix("an ")
+        return f"a table of names to {values.replace('number', 'numbers', 1)}"
+    if isinstance(info, mi.StructType):
+        return "a table"
+    if isinstance(info, mi.UnionType):
+        return " or ".join(_allowed(t) for t in info.types if not isinstance(t, mi.NoneType))
     if isinstance(info, mi.VarTupleType | mi.ListType):
         return "a list of " + _allowed(info.item_type).removeprefix("a ").removeprefix("an ") + "s"
     return str(info)

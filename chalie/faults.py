@@ -89,6 +89,20 @@ class _Faults:
             hint="the turn was cancelled; do not continue with this call's result.",
         )
 
+    def worker_crashed(self) -> ToolResult:
+        return ToolResult.error(
+            "worker-crashed",
+            "The worker process running the call died.",
+            hint="The call may not have completed; retry it if it is safe to.",
+        )
+
+    def engine_unavailable(self, tool: str, engine: str, why: str) -> ToolResult:
+        return ToolResult.error(
+            "service-unavailable",
+            f"{tool} runs on the {engine} workers, which are not reachable ({why[:120]}).",
+            hint="the call did not run; try again later or do without this tool.",
+        )
+
     def construct_failed(self, tool: str, exc: BaseException) -> ToolResult:
         return ToolResult.error(
             "unhandled-exception",

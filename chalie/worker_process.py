@@ -151,6 +151,22 @@ def encode_result(result: WorkerResult, max_frame: int) -> bytes:
     return data
 
 
+def run_frame(frame: bytes, max_frame: int = MAX_FRAME) -> bytes:
+    """One job where another engine runs the process (a Ray task): the WorkerJob frame in,
+    its WorkerResult frame out, exactly as a worker process answers it; never raises."""
+    try:
+        job = decode_message(frame)
+    except msgspec.DecodeError as exc:
+        job = None
+        why = f"malformed ({exc})"
+    else:
+        why = f"a {type(job).__name__}, not a WorkerJob"
+    if not isinstance(job, WorkerJob):
+        log.error("an engine handed this worker a job it cannot run: %s", why)
+        return encode(error_result("", "internal-error", "The worker was sent a malformed job."))
+    return encode_result(run_job(job), max_frame)
+
+
 CONTROL_SUFFIX: Final = ".c"
 
 

@@ -263,6 +263,10 @@ def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors.worker_pool import HostedPool
 
     cfg = rt.config
+    workers = cfg.worker_settings
+    # The local engine's pool runs on the dispatcher's thread: a worker call crosses no
+    # broker thread. Another engine runs the process abilities itself (WORKER_ENGINES).
+    local = workers.engine == "local"
     return ChildSpec(
         "dispatcher",
         lambda: DispatcherActor.start(
@@ -277,8 +281,11 @@ def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
             outbox_max_age=cfg.outbox.max_age,
             outbox_max_rows=cfg.outbox.max_rows,
             parts={"mcp": parts.mcp.handle},
-            # On the dispatcher's thread: a worker call crosses no broker thread.
-            pool=HostedPool(cfg.home, workers=cfg.workers, handle=parts.workers),
+            pool=HostedPool(cfg.home, workers=workers.count, handle=parts.workers)
+            if local
+            else None,
+            worker_settings=workers,
+            dropins=cfg.abilities_dir,
         ),
         shutdown=10.0,  # its stop reaps the workers
     )

@@ -88,6 +88,9 @@ def config_keys() -> list[tuple[str, str, str, str]]:
                 if default is msgspec.NODEFAULT and field.default_factory is not msgspec.NODEFAULT:
                     default = field.default_factory()
                 rows.append((key, cfg._allowed(info), _default(default), notes.get(field.name, "")))
+                table = cfg._table_of(info)  # a value or a table (workers = 2 or [workers])
+                if isinstance(table, mi.StructType):
+                    walk(table, f"{key}.")
 
     top = mi.type_info(cfg.Config)
     assert isinstance(top, mi.StructType)

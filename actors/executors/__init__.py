@@ -2,13 +2,17 @@
 
 A new way to run tools is one module here and one row in :data:`EXECUTORS`:
 the dispatcher builds every registered executor at start from an
-:class:`ExecutorEnv` and never branches on the isolation itself.
+:class:`ExecutorEnv` and never branches on the isolation itself. Where the
+``process`` abilities run is the ``[workers] engine`` setting, one row of
+:data:`WORKER_ENGINES` each (the daemon's own worker processes, or a Ray
+cluster); an engine's module is imported only when it is chosen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from actors.directory import Directory
@@ -16,6 +20,7 @@ from actors.executors.immediate import ImmediateExecutor
 from actors.executors.inline import DEFAULT_LANE_QUEUE, InlineExecutor
 from actors.executors.mcp import McpExecutor
 from actors.executors.process import ProcessExecutor, WorkerPool
+from chalie.config import WorkersConfig
 from chalie.execution import Executor
 from chalie.services import Services
 
@@ -34,6 +39,10 @@ class ExecutorEnv:
     children: Directory = field(default_factory=Directory)
     # Anything else a test or a future executor is handed by name.
     parts: Mapping[str, Any] = field(default_factory=dict)
+    # [workers]: which engine runs the process abilities, and its settings.
+    worker_settings: WorkersConfig = field(default_factory=WorkersConfig)
+    # The drop-in folder (an engine on other hosts ships it there).
+    dropins: Path | None = None
 
 
 Factory = Callable[[ExecutorEnv], Executor]
@@ -43,11 +52,23 @@ def _lanes(env: ExecutorEnv) -> InlineExecutor:
     return InlineExecutor(env.inline_threads, env.lane_limit, env.lane_queue)
 
 
+def _ray(env: ExecutorEnv) -> Executor:
+    from actors.executors.ray_tasks import RayExecutor  # imports Ray when it connects
+
+    return RayExecutor(env.worker_settings, env.dropins)
+
+
+# [workers] engine -> factory of the executor the process abilities run on.
+WORKER_ENGINES: Final[dict[str, Factory]] = {
+    "local": lambda env: ProcessExecutor(env.workers),
+    "ray": _ray,
+}
+
 # isolation -> factory. The one table: add a row to add a way to run tools.
 EXECUTORS: Final[dict[str, Factory]] = {
     "immediate": lambda env: ImmediateExecutor(_lanes(env)),
     "inline": _lanes,
-    "process": lambda env: ProcessExecutor(env.workers),
+    "process": lambda env: WORKER_ENGINES[env.worker_settings.engine](env),
     "mcp": lambda env: McpExecutor(env.parts.get("mcp")),
 }
 
@@ -57,4 +78,4 @@ def build(env: ExecutorEnv, table: Mapping[str, Factory] | None = None) -> dict[
     return {isolation: make(env) for isolation, make in (table or EXECUTORS).items()}
 
 
-__all__ = ["EXECUTORS", "ExecutorEnv", "Factory", "build"]
+__all__ = ["EXECUTORS", "WORKER_ENGINES", "ExecutorEnv", "Factory", "build"]

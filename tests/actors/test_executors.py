@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import msgspec
 import pykka
@@ -15,6 +18,7 @@ import pytest
 from actors.dispatcher import DispatcherActor, submit
 from actors.executors import EXECUTORS, ExecutorEnv
 from chalie.ability import Ability
+from chalie.config import WorkerEngine
 from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.execution import Done, Executor, Job
@@ -419,3 +423,30 @@ def test_the_executor_table_has_one_row_for_each_isolation() -> None:
     # An ability may declare any Isolation; the dispatcher must have an executor for each,
     # and a row no ability can select is dead.
     assert sorted(EXECUTORS) == sorted(ISOLATIONS)
+
+
+def test_the_local_engine_costs_no_ray_import() -> None:
+    """With the default [workers] engine, the daemon's modules and its executors load no Ray."""
+    code = (
+        "import sys\n"
+        "import chalie_app.cli, chalie_app.root, chalie.daemon, actors.dispatcher\n"
+        "import actors.executors.ray_tasks\n"
+        "from actors.executors import ExecutorEnv, build\n"
+        "from chalie.config import Config\n"
+        "settings = Config.load(sys.argv[1]).worker_settings\n"
+        "built = build(ExecutorEnv(worker_settings=settings))\n"
+        "print(type(built['process']).__name__, 'ray' in sys.modules)\n"
+    )
+    with tempfile.TemporaryDirectory() as home:
+        out = subprocess.run(
+            [sys.executable, "-c", code, home], capture_output=True, text=True, check=False
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ProcessExecutor", "False"]
+
+
+def test_the_ray_engine_is_one_row_of_the_worker_engines() -> None:
+    from actors.executors import WORKER_ENGINES
+
+    assert set(WORKER_ENGINES) == {"local", "ray"}
+    assert set(WORKER_ENGINES) == set(get_args(WorkerEngine))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.config import Config, ConfigError, EmbedderConfig
+from chalie.config import Config, ConfigError, EmbedderConfig, RayTaskConfig, WorkersConfig
 
 
 def _load(home: Path, text: str) -> Config:
@@ -156,3 +156,66 @@ def test_run_with_a_bad_value_is_one_line_and_exit_1_before_anything_starts(
     assert len(result.stderr.strip().splitlines()) == 1
     assert line.split(" = ")[0] in result.stderr and "must be" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing started
+
+
+# -- [workers]: the engine that runs the process abilities ---------------------------------
+
+
+def test_workers_n_is_the_local_pool_and_a_workers_table_chooses_the_engine(
+    tmp_path: Path,
+) -> None:
+    assert _load(tmp_path, "workers = 3\n").worker_settings == WorkersConfig(count=3)
+    config = _load(
+        tmp_path,
+        '[workers]\nengine = "ray"\naddress = "10.0.0.5:6379"\n'
+        "[workers.abilities.browser]\nnum_cpus = 0.5\nresources = { chromium = 1 }\n",
+    )
+    settings = config.worker_settings
+    assert (settings.engine, settings.address, settings.count) == ("ray", "10.0.0.5:6379", 2)
+    assert settings.abilities["browser"] == RayTaskConfig(num_cpus=0.5, resources={"chromium": 1.0})
+    assert Config.load(tmp_path / "none").worker_settings.engine == "local"  # the default
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (
+            '[workers]\nengine = "ray"',
+            'config.toml: [workers]: workers.engine = "ray" needs workers.address',
+        ),
+        (
+            '[workers]\nengine = "dask"',
+            'config.toml: workers.engine = "dask": must be one of "local", "ray"',
+        ),
+        ("[workers]\ncount = 0", "config.toml: workers.count = 0: must be an integer from 1 to 32"),
+        (
+            '[workers]\naddress = "auto"',
+            "config.toml: [workers]: workers.address and [workers.abilities] apply only with",
+        ),
+        (
+            '[workers]\nengine = "ray"\naddress = "not an address"',
+            'config.toml: workers.address = "not an address": must be a string matching',
+        ),
+        (
+            '[workers]\nengine = "ray"\naddress = "auto"\n[workers.abilities.browser]\nfoo = 1',
+            "config.toml: unknown key 'workers.abilities.browser.foo' (known keys here: num_cpus",
+        ),
+        (
+            '[workers]\nengine = "ray"\naddress = "auto"\n'
+            "[workers.abilities.browser]\nnum_cpus = -1",
+            "config.toml: workers.abilities.browser.num_cpus = -1: must be a number from 0 to 1024",
+        ),
+        (
+            '[workers]\nengine = "ray"\naddress = "auto"\n'
+            "[workers.abilities.browser]\nresources = { CPU = 2 }",
+            "config.toml: [workers.abilities.browser]: resources may not name Ray's own CPU",
+        ),
+        ("workers = 0", "config.toml: workers = 0: must be an integer from 1 to 32 or a table"),
+    ],
+)
+def test_a_bad_workers_setting_is_one_line(tmp_path: Path, text: str, line: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, text + "\n")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(str(tmp_path / line)), message
