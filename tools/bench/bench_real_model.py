@@ -218,7 +218,9 @@ PROMPTS: Final = (
         "weather",
         r"63[.,]0|\b63\b|63[.,]\d",
     ),
-    Prompt("weather-snow", "Is it snowing in Reykjavik?", "weather", r"\byes\b|slight snow|snow ?fall"),
+    Prompt(
+        "weather-snow", "Is it snowing in Reykjavik?", "weather", r"\byes\b|slight snow|snow ?fall"
+    ),
     # calendar
     Prompt("cal-tomorrow", "What's on my calendar tomorrow?", "calendar", r"dentist"),
     Prompt("cal-lunch", "When is my lunch with Maria?", "calendar", _day_of(3)),
