@@ -86,6 +86,7 @@ class AccountBook(Store):
     def pick(self, kinds: tuple[Kind, ...], name: str | None) -> Account:
         """The named account (of one of ``kinds``), or the default of the first kind with one.
 
+        A name that fits none, where only one account of these kinds exists, is that one.
         AccountFailure ``unknown-account`` naming the accounts there are, when none fits.
         """
         candidates = [a for k in kinds for a in self._rows(k)]
@@ -93,6 +94,10 @@ class AccountBook(Store):
             for a in candidates:
                 if a.name == name:
                     return a
+            if len(candidates) == 1:
+                # One account of the kind: a name that is not its own ("primary", "my
+                # account", a model's guess) can only mean it.
+                return candidates[0]
             raise AccountFailure(
                 "unknown-account",
                 f"no {'/'.join(kinds)} account is named {name!r}",

@@ -166,6 +166,8 @@ def window(
             with rt.dav_session(account) as dav:
                 colls = rt.collections(dav, account, "calendar")
                 picked = [c for c in colls if calendar_name in (None, c.name, c.href)]
+                if not picked and len(colls) == 1:
+                    picked = colls  # one calendar: a name that is not its own means it
                 if calendar_name is not None and not picked and account_name:
                     raise AccountFailure(
                         "item-not-found",
@@ -225,6 +227,8 @@ def _target(
     for c in colls:
         if calendar_name in (c.name, c.href):
             return c
+    if len(colls) == 1:
+        return colls[0]  # one calendar: a name that is not its own ("primary") means it
     raise AccountFailure(
         "item-not-found",
         f"no calendar named {calendar_name!r}",

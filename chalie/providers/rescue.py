@@ -65,7 +65,8 @@ class Rescued:
 
 
 def loads(text: str) -> Any:
-    """JSON, or the same with a template's doubled braces collapsed; ValueError otherwise.
+    """JSON, or the same with a template's doubled braces collapsed or a line comment
+    left out (``"start": "...", // start of tomorrow``); ValueError otherwise.
 
     Nesting deeper than :data:`MAX_DEPTH` is refused before parsing (the parser
     would recurse until the interpreter's limit).
@@ -75,9 +76,20 @@ def loads(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        if "{{" not in text and "}}" not in text:
+        uncommented = _LINE_COMMENT.sub("", text)
+        if "{{" not in text and "}}" not in text and uncommented == text:
             raise
+    if uncommented != text:
+        try:
+            return json.loads(uncommented)
+        except ValueError:
+            text = uncommented
     return json.loads(text.replace("{{", "{").replace("}}", "}"))
+
+
+# A comment a model writes after a JSON value: whitespace, //, to the end of the line, with
+# no quote after it (so "http://..." inside a string is not one).
+_LINE_COMMENT: Final = re.compile(r'[ \t]+//[^"\n]*$', re.M)
 
 
 def _too_deep(text: str) -> bool:

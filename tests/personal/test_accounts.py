@@ -73,10 +73,13 @@ def test_several_accounts_of_a_kind_one_default(book: AccountBook) -> None:
     assert book.pick(("caldav",), "home").name == "home"
     book.remove("work")
     assert book.pick(("caldav",), None).name == "home"
+    # one account of the kind: a name that is not its own (a model's "primary") means it
+    assert book.pick(("caldav",), "primary").name == "home"
+    book.add(Account(name="play", kind="caldav", url="https://play.example/dav/"), "pw")
     with pytest.raises(Exception) as err:
         book.pick(("caldav",), "nope")
     assert getattr(err.value, "code", None) == "unknown-account"
-    assert getattr(err.value, "valid_values", None) == ("home",)
+    assert getattr(err.value, "valid_values", None) == ("home", "play")
 
 
 @pytest.mark.parametrize(

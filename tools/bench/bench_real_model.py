@@ -218,11 +218,15 @@ PROMPTS: Final = (
         "weather",
         r"63[.,]0|\b63\b|63[.,]\d",
     ),
-    Prompt("weather-snow", "Is it snowing in Reykjavik?", "weather", r"\byes\b|snow"),
+    Prompt(
+        "weather-snow", "Is it snowing in Reykjavik?", "weather", r"\byes\b|slight snow|snow ?fall"
+    ),
     # calendar
     Prompt("cal-tomorrow", "What's on my calendar tomorrow?", "calendar", r"dentist"),
     Prompt("cal-lunch", "When is my lunch with Maria?", "calendar", _day_of(3)),
-    Prompt("cal-today", "Do I have any meetings today?", "calendar", r"standup|stand-up"),
+    Prompt(
+        "cal-today", "Do I have any meetings today?", "calendar", r"standup|stand-up|\b0?9[:.]30"
+    ),
     Prompt(
         "cal-add",
         "Put a meeting with Bob on my calendar tomorrow at 10am.",

@@ -105,3 +105,41 @@ def test_a_line_that_only_looks_like_a_marker_start_is_released() -> None:
 )
 def test_hostile_text_is_never_an_error_and_never_a_call(text: str) -> None:
     assert rescue(text, OFFERED) is None
+
+
+# What the real Qwen2.5-Coder-1.5B wrote on llama.cpp (tools/bench/bench_real_model.py).
+def test_a_call_described_in_prose_with_its_arguments_is_read_as_the_call() -> None:
+    text = (
+        "To find the time there, you can use the `clock` function with the following "
+        'parameters:\n\n```json\n{\n  "zone": "Asia/Tokyo"\n}\n```'
+    )
+    found = rescue(text, OFFERED)
+    assert found is not None
+    assert [(c.name, c.arguments) for c in found.calls] == [("clock", {"zone": "Asia/Tokyo"})]
+    assert "```" not in found.text
+    # a tool mentioned beside some JSON, without being the one to call, is no call
+    assert rescue('The clock shows {"zone": "UTC"} here.', OFFERED) is None
+    # two tools named: no one reading
+    both = 'Call the `clock` or use the `calculator` with {"zone": "UTC"}.'
+    assert rescue(both, OFFERED) is None
+
+
+def test_a_tool_definition_recited_is_not_a_call() -> None:
+    recital = (
+        "I will use the calculator function. Here's the call:\n<tools>\n"
+        '{"type": "function", "function": {"name": "calculator", "description": "Evaluates", '
+        '"parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}'
+        "\n</tools>"
+    )
+    assert rescue(recital, OFFERED) is None
+
+
+def test_a_comment_after_a_json_value_does_not_hide_the_call() -> None:
+    text = (
+        '```json\n{\n  "name": "clock",\n  "arguments": {\n'
+        '    "zone": "Asia/Tokyo" // where the user asked\n  }\n}\n```'
+    )
+    found = rescue(text, OFFERED)
+    assert found is not None and found.calls[0].arguments == {"zone": "Asia/Tokyo"}
+    url = rescue('{"name": "clock", "arguments": {"zone": "UTC", "note": "http://x.org"}}', OFFERED)
+    assert url is not None and url.calls[0].arguments == {"zone": "UTC", "note": "http://x.org"}
