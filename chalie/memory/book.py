@@ -15,9 +15,10 @@ Lifecycle, in order:
    is recallable as soon as ``store`` returns.
 4. ``close()`` saves the graphs with the generation they reflect.
 
-Recall is hybrid: the semantic neighbours (HNSW, cosine) and the keyword
-hits (Tantivy, BM25) of the query are fused by reciprocal rank, then the
-place, time, people and kind filters are applied.
+Recall is hybrid: the semantic neighbours (HNSW, cosine), the keyword hits
+(Tantivy, BM25) and the rare-word hits of the query are fused and lifted
+(:mod:`chalie.memory.fusion`), then the place, time, people and kind filters
+are applied.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.discovery.embedder import Embedder
+from chalie.memory import fusion
 from chalie.memory.index import MemoryIndex
 from chalie.memory.records import (
     KINDS,
@@ -53,29 +55,19 @@ from chalie.memory.whose import OWNER, is_agent
 
 log = logging.getLogger("chalie.memory")
 
-# Reciprocal-rank fusion: score = sum of weight / (RRF_K + rank). A small constant
-# lets the top of each list count; the keyword list weighs half, so a rare word (a
-# name, a code) lifts a memory without drowning the meaning. Tuned on the synthetic
-# long-conversation set (tools/bench/memory_set.py): K=60 with equal weights lost
-# 8 points of recall@5 to semantic alone; K=10, keyword 0.5 keeps it and adds the
-# rare-word hits.
-RRF_K: Final = 10
-KEYWORD_WEIGHT: Final = 0.5
-# The memories holding a rare word of the query (a name, a code: chalie.memory.index.rare)
-# are a third list, weighing as much as the meaning: among thousands of look-alike memories
-# the one with the reference the person quotes comes first.
-RARE_WEIGHT: Final = 1.0
-# A semantic neighbour further than this (cosine distance) is noise, not a candidate.
-SEMANTIC_CEILING: Final = 0.85
 # A new memory this close to one of the same principal and kind is the same memory.
 NEAR_DUPLICATE: Final = 0.07
 CANDIDATES: Final = 50
+# The fused head whose rows the lift reads (chalie.memory.fusion.lift).
+HEAD: Final = 30
 MAX_K: Final = 50
 # Recent texts' vectors (a recall right after a store of the same words, a query asked
 # again): ~1.5 KB each. The embedding is most of a recall's CPU.
 VECTOR_CACHE: Final = 512
 # Candidates fetched from chalie.db per round, as a multiple of k: most recalls need one.
 FETCH_FACTOR: Final = 4
+# Texts embedded together by a batch import.
+IMPORT_BATCH: Final = 256
 NEGATIONS: Final = frozenset(
     {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
 )
@@ -151,6 +143,11 @@ def check_draft(draft: Draft) -> Draft:
         tags=_names(draft.tags, "tags"),
         skill=_clean(draft.skill, "skill", 64),
     )
+
+
+def _check_source(who: Provenance) -> None:
+    if who.source not in SOURCES:
+        raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
 
 
 def _negations(text: str) -> frozenset[str]:
@@ -287,50 +284,75 @@ class MemoryBook:
     def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
         """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
         draft = check_draft(draft)
-        if who.source not in SOURCES:
-            raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
+        _check_source(who)
         vector = self._vector(draft.text)
-        now = self._clock()
+        with self._lock:
+            return self._put(self.index(), draft, who, vector, self._clock())
+
+    def store_many(
+        self, drafts: Sequence[Draft], who: Provenance, vectors: Any = None
+    ) -> list[tuple[Memory, bool]]:
+        """A batch import: the texts embedded together (or ``vectors``, one unit row a draft),
+        then each stored or merged in order, as :meth:`store_memory` would."""
+        checked = [check_draft(d) for d in drafts]
+        _check_source(who)
+        if vectors is None:
+            rows = [
+                self.embedder.embed([d.text for d in checked[i : i + IMPORT_BATCH]])
+                for i in range(0, len(checked), IMPORT_BATCH)
+            ]
+            vectors = [v for chunk in rows for v in chunk]
+        if len(vectors) != len(checked):
+            raise MemoryRequestError("invalid-param", "one vector a memory is needed.")
+        out: list[tuple[Memory, bool]] = []
         with self._lock:
             index = self.index()
-            twin = self._near_duplicate(index, who.principal, draft, vector)
-            if twin is not None:
-                merged = msgspec.structs.replace(
-                    twin,
-                    text=draft.text,
-                    place=draft.place or twin.place,
-                    time=draft.time or twin.time,
-                    people=_names((*twin.people, *draft.people), "people")[:MAX_LIST],
-                    tags=_names((*twin.tags, *draft.tags), "tags")[:MAX_LIST],
-                    skill=draft.skill or twin.skill,
-                    untrusted=tuple(dict.fromkeys((*twin.untrusted, *who.untrusted))),
-                    conversation_id=who.conversation_id or twin.conversation_id,
-                    updated=now,
-                    merged=twin.merged + 1,
-                )
-                self.store.replace(merged, self.embedder.model_id, vector)
-                index.add([(merged, vector)])
-                return merged, True
-            memory = Memory(
-                id=0,
-                principal=who.principal,
-                kind=draft.kind,
+            for draft, vector in zip(checked, vectors, strict=True):
+                out.append(self._put(index, draft, who, vector, self._clock()))
+        return out
+
+    def _put(
+        self, index: MemoryIndex, draft: Draft, who: Provenance, vector: Any, now: float
+    ) -> tuple[Memory, bool]:
+        """Merge into a near-duplicate or insert (the caller holds the lock)."""
+        twin = self._near_duplicate(index, who.principal, draft, vector)
+        if twin is not None:
+            merged = msgspec.structs.replace(
+                twin,
                 text=draft.text,
-                place=draft.place,
-                time=draft.time,
-                people=draft.people,
-                tags=draft.tags,
-                skill=draft.skill,
-                source=who.source,
-                untrusted=who.untrusted,
-                conversation_id=who.conversation_id,
-                created=now,
+                place=draft.place or twin.place,
+                time=draft.time or twin.time,
+                people=_names((*twin.people, *draft.people), "people")[:MAX_LIST],
+                tags=_names((*twin.tags, *draft.tags), "tags")[:MAX_LIST],
+                skill=draft.skill or twin.skill,
+                untrusted=tuple(dict.fromkeys((*twin.untrusted, *who.untrusted))),
+                conversation_id=who.conversation_id or twin.conversation_id,
                 updated=now,
+                merged=twin.merged + 1,
             )
-            new_id = self.store.insert(memory, self.embedder.model_id, vector)
-            memory = msgspec.structs.replace(memory, id=new_id)
-            index.add([(memory, vector)])
-            return memory, False
+            self.store.replace(merged, self.embedder.model_id, vector)
+            index.add([(merged, vector)])
+            return merged, True
+        memory = Memory(
+            id=0,
+            principal=who.principal,
+            kind=draft.kind,
+            text=draft.text,
+            place=draft.place,
+            time=draft.time,
+            people=draft.people,
+            tags=draft.tags,
+            skill=draft.skill,
+            source=who.source,
+            untrusted=who.untrusted,
+            conversation_id=who.conversation_id,
+            created=now,
+            updated=now,
+        )
+        new_id = self.store.insert(memory, self.embedder.model_id, vector)
+        memory = msgspec.structs.replace(memory, id=new_id)
+        index.add([(memory, vector)])
+        return memory, False
 
     def _near_duplicate(
         self, index: MemoryIndex, principal: str, draft: Draft, vector: Any
@@ -455,23 +477,22 @@ class MemoryBook:
         vector = self._vector(query)
         index = self.index()
         n = max(CANDIDATES, 10 * k)
-        fused: dict[int, float] = {}
-        for rank, (mid, dist) in enumerate(index.semantic(principals, vector, n)):
-            if dist <= SEMANTIC_CEILING:
-                fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
-        for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
-            fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
-        for rank, mid in enumerate(index.rare(principals, query)):
-            fused[mid] = fused.get(mid, 0.0) + RARE_WEIGHT / (RRF_K + rank + 1)
-        ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+        fused = fusion.fuse(
+            index.semantic(principals, vector, n),
+            index.keyword(principals, query, n),
+            index.rare(principals, query),
+        )
+        step = FETCH_FACTOR * k
+        head = sorted(fused, key=lambda m: -fused[m])[: max(HEAD, step)]
+        found = self.store.many([*head, *fusion.neighbours(head)])
+        scores = fusion.lift(fused, head, found, query)
+        ranked = sorted(scores.items(), key=lambda kv: -kv[1])
         out: list[Recalled] = []
         # Rows are read in rank order, a few more than k at a time: filters that drop many
-        # read further, an unfiltered recall reads one small batch.
-        found: dict[int, Memory] = {}
-        step = FETCH_FACTOR * k
+        # read further, an unfiltered recall reads what the head read.
         for pos, (mid, score) in enumerate(ranked):
-            if pos % step == 0:
-                found = self.store.many(m for m, _ in ranked[pos : pos + step])
+            if mid not in found:
+                found.update(self.store.many(m for m, _ in ranked[pos : pos + step]))
             memory = found.get(mid)
             if memory is None or memory.principal not in principals:
                 continue
@@ -485,9 +506,7 @@ class MemoryBook:
                 tags=tags,
             ):
                 continue
-            # 1.0: first in the meaning's and the words' lists
-            best = (1.0 + KEYWORD_WEIGHT) / (RRF_K + 1)
-            out.append(Recalled(memory=memory, score=round(min(1.0, score / best), 4)))
+            out.append(Recalled(memory=memory, score=round(min(1.0, score / fusion.BEST), 4)))
             if len(out) >= k:
                 break
         return out
