@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from chalie.ability import Ability
+from chalie.memory import when
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Draft, Kind, Names, Provenance, Text
 from chalie.memory.turns import TurnMemory
@@ -33,7 +34,8 @@ class MemoryParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     query: Text | None = None
     # store: where it holds; recall: only memories about this place
     location: Short | None = None
-    # store: when (ISO date); recall: only memories from then (a prefix: 2026-06)
+    # store: when it happened (2026-06-02, yesterday); recall: only memories from then
+    # (2026-06-02, 2026-06, 2026, 2026-03..2026-05, last week, in March)
     time: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     people: Names | None = None
     kind: Kind | None = None
@@ -46,11 +48,28 @@ DEFAULT_K = 5
 LIST_LIMIT = 20
 
 
-def _period(time: str | None) -> tuple[str | None, str | None]:
-    """A recall's ``time``: a date or a prefix of one (2026, 2026-06) names a period."""
+def _period(time: str | None, desk: TurnMemory) -> tuple[str | None, str | None]:
+    """A recall's ``time`` as (since, until), relative words read in the person's zone."""
     if not time:
         return None, None
-    return time, time
+    try:
+        return when.period(time, desk.now())
+    except when.TimeError as exc:
+        raise _bad_time(exc) from None
+
+
+def _happened(time: str | None, desk: TurnMemory) -> str | None:
+    """A store's or an update's ``time``: when it happened, in the person's zone."""
+    if not time:
+        return None
+    try:
+        return when.happened(time, desk.now())
+    except when.TimeError as exc:
+        raise _bad_time(exc) from None
+
+
+def _bad_time(exc: when.TimeError) -> MemoryRequestError:
+    return MemoryRequestError("invalid-param", str(exc), hint=when.HINT, param="time")
 
 
 def _failed(exc: MemoryRequestError, action: str) -> ToolResult:
@@ -114,7 +133,7 @@ class MemoryTool(Ability):
         book = desk.book
         readable = desk.readable(self.context)
         if p.action == "recall":
-            since, until = _period(p.time)
+            since, until = _period(p.time, desk)
             hits = book.recall(
                 readable,
                 query=p.query,
@@ -124,6 +143,7 @@ class MemoryTool(Ability):
                 until=until,
                 kind=p.kind,
                 k=DEFAULT_K,
+                tz=desk.zone,
             )
             return ToolResult.success(
                 {"memories": [{**h.memory.shown(), "score": h.score} for h in hits]},
@@ -149,7 +169,7 @@ class MemoryTool(Ability):
                     text=p.text,
                     kind=p.kind or "fact",
                     place=p.location,
-                    time=p.time,
+                    time=_happened(p.time, desk),
                     people=tuple(p.people or ()),
                     skill=p.skill,
                 ),
@@ -172,6 +192,8 @@ class MemoryTool(Ability):
         }
         if p.location is not None:
             changes["place"] = p.location
+        if p.time is not None:
+            changes["time"] = _happened(p.time, desk)
         if not changes:
             raise MemoryRequestError(
                 "missing-params",

@@ -36,7 +36,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.discovery.embedder import Embedder
-from chalie.memory import fusion
+from chalie.memory import fusion, when
 from chalie.memory.index import MemoryIndex
 from chalie.memory.records import (
     KINDS,
@@ -111,21 +111,20 @@ def _names(values: Iterable[str], name: str) -> tuple[str, ...]:
 
 
 def check_time(value: str | None, name: str = "time") -> str | None:
-    """An ISO 8601 date or date-time, normalised; anything else is an invalid-param."""
+    """An ISO 8601 date or date-time, or a month (2026-11) or a year (2026), normalised;
+    anything else is an invalid-param naming ``name``."""
     value = _clean(value, name, 64)
     if value is None:
         return None
-    try:
-        if len(value) == 10:
-            return dt.date.fromisoformat(value).isoformat()
-        return dt.datetime.fromisoformat(value).isoformat(timespec="minutes")
-    except ValueError:
+    found = when.iso(value)
+    if found is None:
         raise MemoryRequestError(
             "invalid-param",
-            f"{name} {value[:40]!r} is not an ISO 8601 date or date-time.",
-            hint=f"pass {name} like 2026-05-01 or 2026-05-01T18:30.",
+            f"{name} {value[:40]!r} is not an ISO 8601 date, month or year.",
+            hint=f"pass {name} like 2026-05-01, 2026-05-01T18:30, 2026-05 or 2026.",
             param=name,
-        ) from None
+        )
+    return found
 
 
 def check_draft(draft: Draft) -> Draft:
@@ -145,6 +144,12 @@ def check_draft(draft: Draft) -> Draft:
     )
 
 
+def _offset(tz: dt.tzinfo, now: float) -> int:
+    """The zone's offset from UTC at ``now``, in seconds."""
+    delta = dt.datetime.fromtimestamp(now, tz).utcoffset()
+    return int(delta.total_seconds()) if delta is not None else 0
+
+
 def _check_source(who: Provenance) -> None:
     if who.source not in SOURCES:
         raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
@@ -154,10 +159,11 @@ def _negations(text: str) -> frozenset[str]:
     return NEGATIONS.intersection(_WORDS.findall(text.lower()))
 
 
-def _when(memory: Memory) -> str:
+def _when(memory: Memory, tz: dt.tzinfo = dt.UTC) -> str:
+    """When it happened: its ``time``, else when it was stored (in the person's zone)."""
     if memory.time:
         return memory.time
-    return dt.datetime.fromtimestamp(memory.created, dt.UTC).isoformat(timespec="minutes")
+    return dt.datetime.fromtimestamp(memory.created, tz).isoformat(timespec="minutes")
 
 
 def _matches(
@@ -169,6 +175,7 @@ def _matches(
     until: str | None,
     kind: str | None,
     tags: Sequence[str],
+    tz: dt.tzinfo = dt.UTC,
 ) -> bool:
     if place and (not memory.place or place.casefold() not in memory.place.casefold()):
         # a place also matches when the text names it ("dinner in Lisbon")
@@ -183,10 +190,10 @@ def _matches(
         return False
     if tags and not {t.casefold() for t in tags} & {t.casefold() for t in memory.tags}:
         return False
-    when = _when(memory)
-    if since and when[: len(since)] < since:
+    at = _when(memory, tz)
+    if since and at[: len(since)] < since[: len(at)]:
         return False
-    return not (until and when[: len(until)] > until)
+    return not (until and at[: len(until)] > until)
 
 
 class MemoryBook:
@@ -451,28 +458,49 @@ class MemoryBook:
         kind: Kind | None = None,
         tags: Sequence[str] = (),
         k: int = 5,
+        tz: dt.tzinfo = dt.UTC,
     ) -> list[Recalled]:
+        """The k memories that best answer ``query``, among those matching the filters.
+
+        ``since``/``until``: inclusive ISO prefixes of when the memory happened (its
+        ``time``, else when it was stored, in ``tz``). Without a query, the memories of
+        the place or the period, the latest first."""
         query = _clean(query, "query", MAX_TEXT)
         location = _clean(location, "location")
-        if query is None and location is None:
+        since, until = check_time(since, "since"), check_time(until, "until")
+        if query is None and location is None and since is None and until is None:
             raise MemoryRequestError(
                 "no-query-or-location",
+                # the seed's envelope, byte for byte (a time alone also recalls)
                 "recall requires either a query or a location.",
                 hint="pass query= to search by topic, or location= to filter by place.",
             )
-        since, until = check_time(since, "since"), check_time(until, "until")
         k = max(1, min(int(k), MAX_K))
         people = _names(people, "people")
         if query is None:
-            assert location is not None
-            rows = self.store.recent(principals, 10 * k + 100, place=location)
+            rows = self.store.recent(
+                principals,
+                10 * k + 100,
+                place=location,
+                since=since,
+                until=until,
+                offset=_offset(tz, self._clock()),
+            )
             hits = [
                 m
                 for m in rows
                 if _matches(
-                    m, place=None, people=people, since=since, until=until, kind=kind, tags=tags
+                    m,
+                    place=None,
+                    people=people,
+                    since=since,
+                    until=until,
+                    kind=kind,
+                    tags=tags,
+                    tz=tz,
                 )
             ]
+            hits.sort(key=lambda m: _when(m, tz), reverse=True)
             return [Recalled(memory=m, score=1.0) for m in hits[:k]]
         vector = self._vector(query)
         index = self.index()
@@ -504,6 +532,7 @@ class MemoryBook:
                 until=until,
                 kind=kind,
                 tags=tags,
+                tz=tz,
             ):
                 continue
             out.append(Recalled(memory=memory, score=round(min(1.0, score / fusion.BEST), 4)))

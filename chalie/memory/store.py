@@ -220,8 +220,13 @@ class MemoryStore(Store):
         place: str | None = None,
         skill: str | None = None,
         linked: bool = False,
+        since: str | None = None,
+        until: str | None = None,
+        offset: int = 0,
     ) -> list[Memory]:
-        """Newest first; ``None`` principals: everyone's (the operator's view)."""
+        """Newest first; ``None`` principals: everyone's (the operator's view). ``since`` and
+        ``until``: inclusive ISO prefixes of when it happened (``at``, else when it was
+        stored, ``offset`` seconds from UTC)."""
         where, args = ["1 = 1"], []  # type: list[str], list[Any]
         if principals is not None:
             where.append(f"principal IN ({','.join('?' * len(principals))})")
@@ -235,6 +240,14 @@ class MemoryStore(Store):
             args.append(skill)
         elif linked:
             where.append("skill IS NOT NULL")
+        happened = "COALESCE(at, strftime('%Y-%m-%dT%H:%M', created, 'unixepoch', ?))"
+        shift = f"{offset:+d} seconds"
+        if since:
+            where.append(f"substr({happened}, 1, ?) >= ?")
+            args += [shift, len(since), since]
+        if until:
+            where.append(f"substr({happened}, 1, ?) <= ?")
+            args += [shift, len(until), until]
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} "

@@ -224,6 +224,7 @@ def _ranked(
         ids = {t.key: m.id for t, (m, _) in zip(conv.turns, stored, strict=True)}
         row_ids = np.array([ids[t.key] for t in conv.turns])
         index = book.index()
+        index.flush()  # the steady state: every memory in Tantivy, none in the tail
         for q in conv.questions:
             answers = {ids[a] for a in q.answers}
             qv = embedder.embed([q.text])[0]

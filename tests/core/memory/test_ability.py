@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,15 @@ class PageReader(Ability):
 
 
 class Rig:
-    def __init__(self, home: Path, embedder: Embedder, readers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        home: Path,
+        embedder: Embedder,
+        readers: tuple[str, ...] = (),
+        *,
+        zone: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.db = home / "chalie.db"
         self.registry = Registry()
         self.registry.add(MemoryTool, source="builtin")
@@ -64,7 +74,7 @@ class Rig:
         self.events = self.bus.subscribe_queue(None)
         self.policy = PolicyActor.start(self.db, self.bus, approval_expiry=60)
         self.book = MemoryBook(MemoryStore(self.db), embedder, home / "index" / "memory")
-        self.desk = TurnMemory(self.book, self.db, owner_readers=readers)
+        self.desk = TurnMemory(self.book, self.db, owner_readers=readers, zone=zone, clock=clock)
         self.services = Services(memory=self.desk)
         self.conversations = ConversationStore(self.db)
         self.ref = DispatcherActor.start(
@@ -283,3 +293,68 @@ def test_a_turns_principal_keys_its_memories_by_token_id_not_name() -> None:
     # the owner's allow-list names tokens: it is read with the principal's name
     assert readable_by("agent:tok_new", ("builder",), "builder") == ("agent:tok_new", OWNER)
     assert readable_by("agent:tok_new", ("someone",), "builder") == ("agent:tok_new",)
+
+
+# Monday 7 December 2026, 12:30 in Auckland (UTC+13); still Sunday 6 December in UTC.
+SUNDAY_NIGHT_UTC = dt.datetime(2026, 12, 6, 23, 30, tzinfo=dt.UTC).timestamp()
+
+
+@pytest.fixture
+def auckland(tmp_path: Path, embedder: Embedder) -> Iterator[Rig]:
+    r = Rig(tmp_path, embedder, zone="Pacific/Auckland", clock=lambda: SUNDAY_NIGHT_UTC)
+    yield r
+    r.close()
+    pykka.ActorRegistry.stop_all()
+
+
+def recalled(rig: Rig, **args: Any) -> list[str]:
+    outcome = rig.run({"action": "recall", **args})
+    assert outcome.status == "success", outcome.envelope
+    return sorted(m["text"] for m in body(outcome)["memories"])
+
+
+def test_recall_by_day_month_year_and_range(rig: Rig) -> None:
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "memory.store")
+    for text, when in (
+        ("Dinner at the harbour with Anna", "2026-11-05"),
+        ("Dinner at the castle with Marco", "2026-11-20T19:30"),
+        ("Dinner on the beach with Leila", "2026-03-10"),
+        ("Dinner at home on new year's eve", "2025-12-31"),
+    ):
+        assert rig.run({"action": "store", "text": text, "time": when}).status == "success"
+    assert recalled(rig, query="dinner", time="2026-11") == [
+        "Dinner at the castle with Marco",
+        "Dinner at the harbour with Anna",
+    ]
+    assert len(recalled(rig, query="dinner", time="2026")) == 3
+    assert recalled(rig, query="dinner", time="2026-11-05") == ["Dinner at the harbour with Anna"]
+    assert recalled(rig, query="dinner", time="2026-03..2026-11-10") == [
+        "Dinner at the harbour with Anna",
+        "Dinner on the beach with Leila",
+    ]
+    # a period alone recalls what happened in it
+    assert recalled(rig, time="2025") == ["Dinner at home on new year's eve"]
+
+
+def test_a_bad_time_is_an_error_about_time_not_since(rig: Rig) -> None:
+    outcome = rig.run({"action": "recall", "query": "dinner", "time": "soonish"})
+    assert (outcome.status, outcome.code) == ("error", "invalid-param")
+    assert "since" not in outcome.envelope
+    assert "time 'soonish'" in outcome.envelope and "last week" in outcome.envelope
+
+
+def test_relative_times_are_read_in_the_persons_zone(auckland: Rig) -> None:
+    rig = auckland
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "memory.store")
+    stored = body(
+        rig.run({"action": "store", "text": "Ran 10 km by the river", "time": "yesterday"})
+    )
+    # Monday in Auckland: yesterday is Sunday the 6th (in UTC it would be the 5th)
+    assert stored["stored"]["time"] == "2026-12-06"
+    rig.run({"action": "store", "text": "Ran 5 km in the park", "time": "2026-11-28"})
+    assert recalled(rig, query="running", time="last week") == ["Ran 10 km by the river"]
+    assert recalled(rig, query="running", time="yesterday") == ["Ran 10 km by the river"]
+    assert recalled(rig, query="running", time="in November") == ["Ran 5 km in the park"]
+    assert recalled(rig, query="running", time="this week") == []
