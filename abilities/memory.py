@@ -16,7 +16,7 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.memory import when
-from chalie.memory.book import MemoryRequestError
+from chalie.memory.book import FORGET_GRACE, MemoryRequestError
 from chalie.memory.records import Draft, Kind, Names, Provenance, Text
 from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
@@ -42,6 +42,8 @@ class MemoryParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     # store: the playbook a preference is for (find_skills returns it as a rule)
     skill: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     id: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    # store: the id of a memory this one replaces ("moved to Lisbon" after "live in Porto")
+    supersedes: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 DEFAULT_K = 5
@@ -174,6 +176,7 @@ class MemoryTool(Ability):
                     skill=p.skill,
                 ),
                 who,
+                supersedes=p.supersedes,
             )
             return ToolResult.success(
                 {"stored": memory.shown(), "merged_with_existing": merged},
@@ -183,7 +186,8 @@ class MemoryTool(Ability):
         if p.action == "forget":
             gone = book.forget((principal,), p.id)
             return ToolResult.success(
-                {"forgotten": gone.shown()}, meta={"action": "forget", "id": gone.id}
+                {"forgotten": gone.shown(), "restorable_for_days": int(FORGET_GRACE // 86400)},
+                meta={"action": "forget", "id": gone.id},
             )
         changes: dict[str, Any] = {
             name: getattr(p, name)

@@ -55,8 +55,12 @@ from chalie.memory.whose import OWNER, is_agent
 
 log = logging.getLogger("chalie.memory")
 
-# A new memory this close to one of the same principal and kind is the same memory.
+# A new memory this close to one of the same principal and kind, saying it in the same
+# words (case, punctuation and order aside), is the same memory: merged. Close in meaning
+# but in other words ("locker 212" and "locker 213") is another memory: both are kept.
 NEAR_DUPLICATE: Final = 0.07
+# A forgotten memory stays restorable this long, then is purged (no trace is left).
+FORGET_GRACE: Final = 30 * 86400.0
 CANDIDATES: Final = 50
 # The fused head whose rows the lift reads (chalie.memory.fusion.lift).
 HEAD: Final = 30
@@ -68,9 +72,6 @@ VECTOR_CACHE: Final = 512
 FETCH_FACTOR: Final = 4
 # Texts embedded together by a batch import.
 IMPORT_BATCH: Final = 256
-NEGATIONS: Final = frozenset(
-    {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
-)
 _WORDS: Final = re.compile(r"[a-z0-9]+")
 
 
@@ -155,8 +156,9 @@ def _check_source(who: Provenance) -> None:
         raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
 
 
-def _negations(text: str) -> frozenset[str]:
-    return NEGATIONS.intersection(_WORDS.findall(text.lower()))
+def _same_words(a: str, b: str) -> bool:
+    """The same words, case, punctuation and order aside (a negation is a word too)."""
+    return frozenset(_WORDS.findall(a.lower())) == frozenset(_WORDS.findall(b.lower()))
 
 
 def _when(memory: Memory, tz: dt.tzinfo = dt.UTC) -> str:
@@ -288,13 +290,20 @@ class MemoryBook:
                 self._vectors.popitem(last=False)
         return vector
 
-    def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
-        """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
+    def store_memory(
+        self, draft: Draft, who: Provenance, *, supersedes: int | None = None
+    ) -> tuple[Memory, bool]:
+        """Store a memory, or merge it into a near-duplicate; (the memory, merged?).
+        ``supersedes``: a memory of the same principal this one replaces (it becomes past)."""
         draft = check_draft(draft)
         _check_source(who)
         vector = self._vector(draft.text)
         with self._lock:
-            return self._put(self.index(), draft, who, vector, self._clock())
+            old = None if supersedes is None else self._owned((who.principal,), supersedes)
+            memory, merged = self._put(self.index(), draft, who, vector, self._clock())
+            if old is not None and old.id != memory.id:
+                self.store.supersede(old.id, memory.id)
+            return memory, merged
 
     def store_many(
         self, drafts: Sequence[Draft], who: Provenance, vectors: Any = None
@@ -373,14 +382,15 @@ class MemoryBook:
             if (
                 twin is not None
                 and twin.kind == draft.kind
-                and _negations(twin.text) == _negations(draft.text)
+                and twin.forgotten is None
+                and _same_words(twin.text, draft.text)
             ):
                 return twin
         return None
 
     def _owned(self, principals: Sequence[str], memory_id: int) -> Memory:
         memory = self.store.get(memory_id)
-        if memory is None or memory.principal not in principals:
+        if memory is None or memory.principal not in principals or memory.forgotten is not None:
             raise MemoryRequestError(
                 "memory-not-found",
                 f"no memory {memory_id} is yours to change.",
@@ -423,11 +433,48 @@ class MemoryBook:
             return updated
 
     def forget(self, principals: Sequence[str], memory_id: int) -> Memory:
+        """Set a memory apart: recalled no more, restorable for :data:`FORGET_GRACE`, then
+        purged. Its id is never given to another memory."""
         with self._lock:
             memory = self._owned(principals, memory_id)
-            self.store.delete(memory_id)
+            now = self._clock()
+            self.store.forget(memory_id, now)
             self.index().remove(memory)
-            return memory
+            self.purge()
+            return msgspec.structs.replace(memory, forgotten=now)
+
+    def restore(self, principals: Sequence[str] | None, memory_id: int) -> Memory:
+        """Bring a forgotten memory back (recallable again, with its id)."""
+        with self._lock:
+            memory = self.store.get(memory_id)
+            if (
+                memory is None
+                or memory.forgotten is None
+                or (principals is not None and memory.principal not in principals)
+            ):
+                raise MemoryRequestError(
+                    "memory-not-found",
+                    f"no forgotten memory {memory_id} to restore.",
+                    hint="list the forgotten memories to find the id.",
+                    param="id",
+                )
+            self.store.restore(memory_id)
+            restored = msgspec.structs.replace(memory, forgotten=None)
+            vector = self.store.vector(memory_id, self.embedder.model_id, self.embedder.dim)
+            if vector is None:
+                vector = self._vector(memory.text)
+                self.store.replace(restored, self.embedder.model_id, vector)
+            self.index().add([(restored, vector)])
+            return restored
+
+    def forgotten(self, principals: Sequence[str] | None, limit: int = 50) -> list[Memory]:
+        """The forgotten memories still restorable, the latest forgotten first."""
+        self.purge()
+        return self.store.forgotten(principals, max(1, min(limit, 1000)))
+
+    def purge(self) -> list[int]:
+        """Remove for good what was forgotten more than :data:`FORGET_GRACE` ago."""
+        return self.store.purge(self._clock() - FORGET_GRACE)
 
     def promote(self, memory_id: int) -> Memory:
         """Make an agent's memory the owner's (the owner's decision, from the CLI)."""
@@ -522,7 +569,7 @@ class MemoryBook:
             if mid not in found:
                 found.update(self.store.many(m for m, _ in ranked[pos : pos + step]))
             memory = found.get(mid)
-            if memory is None or memory.principal not in principals:
+            if memory is None or memory.principal not in principals or memory.forgotten:
                 continue
             if not _matches(
                 memory,

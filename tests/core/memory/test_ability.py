@@ -189,7 +189,11 @@ def test_forget_is_its_own_permission_and_asks_on_chat(rig: Rig) -> None:
     assert rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
     outcome = pending.result(20)
     assert outcome.status == "success"
-    assert rig.book.get(mid) is None
+    # set apart: recalled no more, restorable for a while (chalie memory restore)
+    gone = rig.book.get(mid)
+    assert gone is not None and gone.forgotten is not None
+    assert body(outcome)["restorable_for_days"] == 30
+    assert rig.book.recall(["owner"], query="locker number") == []
 
 
 def test_an_agent_stores_and_recalls_apart_from_the_owner(rig: Rig) -> None:
