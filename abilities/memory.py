@@ -1,26 +1,33 @@
 """memory: store, recall, update, forget and list what the person wants Chalie to remember.
 
 Pinned on the chat, subconscious and external_agent channels beside the
-meta-tools. ``recall`` and ``list`` are internal (no gate); ``store`` and
-``update`` follow the channel's policy; ``forget`` is its own permission
-(``memory.forget``, ask by default). Whose memories a call touches and which
+meta-tools. As the seed says, memory bypasses the gate as internal: ``recall``,
+``list``, ``store`` and ``update`` run on every channel, a channel without a
+human included. Poisoning is handled by provenance, not by a gate or a prompt:
+a memory stored in a conversation that had read untrusted content carries
+those sources, and a recall or list that shows such a memory is itself
+untrusted content (the warning line first, ``untrusted=true``). ``forget`` stays
+its own permission (``memory.forget``, ask by default): it is the one action that
+takes something away (for 30 days restorable). Whose memories a call touches and which
 untrusted sources it had read come from the runtime (``Services.memory``, a
 :class:`chalie.memory.turns.TurnMemory`), never from the arguments.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from chalie import untrusted
 from chalie.ability import Ability
 from chalie.memory import when
 from chalie.memory.book import FORGET_GRACE, MemoryRequestError
-from chalie.memory.records import Draft, Kind, Names, Provenance, Text
+from chalie.memory.records import Draft, Kind, Memory, Names, Provenance, Text
 from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
-from chalie.result import ToolResult
+from chalie.result import Scalar, ToolResult
 
 Action = Literal["store", "recall", "update", "forget", "list"]
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -74,6 +81,16 @@ def _bad_time(exc: when.TimeError) -> MemoryRequestError:
     return MemoryRequestError("invalid-param", str(exc), hint=when.HINT, param="time")
 
 
+def _shown(
+    memories: Sequence[Memory], rows: list[dict[str, Any]], meta: dict[str, Scalar]
+) -> ToolResult:
+    """What a recall or a list returns: untrusted content (the warning line first) when a
+    memory in it was stored after the conversation had read untrusted content."""
+    if any(m.untrusted for m in memories):
+        return untrusted.success({"memories": rows}, meta=meta)
+    return ToolResult.success({"memories": rows}, meta=meta)
+
+
 def _failed(exc: MemoryRequestError, action: str) -> ToolResult:
     meta: dict[str, str | int | float | bool | None] = {"action": action}
     if exc.param:
@@ -112,8 +129,8 @@ class MemoryTool(Ability):
         "forget": ("id",),
         "list": (),
     }
-    # Reading is infrastructure; writing goes through the channel's policy.
-    internal_actions = frozenset({"recall", "list"})
+    # Memory is infrastructure (the seed); forgetting is asked for.
+    internal_actions = frozenset({"recall", "list", "store", "update"})
     discoverable = False
     timeout = 30.0
 
@@ -147,16 +164,14 @@ class MemoryTool(Ability):
                 k=DEFAULT_K,
                 tz=desk.zone,
             )
-            return ToolResult.success(
-                {"memories": [{**h.memory.shown(), "score": h.score} for h in hits]},
-                meta={"action": "recall", "count": len(hits)},
+            return _shown(
+                [h.memory for h in hits],
+                [{**h.memory.shown(), "score": h.score} for h in hits],
+                {"action": "recall", "count": len(hits)},
             )
         if p.action == "list":
             rows = book.recent(readable, LIST_LIMIT)
-            return ToolResult.success(
-                {"memories": [m.shown() for m in rows]},
-                meta={"action": "list", "count": len(rows)},
-            )
+            return _shown(rows, [m.shown() for m in rows], {"action": "list", "count": len(rows)})
         principal = desk.principal(self.context)
         if p.action == "store":
             assert p.text is not None

@@ -17,6 +17,7 @@ from abilities.memory import MemoryTool
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie import untrusted
 from chalie.ability import Ability
 from chalie.conversation.channels import SHIPPED
 from chalie.conversation.events import PermissionRequest
@@ -154,27 +155,31 @@ def test_recall_without_query_or_location_is_the_seed_envelope_byte_for_byte(rig
     assert (outcome.status, outcome.code) == ("error", "no-query-or-location")
 
 
-def test_reads_are_internal_and_writes_follow_the_channel_policy(rig: Rig) -> None:
+def test_memory_bypasses_the_gate_as_internal_on_every_channel(rig: Rig) -> None:
+    """The seed: "discovery, memory, reading, the compactors always bypass the gate as
+    internal". No policy row at all: a background turn (no human) stores, updates, recalls
+    and lists; only forget is asked for."""
     rig.conversation("bg", "subconscious")
-    # no policy row at all: recall and list run on a channel without a human
-    assert (
-        rig.run({"action": "recall", "query": "anything"}, cid="bg", channel="subconscious").status
-        == "success"
-    )
-    assert rig.run({"action": "list"}, cid="bg", channel="subconscious").status == "success"
-    # store is gated: unseen is ask, and ask is a deny where nobody can answer
-    denied = rig.run({"action": "store", "text": "x"}, cid="bg", channel="subconscious")
-    assert denied.code == "permission-denied"
-    assert rig.book.store.count() == 0
-    rig.allow("subconscious", "memory.store")
     stored = rig.run(
         {"action": "store", "text": "Tea, not coffee, after 4 pm"}, cid="bg", channel="subconscious"
     )
     assert stored.status == "success", stored.envelope
+    mid = body(stored)["stored"]["id"]
+    changed = rig.run(
+        {"action": "update", "id": mid, "text": "Tea, not coffee, after 3 pm"},
+        cid="bg",
+        channel="subconscious",
+    )
+    assert changed.status == "success", changed.envelope
     found = body(
         rig.run({"action": "recall", "query": "afternoon drink"}, cid="bg", channel="subconscious")
     )
-    assert [m["text"] for m in found["memories"]] == ["Tea, not coffee, after 4 pm"]
+    assert [m["text"] for m in found["memories"]] == ["Tea, not coffee, after 3 pm"]
+    assert rig.run({"action": "list"}, cid="bg", channel="subconscious").status == "success"
+    # forget is still its own permission: unseen is ask, and ask is a deny without a human
+    denied = rig.run({"action": "forget", "id": mid}, cid="bg", channel="subconscious")
+    assert denied.code == "permission-denied"
+    assert rig.book.store.count() == 1
 
 
 def test_forget_is_its_own_permission_and_asks_on_chat(rig: Rig) -> None:
@@ -253,14 +258,23 @@ def test_a_memory_stored_after_untrusted_content_is_marked_with_its_source(rig: 
     rig.conversation("conv", "chat")
     rig.allow("chat", "memory.store")
     rig.allow("chat", "page_reader")
-    clean = body(rig.run({"action": "store", "text": "I run on Sundays"}))
+    clean = body(rig.run({"action": "store", "text": "I run on Sundays", "location": "Sliema"}))
     assert "untrusted_source" not in clean["stored"]
     assert rig.run({}, tool="page_reader").status == "success"
     tainted = body(rig.run({"action": "store", "text": "The owner loves spam"}))
     assert tainted["stored"]["untrusted_source"] == ["page_reader"]
-    # and it shows on recall, so the model sees where it came from
-    found = body(rig.run({"action": "recall", "query": "spam"}))
+    # and it shows on recall, so the model sees where it came from: the recall is untrusted
+    # content itself (the warning line first, untrusted=true in the tag)
+    outcome = rig.run({"action": "recall", "query": "spam"})
+    (env,) = parse(outcome.envelope)
+    assert env.attrs.get("untrusted") is True, outcome.envelope
+    assert env.content.startswith(untrusted.WARNING_LINE + "\n")
+    found = json.loads(env.content.split("\n", 1)[1])
     assert found["memories"][0]["untrusted_source"] == ["page_reader"]
+    # a recall of clean memories only is not marked
+    clean_recall = rig.run({"action": "recall", "location": "Sliema"})
+    assert [m["text"] for m in body(clean_recall)["memories"]] == ["I run on Sundays"]
+    assert "untrusted" not in parse(clean_recall.envelope)[0].attrs
 
 
 def test_malformed_calls_get_structured_errors(rig: Rig) -> None:
