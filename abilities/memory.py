@@ -24,6 +24,7 @@ from chalie import untrusted
 from chalie.ability import Ability
 from chalie.memory import when
 from chalie.memory.book import FORGET_GRACE, MemoryRequestError
+from chalie.memory.fusion import within_budget
 from chalie.memory.records import Draft, Kind, Memory, Names, Provenance, Text
 from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
@@ -53,7 +54,11 @@ class MemoryParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     supersedes: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
+# A recall shows at least DEFAULT_K memories, and up to SHOWN_MOST while the top is flat
+# and their texts fit RECALL_BUDGET tokens (chalie.memory.fusion.within_budget).
 DEFAULT_K = 5
+SHOWN_MOST = 10
+RECALL_BUDGET = 400
 LIST_LIMIT = 20
 
 
@@ -161,9 +166,10 @@ class MemoryTool(Ability):
                 since=since,
                 until=until,
                 kind=p.kind,
-                k=DEFAULT_K,
+                k=SHOWN_MOST,
                 tz=desk.zone,
             )
+            hits = within_budget(hits, DEFAULT_K, RECALL_BUDGET)
             return _shown(
                 [h.memory for h in hits],
                 [{**h.memory.shown(), "score": h.score} for h in hits],

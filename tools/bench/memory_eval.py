@@ -40,9 +40,12 @@ from typing import Any, Final
 
 import numpy as np
 
+from abilities.memory import DEFAULT_K as SHOWN_LEAST
+from abilities.memory import RECALL_BUDGET as SHOWN_BUDGET
 from chalie.discovery.embedder import Embedder
 from chalie.memory.book import MemoryBook
-from chalie.memory.records import Draft, Provenance
+from chalie.memory.fusion import within_budget
+from chalie.memory.records import Draft, Provenance, Recalled
 from chalie.memory.store import MemoryStore
 from chalie.memory.whose import OWNER
 from tools.bench import memory_set
@@ -173,11 +176,11 @@ class Tally:
         return self.hits[name] / max(1, self.n)
 
 
-Recall = Callable[[MemoryBook, str], list[int]]
+Recall = Callable[[MemoryBook, str], list[Recalled]]
 
 
-def hybrid(book: MemoryBook, query: str) -> list[int]:
-    return [h.memory.id for h in book.recall([OWNER], query=query, k=10)]
+def hybrid(book: MemoryBook, query: str) -> list[Recalled]:
+    return book.recall([OWNER], query=query, k=10)
 
 
 def run(
@@ -199,7 +202,11 @@ def run(
                 tally = tallies[name]
                 tally.n += 1
                 for method, (ids, answers) in ranked.items():
-                    tally.add(method, ids, answers)
+                    if method == "shown":
+                        tally.hits["shown any"] += bool(answers & set(ids))
+                        tally.hits["shown count"] += len(ids)
+                    else:
+                        tally.add(method, ids, answers)
     return dict(tallies)
 
 
@@ -230,10 +237,13 @@ def _ranked(
             qv = embedder.embed([q.text])[0]
             order = np.argsort(-(matrix @ qv))
             cosine = list(dict.fromkeys(int(i) for i in row_ids[order[:40]]))[:10]
+            hits = recall(book, q.text)
+            shown = within_budget(hits, SHOWN_LEAST, SHOWN_BUDGET)
             yield (
                 q.kind,
                 {
-                    "hybrid": (recall(book, q.text), answers),
+                    "hybrid": ([h.memory.id for h in hits], answers),
+                    "shown": ([h.memory.id for h in shown], answers),
                     "bm25": ([i for i, _ in index.keyword([OWNER], q.text, 10)], answers),
                     "cosine": (cosine, answers),
                 },
@@ -257,3 +267,9 @@ def report(title: str, tallies: dict[str, Tally]) -> None:
             "".join(f"{t.share(f'{m} {c}'):>7.3f}" for c in COLUMNS)[1:] for m in METHODS
         )
         print(f"   {kind:<14}{t.n:>5} {cells}")
+    t = tallies["all"]
+    print(
+        f"   shown as the memory ability shows a recall (at least {SHOWN_LEAST}, up to 10 "
+        f"while the top is flat, {SHOWN_BUDGET} tokens): any-answer {t.share('shown any'):.3f}, "
+        f"{t.hits['shown count'] / max(1, t.n):.2f} memories a recall"
+    )

@@ -428,3 +428,41 @@ def test_a_newer_fact_supersedes_the_older_which_recall_shows_as_past(book: Memo
     # only one's own memory can be superseded
     with pytest.raises(MemoryRequestError):
         book.store_memory(Draft(text="I live in Faro"), AGENT, supersedes=lisbon.id)
+
+
+def test_the_keyword_ranking_is_the_same_before_and_after_indexing(book: MemoryBook) -> None:
+    """A burst of stores waits in the in-memory tail for up to a second before Tantivy
+    holds it: its memories are ranked by the same BM25 meanwhile, not put first."""
+    import random
+
+    rng = random.Random(4)
+    vocabulary = (
+        "garden invoice flight dentist piano kitchen passport bike harbour opera ladder "
+        "tent camera cello rowing judo oboe lawyer nurse bakery Lisbon Oslo Kyoto Porto"
+    ).split()
+
+    def note(i: int) -> Draft:
+        words = rng.sample(vocabulary, rng.randint(2, 9))
+        return Draft(text=f"Note {i}: " + " ".join(words))
+
+    book.store_many([note(i) for i in range(400)], ME)
+    index = book.index()
+    index.flush()
+    book.store_many([note(400 + i) for i in range(60)], ME)  # the burst: in the tail
+    queries = ["garden invoice", "the dentist in Lisbon", "passport flight camera", "piano"]
+    before = {q: index.keyword([OWNER], q, 10) for q in queries}
+    assert index.stats()["text_tail"] == 60
+    index.flush()
+    after = {q: index.keyword([OWNER], q, 10) for q in queries}
+    assert index.stats()["text_tail"] == 0
+    seen = 0
+    for q in queries:
+        was, now = dict(before[q]), dict(after[q])
+        # the same scores in the same places, within what the tail's own words change in
+        # the statistics (a tie may fall either way)
+        pairs = zip(before[q], after[q], strict=True)
+        assert all(abs(b - a) < 0.05 * a for (_, b), (_, a) in pairs), (before[q], after[q])
+        for m in (m for m in now if m > 400):  # the burst's memories, scored alike
+            seen += 1
+            assert m in was and abs(was[m] - now[m]) < 0.05 * now[m], (q, m)
+    assert seen >= 3
