@@ -24,6 +24,7 @@ are applied.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import re
 import threading
@@ -149,6 +150,30 @@ def _offset(tz: dt.tzinfo, now: float) -> int:
     """The zone's offset from UTC at ``now``, in seconds."""
     delta = dt.datetime.fromtimestamp(now, tz).utcoffset()
     return int(delta.total_seconds()) if delta is not None else 0
+
+
+def _imported(row: Any) -> tuple[Draft, Provenance]:
+    """An exported row as a checked draft and its provenance (a bad row raises)."""
+    if not isinstance(row, Mapping):
+        raise MemoryRequestError("invalid-param", "a row is not an object")
+    if not isinstance(row.get("text"), str):
+        raise MemoryRequestError("invalid-param", "a row's text is not a string")
+    draft = check_draft(
+        Draft(
+            text=str(row.get("text", "")),
+            kind=row.get("kind", "fact") if row.get("kind") in KINDS else "fact",
+            place=row.get("place") if isinstance(row.get("place"), str) else None,
+            time=row.get("time") if isinstance(row.get("time"), str) else None,
+            people=tuple(str(p) for p in row.get("people") or () if isinstance(p, str)),
+            tags=tuple(str(t) for t in row.get("tags") or () if isinstance(t, str)),
+            skill=row.get("skill") if isinstance(row.get("skill"), str) else None,
+        )
+    )
+    principal = row.get("principal", OWNER)
+    if not isinstance(principal, str) or not (principal == OWNER or is_agent(principal)):
+        principal = OWNER
+    untrusted = tuple(str(u) for u in row.get("untrusted") or () if isinstance(u, str))
+    return draft, Provenance(principal=principal, source="import", untrusted=untrusted)
 
 
 def _check_source(who: Provenance) -> None:
@@ -612,36 +637,27 @@ class MemoryBook:
                 yield msgspec.to_builtins(memory)
 
     def import_rows(self, rows: Iterable[Any]) -> dict[str, int]:
-        """Store exported rows (new ids; near-duplicates merge); bad rows are counted, not fatal."""
+        """Store exported rows (new ids; near-duplicates merge), embedded in batches; bad
+        rows are counted, not fatal."""
         stored = merged = bad = 0
+        batch: list[tuple[Draft, Provenance]] = []
+
+        def flush() -> None:
+            nonlocal stored, merged
+            for who, group in itertools.groupby(batch, key=lambda it: it[1]):
+                for _, was_merged in self.store_many([d for d, _ in group], who):
+                    merged += was_merged
+                    stored += not was_merged
+            batch.clear()
+
         for row in rows:
             try:
-                if not isinstance(row, Mapping):
-                    raise MemoryRequestError("invalid-param", "a row is not an object")
-                if not isinstance(row.get("text"), str):
-                    raise MemoryRequestError("invalid-param", "a row's text is not a string")
-                draft = Draft(
-                    text=str(row.get("text", "")),
-                    kind=row.get("kind", "fact") if row.get("kind") in KINDS else "fact",
-                    place=row.get("place") if isinstance(row.get("place"), str) else None,
-                    time=row.get("time") if isinstance(row.get("time"), str) else None,
-                    people=tuple(str(p) for p in row.get("people") or () if isinstance(p, str)),
-                    tags=tuple(str(t) for t in row.get("tags") or () if isinstance(t, str)),
-                    skill=row.get("skill") if isinstance(row.get("skill"), str) else None,
-                )
-                principal = row.get("principal", OWNER)
-                if not isinstance(principal, str) or not (
-                    principal == OWNER or is_agent(principal)
-                ):
-                    principal = OWNER
-                untrusted = tuple(str(u) for u in row.get("untrusted") or () if isinstance(u, str))
-                _, was_merged = self.store_memory(
-                    draft, Provenance(principal=principal, source="import", untrusted=untrusted)
-                )
-                merged += was_merged
-                stored += not was_merged
+                batch.append(_imported(row))
             except (MemoryRequestError, TypeError, ValueError):
                 bad += 1
+            if len(batch) >= IMPORT_BATCH:
+                flush()
+        flush()
         return {"stored": stored, "merged": merged, "rejected": bad}
 
     def status(self) -> dict[str, Any]:
