@@ -64,7 +64,7 @@ NEAR_DUPLICATE: Final = 0.07
 FORGET_GRACE: Final = 30 * 86400.0
 CANDIDATES: Final = 50
 # The fused head whose rows the lift reads (chalie.memory.fusion.lift).
-HEAD: Final = 30
+HEAD: Final = 20
 MAX_K: Final = 50
 # Recent texts' vectors (a recall right after a store of the same words, a query asked
 # again): ~1.5 KB each. The embedding is most of a recall's CPU.

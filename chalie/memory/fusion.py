@@ -3,7 +3,8 @@ the memories say about themselves. Pure functions over ids, scores and memories.
 
 1. :func:`fuse`: weighted reciprocal-rank fusion of the three lists. The constant is small
    (:data:`RRF_K`) so the top of each list counts: a memory one side is sure of (its first
-   or second) is not pushed out by the other side's middle.
+   or second) is not pushed out by the other side's middle; and the keyword side's first,
+   when its score stands well above the second's, weighs more (:data:`CONFIDENT`).
 2. :func:`lift`: over the fused head, a memory about a person the query names
    (``people``) weighs more (:data:`PERSON_LIFT`), and the memory said right after a
    strong hit in the same conversation (the answer to the question that matched, the
@@ -34,6 +35,11 @@ KEYWORD_WEIGHT: Final = 0.75
 # The memories holding a rare word of the query (a name, a code: chalie.memory.index.rare)
 # are a third list, weighing as much as the meaning.
 RARE_WEIGHT: Final = 1.0
+# A confident keyword side wins: the keyword list's first weighs more by CONFIDENT times how
+# far its BM25 score stands above the second's (s1 / s2 - 1). LoCoMo-tune any@5 0.698 ->
+# 0.714, any@10 0.780 -> 0.787; our set unchanged. (The same for the semantic side's first,
+# by its distance gap, lost on LoCoMo-tune and is not done.)
+CONFIDENT: Final = 2.0
 # A semantic neighbour further than this (cosine distance) is noise, not a candidate.
 SEMANTIC_CEILING: Final = 0.85
 # A memory about a person the query names: its score times 1 + PERSON_LIFT.
@@ -62,8 +68,12 @@ def fuse(
     for rank, (mid, dist) in enumerate(semantic):
         if dist <= SEMANTIC_CEILING:
             fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
-    for rank, (mid, _score) in enumerate(keyword):
-        fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
+    words = list(keyword)
+    for rank, (mid, _score) in enumerate(words):
+        weight = KEYWORD_WEIGHT
+        if rank == 0 and len(words) > 1 and words[1][1] > 0:
+            weight += CONFIDENT * max(0.0, words[0][1] / words[1][1] - 1.0)
+        fused[mid] = fused.get(mid, 0.0) + weight / (RRF_K + rank + 1)
     for rank, mid in enumerate(rare):
         fused[mid] = fused.get(mid, 0.0) + RARE_WEIGHT / (RRF_K + rank + 1)
     return fused

@@ -59,6 +59,11 @@ _ADDED: Final = {
 LIVE: Final = "forgotten IS NULL"
 
 
+def _names(column: str) -> tuple[str, ...]:
+    """A JSON list column (most are empty: no decoding for those)."""
+    return () if column == "[]" else tuple(json.loads(column))
+
+
 def _row(r: Sequence[Any]) -> Memory:
     kind: Kind = r[2] if r[2] in KINDS else "fact"
     source: Source = r[9] if r[9] in SOURCES else "person"
@@ -69,11 +74,11 @@ def _row(r: Sequence[Any]) -> Memory:
         text=str(r[3]),
         place=r[4],
         time=r[5],
-        people=tuple(json.loads(r[6])),
-        tags=tuple(json.loads(r[7])),
+        people=_names(r[6]),
+        tags=_names(r[7]),
         skill=r[8],
         source=source,
-        untrusted=tuple(json.loads(r[10])),
+        untrusted=_names(r[10]),
         conversation_id=r[11],
         created=float(r[12]),
         updated=float(r[13]),
