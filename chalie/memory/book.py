@@ -24,6 +24,7 @@ are applied.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import logging
 import re
@@ -549,6 +550,9 @@ class MemoryBook:
             )
         k = max(1, min(int(k), MAX_K))
         people = _names(people, "people")
+        keep = functools.partial(
+            _matches, people=people, since=since, until=until, kind=kind, tags=tags, tz=tz
+        )
         if query is None:
             rows = self.store.recent(
                 principals,
@@ -558,20 +562,7 @@ class MemoryBook:
                 until=until,
                 offset=_offset(tz, self._clock()),
             )
-            hits = [
-                m
-                for m in rows
-                if _matches(
-                    m,
-                    place=None,
-                    people=people,
-                    since=since,
-                    until=until,
-                    kind=kind,
-                    tags=tags,
-                    tz=tz,
-                )
-            ]
+            hits = [m for m in rows if keep(m, place=None)]
             hits.sort(key=lambda m: _when(m, tz), reverse=True)
             return [Recalled(memory=m, score=1.0) for m in hits[:k]]
         vector = self._vector(query)
@@ -596,16 +587,7 @@ class MemoryBook:
             memory = found.get(mid)
             if memory is None or memory.principal not in principals or memory.forgotten:
                 continue
-            if not _matches(
-                memory,
-                place=location,
-                people=people,
-                since=since,
-                until=until,
-                kind=kind,
-                tags=tags,
-                tz=tz,
-            ):
+            if not keep(memory, place=location):
                 continue
             out.append(Recalled(memory=memory, score=round(min(1.0, score / fusion.BEST), 4)))
             if len(out) >= k:

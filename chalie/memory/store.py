@@ -295,10 +295,7 @@ class MemoryStore(Store):
         """Newest first; ``None`` principals: everyone's (the operator's view). ``since`` and
         ``until``: inclusive ISO prefixes of when it happened (``at``, else when it was
         stored, ``offset`` seconds from UTC)."""
-        where, args = [LIVE], []  # type: list[str], list[Any]
-        if principals is not None:
-            where.append(f"principal IN ({','.join('?' * len(principals))})")
-            args += list(principals)
+        where, args = _whose(principals, LIVE)
         if place:
             # the place field, or the text naming it ("dinner in Lisbon")
             where.append("(place LIKE ? ESCAPE '\\' OR text LIKE ? ESCAPE '\\')")
@@ -334,10 +331,7 @@ class MemoryStore(Store):
 
     def forgotten(self, principals: Sequence[str] | None, limit: int) -> list[Memory]:
         """The forgotten memories not yet purged, the latest forgotten first."""
-        where, args = ["forgotten IS NOT NULL"], []  # type: list[str], list[Any]
-        if principals is not None:
-            where.append(f"principal IN ({','.join('?' * len(principals))})")
-            args += list(principals)
+        where, args = _whose(principals, "forgotten IS NOT NULL")
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
@@ -384,6 +378,15 @@ class MemoryStore(Store):
                     vec = unpack(r[-2], dim) if r[-3] == model_id else None
                     yield _row(r[:-3]), vec
             last = int(rows[-1][0])
+
+
+def _whose(principals: Sequence[str] | None, first: str) -> tuple[list[str], list[Any]]:
+    """A WHERE clause's parts: ``first``, and the principals' rows only (None: everyone's)."""
+    where, args = [first], []  # type: list[str], list[Any]
+    if principals is not None:
+        where.append(f"principal IN ({','.join('?' * len(principals))})")
+        args += list(principals)
+    return where, args
 
 
 def _like(text: str) -> str:
