@@ -49,9 +49,9 @@ class MemoryParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     kind: Kind | None = None
     # store: the playbook a preference is for (find_skills returns it as a rule)
     skill: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    # update, forget: the memory; store: a memory the new one replaces, kept as past
+    # ("moved to Lisbon" after "live in Porto"): no field of its own, for the schema's size
     id: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    # store: the id of a memory this one replaces ("moved to Lisbon" after "live in Porto")
-    supersedes: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 # A recall shows at least DEFAULT_K memories, and up to SHOWN_MOST while the top is flat
@@ -197,7 +197,7 @@ class MemoryTool(Ability):
                     skill=p.skill,
                 ),
                 who,
-                supersedes=p.supersedes,
+                supersedes=p.id,
             )
             return ToolResult.success(
                 {"stored": memory.shown(), "merged_with_existing": merged},

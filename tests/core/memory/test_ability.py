@@ -376,3 +376,16 @@ def test_relative_times_are_read_in_the_persons_zone(auckland: Rig) -> None:
     assert recalled(rig, query="running", time="yesterday") == ["Ran 10 km by the river"]
     assert recalled(rig, query="running", time="in November") == ["Ran 5 km in the park"]
     assert recalled(rig, query="running", time="this week") == []
+
+
+def test_a_store_naming_an_id_supersedes_that_memory(rig: Rig) -> None:
+    rig.conversation("conv", "chat")
+    porto = body(rig.run({"action": "store", "text": "I live in Porto"}))["stored"]["id"]
+    lisbon = body(rig.run({"action": "store", "text": "I moved to Lisbon", "id": porto}))
+    assert lisbon["stored"]["id"] != porto
+    found = {
+        m["id"]: m for m in body(rig.run({"action": "recall", "query": "where I live"}))["memories"]
+    }
+    assert found[porto]["past"] is True
+    assert found[porto]["superseded_by"] == lisbon["stored"]["id"]
+    assert "past" not in found[lisbon["stored"]["id"]]
