@@ -27,7 +27,7 @@ import math
 import re
 import shutil
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
@@ -107,6 +107,46 @@ K1: Final = 1.2
 B: Final = 0.75
 
 
+class Fresh:
+    """A principal's newest FRESH vectors in one preallocated matrix (a ring: the oldest
+    slot is reused), searched exactly: no per-search stacking of rows."""
+
+    def __init__(self, dim: int) -> None:
+        self.rows = np.zeros((FRESH, dim), dtype=np.float32)
+        self.keys = np.full(FRESH, -1, dtype=np.int64)
+        self.slot: dict[int, int] = {}
+        self.next = 0
+
+    def put(self, key: int, row: Any) -> None:
+        """``key``'s vector, as the newest (a key already here moves to the newest slot)."""
+        self.drop(key)
+        at = self.next
+        self.next = (at + 1) % FRESH
+        old = int(self.keys[at])
+        if old >= 0:
+            self.slot.pop(old, None)
+        self.keys[at] = key
+        self.rows[at] = row
+        self.slot[key] = at
+
+    def drop(self, key: int) -> None:
+        at = self.slot.pop(key, None)
+        if at is not None:
+            self.keys[at] = -1
+            self.rows[at] = 0.0
+
+    def nearest(self, query: Any, n: int) -> list[tuple[int, float]]:
+        """(key, cosine distance) of the n nearest, nearest first."""
+        if not self.slot:
+            return []
+        near = 1.0 - self.rows @ query
+        near[self.keys < 0] = np.inf
+        n = min(n, len(self.slot))
+        best = np.argpartition(near, n - 1)[:n] if n < FRESH else np.arange(FRESH)
+        best = best[np.argsort(near[best])]
+        return [(int(self.keys[i]), float(near[i])) for i in best.tolist() if self.keys[i] >= 0]
+
+
 class Tail(NamedTuple):
     """A memory written but not yet in Tantivy: its principal, its words for the rare-word
     match, and its stems (with counts) and length for BM25."""
@@ -146,7 +186,7 @@ class MemoryIndex:
         self.dim = dim
         self.model_id = model_id
         self._graphs: dict[str, Hnsw] = {}
-        self._fresh: dict[str, OrderedDict[int, np.ndarray[Any, np.dtype[np.float32]]]] = {}
+        self._fresh: dict[str, Fresh] = {}
         self._lock = threading.RLock()
         self._text: tantivy.Index
         self._schema = _schema()
@@ -277,12 +317,11 @@ class MemoryIndex:
                     graph.remove(present)
                 matrix = np.vstack([np.asarray(v, dtype=np.float32) for _, v in rows])
                 graph.add(keys, matrix, threads=2 if len(rows) > 256 else 1)
-                fresh = self._fresh.setdefault(principal, OrderedDict())
+                fresh = self._fresh.get(principal)
+                if fresh is None:
+                    fresh = self._fresh[principal] = Fresh(self.dim)
                 for key, row in zip(keys, matrix, strict=True):
-                    fresh.pop(int(key), None)
-                    fresh[int(key)] = row
-                while len(fresh) > FRESH:
-                    fresh.popitem(last=False)
+                    fresh.put(int(key), row)
             for memory, _ in items:
                 self._tail[memory.id] = Tail.of(memory)
                 self._gone.add(memory.id)  # its older words, if any, leave Tantivy
@@ -432,7 +471,7 @@ class MemoryIndex:
                 graph.remove(memory.id)
             fresh = self._fresh.get(memory.principal)
             if fresh is not None:
-                fresh.pop(memory.id, None)
+                fresh.drop(memory.id)
             self._tail.pop(memory.id, None)
             self._pending_text.pop(memory.id, None)
             self._gone.add(memory.id)
@@ -452,11 +491,8 @@ class MemoryIndex:
                 for k, d in zip(found.keys.tolist(), found.distances.tolist(), strict=True):
                     best[k] = d
                 fresh = self._fresh.get(principal)
-                if fresh:
-                    keys = list(fresh)
-                    near = 1.0 - np.vstack(list(fresh.values())) @ query
-                    for i in np.argsort(near)[:n].tolist():
-                        k, d = keys[i], float(near[i])
+                if fresh is not None:
+                    for k, d in fresh.nearest(query, n):
                         if d < best.get(k, 2.0):
                             best[k] = d
         return sorted(best.items(), key=lambda kd: kd[1])[:n]
