@@ -152,7 +152,13 @@ def forget(obj: Ctx, memory_id: int) -> None:
 
 
 @memory.command("forgotten")
-@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="How many to show, the latest forgotten first.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def forgotten(obj: Ctx, limit: int, as_json: bool) -> None:
