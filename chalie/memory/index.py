@@ -141,10 +141,9 @@ class Fresh:
             return []
         near = 1.0 - self.rows @ query
         near[self.keys < 0] = np.inf
-        n = min(n, len(self.slot))
-        best = np.argpartition(near, n - 1)[:n] if n < FRESH else np.arange(FRESH)
-        best = best[np.argsort(near[best])]
-        return [(int(self.keys[i]), float(near[i])) for i in best.tolist() if self.keys[i] >= 0]
+        # stable: equal distances (the same words stored twice) keep the oldest first
+        best = np.argsort(near, kind="stable")[: min(n, len(self.slot))]
+        return [(int(self.keys[i]), float(near[i])) for i in best.tolist()]
 
 
 class Tail(NamedTuple):
