@@ -44,6 +44,8 @@ from abilities.memory import DEFAULT_K as SHOWN_LEAST
 from abilities.memory import RECALL_BUDGET as SHOWN_BUDGET
 from chalie.discovery.embedder import Embedder
 from chalie.memory.book import MemoryBook
+from chalie.memory.briefing import BUDGET as BRIEF_BUDGET
+from chalie.memory.briefing import brief
 from chalie.memory.fusion import within_budget
 from chalie.memory.records import Draft, Provenance, Recalled
 from chalie.memory.store import MemoryStore
@@ -197,22 +199,26 @@ def run(
     for conv in conversations:
         if split != "all" and conv.held_out != (split == "held-out"):
             continue
-        for kind, ranked in _ranked(conv, embedder, recall, cache):
+        for kind, ranked, brief_tokens in _ranked(conv, embedder, recall, cache):
             for name in (kind, "all"):
                 tally = tallies[name]
                 tally.n += 1
+                tally.hits["brief tokens"] += brief_tokens
                 for method, (ids, answers) in ranked.items():
-                    if method == "shown":
-                        tally.hits["shown any"] += bool(answers & set(ids))
-                        tally.hits["shown count"] += len(ids)
+                    if method in ("shown", "brief"):
+                        tally.hits[f"{method} any"] += bool(answers & set(ids))
+                        tally.hits[f"{method} count"] += len(ids)
                     else:
                         tally.add(method, ids, answers)
     return dict(tallies)
 
 
 def _ranked(
-    conv: Conversation, embedder: Embedder, recall: Recall, cache: Path | None
-) -> Iterator[tuple[str, dict[str, tuple[list[int], set[int]]]]]:
+    conv: Conversation,
+    embedder: Embedder,
+    recall: Recall,
+    cache: Path | None,
+) -> Iterator[tuple[str, dict[str, tuple[list[int], set[int]]], int]]:
     matrix = vectors(embedder, [t.text for t in conv.turns], cache)
     with tempfile.TemporaryDirectory(prefix="memory-eval-") as tmp:
         store = MemoryStore(Path(tmp) / "chalie.db")
@@ -239,14 +245,17 @@ def _ranked(
             cosine = list(dict.fromkeys(int(i) for i in row_ids[order[:40]]))[:10]
             hits = recall(book, q.text)
             shown = within_budget(hits, SHOWN_LEAST, SHOWN_BUDGET)
+            put = brief(book, [OWNER], q.text, zone=dt.UTC, zone_name="UTC", now=0.0)
             yield (
                 q.kind,
                 {
                     "hybrid": ([h.memory.id for h in hits], answers),
                     "shown": ([h.memory.id for h in shown], answers),
+                    "brief": (list(put.ids), answers),
                     "bm25": ([i for i, _ in index.keyword([OWNER], q.text, 10)], answers),
                     "cosine": (cosine, answers),
                 },
+                put.tokens,
             )
         book.close()
         store.close()
@@ -272,4 +281,9 @@ def report(title: str, tallies: dict[str, Tally]) -> None:
         f"   shown as the memory ability shows a recall (at least {SHOWN_LEAST}, up to 10 "
         f"while the top is flat, {SHOWN_BUDGET} tokens): any-answer {t.share('shown any'):.3f}, "
         f"{t.hits['shown count'] / max(1, t.n):.2f} memories a recall"
+    )
+    print(
+        f"   in the brief a turn would carry (chalie.memory.briefing, {BRIEF_BUDGET} tokens): "
+        f"any-answer {t.share('brief any'):.3f}, {t.hits['brief count'] / max(1, t.n):.2f} "
+        f"memories, {t.hits['brief tokens'] / max(1, t.n):.0f} tokens a brief"
     )
