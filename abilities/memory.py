@@ -1,25 +1,34 @@
 """memory: store, recall, update, forget and list what the person wants Chalie to remember.
 
 Pinned on the chat, subconscious and external_agent channels beside the
-meta-tools. ``recall`` and ``list`` are internal (no gate); ``store`` and
-``update`` follow the channel's policy; ``forget`` is its own permission
-(``memory.forget``, ask by default). Whose memories a call touches and which
+meta-tools. As the seed says, memory bypasses the gate as internal: ``recall``,
+``list``, ``store`` and ``update`` run on every channel, a channel without a
+human included. Poisoning is handled by provenance, not by a gate or a prompt:
+a memory stored in a conversation that had read untrusted content carries
+those sources, and a recall or list that shows such a memory is itself
+untrusted content (the warning line first, ``untrusted=true``). ``forget`` stays
+its own permission (``memory.forget``, ask by default): it is the one action that
+takes something away (for 30 days restorable). Whose memories a call touches and which
 untrusted sources it had read come from the runtime (``Services.memory``, a
 :class:`chalie.memory.turns.TurnMemory`), never from the arguments.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from chalie import untrusted
 from chalie.ability import Ability
-from chalie.memory.book import MemoryRequestError
-from chalie.memory.records import Draft, Kind, Names, Provenance, Text
+from chalie.memory import when
+from chalie.memory.book import FORGET_GRACE, MemoryRequestError
+from chalie.memory.fusion import within_budget
+from chalie.memory.records import Draft, Kind, Memory, Names, Provenance, Text
 from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
-from chalie.result import ToolResult
+from chalie.result import Scalar, ToolResult
 
 Action = Literal["store", "recall", "update", "forget", "list"]
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -33,24 +42,58 @@ class MemoryParams(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     query: Text | None = None
     # store: where it holds; recall: only memories about this place
     location: Short | None = None
-    # store: when (ISO date); recall: only memories from then (a prefix: 2026-06)
+    # store: when it happened (2026-06-02, yesterday); recall: only memories from then
+    # (2026-06-02, 2026-06, 2026, 2026-03..2026-05, last week, in March)
     time: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     people: Names | None = None
     kind: Kind | None = None
     # store: the playbook a preference is for (find_skills returns it as a rule)
     skill: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    # update, forget: the memory; store: a memory the new one replaces, kept as past
+    # ("moved to Lisbon" after "live in Porto"): no field of its own, for the schema's size
     id: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
+# A recall shows at least DEFAULT_K memories, and up to SHOWN_MOST while the top is flat
+# and their texts fit RECALL_BUDGET tokens (chalie.memory.fusion.within_budget).
 DEFAULT_K = 5
+SHOWN_MOST = 10
+RECALL_BUDGET = 400
 LIST_LIMIT = 20
 
 
-def _period(time: str | None) -> tuple[str | None, str | None]:
-    """A recall's ``time``: a date or a prefix of one (2026, 2026-06) names a period."""
+def _period(time: str | None, desk: TurnMemory) -> tuple[str | None, str | None]:
+    """A recall's ``time`` as (since, until), relative words read in the person's zone."""
     if not time:
         return None, None
-    return time, time
+    try:
+        return when.period(time, desk.now())
+    except when.TimeError as exc:
+        raise _bad_time(exc) from None
+
+
+def _happened(time: str | None, desk: TurnMemory) -> str | None:
+    """A store's or an update's ``time``: when it happened, in the person's zone."""
+    if not time:
+        return None
+    try:
+        return when.happened(time, desk.now())
+    except when.TimeError as exc:
+        raise _bad_time(exc) from None
+
+
+def _bad_time(exc: when.TimeError) -> MemoryRequestError:
+    return MemoryRequestError("invalid-param", str(exc), hint=when.HINT, param="time")
+
+
+def _shown(
+    memories: Sequence[Memory], rows: list[dict[str, Any]], meta: dict[str, Scalar]
+) -> ToolResult:
+    """What a recall or a list returns: untrusted content (the warning line first) when a
+    memory in it was stored after the conversation had read untrusted content."""
+    if any(m.untrusted for m in memories):
+        return untrusted.success({"memories": rows}, meta=meta)
+    return ToolResult.success({"memories": rows}, meta=meta)
 
 
 def _failed(exc: MemoryRequestError, action: str) -> ToolResult:
@@ -95,8 +138,8 @@ class MemoryTool(Ability):
         "forget": ("id",),
         "list": (),
     }
-    # Reading is infrastructure; writing goes through the channel's policy.
-    internal_actions = frozenset({"recall", "list"})
+    # Memory is infrastructure (the seed); forgetting is asked for.
+    internal_actions = frozenset({"recall", "list", "store", "update"})
     discoverable = False
     backgroundable = False
     timeout = 30.0
@@ -119,7 +162,7 @@ class MemoryTool(Ability):
         book = desk.book
         readable = desk.readable(self.context)
         if p.action == "recall":
-            since, until = _period(p.time)
+            since, until = _period(p.time, desk)
             hits = book.recall(
                 readable,
                 # a recall's text has one reading: what to look for (the real model wrote it)
@@ -129,18 +172,18 @@ class MemoryTool(Ability):
                 since=since,
                 until=until,
                 kind=p.kind,
-                k=DEFAULT_K,
+                k=SHOWN_MOST,
+                tz=desk.zone,
             )
-            return ToolResult.success(
-                {"memories": [{**h.memory.shown(), "score": h.score} for h in hits]},
-                meta={"action": "recall", "count": len(hits)},
+            hits = within_budget(hits, DEFAULT_K, RECALL_BUDGET)
+            return _shown(
+                [h.memory for h in hits],
+                [{**h.memory.shown(), "score": h.score} for h in hits],
+                {"action": "recall", "count": len(hits)},
             )
         if p.action == "list":
             rows = book.recent(readable, LIST_LIMIT)
-            return ToolResult.success(
-                {"memories": [m.shown() for m in rows]},
-                meta={"action": "list", "count": len(rows)},
-            )
+            return _shown(rows, [m.shown() for m in rows], {"action": "list", "count": len(rows)})
         principal = desk.principal(self.context)
         if p.action == "store":
             assert p.text is not None
@@ -155,11 +198,12 @@ class MemoryTool(Ability):
                     text=p.text,
                     kind=p.kind or "fact",
                     place=p.location,
-                    time=p.time,
+                    time=_happened(p.time, desk),
                     people=tuple(p.people or ()),
                     skill=p.skill,
                 ),
                 who,
+                supersedes=p.id,
             )
             return ToolResult.success(
                 {"stored": memory.shown(), "merged_with_existing": merged},
@@ -169,7 +213,8 @@ class MemoryTool(Ability):
         if p.action == "forget":
             gone = book.forget((principal,), p.id)
             return ToolResult.success(
-                {"forgotten": gone.shown()}, meta={"action": "forget", "id": gone.id}
+                {"forgotten": gone.shown(), "restorable_for_days": int(FORGET_GRACE // 86400)},
+                meta={"action": "forget", "id": gone.id},
             )
         changes: dict[str, Any] = {
             name: getattr(p, name)
@@ -178,6 +223,8 @@ class MemoryTool(Ability):
         }
         if p.location is not None:
             changes["place"] = p.location
+        if p.time is not None:
+            changes["time"] = _happened(p.time, desk)
         if not changes:
             raise MemoryRequestError(
                 "missing-params",

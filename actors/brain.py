@@ -701,6 +701,17 @@ class RuntimeBackend:
             book.forget([memory.principal], path.id)
         return api.MemoryForgotten(id=path.id, forgotten=True)
 
+    def memories_forgotten(self, _path: Any, args: api.ForgottenQuery) -> list[api.MemoryView]:
+        names = self._agent_names()
+        return [self._memory_view(m, names) for m in self._memory().forgotten(None, args.limit)]
+
+    def memory_restore(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView:
+        from chalie.memory.book import MemoryRequestError
+
+        with refused(MemoryRequestError, 404):
+            restored = self._memory().restore(None, path.id)
+        return self._memory_view(restored, self._agent_names())
+
     def memory_promote(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView:
         from chalie.memory.book import MemoryRequestError
 

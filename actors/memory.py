@@ -28,12 +28,17 @@ log = logging.getLogger("chalie.memory")
 
 class MemoryKeeper(SupervisedActor):
     def __init__(
-        self, book: MemoryBook, services: Services, db_path: Path, owner_readers: Any = ()
+        self,
+        book: MemoryBook,
+        services: Services,
+        db_path: Path,
+        owner_readers: Any = (),
+        zone: str | None = None,
     ) -> None:
         super().__init__()
         self._book = book
         self._services = services
-        self._desk = TurnMemory(book, db_path, owner_readers=owner_readers)
+        self._desk = TurnMemory(book, db_path, owner_readers=owner_readers, zone=zone)
 
     def on_start(self) -> None:
         self._services.memory = self._desk

@@ -68,7 +68,11 @@ def memory_parts(rt: Runtime, embedder: Embedder | None) -> tuple[ChildSpec, lis
     spec = ChildSpec(
         "memory",
         lambda: MemoryKeeper.start(
-            book, rt.services, rt.db_path, owner_readers=cfg.memory.agents_may_recall
+            book,
+            rt.services,
+            rt.db_path,
+            owner_readers=cfg.memory.agents_may_recall,
+            zone=cfg.accounts.zone,
         ),
         shutdown=30.0,
     )

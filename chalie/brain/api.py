@@ -473,6 +473,12 @@ class MemoryPath(Struct):
     id: RowId
 
 
+class ForgottenQuery(Struct):
+    """The forgotten memories still restorable, the latest forgotten first."""
+
+    limit: Limit = 50
+
+
 class MemoryForgotten(Reply):
     id: int
     forgotten: bool

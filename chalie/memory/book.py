@@ -15,14 +15,17 @@ Lifecycle, in order:
    is recallable as soon as ``store`` returns.
 4. ``close()`` saves the graphs with the generation they reflect.
 
-Recall is hybrid: the semantic neighbours (HNSW, cosine) and the keyword
-hits (Tantivy, BM25) of the query are fused by reciprocal rank, then the
-place, time, people and kind filters are applied.
+Recall is hybrid: the semantic neighbours (HNSW, cosine), the keyword hits
+(Tantivy, BM25) and the rare-word hits of the query are fused and lifted
+(:mod:`chalie.memory.fusion`), then the place, time, people and kind filters
+are applied.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import itertools
 import logging
 import re
 import threading
@@ -35,6 +38,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.discovery.embedder import Embedder
+from chalie.memory import fusion, when
 from chalie.memory.index import MemoryIndex
 from chalie.memory.records import (
     KINDS,
@@ -53,32 +57,23 @@ from chalie.memory.whose import OWNER, is_agent
 
 log = logging.getLogger("chalie.memory")
 
-# Reciprocal-rank fusion: score = sum of weight / (RRF_K + rank). A small constant
-# lets the top of each list count; the keyword list weighs half, so a rare word (a
-# name, a code) lifts a memory without drowning the meaning. Tuned on the synthetic
-# long-conversation set (tools/bench/memory_set.py): K=60 with equal weights lost
-# 8 points of recall@5 to semantic alone; K=10, keyword 0.5 keeps it and adds the
-# rare-word hits.
-RRF_K: Final = 10
-KEYWORD_WEIGHT: Final = 0.5
-# The memories holding a rare word of the query (a name, a code: chalie.memory.index.rare)
-# are a third list, weighing as much as the meaning: among thousands of look-alike memories
-# the one with the reference the person quotes comes first.
-RARE_WEIGHT: Final = 1.0
-# A semantic neighbour further than this (cosine distance) is noise, not a candidate.
-SEMANTIC_CEILING: Final = 0.85
-# A new memory this close to one of the same principal and kind is the same memory.
+# A new memory this close to one of the same principal and kind, saying it in the same
+# words (case, punctuation and order aside), is the same memory: merged. Close in meaning
+# but in other words ("locker 212" and "locker 213") is another memory: both are kept.
 NEAR_DUPLICATE: Final = 0.07
+# A forgotten memory stays restorable this long, then is purged (no trace is left).
+FORGET_GRACE: Final = 30 * 86400.0
 CANDIDATES: Final = 50
+# The fused head whose rows the lift reads (chalie.memory.fusion.lift).
+HEAD: Final = 20
 MAX_K: Final = 50
 # Recent texts' vectors (a recall right after a store of the same words, a query asked
 # again): ~1.5 KB each. The embedding is most of a recall's CPU.
 VECTOR_CACHE: Final = 512
 # Candidates fetched from chalie.db per round, as a multiple of k: most recalls need one.
 FETCH_FACTOR: Final = 4
-NEGATIONS: Final = frozenset(
-    {"not", "no", "never", "don", "dont", "doesn", "didn", "isn", "won", "cannot", "nor", "t"}
-)
+# Texts embedded together by a batch import.
+IMPORT_BATCH: Final = 256
 _WORDS: Final = re.compile(r"[a-z0-9]+")
 
 
@@ -119,21 +114,20 @@ def _names(values: Iterable[str], name: str) -> tuple[str, ...]:
 
 
 def check_time(value: str | None, name: str = "time") -> str | None:
-    """An ISO 8601 date or date-time, normalised; anything else is an invalid-param."""
+    """An ISO 8601 date or date-time, or a month (2026-11) or a year (2026), normalised;
+    anything else is an invalid-param naming ``name``."""
     value = _clean(value, name, 64)
     if value is None:
         return None
-    try:
-        if len(value) == 10:
-            return dt.date.fromisoformat(value).isoformat()
-        return dt.datetime.fromisoformat(value).isoformat(timespec="minutes")
-    except ValueError:
+    found = when.iso(value)
+    if found is None:
         raise MemoryRequestError(
             "invalid-param",
-            f"{name} {value[:40]!r} is not an ISO 8601 date or date-time.",
-            hint=f"pass {name} like 2026-05-01 or 2026-05-01T18:30.",
+            f"{name} {value[:40]!r} is not an ISO 8601 date, month or year.",
+            hint=f"pass {name} like 2026-05-01, 2026-05-01T18:30, 2026-05 or 2026.",
             param=name,
-        ) from None
+        )
+    return found
 
 
 def check_draft(draft: Draft) -> Draft:
@@ -153,14 +147,51 @@ def check_draft(draft: Draft) -> Draft:
     )
 
 
-def _negations(text: str) -> frozenset[str]:
-    return NEGATIONS.intersection(_WORDS.findall(text.lower()))
+def _offset(tz: dt.tzinfo, now: float) -> int:
+    """The zone's offset from UTC at ``now``, in seconds."""
+    delta = dt.datetime.fromtimestamp(now, tz).utcoffset()
+    return int(delta.total_seconds()) if delta is not None else 0
 
 
-def _when(memory: Memory) -> str:
+def _imported(row: Any) -> tuple[Draft, Provenance]:
+    """An exported row as a checked draft and its provenance (a bad row raises)."""
+    if not isinstance(row, Mapping):
+        raise MemoryRequestError("invalid-param", "a row is not an object")
+    if not isinstance(row.get("text"), str):
+        raise MemoryRequestError("invalid-param", "a row's text is not a string")
+    draft = check_draft(
+        Draft(
+            text=str(row.get("text", "")),
+            kind=row.get("kind", "fact") if row.get("kind") in KINDS else "fact",
+            place=row.get("place") if isinstance(row.get("place"), str) else None,
+            time=row.get("time") if isinstance(row.get("time"), str) else None,
+            people=tuple(str(p) for p in row.get("people") or () if isinstance(p, str)),
+            tags=tuple(str(t) for t in row.get("tags") or () if isinstance(t, str)),
+            skill=row.get("skill") if isinstance(row.get("skill"), str) else None,
+        )
+    )
+    principal = row.get("principal", OWNER)
+    if not isinstance(principal, str) or not (principal == OWNER or is_agent(principal)):
+        principal = OWNER
+    untrusted = tuple(str(u) for u in row.get("untrusted") or () if isinstance(u, str))
+    return draft, Provenance(principal=principal, source="import", untrusted=untrusted)
+
+
+def _check_source(who: Provenance) -> None:
+    if who.source not in SOURCES:
+        raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
+
+
+def _same_words(a: str, b: str) -> bool:
+    """The same words, case, punctuation and order aside (a negation is a word too)."""
+    return frozenset(_WORDS.findall(a.lower())) == frozenset(_WORDS.findall(b.lower()))
+
+
+def _when(memory: Memory, tz: dt.tzinfo = dt.UTC) -> str:
+    """When it happened: its ``time``, else when it was stored (in the person's zone)."""
     if memory.time:
         return memory.time
-    return dt.datetime.fromtimestamp(memory.created, dt.UTC).isoformat(timespec="minutes")
+    return dt.datetime.fromtimestamp(memory.created, tz).isoformat(timespec="minutes")
 
 
 def _matches(
@@ -172,6 +203,7 @@ def _matches(
     until: str | None,
     kind: str | None,
     tags: Sequence[str],
+    tz: dt.tzinfo = dt.UTC,
 ) -> bool:
     if place and (not memory.place or place.casefold() not in memory.place.casefold()):
         # a place also matches when the text names it ("dinner in Lisbon")
@@ -186,10 +218,10 @@ def _matches(
         return False
     if tags and not {t.casefold() for t in tags} & {t.casefold() for t in memory.tags}:
         return False
-    when = _when(memory)
-    if since and when[: len(since)] < since:
+    at = _when(memory, tz)
+    if since and at[: len(since)] < since[: len(at)]:
         return False
-    return not (until and when[: len(until)] > until)
+    return not (until and at[: len(until)] > until)
 
 
 class MemoryBook:
@@ -284,53 +316,85 @@ class MemoryBook:
                 self._vectors.popitem(last=False)
         return vector
 
-    def store_memory(self, draft: Draft, who: Provenance) -> tuple[Memory, bool]:
-        """Store a memory, or merge it into a near-duplicate; (the memory, merged?)."""
+    def store_memory(
+        self, draft: Draft, who: Provenance, *, supersedes: int | None = None
+    ) -> tuple[Memory, bool]:
+        """Store a memory, or merge it into a near-duplicate; (the memory, merged?).
+        ``supersedes``: a memory of the same principal this one replaces (it becomes past)."""
         draft = check_draft(draft)
-        if who.source not in SOURCES:
-            raise MemoryRequestError("invalid-param", f"unknown source {who.source!r}")
+        _check_source(who)
         vector = self._vector(draft.text)
-        now = self._clock()
+        with self._lock:
+            old = None if supersedes is None else self._owned((who.principal,), supersedes)
+            memory, merged = self._put(self.index(), draft, who, vector, self._clock())
+            if old is not None and old.id != memory.id:
+                self.store.supersede(old.id, memory.id)
+            return memory, merged
+
+    def store_many(
+        self, drafts: Sequence[Draft], who: Provenance, vectors: Any = None
+    ) -> list[tuple[Memory, bool]]:
+        """A batch import: the texts embedded together (or ``vectors``, one unit row a draft),
+        then each stored or merged in order, as :meth:`store_memory` would."""
+        checked = [check_draft(d) for d in drafts]
+        _check_source(who)
+        if vectors is None:
+            rows = [
+                self.embedder.embed([d.text for d in checked[i : i + IMPORT_BATCH]])
+                for i in range(0, len(checked), IMPORT_BATCH)
+            ]
+            vectors = [v for chunk in rows for v in chunk]
+        if len(vectors) != len(checked):
+            raise MemoryRequestError("invalid-param", "one vector a memory is needed.")
+        out: list[tuple[Memory, bool]] = []
         with self._lock:
             index = self.index()
-            twin = self._near_duplicate(index, who.principal, draft, vector)
-            if twin is not None:
-                merged = msgspec.structs.replace(
-                    twin,
-                    text=draft.text,
-                    place=draft.place or twin.place,
-                    time=draft.time or twin.time,
-                    people=_names((*twin.people, *draft.people), "people")[:MAX_LIST],
-                    tags=_names((*twin.tags, *draft.tags), "tags")[:MAX_LIST],
-                    skill=draft.skill or twin.skill,
-                    untrusted=tuple(dict.fromkeys((*twin.untrusted, *who.untrusted))),
-                    conversation_id=who.conversation_id or twin.conversation_id,
-                    updated=now,
-                    merged=twin.merged + 1,
-                )
-                self.store.replace(merged, self.embedder.model_id, vector)
-                index.add([(merged, vector)])
-                return merged, True
-            memory = Memory(
-                id=0,
-                principal=who.principal,
-                kind=draft.kind,
+            for draft, vector in zip(checked, vectors, strict=True):
+                out.append(self._put(index, draft, who, vector, self._clock()))
+        return out
+
+    def _put(
+        self, index: MemoryIndex, draft: Draft, who: Provenance, vector: Any, now: float
+    ) -> tuple[Memory, bool]:
+        """Merge into a near-duplicate or insert (the caller holds the lock)."""
+        twin = self._near_duplicate(index, who.principal, draft, vector)
+        if twin is not None:
+            merged = msgspec.structs.replace(
+                twin,
                 text=draft.text,
-                place=draft.place,
-                time=draft.time,
-                people=draft.people,
-                tags=draft.tags,
-                skill=draft.skill,
-                source=who.source,
-                untrusted=who.untrusted,
-                conversation_id=who.conversation_id,
-                created=now,
+                place=draft.place or twin.place,
+                time=draft.time or twin.time,
+                people=_names((*twin.people, *draft.people), "people")[:MAX_LIST],
+                tags=_names((*twin.tags, *draft.tags), "tags")[:MAX_LIST],
+                skill=draft.skill or twin.skill,
+                untrusted=tuple(dict.fromkeys((*twin.untrusted, *who.untrusted))),
+                conversation_id=who.conversation_id or twin.conversation_id,
                 updated=now,
+                merged=twin.merged + 1,
             )
-            new_id = self.store.insert(memory, self.embedder.model_id, vector)
-            memory = msgspec.structs.replace(memory, id=new_id)
-            index.add([(memory, vector)])
-            return memory, False
+            self.store.replace(merged, self.embedder.model_id, vector)
+            index.add([(merged, vector)])
+            return merged, True
+        memory = Memory(
+            id=0,
+            principal=who.principal,
+            kind=draft.kind,
+            text=draft.text,
+            place=draft.place,
+            time=draft.time,
+            people=draft.people,
+            tags=draft.tags,
+            skill=draft.skill,
+            source=who.source,
+            untrusted=who.untrusted,
+            conversation_id=who.conversation_id,
+            created=now,
+            updated=now,
+        )
+        new_id = self.store.insert(memory, self.embedder.model_id, vector)
+        memory = msgspec.structs.replace(memory, id=new_id)
+        index.add([(memory, vector)])
+        return memory, False
 
     def _near_duplicate(
         self, index: MemoryIndex, principal: str, draft: Draft, vector: Any
@@ -344,14 +408,15 @@ class MemoryBook:
             if (
                 twin is not None
                 and twin.kind == draft.kind
-                and _negations(twin.text) == _negations(draft.text)
+                and twin.forgotten is None
+                and _same_words(twin.text, draft.text)
             ):
                 return twin
         return None
 
     def _owned(self, principals: Sequence[str], memory_id: int) -> Memory:
         memory = self.store.get(memory_id)
-        if memory is None or memory.principal not in principals:
+        if memory is None or memory.principal not in principals or memory.forgotten is not None:
             raise MemoryRequestError(
                 "memory-not-found",
                 f"no memory {memory_id} is yours to change.",
@@ -394,11 +459,48 @@ class MemoryBook:
             return updated
 
     def forget(self, principals: Sequence[str], memory_id: int) -> Memory:
+        """Set a memory apart: recalled no more, restorable for :data:`FORGET_GRACE`, then
+        purged. Its id is never given to another memory."""
         with self._lock:
             memory = self._owned(principals, memory_id)
-            self.store.delete(memory_id)
+            now = self._clock()
+            self.store.forget(memory_id, now)
             self.index().remove(memory)
-            return memory
+            self.purge()
+            return msgspec.structs.replace(memory, forgotten=now)
+
+    def restore(self, principals: Sequence[str] | None, memory_id: int) -> Memory:
+        """Bring a forgotten memory back (recallable again, with its id)."""
+        with self._lock:
+            memory = self.store.get(memory_id)
+            if (
+                memory is None
+                or memory.forgotten is None
+                or (principals is not None and memory.principal not in principals)
+            ):
+                raise MemoryRequestError(
+                    "memory-not-found",
+                    f"no forgotten memory {memory_id} to restore.",
+                    hint="list the forgotten memories to find the id.",
+                    param="id",
+                )
+            self.store.restore(memory_id)
+            restored = msgspec.structs.replace(memory, forgotten=None)
+            vector = self.store.vector(memory_id, self.embedder.model_id, self.embedder.dim)
+            if vector is None:
+                vector = self._vector(memory.text)
+                self.store.replace(restored, self.embedder.model_id, vector)
+            self.index().add([(restored, vector)])
+            return restored
+
+    def forgotten(self, principals: Sequence[str] | None, limit: int = 50) -> list[Memory]:
+        """The forgotten memories still restorable, the latest forgotten first."""
+        self.purge()
+        return self.store.forgotten(principals, max(1, min(limit, 1000)))
+
+    def purge(self) -> list[int]:
+        """Remove for good what was forgotten more than :data:`FORGET_GRACE` ago."""
+        return self.store.purge(self._clock() - FORGET_GRACE)
 
     def promote(self, memory_id: int) -> Memory:
         """Make an agent's memory the owner's (the owner's decision, from the CLI)."""
@@ -429,65 +531,65 @@ class MemoryBook:
         kind: Kind | None = None,
         tags: Sequence[str] = (),
         k: int = 5,
+        tz: dt.tzinfo = dt.UTC,
     ) -> list[Recalled]:
+        """The k memories that best answer ``query``, among those matching the filters.
+
+        ``since``/``until``: inclusive ISO prefixes of when the memory happened (its
+        ``time``, else when it was stored, in ``tz``). Without a query, the memories of
+        the place or the period, the latest first."""
         query = _clean(query, "query", MAX_TEXT)
         location = _clean(location, "location")
-        if query is None and location is None:
+        since, until = check_time(since, "since"), check_time(until, "until")
+        if query is None and location is None and since is None and until is None:
             raise MemoryRequestError(
                 "no-query-or-location",
+                # the seed's envelope, byte for byte (a time alone also recalls)
                 "recall requires either a query or a location.",
                 hint="pass query= to search by topic, or location= to filter by place.",
             )
-        since, until = check_time(since, "since"), check_time(until, "until")
         k = max(1, min(int(k), MAX_K))
         people = _names(people, "people")
+        keep = functools.partial(
+            _matches, people=people, since=since, until=until, kind=kind, tags=tags, tz=tz
+        )
         if query is None:
-            assert location is not None
-            rows = self.store.recent(principals, 10 * k + 100, place=location)
-            hits = [
-                m
-                for m in rows
-                if _matches(
-                    m, place=None, people=people, since=since, until=until, kind=kind, tags=tags
-                )
-            ]
+            rows = self.store.recent(
+                principals,
+                10 * k + 100,
+                place=location,
+                since=since,
+                until=until,
+                offset=_offset(tz, self._clock()),
+            )
+            hits = [m for m in rows if keep(m, place=None)]
+            hits.sort(key=lambda m: _when(m, tz), reverse=True)
             return [Recalled(memory=m, score=1.0) for m in hits[:k]]
         vector = self._vector(query)
         index = self.index()
         n = max(CANDIDATES, 10 * k)
-        fused: dict[int, float] = {}
-        for rank, (mid, dist) in enumerate(index.semantic(principals, vector, n)):
-            if dist <= SEMANTIC_CEILING:
-                fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank + 1)
-        for rank, (mid, _score) in enumerate(index.keyword(principals, query, n)):
-            fused[mid] = fused.get(mid, 0.0) + KEYWORD_WEIGHT / (RRF_K + rank + 1)
-        for rank, mid in enumerate(index.rare(principals, query)):
-            fused[mid] = fused.get(mid, 0.0) + RARE_WEIGHT / (RRF_K + rank + 1)
-        ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+        fused = fusion.fuse(
+            index.semantic(principals, vector, n),
+            index.keyword(principals, query, n),
+            index.rare(principals, query),
+        )
+        step = FETCH_FACTOR * k
+        head = sorted(fused, key=lambda m: -fused[m])[: max(HEAD, step)]
+        found = self.store.many([*head, *fusion.neighbours(head)])
+        scores = fusion.lift(fused, head, found, query)
+        ranked = sorted(scores.items(), key=lambda kv: -kv[1])
         out: list[Recalled] = []
         # Rows are read in rank order, a few more than k at a time: filters that drop many
-        # read further, an unfiltered recall reads one small batch.
-        found: dict[int, Memory] = {}
-        step = FETCH_FACTOR * k
+        # read further, an unfiltered recall reads what the head read.
         for pos, (mid, score) in enumerate(ranked):
-            if pos % step == 0:
-                found = self.store.many(m for m, _ in ranked[pos : pos + step])
+            if mid not in found:
+                found.update(self.store.many(m for m, _ in ranked[pos : pos + step]))
             memory = found.get(mid)
-            if memory is None or memory.principal not in principals:
+            if memory is None or memory.principal not in principals or memory.forgotten:
                 continue
-            if not _matches(
-                memory,
-                place=location,
-                people=people,
-                since=since,
-                until=until,
-                kind=kind,
-                tags=tags,
-            ):
+            if not keep(memory, place=location):
                 continue
-            # 1.0: first in the meaning's and the words' lists
-            best = (1.0 + KEYWORD_WEIGHT) / (RRF_K + 1)
-            out.append(Recalled(memory=memory, score=round(min(1.0, score / best), 4)))
+            out.append(Recalled(memory=memory, score=round(min(1.0, score / fusion.BEST), 4)))
             if len(out) >= k:
                 break
         return out
@@ -517,36 +619,27 @@ class MemoryBook:
                 yield msgspec.to_builtins(memory)
 
     def import_rows(self, rows: Iterable[Any]) -> dict[str, int]:
-        """Store exported rows (new ids; near-duplicates merge); bad rows are counted, not fatal."""
+        """Store exported rows (new ids; near-duplicates merge), embedded in batches; bad
+        rows are counted, not fatal."""
         stored = merged = bad = 0
+        batch: list[tuple[Draft, Provenance]] = []
+
+        def flush() -> None:
+            nonlocal stored, merged
+            for who, group in itertools.groupby(batch, key=lambda it: it[1]):
+                for _, was_merged in self.store_many([d for d, _ in group], who):
+                    merged += was_merged
+                    stored += not was_merged
+            batch.clear()
+
         for row in rows:
             try:
-                if not isinstance(row, Mapping):
-                    raise MemoryRequestError("invalid-param", "a row is not an object")
-                if not isinstance(row.get("text"), str):
-                    raise MemoryRequestError("invalid-param", "a row's text is not a string")
-                draft = Draft(
-                    text=str(row.get("text", "")),
-                    kind=row.get("kind", "fact") if row.get("kind") in KINDS else "fact",
-                    place=row.get("place") if isinstance(row.get("place"), str) else None,
-                    time=row.get("time") if isinstance(row.get("time"), str) else None,
-                    people=tuple(str(p) for p in row.get("people") or () if isinstance(p, str)),
-                    tags=tuple(str(t) for t in row.get("tags") or () if isinstance(t, str)),
-                    skill=row.get("skill") if isinstance(row.get("skill"), str) else None,
-                )
-                principal = row.get("principal", OWNER)
-                if not isinstance(principal, str) or not (
-                    principal == OWNER or is_agent(principal)
-                ):
-                    principal = OWNER
-                untrusted = tuple(str(u) for u in row.get("untrusted") or () if isinstance(u, str))
-                _, was_merged = self.store_memory(
-                    draft, Provenance(principal=principal, source="import", untrusted=untrusted)
-                )
-                merged += was_merged
-                stored += not was_merged
+                batch.append(_imported(row))
             except (MemoryRequestError, TypeError, ValueError):
                 bad += 1
+            if len(batch) >= IMPORT_BATCH:
+                flush()
+        flush()
         return {"stored": stored, "merged": merged, "rejected": bad}
 
     def status(self) -> dict[str, Any]:

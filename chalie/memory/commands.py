@@ -76,6 +76,8 @@ class MemoryCommands:
             Route("memory.show", MemoryIdArgs, self.show),
             Route("memory.forget", MemoryIdArgs, self.forget),
             Route("memory.promote", MemoryIdArgs, self.promote),
+            Route("memory.forgotten", MemoryListArgs, self.forgotten),
+            Route("memory.restore", MemoryIdArgs, self.restore),
             Route("memory.export", MemoryExportArgs, self.export),
             Route("memory.import", MemoryImportArgs, self.import_rows),
             Route("skills.rules", SkillRulesArgs, self.rules),
@@ -104,6 +106,13 @@ class MemoryCommands:
             return control.failure("memory-not-found", f"no memory {args.id}")
         self.book.forget([memory.principal], args.id)
         return control.success({"id": args.id, "forgotten": True})
+
+    def forgotten(self, args: MemoryListArgs) -> ControlReply:
+        rows = self.book.forgotten(_principals(self.book, args.scope), args.limit)
+        return control.success([_row(m) for m in rows])
+
+    def restore(self, args: MemoryIdArgs) -> ControlReply:
+        return control.success(_row(self.book.restore(None, args.id)))
 
     def promote(self, args: MemoryIdArgs) -> ControlReply:
         return control.success(_row(self.book.promote(args.id)))

@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import threading
-from collections import OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -93,6 +94,74 @@ def _terms(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+# Tantivy's en_stem, token for token: the tail's words are the words the index will hold.
+_STEMS: Final = (
+    tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+    .filter(tantivy.Filter.remove_long(40))
+    .filter(tantivy.Filter.lowercase())
+    .filter(tantivy.Filter.stemmer("english"))
+    .build()
+)
+# Tantivy's BM25 constants.
+K1: Final = 1.2
+B: Final = 0.75
+
+
+class Fresh:
+    """A principal's newest FRESH vectors in one preallocated matrix (a ring: the oldest
+    slot is reused), searched exactly: no per-search stacking of rows."""
+
+    def __init__(self, dim: int) -> None:
+        self.rows = np.zeros((FRESH, dim), dtype=np.float32)
+        self.keys = np.full(FRESH, -1, dtype=np.int64)
+        self.slot: dict[int, int] = {}
+        self.next = 0
+
+    def put(self, key: int, row: Any) -> None:
+        """``key``'s vector, as the newest (a key already here moves to the newest slot)."""
+        self.drop(key)
+        at = self.next
+        self.next = (at + 1) % FRESH
+        old = int(self.keys[at])
+        if old >= 0:
+            self.slot.pop(old, None)
+        self.keys[at] = key
+        self.rows[at] = row
+        self.slot[key] = at
+
+    def drop(self, key: int) -> None:
+        at = self.slot.pop(key, None)
+        if at is not None:
+            self.keys[at] = -1
+            self.rows[at] = 0.0
+
+    def nearest(self, query: Any, n: int) -> list[tuple[int, float]]:
+        """(key, cosine distance) of the n nearest, nearest first."""
+        if not self.slot:
+            return []
+        near = 1.0 - self.rows @ query
+        near[self.keys < 0] = np.inf
+        # stable: equal distances (the same words stored twice) keep the oldest first
+        best = np.argsort(near, kind="stable")[: min(n, len(self.slot))]
+        return [(int(self.keys[i]), float(near[i])) for i in best.tolist()]
+
+
+class Tail(NamedTuple):
+    """A memory written but not yet in Tantivy: its principal, its words for the rare-word
+    match, and its stems (with counts) and length for BM25."""
+
+    principal: str
+    terms: frozenset[str]
+    stems: Counter[str]
+    length: int
+
+    @classmethod
+    def of(cls, memory: Memory) -> Tail:
+        words = words_of(memory)
+        stems = _STEMS.analyze(words)
+        return cls(memory.principal, _terms(words), Counter(stems), len(stems))
+
+
 def _file_for(principal: str) -> str:
     return hashlib.sha256(principal.encode()).hexdigest()[:20] + ".usearch"
 
@@ -116,12 +185,16 @@ class MemoryIndex:
         self.dim = dim
         self.model_id = model_id
         self._graphs: dict[str, Hnsw] = {}
-        self._fresh: dict[str, OrderedDict[int, np.ndarray[Any, np.dtype[np.float32]]]] = {}
+        self._fresh: dict[str, Fresh] = {}
         self._lock = threading.RLock()
         self._text: tantivy.Index
         self._schema = _schema()
         # Not yet in Tantivy: id -> (principal, its words), and ids to delete there.
-        self._tail: dict[int, tuple[str, frozenset[str]]] = {}
+        self._tail: dict[int, Tail] = {}
+        # The keyword field's tokens written to Tantivy (by this index and the saved ones it
+        # opened; None: unknown, an index saved before they were counted): the tail's BM25
+        # needs the average length.
+        self._tokens: int | None = 0
         self._gone: set[int] = set()
         self._text_lock = threading.Lock()  # the Tantivy writer: the committer and bulk
         self._dirty = threading.Event()
@@ -168,6 +241,8 @@ class MemoryIndex:
         ):
             return None
         index = cls(directory, dim=dim, model_id=model_id)
+        tokens = manifest.get("tokens")
+        index._tokens = tokens if isinstance(tokens, int) and tokens >= 0 else None
         try:
             index._text = tantivy.Index.open(str(directory / "text"))
             index._text.config_reader(reload_policy="Manual")
@@ -207,6 +282,7 @@ class MemoryIndex:
                 "model_id": self.model_id,
                 "dim": self.dim,
                 "principals": names,
+                "tokens": self._tokens,
             }
             tmp = self.directory / (MANIFEST + ".tmp")
             tmp.write_text(json.dumps(manifest), encoding="utf-8")
@@ -240,14 +316,13 @@ class MemoryIndex:
                     graph.remove(present)
                 matrix = np.vstack([np.asarray(v, dtype=np.float32) for _, v in rows])
                 graph.add(keys, matrix, threads=2 if len(rows) > 256 else 1)
-                fresh = self._fresh.setdefault(principal, OrderedDict())
+                fresh = self._fresh.get(principal)
+                if fresh is None:
+                    fresh = self._fresh[principal] = Fresh(self.dim)
                 for key, row in zip(keys, matrix, strict=True):
-                    fresh.pop(int(key), None)
-                    fresh[int(key)] = row
-                while len(fresh) > FRESH:
-                    fresh.popitem(last=False)
+                    fresh.put(int(key), row)
             for memory, _ in items:
-                self._tail[memory.id] = (memory.principal, _terms(words_of(memory)))
+                self._tail[memory.id] = Tail.of(memory)
                 self._gone.add(memory.id)  # its older words, if any, leave Tantivy
                 self._pending_text[memory.id] = memory
         self._wake_committer()
@@ -313,7 +388,9 @@ class MemoryIndex:
                         self._gone.discard(mid)
                 for mid in adds:
                     if mid not in self._pending_text:
-                        self._tail.pop(mid, None)
+                        t = self._tail.pop(mid, None)
+                        if t is not None and self._tokens is not None:
+                            self._tokens += t.length
 
     def _text_writer(self) -> Any:
         """The index's writer (the caller holds _text_lock)."""
@@ -350,8 +427,11 @@ class MemoryIndex:
                     mid = str(memory.id)
                     if not fresh:
                         writer.delete_documents_by_term("mid", mid)
+                    words = words_of(memory)
+                    if self._tokens is not None:
+                        self._tokens += len(_STEMS.analyze(words))
                     writer.add_document(
-                        tantivy.Document(mid=mid, principal=memory.principal, text=words_of(memory))
+                        tantivy.Document(mid=mid, principal=memory.principal, text=words)
                     )
                 writer.commit()
                 self._text.reload()
@@ -390,7 +470,7 @@ class MemoryIndex:
                 graph.remove(memory.id)
             fresh = self._fresh.get(memory.principal)
             if fresh is not None:
-                fresh.pop(memory.id, None)
+                fresh.drop(memory.id)
             self._tail.pop(memory.id, None)
             self._pending_text.pop(memory.id, None)
             self._gone.add(memory.id)
@@ -410,11 +490,8 @@ class MemoryIndex:
                 for k, d in zip(found.keys.tolist(), found.distances.tolist(), strict=True):
                     best[k] = d
                 fresh = self._fresh.get(principal)
-                if fresh:
-                    keys = list(fresh)
-                    near = 1.0 - np.vstack(list(fresh.values())) @ query
-                    for i in np.argsort(near)[:n].tolist():
-                        k, d = keys[i], float(near[i])
+                if fresh is not None:
+                    for k, d in fresh.nearest(query, n):
                         if d < best.get(k, 2.0):
                             best[k] = d
         return sorted(best.items(), key=lambda kd: kd[1])[:n]
@@ -430,15 +507,11 @@ class MemoryIndex:
             # principal clause: without it Tantivy's top-k pruning (block-WAND) skips most
             # of the postings, with it every matching memory is scored.
             others = self._others(principals)
-            wanted = _terms(" ".join(words))
-            fresh = sorted(
-                (
-                    (len(wanted & terms), mid)
-                    for mid, (who, terms) in self._tail.items()
-                    if who in principals and wanted & terms
-                ),
-                reverse=True,
-            )
+            stems = list(dict.fromkeys(_STEMS.analyze(" ".join(words))))
+            tail = [(mid, t) for mid, t in self._tail.items() if t.principal in principals]
+            everyone = len(self._tail)
+            tail_tokens = sum(t.length for t in self._tail.values())
+            known = self._tokens
         try:
             query = self._text.parse_query(" ".join(words), ["text"])
             if others:
@@ -446,13 +519,48 @@ class MemoryIndex:
             searcher = self._text.searcher()
             hits = searcher.search(query, n + len(gone), count=False).hits
             found = [(int(searcher.doc(addr)["mid"][0]), float(score)) for score, addr in hits]
+            if known is not None:
+                avgdl = (known + tail_tokens) / max(1, int(searcher.num_docs) + everyone)
+            else:  # an index saved before lengths were kept: the tail's own average
+                avgdl = tail_tokens / max(1, everyone)
+            fresh = self._tail_scores(searcher, stems, tail, everyone, max(1.0, avgdl))
         except ValueError as exc:
             raise MemoryIndexError(f"memory keyword search failed: {exc}") from exc
-        # the tail first (its words match exactly; it is what was said last), then Tantivy's
-        out = [(mid, float(count)) for count, mid in fresh]
-        seen = {mid for mid, _ in out}
-        out += [(mid, sc) for mid, sc in found if mid not in gone and mid not in seen]
+        # One ranking for both: the tail is scored by BM25 with the index's statistics (its
+        # own words counted in), as Tantivy will score it once committed.
+        out = fresh + [(mid, sc) for mid, sc in found if mid not in gone]
+        out.sort(key=lambda kv: -kv[1])
         return out[:n]
+
+    def _tail_scores(
+        self,
+        searcher: tantivy.Searcher,
+        stems: Sequence[str],
+        tail: Sequence[tuple[int, Tail]],
+        everyone: int,
+        avgdl: float,
+    ) -> list[tuple[int, float]]:
+        """BM25 of the tail's memories for the query's stems (Tantivy's formula, with the
+        index's statistics and the tail's own words counted in)."""
+        matching = [(mid, t) for mid, t in tail if any(s in t.stems for s in stems)]
+        if not matching:
+            return []
+        docs = int(searcher.num_docs) + everyone
+        out = []
+        with self._lock:
+            tail_df = {s: sum(1 for t in self._tail.values() if s in t.stems) for s in stems}
+        for mid, t in matching:
+            score = 0.0
+            for stem in stems:
+                tf = t.stems.get(stem, 0)
+                if not tf:
+                    continue
+                df = int(searcher.doc_freq("text", stem)) + tail_df[stem]
+                idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+                norm = tf + K1 * (1.0 - B + B * t.length / avgdl)
+                score += (K1 + 1.0) * idf * tf / norm
+            out.append((mid, score))
+        return out
 
     def _others(self, principals: Sequence[str]) -> bool:
         """Whether another principal has memories here (the caller holds _lock)."""
@@ -479,7 +587,7 @@ class MemoryIndex:
             gone = set(self._gone)
             others = self._others(principals)
             most = min(RARE_DOCS, int(RARE_SHARE * sum(len(g) for g in self._graphs.values())))
-            tail = [(mid, terms) for mid, (who, terms) in self._tail.items() if who in principals]
+            tail = [(mid, t.terms) for mid, t in self._tail.items() if t.principal in principals]
         out: list[int] = []
         if most < 1:
             return out

@@ -43,6 +43,10 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
     created: float = 0.0
     updated: float = 0.0
     merged: int = 0
+    # When it was forgotten (None: it is not); a forgotten memory is restorable until purged.
+    forgotten: float | None = None
+    # The newer memory that replaced this one (it is past, not a second truth).
+    superseded_by: int | None = None
 
     def shown(self) -> dict[str, object]:
         """The compact form the model and the CLI see (empty fields left out)."""
@@ -57,6 +61,9 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
             out["tags"] = list(self.tags)
         if self.untrusted:
             out["untrusted_source"] = list(self.untrusted)
+        if self.superseded_by is not None:
+            out["past"] = True
+            out["superseded_by"] = self.superseded_by
         return out
 
 

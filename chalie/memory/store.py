@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS memories (
     updated         REAL NOT NULL,
     merged          INTEGER NOT NULL DEFAULT 0,
     model_id        TEXT NOT NULL,
-    vector          BLOB NOT NULL
+    vector          BLOB NOT NULL,
+    forgotten       REAL,
+    superseded_by   INTEGER
 );
 CREATE INDEX IF NOT EXISTS memories_by_principal ON memories (principal, updated);
 CREATE INDEX IF NOT EXISTS memories_by_skill ON memories (skill) WHERE skill IS NOT NULL;
@@ -46,8 +48,20 @@ CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NUL
 """
 _COLUMNS: Final = (
     "id, principal, kind, text, place, at, people, tags, skill, source, untrusted, "
-    "conversation_id, created, updated, merged"
+    "conversation_id, created, updated, merged, forgotten, superseded_by"
 )
+# Columns a table made by an older version lacks.
+_ADDED: Final = {
+    "forgotten": "ALTER TABLE memories ADD COLUMN forgotten REAL",
+    "superseded_by": "ALTER TABLE memories ADD COLUMN superseded_by INTEGER",
+}
+# Only live memories: a forgotten one waits apart (restorable) until it is purged.
+LIVE: Final = "forgotten IS NULL"
+
+
+def _names(column: str) -> tuple[str, ...]:
+    """A JSON list column (most are empty: no decoding for those)."""
+    return () if column == "[]" else tuple(json.loads(column))
 
 
 def _row(r: Sequence[Any]) -> Memory:
@@ -60,15 +74,17 @@ def _row(r: Sequence[Any]) -> Memory:
         text=str(r[3]),
         place=r[4],
         time=r[5],
-        people=tuple(json.loads(r[6])),
-        tags=tuple(json.loads(r[7])),
+        people=_names(r[6]),
+        tags=_names(r[7]),
         skill=r[8],
         source=source,
-        untrusted=tuple(json.loads(r[10])),
+        untrusted=_names(r[10]),
         conversation_id=r[11],
         created=float(r[12]),
         updated=float(r[13]),
         merged=int(r[14]),
+        forgotten=None if r[15] is None else float(r[15]),
+        superseded_by=None if r[16] is None else int(r[16]),
     )
 
 
@@ -106,6 +122,10 @@ class MemoryStore(Store):
     def __init__(self, db_path: Path) -> None:
         super().__init__(db_path, SCHEMA)
         with self._lock:
+            have = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(memories)")}
+            for column, alter in _ADDED.items():
+                if column not in have:
+                    self._conn.execute(alter)
             # A commit that fills the WAL past SQLite's threshold copies it into the file
             # (tens of ms): this connection's never do, so a store stays short.
             # :meth:`checkpoint` does it instead, off the write path (the memory index's
@@ -146,11 +166,20 @@ class MemoryStore(Store):
 
     # -- writes -----------------------------------------------------------------------
     def insert(self, memory: Memory, model_id: str, vector: np.ndarray[Any, Any]) -> int:
+        """A new row; its id is above every id this table ever gave (a purged memory's
+        included: ``last_id`` in ``memory_meta`` remembers the highest)."""
         with self._lock, transaction(self._conn):
-            cur = self._conn.execute(
+            new_id = 1 + int(
+                self._conn.execute(
+                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM memories), 0), COALESCE("
+                    "(SELECT CAST(value AS INTEGER) FROM memory_meta WHERE key = 'last_id'), 0))"
+                ).fetchone()[0]
+            )
+            self._conn.execute(
                 f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
-                "VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
                 (
+                    new_id,
                     *_written(memory),
                     memory.created,
                     memory.updated,
@@ -159,9 +188,13 @@ class MemoryStore(Store):
                     pack(vector),
                 ),
             )
+            self._conn.execute(
+                "INSERT INTO memory_meta VALUES ('last_id', ?) ON CONFLICT(key) "
+                "DO UPDATE SET value = excluded.value",
+                (str(new_id),),
+            )
             self._bump()
-            assert cur.lastrowid is not None
-            return int(cur.lastrowid)
+            return new_id
 
     def replace(
         self,
@@ -184,12 +217,47 @@ class MemoryStore(Store):
                 self._bump()
         return cur.rowcount > 0
 
-    def delete(self, memory_id: int) -> bool:
+    def _set(self, sql: str, args: Sequence[Any]) -> bool:
         with self._lock, transaction(self._conn):
-            cur = self._conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+            cur = self._conn.execute(sql, args)
             if cur.rowcount:
                 self._bump()
         return cur.rowcount > 0
+
+    def forget(self, memory_id: int, at: float) -> bool:
+        """Set a live memory apart (restorable until :meth:`purge` removes it)."""
+        return self._set(
+            f"UPDATE memories SET forgotten = ? WHERE id = ? AND {LIVE}", (at, memory_id)
+        )
+
+    def restore(self, memory_id: int) -> bool:
+        return self._set(
+            "UPDATE memories SET forgotten = NULL WHERE id = ? AND forgotten IS NOT NULL",
+            (memory_id,),
+        )
+
+    def supersede(self, memory_id: int, by: int) -> bool:
+        """Mark a memory as no longer true: ``by`` (a newer memory) replaced it."""
+        return self._set("UPDATE memories SET superseded_by = ? WHERE id = ?", (by, memory_id))
+
+    def purge(self, before: float) -> list[int]:
+        """Remove for good the memories forgotten before ``before``; their ids."""
+        with self._lock, transaction(self._conn):
+            rows = self._conn.execute(
+                "DELETE FROM memories WHERE forgotten IS NOT NULL AND forgotten < ? RETURNING id",
+                (before,),
+            ).fetchall()
+            if rows:
+                self._conn.execute(
+                    "UPDATE memories SET superseded_by = NULL WHERE superseded_by IN "
+                    f"({','.join('?' * len(rows))})",
+                    [int(r[0]) for r in rows],
+                )
+                self._bump()
+        return [int(r[0]) for r in rows]
+
+    def delete(self, memory_id: int) -> bool:
+        return self._set("DELETE FROM memories WHERE id = ?", (memory_id,))
 
     # -- reads ------------------------------------------------------------------------
     def get(self, memory_id: int) -> Memory | None:
@@ -220,12 +288,14 @@ class MemoryStore(Store):
         place: str | None = None,
         skill: str | None = None,
         linked: bool = False,
+        since: str | None = None,
+        until: str | None = None,
+        offset: int = 0,
     ) -> list[Memory]:
-        """Newest first; ``None`` principals: everyone's (the operator's view)."""
-        where, args = ["1 = 1"], []  # type: list[str], list[Any]
-        if principals is not None:
-            where.append(f"principal IN ({','.join('?' * len(principals))})")
-            args += list(principals)
+        """Newest first; ``None`` principals: everyone's (the operator's view). ``since`` and
+        ``until``: inclusive ISO prefixes of when it happened (``at``, else when it was
+        stored, ``offset`` seconds from UTC)."""
+        where, args = _whose(principals, LIVE)
         if place:
             # the place field, or the text naming it ("dinner in Lisbon")
             where.append("(place LIKE ? ESCAPE '\\' OR text LIKE ? ESCAPE '\\')")
@@ -235,6 +305,14 @@ class MemoryStore(Store):
             args.append(skill)
         elif linked:
             where.append("skill IS NOT NULL")
+        happened = "COALESCE(at, strftime('%Y-%m-%dT%H:%M', created, 'unixepoch', ?))"
+        shift = f"{offset:+d} seconds"
+        if since:
+            where.append(f"substr({happened}, 1, ?) >= ?")
+            args += [shift, len(since), since]
+        if until:
+            where.append(f"substr({happened}, 1, ?) <= ?")
+            args += [shift, len(until), until]
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
@@ -243,22 +321,45 @@ class MemoryStore(Store):
             ).fetchall()
         return [_row(r) for r in rows]
 
+    def vector(self, memory_id: int, model_id: str, dim: int) -> Any:
+        """A memory's stored vector (None: gone, or embedded by another model)."""
+        with self._lock:
+            r = self._conn.execute(
+                "SELECT model_id, vector FROM memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+        return None if r is None or r[0] != model_id else unpack(r[1], dim)
+
+    def forgotten(self, principals: Sequence[str] | None, limit: int) -> list[Memory]:
+        """The forgotten memories not yet purged, the latest forgotten first."""
+        where, args = _whose(principals, "forgotten IS NOT NULL")
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
+                "ORDER BY forgotten DESC, id DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
     def principals(self) -> list[str]:
         with self._lock:
-            rows = self._conn.execute("SELECT DISTINCT principal FROM memories").fetchall()
+            rows = self._conn.execute(
+                f"SELECT DISTINCT principal FROM memories WHERE {LIVE}"
+            ).fetchall()
         return sorted(str(r[0]) for r in rows)
 
     def counts(self) -> dict[str, int]:
         """How many memories each principal has."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT principal, COUNT(*) FROM memories GROUP BY principal"
+                f"SELECT principal, COUNT(*) FROM memories WHERE {LIVE} GROUP BY principal"
             ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
     def count(self) -> int:
         with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0])
+            return int(
+                self._conn.execute(f"SELECT COUNT(*) FROM memories WHERE {LIVE}").fetchone()[0]
+            )
 
     def vectors(self, model_id: str, dim: int, page: int = 2000) -> Iterator[tuple[Memory, Any]]:
         """Every memory with its stored vector (None: embedded by another model), page by page."""
@@ -266,16 +367,26 @@ class MemoryStore(Store):
         while True:
             with self._lock:
                 rows = self._conn.execute(
-                    f"SELECT {_COLUMNS}, model_id, vector FROM memories WHERE id > ? "
+                    f"SELECT {_COLUMNS}, model_id, vector, {LIVE} FROM memories WHERE id > ? "
                     "ORDER BY id LIMIT ?",
                     (last, page),
                 ).fetchall()
             if not rows:
                 return
             for r in rows:
-                vec = unpack(r[-1], dim) if r[-2] == model_id else None
-                yield _row(r[:-2]), vec
+                if r[-1]:  # forgotten rows are not indexed
+                    vec = unpack(r[-2], dim) if r[-3] == model_id else None
+                    yield _row(r[:-3]), vec
             last = int(rows[-1][0])
+
+
+def _whose(principals: Sequence[str] | None, first: str) -> tuple[list[str], list[Any]]:
+    """A WHERE clause's parts: ``first``, and the principals' rows only (None: everyone's)."""
+    where, args = [first], []  # type: list[str], list[Any]
+    if principals is not None:
+        where.append(f"principal IN ({','.join('?' * len(principals))})")
+        args += list(principals)
+    return where, args
 
 
 def _like(text: str) -> str:

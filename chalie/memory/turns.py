@@ -1,9 +1,11 @@
 """What a turn's memory call needs from the runtime: whose memory it is, and what the turn has read.
 
 :class:`TurnMemory` is handed to the ``memory`` ability through
-``Services.memory``. It answers two questions about the calling turn, both
-from chalie.db and never from the model:
+``Services.memory``. It answers three questions about the calling turn, from
+the runtime and never from the model:
 
+- what time it is for the person (their zone, ``[accounts] zone``): relative
+  times in a memory call are read in it;
 - whose memories the turn reads and writes (:mod:`chalie.memory.whose`, from
   the channel and the conversation's origin);
 - which untrusted sources the conversation has read: tools whose results
@@ -14,14 +16,17 @@ from chalie.db and never from the model:
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Final
 
 from chalie.db import connect
+from chalie.memory import when
 from chalie.memory.book import MemoryBook
 from chalie.memory.whose import principal_of, readable_by
 from chalie.messages import TurnContext
@@ -41,13 +46,26 @@ class TurnMemory:
     """The book plus the two questions above; thread-safe."""
 
     def __init__(
-        self, book: MemoryBook, db_path: Path, *, owner_readers: Collection[str] = ()
+        self,
+        book: MemoryBook,
+        db_path: Path,
+        *,
+        owner_readers: Collection[str] = (),
+        zone: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.book = book
         self.owner_readers = frozenset(owner_readers)
+        # The person's time zone: relative times ("last week") are read in it.
+        self.zone = when.zone(zone)
+        self._clock = clock
         self._conn: sqlite3.Connection = connect(db_path)
         self._lock = threading.Lock()
         self._origins: OrderedDict[str, str] = OrderedDict()
+
+    def now(self) -> dt.datetime:
+        """The person's clock: now, in their zone."""
+        return dt.datetime.fromtimestamp(self._clock(), self.zone)
 
     def close(self) -> None:
         with self._lock:

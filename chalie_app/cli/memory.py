@@ -146,9 +146,33 @@ def show(obj: Ctx, memory_id: int) -> None:
 @click.argument("memory_id", type=click.IntRange(1))
 @click.pass_obj
 def forget(obj: Ctx, memory_id: int) -> None:
-    """Delete a memory (and any skill rule it is)."""
+    """Forget a memory (and any skill rule it is): restorable for 30 days, then gone."""
     run(obj, "memory.forget", {"id": memory_id})
-    click.echo(f"forgot memory {memory_id}")
+    click.echo(f"forgot memory {memory_id} (chalie memory restore {memory_id} brings it back)")
+
+
+@memory.command("forgotten")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="How many to show, the latest forgotten first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def forgotten(obj: Ctx, limit: int, as_json: bool) -> None:
+    """The forgotten memories still restorable, the latest forgotten first."""
+    _show(run(obj, "memory.forgotten", {"limit": limit}), as_json)
+
+
+@memory.command("restore")
+@click.argument("memory_id", type=click.IntRange(1))
+@click.pass_obj
+def restore(obj: Ctx, memory_id: int) -> None:
+    """Bring a forgotten memory back, with its id."""
+    run(obj, "memory.restore", {"id": memory_id})
+    click.echo(f"restored memory {memory_id}")
 
 
 @memory.command("promote")

@@ -113,6 +113,7 @@ class Item:
 class Question:
     text: str
     answer: int  # index of the supporting memory
+    kind: str = "about-me"  # or "about-someone": a fact about a named relative or friend
 
 
 def _facts(rng: random.Random) -> list[tuple[str, str]]:
@@ -300,7 +301,8 @@ def build(
             memories.append(Item(f"[session {s + 1}] {line}", s))
         for statement, question in taken:
             index = next(i for i, m in enumerate(memories) if m.text.endswith(statement))
-            questions.append(Question(question, index))
+            someone = any(statement.startswith(f"My {r} ") for r in RELATIONS)
+            questions.append(Question(question, index, "about-someone" if someone else "about-me"))
     return memories, questions
 
 

@@ -1,6 +1,6 @@
-"""Memory: the owner's memories and, apart, each agent's, with their provenance and the mark of
-an untrusted source; a search (recall, as the memory ability does); forget; promote an agent's
-memory to the owner's."""
+"""Memory: the owner's memories and, apart, each agent's, with their provenance, the mark of
+an untrusted source and of a superseded (past) memory; a search (recall, as the memory ability
+does); forget; promote an agent's memory to the owner's; the forgotten ones, restorable."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any
 
 from chalie.brain.operations import ApiProblem
 from chalie.brain.pages.page import Page, chosen
+from chalie.memory.book import FORGET_GRACE
 
 
 async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
     shown = chosen(query, "principal")
     found = await brain.op("memories", **shown)
+    forgotten = await brain.op("memories_forgotten")
     search = chosen(query, "query", "location", "in")
     hits = None
     problem = ""
@@ -30,6 +32,8 @@ async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
         "search": search,
         "hits": hits,
         "search_problem": problem,
+        "forgotten": forgotten,
+        "grace": FORGET_GRACE,
         "back": "memory",
     }
 

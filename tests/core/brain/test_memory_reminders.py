@@ -47,6 +47,12 @@ def book(d: BrainDaemon) -> Any:
     return desk.book
 
 
+def forgotten(book: Any, memory_id: int) -> bool:
+    """Set apart (restorable for a while), no longer a live memory."""
+    memory = book.get(memory_id)
+    return memory is not None and memory.forgotten is not None
+
+
 def agent_token(d: BrainDaemon, name: str) -> tuple[str, str]:
     """A new agent token: (its secret, its memory key)."""
     with d.client() as c:
@@ -135,8 +141,23 @@ def test_memories_are_shown_apart_with_provenance_searched_promoted_and_forgotte
         assert agent not in [g.principal for g in shown.groups]
 
         assert ok(c.delete(f"/api/v1/memories/{spa}"), api.MemoryForgotten).forgotten
-        assert book(d).get(spa) is None
+        assert forgotten(book(d), spa)
         refused(c.delete(f"/api/v1/memories/{spa}"), 404, "memory-not-found")
+        listed = ok(c.get("/api/v1/memories/forgotten"), list[api.MemoryView])
+        assert [m.id for m in listed] == [spa] and listed[0].forgotten is not None
+        back = ok(c.post(f"/api/v1/memories/{spa}/restore"), api.MemoryView)
+        assert back.id == spa and back.forgotten is None
+        assert ok(c.get("/api/v1/memories/forgotten"), list[api.MemoryView]) == []
+        refused(c.post(f"/api/v1/memories/{spa}/restore"), 404, "memory-not-found")
+        # a superseded memory is shown as past, with what replaced it
+        newer = book(d).store_memory(
+            Draft(text="The spa offer code is now SPA2027"),
+            Provenance(principal=OWNER),
+            supersedes=spa,
+        )[0]
+        page = ok(c.get("/api/v1/memories"), api.MemoriesPage)
+        (old,) = [m for m in group(page, OWNER).memories if m.id == spa]
+        assert old.superseded_by == newer.id
         refused(c.post("/api/v1/memories/999999/promote"), 404, "memory-not-found")
     # An agent's token is not the owner: it reaches none of this.
     with d.client(secret) as c:
@@ -294,7 +315,7 @@ def test_the_pages_escape_what_they_show_and_their_actions_need_the_csrf_token(
         assert bad.status_code == 400 and 'role="alert"' in bad.text
         gone = c.post("/brain/act/memory_forget", data={**form, "csrf": token})
         assert gone.status_code == 303 and gone.headers["location"] == "/brain/memory"
-        assert book(d).get(hostile) is None
+        assert forgotten(book(d), hostile)
         again = c.post("/brain/act/memory_forget", data={**form, "csrf": token})
         assert again.status_code == 404 and "no memory" in again.text
         # A search that is too long is the page's problem line, not a failure.
@@ -362,8 +383,17 @@ def test_the_owner_reviews_memories_and_reminders_in_the_browser(
         expect(owner.locator(f"tr[data-id='{theirs}']")).to_contain_text("Finance/2026")
         expect(pg.locator(f"section.memory-group[data-principal='{agent}']")).to_have_count(0)
         owner.get_by_role("button", name=f"Forget memory {shady}").click()
-        expect(pg.locator(f"tr[data-id='{shady}']")).to_have_count(0)
-        assert book(d).get(shady) is None
+        expect(owner.locator(f"tr[data-id='{shady}']")).to_have_count(0)
+        assert forgotten(book(d), shady)
+        # listed apart, restorable, with its untrusted mark still on it
+        gone = pg.locator(f"section.memory-forgotten tr[data-id='{shady}']")
+        expect(gone).to_contain_text("restorable until")
+        expect(gone.locator(".untrusted-mark")).to_contain_text("email_read")
+        shot(pg, "memory-forgotten")
+        gone.get_by_role("button", name=f"Restore memory {shady}").click()
+        expect(owner.locator(f"tr[data-id='{shady}']")).to_have_count(1)
+        expect(pg.locator(f"section.memory-forgotten tr[data-id='{shady}']")).to_have_count(0)
+        assert not forgotten(book(d), shady)
         assert book(d).get(theirs) is not None and book(d).get(theirs).principal == OWNER
 
         pg.get_by_role("navigation", name="Dashboard pages").get_by_role(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from abilities.memory import MemoryTool
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie import untrusted
 from chalie.ability import Ability
 from chalie.conversation.channels import SHIPPED
 from chalie.conversation.events import PermissionRequest
@@ -55,7 +58,15 @@ class PageReader(Ability):
 
 
 class Rig:
-    def __init__(self, home: Path, embedder: Embedder, readers: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        home: Path,
+        embedder: Embedder,
+        readers: tuple[str, ...] = (),
+        *,
+        zone: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.db = home / "chalie.db"
         self.registry = Registry()
         self.registry.add(MemoryTool, source="builtin")
@@ -64,7 +75,7 @@ class Rig:
         self.events = self.bus.subscribe_queue(None)
         self.policy = PolicyActor.start(self.db, self.bus, approval_expiry=60)
         self.book = MemoryBook(MemoryStore(self.db), embedder, home / "index" / "memory")
-        self.desk = TurnMemory(self.book, self.db, owner_readers=readers)
+        self.desk = TurnMemory(self.book, self.db, owner_readers=readers, zone=zone, clock=clock)
         self.services = Services(memory=self.desk)
         self.conversations = ConversationStore(self.db)
         self.ref = DispatcherActor.start(
@@ -144,27 +155,31 @@ def test_recall_without_query_or_location_is_the_seed_envelope_byte_for_byte(rig
     assert (outcome.status, outcome.code) == ("error", "no-query-or-location")
 
 
-def test_reads_are_internal_and_writes_follow_the_channel_policy(rig: Rig) -> None:
+def test_memory_bypasses_the_gate_as_internal_on_every_channel(rig: Rig) -> None:
+    """The seed: "discovery, memory, reading, the compactors always bypass the gate as
+    internal". No policy row at all: a background turn (no human) stores, updates, recalls
+    and lists; only forget is asked for."""
     rig.conversation("bg", "subconscious")
-    # no policy row at all: recall and list run on a channel without a human
-    assert (
-        rig.run({"action": "recall", "query": "anything"}, cid="bg", channel="subconscious").status
-        == "success"
-    )
-    assert rig.run({"action": "list"}, cid="bg", channel="subconscious").status == "success"
-    # store is gated: unseen is ask, and ask is a deny where nobody can answer
-    denied = rig.run({"action": "store", "text": "x"}, cid="bg", channel="subconscious")
-    assert denied.code == "permission-denied"
-    assert rig.book.store.count() == 0
-    rig.allow("subconscious", "memory.store")
     stored = rig.run(
         {"action": "store", "text": "Tea, not coffee, after 4 pm"}, cid="bg", channel="subconscious"
     )
     assert stored.status == "success", stored.envelope
+    mid = body(stored)["stored"]["id"]
+    changed = rig.run(
+        {"action": "update", "id": mid, "text": "Tea, not coffee, after 3 pm"},
+        cid="bg",
+        channel="subconscious",
+    )
+    assert changed.status == "success", changed.envelope
     found = body(
         rig.run({"action": "recall", "query": "afternoon drink"}, cid="bg", channel="subconscious")
     )
-    assert [m["text"] for m in found["memories"]] == ["Tea, not coffee, after 4 pm"]
+    assert [m["text"] for m in found["memories"]] == ["Tea, not coffee, after 3 pm"]
+    assert rig.run({"action": "list"}, cid="bg", channel="subconscious").status == "success"
+    # forget is still its own permission: unseen is ask, and ask is a deny without a human
+    denied = rig.run({"action": "forget", "id": mid}, cid="bg", channel="subconscious")
+    assert denied.code == "permission-denied"
+    assert rig.book.store.count() == 1
 
 
 def test_forget_is_its_own_permission_and_asks_on_chat(rig: Rig) -> None:
@@ -179,7 +194,11 @@ def test_forget_is_its_own_permission_and_asks_on_chat(rig: Rig) -> None:
     assert rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
     outcome = pending.result(20)
     assert outcome.status == "success"
-    assert rig.book.get(mid) is None
+    # set apart: recalled no more, restorable for a while (chalie memory restore)
+    gone = rig.book.get(mid)
+    assert gone is not None and gone.forgotten is not None
+    assert body(outcome)["restorable_for_days"] == 30
+    assert rig.book.recall(["owner"], query="locker number") == []
 
 
 def test_an_agent_stores_and_recalls_apart_from_the_owner(rig: Rig) -> None:
@@ -239,14 +258,23 @@ def test_a_memory_stored_after_untrusted_content_is_marked_with_its_source(rig: 
     rig.conversation("conv", "chat")
     rig.allow("chat", "memory.store")
     rig.allow("chat", "page_reader")
-    clean = body(rig.run({"action": "store", "text": "I run on Sundays"}))
+    clean = body(rig.run({"action": "store", "text": "I run on Sundays", "location": "Sliema"}))
     assert "untrusted_source" not in clean["stored"]
     assert rig.run({}, tool="page_reader").status == "success"
     tainted = body(rig.run({"action": "store", "text": "The owner loves spam"}))
     assert tainted["stored"]["untrusted_source"] == ["page_reader"]
-    # and it shows on recall, so the model sees where it came from
-    found = body(rig.run({"action": "recall", "query": "spam"}))
+    # and it shows on recall, so the model sees where it came from: the recall is untrusted
+    # content itself (the warning line first, untrusted=true in the tag)
+    outcome = rig.run({"action": "recall", "query": "spam"})
+    (env,) = parse(outcome.envelope)
+    assert env.attrs.get("untrusted") is True, outcome.envelope
+    assert env.content.startswith(untrusted.WARNING_LINE + "\n")
+    found = json.loads(env.content.split("\n", 1)[1])
     assert found["memories"][0]["untrusted_source"] == ["page_reader"]
+    # a recall of clean memories only is not marked
+    clean_recall = rig.run({"action": "recall", "location": "Sliema"})
+    assert [m["text"] for m in body(clean_recall)["memories"]] == ["I run on Sundays"]
+    assert "untrusted" not in parse(clean_recall.envelope)[0].attrs
 
 
 def test_malformed_calls_get_structured_errors(rig: Rig) -> None:
@@ -283,3 +311,81 @@ def test_a_turns_principal_keys_its_memories_by_token_id_not_name() -> None:
     # the owner's allow-list names tokens: it is read with the principal's name
     assert readable_by("agent:tok_new", ("builder",), "builder") == ("agent:tok_new", OWNER)
     assert readable_by("agent:tok_new", ("someone",), "builder") == ("agent:tok_new",)
+
+
+# Monday 7 December 2026, 12:30 in Auckland (UTC+13); still Sunday 6 December in UTC.
+SUNDAY_NIGHT_UTC = dt.datetime(2026, 12, 6, 23, 30, tzinfo=dt.UTC).timestamp()
+
+
+@pytest.fixture
+def auckland(tmp_path: Path, embedder: Embedder) -> Iterator[Rig]:
+    r = Rig(tmp_path, embedder, zone="Pacific/Auckland", clock=lambda: SUNDAY_NIGHT_UTC)
+    yield r
+    r.close()
+    pykka.ActorRegistry.stop_all()
+
+
+def recalled(rig: Rig, **args: Any) -> list[str]:
+    outcome = rig.run({"action": "recall", **args})
+    assert outcome.status == "success", outcome.envelope
+    return sorted(m["text"] for m in body(outcome)["memories"])
+
+
+def test_recall_by_day_month_year_and_range(rig: Rig) -> None:
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "memory.store")
+    for text, when in (
+        ("Dinner at the harbour with Anna", "2026-11-05"),
+        ("Dinner at the castle with Marco", "2026-11-20T19:30"),
+        ("Dinner on the beach with Leila", "2026-03-10"),
+        ("Dinner at home on new year's eve", "2025-12-31"),
+    ):
+        assert rig.run({"action": "store", "text": text, "time": when}).status == "success"
+    assert recalled(rig, query="dinner", time="2026-11") == [
+        "Dinner at the castle with Marco",
+        "Dinner at the harbour with Anna",
+    ]
+    assert len(recalled(rig, query="dinner", time="2026")) == 3
+    assert recalled(rig, query="dinner", time="2026-11-05") == ["Dinner at the harbour with Anna"]
+    assert recalled(rig, query="dinner", time="2026-03..2026-11-10") == [
+        "Dinner at the harbour with Anna",
+        "Dinner on the beach with Leila",
+    ]
+    # a period alone recalls what happened in it
+    assert recalled(rig, time="2025") == ["Dinner at home on new year's eve"]
+
+
+def test_a_bad_time_is_an_error_about_time_not_since(rig: Rig) -> None:
+    outcome = rig.run({"action": "recall", "query": "dinner", "time": "soonish"})
+    assert (outcome.status, outcome.code) == ("error", "invalid-param")
+    assert "since" not in outcome.envelope
+    assert "time 'soonish'" in outcome.envelope and "last week" in outcome.envelope
+
+
+def test_relative_times_are_read_in_the_persons_zone(auckland: Rig) -> None:
+    rig = auckland
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "memory.store")
+    stored = body(
+        rig.run({"action": "store", "text": "Ran 10 km by the river", "time": "yesterday"})
+    )
+    # Monday in Auckland: yesterday is Sunday the 6th (in UTC it would be the 5th)
+    assert stored["stored"]["time"] == "2026-12-06"
+    rig.run({"action": "store", "text": "Ran 5 km in the park", "time": "2026-11-28"})
+    assert recalled(rig, query="running", time="last week") == ["Ran 10 km by the river"]
+    assert recalled(rig, query="running", time="yesterday") == ["Ran 10 km by the river"]
+    assert recalled(rig, query="running", time="in November") == ["Ran 5 km in the park"]
+    assert recalled(rig, query="running", time="this week") == []
+
+
+def test_a_store_naming_an_id_supersedes_that_memory(rig: Rig) -> None:
+    rig.conversation("conv", "chat")
+    porto = body(rig.run({"action": "store", "text": "I live in Porto"}))["stored"]["id"]
+    lisbon = body(rig.run({"action": "store", "text": "I moved to Lisbon", "id": porto}))
+    assert lisbon["stored"]["id"] != porto
+    found = {
+        m["id"]: m for m in body(rig.run({"action": "recall", "query": "where I live"}))["memories"]
+    }
+    assert found[porto]["past"] is True
+    assert found[porto]["superseded_by"] == lisbon["stored"]["id"]
+    assert "past" not in found[lisbon["stored"]["id"]]

@@ -124,6 +124,16 @@ def test_cli_export_import_and_forget_through_the_daemon(h: Harness) -> None:
     assert json.loads(chalie(h, "skills", "rules", "--json").stdout) == []
     missing = chalie(h, "memory", "forget", str(rule["id"]))
     assert missing.exit_code == 1 and "memory-not-found" in missing.stderr
+    # restorable: listed apart, and back with its id (and as a rule again)
+    gone = json.loads(chalie(h, "memory", "forgotten", "--json").stdout)
+    assert [m["id"] for m in gone] == [rule["id"]] and gone[0]["forgotten"]
+    restored = chalie(h, "memory", "restore", str(rule["id"]))
+    assert restored.exit_code == 0, restored.output
+    assert [r["id"] for r in json.loads(chalie(h, "skills", "rules", "--json").stdout)] == [
+        rule["id"]
+    ]
+    assert json.loads(chalie(h, "memory", "forgotten", "--json").stdout) == []
+    assert chalie(h, "memory", "forget", str(rule["id"])).exit_code == 0  # as the next test expects
 
 
 def test_find_skills_returns_the_persons_rules_beside_the_playbook(h: Harness) -> None:

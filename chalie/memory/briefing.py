@@ -1,0 +1,126 @@
+"""What matters, already in the turn: the memories most relevant to a message, and the
+standing facts, under a small token budget, ready to go into a request.
+
+:func:`brief` is what the turn calls before it asks the model (the seed's pinned
+``memory`` tool stays for more). It reads the book and returns a :class:`Brief`;
+it changes nothing. In order:
+
+1. The standing lines: the person's time zone and local time, then their standing
+   memories (kind ``preference`` or ``instruction``, and any fact tagged ``name`` or
+   saying "my name is"), newest first, at most :data:`STANDING_SHARE` of the budget.
+2. The memories most relevant to ``message`` (a recall of up to :data:`RELEVANT`,
+   those scoring at least :data:`MIN_SCORE`), best first, while the budget lasts.
+   A memory a newer one superseded is left out (it is past); one already a standing
+   line is not repeated.
+3. Each line names its id, kind, when it happened and its source; a memory stored
+   after the conversation had read untrusted content is kept apart, below the fixed
+   untrusted warning line (chalie.untrusted), with the tools it came from.
+
+The budget counts rough tokens (:func:`chalie.memory.fusion.tokens`); the header and
+the time-zone line are always in it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+
+from chalie.memory.book import MemoryBook, MemoryRequestError
+from chalie.memory.fusion import tokens
+from chalie.memory.records import Memory
+from chalie.untrusted import WARNING_LINE, clean
+
+BUDGET: Final = 400
+STANDING_SHARE: Final = 0.4
+STANDING_KINDS: Final = frozenset({"preference", "instruction"})
+STANDING_READ: Final = 50
+RELEVANT: Final = 10
+MIN_SCORE: Final = 0.3
+HEADER: Final = (
+    "What you remember that may bear on this message (memory; call the memory tool for more):"
+)
+_NAME: Final = re.compile(r"\bmy name is\b|\bcall me\b", re.IGNORECASE)
+
+
+class Brief(msgspec.Struct, frozen=True, kw_only=True):
+    """``text``: the block for the request (the header and the time-zone line at least);
+    ``ids``: the memories in it, in order; ``tokens``: its rough size."""
+
+    text: str
+    ids: tuple[int, ...] = ()
+    tokens: int = 0
+
+
+def brief(
+    book: MemoryBook,
+    principals: Sequence[str],
+    message: str,
+    *,
+    zone: dt.tzinfo,
+    zone_name: str,
+    now: float,
+    budget: int = BUDGET,
+) -> Brief:
+    """The brief for ``message`` from ``principals``' memories (see the module docstring)."""
+    local = dt.datetime.fromtimestamp(now, zone)
+    head = [HEADER, f"- time zone: {zone_name} (now {local:%A %d %B %Y, %H:%M})"]
+    used = sum(tokens(line) for line in head)
+    standing = [m for m in book.recent(principals, STANDING_READ) if _standing(m)]
+    chosen: list[Memory] = []
+    room = int(budget * STANDING_SHARE)
+    for memory in standing:
+        cost = tokens(_line(memory))
+        if cost > room:
+            break
+        chosen.append(memory)
+        room -= cost
+        used += cost
+    relevant: list[Memory] = []
+    if message.strip():
+        try:
+            hits = book.recall(principals, query=message[:2000], k=RELEVANT, tz=zone)
+        except MemoryRequestError:
+            hits = []
+        seen = {m.id for m in chosen}
+        for hit in hits:
+            memory = hit.memory
+            if hit.score < MIN_SCORE or memory.id in seen or memory.superseded_by is not None:
+                continue
+            cost = tokens(_line(memory))
+            if used + cost > budget:
+                break
+            relevant.append(memory)
+            used += cost
+    shown = chosen + relevant
+    trusted = [_line(m) for m in shown if not m.untrusted]
+    marked = [_line(m) for m in shown if m.untrusted]
+    lines = head + trusted
+    if marked:
+        lines += [WARNING_LINE, *marked]
+    text = "\n".join(lines)
+    ids = tuple(m.id for m in shown if not m.untrusted) + tuple(m.id for m in shown if m.untrusted)
+    return Brief(text=text, ids=ids, tokens=tokens(text))
+
+
+def _standing(memory: Memory) -> bool:
+    if memory.superseded_by is not None:
+        return False
+    if memory.kind in STANDING_KINDS:
+        return True
+    return "name" in (t.casefold() for t in memory.tags) or bool(_NAME.search(memory.text))
+
+
+def _line(memory: Memory) -> str:
+    """One memory as a brief shows it: id, kind, when, source, then its text (cleaned)."""
+    about = [f"#{memory.id}", memory.kind]
+    if memory.time:
+        about.append(memory.time)
+    about.append(f"from {memory.source}")
+    if memory.untrusted:
+        about.append("untrusted: " + ", ".join(memory.untrusted))
+    text = " ".join(clean(memory.text).split())
+    return f"- ({'; '.join(about)}) {text}"
