@@ -257,6 +257,7 @@ class MemoryBook:
             return self._index
 
     def _open(self) -> MemoryIndex:
+        self.purge()  # what was forgotten long enough ago goes before anything is read
         gen = self.store.generation()
         dim, model_id = self.embedder.dim, self.embedder.model_id
         if self.directory is not None:
@@ -470,8 +471,10 @@ class MemoryBook:
             return msgspec.structs.replace(memory, forgotten=now)
 
     def restore(self, principals: Sequence[str] | None, memory_id: int) -> Memory:
-        """Bring a forgotten memory back (recallable again, with its id)."""
+        """Bring a forgotten memory back (recallable again, with its id), unless its grace
+        has passed (then it is purged, now if not before)."""
         with self._lock:
+            self.purge()
             memory = self.store.get(memory_id)
             if (
                 memory is None

@@ -390,10 +390,11 @@ def test_forget_is_restorable_for_a_while_then_leaves_no_trace(
     clock.now += FORGET_GRACE - 60
     assert [m.id for m in book.forgotten([OWNER])] == [kept.id]
     clock.now += 120
-    assert book.forgotten([OWNER]) == []
-    assert book.get(kept.id) is None
+    # past its grace: not restorable, even if nothing has purged it yet
     with pytest.raises(MemoryRequestError):
         book.restore([OWNER], kept.id)
+    assert book.forgotten([OWNER]) == []
+    assert book.get(kept.id) is None
     # and nothing of it comes back when the index is rebuilt from the table
     book.close()
     assert book.recall([OWNER], query="bank card PIN hint") == []
