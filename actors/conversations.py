@@ -37,6 +37,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ from chalie.mail import (
     TurnActorIdle,
 )
 from chalie.mcp.proxy import scoped_to
+from chalie.memory import briefing
 from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import Outbox
 from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
@@ -207,6 +209,9 @@ class Conversations(Supervisor):
             follow_up=self._follow_up_later,
             summaries=self._summaries,
             zone=rt.config.accounts.zone,
+            brief=lambda context, message: briefing.for_turn(
+                rt.services.memory, context, message, rt.config.accounts.zone, time.time()
+            ),
         )
         ref = self.actor_ref
 

@@ -138,6 +138,9 @@ class TurnDeps:
     summaries: compaction.SummaryStore | None = None
     # The person's time zone ([accounts] zone): the system prompt says what day it is there.
     zone: str = "UTC"
+    # What the memory remembers that bears on a message, for a turn with a human
+    # (chalie.memory.briefing.for_turn; '' when nothing does). Reads only.
+    brief: Callable[[TurnContext, str], str] = lambda _c, _m: ""
 
 
 def _answer_taken(start: StartTurn, queued: bool) -> None:
@@ -258,6 +261,7 @@ class _Turn:
     model_notes: set[str] = field(default_factory=set)  # error lines meant for the model
     park_asks: bool = False  # its unanswerable asks wait for the owner (StartTurn)
     answer_due: bool = False  # a tool succeeded: the next request asks for the answer
+    brief: str = ""  # the memories that bear on the message, before it in every request
 
 
 class TurnActor(SupervisedActor):
@@ -566,6 +570,11 @@ class TurnActor(SupervisedActor):
         self._deps.store.write(batch)
         self._publish(batch.events)
         self._schedule(channel.wall_clock, _Deadline(self._gen), turn.deadline)
+        if channel.human_present:
+            try:
+                turn.brief = self._deps.brief(self._context(turn), start.text)
+            except Exception:  # the brief is extra: a memory fault never stops a turn
+                log.exception("the memory brief failed", extra={"turn_id": turn.turn_id})
         if channel.find_tools and self._aid(self._deps.models(channel.model).config.seed_tools):
             self._seed(turn, start.text)
             return
@@ -667,6 +676,8 @@ class TurnActor(SupervisedActor):
             if note not in turn.notes:
                 turn.notes.append(note)
         messages = tuple(fitted.messages)
+        if turn.brief:
+            messages = _with_brief(messages, self._messages[turn.start_idx], turn.brief)
         if turn.answer_due:
             turn.answer_due = False
             # After a success the model is asked for the answer with the result, in the
@@ -1134,6 +1145,19 @@ class TurnActor(SupervisedActor):
         for handle in box:
             self.unschedule(handle)
         box.clear()
+
+
+def _with_brief(
+    messages: tuple[ChatMessage, ...], asked: ChatMessage, brief: str
+) -> tuple[ChatMessage, ...]:
+    """The request's messages with the memory brief before the person's message (in this
+    request only: the stored message stays as it was written)."""
+    out = list(messages)
+    for i, m in enumerate(out):
+        if m is asked:
+            out[i] = msgspec.structs.replace(m, text=f"{brief}\n\n{m.text}")
+            break
+    return tuple(out)
 
 
 def _tool_callback(

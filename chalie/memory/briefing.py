@@ -25,7 +25,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
@@ -124,3 +125,33 @@ def _line(memory: Memory) -> str:
         about.append("untrusted: " + ", ".join(memory.untrusted))
     text = " ".join(clean(memory.text).split())
     return f"- ({'; '.join(about)}) {text}"
+
+
+# A turn's brief is small: a small local model reads it in every request of the turn.
+TURN_BUDGET: Final = 200
+
+
+def for_turn(
+    desk: Any, context: Any, message: str, zone_name: str, now: float, budget: int = TURN_BUDGET
+) -> str:
+    """The block a turn puts before the person's message ('' when no memory bears on it).
+
+    ``desk``: the runtime's :class:`chalie.memory.turns.TurnMemory` (None: no memory);
+    whose memories are read comes from ``context`` (the turn's principal), as for the tool.
+    """
+    if desk is None or not message.strip():
+        return ""
+    try:
+        zone: dt.tzinfo = ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        zone, zone_name = dt.UTC, "UTC"
+    found = brief(
+        desk.book,
+        desk.readable(context),
+        message,
+        zone=zone,
+        zone_name=zone_name,
+        now=now,
+        budget=budget,
+    )
+    return found.text if found.ids else ""

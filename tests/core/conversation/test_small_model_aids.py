@@ -18,6 +18,7 @@ import pytest
 from actors.policy import PolicyActor
 from chalie.conversation import act, answers
 from chalie.conversation.events import TextDelta, ToolFinished
+from chalie.messages import TurnContext
 from tests.core.conversation.harness import Harness
 from tools.fake_llm.script import offered_tools
 from tools.fake_llm.sloppy import call, clock, step
@@ -26,6 +27,7 @@ from tools.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 TIME = "what time is it in Tokyo right now"
+QUESTION = "What's my sister's name?"
 # What the model writes when it has no clock offered, or is not yet told to answer.
 DESCRIBED = "To find the time in Tokyo, you can call the `clock` function with zone Asia/Tokyo."
 ANSWER = {"text": "It is {last_result}"}
@@ -36,6 +38,11 @@ def channels() -> str:
         [
             "[channels.plain-bg]",  # the aids off, the same model otherwise
             'model = "default"',
+            "[channels.small-chat]",  # the shipped chat channel's set-up on the small model
+            'model = "small"',
+            "human_present = true",
+            'policy_channel = "chat"',
+            'pinned = ["memory"]',
             "[chat]",
             "port = 0",
             "[mcp_server]",
@@ -180,3 +187,31 @@ def test_a_find_that_finds_nothing_says_no_such_tool_exists(h: Harness) -> None:
     assert "No tool exists" in last_result(
         h, 1
     ) and "answer the user from what you know" in last_result(h, 1)
+
+
+def test_a_turn_with_a_human_carries_what_memory_holds_about_the_message(h: Harness) -> None:
+    store = call(
+        "memory", {"action": "store", "text": "My sister's name is Ana.", "act_summary": "noting"}
+    )
+    _, stored = run(
+        h, {"steps": [step(store)], "on_tool": {"text": "Noted."}}, "remember it", "small-chat"
+    )
+    assert stored.reason == "final", stored.text
+    desk = h.rt.services.memory
+    assert desk is not None
+    owner = TurnContext(conversation_id="c", turn_id="t", channel="chat")
+    wait_until(  # a memory is recalled once the store's index has it
+        lambda: desk.book.recall(desk.readable(owner), query=QUESTION, k=5), 30, "the memory"
+    )
+    accepted, end = run(h, {"on_user": {"text": "Ana."}}, "What's my sister's name?", "small-chat")
+    assert end.reason == "final"
+    asked = last_user(h, 0)
+    assert asked.endswith("What's my sister's name?") and "My sister's name is Ana." in asked
+    assert asked.startswith("What you remember")
+    # the brief is the request's only: the stored message is the person's words
+    assert h.history(accepted.conversation_id)[0].text == "What's my sister's name?"
+    # no human, no brief; nothing relevant, no brief
+    run(h, {"on_user": {"text": "Ana."}}, "What's my sister's name?", "small-bg")
+    assert last_user(h, 0) == "What's my sister's name?"
+    run(h, {"on_user": {"text": "Hi."}}, "zq xv wk", "small-chat")
+    assert last_user(h, 0) == "zq xv wk"
