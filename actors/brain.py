@@ -793,7 +793,8 @@ def link_url(address: str | None, code: str) -> str | None:
 
 
 def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
-    """The control commands of the Brain: ``brain.link`` (``chalie brain open``)."""
+    """The control commands of the Brain: ``brain.link`` (``chalie brain open``) and
+    ``brain.sign_out`` (``chalie brain sign-out``)."""
     from actors.chat_bridge import ChatBridge
 
     def link(_args: NoArgs) -> ControlReply:
@@ -806,4 +807,7 @@ def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
             return control.failure(control.UNAVAILABLE, "the web server is not listening")
         return control.success({"url": url, "expires_in": sessions.link_ttl})
 
-    return [Route("brain.link", NoArgs, link)]
+    def sign_out(_args: NoArgs) -> ControlReply:
+        return control.success({"sessions": sessions.close_all()})
+
+    return [Route("brain.link", NoArgs, link), Route("brain.sign_out", NoArgs, sign_out)]

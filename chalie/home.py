@@ -9,8 +9,10 @@ other users can write (they could plant a socket, a pid file or an ability).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -28,9 +30,26 @@ ABILITIES_DIR_NAME: Final = "abilities"
 SKILLS_DIR_NAME: Final = "skills"
 INDEX_DIR_NAME: Final = "index"
 CACHE_DIR_NAME: Final = "cache"
+# ``chalie brain open``'s page that carries the one-time sign-in link to the browser
+# (0600: the link is never on a command line).
+SIGN_IN_PAGE_NAME: Final = "brain-open.html"
 
 # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
 MAX_IPC_PATH: Final = 107
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in a file only its owner reads (0600 from its first
+    byte, never through a link someone placed there; readers never see half of it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 class HomeError(RuntimeError):
@@ -104,6 +123,10 @@ class Home:
     @property
     def index_dirs(self) -> tuple[Path, Path]:
         return index_dirs(self.root)
+
+    @property
+    def sign_in_page(self) -> Path:
+        return self.root / SIGN_IN_PAGE_NAME
 
     # -- safety -------------------------------------------------------------------
     def exists(self) -> bool:
