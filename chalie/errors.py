@@ -249,6 +249,12 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "The response was not complete within web.fetch_timeout seconds.",
     ),
     ErrorCode(
+        "fetch-busy",
+        "Too many fetches to that site are running already.",
+        "At most 4 fetches to one scheme, host and port run at once (a slow site cannot hold "
+        "every fetch); one more is refused at once.",
+    ),
+    ErrorCode(
         "fetch-too-large",
         "The response is larger than the limit.",
         "The body passed web.max_bytes (counted as it arrives, whatever Content-Length said).",
