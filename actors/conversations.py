@@ -60,6 +60,7 @@ from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
+from chalie.conversation.quota import check_room, free_bytes
 from chalie.conversation.requests import (
     Accepted,
     ConversationError,
@@ -351,6 +352,17 @@ class Conversations(Supervisor):
                 extra={"conversation_id": cid, "principal": who.id, "scope": who.scope},
             )
             raise ConversationError("unknown-conversation", f"no conversation {cid!r}")
+        limits = self._rt.config.conversations
+        check_room(
+            who,
+            len(msg.text.encode("utf-8", "surrogatepass")),
+            placed is None,
+            usage=store.usage,
+            free=free_bytes(store.path.parent),
+            min_free=limits.min_free_bytes,
+            max_conversations=limits.agent_max_conversations,
+            max_bytes=limits.agent_max_bytes,
+        )
         if placed is None:
             store.create(
                 cid,

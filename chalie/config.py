@@ -307,6 +307,15 @@ class ConversationsConfig(Section, frozen=True):
     # used idle ones are stopped at once, as idle_stop would later; their conversations
     # stay stored and come back on their next message.
     max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    # The conversations one agent token may keep: past it (or agent_max_bytes), its new
+    # messages are refused (quota-exceeded) until the owner deletes some. The owner has
+    # no quota.
+    agent_max_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 1000
+    # The bytes of conversations one agent token may keep (quota-exceeded past it).
+    agent_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 50)] = 64 * 1024 * 1024
+    # Free space the data directory's disk must keep: below it every new message is
+    # refused (disk-full), before a full disk stops the daemon.
+    min_free_bytes: Annotated[int, msgspec.Meta(ge=0, le=1 << 60)] = 256 * 1024 * 1024
 
 
 class DiscoveryConfig(Section, frozen=True):

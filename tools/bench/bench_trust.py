@@ -8,7 +8,14 @@
    shown: how the 20 ended (each by its deadline or refused at once, none past
    fetch_timeout plus a second).
 
-Run: ``python tools/bench/bench_trust.py [--only flood]``
+2. The disk quota: one agent token floods the real daemon's inbound MCP server with
+   ``talk_to_chalie`` calls of 32,000 characters (the probe's), each a new conversation
+   and a scripted model's answer, until it is refused. Target: refused with
+   ``quota-exceeded``, the token's stored bytes at most ``conversations.agent_max_bytes``
+   (8 MiB here; 64 MiB by default) and the database grown by no more than that bound plus
+   a page's slack. Floor: the bound itself (ratio: stored / bound).
+
+Run: ``python tools/bench/bench_trust.py [--only flood|quota]``
 """
 
 from __future__ import annotations
@@ -105,13 +112,81 @@ def bench_flood(home: Path, trickling: int = 20) -> None:
         httpd.shutdown()
 
 
+def bench_quota(home: Path, bound: int = 8 * 1024 * 1024, limit: int = 2000) -> None:
+    from actors.mcp_server import McpServerActor
+    from chalie.conversation.store import ConversationStore
+    from chalie.tokens import TokenStore
+    from tools.agent_flood import code_of, flood
+    from tools.daemon_thread import DaemonThread
+    from tools.fake_llm.script import Script, Step
+    from tools.fake_llm.server import FakeModelServer
+    from tools.waiting import wait_until
+
+    model = FakeModelServer(Script(steps=[], on_user=Step(text="ok"))).start()
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    (home / "config.toml").write_text(
+        "workers = 1\n[mcp_server]\nport = 0\nrequests_per_minute = 1000000\n"
+        f"[conversations]\nagent_max_bytes = {bound}\n"
+        "[background]\nreflection = false\n"
+        "[models.default]\n"
+        f'provider = "openai"\nbase_url = "{model.url}/v1"\nmodel = "scripted"\n'
+        "stream = true\nretries = 0\n"
+    )
+    daemon = DaemonThread(Config.load(home))
+    try:
+        rt = daemon.rt
+        server = rt.child("mcp_server", McpServerActor).within(10)
+        wait_until(server.is_alive, 60, "the MCP server to start")
+        url = str(wait_until(lambda: server.call(McpServerActor.status).get("url"), 60, "MCP"))
+        with TokenStore(rt.db_path) as tokens:
+            secret = tokens.create("flooder")
+            (token,) = [t for t in tokens.list() if t.name == "flooder"]
+        db_before = rt.db_path.stat().st_size
+        text = "flood " * 5_333
+
+        began = time.monotonic()
+        results = flood(url, secret, text, limit)
+        took = time.monotonic() - began
+        last = results[-1]
+        accepted = len(results) - 1 if last.is_error else len(results)
+        code = str(code_of(last)) if last.is_error else "none"
+        said = last.content[0].text if last.is_error and last.content else ""
+        store = ConversationStore(rt.db_path)
+        try:
+            conversations, stored = store.usage(token.id)
+        finally:
+            store.close()
+        grown = rt.db_path.stat().st_size - db_before
+        print(
+            f"2. disk quota: one agent token sent talk_to_chalie calls of {len(text):,} "
+            f"characters until refused (conversations.agent_max_bytes {bound:,}):"
+        )
+        print(f"     {accepted} calls accepted in {took:.1f} s, then refused: {said[:200]}")
+        ratio = stored / bound
+        print(
+            f"  => the token's stored bytes: {stored:,} in {conversations} conversations, floor "
+            f"(the bound) {bound:,}, ratio {ratio:.2f}; target refused with quota-exceeded and "
+            f"stored <= bound: {met(code == 'quota-exceeded' and stored <= bound)}"
+        )
+        print(
+            f"  => chalie.db grew {grown:,} bytes over the flood ({grown / max(1, accepted):,.0f} "
+            f"a call): {met(grown <= bound * 1.25)} (bound plus 25 % for SQLite's pages)"
+        )
+    finally:
+        daemon.stop()
+        model.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=("flood",))
+    parser.add_argument("--only", choices=("flood", "quota"))
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-trust-"))
     if args.only in (None, "flood"):
         bench_flood(home / "flood")
+    if args.only in (None, "quota"):
+        bench_quota(home / "quota")
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
 

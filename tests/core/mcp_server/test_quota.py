@@ -1,0 +1,53 @@
+"""What one agent token can store (issue 30, medium): an agent's flood of long messages is
+refused with a clear code once its quota is reached, and nothing past it is stored; below the
+free space the data directory must keep, no new work is taken at all. Through the real daemon
+and its inbound MCP server."""
+
+from __future__ import annotations
+
+import pytest
+
+from chalie.conversation.store import ConversationStore
+from chalie.tokens import TokenStore
+from tests.core.mcp_server.daemon_harness import live_daemon
+from tools.agent_flood import code_of, flood
+from tools.fake_llm.script import Script, Step
+
+pytestmark = pytest.mark.slow
+
+LONG = "flood " * 5_333  # 32,000 characters, the probe's
+
+
+def test_an_agents_flood_stops_at_its_quota_with_a_clear_code() -> None:
+    bound = 600_000
+    extra = f"[conversations]\nagent_max_bytes = {bound}\n"
+    with live_daemon(Script(steps=[], on_user=Step(text="ok")), extra) as (rt, url):
+        with TokenStore(rt.db_path) as tokens:
+            secret = tokens.create("flooder")
+            (token,) = [t for t in tokens.list() if t.name == "flooder"]
+        results = flood(url, secret, LONG, 20)
+        *accepted, refused = results
+        # Each call keeps its message, its turn and its events (~100 KB), as the probe saw.
+        assert 3 <= len(accepted) < 19 and not any(r.is_error for r in accepted)
+        assert refused.is_error and code_of(refused) == "quota-exceeded", refused.content
+        assert "may keep" in refused.content[0].text
+        store = ConversationStore(rt.db_path)
+        try:
+            conversations, stored = store.usage(token.id)
+        finally:
+            store.close()
+        assert conversations == len(accepted) and stored <= bound, (conversations, stored)
+
+
+def test_below_the_free_space_to_keep_no_new_work_is_taken() -> None:
+    extra = f"[conversations]\nmin_free_bytes = {1 << 59}\n"
+    with live_daemon(Script(steps=[], on_user=Step(text="ok")), extra) as (rt, url):
+        with TokenStore(rt.db_path) as tokens:
+            secret = tokens.create("anyone")
+        (refused,) = flood(url, secret, LONG, 1)
+        assert refused.is_error and code_of(refused) == "disk-full", refused.content
+        store = ConversationStore(rt.db_path)
+        try:
+            assert store.list() == []
+        finally:
+            store.close()
