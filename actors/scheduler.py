@@ -59,7 +59,14 @@ from chalie.providers.client import ModelClient
 from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
 from chalie.schedule.desk import ReminderError
-from chalie.schedule.rules import RuleError, RuleKind, first_time, next_time, zone
+from chalie.schedule.rules import (
+    RuleError,
+    RuleKind,
+    first_time,
+    next_time,
+    shortest_gap,
+    zone,
+)
 from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
 from chalie.tokens import TokenStore
@@ -82,6 +89,16 @@ AGENT_CHANNEL: Final = "external_agent"
 
 class _Wake:
     """The timer's message: look for due reminders."""
+
+
+@dataclass(frozen=True)
+class ReminderLimits:
+    """What reminders may cost: the shortest repeat, a principal's pending reminders, and
+    the model turns all of them may start in one UTC day ([background])."""
+
+    min_interval: float = 60.0
+    per_principal: int = 100
+    turns_per_day: int = 200
 
 
 @dataclass(frozen=True)
@@ -147,8 +164,12 @@ class Scheduler(SupervisedActor):
         enabled: bool = True,
         outbox_max_age: float | None = None,
         reflection: Reflection | None = None,
+        limits: ReminderLimits | None = None,
     ) -> None:
         super().__init__()
+        self._limits = limits or ReminderLimits()
+        self._day = ""
+        self._day_turns = 0
         self._reflection = reflection
         self._ledger: ReflectionLedger | None = None
         self._reflecting: str | None = None
@@ -256,9 +277,27 @@ class Scheduler(SupervisedActor):
                 following = None
             self._store.fired(reminder.id, at=now, late=late, next_fire=following)
             self.fires += 1
-            self._start_turn(reminder, due, late)
+            if self._turn_allowed(now):
+                self._start_turn(reminder, due, late)
+            else:
+                log.warning(
+                    "reminder turns of the day are spent: the reminder is delivered as written",
+                    extra={"reminder": reminder.id, "per_day": self._limits.turns_per_day},
+                )
+                self._following += 1
+                _tell(self.actor_ref, _Answered(reminder.id, "", reminder.text, late))
         if self._store.due(now, 1):
             _tell(self.actor_ref, _Wake())  # more than one batch was due
+
+    def _turn_allowed(self, now: float) -> bool:
+        """Whether one more reminder turn fits today's budget (counted if it does)."""
+        day = utc_day(now)
+        if day != self._day:
+            self._day, self._day_turns = day, 0
+        if self._day_turns >= self._limits.turns_per_day:
+            return False
+        self._day_turns += 1
+        return True
 
     def _setter(self, reminder: Reminder) -> Principal | bool | None:
         """Who the reminder's turn runs as: None (the owner), the agent token that set it,
@@ -466,14 +505,30 @@ class Scheduler(SupervisedActor):
         text = " ".join(text.split())
         if not text or len(text) > MAX_TEXT:
             raise ReminderError("invalid-param", f"a reminder's text is 1 to {MAX_TEXT} characters")
+        limits = self._limits
         try:
             tz = zone(zone_name)
             now = self._clock.now()
             first = first_time(kind, rule, now, tz)
+            gap = shortest_gap(rule, now, tz) if kind == "every" else None
         except RuleError as exc:
             raise ReminderError(
                 "invalid-param", str(exc), "pass at= (ISO time), after= (10m) or every= (RRULE)"
             ) from None
+        if gap is not None and gap < limits.min_interval:
+            raise ReminderError(
+                "invalid-param",
+                f"that rule repeats every {gap:g} s; a reminder repeats at most once every "
+                f"{limits.min_interval:g} s",
+                "choose a rule that repeats less often (FREQ=HOURLY, a cron line...)",
+            )
+        pending = self._store.listed(principal=principal, limit=limits.per_principal)
+        if len(pending) >= limits.per_principal:
+            raise ReminderError(
+                "quota-exceeded",
+                f"{limits.per_principal} reminders are pending already, the most one may have",
+                "cancel some first (list shows them)",
+            )
         reminder = self._store.add(
             text=text,
             kind=kind,

@@ -428,6 +428,13 @@ class BackgroundConfig(Section, frozen=True):
 
     # Reminders fire (a turn on the subconscious channel); off: they wait, pending.
     reminders: bool = True
+    # The shortest time between two firings of a recurring reminder, in seconds.
+    reminder_min_interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 60.0
+    # Pending reminders one principal (the owner, or one agent token) may have.
+    reminders_per_principal: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 100
+    # Reminder turns all reminders together may start in one UTC day; past it a due
+    # reminder is delivered as written, without a model turn.
+    reminder_turns_per_day: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 200
     # Reflection passes: an idle chat conversation is read once by [models.default] for
     # what in it is worth remembering. The one key that turns them off.
     reflection: bool = True

@@ -214,7 +214,10 @@ class ConversationStore(db.Store):
     def usage(self, principal_id: str) -> tuple[int, int]:
         """(conversations, bytes) one principal keeps: the bytes of their messages, events
         and turn texts (what a quota counts, chalie.conversation.quota)."""
-        mine = "SELECT id FROM conversations WHERE json_extract(principal, '$.id') = ?1"
+        mine = (
+            "SELECT id FROM conversations WHERE CASE WHEN json_valid(principal) "
+            "THEN json_extract(principal, '$.id') END = ?1"
+        )
         with self._lock:
             row = self._conn.execute(
                 f"SELECT (SELECT COUNT(*) FROM ({mine})), "

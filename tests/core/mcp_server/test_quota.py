@@ -25,6 +25,9 @@ def test_an_agents_flood_stops_at_its_quota_with_a_clear_code() -> None:
         with TokenStore(rt.db_path) as tokens:
             secret = tokens.create("flooder")
             (token,) = [t for t in tokens.list() if t.name == "flooder"]
+        owners = ConversationStore(rt.db_path)
+        owners.create("c-owner", "chat")  # the owner's, kept with no principal: not counted
+        owners.close()
         results = flood(url, secret, LONG, 20)
         *accepted, refused = results
         # Each call keeps its message, its turn and its events (~100 KB), as the probe saw.

@@ -132,7 +132,10 @@ def test_ten_thousand_pending_reminders_hold_one_timer(h: Harness, clock: Manual
     store = ReminderStore(h.rt.db_path)
     far = clock.now() + 86400 * 30
     store.add_many(
-        [(f"r{i}", "after", "30d", "UTC", OWNER, clock.now(), far + i) for i in range(10_000)]
+        [
+            (f"r{i}", "after", "30d", "UTC", f"{AGENT_PREFIX}bulk{i}", clock.now(), far + i)
+            for i in range(10_000)
+        ]
     )
     store.close()
     clock.advance(0)  # wake: the scheduler looks at the table again
@@ -284,3 +287,54 @@ def test_an_agents_reminder_fires_as_that_agent_never_as_the_owner(
     wait_until(lambda: scheduler(h).call(Scheduler.status)["fires"] > fires, 30, "the firing")
     cancelled = scheduler(h).call(Scheduler.get, gone.id)
     assert cancelled.state == "cancelled" and cancelled.last_answer is None
+
+
+def test_reminders_have_a_minimum_interval_and_a_cap_per_principal(h: Harness) -> None:
+    """Issue 30: ``chalie reminders add --every 'FREQ=SECONDLY' tick`` fired 9 model turns in
+    6 s, and nothing capped how many one principal set. A rule repeating more often than
+    [background] reminder_min_interval is refused, and so is a principal's 101st pending
+    reminder."""
+    from click.testing import CliRunner
+
+    from chalie_app.cli import cli
+
+    home = str(h.rt.config.home)
+    ran = CliRunner().invoke(
+        cli, ["--home", home, "reminders", "add", "--every", "FREQ=SECONDLY", "tick"]
+    )
+    assert ran.exit_code != 0 and "repeats every 1 s" in ran.output, ran.output
+    assert "invalid-param" in ran.output
+    desk = h.rt.services.scheduler
+    key = f"{AGENT_PREFIX}capped"
+    made = [desk.add(f"r{i}", "after", "30d", "UTC", key, None) for i in range(100)]
+    with pytest.raises(ReminderError) as refused:
+        desk.add("one more", "after", "30d", "UTC", key, None)
+    assert refused.value.code == "quota-exceeded"
+    assert len(desk.list(key, True, 1000)) == 100
+    assert desk.cancel(made[0].id, key)
+    desk.add("room again", "after", "30d", "UTC", key, None)  # one cancelled: room for one
+    for r in desk.list(key, True, 1000):
+        desk.cancel(r.id, key)
+
+
+def test_past_the_days_reminder_turns_a_reminder_is_delivered_as_written(
+    clock: ManualClock,
+) -> None:
+    """Issue 30: a daily budget of reminder turns, like reflection's: past it, a due reminder
+    reaches the person as written, without a model turn."""
+    extra = "[background]\nreflection = false\nreminder_turns_per_day = 1\n"
+    budget = Harness(extra_toml=extra, clock=clock)
+    try:
+        cid = chat_conversation(budget)
+        desk = budget.rt.services.scheduler
+        desk.add("first", "after", "1h", "UTC", OWNER, cid)
+        desk.add("second", "after", "1h", "UTC", OWNER, cid)
+        budget.script({"on_user": {"text": "Turned."}})
+        asked = len(budget.server.requests)
+        clock.advance(3601)
+        both = wait_until(lambda: len(delivered(budget, cid)) == 2 and delivered(budget, cid))
+        said = sorted(parse(e.envelope)[0].content for e in both)
+        assert said in (["Turned.", "first"], ["Turned.", "second"]), said
+        assert len(budget.server.requests) == asked + 1  # one model turn, not two
+    finally:
+        budget.close()
