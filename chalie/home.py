@@ -154,6 +154,49 @@ class Home:
                 f"or `chmod go-w {self.root}`"
             )
 
+    def secret_files(self) -> list[Path]:
+        """Every file here that holds a secret or private data: tokens, the database and its
+        journals, the MCP secrets, the configuration (keys), the calendar cache, the sign-in
+        page, the MCP servers' logs."""
+        named = [
+            self.db,
+            self.config_file,
+            self.sign_in_page,
+            self.root / "first-token",
+            self.root / "mcp-secrets.json",
+            personal_cache_file(self.root),
+        ]
+        found = [p for base in named for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm"))]
+        logs = self.root / "logs"
+        if logs.is_dir() and not logs.is_symlink():
+            found.extend(sorted(logs.glob("*.log")))
+        return found
+
+    def secure(self) -> tuple[list[tuple[Path, int]], int | None]:
+        """Make every secret file 0600 (as ``chalie.db`` is made): the files whose mode was
+        looser, with that mode; and the home's own mode when other users can read or enter
+        it (None: they cannot). A link is never followed (its target is not ours to change)."""
+        fixed: list[tuple[Path, int]] = []
+        for path in self.secret_files():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o077:
+                try:
+                    os.chmod(path, mode & 0o700 | 0o600, follow_symlinks=False)
+                except OSError:
+                    continue
+                fixed.append((path, mode))
+        try:
+            home_mode = stat.S_IMODE(os.stat(self.root).st_mode)
+        except OSError:
+            return fixed, None
+        return fixed, home_mode if home_mode & 0o077 else None
+
     def create(self) -> Path:
         """Check the directory, creating it 0700 if missing; an existing one keeps its mode."""
         self.check()

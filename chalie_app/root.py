@@ -63,7 +63,7 @@ from chalie.daemon import (
     write_pid_file,
 )
 from chalie.events import EventBus
-from chalie.home import HomeError
+from chalie.home import Home, HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
@@ -553,6 +553,7 @@ def run(
     raise_descriptor_limit()
     try:
         config.layout.create()
+        _secure_home(config.layout)
         with instance_lock(home):
             return _run_locked(config, extra_children, ready, clock)
     except AlreadyRunning as exc:
@@ -561,6 +562,25 @@ def run(
     except (StartupError, HomeError) as exc:
         log.error("start-up failed: %s", exc)
         return EXIT_STARTUP_FAILED
+
+
+def _secure_home(layout: Home) -> None:
+    """Secret files made 0600 at every start, each loose one reported; a home other users
+    can read or enter is warned about (chalie.home.Home.secure)."""
+    fixed, home_mode = layout.secure()
+    for path, mode in fixed:
+        log.warning(
+            "a secret file other users could read was made 0600",
+            extra={"path": str(path), "mode": f"{mode:04o}"},
+        )
+    if home_mode is not None:
+        log.warning(
+            "other users can read or enter the data directory %s (mode %04o); "
+            "`chmod 700 %s` keeps them out",
+            layout.root,
+            home_mode,
+            layout.root,
+        )
 
 
 def _run_locked(
