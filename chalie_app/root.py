@@ -570,7 +570,7 @@ def _secure_home(layout: Home) -> None:
     fixed, home_mode = layout.secure()
     for path, mode in fixed:
         log.warning(
-            "a secret file other users could read was made 0600",
+            "a private file other users could read was made 0600",
             extra={"path": str(path), "mode": f"{mode:04o}"},
         )
     if home_mode is not None:
