@@ -746,8 +746,18 @@ def _bindable(config: Config) -> None:
         )
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (CSV injection).
+_FORMULA_START: Final = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
-    return "" if value is None else value
+    """A CSV cell: model-written text (an act_summary, parameters) that a spreadsheet would
+    run as a formula is neutralised with a leading quote, as OWASP advises."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 __all__ = ["BrainHost", "RuntimeBackend", "client_configs", "quarantine_diff"]

