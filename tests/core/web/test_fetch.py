@@ -245,3 +245,46 @@ def test_trickled_headers_meet_the_deadline_and_a_slow_site_starves_no_other(
     finally:
         trickle.close()
         kit.close()
+
+
+def test_read_cannot_be_led_outside_by_a_link_swapped_in_after_the_check(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: ``read`` checked a path, then opened it again; a symlink swapped in between
+    read a file outside the allowed folders (2 of 150 reads in the probe), and the size
+    check could be raced the same way. The swap is made here exactly in that window; the
+    file is opened once, without following a link, and the descriptor is what is checked."""
+    import abilities.read as read_module
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (tmp_path / "secret.txt").write_text("the owner's secret")
+    note = docs / "note.txt"
+    checked = read_module.allowed_file
+
+    def swap_after_the_check(raw: str, folders: list[Path]) -> object:
+        found = checked(raw, folders)
+        note.unlink()
+        note.symlink_to(tmp_path / "secret.txt")  # the attacker's move, in the window
+        return found
+
+    kit = make_kit(site, tmp_path, read_folders=[str(docs)], max_bytes=2048)
+    try:
+        monkeypatch.setattr(read_module, "allowed_file", swap_after_the_check)
+        note.write_text("an allowed note")
+        swapped = call(Read, kit, path=str(note))
+        assert swapped.code == "path-not-allowed" and "secret" not in swapped.body, swapped.body
+        # the size check raced the same way: the file grows once checked
+        grows = docs / "grows.txt"
+        grows.write_text("small")
+
+        def grow_after_the_check(raw: str, folders: list[Path]) -> object:
+            found = checked(raw, folders)
+            grows.write_bytes(b"x" * 10_000)  # past the limit once checked
+            return found
+
+        monkeypatch.setattr(read_module, "allowed_file", grow_after_the_check)
+        big = call(Read, kit, path=str(grows))
+        assert big.code == "fetch-too-large", big.body
+    finally:
+        kit.close()
