@@ -358,7 +358,8 @@ class Callback:
     def expect(self, authorization_url: str) -> None:
         """The state the authorization URL carries: the only one a callback may bring."""
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(authorization_url).query)
-        self.state = (query.get("state") or [None])[0]
+        found = query.get("state")
+        self.state = found[0] if found else None
 
     async def start(self, port: int) -> None:
         self.result = asyncio.get_running_loop().create_future()
