@@ -641,16 +641,34 @@ def _web_services(rt: Runtime) -> WebKit:
 
 
 def _shutdown(rt: Runtime) -> None:
+    """Stop the tree, each wait bounded. An actor stuck where it cannot hear its stop (a
+    start-up step spinning in native code) is left behind, named in the log: the stop goes
+    on, and chalie.daemon.exit_process leaves without its thread."""
     sup, rt.supervisor = rt.supervisor, None
     if sup is not None:
-        with contextlib.suppress(pykka.ActorDeadError):
+        try:
             # Children first, in reverse start order, each within its shutdown time.
             sup.stop(block=True, timeout=60)
+        except pykka.ActorDeadError:
+            pass
+        except pykka.Timeout:
+            log.error("the supervision tree did not stop within 60 s; leaving it behind")
     # Anything started outside the tree would keep the process alive on its
     # non-daemon thread; nothing should be left, and nothing may hang the exit.
     leftovers = pykka.ActorRegistry.get_all()
     if leftovers:
-        log.warning("actors still running after the tree stopped", extra={"count": len(leftovers)})
-        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        names = sorted({r.actor_class.__name__ for r in leftovers})
+        log.warning(
+            "actors still running after the tree stopped",
+            extra={"count": len(leftovers), "actors": names},
+        )
+        try:
+            pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        except pykka.Timeout:
+            log.error(
+                "actors did not stop within 10 s (stuck in a step that cannot be stopped); "
+                "leaving without them",
+                extra={"actors": names},
+            )
     rt.loop.stop()
     remove_pid_file(rt.config.home)
