@@ -121,6 +121,10 @@ def test_an_agent_cannot_chat_answer_or_approve_its_own_request() -> None:
             }
             caller.join(30)
             assert results and tools_of(results[0]) == [("clock", "error", "permission-denied")]
+            # Issue 30 (a quirk): the agent hears that the person said no, not that nobody
+            # was there.
+            (said,) = results[0].structured_content["could_not"]
+            assert said["why"] == "the person asked to approve it said no", said
 
 
 @contextlib.contextmanager
