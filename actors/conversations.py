@@ -37,6 +37,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -135,6 +136,15 @@ class _FollowUp:
     result: BackgroundResult
 
 
+@dataclass(frozen=True)
+class _Prune:
+    """Time to delete the agent conversations past [conversations] agent_retention_days."""
+
+
+# How often the retention setting is applied (besides at start).
+PRUNE_EVERY: Final = 3600.0
+
+
 @dataclass
 class _Live:
     """What this actor keeps of a live conversation (its actor is the child of that id)."""
@@ -180,6 +190,7 @@ class Conversations(Supervisor):
             rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
         )
         self._outbox = outbox
+        self._prune()
         for cid in store.interrupted_conversations():
             for event in store.recover(cid):
                 rt.events.publish(cid, event)
@@ -626,7 +637,9 @@ class Conversations(Supervisor):
             )
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _FollowUp):
+        if isinstance(message, _Prune):
+            self._prune()
+        elif isinstance(message, _FollowUp):
             self._follow_up(message)
         elif isinstance(message, _Route):
             self._route(message.event)
@@ -645,6 +658,26 @@ class Conversations(Supervisor):
         else:
             return super().on_receive(message)
         return None
+
+    def _prune(self) -> None:
+        """Delete agent conversations idle past the retention (none live now); re-armed."""
+        days = self._rt.config.conversations.agent_retention_days
+        if days <= 0:
+            return
+        self.schedule(PRUNE_EVERY, _Prune())
+        try:
+            idle = self.store.agents_idle_since(time.time() - days * 86400.0)
+        except Exception:
+            log.exception("could not look for agent conversations past their retention")
+            return
+        gone = [cid for cid in idle if cid not in self._live]
+        for cid in gone:
+            self.delete(cid)
+        if gone:
+            log.info(
+                "agent conversations past their retention were deleted",
+                extra={"count": len(gone), "days": days},
+            )
 
     def _route(self, event: BackgroundResult) -> None:
         cid = event.conversation_id

@@ -313,6 +313,9 @@ class ConversationsConfig(Section, frozen=True):
     agent_max_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 1000
     # The bytes of conversations one agent token may keep (quota-exceeded past it).
     agent_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 50)] = 64 * 1024 * 1024
+    # Days an agent token's conversation is kept after its last message; 0: until deleted.
+    # Checked at start and every hour. The owner's conversations are never pruned.
+    agent_retention_days: Annotated[float, msgspec.Meta(ge=0, le=36_500)] = 0.0
     # Free space the data directory's disk must keep: below it every new message is
     # refused (disk-full), before a full disk stops the daemon.
     min_free_bytes: Annotated[int, msgspec.Meta(ge=0, le=1 << 60)] = 256 * 1024 * 1024

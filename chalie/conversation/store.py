@@ -231,6 +231,17 @@ class ConversationStore(db.Store):
             ).fetchone()
         return int(row[0]), int(row[1])
 
+    def agents_idle_since(self, before: float, limit: int = 1000) -> builtins.list[str]:
+        """Conversations of agent tokens (any principal but an owner) with no message
+        since ``before``, oldest first (what a retention setting prunes)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM conversations WHERE updated < ? AND json_valid(principal) "
+                "AND json_extract(principal, '$.scope') != 'owner' ORDER BY updated LIMIT ?",
+                (before, limit),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def channel_of(self, conversation_id: str) -> str | None:
         """The conversation's channel, or None when it does not exist (a cheap lookup)."""
         found = self.placement(conversation_id)

@@ -54,3 +54,44 @@ def test_below_the_free_space_to_keep_no_new_work_is_taken() -> None:
             assert store.list() == []
         finally:
             store.close()
+
+
+def test_agent_conversations_past_their_retention_are_deleted_at_start() -> None:
+    """Issue 30: a retention setting. An agent token's conversation idle past
+    [conversations] agent_retention_days is deleted (at start, then hourly); the owner's,
+    however old, and a recent agent's stay. A real daemon process."""
+    import sqlite3
+    import time
+
+    from chalie.principals import Principal
+    from tests.daemon_process import DaemonProcess, short_home
+    from tools.waiting import wait_until
+
+    home = short_home()
+    (home / "config.toml").write_text(
+        "[mcp_server]\nport = 0\n[conversations]\nagent_retention_days = 30\n"
+    )
+    agent = Principal(scope="agent", id="tok_old", name="old")
+    store = ConversationStore(home / "chalie.db")
+    store.create("c-agent-old", "external_agent", "mcp:old", principal=agent)
+    store.create("c-agent-new", "external_agent", "mcp:old", principal=agent)
+    store.create("c-owner-old", "chat")
+    store.close()
+    with sqlite3.connect(home / "chalie.db") as db:
+        old = time.time() - 31 * 86400
+        db.execute(
+            "UPDATE conversations SET updated = ? WHERE id IN ('c-agent-old', 'c-owner-old')",
+            (old,),
+        )
+    d = DaemonProcess(home, home / "daemon.log").start()
+    try:
+        store = ConversationStore(home / "chalie.db")
+        try:
+            wait_until(lambda: store.info("c-agent-old") is None, 30, "the old agent conversation")
+            assert store.info("c-agent-new") is not None
+            assert store.info("c-owner-old") is not None
+        finally:
+            store.close()
+        assert "past their retention were deleted" in d.log()
+    finally:
+        d.kill()
