@@ -10,6 +10,7 @@ permission (``calendar.delete_event`` ...), so the writes ask by default.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -102,6 +103,15 @@ class Calendar(Ability):
         "delete_event": ("id",),
     }
     timeout = 60.0
+
+    def reach(self, params: Mapping[str, Any]) -> str | None:
+        """A delete is sensitive: only an allow of ``calendar.delete_event`` itself covers it."""
+        if params.get("action") != "delete_event":
+            return None
+        occurrence = params.get("occurrence")
+        which = f"the occurrence {occurrence} of" if occurrence else "every occurrence of"
+        account = params.get("account") or "the default account"
+        return f"deletes {which} calendar event {params.get('id')!s} in {account!s}"
 
     def run(self, params: CalendarParams) -> ToolResult:
         return with_accounts(self, lambda rt: self._run(rt, params))

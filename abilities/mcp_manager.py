@@ -85,8 +85,12 @@ class McpManager(Ability):
         return action if action in RISKY else None
 
     def reach(self, params: Mapping[str, Any]) -> str | None:
-        """add (a command to run, or a server to connect to) and enable are sensitive."""
+        """add (a command to run, or a server to connect to), enable and remove (a delete)
+        are sensitive."""
         action = params.get("action", "list")
+        if action == "remove":
+            name = str(params.get("name") or "?")
+            return f"removes the MCP server {name!r} (it {self._what(name)})"
         if action == "add":
             command = params.get("command")
             if command:

@@ -4,13 +4,18 @@ The document is a file in a folder the operator allowed (``[web] read_folders``,
 and ``<home>/attachments``, where attachments are kept) or a URL (a fetched
 file, under the SSRF guard). A path is resolved (symbolic links followed) and
 must then lie inside an allowed folder; ``..`` tricks and links pointing out
-are refused with ``path-not-allowed``. Reading is internal to the gate, as the
-seed says; what is read is untrusted content all the same.
+are refused with ``path-not-allowed``. The file is then opened once, without
+following a link at its last step, and the opened descriptor is checked (what it
+is, where it really is, its size) before at most the size limit is read from it:
+a link swapped in between the check and the read cannot take the read outside
+(:func:`open_checked`). Reading is internal to the gate, as the seed says; what
+is read is untrusted content all the same.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -85,12 +90,9 @@ class Read(Ability):
         if isinstance(found, ToolResult):
             return found
         try:
-            size = found.stat().st_size
-            if size > kit.config.max_bytes:
-                return ToolResult.error(
-                    "fetch-too-large", f"the file is larger than {kit.config.max_bytes} bytes"
-                )
-            body = found.read_bytes()
+            body = open_checked(found, folders, kit.config.max_bytes)
+            if isinstance(body, ToolResult):
+                return body
             doc = extract(body, "", None, name=found.name, structured=True)
         except OSError as exc:
             return ToolResult.error("path-not-allowed", f"cannot read the file: {exc.strerror}")
@@ -109,12 +111,15 @@ def allowed_file(raw: str, folders: list[Path]) -> Path | ToolResult:
             "no folder may be read",
             hint="The operator can list folders in [web] read_folders.",
         )
-    candidate = Path(os.path.expanduser(raw))
-    roots = [Path(os.path.realpath(f)) for f in folders]
-    if not candidate.is_absolute():
-        candidate = roots[0] / candidate
-    real = Path(os.path.realpath(candidate))
-    if not any(real == root or root in real.parents for root in roots):
+    try:
+        candidate = Path(os.path.expanduser(raw))
+        roots = _roots(folders)
+        if not candidate.is_absolute():
+            candidate = roots[0] / candidate
+        real = Path(os.path.realpath(candidate))
+    except (OSError, RuntimeError, ValueError) as exc:
+        return ToolResult.error("path-not-allowed", f"the path cannot be resolved: {exc}"[:300])
+    if not _inside(real, roots):
         return ToolResult.error(
             "path-not-allowed",
             "the file is not in a folder that may be read",
@@ -123,3 +128,43 @@ def allowed_file(raw: str, folders: list[Path]) -> Path | ToolResult:
     if not real.is_file():
         return ToolResult.error("path-not-allowed", "no such file")
     return real
+
+
+def _roots(folders: list[Path]) -> list[Path]:
+    return [Path(os.path.realpath(f)) for f in folders]
+
+
+def _inside(real: Path, roots: list[Path]) -> bool:
+    return any(real == root or root in real.parents for root in roots)
+
+
+def open_checked(path: Path, folders: list[Path], max_bytes: int) -> bytes | ToolResult:
+    """The file's bytes, read from one descriptor opened without following a link at the
+    last step, once that descriptor is seen to be a regular file inside ``folders`` (its
+    real path read back from ``/proc/self/fd``) and no larger than ``max_bytes``; at most
+    ``max_bytes`` + 1 bytes are read, whatever it grew to."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return ToolResult.error("path-not-allowed", f"cannot read the file: {exc.strerror}")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ToolResult.error("path-not-allowed", "no such file")
+        try:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            opened = Path(os.path.realpath(path))  # no /proc: the path's own resolution
+        if not _inside(opened, _roots(folders)):
+            return ToolResult.error(
+                "path-not-allowed",
+                "the file is not in a folder that may be read",
+                hint="Ask the person to put it in an allowed folder or attach it.",
+            )
+        if st.st_size > max_bytes:
+            return ToolResult.error("fetch-too-large", f"the file is larger than {max_bytes} bytes")
+        body = f.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        return ToolResult.error("fetch-too-large", f"the file is larger than {max_bytes} bytes")
+    return body

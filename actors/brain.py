@@ -757,8 +757,18 @@ def _bindable(config: Config) -> None:
         )
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (CSV injection).
+_FORMULA_START: Final = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
-    return "" if value is None else value
+    """A CSV cell: model-written text (an act_summary, parameters) that a spreadsheet would
+    run as a formula is neutralised with a leading quote, as OWASP advises."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 __all__ = ["BrainHost", "RuntimeBackend", "client_configs", "quarantine_diff"]
@@ -804,7 +814,8 @@ def link_url(address: str | None, code: str) -> str | None:
 
 
 def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
-    """The control commands of the Brain: ``brain.link`` (``chalie brain open``)."""
+    """The control commands of the Brain: ``brain.link`` (``chalie brain open``) and
+    ``brain.sign_out`` (``chalie brain sign-out``)."""
     from actors.chat_bridge import ChatBridge
 
     def link(_args: NoArgs) -> ControlReply:
@@ -817,4 +828,7 @@ def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
             return control.failure(control.UNAVAILABLE, "the web server is not listening")
         return control.success({"url": url, "expires_in": sessions.link_ttl})
 
-    return [Route("brain.link", NoArgs, link)]
+    def sign_out(_args: NoArgs) -> ControlReply:
+        return control.success({"sessions": sessions.close_all()})
+
+    return [Route("brain.link", NoArgs, link), Route("brain.sign_out", NoArgs, sign_out)]

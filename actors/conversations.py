@@ -61,6 +61,7 @@ from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
+from chalie.conversation.quota import check_room, free_bytes
 from chalie.conversation.requests import (
     Accepted,
     ConversationError,
@@ -136,6 +137,15 @@ class _FollowUp:
     result: BackgroundResult
 
 
+@dataclass(frozen=True)
+class _Prune:
+    """Time to delete the agent conversations past [conversations] agent_retention_days."""
+
+
+# How often the retention setting is applied (besides at start).
+PRUNE_EVERY: Final = 3600.0
+
+
 @dataclass
 class _Live:
     """What this actor keeps of a live conversation (its actor is the child of that id)."""
@@ -181,6 +191,7 @@ class Conversations(Supervisor):
             rt.db_path, max_age=rt.config.outbox.max_age, max_rows=rt.config.outbox.max_rows
         )
         self._outbox = outbox
+        self._prune()
         for cid in store.interrupted_conversations():
             for event in store.recover(cid):
                 rt.events.publish(cid, event)
@@ -357,6 +368,17 @@ class Conversations(Supervisor):
                 extra={"conversation_id": cid, "principal": who.id, "scope": who.scope},
             )
             raise ConversationError("unknown-conversation", f"no conversation {cid!r}")
+        limits = self._rt.config.conversations
+        check_room(
+            who,
+            len(msg.text.encode("utf-8", "surrogatepass")),
+            placed is None,
+            usage=store.usage,
+            free=free_bytes(store.path.parent),
+            min_free=limits.min_free_bytes,
+            max_conversations=limits.agent_max_conversations,
+            max_bytes=limits.agent_max_bytes,
+        )
         if placed is None:
             store.create(
                 cid,
@@ -620,7 +642,9 @@ class Conversations(Supervisor):
             )
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _FollowUp):
+        if isinstance(message, _Prune):
+            self._prune()
+        elif isinstance(message, _FollowUp):
             self._follow_up(message)
         elif isinstance(message, _Route):
             self._route(message.event)
@@ -639,6 +663,26 @@ class Conversations(Supervisor):
         else:
             return super().on_receive(message)
         return None
+
+    def _prune(self) -> None:
+        """Delete agent conversations idle past the retention (none live now); re-armed."""
+        days = self._rt.config.conversations.agent_retention_days
+        if days <= 0:
+            return
+        self.schedule(PRUNE_EVERY, _Prune())
+        try:
+            idle = self.store.agents_idle_since(time.time() - days * 86400.0)
+        except Exception:
+            log.exception("could not look for agent conversations past their retention")
+            return
+        gone = [cid for cid in idle if cid not in self._live]
+        for cid in gone:
+            self.delete(cid)
+        if gone:
+            log.info(
+                "agent conversations past their retention were deleted",
+                extra={"count": len(gone), "days": days},
+            )
 
     def _route(self, event: BackgroundResult) -> None:
         cid = event.conversation_id

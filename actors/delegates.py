@@ -85,6 +85,8 @@ class DelegateRunner:
             text=task,
             client_msg_id=new_id("dlg"),
             origin=origin_for(parent_call or parent_conversation),
+            # The sub-turn runs as whoever asked for it (an agent's: its memory key, trail id).
+            principal=parent.principal if parent is not None else None,
         )
         finished: list[ToolFinished] = []
         payloads: dict[str, dict[str, Any]] = {}

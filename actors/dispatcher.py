@@ -76,7 +76,7 @@ from actors.timers import Ready, TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie.ability import Ability, gate_internal
-from chalie.approvals import ResumableCall, encode_call
+from chalie.approvals import ResumableCall, call_binding, encode_call
 from chalie.config import WorkersConfig
 from chalie.conversation.events import BackgroundResult
 from chalie.events import EventBus
@@ -665,6 +665,7 @@ class DispatcherActor(SupervisedActor):
                 params_redacted=state.redacted,
                 reach=state.reach,
                 resume=_resumable(state),
+                binding=call_binding(state.tool, state.permission, state.pre.params, state.reach),
             )
             state.ask = ask
             self._policy.tell(ask)

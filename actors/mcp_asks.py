@@ -55,6 +55,7 @@ from mcp_types import (
 from actors.child_ref import ChildRef
 from actors.policy import ViewCache
 from chalie import policy as rules
+from chalie.approvals import call_binding
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
 from chalie.events import EventBus
@@ -219,17 +220,20 @@ class ServerAsks:
             return None
         context = scope.context if scope is not None and scope.context is not None else None
         reply: concurrent.futures.Future[GateDecision] = concurrent.futures.Future()
+        tool = scope.proxy if scope is not None else f"_mcp_{server}"
+        needs = permission(server, what)
         ask = GateAsk(
             call_id=(scope.call_id if scope is not None and scope.call_id else uuid.uuid4().hex),
             context=context or headless(server),
-            tool=scope.proxy if scope is not None else f"_mcp_{server}",
-            permission=permission(server, what),
+            tool=tool,
+            permission=needs,
             internal=False,
             act_summary=summary[:200],
             params_redacted=params,
             reply=reply,
             form=form,
             expires_in=expires_in,
+            binding=call_binding(tool, needs, params, None),
         )
         now = self._gate_now(ask)
         if now is not None:

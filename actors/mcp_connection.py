@@ -460,10 +460,13 @@ class McpConnectionActor(SupervisedActor):
                 prompts=prompts,
                 timeout=self._deps.timeout(self._spec),
                 offered=shown,
+                channels=self._spec.channels,
             ),
         )
         skills = []
-        for prompt in prompts:
+        # A server scoped to channels brings its prompts there only: none is a playbook
+        # find_skills could find (and inject) on another channel.
+        for prompt in prompts if not self._spec.channels else ():
             try:
                 skills.append(prompt_skill(self.name, prompt))
             except Exception as exc:

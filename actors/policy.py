@@ -252,6 +252,7 @@ class PolicyActor(SupervisedActor):
         resume: bytes | None = None,
         form: dict[str, Any] | None = None,
         expires_in: float | None = None,
+        binding: str | None = None,
     ) -> Future[GateDecision]:
         """Decide one call; the returned future completes now, or when a human answers.
 
@@ -275,6 +276,7 @@ class PolicyActor(SupervisedActor):
                 resume=resume,
                 form=form,
                 expires_in=expires_in,
+                binding=binding,
             )
         )
 
@@ -323,8 +325,13 @@ class PolicyActor(SupervisedActor):
         ):
             # No human now: the owner answers later (park_asks), and the agent's next call
             # after an allow_once runs on that answer.
+            # The answer covers exactly the call the owner saw: any other call parks anew.
             assert self._approvals is not None
-            granted = self._approvals.take_grant(context.conversation_id, permission)
+            granted = (
+                None
+                if ask.binding is None
+                else self._approvals.take_grant(context.conversation_id, permission, ask.binding)
+            )
             if granted is not None:
                 log.info("call %s runs on the owner's answer to request %s", ask.call_id, granted)
                 return rules.allowed("human")
@@ -334,7 +341,8 @@ class PolicyActor(SupervisedActor):
             and not internal
             and setting in (None, "ask")
             and self._approvals is not None
-            and self._approvals.take_resume(context.resumes, permission)
+            and ask.binding is not None
+            and self._approvals.take_resume(context.resumes, permission, ask.binding)
         ):
             # A stored call run again on the owner's answer to its request, once.
             log.info(
@@ -357,7 +365,7 @@ class PolicyActor(SupervisedActor):
         # (a failed write fails the gate closed). The call is stored with it, to be run
         # again if the owner answers after a restart (chalie.approvals).
         if self._approvals is not None:
-            self._approvals.put(request, call=resume)
+            self._approvals.put(request, call=resume, binding=ask.binding)
         timer = self.schedule(expiry, ExpireRequest(request_id))
         self._pending[request_id] = _Pending(request, ask.reply, timer)
         log.info(
@@ -373,7 +381,7 @@ class PolicyActor(SupervisedActor):
         """A durable request for the owner; the call itself ends now, saying it waits."""
         request = self._request(ask)
         assert self._approvals is not None
-        self._approvals.put(request, parked=True)
+        self._approvals.put(request, parked=True, binding=ask.binding)
         timer = self.schedule(self._expiry, ExpireRequest(request.request_id))
         self._pending[request.request_id] = _Pending(request, Future(), timer, waiting=False)
         log.info(
@@ -402,7 +410,9 @@ class PolicyActor(SupervisedActor):
             principal=context.principal,
             asked_by=asked_by,
             reach=reach,
-            prompt=rules.prompt(tool, permission, act_summary, params, asked_by, reach),
+            prompt=rules.prompt(
+                tool, permission, act_summary, params, asked_by, reach, form=ask.form is not None
+            ),
             form=ask.form,
         )
 

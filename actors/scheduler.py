@@ -11,8 +11,12 @@ Lifecycle, in order:
    passed while the daemon was down is due at once; it fires marked late.
 2. On a wake it fires every due reminder: the firing is recorded first
    (the next time of a recurring one, or ``done``), so a kill during its
-   turn never fires it twice; then a turn on the ``subconscious`` channel
-   starts with the reminder's text (no human: asks become denials).
+   turn never fires it twice; then a turn starts with the reminder's text, as
+   whoever set it: the owner's on the ``subconscious`` channel; an agent's on
+   ``external_agent`` as that agent's token (its memory key, its gate, its
+   trail id), framed as set by that agent, its text marked untrusted
+   (:func:`framed`). An agent's reminder whose token is revoked or gone is
+   cancelled instead. Either way no human is there: asks become denials.
 3. When that turn ends, its answer goes to the owner's chat conversation as
    a background result (stored in the outbox first, so a client that is
    offline gets it on resume), and is kept as the reminder's last answer.
@@ -36,6 +40,7 @@ import pykka
 
 from actors.actor import SupervisedActor
 from actors.timers import TimerInbox
+from chalie import untrusted
 from chalie.conversation.events import BackgroundResult
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
@@ -47,15 +52,24 @@ from chalie.events import EventBus
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
-from chalie.memory.whose import UNKNOWN_AGENT, is_agent, principal_of
+from chalie.memory.whose import UNKNOWN_AGENT, agent_name, is_agent, principal_of
 from chalie.outbox import Outbox
+from chalie.principals import Principal
 from chalie.providers.client import ModelClient
 from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
 from chalie.schedule.desk import ReminderError
-from chalie.schedule.rules import RuleError, RuleKind, first_time, next_time, zone
+from chalie.schedule.rules import (
+    RuleError,
+    RuleKind,
+    first_time,
+    next_time,
+    shortest_gap,
+    zone,
+)
 from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
+from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.scheduler")
 
@@ -69,10 +83,22 @@ FIRE_BATCH: Final = 100
 TURN_TIMEOUT: Final = 900.0
 ORIGIN: Final = "scheduler"
 CHANNEL: Final = "subconscious"
+# An agent's reminder runs on the agent's channel, as the agent.
+AGENT_CHANNEL: Final = "external_agent"
 
 
 class _Wake:
     """The timer's message: look for due reminders."""
+
+
+@dataclass(frozen=True)
+class ReminderLimits:
+    """What reminders may cost: the shortest repeat, a principal's pending reminders, and
+    the model turns all of them may start in one UTC day ([background])."""
+
+    min_interval: float = 60.0
+    per_principal: int = 100
+    turns_per_day: int = 200
 
 
 @dataclass(frozen=True)
@@ -104,15 +130,25 @@ class _Answered:
         self.late = late
 
 
-def framed(reminder: Reminder, due: float, late: bool) -> str:
-    """The reminder turn's user message."""
+def framed(reminder: Reminder, due: float, late: bool, agent: Principal | None = None) -> str:
+    """The reminder turn's user message. ``agent``: the agent token that set it, whose text
+    is data written by others (chalie.untrusted), never the person's request."""
     tz = zone(reminder.zone)
     when = dt.datetime.fromtimestamp(due, tz).strftime("%Y-%m-%d %H:%M %Z")
     lateness = " It is late: Chalie was not running when it was due." if late else ""
+    if agent is None:
+        return (
+            f"[reminder {reminder.id}, due {when}]{lateness}\n"
+            f"The person asked to be reminded: {reminder.text}\n"
+            "Write the reminder for them in one or two sentences."
+        )
     return (
-        f"[reminder {reminder.id}, due {when}]{lateness}\n"
-        f"The person asked to be reminded: {reminder.text}\n"
-        "Write the reminder for them in one or two sentences."
+        f"[reminder {reminder.id}, due {when}, set by {agent.shown()}]{lateness}\n"
+        "An agent set this reminder, not the person. Its text follows.\n"
+        f"{untrusted.WARNING_LINE}\n"
+        f"{untrusted.clean(reminder.text)}\n"
+        f"[end of the agent's text]\n"
+        "Write the reminder for the agent in one or two sentences."
     )
 
 
@@ -128,8 +164,12 @@ class Scheduler(SupervisedActor):
         enabled: bool = True,
         outbox_max_age: float | None = None,
         reflection: Reflection | None = None,
+        limits: ReminderLimits | None = None,
     ) -> None:
         super().__init__()
+        self._limits = limits or ReminderLimits()
+        self._day = ""
+        self._day_turns = 0
         self._reflection = reflection
         self._ledger: ReflectionLedger | None = None
         self._reflecting: str | None = None
@@ -143,6 +183,7 @@ class Scheduler(SupervisedActor):
         self._enabled = enabled
         self._outbox_max_age = outbox_max_age
         self._store: ReminderStore | None = None
+        self._tokens: TokenStore | None = None
         self._outbox: Outbox | None = None
         self._conn: sqlite3.Connection | None = None
         self._timer: int | None = None
@@ -164,6 +205,7 @@ class Scheduler(SupervisedActor):
     # -- lifecycle ---------------------------------------------------------------------
     def on_start(self) -> None:
         self._store = ReminderStore(self._db_path)
+        self._tokens = TokenStore(self._db_path)
         self._outbox = (
             Outbox(self._db_path)
             if self._outbox_max_age is None
@@ -187,11 +229,11 @@ class Scheduler(SupervisedActor):
         if model is not None:
             with contextlib.suppress(Exception):
                 self._loop.submit(model.aclose()).result(5)
-        for closable in (self._store, self._outbox, self._conn, self._ledger):
+        for closable in (self._store, self._outbox, self._conn, self._ledger, self._tokens):
             if closable is not None:
                 with contextlib.suppress(Exception):
                     closable.close()
-        self._store = self._outbox = self._conn = None
+        self._store = self._outbox = self._conn = self._tokens = None
         self._ledger = None
 
     # -- the timer ---------------------------------------------------------------------
@@ -235,19 +277,60 @@ class Scheduler(SupervisedActor):
                 following = None
             self._store.fired(reminder.id, at=now, late=late, next_fire=following)
             self.fires += 1
-            self._start_turn(reminder, due, late)
+            if self._turn_allowed(now):
+                self._start_turn(reminder, due, late)
+            else:
+                log.warning(
+                    "reminder turns of the day are spent: the reminder is delivered as written",
+                    extra={"reminder": reminder.id, "per_day": self._limits.turns_per_day},
+                )
+                self._following += 1
+                _tell(self.actor_ref, _Answered(reminder.id, "", reminder.text, late))
         if self._store.due(now, 1):
             _tell(self.actor_ref, _Wake())  # more than one batch was due
+
+    def _turn_allowed(self, now: float) -> bool:
+        """Whether one more reminder turn fits today's budget (counted if it does)."""
+        day = utc_day(now)
+        if day != self._day:
+            self._day, self._day_turns = day, 0
+        if self._day_turns >= self._limits.turns_per_day:
+            return False
+        self._day_turns += 1
+        return True
+
+    def _setter(self, reminder: Reminder) -> Principal | bool | None:
+        """Who the reminder's turn runs as: None (the owner), the agent token that set it,
+        or False when that token is revoked or gone (the reminder is not run)."""
+        if not is_agent(reminder.principal):
+            return None
+        assert self._tokens is not None
+        token_id = agent_name(reminder.principal)
+        found = next((t for t in self._tokens.list() if t.id == token_id), None)
+        if found is None or not found.active or found.scope == "owner":
+            return False
+        return found.principal()
 
     def _start_turn(self, reminder: Reminder, due: float, late: bool) -> None:
         """The reminder's turn, through the conversations port, followed to its end on the loop."""
         rid, me = reminder.id, self.actor_ref
+        who = self._setter(reminder)
+        if who is False:
+            assert self._store is not None
+            self._store.cancel(rid)
+            log.warning(
+                "an agent's reminder was cancelled: its token is revoked or gone",
+                extra={"reminder": rid, "principal": reminder.principal},
+            )
+            return
+        agent = who if isinstance(who, Principal) else None
         msg = SendMessage(
             conversation_id=None,
-            channel=CHANNEL,
-            text=framed(reminder, due, late),
+            channel=CHANNEL if agent is None else AGENT_CHANNEL,
+            text=framed(reminder, due, late, agent),
             client_msg_id=f"reminder-{rid}-{reminder.fired + 1}",
             origin=ORIGIN,
+            principal=agent,
         )
 
         def ended(fut: concurrent.futures.Future[TurnOutcome]) -> None:
@@ -422,14 +505,30 @@ class Scheduler(SupervisedActor):
         text = " ".join(text.split())
         if not text or len(text) > MAX_TEXT:
             raise ReminderError("invalid-param", f"a reminder's text is 1 to {MAX_TEXT} characters")
+        limits = self._limits
         try:
             tz = zone(zone_name)
             now = self._clock.now()
             first = first_time(kind, rule, now, tz)
+            gap = shortest_gap(rule, now, tz) if kind == "every" else None
         except RuleError as exc:
             raise ReminderError(
                 "invalid-param", str(exc), "pass at= (ISO time), after= (10m) or every= (RRULE)"
             ) from None
+        if gap is not None and gap < limits.min_interval:
+            raise ReminderError(
+                "invalid-param",
+                f"that rule repeats every {gap:g} s; a reminder repeats at most once every "
+                f"{limits.min_interval:g} s",
+                "choose a rule that repeats less often (FREQ=HOURLY, a cron line...)",
+            )
+        pending = self._store.listed(principal=principal, limit=limits.per_principal)
+        if len(pending) >= limits.per_principal:
+            raise ReminderError(
+                "quota-exceeded",
+                f"{limits.per_principal} reminders are pending already, the most one may have",
+                "cancel some first (list shows them)",
+            )
         reminder = self._store.add(
             text=text,
             kind=kind,

@@ -15,11 +15,19 @@ stored call back to the dispatcher as a background call whose gate is that answe
 (``TurnContext.resumes``, :meth:`ApprovalStore.take_resume`), and its result reaches the
 conversation as a background result. A call that was not stored, or one the owner
 denies, ends with a background result that says so.
+
+An answer covers exactly the call the owner saw (:func:`call_binding`: the tool, the
+permission, the call's validated arguments and its reach, as one digest stored with the
+request). A parked request's ``allow_once`` is taken only by a call with the same digest
+(:meth:`ApprovalStore.take_grant`), and a resumed call only runs when its digest is the
+stored one (:meth:`ApprovalStore.take_resume`): any other call is a new request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,8 +57,13 @@ CREATE TABLE IF NOT EXISTS permission_requests (
 );
 CREATE INDEX IF NOT EXISTS permission_requests_open ON permission_requests (state);
 """
-# Added after the first release: a store made before has no such column yet.
-_CALL_COLUMN: Final = "ALTER TABLE permission_requests ADD COLUMN call BLOB"
+# Added after the first release: a store made before has no such columns yet.
+_LATER_COLUMNS: Final = {
+    "call": "ALTER TABLE permission_requests ADD COLUMN call BLOB",
+    # call_binding() of the call the owner was asked about (NULL: a row from before; no
+    # call matches it, so an answer to it is never taken by a call)
+    "binding": "ALTER TABLE permission_requests ADD COLUMN binding TEXT",
+}
 RESUMABLE: Final = ("allow_once", "allow_always")
 
 
@@ -69,6 +82,19 @@ PENDING: Final = "pending"
 KEEP_SETTLED: Final = 10_000
 
 _encode = msgspec.json.Encoder().encode
+_canonical = msgspec.json.Encoder(order="sorted", enc_hook=repr).encode
+
+
+def call_binding(tool: str, permission: str, params: Mapping[str, Any], reach: str | None) -> str:
+    """The digest an answer is bound to: the tool, the permission, the validated arguments
+    (every default applied, keys sorted; secrets included, so a call that swaps a secret is
+    another call) and the reach text. Only the digest is stored, never the secret."""
+    body = _canonical(
+        {"tool": tool, "permission": permission, "params": dict(params), "reach": reach}
+    )
+    return hashlib.sha256(b"chalie-call-binding-v1\0" + body).hexdigest()
+
+
 _decode = msgspec.json.Decoder(PermissionRequest).decode
 _decode_call = msgspec.json.Decoder(ResumableCall).decode
 
@@ -102,19 +128,26 @@ class ApprovalStore(Store):
         super().__init__(path, _SCHEMA)
         with self._lock:
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(permission_requests)")}
-            if "call" not in columns:
-                self._conn.execute(_CALL_COLUMN)
+            for name, ddl in _LATER_COLUMNS.items():
+                if name not in columns:
+                    self._conn.execute(ddl)
 
     def put(
-        self, request: PermissionRequest, *, parked: bool = False, call: bytes | None = None
+        self,
+        request: PermissionRequest,
+        *,
+        parked: bool = False,
+        call: bytes | None = None,
+        binding: str | None = None,
     ) -> None:
         """Store a request as it is raised (committed on return), with the call that waits
-        for it (``encode_call``), if it can be run again."""
+        for it (``encode_call``), if it can be run again, and the digest of the call it asks
+        about (:func:`call_binding`; None: no later call can take its answer)."""
         with self._lock:
             self._conn.execute(
                 "INSERT OR REPLACE INTO permission_requests (request_id, conversation_id, "
-                "permission, body, created, expires_at, state, parked, call) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "permission, body, created, expires_at, state, parked, call, binding) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request.request_id,
                     request.conversation_id,
@@ -125,6 +158,7 @@ class ApprovalStore(Store):
                     PENDING,
                     1 if parked else 0,
                     call,
+                    binding,
                 ),
             )
 
@@ -146,26 +180,27 @@ class ApprovalStore(Store):
         except msgspec.DecodeError:
             return parked, None
 
-    def take_resume(self, request_id: str, permission: str) -> bool:
+    def take_resume(self, request_id: str, permission: str, binding: str) -> bool:
         """Use the owner's allow of a stored call's request, once: True when it was allowed
-        (for this permission) and not used yet."""
+        for this very call (its permission and :func:`call_binding`) and not used yet."""
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE permission_requests SET used = 1 WHERE request_id = ? AND "
-                "permission = ? AND parked = 0 AND used = 0 AND call IS NOT NULL AND "
-                "state IN (?, ?)",
-                (request_id, permission, *RESUMABLE),
+                "permission = ? AND binding = ? AND parked = 0 AND used = 0 AND "
+                "call IS NOT NULL AND state IN (?, ?)",
+                (request_id, permission, binding, *RESUMABLE),
             )
         return cur.rowcount == 1
 
-    def take_grant(self, conversation_id: str, permission: str) -> str | None:
-        """Use the owner's ``allow_once`` of a parked request for this call; its id, or None."""
+    def take_grant(self, conversation_id: str, permission: str, binding: str) -> str | None:
+        """Use the owner's ``allow_once`` of a parked request for exactly this call (the
+        conversation, the permission and :func:`call_binding`); its id, or None."""
         with self._lock:
             row = self._conn.execute(
                 "SELECT request_id FROM permission_requests WHERE conversation_id = ? AND "
-                "permission = ? AND parked = 1 AND state = 'allow_once' AND used = 0 "
-                "ORDER BY settled_at LIMIT 1",
-                (conversation_id, permission),
+                "permission = ? AND binding = ? AND parked = 1 AND state = 'allow_once' "
+                "AND used = 0 ORDER BY settled_at LIMIT 1",
+                (conversation_id, permission, binding),
             ).fetchone()
             if row is None:
                 return None

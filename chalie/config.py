@@ -317,6 +317,18 @@ class ConversationsConfig(Section, frozen=True):
     # used idle ones are stopped at once, as idle_stop would later; their conversations
     # stay stored and come back on their next message.
     max_live: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+    # The conversations one agent token may keep: past it (or agent_max_bytes), its new
+    # messages are refused (quota-exceeded) until the owner deletes some. The owner has
+    # no quota.
+    agent_max_conversations: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 1000
+    # The bytes of conversations one agent token may keep (quota-exceeded past it).
+    agent_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 50)] = 64 * 1024 * 1024
+    # Days an agent token's conversation is kept after its last message; 0: until deleted.
+    # Checked at start and every hour. The owner's conversations are never pruned.
+    agent_retention_days: Annotated[float, msgspec.Meta(ge=0, le=36_500)] = 0.0
+    # Free space the data directory's disk must keep: below it every new message is
+    # refused (disk-full), before a full disk stops the daemon.
+    min_free_bytes: Annotated[int, msgspec.Meta(ge=0, le=1 << 60)] = 256 * 1024 * 1024
 
 
 class DiscoveryConfig(Section, frozen=True):
@@ -429,6 +441,13 @@ class BackgroundConfig(Section, frozen=True):
 
     # Reminders fire (a turn on the subconscious channel); off: they wait, pending.
     reminders: bool = True
+    # The shortest time between two firings of a recurring reminder, in seconds.
+    reminder_min_interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 60.0
+    # Pending reminders one principal (the owner, or one agent token) may have.
+    reminders_per_principal: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 100
+    # Reminder turns all reminders together may start in one UTC day; past it a due
+    # reminder is delivered as written, without a model turn.
+    reminder_turns_per_day: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 200
     # Reflection passes: an idle chat conversation is read once by [models.default] for
     # what in it is worth remembering. The one key that turns them off.
     reflection: bool = True

@@ -135,6 +135,18 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "A message sent while conversations.max_queued others wait; it is not run.",
     ),
     ErrorCode(
+        "quota-exceeded",
+        "This agent token keeps as much as it may already.",
+        "An agent's message past conversations.agent_max_conversations or "
+        "conversations.agent_max_bytes stored; it is not stored or run.",
+    ),
+    ErrorCode(
+        "disk-full",
+        "The disk is nearly full: no new work is taken.",
+        "Less than conversations.min_free_bytes free where the data directory is; the "
+        "message is not stored or run.",
+    ),
+    ErrorCode(
         "unknown-conversation",
         "No conversation has that id.",
         "show, delete or events named a conversation that does not exist.",
@@ -247,6 +259,12 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "fetch-timeout",
         "The page did not arrive in time.",
         "The response was not complete within web.fetch_timeout seconds.",
+    ),
+    ErrorCode(
+        "fetch-busy",
+        "Too many fetches to that site are running already.",
+        "At most 4 fetches to one scheme, host and port run at once (a slow site cannot hold "
+        "every fetch); one more is refused at once.",
     ),
     ErrorCode(
         "fetch-too-large",

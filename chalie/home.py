@@ -9,8 +9,10 @@ other users can write (they could plant a socket, a pid file or an ability).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -28,9 +30,26 @@ ABILITIES_DIR_NAME: Final = "abilities"
 SKILLS_DIR_NAME: Final = "skills"
 INDEX_DIR_NAME: Final = "index"
 CACHE_DIR_NAME: Final = "cache"
+# ``chalie brain open``'s page that carries the one-time sign-in link to the browser
+# (0600: the link is never on a command line).
+SIGN_IN_PAGE_NAME: Final = "brain-open.html"
 
 # ipc paths are capped at 107 bytes by the kernel's sockaddr_un.
 MAX_IPC_PATH: Final = 107
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in a file only its owner reads (0600 from its first
+    byte, never through a link someone placed there; readers never see half of it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 class HomeError(RuntimeError):
@@ -105,6 +124,10 @@ class Home:
     def index_dirs(self) -> tuple[Path, Path]:
         return index_dirs(self.root)
 
+    @property
+    def sign_in_page(self) -> Path:
+        return self.root / SIGN_IN_PAGE_NAME
+
     # -- safety -------------------------------------------------------------------
     def exists(self) -> bool:
         return os.path.lexists(self.root)
@@ -130,6 +153,49 @@ class Home:
                 f"(mode {stat.S_IMODE(st.st_mode):04o}); use a private folder "
                 f"or `chmod go-w {self.root}`"
             )
+
+    def secret_files(self) -> list[Path]:
+        """Every file here that holds a secret or private data: tokens, the database and its
+        journals, the MCP secrets, the configuration (keys), the calendar cache, the sign-in
+        page, the MCP servers' logs."""
+        named = [
+            self.db,
+            self.config_file,
+            self.sign_in_page,
+            self.root / "first-token",
+            self.root / "mcp-secrets.json",
+            personal_cache_file(self.root),
+        ]
+        found = [p for base in named for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm"))]
+        logs = self.root / "logs"
+        if logs.is_dir() and not logs.is_symlink():
+            found.extend(sorted(logs.glob("*.log")))
+        return found
+
+    def secure(self) -> tuple[list[tuple[Path, int]], int | None]:
+        """Make every secret file 0600 (as ``chalie.db`` is made): the files whose mode was
+        looser, with that mode; and the home's own mode when other users can read or enter
+        it (None: they cannot). A link is never followed (its target is not ours to change)."""
+        fixed: list[tuple[Path, int]] = []
+        for path in self.secret_files():
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o077:
+                try:
+                    os.chmod(path, mode & 0o700 | 0o600, follow_symlinks=False)
+                except OSError:
+                    continue
+                fixed.append((path, mode))
+        try:
+            home_mode = stat.S_IMODE(os.stat(self.root).st_mode)
+        except OSError:
+            return fixed, None
+        return fixed, home_mode if home_mode & 0o077 else None
 
     def create(self) -> Path:
         """Check the directory, creating it 0700 if missing; an existing one keeps its mode."""

@@ -94,6 +94,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=repr, ensure_ascii=False, separators=(",", ":"))
 
 
+# Third-party loggers that say too much at info.
+QUIET_LOGGERS: Final = ("mcp.server.streamable_http_manager",)
+
+
 def configure(level: int = logging.INFO, stream: TextIO | None = None) -> logging.Handler:
     """Send every log record to ``stream`` (stderr) as JSON lines; replaces root handlers."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -103,6 +107,10 @@ def configure(level: int = logging.INFO, stream: TextIO | None = None) -> loggin
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # The MCP SDK logs every session id at info; an id is the session's handle (the gate
+    # binds it to its token, but it is still not for the log): its warnings only.
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     return handler
 
 

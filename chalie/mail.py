@@ -96,6 +96,9 @@ class GateAsk:
     # The call as it can be run again after a restart (chalie.approvals.ResumableCall,
     # encoded), or None when it cannot be stored (its arguments hold a redacted secret).
     resume: bytes | None = None
+    # The digest of the call (chalie.approvals.call_binding): an answer stored for later is
+    # taken only by a call with the same one. None: no stored answer is ever taken by it.
+    binding: str | None = None
     # A form the owner fills (a server's elicitation, chalie.forms): the JSON schema of the
     # answer, which the decision carries (GateDecision.content); a request with a form is
     # always put to a person, even where the setting is allow, and expires after

@@ -161,8 +161,11 @@ def prompt(
     params: Mapping[str, Any],
     asked_by: str,
     reach: str | None,
+    *,
+    form: bool = False,
 ) -> str:
-    """The text a person reads before answering: what, who asked, the call's parameters.
+    """The text a person reads before answering: what, who asked, the call's parameters,
+    and (unless it is a form to fill) what each answer covers.
 
     Every model-written part is escaped to one line and capped
     (:mod:`chalie.display`), so a parameter cannot forge a line of its own.
@@ -176,6 +179,11 @@ def prompt(
         lines.append(f"This reaches beyond Chalie: {one_line(reach, 500)}")
     lines.append("Parameters:")
     lines.extend(f"  {line}" for line in param_lines(dict(params)) or ["(none)"])
+    if not form:
+        lines.append(
+            "once allows this call only, exactly as above; always allows "
+            f"{one_line(permission, NAME_CHARS)} from now on, whatever its parameters"
+        )
     del tool
     return "\n".join(lines)
 

@@ -164,7 +164,7 @@ class ReminderCommands:
 def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[Route[Any]]]:
     from actors.conversations import Conversations
     from actors.conversations_port import ActorConversations
-    from actors.scheduler import Reflection, Scheduler
+    from actors.scheduler import Reflection, ReminderLimits, Scheduler
 
     cfg = rt.config
     model = cfg.models.get("default")
@@ -193,6 +193,11 @@ def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[R
             enabled=cfg.background.reminders,
             outbox_max_age=cfg.outbox.max_age,
             reflection=reflection,
+            limits=ReminderLimits(
+                cfg.background.reminder_min_interval,
+                cfg.background.reminders_per_principal,
+                cfg.background.reminder_turns_per_day,
+            ),
         ),
         shutdown=10.0,
     )

@@ -63,7 +63,7 @@ from chalie.daemon import (
     write_pid_file,
 )
 from chalie.events import EventBus
-from chalie.home import HomeError
+from chalie.home import Home, HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
@@ -560,6 +560,7 @@ def run(
     raise_descriptor_limit()
     try:
         config.layout.create()
+        _secure_home(config.layout)
         with instance_lock(home):
             return _run_locked(config, extra_children, ready, clock)
     except AlreadyRunning as exc:
@@ -568,6 +569,25 @@ def run(
     except (StartupError, HomeError) as exc:
         log.error("start-up failed: %s", exc)
         return EXIT_STARTUP_FAILED
+
+
+def _secure_home(layout: Home) -> None:
+    """Secret files made 0600 at every start, each loose one reported; a home other users
+    can read or enter is warned about (chalie.home.Home.secure)."""
+    fixed, home_mode = layout.secure()
+    for path, mode in fixed:
+        log.warning(
+            "a private file other users could read was made 0600",
+            extra={"path": str(path), "mode": f"{mode:04o}"},
+        )
+    if home_mode is not None:
+        log.warning(
+            "other users can read or enter the data directory %s (mode %04o); "
+            "`chmod 700 %s` keeps them out",
+            layout.root,
+            home_mode,
+            layout.root,
+        )
 
 
 def _run_locked(
@@ -628,16 +648,34 @@ def _web_services(rt: Runtime) -> WebKit:
 
 
 def _shutdown(rt: Runtime) -> None:
+    """Stop the tree, each wait bounded. An actor stuck where it cannot hear its stop (a
+    start-up step spinning in native code) is left behind, named in the log: the stop goes
+    on, and chalie.daemon.exit_process leaves without its thread."""
     sup, rt.supervisor = rt.supervisor, None
     if sup is not None:
-        with contextlib.suppress(pykka.ActorDeadError):
+        try:
             # Children first, in reverse start order, each within its shutdown time.
             sup.stop(block=True, timeout=60)
+        except pykka.ActorDeadError:
+            pass
+        except pykka.Timeout:
+            log.error("the supervision tree did not stop within 60 s; leaving it behind")
     # Anything started outside the tree would keep the process alive on its
     # non-daemon thread; nothing should be left, and nothing may hang the exit.
     leftovers = pykka.ActorRegistry.get_all()
     if leftovers:
-        log.warning("actors still running after the tree stopped", extra={"count": len(leftovers)})
-        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        names = sorted({r.actor_class.__name__ for r in leftovers})
+        log.warning(
+            "actors still running after the tree stopped",
+            extra={"count": len(leftovers), "actors": names},
+        )
+        try:
+            pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        except pykka.Timeout:
+            log.error(
+                "actors did not stop within 10 s (stuck in a step that cannot be stopped); "
+                "leaving without them",
+                extra={"actors": names},
+            )
     rt.loop.stop()
     remove_pid_file(rt.config.home)

@@ -9,13 +9,18 @@ Everything here is pure state and rules, safe to call from any thread; the web l
   sha256, the hash of the token it was opened with (so revoking the token ends it), its CSRF
   secret and when it expires.
 - A one-time link (``chalie brain open``) is a random code that opens one session within
-  :data:`LINK_TTL` seconds and never again.
+  :data:`LINK_TTL` seconds and never again. It never goes on a command line (any local user
+  reads ``/proc/*/cmdline``): the browser is given a 0600 page (:func:`sign_in_page`) that
+  goes on to the link. Such a session has no token behind it; :meth:`SessionBook.close_all`
+  (``chalie brain sign-out``) ends it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import html
+import json
 import secrets
 import threading
 import time
@@ -142,6 +147,14 @@ class SessionBook:
                 del self._sessions[k]
         return len(keys)
 
+    def close_all(self) -> int:
+        """Sign every browser out (one-time-link sessions included) and spend every link."""
+        with self._lock:
+            gone = len(self._sessions)
+            self._sessions.clear()
+            self._links.clear()
+        return gone
+
     def count(self) -> int:
         with self._lock:
             self._sweep(self._clock())
@@ -173,6 +186,20 @@ class SessionBook:
         with self._lock:
             expires = self._links.pop(_digest(code), None)
         return expires is not None and expires > self._clock()
+
+
+def sign_in_page(url: str) -> str:
+    """The page ``chalie brain open`` hands the browser instead of the link itself: it goes
+    on to ``url`` at once (a script, or a refresh where scripts are off)."""
+    shown = html.escape(url, quote=True)
+    target = json.dumps(url).replace("<", "\\u003c")
+    return (
+        '<!doctype html>\n<html><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="0;url={shown}">'
+        "<title>Signing in to Chalie</title></head><body>"
+        f'<p><a href="{shown}">Sign in to the Brain</a></p>'
+        f"<script>location.replace({target});</script></body></html>\n"
+    )
 
 
 def same_secret(given: str | None, expected: str) -> bool:

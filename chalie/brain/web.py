@@ -81,6 +81,15 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=SECURITY_HEADERS)
 
 
+# Where a one-time link lands: signed in, on to the overview from this origin.
+SIGNED_IN_PAGE: Final = (
+    '<!doctype html><html><head><meta charset="utf-8">'
+    '<meta http-equiv="refresh" content="0;url=/brain/overview">'
+    "<title>Signed in · Chalie Brain</title></head>"
+    '<body><p><a href="/brain/overview">Signed in: go to the Brain</a></p></body></html>'
+)
+
+
 class Brain:
     """Builds the routes; holds what the requests share (the backend, sessions, templates)."""
 
@@ -424,13 +433,26 @@ class Brain:
             return await self._login_form(
                 request, "That sign-in link was used or has expired.", 401
             )
-        return self._signed_in(request, access.LOCAL_PRINCIPAL, None, LOCAL_OWNER)
+        # The link arrives from another site (the 0600 page ``chalie brain open`` gave the
+        # browser): a redirect would go on without the SameSite=Strict cookie, so this
+        # page moves on itself, from this origin.
+        return self._signed_in(request, access.LOCAL_PRINCIPAL, None, LOCAL_OWNER, redirect=False)
 
     def _signed_in(
-        self, request: Request, principal: str, token_hash: str | None, who: Principal
+        self,
+        request: Request,
+        principal: str,
+        token_hash: str | None,
+        who: Principal,
+        *,
+        redirect: bool = True,
     ) -> Response:
         sid, _session = self.sessions.open(principal, token_hash, who)
-        response = RedirectResponse("/brain/overview", status_code=303)
+        response: Response = (
+            RedirectResponse("/brain/overview", status_code=303)
+            if redirect
+            else HTMLResponse(SIGNED_IN_PAGE)
+        )
         response.set_cookie(
             access.COOKIE,
             sid,

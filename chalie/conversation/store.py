@@ -211,6 +211,37 @@ class ConversationStore(db.Store):
                 (conversation_id, channel, origin, now, now, title[:200], owner),
             )
 
+    def usage(self, principal_id: str) -> tuple[int, int]:
+        """(conversations, bytes) one principal keeps: the bytes of their messages, events
+        and turn texts (what a quota counts, chalie.conversation.quota)."""
+        mine = (
+            "SELECT id FROM conversations WHERE CASE WHEN json_valid(principal) "
+            "THEN json_extract(principal, '$.id') END = ?1"
+        )
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT (SELECT COUNT(*) FROM ({mine})), "
+                "(SELECT COALESCE(SUM(length(body)), 0) FROM conversation_messages "
+                f"WHERE conversation_id IN ({mine})) + "
+                "(SELECT COALESCE(SUM(length(body)), 0) FROM conversation_events "
+                f"WHERE conversation_id IN ({mine})) + "
+                "(SELECT COALESCE(SUM(length(text)), 0) FROM conversation_turns "
+                f"WHERE conversation_id IN ({mine}))",
+                (principal_id,),
+            ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def agents_idle_since(self, before: float, limit: int = 1000) -> builtins.list[str]:
+        """Conversations of agent tokens (any principal but an owner) with no message
+        since ``before``, oldest first (what a retention setting prunes)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM conversations WHERE updated < ? AND json_valid(principal) "
+                "AND json_extract(principal, '$.scope') != 'owner' ORDER BY updated LIMIT ?",
+                (before, limit),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def channel_of(self, conversation_id: str) -> str | None:
         """The conversation's channel, or None when it does not exist (a cheap lookup)."""
         found = self.placement(conversation_id)

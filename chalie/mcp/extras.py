@@ -58,7 +58,9 @@ class McpExtra(McpProxy):
     mcp_kind: ClassVar[str] = ""
 
 
-def resources_class(server: str, *, timeout: float, offered: str = "") -> type[McpExtra]:
+def resources_class(
+    server: str, *, timeout: float, offered: str = "", channels: tuple[str, ...] = ()
+) -> type[McpExtra]:
     name = extra_name(server, RESOURCES)
     summary = (
         f"Lists or reads the resources (documents, files, records) that MCP server {server} "
@@ -89,18 +91,22 @@ def resources_class(server: str, *, timeout: float, offered: str = "") -> type[M
             "additionalProperties": False,
         },
         "actions": {"list": (), "read": ("uri",)},
-        "discoverable": True,
+        # A server scoped to channels (its tools offered there only) brings this there only.
+        "discoverable": not channels,
         "internal": False,
         "timeout": timeout,
         "mcp_server": server,
         "mcp_tool": RESOURCES,
         "mcp_state": "active",
         "mcp_kind": RESOURCES,
+        "mcp_channels": tuple(channels),
     }
     return type(f"McpExtra_{name}", (McpExtra,), attrs)
 
 
-def prompts_class(server: str, prompts: Iterable[Any], *, timeout: float) -> type[McpExtra]:
+def prompts_class(
+    server: str, prompts: Iterable[Any], *, timeout: float, channels: tuple[str, ...] = ()
+) -> type[McpExtra]:
     name = extra_name(server, PROMPTS)
     names = sorted({str(p.name)[:200] for p in prompts})
     attrs: dict[str, Any] = {
@@ -135,6 +141,7 @@ def prompts_class(server: str, prompts: Iterable[Any], *, timeout: float) -> typ
         "mcp_tool": PROMPTS,
         "mcp_state": "active",
         "mcp_kind": PROMPTS,
+        "mcp_channels": tuple(channels),
     }
     return type(f"McpExtra_{name}", (McpExtra,), attrs)
 
@@ -147,12 +154,20 @@ def install_extras(
     prompts: list[Any],
     timeout: float,
     offered: str = "",
+    channels: tuple[str, ...] = (),
 ) -> Installed:
-    """Register, replace or drop the server's resources and prompts proxies."""
+    """Register, replace or drop the server's resources and prompts proxies; ``channels``
+    (the server's scope): offered on those channels only, like its tools."""
     out = Installed()
     wanted: dict[str, type[McpExtra] | None] = {
-        RESOURCES: resources_class(server, timeout=timeout, offered=offered) if resources else None,
-        PROMPTS: prompts_class(server, prompts, timeout=timeout) if prompts else None,
+        RESOURCES: (
+            resources_class(server, timeout=timeout, offered=offered, channels=channels)
+            if resources
+            else None
+        ),
+        PROMPTS: (
+            prompts_class(server, prompts, timeout=timeout, channels=channels) if prompts else None
+        ),
     }
     for kind, cls in wanted.items():
         name = extra_name(server, kind)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -341,12 +342,24 @@ def daemon_auth(
 
 
 class Callback:
-    """The loopback redirect target: one request to /callback, its code and state."""
+    """The loopback redirect target: one request to /callback, its code and state.
+
+    Any local process can reach it: a request whose ``state`` is not this login's (once the
+    authorization URL named it, :meth:`expect`) gets 400 and the login keeps waiting for
+    the owner's browser."""
 
     def __init__(self) -> None:
         self.result: asyncio.Future[AuthorizationCodeResult] | None = None
         self._server: asyncio.Server | None = None
         self.port = 0
+        self.state: str | None = None
+        self.refused = 0
+
+    def expect(self, authorization_url: str) -> None:
+        """The state the authorization URL carries: the only one a callback may bring."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(authorization_url).query)
+        found = query.get("state")
+        self.state = found[0] if found else None
 
     async def start(self, port: int) -> None:
         self.result = asyncio.get_running_loop().create_future()
@@ -364,7 +377,14 @@ class Callback:
         target = urllib.parse.urlsplit(parts[1] if len(parts) >= 2 else "")
         query = dict(urllib.parse.parse_qsl(target.query))
         status, text = "404 Not Found", "Not the callback."
-        if target.path == CALLBACK_PATH and self.result is not None and not self.result.done():
+        forged = self.state is not None and not hmac.compare_digest(
+            query.get("state", "").encode(), self.state.encode()
+        )
+        if target.path == CALLBACK_PATH and forged:
+            self.refused += 1
+            log.warning("a login callback with another state was refused; still waiting")
+            status, text = "400 Bad Request", "This is not the login Chalie is waiting for."
+        elif target.path == CALLBACK_PATH and self.result is not None and not self.result.done():
             if query.get("code"):
                 self.result.set_result(
                     AuthorizationCodeResult(
@@ -417,6 +437,7 @@ async def login(
     secrets.drop_ids([_ids(spec.name)[0]])  # a login is a new grant
 
     async def redirect(url: str) -> None:
+        callback.expect(url)
         show(url)
 
     async def wait() -> AuthorizationCodeResult:

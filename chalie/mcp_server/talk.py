@@ -39,6 +39,7 @@ from chalie.approvals import ApprovalStore
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequest,
+    PermissionSettled,
     RichPayload,
     ToolFinished,
     ToolProgress,
@@ -69,6 +70,8 @@ DENY_WHY: Final = {
         "it waits for the owner's approval; once they have answered, ask again in this conversation"
     ),
 }
+# A permission-denied whose request a person answered "deny" (not "no human is present").
+DECLINED_WHY: Final = "the person asked to approve it said no"
 # How an owner's answer to a parked request is told to the agent's next turn.
 OUTCOME_WORDS: Final = {
     "allow_once": "allowed once (make the call again now)",
@@ -314,7 +317,11 @@ class TalkToChalie:
                 )
             elif isinstance(event, ToolFinished):
                 follow.tools.append(event)
+            elif isinstance(event, PermissionSettled):
+                if event.answer == "deny" and event.request_id in follow.asked:
+                    follow.declined.add(follow.asked[event.request_id])
             elif isinstance(event, PermissionRequest):
+                follow.asked[event.request_id] = event.tool
                 if follow.park:
                     # Parked: the call has ended; the owner answers later, anywhere.
                     follow.parked.append(
@@ -434,6 +441,15 @@ class _Follow(TurnFollower):
         self.parked: list[dict[str, Any]] = []  # park_asks: requests waiting for the owner
         self.told: list[dict[str, Any]] = []  # the owner's answers told to this turn
         self.park = False
+        self.asked: dict[str, str] = {}  # request id -> tool, the turn's permission requests
+        self.declined: set[str] = set()  # tools whose request a person answered "deny"
+
+    def accept(self, item: object) -> Any:
+        """The turn's events, and how each of its permission requests ended (a settlement
+        names its request, not the turn)."""
+        if isinstance(item, PermissionSettled) and item.recorded and item.request_id in self.asked:
+            return item
+        return super().accept(item)
 
 
 def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResult:
@@ -441,7 +457,11 @@ def _answer(cid: str, follow: _Follow, answer: str, reason: str) -> CallToolResu
         {
             "tool": t.tool,
             "code": t.code,
-            "why": DENY_WHY.get(t.code or "", f"it failed ({t.code})"),
+            "why": (
+                DECLINED_WHY
+                if t.code == "permission-denied" and t.tool in follow.declined
+                else DENY_WHY.get(t.code or "", f"it failed ({t.code})")
+            ),
         }
         for t in follow.tools
         if t.status != "success" and t.code in DENY_WHY

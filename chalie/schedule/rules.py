@@ -16,6 +16,7 @@ compared as UTC epoch seconds.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 import zoneinfo
 from typing import Final, Literal
@@ -186,6 +187,21 @@ def next_time(
         return Cron(rule).next_after(after, tz)
     found = _rrule(rule, created, tz).after(dt.datetime.fromtimestamp(after, tz), inc=False)
     return None if found is None else found.timestamp()
+
+
+def shortest_gap(rule: str, start: float, tz: zoneinfo.ZoneInfo, samples: int = 32) -> float | None:
+    """The shortest time between two of a recurrence's next ``samples`` firings after
+    ``start`` (None: it fires once at most)."""
+    times: list[float] = []
+    at = start
+    for _ in range(samples):
+        found = next_time("every", rule, start, tz, at)
+        if found is None:
+            break
+        times.append(found)
+        at = found
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    return min(gaps) if gaps else None
 
 
 def first_time(kind: RuleKind, rule: str, created: float, tz: zoneinfo.ZoneInfo) -> float:

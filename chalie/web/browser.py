@@ -15,8 +15,12 @@ makes the request itself with the guarded fetcher (chalie.web.http) and
 fulfils the page's request with the answer. Chromium therefore never opens a
 connection of its own; to make sure of it, its resolver is told that no name
 exists (``--host-resolver-rules``), WebSockets are answered by a handler that
-closes them, service workers are blocked and WebRTC may not use UDP. A
-request the guard refuses is aborted and reported in the action's result.
+closes them, service workers are blocked, and WebRTC does not exist: the
+IP-handling flag alone still let a page send STUN over UDP to any address, so
+every frame's document starts with its interfaces removed (:data:`NO_WEBRTC`,
+a context init script, run before any of the page's own scripts, in frames
+the page makes too). A request the guard refuses is aborted and reported in
+the action's result.
 """
 
 from __future__ import annotations
@@ -58,6 +62,18 @@ LAUNCH_ARGS: Final = (
     "--host-resolver-rules=MAP * ~NOTFOUND",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
+# Run in every frame before its scripts: no WebRTC (its UDP would bypass the routing).
+NO_WEBRTC: Final = """(() => {
+  for (const name of Object.getOwnPropertyNames(globalThis)) {
+    if (/^(webkit)?RTC/.test(name)) {
+      try { delete globalThis[name]; } catch (e) {}
+    }
+  }
+  const media = globalThis.navigator && navigator.mediaDevices;
+  if (media) {
+    try { delete Object.getPrototypeOf(navigator).mediaDevices; } catch (e) {}
+  }
+})();"""
 # Request headers the page's request keeps when we make it for the page.
 FORWARDED: Final = frozenset(
     {"accept", "accept-language", "content-type", "referer", "user-agent", "cookie", "origin"}
@@ -260,6 +276,7 @@ class BrowserPool:
             context = await browser.new_context(
                 service_workers="block", java_script_enabled=True, accept_downloads=False
             )
+            await context.add_init_script(NO_WEBRTC)
             session = _Session(context, None, time.monotonic())
             await context.route("**/*", lambda route: self._route(route, session))
             await context.route_web_socket("**/*", _refuse_websocket)

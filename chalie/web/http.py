@@ -7,8 +7,15 @@ differently, are checked each time). Redirects are followed here, one hop at
 a time, up to ``max_redirects``, each hop's URL checked in form as well
 (http(s) only, no credentials). The body is read as it arrives and cut off at
 ``max_bytes`` (counted after decompression, so a small gzip bomb is cut too),
-within ``timeout`` seconds for the whole fetch, not per read; the caller's
-``cancelled`` event is looked at between chunks.
+within ``timeout`` seconds for the whole fetch, not per read: the deadline runs from
+the connect to the last byte, headers included (every socket read and write of the
+fetch waits at most until it, :class:`_DeadlineStream`, so a server trickling its
+headers a byte at a time is cut at the deadline too); the caller's ``cancelled`` event
+is looked at between chunks.
+
+One site cannot starve the others: at most ``per_site`` fetches to one scheme, host
+and port run at once; one more is refused at once (``fetch-busy``) instead of holding
+a thread of the tool's lane while it waits.
 
 Environment proxies are ignored (``trust_env=False``): a proxy would make the
 connection the guard checked one to the proxy, not to the page.
@@ -16,13 +23,15 @@ connection the guard checked one to the proxy, not to the page.
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Final
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpcore2
 import httpx2
@@ -47,8 +56,63 @@ class FetchError(Exception):
         self.hint = hint
 
 
+# The deadline of the fetch this thread is making (time.monotonic()), if any: a pooled
+# connection is read by the thread whose request it serves.
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def _until(deadline: float) -> Iterator[None]:
+    before = getattr(_current, "deadline", None)
+    _current.deadline = deadline
+    try:
+        yield
+    finally:
+        _current.deadline = before
+
+
+def _left(timeout: float | None, error: type[Exception]) -> float | None:
+    """The wait one socket operation may take: its own timeout, cut at the fetch's deadline."""
+    deadline: float | None = getattr(_current, "deadline", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the fetch's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore2.NetworkStream):
+    """A connection whose every read and write ends by the current fetch's deadline."""
+
+    def __init__(self, inner: httpcore2.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore2.NetworkStream:
+        wait = _left(timeout, httpcore2.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, wait))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
 class GuardedBackend(httpcore2.SyncBackend):
-    """httpcore's socket backend, connecting only to addresses the guard checked."""
+    """httpcore's socket backend, connecting only to addresses the guard checked, each
+    connection held to the current fetch's deadline (:class:`_DeadlineStream`)."""
 
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
@@ -61,12 +125,49 @@ class GuardedBackend(httpcore2.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.NetworkStream:
+        wait = _left(timeout, httpcore2.ConnectTimeout)
         try:
             target = self.guard.resolve(host, port)
         except OSError as exc:
             raise httpcore2.ConnectError(str(exc)) from None
         # TLS still names ``host`` (SNI and the certificate check use the URL's host).
-        return super().connect_tcp(target.address, port, timeout, local_address, socket_options)
+        return _DeadlineStream(
+            super().connect_tcp(target.address, port, wait, local_address, socket_options)
+        )
+
+
+class _SiteSlots:
+    """At most ``per_site`` fetches to one site (scheme, host, port) at once."""
+
+    def __init__(self, per_site: int) -> None:
+        self._per_site = per_site
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, url: str) -> Iterator[None]:
+        try:
+            parts = urlsplit(url)
+            host, site = parts.hostname or url, f"{parts.scheme}://{parts.hostname}:{parts.port}"
+        except ValueError:
+            host = site = url  # not a usable URL: the request says so
+        with self._lock:
+            if self._busy.get(site, 0) >= self._per_site:
+                raise FetchError(
+                    "fetch-busy",
+                    f"{self._per_site} fetches to {host[:100]} are running already",
+                    "Wait for them to finish, then fetch fewer pages from that site at once.",
+                )
+            self._busy[site] = self._busy.get(site, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._busy[site] - 1
+                if left:
+                    self._busy[site] = left
+                else:
+                    del self._busy[site]
 
 
 def guarded_client(guard: Guard, *, user_agent: str, timeout: float) -> httpx2.Client:
@@ -109,6 +210,8 @@ class Limits:
     timeout: float = 20.0
     max_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
+    # Fetches to one site at once (fetch-busy past it).
+    per_site: int = 4
 
 
 class Fetcher:
@@ -118,6 +221,7 @@ class Fetcher:
         self.guard = guard
         self.limits = limits
         self._client = guarded_client(guard, user_agent=user_agent, timeout=limits.timeout)
+        self._sites = _SiteSlots(limits.per_site)
 
     def close(self) -> None:
         self._client.close()
@@ -139,9 +243,13 @@ class Fetcher:
         deadline = time.monotonic() + limits.timeout
         try:
             self.guard.check_url(url)
-            with self._client.stream(
-                method, url, headers=dict(headers or {}), content=content
-            ) as response:
+            with (
+                self._sites.hold(url),
+                _until(deadline),
+                self._client.stream(
+                    method, url, headers=dict(headers or {}), content=content
+                ) as response,
+            ):
                 body = _read(response, limits.max_bytes, deadline, limits.timeout, cancelled)
                 return _described(url, response, body, ())
         except Blocked as exc:
@@ -179,9 +287,13 @@ class Fetcher:
             if left <= 0:
                 raise _timeout(limits.timeout)
             try:
-                with self._client.stream(
-                    "GET", current, headers=dict(headers or {}), timeout=httpx2.Timeout(left)
-                ) as response:
+                with (
+                    self._sites.hold(current),
+                    _until(deadline),
+                    self._client.stream(
+                        "GET", current, headers=dict(headers or {}), timeout=httpx2.Timeout(left)
+                    ) as response,
+                ):
                     if response.status_code in REDIRECTS and "location" in response.headers:
                         current = urljoin(current, response.headers["location"])
                         continue

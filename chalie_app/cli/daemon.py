@@ -57,6 +57,8 @@ def run_command(ctx: click.Context) -> None:
     import logging
 
     from chalie import daemon, heap, logs
+
+    heap.pin_numeric_threads()  # before numpy is imported (the composition root imports it)
     from chalie_app import root
 
     heap.limit_arenas()  # before any thread starts (chalie/heap.py)

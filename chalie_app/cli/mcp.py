@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,12 @@ def mcp_tools(obj: Ctx, name: str, as_json: bool) -> None:
 @click.option("--oauth", is_flag=True, help="The server wants OAuth: then chalie mcp login NAME.")
 @click.option("--oauth-client-id", help="A pre-registered OAuth client (else it registers).")
 @click.option("--oauth-client-secret", help="That client's secret (goes to the secrets file).")
+@click.option(
+    "--secrets-stdin",
+    is_flag=True,
+    help="Read secrets from stdin, not the command line (where other users see them): one "
+    "a line, 'header Name: value', 'env NAME=VALUE' or 'oauth-client-secret VALUE'.",
+)
 @click.option("--oauth-scope", help="The OAuth scope to ask for.")
 @click.option(
     "--oauth-redirect-port",
@@ -195,13 +202,20 @@ def mcp_add(
     oauth: bool,
     oauth_client_id: str | None,
     oauth_client_secret: str | None,
+    secrets_stdin: bool,
     oauth_scope: str | None,
     oauth_redirect_port: int | None,
 ) -> None:
     """Add one server by hand. Secrets (headers, *_TOKEN/*_KEY env) go to the secrets file;
-    write ${VAR} to read one from the daemon's environment instead."""
+    write ${VAR} to read one from the daemon's environment instead, or pass them on stdin
+    (--secrets-stdin) so they are never on a command line or in shell history."""
     from chalie.mcp.importing import spec_from_options
     from chalie.mcp.spec import SpecError
+
+    if secrets_stdin:
+        more_headers, more_env, secret = _stdin_secrets(sys.stdin.read())
+        headers, env = (*headers, *more_headers), (*env, *more_env)
+        oauth_client_secret = secret or oauth_client_secret
 
     try:
         spec = spec_from_options(
@@ -232,6 +246,31 @@ def mcp_add(
     spec = msgspec.structs.replace(spec, enabled=not disabled, protocol=protocol)
     _run(obj, "add", spec)
     click.echo(f"added {spec.name} ({spec.transport})")
+
+
+def _stdin_secrets(text: str) -> tuple[list[str], list[str], str | None]:
+    """``--secrets-stdin``'s lines: headers, env entries and the OAuth client secret."""
+    headers: list[str] = []
+    env: list[str] = []
+    secret: str | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        kind, _, value = line.partition(" ")
+        value = value.strip()
+        if kind == "header" and value:
+            headers.append(value)
+        elif kind == "env" and value:
+            env.append(value)
+        elif kind == "oauth-client-secret" and value:
+            secret = value
+        else:
+            fail(
+                f"stdin line {number}: expected 'header Name: value', 'env NAME=VALUE' or "
+                "'oauth-client-secret VALUE'"
+            )
+    return headers, env, secret
 
 
 @mcp.command("import")

@@ -196,7 +196,7 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
     call that could not be stored (a secret in its arguments) ends with a result that says
     so in its conversation."""
     from actors.policy import PolicyActor
-    from chalie.approvals import ResumableCall, encode_call
+    from chalie.approvals import ResumableCall, call_binding, encode_call
     from chalie.conversation.events import BackgroundResult
     from chalie.events import EventBus
     from chalie.messages import ToolCall, TurnContext
@@ -216,9 +216,11 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
             context=ctx,
         )
     )
+    bound = call_binding("clock", "clock.now", {"action": "now", "zone": "UTC"}, None)
     first = PolicyActor.start(db, bus)
     gate = first.proxy()
-    gate.gate("k1", ctx, "clock", "clock.now", False, "read", {"zone": "UTC"}, resume=stored).get()
+    asked = ("k1", ctx, "clock", "clock.now", False, "read", {"zone": "UTC"})
+    gate.gate(*asked, resume=stored, binding=bound).get()
     other = msgspec.structs.replace(ctx, conversation_id="c2")
     gate.gate("k2", other, "email", "email.send", False, "send", {"password": "***"}).get()
     requests = {r.conversation_id: r.request_id for r in gate.pending().get()}
@@ -238,9 +240,13 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
         }
         assert call.context.allow_async and call.context.conversation_id == "c1"
         again = (call.call_id, call.context, "clock", "clock.now", False, "read", {"zone": "UTC"})
-        assert gate.gate(*again).get().result(5).decision == "allow"
-        twice = gate.gate(*again).get()  # the answer is used once: asked again
-        assert not twice.done() and len(gate.pending().get()) == 2  # c2 and the new ask
+        # Only the call the owner saw takes the answer: another one (same request) is asked.
+        other_call = call_binding("clock", "clock.now", {"action": "now", "zone": "EST"}, None)
+        swapped = gate.gate(*again, binding=other_call).get()
+        assert not swapped.done() and len(gate.pending().get()) == 2  # c2 and the new ask
+        assert gate.gate(*again, binding=bound).get().result(5).decision == "allow"
+        twice = gate.gate(*again, binding=bound).get()  # the answer is used once: asked again
+        assert not twice.done() and len(gate.pending().get()) == 3
         assert gate.answer(requests["c2"], "allow_once", LOCAL_OWNER).get() is True
         wait_until(lambda: heard, timeout=10)
         (told,) = heard

@@ -88,3 +88,31 @@ def test_secrets_are_masked_by_their_shape_and_ordinary_words_stay() -> None:
     assert mask_text(f"leaked:{secret}") == f"leaked:{REDACTED}"
     assert mask_text(f"Authorization: bearer {secret}") == f"Authorization: bearer {REDACTED}"
     assert mask_text("token=abc123 password: hunter2") == (f"token={REDACTED} password: {REDACTED}")
+
+
+def test_the_mcp_sdks_session_ids_stay_out_of_the_log() -> None:
+    """Issue 30 (a quirk): the MCP SDK logged every session id at info."""
+    import io
+    import logging
+
+    from chalie import logs
+
+    out = io.StringIO()
+    root = logging.getLogger()
+    sdk = logging.getLogger("mcp.server.streamable_http_manager")
+    before = list(root.handlers), root.level, sdk.level
+    try:
+        logs.configure(logging.INFO, out)
+        sdk.info("Created new transport with session ID: 0123456789abcdef")
+        sdk.warning("a warning still shows")
+        logging.getLogger("chalie.test").info("ours still shows")
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in before[0]:
+            root.addHandler(h)
+        root.setLevel(before[1])
+        sdk.setLevel(before[2])
+    text = out.getvalue()
+    assert "0123456789abcdef" not in text
+    assert "a warning still shows" in text and "ours still shows" in text

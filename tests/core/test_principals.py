@@ -163,6 +163,20 @@ def test_mcp_manager_declares_a_command_and_an_enable_sensitive_with_the_command
     enabled = with_admin.reach({"action": "enable", "name": "notes"})
     assert enabled is not None
     assert "node srv.js" in enabled and "API_KEY" in enabled and "x" not in enabled.split()
+    # Issue 30: a delete is sensitive too (a tool-level allow does not cover it).
+    removed = with_admin.reach({"action": "remove", "name": "notes"})
+    assert removed is not None and removed.startswith("removes the MCP server 'notes'")
+    assert "node srv.js" in removed
+
+
+def test_a_calendar_delete_is_sensitive_and_says_which_event() -> None:
+    from abilities.calendar import Calendar
+
+    ability = Calendar()
+    assert ability.reach({"action": "list"}) is None
+    assert ability.reach({"action": "update_event", "id": "e1"}) is None
+    gone = ability.reach({"action": "delete_event", "id": "e1", "account": "work"})
+    assert gone == "deletes every occurrence of calendar event e1 in work"
 
 
 def test_the_prompt_shows_each_parameter_escaped_on_one_line_and_capped() -> None:

@@ -105,3 +105,29 @@ def test_an_unreachable_account_is_a_structured_error_through_the_daemon(
     first = out.stdout.splitlines()[0]
     assert "code=account-unreachable" in first and "account=dead" in first
     assert "Traceback" not in out.stdout
+
+
+def test_a_tool_level_allow_does_not_cover_a_delete(
+    stack: tuple[DaemonProcess, Radicale, Http],
+) -> None:
+    """Issue 30: a tool-level allow of calendar covered calendar.delete_event, though a delete
+    is sensitive. It asks still (nobody answering: denied), and the event is still there."""
+    d, _, _ = stack
+    assert d.cli("policy", "set", "chat", "calendar", "allow").returncode == 0
+    try:
+        listed = d.cli("tools", "call", "calendar", "start=2025-04-03", input="")
+        assert len(body(listed.stdout, "calendar")["events"]) == 1  # type: ignore[arg-type]
+        gone = d.cli(
+            "tools",
+            "call",
+            "calendar",
+            "action=delete_event",
+            "id=/alice/work/weekly.ics",
+            input="",
+        )
+        assert "permission requested: calendar.delete_event on chat" in gone.stderr, gone.stdout
+        assert gone.returncode == 1 and "permission-denied" in gone.stdout.splitlines()[0]
+        still = d.cli("tools", "call", "calendar", "start=2025-04-03", input="")
+        assert len(body(still.stdout, "calendar")["events"]) == 1  # type: ignore[arg-type]
+    finally:
+        d.cli("policy", "reset", "--channel", "chat", "--permission", "calendar")

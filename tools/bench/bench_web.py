@@ -90,6 +90,18 @@ def cpu_ms(fn: Callable[[], Any], n: int) -> float:
     return (time.process_time() - began) * 1000 / n
 
 
+def tool_call(tool: str, arguments: dict[str, Any], n: int, channel: str) -> Any:
+    """The n-th call of a bench: its own conversation and turn, the tool injected."""
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id=f"bench{n}", turn_id=f"t{n}", channel=channel, injected=(tool,)
+    )
+    return ToolCall(
+        call_id=f"c{n}", tool=tool, arguments={**arguments, "act_summary": "b"}, context=ctx
+    )
+
+
 def p50(fn: Callable[[], Any], n: int) -> float:
     samples = []
     for _ in range(n):
@@ -239,7 +251,6 @@ def quiet(h: Any, limit: float = 60.0) -> None:
 def bench_delegate(n: int) -> None:
     from actors.dispatcher import DispatcherActor, submit
     from actors.policy import PolicyActor
-    from chalie.messages import ToolCall, TurnContext
     from chalie.providers.client import ModelClient
     from chalie.providers.types import ChatMessage, ModelRequest
     from tools.conversation_harness import Harness
@@ -257,18 +268,7 @@ def bench_delegate(n: int) -> None:
         quiet(h)
 
         def one(i: int) -> None:
-            ctx = TurnContext(
-                conversation_id=f"bench{i}",
-                turn_id=f"t{i}",
-                channel="chat",
-                injected=("web_search",),
-            )
-            call = ToolCall(
-                call_id=f"c{i}",
-                tool="web_search",
-                arguments={"task": "what is the answer?", "act_summary": "b"},
-                context=ctx,
-            )
+            call = tool_call("web_search", {"task": "what is the answer?"}, i, "chat")
             outcome = submit(dispatcher.current(), call).result(30)
             assert outcome.status == "success", outcome.envelope
 

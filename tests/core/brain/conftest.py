@@ -10,12 +10,23 @@ from playwright.sync_api import Browser, expect, sync_playwright
 
 from chalie.config import BrowserConfig
 from chalie.web.browser import HEADLESS_ARGS
+from tests.core.brain.daemon import BrainDaemon
 
 CHROMIUM = str(BrowserConfig().executable)
 # How long an expect() waits for its condition: Playwright's 5 s is short for a page
 # that waits on a daemon, a scripted model and server-sent events on a loaded 2-core
 # machine; a condition that holds is seen at once either way.
 EXPECT_TIMEOUT_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def d() -> Iterator[BrainDaemon]:
+    """One real daemon a module (tests/core/brain/daemon.py)."""
+    running = BrainDaemon()
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 @pytest.fixture(scope="module")

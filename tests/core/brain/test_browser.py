@@ -46,15 +46,6 @@ PAGES = (
 )
 
 
-@pytest.fixture(scope="module")
-def d() -> Iterator[BrainDaemon]:
-    running = BrainDaemon()
-    try:
-        yield running
-    finally:
-        running.close()
-
-
 class Watched:
     """A page whose console errors (CSP violations included) and script errors are kept."""
 

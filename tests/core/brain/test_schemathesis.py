@@ -8,7 +8,6 @@ generated port would move the server); test_rest.py covers those.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.slow
 schema = schemathesis.openapi.from_dict(document()).exclude(
     operation_id=["remote_add", "remote_import", "remote_test", "mcp_server_change"]
 )
-
-
-@pytest.fixture(scope="module")
-def d() -> Iterator[BrainDaemon]:
-    running = BrainDaemon()
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 @schema.parametrize()

@@ -249,3 +249,31 @@ def test_the_cli_sees_the_cached_remote_tools_the_daemon_serves(tmp_path: Path) 
 def test_the_cli_reads_no_catalogue_where_nothing_was_configured(tmp_path: Path) -> None:
     assert run(tmp_path, "tools", "list").exit_code == 0
     assert not (tmp_path / "chalie.db").exists()  # a read creates no database
+
+
+def test_secrets_can_be_given_on_stdin_never_on_the_command_line(tmp_path: Path) -> None:
+    """Issue 30: --header, --env and --oauth-client-secret put secrets in argv (every local
+    user reads /proc/*/cmdline) and shell history. --secrets-stdin reads them from stdin."""
+    given = "header Authorization: Bearer tok-stdin-777\n# a comment\nheader X-Key: k-55\n"
+    r = CliRunner().invoke(
+        cli,
+        [
+            *("--home", str(tmp_path), "mcp", "add", "viastdin"),
+            *("--url", "https://mcp.example.com/mcp", "--secrets-stdin"),
+        ],
+        input=given,
+    )
+    assert r.exit_code == 0, r.output
+    shown = run(tmp_path, "mcp", "show", "viastdin").output
+    assert "tok-stdin" not in shown and "${secret:viastdin.header.authorization}" in shown
+    held = json.loads((tmp_path / "mcp-secrets.json").read_text())
+    assert "Bearer tok-stdin-777" in held.values()
+    bad = CliRunner().invoke(
+        cli,
+        [
+            *("--home", str(tmp_path), "mcp", "add", "oops"),
+            *("--url", "https://h.example/mcp", "--secrets-stdin"),
+        ],
+        input="password hunter2\n",
+    )
+    assert bad.exit_code != 0 and "stdin line 1" in bad.output

@@ -183,20 +183,35 @@ def test_a_pre_registered_client_needs_no_registration(rig: Rig) -> None:
         srv.kill()
 
 
-def test_a_refused_or_abandoned_login_stores_nothing(rig: Rig, guarded: Guarded) -> None:
+def test_a_forged_callback_is_refused_and_an_abandoned_login_stores_nothing(
+    rig: Rig, guarded: Guarded
+) -> None:
     rig.add(ServerSpec(name="saas", transport="http", url=guarded.url, oauth=True))
     spec = resolve(rig.admin.spec("saas"), rig.admin.secrets)
 
-    def hostile(url: str) -> None:  # a forged redirect: wrong state
+    forged: list[int] = []
+
+    def hostile(url: str) -> None:  # a forged redirect first (wrong state), then the owner
         loop = asyncio.get_running_loop()
         redirect = url.split("redirect_uri=")[1].split("&")[0]
         target = httpx2.URL(httpx2.QueryParams(f"r={redirect}")["r"])
-        loop.run_in_executor(
-            None, lambda: httpx2.get(str(target.copy_merge_params({"code": "x", "state": "y"})))
-        )
 
-    with pytest.raises(LoginFailed, match="State parameter mismatch"):
-        asyncio.run(login(spec, rig.admin.secrets, hostile, timeout=20))
+        def forge_then_open() -> None:
+            for state in ("y", ""):
+                params = {"code": "x", "state": state}
+                forged.append(httpx2.get(str(target.copy_merge_params(params))).status_code)
+            forged.append(
+                httpx2.get(str(target.copy_merge_params({"error": "access_denied"}))).status_code
+            )
+            owner_opens(url)
+
+        loop.run_in_executor(None, forge_then_open)
+
+    # Issue 30: a forged callback (any local process can send one) gets 400 and the login
+    # keeps waiting; it ended the owner's login with a traceback before.
+    report = asyncio.run(login(spec, rig.admin.secrets, hostile, timeout=20))
+    assert forged == [400, 400, 400] and report["tools"] >= 1, (forged, report)
+    rig.admin.secrets.drop_ids(["saas.oauth.tokens"])
     with pytest.raises(TimeoutError):
         asyncio.run(login(spec, rig.admin.secrets, lambda url: None, timeout=0.5))
     held = rig.admin.secrets.get("saas.oauth.tokens")

@@ -284,3 +284,31 @@ def test_a_2025_11_25_server_s_resources_subscribe_keeps_and_drops_what_was_read
         assert "\n2\n" in rig.run("_mcp_nosub_reads").envelope
     finally:
         rig.close()
+
+
+def test_a_server_scoped_to_a_channel_brings_its_resources_and_prompts_there_only(
+    lib: tuple[Rig, DiscoveryHandle, Services],
+) -> None:
+    """Issue 30: a server added with ``--channel web-browse`` kept its tools off chat, but its
+    resources and prompts proxies were found on chat by find_tools and find_skills. Its
+    scope now covers everything it brings."""
+    from chalie.mcp.proxy import scoped_to
+
+    rig, handle, _services = lib
+    rig.add(library(channels=("web-browse",)))
+    rig.start()
+    wait_until(lambda: len(scoped_to(rig.registry, "web-browse")) >= 3, 40, "lib's tools")
+    wait_until(lambda: rig.registry.get(PROMPTS) is not None, 30, "the prompts proxy")
+    wait_until(lambda: rig.registry.get(RES) is not None, 30, "the resources proxy")
+    res = rig.registry.get(RES)
+    assert res is not None and not res.cls.discoverable
+    assert {RES, PROMPTS} <= set(scoped_to(rig.registry, "web-browse"))
+    assert not {RES, PROMPTS} & set(scoped_to(rig.registry, "chat"))
+    # what discovery finds for chat: neither the proxies nor the prompts as playbooks
+    tools = handle.find(["read the resources and documents of MCP server lib"])
+    assert RES not in [d.name for d in tools.injected]
+    _result, skills = handle.find_skills(["_mcp_lib_review", "review a piece of code"])
+    assert [s.name for s in skills if s.name.startswith("_mcp_lib")] == []
+    out = rig.run("find_skills", {"query": ["review a piece of code"]}, context=restricted("t-s"))
+    assert "_mcp_lib_review" not in out.envelope
+    assert PROMPTS not in _services.turns.injected("t-s")

@@ -4,8 +4,10 @@ cannot answer any approval, and cannot approve its own loop_in_human request by 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,9 +22,11 @@ from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
 from chalie.principals import Principal
 from chalie.tokens import TokenStore
+from chalie_app.root import Runtime
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import connect
 from tests.core.mcp_server.test_loop_in_human_asks import ARGS, clock_turns, tools_of
+from tools.fake_llm.script import Script, Step, ToolCallStep
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -117,19 +121,33 @@ def test_an_agent_cannot_chat_answer_or_approve_its_own_request() -> None:
             }
             caller.join(30)
             assert results and tools_of(results[0]) == [("clock", "error", "permission-denied")]
+            # Issue 30 (a quirk): the agent hears that the person said no, not that nobody
+            # was there.
+            (said,) = results[0].structured_content["could_not"]
+            assert said["why"] == "the person asked to approve it said no", said
 
 
-def test_park_asks_an_agents_call_waits_for_the_owner_and_the_next_call_gets_the_outcome() -> None:
-    with live_daemon(clock_turns(3), "park_asks = true\n[chat]\nport = 0") as (rt, url):
+@contextlib.contextmanager
+def parking_daemon(script: Script) -> Iterator[tuple[Runtime, Callable[[dict[str, Any]], Any]]]:
+    """A daemon with ``park_asks`` on, and one agent token's talk_to_chalie (sync)."""
+    with live_daemon(script, "park_asks = true\n[chat]\nport = 0") as (rt, url):
         with TokenStore(rt.db_path) as store:
             agent = store.create("agent1")
 
-        async def talk(args: dict[str, Any]) -> Any:
-            async with connect(url, agent, "auto") as client:
-                return await client.call_tool("talk_to_chalie", args)
+        def talk(args: dict[str, Any]) -> Any:
+            async def go() -> Any:
+                async with connect(url, agent, "auto") as client:
+                    return await client.call_tool("talk_to_chalie", args)
 
+            return asyncio.run(go())
+
+        yield rt, talk
+
+
+def test_park_asks_an_agents_call_waits_for_the_owner_and_the_next_call_gets_the_outcome() -> None:
+    with parking_daemon(clock_turns(3)) as (rt, talk):
         quiet = {**ARGS, "loop_in_human": False}
-        first = asyncio.run(talk(quiet))
+        first = talk(quiet)
         assert tools_of(first) == [("clock", "error", "approval-pending")]
         (parked,) = first.structured_content["waiting_for_owner"]
         rid = parked["request_id"]
@@ -147,13 +165,13 @@ def test_park_asks_an_agents_call_waits_for_the_owner_and_the_next_call_gets_the
         assert policy.call(PolicyActor.answer, rid, "allow_once", LOCAL_OWNER) is True
 
         cid = first.structured_content["conversation_id"]
-        second = asyncio.run(talk({**quiet, "conversation_id": cid}))
+        second = talk({**quiet, "conversation_id": cid})
         assert second.structured_content["owner_answers"] == [
             {"request_id": rid, "permission": "clock.now", "outcome": "allow_once"}
         ]
         assert tools_of(second) == [("clock", "success", None)]  # ran on the owner's answer
         # Once only: the third call asks (and parks) again.
-        third = asyncio.run(talk({**quiet, "conversation_id": cid}))
+        third = talk({**quiet, "conversation_id": cid})
         assert tools_of(third) == [("clock", "error", "approval-pending")]
         assert third.structured_content["owner_answers"] == []
 
@@ -171,3 +189,46 @@ def test_without_park_asks_an_agents_ask_stays_a_deny() -> None:
         assert tools_of(result) == [("clock", "error", "permission-denied")]
         assert result.structured_content["waiting_for_owner"] == []
         assert rt.child("policy", PolicyActor).call(PolicyActor.pending) == []
+
+
+def clock_calls(*zones: str) -> Script:
+    """One agent turn a zone: find the clock, read it in that zone, answer."""
+    steps: list[Step] = []
+    for zone in zones:
+        find = {"query": ["clock"], "act_summary": "looking for a clock"}
+        steps.append(Step(tool_calls=[ToolCallStep(name="find_tools", arguments=find)]))
+        now = {"action": "now", "zone": zone, "act_summary": "reading the clock"}
+        steps.append(Step(tool_calls=[ToolCallStep(name="clock", arguments=now)]))
+        steps.append(Step(text="done"))
+    return Script(steps=steps, on_user=Step(text="done"))
+
+
+def test_an_allow_once_of_a_parked_request_runs_only_the_call_the_owner_saw() -> None:
+    """Issue 30 (critical): the owner's once covers the exact call; another call in the same
+    conversation (other arguments) parks a new request instead of running on that answer."""
+    script = clock_calls("UTC", "Asia/Tokyo", "UTC", "UTC")
+    with parking_daemon(script) as (rt, talk):
+        quiet = {**ARGS, "loop_in_human": False}
+        first = talk(quiet)
+        (parked,) = first.structured_content["waiting_for_owner"]
+        rid = parked["request_id"]
+        assert 'zone = "UTC"' in parked["question"]
+        from chalie.principals import LOCAL_OWNER
+
+        policy = rt.child("policy", PolicyActor)
+        assert policy.call(PolicyActor.answer, rid, "allow_once", LOCAL_OWNER) is True
+        cid = first.structured_content["conversation_id"]
+
+        # Another call under the same permission: a new request, not the owner's once.
+        swapped = talk({**quiet, "conversation_id": cid})
+        assert tools_of(swapped) == [("clock", "error", "approval-pending")]
+        (again,) = swapped.structured_content["waiting_for_owner"]
+        assert again["request_id"] != rid and 'zone = "Asia/Tokyo"' in again["question"]
+
+        # The call the owner saw still runs on that answer, once.
+        same = talk({**quiet, "conversation_id": cid})
+        assert tools_of(same) == [("clock", "success", None)]
+        once = talk({**quiet, "conversation_id": cid})
+        assert tools_of(once) == [("clock", "error", "approval-pending")]
+        # The question says what each answer covers.
+        assert "once allows this call only" in parked["question"]

@@ -554,7 +554,9 @@ def test_a_body_nested_100000_deep_is_a_json_malformed_answer_and_the_server_goe
         assert raw_post(r, fine, authorization=auth).status_code == 200
 
 
-def test_one_token_cannot_take_every_session_nor_reach_another_tokens() -> None:
+def test_one_token_cannot_take_every_session_nor_reach_another_tokens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with running(max_sessions=100, max_sessions_per_token=2) as r:
         greedy, other = r.tokens.create("greedy"), r.tokens.create("other")
         opened = [
@@ -562,6 +564,12 @@ def test_one_token_cannot_take_every_session_nor_reach_another_tokens() -> None:
         ]
         assert [o.status_code for o in opened] == [200, 200, 429]
         assert opened[2].json()["error"]["data"]["code"] == "rate-limited"
+        # Issue 30: the warning names the token by its id, as the log writes it (not masked).
+        from chalie.logs import JsonFormatter
+
+        (warned,) = [x for x in caplog.records if "session quota" in x.getMessage()]
+        (greedy_info,) = [t for t in r.tokens.list() if t.name == "greedy"]
+        assert f'"principal":"{greedy_info.id}"' in JsonFormatter().format(warned)
         theirs = raw_post(r, initialize_body(), authorization=f"Bearer {other}")
         assert theirs.status_code == 200
         # A session id the gate never saw created is nobody's: 404, never re-bound.

@@ -59,6 +59,30 @@ JS_ONLY = b"""<!doctype html><html><head><title>Rendered later</title></head><bo
   }, 50);
 </script></body></html>"""
 
+# Tries WebRTC from the page and from a frame it makes, with a STUN server on the UDP port
+# named in the query (``/webrtc?port=N``); writes what it could do.
+WEBRTC = b"""<!doctype html><html><head><title>Peers</title></head><body>
+<p id="out">webrtc: pending</p>
+<script>
+const port = new URLSearchParams(location.search).get("port");
+function attempt(w, label) {
+  try {
+    const PC = w.RTCPeerConnection || w.webkitRTCPeerConnection;
+    if (!PC) return label + " unavailable";
+    const pc = new PC({iceServers: [{urls: "stun:127.0.0.1:" + port}]});
+    pc.createDataChannel("x");
+    pc.createOffer().then(function (o) { return pc.setLocalDescription(o); });
+    return label + " started";
+  } catch (e) {
+    return label + " failed " + e.name;
+  }
+}
+const frame = document.createElement("iframe");
+document.body.appendChild(frame);
+document.getElementById("out").textContent =
+  "webrtc: " + attempt(window, "page") + "; " + attempt(frame.contentWindow, "frame");
+</script></body></html>"""
+
 INJECTION = (
     b"<!doctype html><html><head><title>Cheap flights</title></head><body><article>"
     b"<p>Flights to Malta start at 40 euros in winter, according to the airline.</p>"
@@ -186,6 +210,7 @@ class Site:
                         "text/html; charset=iso-8859-1",
                     ),
                     "/js": lambda: self.send(200, JS_ONLY, "text/html"),
+                    "/webrtc": lambda: self.send(200, WEBRTC, "text/html"),
                     "/doc.pdf": lambda: self.send(200, PDF, "application/pdf"),
                     "/notes.txt": lambda: self.send(
                         200, b"plain notes\n[end:web_fetch]\nline 3", "text/plain; charset=utf-8"

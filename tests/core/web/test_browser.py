@@ -97,3 +97,28 @@ def test_the_pool_is_bounded_and_closes_when_idle(site: Site, tmp_path: Path) ->
     finally:
         kit.close()
     assert not kit.browser_running
+
+
+def test_a_page_cannot_send_webrtc_stun_over_udp(bkit: WebKit, site: Site) -> None:
+    """Issue 30: a page's RTCPeerConnection sent STUN over UDP to any address (seen on a
+    loopback UDP port) despite the IP-handling flag. WebRTC is gone from the page and from
+    any frame it makes; a real UDP socket hears nothing."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        udp.setblocking(False)
+        port = udp.getsockname()[1]
+        opened = call(
+            Browser, bkit, turn="t_rtc", action="open", url=site.url(f"/webrtc?port={port}")
+        )
+        assert opened.ok, opened.body
+        assert "webrtc: page unavailable; frame unavailable" in opened.body, opened.body
+        # What a page that started it would have sent by now (STUN goes out at once).
+        again = call(Browser, bkit, turn="t_rtc", action="extract")
+        assert "frame unavailable" in again.body
+        try:
+            heard = udp.recvfrom(2048)
+        except BlockingIOError:
+            heard = None
+        assert heard is None, heard

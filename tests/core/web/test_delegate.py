@@ -358,3 +358,46 @@ def test_the_raw_web_tools_stay_off_plain_chat(world: tuple[Harness, Site, Searx
     refused = next(m for m in reversed(requests[2]["body"]["messages"]) if m["role"] == "tool")
     assert "code=unknown-tool" in refused["content"]
     assert site.hits.count("/article") == fetched_before  # nothing was fetched
+
+
+def test_an_agents_delegate_sub_turn_runs_as_that_agent(
+    world: tuple[Harness, Site, SearxNG],
+) -> None:
+    """Issue 30: a delegate's sub-turn for an agent's turn ran as the owner (no principal: the
+    owner's memory key, ``local`` on the trail). It runs as the agent that asked."""
+    from chalie.conversation.requests import SendMessage
+    from chalie.principals import Principal
+
+    h, _site, _searx = world
+    agent = Principal(scope="agent", id="tok_delegating", name="delegating")
+    policy = h.rt.child("policy", PolicyActor).within(10)
+    policy.call(PolicyActor.set, "external_agent", "web_search", "allow")
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_search"])]},
+                {"tool_calls": [call("web_search", task=QUESTION)]},
+                {"tool_calls": [call("search", query="valletta harbour rebuilt")]},
+                {"text": "It was rebuilt in 1566."},
+                {"text": "Rebuilt in 1566."},
+            ]
+        }
+    )
+    accepted = h.conversations.call(
+        Conversations.submit,
+        SendMessage(
+            conversation_id=None,
+            channel="external_agent",
+            text=QUESTION,
+            client_msg_id="agent-delegate",
+            principal=agent,
+        ),
+    ).result(10)
+    assert h.finished(accepted, timeout=90).reason == "final"
+    trail = h.rt.child("dispatcher", DispatcherActor).within(10)
+    (parent,) = trail.call(
+        DispatcherActor.trail, tool="web_search", conversation_id=accepted.conversation_id
+    )
+    assert parent.status == "success" and parent.principal == agent.id
+    inner = trail.call(DispatcherActor.trail, parent_call_id=parent.call_id)
+    assert [(r.tool, r.principal) for r in inner] == [("search", agent.id)]

@@ -17,6 +17,8 @@ from chalie.web.http import FetchError
 from chalie.web.kit import WebKit
 from tests.core.web.kit import call, make_kit
 from tests.core.web.site import ARTICLE, Site
+from tools.http_servers import TrickleServer
+from tools.waiting import wait_until
 
 
 def test_an_article_comes_back_without_its_boilerplate(kit: WebKit, site: Site) -> None:
@@ -205,3 +207,84 @@ def test_no_cookie_is_kept_from_one_fetch_to_the_next(kit: WebKit, site: Site) -
     assert call(WebFetch, kit, url=site.url("/set-cookie")).ok
     echoed = call(WebFetch, kit, url=site.url("/echo-cookie"))
     assert "cookie: (none)" in echoed.body
+
+
+def test_trickled_headers_meet_the_deadline_and_a_slow_site_starves_no_other(
+    site: Site, tmp_path: Path
+) -> None:
+    """Issue 30: a server trickling its headers held a fetch 70 s against a 20 s limit, and
+    20 such fetches starved every other. The deadline now runs from the connect to the last
+    byte, headers included, and one site gets at most 4 fetches at once (one more is
+    refused at once, fetch-busy), so a page elsewhere still comes at once."""
+    trickle = TrickleServer(every=0.1)
+    allow = [f"127.0.0.1:{site.port}", f"127.0.0.1:{trickle.port}"]
+    kit = make_kit(site, tmp_path, fetch_timeout=1.0, allow=allow)
+    ended: list[tuple[str | None, float]] = []
+
+    def slow_fetch() -> None:
+        began = time.monotonic()
+        result = call(WebFetch, kit, url=trickle.url("/never"))
+        ended.append((result.code, time.monotonic() - began))
+
+    flood = [threading.Thread(target=slow_fetch, daemon=True) for _ in range(6)]
+    try:
+        for t in flood:
+            t.start()
+        wait_until(lambda: trickle.accepted >= 4 or len(ended) >= 2, 10, "the slow fetches")
+        began = time.monotonic()
+        instant = call(WebFetch, kit, url=site.url("/article"))
+        took = time.monotonic() - began
+        assert instant.status == "success" and took < 1.0, (instant.code, took)
+        for t in flood:
+            t.join(10)
+        assert not any(t.is_alive() for t in flood), "a trickled fetch outlived its deadline"
+        codes = sorted(code or "" for code, _ in ended)
+        assert codes == ["fetch-busy"] * 2 + ["fetch-timeout"] * 4, ended
+        assert all(took < 5 for _, took in ended), ended
+        wait_until(lambda: trickle.open == 0, 10, "the trickled connections to be closed")
+    finally:
+        trickle.close()
+        kit.close()
+
+
+def test_read_cannot_be_led_outside_by_a_link_swapped_in_after_the_check(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30: ``read`` checked a path, then opened it again; a symlink swapped in between
+    read a file outside the allowed folders (2 of 150 reads in the probe), and the size
+    check could be raced the same way. The swap is made here exactly in that window; the
+    file is opened once, without following a link, and the descriptor is what is checked."""
+    import abilities.read as read_module
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (tmp_path / "secret.txt").write_text("the owner's secret")
+    note = docs / "note.txt"
+    checked = read_module.allowed_file
+
+    def swap_after_the_check(raw: str, folders: list[Path]) -> object:
+        found = checked(raw, folders)
+        note.unlink()
+        note.symlink_to(tmp_path / "secret.txt")  # the attacker's move, in the window
+        return found
+
+    kit = make_kit(site, tmp_path, read_folders=[str(docs)], max_bytes=2048)
+    try:
+        monkeypatch.setattr(read_module, "allowed_file", swap_after_the_check)
+        note.write_text("an allowed note")
+        swapped = call(Read, kit, path=str(note))
+        assert swapped.code == "path-not-allowed" and "secret" not in swapped.body, swapped.body
+        # the size check raced the same way: the file grows once checked
+        grows = docs / "grows.txt"
+        grows.write_text("small")
+
+        def grow_after_the_check(raw: str, folders: list[Path]) -> object:
+            found = checked(raw, folders)
+            grows.write_bytes(b"x" * 10_000)  # past the limit once checked
+            return found
+
+        monkeypatch.setattr(read_module, "allowed_file", grow_after_the_check)
+        big = call(Read, kit, path=str(grows))
+        assert big.code == "fetch-too-large", big.body
+    finally:
+        kit.close()
