@@ -9,6 +9,7 @@ so the model can fill the prompt's arguments; nothing else is injected.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import msgspec
@@ -82,6 +83,15 @@ class FindSkills(Ability):
         self.services.turns.inject(self.context.turn_id, found.names)
         return list(found.injected)
 
+    def _tools_named(self, texts: list[str], found: list[Any]) -> list[Any]:
+        """The tools a matched playbook names (`web_search`), injected so that the steps it
+        gives can be taken (a small model read the playbook and had no tool to follow it)."""
+        have = {d.name for d in found} | {"find_tools", "find_skills"}
+        named = sorted(
+            {n for text in texts for n in re.findall(r"`([a-z][a-z0-9_]{1,63})`", text)} - have
+        )
+        return [d for d in self._tools_for(named[:MAX_ENTRIES]) if d.name in named]
+
     def run(self, params: FindSkillsParams) -> ToolResult:
         queries = list(params.query)
         outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
@@ -109,6 +119,8 @@ class FindSkills(Ability):
             injected.append(entry)
         body: dict[str, Any] = {"injected": injected, "not_found": result.not_found}
         tools = self._tools_for([str(e["query"]) for e in result.not_found])
+        named = self._tools_named([texts.get(d.name, "") for d in result.injected], tools)
+        tools += named
         if tools:
             # find_skills taken for find_tools (a small model's slip): the tools its entries
             # match are callable now all the same.

@@ -117,8 +117,8 @@ class MemoryTool(Ability):
     # Says what it is not for: the real 1.5B model called it for the time in Tokyo and
     # for exchange rates (22 of 50 calls) when it only said what it holds.
     summary = (
-        "Facts about the user: store one they ask you to remember; recall one when they ask "
-        "about themselves (their people, places, preferences, plans). Not for greetings, "
+        "Only for facts about the user: store what they ask you to remember; recall what they "
+        "ask about themselves (their people, places, preferences, plans). Never for greetings, "
         "general knowledge, time, math, weather, mail or the web."
     )
     tooltip = "Remember and recall"

@@ -215,3 +215,11 @@ def test_a_turn_with_a_human_carries_what_memory_holds_about_the_message(h: Harn
     assert last_user(h, 0) == "What's my sister's name?"
     run(h, {"on_user": {"text": "Hi."}}, "zq xv wk", "small-chat")
     assert last_user(h, 0) == "zq xv wk"
+
+
+def test_the_tools_a_matched_playbook_names_become_callable(h: Harness) -> None:
+    skills = call("find_skills", {"query": ["research a question online"], "act_summary": "x"})
+    script = {"steps": [step(skills)], "on_tool": {"text": "I will search."}}
+    run(h, script, "hm")
+    assert "research_a_question" in last_result(h, 1)
+    assert "web_search" in tools_of(h, 1) and "web_search" not in tools_of(h, 0)
