@@ -570,7 +570,7 @@ class TurnActor(SupervisedActor):
         self._deps.store.write(batch)
         self._publish(batch.events)
         self._schedule(channel.wall_clock, _Deadline(self._gen), turn.deadline)
-        if channel.human_present:
+        if channel.human_present and self._model_config().memory_brief == "on":
             try:
                 turn.brief = self._deps.brief(self._context(turn), start.text)
             except Exception:  # the brief is extra: a memory fault never stops a turn

@@ -274,6 +274,11 @@ class ModelConfig(Section, frozen=True):
     # is not taken as the answer: the model is asked once more, and after a successful
     # call it is asked to answer with the result; "auto": on for the openai and ollama wires.
     answer_check: Literal["auto", "off"] = "auto"
+    # On a channel with a human, what memory holds that bears on the message goes before
+    # it in the turn's requests (chalie.memory.briefing.for_turn). Off by default: with the
+    # 1.5B model the brief's clock line and loosely related memories (a small book's every
+    # memory passes the relevance floor) turned time questions into conversions.
+    memory_brief: Literal["on", "off"] = "off"
 
 
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

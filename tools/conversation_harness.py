@@ -68,7 +68,7 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
         channel(f"bg-{fmt}", model=fmt, pinned=["clock", "calculator"])
         channel(f"bg-{fmt}-whole", model=f"{fmt}-whole", pinned=["clock", "calculator"])
     # The small-model aids as shipped (auto: on for the openai wire).
-    model("small", "openai", seed_tools="auto", answer_check="auto")
+    model("small", "openai", seed_tools="auto", answer_check="auto", memory_brief="on")
     channel("small", model="small", human_present=True, policy_channel="chat")
     channel("small-bg", model="small")
     model("impatient", "openai", read_timeout=0.3, retries=1)
