@@ -761,6 +761,37 @@ def show(r: int, p: Prompt, o: Outcome) -> None:
     )
 
 
+def from_transcripts(paths: list[Path]) -> dict[str, list[Outcome]]:
+    """The outcomes written by --transcripts, judged as they were when they ran."""
+    results: dict[str, list[Outcome]] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            d = json.loads(line)
+            exchanges = [
+                Exchange(
+                    at=0.0,
+                    seconds=float(e.get("seconds", 0.0)),
+                    prompt_tokens=e["prompt_tokens"],
+                    cached_tokens=e["cached"],
+                    output_tokens=0,
+                    tools=e["tools"],
+                    messages=len(e.get("messages") or []),
+                    request={},
+                    content=e["content"],
+                    tool_calls=e["tool_calls"],
+                )
+                for e in d["exchanges"]
+            ]
+            seconds = d.get("seconds") or sum(e.seconds for e in exchanges)
+            o = Outcome(
+                d.get("prompt", ""), d["answer"], d["reason"],
+                [(t, s) for t, s in d["tools"]], seconds, exchanges,
+                right=d["right"], via_tool=d["via_tool"], unfit=d["unfit"],
+            )  # fmt: skip
+            results.setdefault(d["prompt"], []).append(o)
+    return results
+
+
 def reexec_with(code: Path, argv: list[str]) -> int:
     """Run this script again with the daemon's packages from ``code`` and tools from here."""
     root = Path(tempfile.mkdtemp(prefix="bench-real-"))
@@ -787,7 +818,20 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--transcripts", type=Path, help="write every exchange here (JSON lines)")
     parser.add_argument("--label", default="")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        help="print the table again from these transcripts (runs of the same code, added up)",
+    )
     args = parser.parse_args()
+    if args.report:
+        report(
+            from_transcripts(args.report),
+            0,
+            args.label or "from " + ", ".join(map(str, args.report)),
+        )
+        return 0
     if args.code is not None and "BENCH_REAL_CODE" not in os.environ:
         return reexec_with(args.code.resolve(), sys.argv[1:])
     wanted = [w for w in args.only.split(",") if w]
@@ -842,6 +886,7 @@ def main() -> int:
                                     {
                                         "prompt": p.id,
                                         "run": r,
+                                        "seconds": round(o.seconds, 2),
                                         "answer": o.answer,
                                         "reason": o.reason,
                                         "tools": o.tools,
