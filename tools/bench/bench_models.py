@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,23 +40,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[2]
-CODE_PACKAGES = ("chalie", "actors", "abilities", "chalie_app")
+sys.path.append(str(HERE))  # after PYTHONPATH: --code puts the other checkout first
+
+from tools.bench import other_code  # noqa: E402
+
 SHARE_FLOOR = 1.0
 TOKEN_FLOOR = 400
 CHARS_PER_TOKEN = 4
-
-
-def reexec_with(code: Path, argv: list[str]) -> int:
-    """Run this script again with the daemon's packages from ``code`` and tools from here."""
-    root = Path(tempfile.mkdtemp(prefix="bench-models-"))
-    for name in CODE_PACKAGES:
-        (root / name).symlink_to(code / name)
-    (root / "tools").symlink_to(HERE / "tools")
-    env = {**os.environ, "PYTHONPATH": str(root), "BENCH_MODELS_CODE": str(code)}
-    rest = [a for a in argv if a != "--code" and a != str(code)]
-    return subprocess.call(
-        [sys.executable, str(HERE / "tools/bench/bench_models.py"), *rest], env=env
-    )
 
 
 def config_toml(url: str) -> str:
@@ -90,8 +78,8 @@ def main() -> int:
     parser.add_argument("--only", help="run only the conversations whose name contains this")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
-    if args.code is not None and os.environ.get("BENCH_MODELS_CODE") is None:
-        return reexec_with(args.code.resolve(), sys.argv[1:])
+    if args.code is not None and other_code.running_other_code() is None:
+        return other_code.reexec_with(Path(__file__), args.code.resolve(), sys.argv[1:])
 
     import logging
 
@@ -134,7 +122,7 @@ def main() -> int:
                 lock.notify_all()
 
     sub = rt.events.subscribe(None, record)
-    code = os.environ.get("BENCH_MODELS_CODE", str(HERE))
+    code = other_code.running_other_code() or str(HERE)
     results: list[tuple[Any, bool, str, str]] = []
     firsts: dict[str, tuple[int, int]] = {}
     try:

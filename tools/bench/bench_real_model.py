@@ -55,12 +55,12 @@ HERE = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HERE))
 
 from tools import real_model  # noqa: E402
+from tools.bench import other_code  # noqa: E402
 from tools.bench import real_model_world as rw  # noqa: E402
 
 RIGHT_FLOOR: Final = 0.70
 TOOL_FLOOR: Final = 0.60
 TOKEN_FLOOR: Final = 450
-CODE_PACKAGES: Final = ("chalie", "actors", "abilities", "chalie_app")
 
 
 # -- the prompts ------------------------------------------------------------------------
@@ -792,19 +792,6 @@ def from_transcripts(paths: list[Path]) -> dict[str, list[Outcome]]:
     return results
 
 
-def reexec_with(code: Path, argv: list[str]) -> int:
-    """Run this script again with the daemon's packages from ``code`` and tools from here."""
-    root = Path(tempfile.mkdtemp(prefix="bench-real-"))
-    for name in CODE_PACKAGES:
-        (root / name).symlink_to(code / name)
-    (root / "tools").symlink_to(HERE / "tools")
-    env = {**os.environ, "PYTHONPATH": str(root), "BENCH_REAL_CODE": str(code)}
-    rest = [a for a in argv if a != "--code" and a != str(code)]
-    return subprocess.call(
-        [sys.executable, str(HERE / "tools/bench/bench_real_model.py"), *rest], env=env
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -832,8 +819,8 @@ def main() -> int:
             args.label or "from " + ", ".join(map(str, args.report)),
         )
         return 0
-    if args.code is not None and "BENCH_REAL_CODE" not in os.environ:
-        return reexec_with(args.code.resolve(), sys.argv[1:])
+    if args.code is not None and other_code.running_other_code() is None:
+        return other_code.reexec_with(Path(__file__), args.code.resolve(), sys.argv[1:])
     wanted = [w for w in args.only.split(",") if w]
     prompts = [p for p in PROMPTS if not wanted or any(p.id.startswith(w) for w in wanted)]
     model = real_model.MODELS[args.model]
@@ -857,7 +844,7 @@ def main() -> int:
     }
     results: dict[str, list[Outcome]] = {}
     transcripts = args.transcripts.open("w") if args.transcripts else None
-    code = os.environ.get("BENCH_REAL_CODE", str(HERE))
+    code = other_code.running_other_code() or str(HERE)
     label = (
         args.label or f"{model.alias} via chalie {args.via}, daemon code {code}, {args.runs} run(s)"
     )
