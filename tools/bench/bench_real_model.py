@@ -65,6 +65,10 @@ TOKEN_FLOOR: Final = 450
 
 # -- the prompts ------------------------------------------------------------------------
 
+WORLD_TOOLS: Final = frozenset(
+    {"weather", "calendar", "contacts", "email", "memory", "web_search", "web_browse"}
+)
+
 
 Expect = Callable[["Run"], str]  # the regex a right answer matches, made when it runs
 
@@ -76,6 +80,13 @@ class Prompt:
     tool: str | None  # the tool a right answer comes through; None: no tool needed
     expect: str | Expect | None  # a regex (case-insensitive); None: any plain answer
     check: Callable[[Run], bool] | None = None  # a look at the world after the turn
+
+    @property
+    def world_fact(self) -> bool:
+        """Whether the answer exists only in the fixture world (a person's calendar, mail,
+        memories, a made-up web page): there a right-looking answer without its tool is a
+        guess (the model said the museum opens 9 to 5 without searching)."""
+        return self.tool in WORLD_TOOLS
 
 
 @dataclass
@@ -659,10 +670,10 @@ def judge(p: Prompt, o: Outcome, run: Run) -> None:
         ok = ok and p.check(run)
     if p.tool is None and any(t == "memory" for t, _ in o.tools):
         ok = False  # nothing in these prompts is about the person: the memory tool took over
-    o.right = ok
     o.via_tool = (
         ok and p.tool is not None and any(t == p.tool and s == "success" for t, s in o.tools)
     )
+    o.right = ok and (o.via_tool or not p.world_fact)
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -783,10 +794,12 @@ def from_transcripts(paths: list[Path]) -> dict[str, list[Outcome]]:
                 for e in d["exchanges"]
             ]
             seconds = d.get("seconds") or sum(e.seconds for e in exchanges)
+            prompt = next((p for p in PROMPTS if p.id == d["prompt"]), None)
+            guessed = prompt is not None and prompt.world_fact and not d["via_tool"]
             o = Outcome(
                 d.get("prompt", ""), d["answer"], d["reason"],
                 [(t, s) for t, s in d["tools"]], seconds, exchanges,
-                right=d["right"], via_tool=d["via_tool"], unfit=d["unfit"],
+                right=d["right"] and not guessed, via_tool=d["via_tool"], unfit=d["unfit"],
             )  # fmt: skip
             results.setdefault(d["prompt"], []).append(o)
     return results
