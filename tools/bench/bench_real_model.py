@@ -368,6 +368,9 @@ _DESCRIBED: Final = re.compile(
 )
 
 
+REFUSAL: Final = re.compile(r"\b(?:can't|cannot|can not|unable to) (?:assist|help)\b", re.I)
+
+
 def unfit(text: str) -> str:
     """Why an answer is no use to a person ('' when it is one): empty, markup, a described call."""
     stripped = text.strip()
@@ -670,6 +673,8 @@ def judge(p: Prompt, o: Outcome, run: Run) -> None:
         ok = ok and p.check(run)
     if p.tool is None and any(t == "memory" for t, _ in o.tools):
         ok = False  # nothing in these prompts is about the person: the memory tool took over
+    if expect is None and REFUSAL.search(o.answer):
+        ok = False  # "tell me a joke" -> "I'm sorry, but I can't assist with that request."
     o.via_tool = (
         ok and p.tool is not None and any(t == p.tool and s == "success" for t, s in o.tools)
     )
@@ -796,6 +801,8 @@ def from_transcripts(paths: list[Path]) -> dict[str, list[Outcome]]:
             seconds = d.get("seconds") or sum(e.seconds for e in exchanges)
             prompt = next((p for p in PROMPTS if p.id == d["prompt"]), None)
             guessed = prompt is not None and prompt.world_fact and not d["via_tool"]
+            if prompt is not None and prompt.expect is None and REFUSAL.search(d["answer"]):
+                guessed = True  # a refusal answers nothing
             o = Outcome(
                 d.get("prompt", ""), d["answer"], d["reason"],
                 [(t, s) for t, s in d["tools"]], seconds, exchanges,
