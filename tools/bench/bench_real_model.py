@@ -167,8 +167,9 @@ def _mail_sent_to(address: str) -> Callable[[Run], bool]:
     return check
 
 
-def _reminder_about(word: str) -> Callable[[Run], bool]:
-    return lambda run: word in _cli(run, "reminders", "list").lower()
+def _reminder_about(*words: str) -> Callable[[Run], bool]:
+    """A pending reminder names one of ``words`` ("call mom" is right for "call mum")."""
+    return lambda run: any(w in _cli(run, "reminders", "list").lower() for w in words)
 
 
 def _event_titled(word: str) -> Callable[[Run], bool]:
@@ -283,7 +284,7 @@ PROMPTS: Final = (
         "Remind me to call mum tomorrow at 6pm.",
         "reminder",
         r"remind|set|will",
-        check=_reminder_about("mum"),
+        check=_reminder_about("mum", "mom", "mother"),
     ),
     Prompt(
         "remind-stretch",
