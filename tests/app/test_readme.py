@@ -67,5 +67,10 @@ def test_the_first_conversation_works_pasted_line_by_line() -> None:
     out = done.stdout
     assert done.returncode == 0, f"{out}\n{done.stderr}"
     assert "You said: hello there" in out
+    # `chalie run` said, on the terminal, where things are and that the model answers.
+    assert re.search(r"chalie: daemon \d+ on /tmp/", out)
+    assert re.search(
+        r"model default: scripted at http://127\.0\.0\.1:\d+/v1 \(openai\): answers", out
+    )
     assert re.search(r"scripted model listening on http://127\.0\.0\.1:\d+", out)
     assert "daemon" in out and "stopped" in out
