@@ -10,16 +10,18 @@ untrusted sources it had read come from the runtime (``Services.memory``, a
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from chalie.ability import Ability
-from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Draft, Kind, Names, Provenance, Text
-from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
 from chalie.result import ToolResult
+
+if TYPE_CHECKING:
+    from chalie.memory.book import MemoryRequestError
+    from chalie.memory.turns import TurnMemory
 
 Action = Literal["store", "recall", "update", "forget", "list"]
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -97,10 +99,14 @@ class MemoryTool(Ability):
     timeout = 30.0
 
     def _desk(self) -> TurnMemory | None:
+        from chalie.memory.turns import TurnMemory
+
         desk = getattr(self.services, "memory", None)
         return desk if isinstance(desk, TurnMemory) else None
 
     def run(self, params: MemoryParams) -> ToolResult:
+        from chalie.memory.book import MemoryRequestError
+
         desk = self._desk()
         if desk is None or self.context is None:
             return _unavailable(params.action)
@@ -110,6 +116,8 @@ class MemoryTool(Ability):
             return _failed(exc, params.action)
 
     def _run(self, desk: TurnMemory, p: MemoryParams) -> ToolResult:
+        from chalie.memory.book import MemoryRequestError
+
         assert self.context is not None
         book = desk.book
         readable = desk.readable(self.context)

@@ -55,7 +55,7 @@ from chalie.messages import (
 )
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
-from chalie.result import Scalar, ToolResult
+from chalie.result import MAX_RICH_BYTES, Scalar, ToolResult
 from chalie.tool_names import FRAMEWORK_FIELDS
 
 log = logging.getLogger("chalie.dispatch")
@@ -659,9 +659,6 @@ def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> 
         # The action (a str the ability declared) shown first, as with_meta would put it.
         return render(envelope_name(tool), result, {"action": action, **result.meta})
     return render(envelope_name(tool), result)
-
-
-MAX_RICH_BYTES: Final = 4 << 20
 
 
 def carried_rich(tool: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:
