@@ -81,18 +81,57 @@ MAX_VALUE_DEPTH = 32
 INT_RANGE = (-(2**63), 2**64 - 1)
 
 
-def _string_typed(schema: dict[str, Any] | None, key: str) -> bool:
-    """Whether the tool's schema says ``key`` is a string and nothing else."""
+def _json_types(schema: dict[str, Any], prop: object, depth: int = 0) -> set[str]:
+    """The JSON types a property accepts: ``type`` (one or a list), ``enum``/``const``
+    values, ``anyOf``/``oneOf`` unions and local ``$ref`` pointers, followed. Empty: unknown."""
+    if not isinstance(prop, dict) or depth > 8:
+        return set()
+    out: set[str] = set()
+    kind = prop.get("type")
+    if isinstance(kind, str):
+        out.add(kind)
+    elif isinstance(kind, list):
+        out.update(k for k in kind if isinstance(k, str))
+    values = prop.get("enum", [prop["const"]] if "const" in prop else [])
+    if isinstance(values, list):
+        out.update(_type_of(v) for v in values)
+    for key in ("anyOf", "oneOf"):
+        options = prop.get(key)
+        if isinstance(options, list):
+            for option in options:
+                out |= _json_types(schema, option, depth + 1)
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        defs = schema.get("$defs") or {}
+        out |= _json_types(schema, defs.get(ref.rsplit("/", 1)[-1]), depth + 1)
+    if "number" in out:
+        out.add("integer")
+    return out
+
+
+def _type_of(value: object) -> str:
+    """A decoded JSON value's type, as JSON Schema names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _keeps_text(schema: dict[str, Any] | None, key: str, value: object) -> bool:
+    """Whether the typed text stays text: the parameter takes a string and not the type
+    the text would decode to (``query=2123`` for a string or nullable string is "2123";
+    ``query=null`` for a nullable string is null)."""
     if schema is None:
         return False
-    prop = (schema.get("properties") or {}).get(key)
-    if not isinstance(prop, dict):
-        return False
-    kind = prop.get("type")
-    if kind == "string" or kind == ["string"]:
-        return True
-    values = prop.get("enum")
-    return isinstance(values, list) and bool(values) and all(isinstance(v, str) for v in values)
+    types = _json_types(schema, (schema.get("properties") or {}).get(key))
+    return "string" in types and _type_of(value) not in types
 
 
 def _check_value(key: str, value: object) -> None:
@@ -134,8 +173,8 @@ def _decode(raw: str) -> tuple[bool, object]:
 
 
 def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) -> dict[str, object]:
-    """``key=value`` pairs: a parameter the schema types as a string keeps its text;
-    any other value that parses as JSON is that JSON, else the string."""
+    """``key=value`` pairs: a value that parses as JSON is that JSON, else the string;
+    but where the parameter takes a string and not the JSON's type, the text as typed."""
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -143,10 +182,13 @@ def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) ->
             raise click.BadParameter(f"{pair!r} is not key=value", param_hint="PARAMS")
         if key in out:
             raise click.BadParameter(f"{key!r} is given twice", param_hint="PARAMS")
-        if (key in FRAMEWORK_FIELDS and key != "async") or _string_typed(schema, key):
+        if key in FRAMEWORK_FIELDS and key != "async":
             out[key] = raw
             continue
         parsed, value = _decode(raw)
+        if parsed and _keeps_text(schema, key, [] if value is _TOO_DEEP else value):
+            out[key] = raw
+            continue
         if value is _TOO_DEEP:
             raise click.BadParameter(
                 f"the value of {key!r} nests deeper than {MAX_VALUE_DEPTH} levels",

@@ -523,6 +523,19 @@ def test_tools_schema_is_the_daemons_input_schema_and_refuses_bad_names(
         client.close()
 
 
+def test_a_phone_number_for_a_nullable_string_parameter_reaches_the_tool_as_text(
+    live: DaemonProcess,
+) -> None:
+    # Issue 34: `query=2123` was refused ("2123 is not valid under any of the given schemas").
+    assert live.cli("policy", "set", "chat", "contacts", "allow").returncode == 0
+    out = live.cli_process("tools", "call", "contacts", "action=search", "query=2123")
+    assert "not valid under any" not in out.stdout + out.stderr
+    assert "code=unknown-account" in out.stdout.splitlines()[0]  # it ran: no address book here
+    rows = live.cli_process("trail", "--json").stdout
+    searched = [r for r in json.loads(rows) if r["tool"] == "contacts"]
+    assert json.loads(searched[0]["params"])["query"] == "2123"
+
+
 def test_a_string_parameter_given_digits_reaches_the_tool_as_a_string(
     live: DaemonProcess,
 ) -> None:
