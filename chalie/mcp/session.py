@@ -266,6 +266,9 @@ class Link:
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        # The legacy SSE transport, for an http spec whose Streamable HTTP attempt failed
+        # (spec.sse_fallback: an imported URL that named no type).
+        self.over_sse = spec.transport == "sse"
         self._stop: asyncio.Event | None = None
         # uri -> what the server answered when it was last read; dropped on resources/updated
         self._read: dict[str, Any] = {}
@@ -388,7 +391,7 @@ class Link:
                 cwd=spec.cwd or None,
             )
             return bounded_stdio_client(params, self._errlog or self._stderr(), self.max_message)
-        if spec.transport == "http":
+        if spec.transport == "http" and not self.over_sse:
             http = httpx2.AsyncClient(
                 verify=self._tls,
                 headers=dict(spec.headers),
@@ -548,6 +551,32 @@ class Link:
         """Connect; LinkInfo, or ConnectFailure within ``timeout`` seconds."""
         if self._owner is not None:
             raise RuntimeError("a Link opens once; make a new one to reconnect")
+        if not (self._spec.sse_fallback and self._spec.transport == "http"):
+            return await self._attempt(timeout)
+        # As the clients these entries are copied from do: Streamable HTTP first, then
+        # the legacy SSE transport (an SSE endpoint refuses the POST at once: 404/405).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            return await self._attempt(timeout / 2)
+        except ConnectFailure as first:
+            if first.kind != "unreachable":
+                raise
+            log.info(
+                "%s: no Streamable HTTP (%s); trying SSE", self._spec.name, first.message[:200]
+            )
+            self._owner = None
+            self.over_sse = True
+            try:
+                return await self._attempt(max(0.1, deadline - loop.time()))
+            except ConnectFailure as second:
+                raise ConnectFailure(
+                    second.kind,
+                    f"Streamable HTTP: {first.message}; SSE: {second.message}",
+                    second.status,
+                ) from None
+
+    async def _attempt(self, timeout: float) -> LinkInfo:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[LinkInfo] = loop.create_future()
         # After a timeout nobody awaits it any more: its late failure is retrieved here.
