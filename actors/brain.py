@@ -283,7 +283,7 @@ class RuntimeBackend:
                 r,
                 channel=r.channel or "",
                 params=dict(r.params),
-                asked_by=origins.get(r.conversation_id, ""),
+                asked_by=r.asked_by or origins.get(r.conversation_id, ""),
             )
             for r in found
         ]

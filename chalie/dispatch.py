@@ -632,6 +632,13 @@ def reach(instance: Ability, params: Mapping[str, Any]) -> str | None:
     return one_line(str(found), REACH_MAX)
 
 
+def given(params: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters the call gave (its healed ``arguments``), as ``params`` holds them
+    (redacted), for the person who is asked: not the defaults the schema filled in (an
+    email.send showed all 25, nulls too)."""
+    return {k: v for k, v in params.items() if k in arguments and k not in FRAMEWORK_FIELDS}
+
+
 # -- 6. rendering ----------------------------------------------------------------
 
 

@@ -113,8 +113,12 @@ class Approval(Reply):
     act_summary: str
     params: dict[str, Any]
     expires_at: float
-    # Who asked: the principal whose turn raised it (the conversation's, until issue 18).
+    # Who asked: the principal whose turn raised it, as the gate wrote it ("the owner, on
+    # the chat channel"); the conversation's origin when the request has none.
     asked_by: str = ""
+    # What the call reaches beyond Chalie (a sensitive call: email.send's recipients,
+    # subject and body), shown first on the card; None: nothing leaves Chalie.
+    reach: str | None = None
     # A form to fill (a server's elicitation): the answer's JSON schema (AnswerBody.content).
     form: dict[str, Any] | None = None
 

@@ -24,7 +24,7 @@ import zmq
 from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
-from chalie.display import one_line, params_line
+from chalie.display import one_line, params_line, reach_line
 from chalie.messages import ANSWER_LETTERS, Answer
 from chalie_app.cli.group import Ctx, cli
 
@@ -171,10 +171,12 @@ class TerminalChat:
                 '    answer with a JSON object of the fields (e.g. {"name": "..."}), or [d]eny: '
             )
             return
+        reach = f"    {reach_line(str(req['reach']))}\n" if req.get("reach") else ""
         self.notice(
             f"  ? {one_line(req.get('tool', ''), 64)} wants"
             f" {one_line(req.get('permission', ''), 64)}:"
             f" {one_line(req.get('act_summary', ''))}\n"
+            f"{reach}"
             f"    {params_line(req.get('params', {}))}\n"
             "    allow [o]nce, [a]lways, or [d]eny? "
         )

@@ -81,57 +81,17 @@ MAX_VALUE_DEPTH = 32
 INT_RANGE = (-(2**63), 2**64 - 1)
 
 
-def _json_types(schema: dict[str, Any], prop: object, depth: int = 0) -> set[str]:
-    """The JSON types a property accepts: ``type`` (one or a list), ``enum``/``const``
-    values, ``anyOf``/``oneOf`` unions and local ``$ref`` pointers, followed. Empty: unknown."""
-    if not isinstance(prop, dict) or depth > 8:
-        return set()
-    out: set[str] = set()
-    kind = prop.get("type")
-    if isinstance(kind, str):
-        out.add(kind)
-    elif isinstance(kind, list):
-        out.update(k for k in kind if isinstance(k, str))
-    values = prop.get("enum", [prop["const"]] if "const" in prop else [])
-    if isinstance(values, list):
-        out.update(_type_of(v) for v in values)
-    for key in ("anyOf", "oneOf"):
-        options = prop.get(key)
-        if isinstance(options, list):
-            for option in options:
-                out |= _json_types(schema, option, depth + 1)
-    ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        defs = schema.get("$defs") or {}
-        out |= _json_types(schema, defs.get(ref.rsplit("/", 1)[-1]), depth + 1)
-    if "number" in out:
-        out.add("integer")
-    return out
-
-
-def _type_of(value: object) -> str:
-    """A decoded JSON value's type, as JSON Schema names it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
 def _keeps_text(schema: dict[str, Any] | None, key: str, value: object) -> bool:
     """Whether the typed text stays text: the parameter takes a string and not the type
     the text would decode to (``query=2123`` for a string or nullable string is "2123";
     ``query=null`` for a nullable string is null)."""
+    from chalie.healing import fits, json_types
+
     if schema is None:
         return False
-    types = _json_types(schema, (schema.get("properties") or {}).get(key))
-    return "string" in types and _type_of(value) not in types
+    prop = (schema.get("properties") or {}).get(key)
+    types = json_types(prop, schema.get("$defs"))
+    return "string" in types and not fits(value, types)
 
 
 def _check_value(key: str, value: object) -> None:

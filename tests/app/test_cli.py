@@ -523,6 +523,35 @@ def test_tools_schema_is_the_daemons_input_schema_and_refuses_bad_names(
         client.close()
 
 
+def test_tools_call_prompts_a_send_with_its_reach_first_and_only_the_given_params(
+    clean_policy: DaemonProcess,
+) -> None:
+    # Issue 34: the prompt dumped all 25 email parameters, nulls included, and no reach.
+    out = clean_policy.cli_process(
+        "tools",
+        "call",
+        "email",
+        "action=send",
+        'to=["ann@example.com"]',
+        "subject=Hi",
+        "body=see you",
+        input="d\n",
+    )
+    assert out.returncode == 1 and "code=permission-denied" in out.stdout
+    lines = out.stderr.splitlines()
+    assert lines[:2] == [
+        "permission requested: email.send on chat",
+        "  This reaches beyond Chalie: sends mail to ann@example.com; subject 'Hi'; body 'see you'",
+    ]
+    (params,) = [line for line in lines if line.startswith("  params ")]
+    assert json.loads(params.removeprefix("  params ")) == {
+        "action": "send",
+        "body": "see you",
+        "subject": "Hi",
+        "to": ["ann@example.com"],
+    }
+
+
 def test_a_phone_number_for_a_nullable_string_parameter_reaches_the_tool_as_text(
     live: DaemonProcess,
 ) -> None:

@@ -967,3 +967,45 @@ def test_every_answer_carries_the_servers_own_time(d: BrainDaemon) -> None:
         assert _sign_in(d, c, d.token).status_code == 303
         shown = c.get("/brain/approvals")
         assert shown.status_code == 200 and took(shown) >= 0
+
+
+def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
+    d: BrainDaemon,
+) -> None:
+    """Issue 34: the card showed all 25 email parameters, nulls included, and "Asked by:
+    unknown" for a request the gate had written "the owner, on the chat channel"."""
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id="c-reach", turn_id="t-reach", channel="chat", scope="unrestricted"
+    )
+    given = {"action": "send", "to": ["ann@example.com"], "subject": "Dinner", "body": "8?"}
+    call = ToolCall(
+        call_id="call-reach", tool="email", arguments={**given, "act_summary": "x"}, context=ctx
+    )
+    outcome = d.rt.dispatch(call)
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    (request,) = wait_until(
+        lambda: [r for r in policy.call(PolicyActor.pending) if r.conversation_id == "c-reach"],
+        what="the email.send request",
+    )
+    reach = "sends mail to ann@example.com; subject 'Dinner'; body '8?'"
+    with d.client() as c:
+        (mine,) = [
+            a
+            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
+            if a.conversation_id == "c-reach"
+        ]
+        assert mine.reach == reach and mine.params == given
+        assert mine.asked_by == request.asked_by != ""
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/approvals").text
+        card = page[page.index('id="req-' + mine.request_id) :]
+        card = card[: card.index("</article>")]
+        assert card.index("This reaches beyond Chalie:") < card.index("Asked by")
+        assert "ann@example.com" in card and "null" not in card and "unknown" not in card
+    with d.client() as c:
+        path = f"/api/v1/approvals/{mine.request_id}/answer"
+        ok(c.post(path, json={"answer": "deny"}), api.Answered)
+    assert outcome.result(10).code == "permission-denied"

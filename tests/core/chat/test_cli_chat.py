@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -151,6 +152,13 @@ class Terminal:
                 self.proc.kill()
             os.close(self.master)
 
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
 
 def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> None:
     d.script(ASKING)
@@ -276,3 +284,52 @@ def test_a_daemon_that_stops_mid_turn_is_a_clean_message() -> None:
     finally:
         if not stopped:
             d.close()
+
+
+SENDING = {
+    "steps": [
+        {"tool_calls": [{"name": "find_tools", "arguments": {"query": ["send an email"]}}]},
+        {
+            "tool_calls": [
+                {
+                    "name": "email",
+                    "arguments": {
+                        "action": "send",
+                        "to": ["ann@example.com"],
+                        "subject": "Dinner",
+                        "body": "At eight?",
+                        "act_summary": "mailing Ann",
+                    },
+                }
+            ]
+        },
+        {"text": "I did not send it.", "chunk": 6},
+    ]
+}
+
+
+def test_a_send_beyond_chalie_is_prompted_with_its_reach_first_and_only_its_given_params(
+    d: Daemon,
+) -> None:
+    # Issue 34: the prompt showed all 25 email parameters, nulls included, and no reach.
+    d.script(SENDING)
+    with Terminal(d.home, "--channel", "chat-openai") as t:
+        t.expect("you> ")
+        t.type("tell Ann dinner is at eight")
+        shown = t.expect("allow [o]nce, [a]lways, or [d]eny?")
+        lines = [line.strip() for line in shown.replace("\r", "").splitlines()]
+        at = next(i for i, line in enumerate(lines) if line.startswith("? email wants"))
+        assert lines[at + 1] == (
+            "This reaches beyond Chalie: sends mail to ann@example.com; subject 'Dinner'; "
+            "body 'At eight?'"
+        )
+        assert json.loads(lines[at + 2]) == {
+            "action": "send",
+            "body": "At eight?",
+            "subject": "Dinner",
+            "to": ["ann@example.com"],
+        }
+        t.type("d")
+        t.expect("I did not send it.")
+        t.type("/quit")
+        assert t.close() == 0
