@@ -523,6 +523,20 @@ def test_tools_schema_is_the_daemons_input_schema_and_refuses_bad_names(
         client.close()
 
 
+def test_the_tools_call_example_of_the_cli_docs(clean_policy: DaemonProcess) -> None:
+    """docs/cli.rst's `tools call clock` example is what the call prints (tests/console.py);
+    the ``o`` after the question is what the person typed."""
+    from tests.console import find, shown_lines_match
+
+    block = find("cli.rst", "chalie tools call clock")
+    out = clean_policy.cli_process(*block.commands[0].split()[1:], input="o\n")
+    assert out.returncode == 0, out.stderr
+    typed = [line.removesuffix(" o") if line.endswith("? o") else line for line in block.shown]
+    block.shown = typed
+    # The question waits on its line for the answer: the envelope may follow it there.
+    shown_lines_match(block, out.stdout + out.stderr.replace("? ", "?\n"))
+
+
 def test_tools_call_prompts_a_send_with_its_reach_first_and_only_the_given_params(
     clean_policy: DaemonProcess,
 ) -> None:
