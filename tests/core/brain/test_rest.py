@@ -894,6 +894,11 @@ def test_a_conversation_is_listed_read_and_deleted(d: BrainDaemon) -> None:
             if frame["type"] == "turn_finished":
                 break
     cid = frame["conversation_id"]
+    with d.client(None) as c:  # issue 34: the page read `content`, the API sends `text`
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get(f"/brain/conversations?id={cid}").text
+        assert '<pre class="text">hi there</pre>' in page
+        assert '<pre class="text">Hello from the script.</pre>' in page
     with d.client() as c:
         rows = ok(c.get("/api/v1/conversations"), list[api.ConversationRow])
         assert cid in {r.id for r in rows}
@@ -1009,3 +1014,44 @@ def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
         path = f"/api/v1/approvals/{mine.request_id}/answer"
         ok(c.post(path, json={"answer": "deny"}), api.Answered)
     assert outcome.result(10).code == "permission-denied"
+
+
+def test_the_dashboards_defects_a_new_user_met(d: BrainDaemon) -> None:
+    """Issue 34: the trail's exports answered the signed-in browser with 401, its time
+    filters took unix times, the Workers panel was a raw JSON dump, and the discovery form
+    cleared its inputs."""
+    import html
+
+    with d.client(None) as c:
+        refused_page = c.get("/brain/download/trail_export?format=csv")
+        assert refused_page.status_code == 303  # not signed in: to the login page
+        assert _sign_in(d, c, d.token).status_code == 303
+        trail = c.get("/brain/trail").text
+        links = re.findall(r'href="(/brain/download/trail_export\?[^"]+)"', trail)
+        assert len(links) == 2
+        for link in links:
+            got = c.get(html.unescape(link))
+            assert got.status_code == 200, got.text[:300]
+            assert got.headers["content-disposition"].startswith("attachment")
+        csv = c.get("/brain/download/trail_export?format=csv")
+        assert csv.headers["content-type"].startswith("text/csv")
+        assert csv.text.splitlines()[0].startswith("id,")
+        assert c.get("/brain/download/trail").status_code == 404  # not a download
+        assert c.get("/brain/download/nope").status_code == 404
+        # A date and time, as the form's datetime-local input sends it, shown back.
+        since = c.get("/brain/trail?since=2000-01-02T03:04:05").text
+        assert 'value="2000-01-02T03:04:05"' in since and 'type="datetime-local"' in since
+        assert "unix time" not in since
+        bad = c.get("/brain/trail?since=yesterday").text
+        assert "since: &#39;yesterday&#39; is not a date and time" in bad
+        overview = c.get("/brain/overview").text
+        workers = overview.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
+        assert '<th scope="col">Slot</th>' in workers and 'class="json"' not in workers
+        assert ".sock" not in workers and "ipc://" not in workers
+        token = _csrf(c.get("/brain/discovery").text)
+        done = c.post(
+            "/brain/act/discovery_try",
+            data={"csrf": token, "queries[]": ["what time is it", "15 percent of 240"]},
+        )
+        assert done.status_code == 200, done.text[:300]
+        assert 'value="what time is it"' in done.text and 'value="15 percent of 240"' in done.text
