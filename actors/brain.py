@@ -311,13 +311,19 @@ class RuntimeBackend:
     def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:
         rows = self._policy().call(PolicyActor.list, True)
         needle = args.q.strip().lower()
-        shown = [
-            view(api.PolicyRowView, r, read_only=r.decision == "internal")
+        matched = [
+            r
             for r in rows
             if (not needle or needle in r.permission.lower())
             and (args.channel is None or r.channel == args.channel)
             and (args.setting is None or r.decision == args.setting)
             and (args.origin is None or r.origin == args.origin)
+        ]
+        internal = args.internal or args.setting == "internal"
+        shown = [
+            view(api.PolicyRowView, r, read_only=r.decision == "internal")
+            for r in matched
+            if internal or r.decision != "internal"
         ]
         known = {r.permission for r in rows}
         unconfigured = sorted(
@@ -327,7 +333,12 @@ class RuntimeBackend:
             and e.name not in known
             and (not needle or needle in e.name.lower())
         )
-        return api.PolicyPage(channels=list(CHANNELS), rows=shown, unconfigured=unconfigured)
+        return api.PolicyPage(
+            channels=list(CHANNELS),
+            rows=shown,
+            unconfigured=unconfigured,
+            hidden_internal=len(matched) - len(shown),
+        )
 
     def policy_set(self, _path: Any, args: api.PolicySet) -> api.PolicyRowView:
         with refused(PolicyError, 400, "invalid-args"):

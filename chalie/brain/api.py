@@ -154,6 +154,9 @@ class PolicyQuery(Struct):
     channel: Channel | None = None
     setting: Literal["allow", "ask", "deny", "internal"] | None = None
     origin: Literal["set", "seen"] | None = None
+    # The runtime's own rows (setting internal: find_tools and the like) are hidden from
+    # the policy surface, as nobody decides them; true (or setting=internal) shows them.
+    internal: bool = False
 
 
 class PolicyRowView(Reply):
@@ -170,6 +173,8 @@ class PolicyPage(Reply):
     rows: list[PolicyRowView]
     # Registered permissions no rule and no gate decision has touched yet.
     unconfigured: list[str]
+    # Rows that matched but were left out because they are internal (PolicyQuery.internal).
+    hidden_internal: int = 0
 
 
 class PolicySet(Struct):

@@ -1055,3 +1055,28 @@ def test_the_dashboards_defects_a_new_user_met(d: BrainDaemon) -> None:
         )
         assert done.status_code == 200, done.text[:300]
         assert 'value="what time is it"' in done.text and 'value="15 percent of 240"' in done.text
+
+
+def test_internal_rows_are_hidden_from_the_policy_surface_with_a_way_to_show_them(
+    d: BrainDaemon,
+) -> None:
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "subconscious", "find_skills", "internal")
+    with d.client() as c:
+        everything = ok(c.get("/api/v1/policy?internal=true"), api.PolicyPage)
+        internal = [r for r in everything.rows if r.decision == "internal"]
+        assert internal, "a runtime's own tool has an internal row"
+        default = ok(c.get("/api/v1/policy"), api.PolicyPage)
+        assert all(r.decision != "internal" for r in default.rows)
+        assert default.hidden_internal == len(internal)
+        assert len(default.rows) + len(internal) == len(everything.rows)
+        asked = ok(c.get("/api/v1/policy?setting=internal"), api.PolicyPage)
+        assert len(asked.rows) == len(internal)
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/policy").text
+        assert f"{len(internal)} internal rows" in page and "internal=true" in page
+        shown = c.get("/brain/policy?internal=true").text
+        assert "internal rows" not in shown.split('id="policy-results"', 1)[1]
+        assert internal[0].permission in shown
+    policy.call(PolicyActor.reset, channel="subconscious", permission="find_skills")
