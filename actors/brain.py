@@ -15,6 +15,7 @@ import io
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -519,6 +520,22 @@ class RuntimeBackend:
                 before=before,
                 limit=limit,
             )
+
+    def usage(self, _path: Any, args: api.UsageQuery) -> api.UsageView:
+        from chalie import usage
+
+        since = time.time() - usage.WINDOWS[args.window]
+        rows = self._book().ended_since(since)
+
+        def shown(found: list[usage.Usage]) -> list[api.UsageRow]:
+            return [view(api.UsageRow, u) for u in found]  # error_rate: Usage's property
+
+        return api.UsageView(
+            window=args.window,
+            since=since,
+            tools=shown(usage.summarize(rows, usage.by_tool)),
+            servers=shown(usage.summarize(rows, usage.by_server)),
+        )
 
     def trail(self, _path: Any, args: api.TrailQuery) -> api.TrailPage:
         rows = self._trail_query(args, limit=args.limit + 1, before=args.before)

@@ -330,6 +330,28 @@ class TrailQuery(TrailFilter):
     limit: Limit = 50
 
 
+class UsageQuery(Struct):
+    window: Literal["hour", "day"] = "hour"
+
+
+class UsageRow(Reply):
+    name: str
+    calls: int
+    errors: int
+    error_rate: float
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class UsageView(Reply):
+    """Calls, errors and latency per tool and per remote server over the window."""
+
+    window: str
+    since: float
+    tools: list[UsageRow]
+    servers: list[UsageRow]
+
+
 class TrailExportQuery(TrailFilter):
     format: Literal["jsonl", "csv"] = "jsonl"
 

@@ -287,6 +287,15 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "trail",
     ),
     op(
+        "usage",
+        "GET",
+        "/usage",
+        api.UsageQuery,
+        api.UsageView,
+        "Calls, error rate and p50/p95 latency per tool and per remote server (hour or day)",
+        "trail",
+    ),
+    op(
         "trail_export",
         "GET",
         "/trail/export",

@@ -1,4 +1,6 @@
-"""Trail: the action trail filtered by tool, status, code, channel, conversation, principal
+"""Trail: calls, error rate and p50/p95 latency per tool and per remote server over the last
+hour or day (:mod:`chalie.usage`); the action trail filtered by tool, status, code, channel,
+conversation, principal
 and time (a date and time in the browser's form, local time; unix seconds in the REST API),
 paged by keyset through any depth, exported as JSONL or CSV through the signed-in session
 (``/brain/download/trail_export``, the REST operation's own answer)."""
@@ -40,11 +42,17 @@ async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
                 problem = f"{name}: {filters.pop(name)[:40]!r} is not a date and time"
     paged = chosen(query, "before")
     found = await brain.op("trail", **filters, **paged)
+    window = "day" if query.get("window") == "day" else "hour"
+    used = await brain.op("usage", window=window)
     nxt = None
     if found.next_before is not None:
         nxt = "/brain/trail?" + urlencode({**filters, "before": found.next_before})
     return {
         "trail": found,
+        "usage": used,
+        "window_urls": {
+            w: "/brain/trail?" + urlencode({**filters, "window": w}) for w in ("hour", "day")
+        },
         "filters": filters,
         "shown_times": {n: form_time(float(filters[n])) for n in TIMES if n in filters},
         "problem_times": problem,

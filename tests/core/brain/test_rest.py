@@ -223,6 +223,35 @@ def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
         assert isinstance(ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow]), list)
 
 
+def test_usage_per_tool_over_the_last_hour_and_day_from_the_trail(d: BrainDaemon) -> None:
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id="c-usage", turn_id="t-usage", channel="chat", scope="unrestricted"
+    )
+    for i in range(3):
+        call = ToolCall(
+            call_id=f"usage-{i}",
+            tool="find_tools",
+            arguments={"query": ["clock"], "act_summary": "finding"},
+            context=ctx,
+        )
+        assert d.rt.dispatch(call).result(30).status == "success"
+    with d.client() as c:
+        hour = ok(c.get("/api/v1/usage"), api.UsageView)
+        (found,) = [u for u in hour.tools if u.name == "find_tools"]
+        assert found.calls >= 3 and found.p50_ms is not None and found.p95_ms is not None
+        assert found.p50_ms <= found.p95_ms and 0 <= found.error_rate <= 1
+        day = ok(c.get("/api/v1/usage?window=day"), api.UsageView)
+        assert day.window == "day" and day.since < hour.since
+        refused(c.get("/api/v1/usage?window=week"), 400, "invalid-args")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/trail?window=day").text
+        usage = page.split('id="usage-h"', 1)[1].split("</section>", 1)[0]
+        assert "Usage over the last day" in usage and ">find_tools</th>" in usage
+
+
 def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
     book = Trail(d.rt.db_path)
     try:
