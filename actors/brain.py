@@ -418,7 +418,18 @@ class RuntimeBackend:
             raise ApiProblem(
                 409 if exc.code == "token-exists" else 400, exc.code, str(exc)
             ) from None
-        info = next(t for t in self.token_store.list() if t.name == args.name and t.active)
+        return self._created(args.name, secret)
+
+    def token_regenerate(self, path: api.NamePath, _args: api.Empty) -> api.CreatedToken:
+        with refused(TokenError, 400):
+            secret = self.token_store.regenerate(path.name)
+        if secret is None:
+            raise ApiProblem(404, "not-found", f"no active token named {path.name!r}")
+        return self._created(path.name, secret)
+
+    def _created(self, name: str, secret: str) -> api.CreatedToken:
+        """The active token ``name`` with its new secret and the client snippets using it."""
+        info = next(t for t in self.token_store.list() if t.name == name and t.active)
         url = self.mcp_url() or (
             f"http://{self._host.config.mcp_server.host}:{self._host.config.mcp_server.port}/mcp"
         )

@@ -181,6 +181,16 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "mcp_server",
     ),
     op(
+        "token_regenerate",
+        "POST",
+        "/tokens/{name}/regenerate",
+        api.Empty,
+        api.CreatedToken,
+        "A new secret for a token in one step (the old one stops working; its id stays)",
+        "mcp_server",
+        path_args=api.NamePath,
+    ),
+    op(
         "token_revoke",
         "DELETE",
         "/tokens/{name}",

@@ -204,6 +204,42 @@ def test_tokens_create_list_revoke(d: BrainDaemon) -> None:
         refused(c.get("/api/v1/overview"), 401, "unauthorized")
 
 
+def test_a_token_is_regenerated_in_one_step(d: BrainDaemon) -> None:
+    """The seed's MCP tab: retrieve or regenerate (issue 34): a new secret, the old one
+    refused at once, the same token (id and scope), in the REST API, the page and the CLI."""
+    from chalie.tokens import TokenStore
+
+    def token_id() -> str:
+        with TokenStore(d.home / "chalie.db") as store:
+            return next(t.id for t in store.list() if t.name == "agent-r" and t.active)
+
+    with d.client() as c:
+        made = ok(c.post("/api/v1/tokens", json={"name": "agent-r"}), api.CreatedToken)
+        first = token_id()
+        again = ok(c.post("/api/v1/tokens/agent-r/regenerate"), api.CreatedToken)
+        assert again.secret != made.secret and again.secret in again.configs.cursor
+        assert again.token.scope == made.token.scope == "agent" and token_id() == first
+        refused(c.post("/api/v1/tokens/nobody/regenerate"), 404, "not-found")
+    with d.client(made.secret) as c:
+        refused(c.get("/api/v1/overview"), 401, "unauthorized")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        token = _csrf(c.get("/brain/mcp_server").text)
+        page = c.post(
+            "/brain/act/token_regenerate", data={"path.name": "agent-r", "csrf": token}
+        ).text
+        assert "Token agent-r regenerated: the old secret no longer works" in page
+        shown = re.search(r'id="secret" readonly value="([^"]+)"', page)
+        assert shown is not None and shown.group(1) not in (made.secret, again.secret)
+    from click.testing import CliRunner
+
+    from chalie_app.cli import cli
+
+    done = CliRunner().invoke(cli, ["--home", str(d.home), "token", "regenerate", "agent-r"])
+    assert done.exit_code == 0 and done.stdout.strip().startswith("chalie_")
+    assert shown.group(1) != done.stdout.strip()
+
+
 def test_mcp_server_view(d: BrainDaemon) -> None:
     with d.client() as c:
         view = ok(c.get("/api/v1/mcp-server"), api.McpServerView)
