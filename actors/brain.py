@@ -496,6 +496,13 @@ class RuntimeBackend:
     def remote_remove(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
         return self._remote_done("remove", path.name)
 
+    def remote_log(self, path: api.NamePath, args: api.LogQuery) -> api.RemoteLog:
+        from chalie.mcp import server_log
+
+        self._admin_do("spec", path.name)  # 404 for an unknown server
+        logs = self._host.config.home / "logs"
+        return api.RemoteLog(name=path.name, lines=server_log.tail(logs, path.name, args.lines))
+
     def remote_tools(self, path: api.NamePath, _args: api.Empty) -> list[api.RemoteToolView]:
         self._admin_do("spec", path.name)  # 404 for an unknown server
         with self._admin_lock:

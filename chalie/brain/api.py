@@ -258,6 +258,17 @@ class RemoteView(Reply):
     quarantined: int = 0
 
 
+class LogQuery(Struct):
+    lines: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+class RemoteLog(Reply):
+    """A remote server's last log lines: its stderr, its log messages, its notifications."""
+
+    name: str
+    lines: list[str]
+
+
 class RemoteAdd(Struct):
     name: Annotated[
         str, msgspec.Meta(min_length=1, max_length=24, pattern=r"^[a-z][a-z0-9-]{0,23}$")

@@ -278,6 +278,16 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
+        "remote_log",
+        "GET",
+        "/mcp/servers/{name}/log",
+        api.LogQuery,
+        api.RemoteLog,
+        "A server's last log lines: its stderr, log messages and notifications",
+        "remote",
+        path_args=api.NamePath,
+    ),
+    op(
         "remote_approve",
         "POST",
         "/mcp/servers/{name}/approve",

@@ -316,6 +316,8 @@ class Link:
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(message, "method", None)
+        if isinstance(method, str) and method.startswith("notifications/"):
+            self._note(f"notification {method[:80]}")
         if method in ("notifications/tools/list_changed", "notifications/prompts/list_changed"):
             self._on_change()
         elif method == "notifications/resources/updated":
@@ -355,6 +357,13 @@ class Link:
             return ElicitResult(action="decline")
         return await self._asks.elicit(self._spec.name, self.scope(), params)
 
+    def _note(self, text: str) -> None:
+        """One line in the server's log (what the Brain shows beside its log lines)."""
+        if self._errlog is not None:
+            with contextlib.suppress(Exception):
+                self._errlog.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+                self._errlog.flush()
+
     async def _log(self, params: LoggingMessageNotificationParams) -> None:
         """A server's log message, into its log: one line, scrubbed, throttled."""
         level = LOG_LEVELS.get(str(params.level), logging.INFO)
@@ -362,12 +371,7 @@ class Link:
         text = " ".join(self.scrub(str(data)[: MAX_LOG_LINE * 2]).split())[:MAX_LOG_LINE]
         origin = f" [{str(params.logger)[:60]}]" if params.logger else ""
         server_log.log(level, "mcp server %s%s: %s", self._spec.name, origin, text)
-        if self._errlog is not None:
-            with contextlib.suppress(Exception):
-                self._errlog.write(
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {params.level}{origin} {text}\n"
-                )
-                self._errlog.flush()
+        self._note(f"{params.level}{origin} {text}")
 
     async def set_roots(self, roots: tuple[str, ...]) -> None:
         """New roots; the server hears roots/list_changed (handshake protocols; 2026-07-28 has

@@ -593,6 +593,33 @@ def test_remote_servers_add_tools_and_remove(d: BrainDaemon) -> None:
                 c.post("/api/v1/mcp/servers/fx/approve", json={"tool": "echo"}), 409, "mcp-admin"
             )
             refused(c.get("/api/v1/mcp/servers/nosuch/tools"), 404, "mcp-admin")
+            # Issue 34: a remote server's notifications and log lines, in its log.
+            from chalie.messages import ToolCall, TurnContext
+
+            d.rt.child("policy", PolicyActor).within(5).call(
+                PolicyActor.set, "chat", "_mcp_fx_grow", "allow"
+            )
+            ctx = TurnContext(
+                conversation_id="c-grow", turn_id="t-grow", channel="chat", scope="unrestricted"
+            )
+            grow = ToolCall(
+                call_id="grow-1",
+                tool="_mcp_fx_grow",
+                arguments={"count": 1, "act_summary": "g"},
+                context=ctx,
+            )
+            grown = d.rt.dispatch(grow).result(30)
+            assert grown.status == "success", grown.envelope
+            noted = "notification notifications/tools/list_changed"
+
+            def logged() -> api.RemoteLog | None:
+                found = ok(c.get("/api/v1/mcp/servers/fx/log?lines=50"), api.RemoteLog)
+                return found if any(noted in line for line in found.lines) else None
+
+            log = wait_until(logged, 30, "the list_changed notification in fx's log")
+            assert log.name == "fx" and len(log.lines) <= 50
+            refused(c.get("/api/v1/mcp/servers/nosuch/log"), 404, "mcp-admin")
+            refused(c.get("/api/v1/mcp/servers/fx/log?lines=0"), 400, "invalid-args")
             imported = ok(
                 c.post(
                     "/api/v1/mcp/import",
