@@ -8,6 +8,7 @@ method is synchronous and runs on the web server's thread pool, never on the eve
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import csv
 import difflib
@@ -16,6 +17,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -40,7 +42,7 @@ from chalie.control import NoArgs
 from chalie.db import connect
 from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
-from chalie.messages import CHANNELS, ControlReply
+from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
 from chalie.policy import PolicyError
 from chalie.principals import Principal
 from chalie.registry import Registry
@@ -55,6 +57,9 @@ V = TypeVar("V", bound=msgspec.Struct)
 ACTOR_TIMEOUT: Final = 10.0
 EXPORT_PAGE: Final = 500
 RECENT_ERRORS: Final = 10
+# Seconds a call from the dashboard is waited for; then it answers "waiting" (the gate is
+# asking: the request is in Approvals) and the result lands on the trail.
+TOOL_CALL_WAIT: Final = 10.0
 
 
 class BrainHost(Protocol):
@@ -74,6 +79,8 @@ class BrainHost(Protocol):
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]: ...
 
 
 def _rss() -> int:
@@ -444,6 +451,69 @@ class RuntimeBackend:
         # Its dashboard sessions end at their next request (the book checks the token).
         info = next(t for t in self.token_store.list() if t.name == path.name)
         return token_view(info)
+
+    # -- calling a tool -----------------------------------------------------------------
+    def tools(self, _path: Any, _args: api.Empty) -> list[api.ToolInfo]:
+        """Every tool a person may call from the dashboard: all but the runtime's own."""
+        return [
+            api.ToolInfo(
+                name=e.name,
+                tooltip=e.cls.tooltip,
+                input_schema=e.cls.input_schema(),
+            )
+            for e in sorted(self._host.registry, key=lambda e: e.name)
+            if not e.cls.internal
+        ]
+
+    def tool_call(
+        self, path: api.NamePath, args: api.ToolCallBody, who: Principal
+    ) -> api.ToolCallResult:
+        """Call a tool as ``who`` (the owner) on the chat channel, through the gate and the
+        dispatcher as every call goes; the answer once it ends, or ``waiting`` while the
+        gate asks (the request is in Approvals, the result will be on the trail)."""
+        from chalie.messages import TurnContext
+        from chalie.typed_text import TypedTextError, typed
+
+        entry = self._host.registry.get(path.name)
+        if entry is None or entry.cls.internal:
+            raise ApiProblem(404, "not-found", f"no tool {path.name!r} to call")
+        schema = entry.cls.input_schema()
+        arguments: dict[str, Any] = {}
+        try:
+            for key, value in args.arguments.items():
+                text = isinstance(value, str) and key != "act_summary"
+                arguments[key] = typed(schema, key, value) if text else value
+        except TypedTextError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+        arguments.setdefault("act_summary", f"{path.name} called from the Brain")
+        stamp = uuid.uuid4().hex[:20]
+        context = TurnContext(
+            conversation_id=f"brain-{stamp}",
+            turn_id=f"brain-{stamp}",
+            channel="chat",
+            scope="unrestricted",
+            principal=who,
+        )
+        call = ToolCall(
+            call_id=f"brain-{stamp}", tool=path.name, arguments=arguments, context=context
+        )
+        outcome = self._host.dispatch(call)
+        try:
+            done = outcome.result(TOOL_CALL_WAIT)
+        except concurrent.futures.TimeoutError:
+            return api.ToolCallResult(
+                call_id=call.call_id, conversation_id=context.conversation_id, state="waiting"
+            )
+        rows = self._book().query(conversation_id=context.conversation_id, limit=1)
+        return api.ToolCallResult(
+            call_id=call.call_id,
+            conversation_id=context.conversation_id,
+            state="done",
+            status=done.status,
+            code=done.code,
+            envelope=done.envelope,
+            trail=view(api.TrailEntry, rows[0]) if rows else None,
+        )
 
     # -- remote MCP servers -----------------------------------------------------------
     def remotes(self, _path: Any, _args: api.Empty) -> list[api.RemoteView]:

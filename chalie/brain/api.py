@@ -241,6 +241,33 @@ class NamePath(Struct):
     name: Name
 
 
+# -- calling a tool from the dashboard --------------------------------------------------
+class ToolInfo(Reply):
+    name: str
+    tooltip: str
+    # The JSON Schema of its arguments, as a call may give them (the form is made from it).
+    input_schema: dict[str, Any]
+
+
+class ToolCallBody(Struct):
+    # The arguments; a string value is read as typed text (chalie.typed_text), as the
+    # CLI's key=value and a form's fields are.
+    arguments: dict[str, Any] = {}
+
+
+class ToolCallResult(Reply):
+    call_id: str
+    conversation_id: str
+    # done: the envelope is here; waiting: the gate is asking (answer it in Approvals),
+    # and the result will be on the trail.
+    state: Literal["done", "waiting"]
+    status: str | None = None
+    code: str | None = None
+    envelope: str = ""
+    # The call's row on the action trail (who called, the gate's decision, the time).
+    trail: TrailEntry | None = None
+
+
 # -- remote MCP servers -----------------------------------------------------------------
 class RemoteView(Reply):
     name: str

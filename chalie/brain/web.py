@@ -520,11 +520,14 @@ class Brain:
         if o is None or page is None or not o.changes:
             return HTMLResponse("<h1>No such action</h1>", status_code=404)
         path = {k[5:]: v for k, v in form.items() if k.startswith("path.")}
-        raw = {
-            k.removesuffix("[]"): _form_value(v)
-            for k, v in form.items()
-            if not k.startswith("path.") and v != "" and v != []
-        }
+        raw: dict[str, Any] = {}
+        for k, v in form.items():
+            if k.startswith("path.") or v == "" or v == []:
+                continue
+            if k.startswith("arguments."):  # a tool's arguments, each as typed text
+                raw.setdefault("arguments", {})[k[len("arguments.") :]] = v
+            else:
+                raw[k.removesuffix("[]")] = _form_value(v)
         from urllib.parse import parse_qsl
 
         query = dict(parse_qsl(back.partition("?")[2]))

@@ -39,6 +39,7 @@ PAGES = (
     "mcp_server",
     "remote",
     "trail",
+    "tools",
     "conversations",
     "memory",
     "reminders",
@@ -335,10 +336,10 @@ def test_every_page_fits_a_laptop_and_a_phone_without_sideways_scrolling(
         try:
             pg = watched.page
             sign_in(pg, d)
-            for slug in PAGES:
+            for slug in (*PAGES, "tools?tool=email"):
                 pg.goto(f"{d.base}/brain/{slug}")
                 expect(pg.locator("h1")).to_be_visible()
-                shot(pg, f"{slug}-{viewport['width']}")
+                shot(pg, f"{slug.replace('?tool=', '-')}-{viewport['width']}")
                 wide = pg.evaluate("document.documentElement.scrollWidth")
                 assert wide <= viewport["width"], (
                     f"{slug} at {viewport}: {wide} px wide: {pg.evaluate(OVERFLOWING)}"

@@ -288,6 +288,67 @@ def test_usage_per_tool_over_the_last_hour_and_day_from_the_trail(d: BrainDaemon
         assert "Usage over the last day" in usage and ">find_tools</th>" in usage
 
 
+def test_any_tool_is_called_from_a_form_made_from_its_schema_through_the_gate(
+    d: BrainDaemon,
+) -> None:
+    """Issue 34 (what MCP Inspector and ContextForge offer): call any tool from the page,
+    as the owner on chat, through the gate; the answer and the trail row are shown."""
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "chat", "calculator", "allow")
+    with d.client() as c:
+        tools = ok(c.get("/api/v1/tools"), list[api.ToolInfo])
+        names = {t.name for t in tools}
+        assert "calculator" in names and "find_tools" not in names  # internal: the model's
+        done = ok(
+            c.post("/api/v1/tools/calculator/call", json={"arguments": {"expression": "6*7"}}),
+            api.ToolCallResult,
+        )
+        assert (
+            done.state == "done"
+            and done.status == "success"
+            and '"result":"42"' in (done.envelope.replace(" ", ""))
+        )
+        assert done.trail is not None and done.trail.tool == "calculator"
+        assert done.trail.channel == "chat" and done.trail.decision == "allow"
+        refused(c.post("/api/v1/tools/find_tools/call", json={}), 404, "not-found")
+        refused(c.post("/api/v1/tools/nope/call", json={}), 404, "not-found")
+        # Asked by the gate: the call waits in Approvals, the page is told so.
+        policy.call(PolicyActor.set, "chat", "calculator", "ask")
+        started = time.monotonic()
+        waiting = ok(
+            c.post("/api/v1/tools/calculator/call", json={"arguments": {"expression": "1"}}),
+            api.ToolCallResult,
+        )
+        assert waiting.state == "waiting" and time.monotonic() - started < 60
+        (asked,) = [
+            a
+            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
+            if a.conversation_id == waiting.conversation_id
+        ]
+        ok(
+            c.post(f"/api/v1/approvals/{asked.request_id}/answer", json={"answer": "deny"}),
+            api.Answered,
+        )
+    policy.call(PolicyActor.set, "chat", "calculator", "allow")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        form = c.get("/brain/tools?tool=calculator").text
+        assert 'name="arguments.expression"' in form and "(required)" in form
+        answer = c.post(
+            "/brain/act/tool_call",
+            data={
+                "csrf": _csrf(form),
+                "back": "tools?tool=calculator",
+                "path.name": "calculator",
+                "arguments.expression": "2+2",
+            },
+        )
+        assert answer.status_code == 200, answer.text[:500]
+        assert "Answer: success" in answer.text and "Trail row" in answer.text
+        assert 'name="arguments.expression"' in answer.text  # the form is still there
+    policy.call(PolicyActor.reset, channel="chat", permission="calculator")
+
+
 def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
     book = Trail(d.rt.db_path)
     try:
