@@ -44,7 +44,7 @@ from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
 from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
 from chalie.policy import PolicyError
-from chalie.principals import Principal
+from chalie.principals import LOCAL_ID, Principal
 from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
@@ -313,7 +313,27 @@ class RuntimeBackend:
 
     def approval_history(self, _path: Any, args: api.HistoryQuery) -> list[api.HistoryRow]:
         rows = self._book().query(decided_by="human", limit=args.limit)
-        return [view(api.HistoryRow, r) for r in rows]
+        if not rows:
+            return []
+        # Who answered each: the request of that conversation and permission settled while
+        # the call waited (one request a call), from the stored requests.
+        settled = self._read(
+            "SELECT conversation_id, permission, answered_by, settled_at FROM permission_requests "
+            "WHERE settled_at >= ? AND answered_by IS NOT NULL",
+            (min(r.started_at for r in rows),),
+        )
+        names = {t.id: t.name for t in self.token_store.list()}
+
+        def who(row: TrailRow) -> str:
+            end = row.ended_at if row.ended_at is not None else time.time()
+            for conversation, permission, by, at in settled:
+                if (conversation, permission) == (row.conversation_id, row.permission) and (
+                    row.started_at <= at <= end
+                ):
+                    return "the owner (local)" if by == LOCAL_ID else names.get(by, str(by))
+            return ""
+
+        return [view(api.HistoryRow, r, decided_by=who(r)) for r in rows]
 
     # -- policy -----------------------------------------------------------------------
     def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:

@@ -146,6 +146,9 @@ class HistoryRow(Reply):
     conversation_id: str
     status: str
     started_at: float
+    # Who answered: a token's name, "the owner (local)" for the local owner; empty when
+    # the request's answer is not on record (it expired, or was answered before it was kept).
+    decided_by: str = ""
 
 
 # -- policy -----------------------------------------------------------------------------

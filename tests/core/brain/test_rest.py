@@ -1167,6 +1167,15 @@ def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
         path = f"/api/v1/approvals/{mine.request_id}/answer"
         ok(c.post(path, json={"answer": "deny"}), api.Answered)
     assert outcome.result(10).code == "permission-denied"
+    # The answered list says who decided (it had no "decided by").
+    with d.client() as c:
+        history = ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow])
+        (row,) = [h for h in history if h.conversation_id == "c-reach"]
+        assert (row.decision, row.decided_by) == ("deny", "first")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        answered = c.get("/brain/approvals").text.split('id="history-h"', 1)[1]
+        assert '<th scope="col">Decided by</th>' in answered and "<td>first</td>" in answered
 
 
 def test_the_dashboards_defects_a_new_user_met(d: BrainDaemon) -> None:
