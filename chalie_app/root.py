@@ -202,7 +202,11 @@ class Parts:
 
         cfg = rt.config
         rt.sessions = SessionBook(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
-        discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+        from chalie.discovery.state import IndexState
+
+        # The state the actor writes and the handle reads (a find during the first build
+        # is answered at once: discovery-index-building).
+        discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor), state=IndexState())
         rt.services.discovery = discovery
         rt.services.personal = personal_runtime(rt)
         return cls(
