@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from chalie.healing import fits, json_types
+from chalie.schema_types import fits, json_types
 
 MAX_VALUE_DEPTH: Final = 32
 INT_RANGE: Final = (-(2**63), 2**64 - 1)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chalie.brain.pages.page import Page
-from chalie.healing import json_types
+from chalie.schema_types import json_types
 
 
 @dataclass(frozen=True)
