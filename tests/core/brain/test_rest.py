@@ -349,6 +349,57 @@ def test_any_tool_is_called_from_a_form_made_from_its_schema_through_the_gate(
     policy.call(PolicyActor.reset, channel="chat", permission="calculator")
 
 
+def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
+    d: BrainDaemon,
+) -> None:
+    """Issue 34: the card showed all 25 email parameters, nulls included, and "Asked by:
+    unknown" for a request the gate had written "the owner, on the chat channel"."""
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id="c-reach", turn_id="t-reach", channel="chat", scope="unrestricted"
+    )
+    given = {"action": "send", "to": ["ann@example.com"], "subject": "Dinner", "body": "8?"}
+    call = ToolCall(
+        call_id="call-reach", tool="email", arguments={**given, "act_summary": "x"}, context=ctx
+    )
+    outcome = d.rt.dispatch(call)
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    (request,) = wait_until(
+        lambda: [r for r in policy.call(PolicyActor.pending) if r.conversation_id == "c-reach"],
+        what="the email.send request",
+    )
+    reach = "sends mail to ann@example.com; subject 'Dinner'; body '8?'"
+    with d.client() as c:
+        (mine,) = [
+            a
+            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
+            if a.conversation_id == "c-reach"
+        ]
+        assert mine.reach == reach and mine.params == given
+        assert mine.asked_by == request.asked_by != ""
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/approvals").text
+        card = page[page.index('id="req-' + mine.request_id) :]
+        card = card[: card.index("</article>")]
+        assert card.index("This reaches beyond Chalie:") < card.index("Asked by")
+        assert "ann@example.com" in card and "null" not in card and "unknown" not in card
+    with d.client() as c:
+        path = f"/api/v1/approvals/{mine.request_id}/answer"
+        ok(c.post(path, json={"answer": "deny"}), api.Answered)
+    assert outcome.result(10).code == "permission-denied"
+    # The answered list says who decided (it had no "decided by").
+    with d.client() as c:
+        history = ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow])
+        (row,) = [h for h in history if h.conversation_id == "c-reach"]
+        assert (row.decision, row.decided_by) == ("deny", "first")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        answered = c.get("/brain/approvals").text.split('id="history-h"', 1)[1]
+        assert '<th scope="col">Decided by</th>' in answered and "<td>first</td>" in answered
+
+
 def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
     book = Trail(d.rt.db_path)
     try:
@@ -656,6 +707,15 @@ def test_remote_servers_add_tools_and_remove(d: BrainDaemon) -> None:
             refused(c.get("/api/v1/mcp/servers/nosuch/tools"), 404, "mcp-admin")
             # Issue 34: a remote server's notifications and log lines, in its log.
             from chalie.messages import ToolCall, TurnContext
+
+            wait_until(  # re-enabled just above: connected again first
+                lambda: any(
+                    r.name == "fx" and r.status == "online"
+                    for r in ok(c.get("/api/v1/mcp/servers"), list[api.RemoteView])
+                ),
+                30,
+                "fx online again",
+            )
 
             d.rt.child("policy", PolicyActor).within(5).call(
                 PolicyActor.set, "chat", "_mcp_fx_grow", "allow"
@@ -1125,57 +1185,6 @@ def test_every_answer_carries_the_servers_own_time(d: BrainDaemon) -> None:
         assert _sign_in(d, c, d.token).status_code == 303
         shown = c.get("/brain/approvals")
         assert shown.status_code == 200 and took(shown) >= 0
-
-
-def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
-    d: BrainDaemon,
-) -> None:
-    """Issue 34: the card showed all 25 email parameters, nulls included, and "Asked by:
-    unknown" for a request the gate had written "the owner, on the chat channel"."""
-    from chalie.messages import ToolCall, TurnContext
-
-    ctx = TurnContext(
-        conversation_id="c-reach", turn_id="t-reach", channel="chat", scope="unrestricted"
-    )
-    given = {"action": "send", "to": ["ann@example.com"], "subject": "Dinner", "body": "8?"}
-    call = ToolCall(
-        call_id="call-reach", tool="email", arguments={**given, "act_summary": "x"}, context=ctx
-    )
-    outcome = d.rt.dispatch(call)
-    policy = d.rt.child("policy", PolicyActor).within(5)
-    (request,) = wait_until(
-        lambda: [r for r in policy.call(PolicyActor.pending) if r.conversation_id == "c-reach"],
-        what="the email.send request",
-    )
-    reach = "sends mail to ann@example.com; subject 'Dinner'; body '8?'"
-    with d.client() as c:
-        (mine,) = [
-            a
-            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
-            if a.conversation_id == "c-reach"
-        ]
-        assert mine.reach == reach and mine.params == given
-        assert mine.asked_by == request.asked_by != ""
-    with d.client(None) as c:
-        assert _sign_in(d, c, d.token).status_code == 303
-        page = c.get("/brain/approvals").text
-        card = page[page.index('id="req-' + mine.request_id) :]
-        card = card[: card.index("</article>")]
-        assert card.index("This reaches beyond Chalie:") < card.index("Asked by")
-        assert "ann@example.com" in card and "null" not in card and "unknown" not in card
-    with d.client() as c:
-        path = f"/api/v1/approvals/{mine.request_id}/answer"
-        ok(c.post(path, json={"answer": "deny"}), api.Answered)
-    assert outcome.result(10).code == "permission-denied"
-    # The answered list says who decided (it had no "decided by").
-    with d.client() as c:
-        history = ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow])
-        (row,) = [h for h in history if h.conversation_id == "c-reach"]
-        assert (row.decision, row.decided_by) == ("deny", "first")
-    with d.client(None) as c:
-        assert _sign_in(d, c, d.token).status_code == 303
-        answered = c.get("/brain/approvals").text.split('id="history-h"', 1)[1]
-        assert '<th scope="col">Decided by</th>' in answered and "<td>first</td>" in answered
 
 
 def test_the_dashboards_defects_a_new_user_met(d: BrainDaemon) -> None:
