@@ -15,7 +15,6 @@ import msgspec
 from chalie.ability import Ability
 from chalie.result import ToolResult
 from chalie.web import results
-from chalie.web.browser import BrowserError, png_payload
 
 # Characters of page text an action other than extract returns (extract: the whole limit).
 GLANCE: Final = 4000
@@ -72,6 +71,8 @@ class Browser(Ability):
     timeout = 120.0
 
     def run(self, params: BrowserParams) -> ToolResult:
+        from chalie.web.browser import BrowserError, png_payload
+
         kit = results.kit_of(self.services)
         if isinstance(kit, ToolResult):
             return kit

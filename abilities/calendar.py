@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
-from chalie.personal import calendar as ical
-from chalie.personal import calendars
-from chalie.personal.runtime import PersonalRuntime, with_accounts
 from chalie.result import ToolResult
 from chalie.untrusted import success as untrusted_success
+
+if TYPE_CHECKING:
+    from chalie.personal.runtime import PersonalRuntime
 
 MAX_RANGE_DAYS = 366
 Text = Annotated[str, msgspec.Meta(max_length=2000)]
@@ -114,9 +114,14 @@ class Calendar(Ability):
         return f"deletes {which} calendar event {params.get('id')!s} in {account!s}"
 
     def run(self, params: CalendarParams) -> ToolResult:
+        from chalie.personal.runtime import with_accounts
+
         return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _run(self, rt: PersonalRuntime, p: CalendarParams) -> ToolResult:
+        from chalie.personal import calendar as ical
+        from chalie.personal import calendars
+
         zone_name = p.zone or rt.settings.zone
         zone = ical.zone_of(zone_name)
         meta = {"action": p.action}
@@ -214,6 +219,8 @@ class Calendar(Ability):
 
     @staticmethod
     def _range(p: CalendarParams, zone: dt.tzinfo) -> tuple[dt.datetime, dt.datetime]:
+        from chalie.personal import calendar as ical
+
         if p.start is None:
             lo = dt.datetime.combine(dt.datetime.now(zone).date(), dt.time(), zone)
         else:

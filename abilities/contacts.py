@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
-from chalie.personal import contacts
-from chalie.personal.runtime import PersonalRuntime, with_accounts
 from chalie.result import ToolResult
 from chalie.untrusted import success as untrusted_success
+
+if TYPE_CHECKING:
+    from chalie.personal.runtime import PersonalRuntime
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Many = Annotated[list[Short], msgspec.Meta(max_length=20)]
@@ -55,9 +56,13 @@ class Contacts(Ability):
     timeout = 60.0
 
     def run(self, params: ContactsParams) -> ToolResult:
+        from chalie.personal.runtime import with_accounts
+
         return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _run(self, rt: PersonalRuntime, p: ContactsParams) -> ToolResult:
+        from chalie.personal import contacts
+
         meta = {"action": p.action}
         if p.action == "create":
             assert p.name is not None

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
-from chalie.dispatch import MAX_RICH_BYTES
 from chalie.display import one_line
-from chalie.personal import mail
-from chalie.personal.runtime import PersonalRuntime, with_accounts
-from chalie.result import ToolResult
+from chalie.result import MAX_RICH_BYTES, ToolResult
 from chalie.untrusted import success as untrusted_success
+
+if TYPE_CHECKING:
+    from chalie.personal import mail
+    from chalie.personal.runtime import PersonalRuntime
 
 Line = Annotated[str, msgspec.Meta(max_length=998)]
 Address = Annotated[str, msgspec.Meta(min_length=3, max_length=320)]
@@ -130,15 +131,21 @@ class Email(Ability):
         return one_line("; ".join(parts), 1000)
 
     def run(self, params: EmailParams) -> ToolResult:
+        from chalie.personal.runtime import with_accounts
+
         return with_accounts(self, lambda rt: self._run(rt, params))
 
     def _mailbox(self, rt: PersonalRuntime, name: str | None) -> mail.Mailbox:
+        from chalie.personal import mail
+
         account = rt.book.pick(("imap",), name)
         return mail.Mailbox(
             rt.book.credentials(account), rt.settings.timeout, rt.settings.max_message_bytes
         )
 
     def _run(self, rt: PersonalRuntime, p: EmailParams) -> ToolResult:
+        from chalie.personal import mail
+
         meta: dict[str, Any] = {"action": p.action}
         if p.action == "reply" and p.send and not p.to:
             # The permission prompt must show who receives it: they are named in the call.
@@ -206,6 +213,8 @@ class Email(Ability):
 
     @staticmethod
     def _save_draft(box: mail.Mailbox, msg: Any, meta: dict[str, Any]) -> ToolResult:
+        from chalie.personal import mail
+
         folder = box.special(mail.DRAFTS_FLAG, "Drafts")
         uid = box.append(folder, msg, [b"\\Draft", b"\\Seen"])
         return ToolResult.success(
@@ -219,6 +228,8 @@ class Email(Ability):
         )
 
     def _reply(self, rt: PersonalRuntime, account: Account, p: EmailParams, original: Any) -> Any:
+        from chalie.personal import mail
+
         to = p.to or [str(original.get("Reply-To") or original.get("From") or "")]
         subject = p.subject or mail.decoded(original.get("Subject"))
         if not subject.lower().startswith("re:"):
@@ -238,6 +249,8 @@ class Email(Ability):
         )
 
     def _send(self, rt: PersonalRuntime, p: EmailParams, meta: dict[str, Any]) -> ToolResult:
+        from chalie.personal import mail
+
         smtp = _smtp_account(rt, p.account)
         msg = mail.compose(_sender(rt, smtp), _draft(p))
         return self._deliver(rt, p.account, msg, meta)
@@ -245,6 +258,8 @@ class Email(Ability):
     def _deliver(
         self, rt: PersonalRuntime, name: str | None, msg: Any, meta: dict[str, Any]
     ) -> ToolResult:
+        from chalie.personal import mail
+
         smtp = _smtp_account(rt, name)
         accepted = mail.send(rt.book.credentials(smtp), msg, rt.settings.timeout)
         body: dict[str, Any] = {
@@ -290,6 +305,8 @@ def _sender(rt: PersonalRuntime, account: Account) -> str:
 
 
 def _draft(p: EmailParams) -> mail.Draft:
+    from chalie.personal import mail
+
     return mail.Draft(
         to=list(p.to), subject=p.subject or "", body=p.body or "", cc=list(p.cc), bcc=list(p.bcc)
     )

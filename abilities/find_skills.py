@@ -17,7 +17,6 @@ import msgspec
 from chalie.ability import Ability
 from chalie.discovery.asking import Entry, ask_discovery, log
 from chalie.discovery.cascade import DEFAULT_K, MAX_ENTRIES, FindResult
-from chalie.mcp.extras import prompts_proxy_of
 from chalie.result import ToolResult
 
 Tasks = Annotated[
@@ -93,6 +92,8 @@ class FindSkills(Ability):
         return [d for d in self._tools_for(named[:MAX_ENTRIES]) if d.name in named]
 
     def run(self, params: FindSkillsParams) -> ToolResult:
+        from chalie.mcp.extras import prompts_proxy_of
+
         queries = list(params.query)
         outcome: tuple[FindResult, list[Any]] | ToolResult = ask_discovery(
             self, lambda d: d.find_skills(queries, k=DEFAULT_K)

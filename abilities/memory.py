@@ -16,19 +16,21 @@ untrusted sources it had read come from the runtime (``Services.memory``, a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from chalie import untrusted
 from chalie.ability import Ability
 from chalie.memory import when
-from chalie.memory.book import FORGET_GRACE, MemoryRequestError
 from chalie.memory.fusion import within_budget
 from chalie.memory.records import Draft, Kind, Memory, Names, Provenance, Text
-from chalie.memory.turns import TurnMemory
 from chalie.memory.whose import is_agent
 from chalie.result import Scalar, ToolResult
+
+if TYPE_CHECKING:
+    from chalie.memory.book import MemoryRequestError
+    from chalie.memory.turns import TurnMemory
 
 Action = Literal["store", "recall", "update", "forget", "list"]
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -82,7 +84,15 @@ def _happened(time: str | None, desk: TurnMemory) -> str | None:
         raise _bad_time(exc) from None
 
 
+def forget_grace() -> float:
+    from chalie.memory.book import FORGET_GRACE
+
+    return FORGET_GRACE
+
+
 def _bad_time(exc: when.TimeError) -> MemoryRequestError:
+    from chalie.memory.book import MemoryRequestError
+
     return MemoryRequestError("invalid-param", str(exc), hint=when.HINT, param="time")
 
 
@@ -145,10 +155,14 @@ class MemoryTool(Ability):
     timeout = 30.0
 
     def _desk(self) -> TurnMemory | None:
+        from chalie.memory.turns import TurnMemory
+
         desk = getattr(self.services, "memory", None)
         return desk if isinstance(desk, TurnMemory) else None
 
     def run(self, params: MemoryParams) -> ToolResult:
+        from chalie.memory.book import MemoryRequestError
+
         desk = self._desk()
         if desk is None or self.context is None:
             return _unavailable(params.action)
@@ -158,6 +172,8 @@ class MemoryTool(Ability):
             return _failed(exc, params.action)
 
     def _run(self, desk: TurnMemory, p: MemoryParams) -> ToolResult:
+        from chalie.memory.book import MemoryRequestError
+
         assert self.context is not None
         book = desk.book
         readable = desk.readable(self.context)
@@ -213,7 +229,7 @@ class MemoryTool(Ability):
         if p.action == "forget":
             gone = book.forget((principal,), p.id)
             return ToolResult.success(
-                {"forgotten": gone.shown(), "restorable_for_days": int(FORGET_GRACE // 86400)},
+                {"forgotten": gone.shown(), "restorable_for_days": int(forget_grace() // 86400)},
                 meta={"action": "forget", "id": gone.id},
             )
         changes: dict[str, Any] = {

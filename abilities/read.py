@@ -24,8 +24,6 @@ import msgspec
 from chalie.ability import Ability
 from chalie.result import ToolResult
 from chalie.web import results
-from chalie.web.extract import ExtractError, extract
-from chalie.web.http import FetchError
 
 ATTACHMENTS: Final = "attachments"
 
@@ -60,6 +58,9 @@ class Read(Ability):
     timeout = 90.0
 
     def run(self, params: ReadParams) -> ToolResult:
+        from chalie.web.extract import ExtractError, extract
+        from chalie.web.http import FetchError
+
         kit = results.kit_of(self.services)
         if isinstance(kit, ToolResult):
             return kit

@@ -15,7 +15,6 @@ import chalie.untrusted as untrusted
 from chalie.ability import Ability
 from chalie.result import ToolResult
 from chalie.web import results
-from chalie.web.search import SearchError
 
 
 class SearchParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -46,6 +45,8 @@ class Search(Ability):
     timeout = 60.0
 
     def run(self, params: SearchParams) -> ToolResult:
+        from chalie.web.search import SearchError
+
         kit = results.kit_of(self.services)
         if isinstance(kit, ToolResult):
             return kit

@@ -8,8 +8,6 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
-from chalie.personal.runtime import runtime_of
-from chalie.personal.weather import OpenMeteo, Place, current_body, forecast_body
 from chalie.result import ToolResult
 
 
@@ -52,6 +50,9 @@ class Weather(Ability):
     timeout = 30.0
 
     def run(self, params: WeatherParams) -> ToolResult:
+        from chalie.personal.runtime import runtime_of
+        from chalie.personal.weather import OpenMeteo, Place, current_body, forecast_body
+
         rt = runtime_of(self)
         if isinstance(rt, ToolResult):
             return rt

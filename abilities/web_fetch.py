@@ -15,8 +15,6 @@ import msgspec
 from chalie.ability import Ability
 from chalie.result import ToolResult
 from chalie.web import results
-from chalie.web.extract import ExtractError, extract
-from chalie.web.http import FetchError
 
 
 class WebFetchParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -48,6 +46,9 @@ class WebFetch(Ability):
     timeout = 90.0
 
     def run(self, params: WebFetchParams) -> ToolResult:
+        from chalie.web.extract import ExtractError, extract
+        from chalie.web.http import FetchError
+
         kit = results.kit_of(self.services)
         if isinstance(kit, ToolResult):
             return kit

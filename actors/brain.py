@@ -8,6 +8,7 @@ method is synchronous and runs on the web server's thread pool, never on the eve
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import csv
 import difflib
@@ -15,6 +16,8 @@ import io
 import json
 import os
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -39,9 +42,9 @@ from chalie.control import NoArgs
 from chalie.db import connect
 from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
-from chalie.messages import CHANNELS, ControlReply
+from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
 from chalie.policy import PolicyError
-from chalie.principals import Principal
+from chalie.principals import LOCAL_ID, Principal
 from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
@@ -54,6 +57,9 @@ V = TypeVar("V", bound=msgspec.Struct)
 ACTOR_TIMEOUT: Final = 10.0
 EXPORT_PAGE: Final = 500
 RECENT_ERRORS: Final = 10
+# Seconds a call from the dashboard is waited for; then it answers "waiting" (the gate is
+# asking: the request is in Approvals) and the result lands on the trail.
+TOOL_CALL_WAIT: Final = 10.0
 
 
 class BrainHost(Protocol):
@@ -73,6 +79,8 @@ class BrainHost(Protocol):
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]: ...
 
 
 def _rss() -> int:
@@ -283,7 +291,7 @@ class RuntimeBackend:
                 r,
                 channel=r.channel or "",
                 params=dict(r.params),
-                asked_by=origins.get(r.conversation_id, ""),
+                asked_by=r.asked_by or origins.get(r.conversation_id, ""),
             )
             for r in found
         ]
@@ -305,19 +313,45 @@ class RuntimeBackend:
 
     def approval_history(self, _path: Any, args: api.HistoryQuery) -> list[api.HistoryRow]:
         rows = self._book().query(decided_by="human", limit=args.limit)
-        return [view(api.HistoryRow, r) for r in rows]
+        if not rows:
+            return []
+        # Who answered each: the request of that conversation and permission settled while
+        # the call waited (one request a call), from the stored requests.
+        settled = self._read(
+            "SELECT conversation_id, permission, answered_by, settled_at FROM permission_requests "
+            "WHERE settled_at >= ? AND answered_by IS NOT NULL",
+            (min(r.started_at for r in rows),),
+        )
+        names = {t.id: t.name for t in self.token_store.list()}
+
+        def who(row: TrailRow) -> str:
+            end = row.ended_at if row.ended_at is not None else time.time()
+            for conversation, permission, by, at in settled:
+                if (conversation, permission) == (row.conversation_id, row.permission) and (
+                    row.started_at <= at <= end
+                ):
+                    return "the owner (local)" if by == LOCAL_ID else names.get(by, str(by))
+            return ""
+
+        return [view(api.HistoryRow, r, decided_by=who(r)) for r in rows]
 
     # -- policy -----------------------------------------------------------------------
     def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:
         rows = self._policy().call(PolicyActor.list, True)
         needle = args.q.strip().lower()
-        shown = [
-            view(api.PolicyRowView, r, read_only=r.decision == "internal")
+        matched = [
+            r
             for r in rows
             if (not needle or needle in r.permission.lower())
             and (args.channel is None or r.channel == args.channel)
             and (args.setting is None or r.decision == args.setting)
             and (args.origin is None or r.origin == args.origin)
+        ]
+        internal = args.internal or args.setting == "internal"
+        shown = [
+            view(api.PolicyRowView, r, read_only=r.decision == "internal")
+            for r in matched
+            if internal or r.decision != "internal"
         ]
         known = {r.permission for r in rows}
         unconfigured = sorted(
@@ -327,7 +361,12 @@ class RuntimeBackend:
             and e.name not in known
             and (not needle or needle in e.name.lower())
         )
-        return api.PolicyPage(channels=list(CHANNELS), rows=shown, unconfigured=unconfigured)
+        return api.PolicyPage(
+            channels=list(CHANNELS),
+            rows=shown,
+            unconfigured=unconfigured,
+            hidden_internal=len(matched) - len(shown),
+        )
 
     def policy_set(self, _path: Any, args: api.PolicySet) -> api.PolicyRowView:
         with refused(PolicyError, 400, "invalid-args"):
@@ -406,7 +445,18 @@ class RuntimeBackend:
             raise ApiProblem(
                 409 if exc.code == "token-exists" else 400, exc.code, str(exc)
             ) from None
-        info = next(t for t in self.token_store.list() if t.name == args.name and t.active)
+        return self._created(args.name, secret)
+
+    def token_regenerate(self, path: api.NamePath, _args: api.Empty) -> api.CreatedToken:
+        with refused(TokenError, 400):
+            secret = self.token_store.regenerate(path.name)
+        if secret is None:
+            raise ApiProblem(404, "not-found", f"no active token named {path.name!r}")
+        return self._created(path.name, secret)
+
+    def _created(self, name: str, secret: str) -> api.CreatedToken:
+        """The active token ``name`` with its new secret and the client snippets using it."""
+        info = next(t for t in self.token_store.list() if t.name == name and t.active)
         url = self.mcp_url() or (
             f"http://{self._host.config.mcp_server.host}:{self._host.config.mcp_server.port}/mcp"
         )
@@ -421,6 +471,69 @@ class RuntimeBackend:
         # Its dashboard sessions end at their next request (the book checks the token).
         info = next(t for t in self.token_store.list() if t.name == path.name)
         return token_view(info)
+
+    # -- calling a tool -----------------------------------------------------------------
+    def tools(self, _path: Any, _args: api.Empty) -> list[api.ToolInfo]:
+        """Every tool a person may call from the dashboard: all but the runtime's own."""
+        return [
+            api.ToolInfo(
+                name=e.name,
+                tooltip=e.cls.tooltip,
+                input_schema=e.cls.input_schema(),
+            )
+            for e in sorted(self._host.registry, key=lambda e: e.name)
+            if not e.cls.internal
+        ]
+
+    def tool_call(
+        self, path: api.NamePath, args: api.ToolCallBody, who: Principal
+    ) -> api.ToolCallResult:
+        """Call a tool as ``who`` (the owner) on the chat channel, through the gate and the
+        dispatcher as every call goes; the answer once it ends, or ``waiting`` while the
+        gate asks (the request is in Approvals, the result will be on the trail)."""
+        from chalie.messages import TurnContext
+        from chalie.typed_text import TypedTextError, typed
+
+        entry = self._host.registry.get(path.name)
+        if entry is None or entry.cls.internal:
+            raise ApiProblem(404, "not-found", f"no tool {path.name!r} to call")
+        schema = entry.cls.input_schema()
+        arguments: dict[str, Any] = {}
+        try:
+            for key, value in args.arguments.items():
+                text = isinstance(value, str) and key != "act_summary"
+                arguments[key] = typed(schema, key, value) if text else value
+        except TypedTextError as exc:
+            raise ApiProblem(400, "invalid-args", str(exc)) from None
+        arguments.setdefault("act_summary", f"{path.name} called from the Brain")
+        stamp = uuid.uuid4().hex[:20]
+        context = TurnContext(
+            conversation_id=f"brain-{stamp}",
+            turn_id=f"brain-{stamp}",
+            channel="chat",
+            scope="unrestricted",
+            principal=who,
+        )
+        call = ToolCall(
+            call_id=f"brain-{stamp}", tool=path.name, arguments=arguments, context=context
+        )
+        outcome = self._host.dispatch(call)
+        try:
+            done = outcome.result(TOOL_CALL_WAIT)
+        except concurrent.futures.TimeoutError:
+            return api.ToolCallResult(
+                call_id=call.call_id, conversation_id=context.conversation_id, state="waiting"
+            )
+        rows = self._book().query(conversation_id=context.conversation_id, limit=1)
+        return api.ToolCallResult(
+            call_id=call.call_id,
+            conversation_id=context.conversation_id,
+            state="done",
+            status=done.status,
+            code=done.code,
+            envelope=done.envelope,
+            trail=view(api.TrailEntry, rows[0]) if rows else None,
+        )
 
     # -- remote MCP servers -----------------------------------------------------------
     def remotes(self, _path: Any, _args: api.Empty) -> list[api.RemoteView]:
@@ -473,6 +586,13 @@ class RuntimeBackend:
     def remote_remove(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone:
         return self._remote_done("remove", path.name)
 
+    def remote_log(self, path: api.NamePath, args: api.LogQuery) -> api.RemoteLog:
+        from chalie.mcp import server_log
+
+        self._admin_do("spec", path.name)  # 404 for an unknown server
+        logs = self._host.config.home / "logs"
+        return api.RemoteLog(name=path.name, lines=server_log.tail(logs, path.name, args.lines))
+
     def remote_tools(self, path: api.NamePath, _args: api.Empty) -> list[api.RemoteToolView]:
         self._admin_do("spec", path.name)  # 404 for an unknown server
         with self._admin_lock:
@@ -508,6 +628,22 @@ class RuntimeBackend:
                 before=before,
                 limit=limit,
             )
+
+    def usage(self, _path: Any, args: api.UsageQuery) -> api.UsageView:
+        from chalie import usage
+
+        since = time.time() - usage.WINDOWS[args.window]
+        rows = self._book().ended_since(since)
+
+        def shown(found: list[usage.Usage]) -> list[api.UsageRow]:
+            return [view(api.UsageRow, u) for u in found]  # error_rate: Usage's property
+
+        return api.UsageView(
+            window=args.window,
+            since=since,
+            tools=shown(usage.summarize(rows, usage.by_tool)),
+            servers=shown(usage.summarize(rows, usage.by_server)),
+        )
 
     def trail(self, _path: Any, args: api.TrailQuery) -> api.TrailPage:
         rows = self._trail_query(args, limit=args.limit + 1, before=args.before)

@@ -57,7 +57,7 @@ from chalie.discovery.engine import MANIFEST, DiscoveryEngine, Progress, registr
 from chalie.discovery.learning import Example, LearnedExamples, Learner, LearnResult
 from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.state import IndexState
-from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.discovery.types import IndexBuilding, IndexCorruptError, ToolDoc
 from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
 from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 from chalie.services import DiscoveryService
@@ -583,8 +583,10 @@ class DiscoveryHandle:
         self._finds: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
         self._finds_lock = threading.Lock()
         # shared with the actor (pass it to DiscoveryActor.start) so status and
-        # rebuild progress are read without waiting behind a build
+        # rebuild progress are read without waiting behind a build, and a find sent
+        # while the index is built is answered at once (only with a shared state)
         self.state = state if state is not None else IndexState()
+        self._shared = state is not None
 
     def _resolve(self) -> Target:
         target = self._target
@@ -606,13 +608,22 @@ class DiscoveryHandle:
                 "(is the index still building?)"
             ) from None
 
+    def _not_building(self) -> None:
+        """IndexBuilding at once while the index is first built or loaded: the actor is
+        busy building, and a find would wait behind it for the whole timeout."""
+        building = self.state.building() if self._shared else None
+        if building is not None:
+            raise IndexBuilding(*building)
+
     def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
+        self._not_building()
         result: FindResult = self._call(DiscoveryActor.find, list(queries), k)
         return result
 
     def find_skills(
         self, queries: Sequence[str], *, k: int = DEFAULT_K
     ) -> tuple[FindResult, list[Skill]]:
+        self._not_building()
         found: tuple[FindResult, list[Skill]] = self._call(
             DiscoveryActor.find_skills, list(queries), k
         )

@@ -125,6 +125,7 @@ class _Call(msgspec.Struct, eq=False):
     permission: str
     act_summary: str
     redacted: dict[str, Any]
+    given: dict[str, Any]  # what a person asked is shown: the redacted params the call gave
     background: bool
     reply: Future[ToolOutcome]
     rec: CallRecord
@@ -538,6 +539,7 @@ class DispatcherActor(SupervisedActor):
             permission=permission,
             act_summary=act_summary,
             redacted=redacted,
+            given=steps.given(redacted, params),
             background=background,
             reply=reply,
             rec=rec,
@@ -662,7 +664,7 @@ class DispatcherActor(SupervisedActor):
                 permission=state.permission,
                 internal=False,
                 act_summary=state.act_summary,
-                params_redacted=state.redacted,
+                params_redacted=state.given,
                 reach=state.reach,
                 resume=_resumable(state),
                 binding=call_binding(state.tool, state.permission, state.pre.params, state.reach),

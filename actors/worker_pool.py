@@ -590,8 +590,15 @@ class Broker:
         paths = [os.getcwd() if p == "" else p for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if os.path.isdir(p))
         try:
+            # Its own process group: a Ctrl-C at the daemon's terminal (SIGINT to the
+            # foreground group) reaches the daemon alone, which stops its workers itself.
             popen = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, close_fds=True
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                close_fds=True,
+                process_group=0,
             )
         except OSError as exc:
             log.error("cannot start a worker process: %s", exc)

@@ -76,8 +76,16 @@ class AbilityMeta(type):
                     )
         if "Params" in ns and ns["Params"] is not None and "parameters" not in ns:
             cls.parameters = struct_schema(ns["Params"])  # type: ignore[attr-defined]
+            cls._derived_schema = True  # type: ignore[attr-defined]
+        elif "parameters" in ns:
+            cls._derived_schema = False  # type: ignore[attr-defined]
+        # Inherited parameters keep their origin (a subclass of a Params-derived base).
+        generated = bool(getattr(cls, "_derived_schema", False))
         if not ns.get("abstract", False) and any(isinstance(b, AbilityMeta) for b in bases):
-            validate_ability(cls)  # type: ignore[arg-type]
+            # A schema msgspec wrote from the Params type is valid JSON Schema by
+            # construction; only a hand-written one is checked against the meta-schema
+            # (the check is most of what importing every ability costs: `tools list`).
+            validate_ability(cls, check_schema=not generated)  # type: ignore[arg-type]
         return cls
 
     def __setattr__(cls, attr: str, value: Any) -> None:
@@ -88,8 +96,11 @@ class AbilityMeta(type):
         super().__setattr__(attr, value)
 
 
-def validate_ability(cls: type[Ability]) -> None:
-    """Raise AbilityDefinitionError naming the ability and the first rule it breaks."""
+def validate_ability(cls: type[Ability], *, check_schema: bool = True) -> None:
+    """Raise AbilityDefinitionError naming the ability and the first rule it breaks.
+
+    ``check_schema``: check ``parameters`` against the JSON Schema meta-schema.
+    """
     who = f"ability {getattr(cls, 'name', None)!r} ({cls.__module__}.{cls.__qualname__})"
 
     def fail(rule: str) -> None:
@@ -114,12 +125,13 @@ def validate_ability(cls: type[Ability]) -> None:
     schema = cls.parameters
     if not isinstance(schema, Mapping) or schema.get("type") != "object":
         fail("parameters must be a JSON Schema object ({'type': 'object', ...})")
-    import jsonschema  # here: importing the contract (every CLI command) stays cheap
+    if check_schema:
+        import jsonschema  # here: importing the contract (every CLI command) stays cheap
 
-    try:
-        jsonschema.Draft202012Validator.check_schema(dict(schema))
-    except jsonschema.SchemaError as exc:
-        fail(f"parameters is not a valid JSON Schema: {exc.message}")
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(schema))
+        except jsonschema.SchemaError as exc:
+            fail(f"parameters is not a valid JSON Schema: {exc.message}")
     props = schema.get("properties", {})
     clash = [f for f in FRAMEWORK_FIELDS if f in props]
     if clash:

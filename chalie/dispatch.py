@@ -55,7 +55,7 @@ from chalie.messages import (
 )
 from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
-from chalie.result import Scalar, ToolResult
+from chalie.result import MAX_RICH_BYTES, Scalar, ToolResult
 from chalie.tool_names import FRAMEWORK_FIELDS
 
 log = logging.getLogger("chalie.dispatch")
@@ -632,6 +632,13 @@ def reach(instance: Ability, params: Mapping[str, Any]) -> str | None:
     return one_line(str(found), REACH_MAX)
 
 
+def given(params: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters the call gave (its healed ``arguments``), as ``params`` holds them
+    (redacted), for the person who is asked: not the defaults the schema filled in (an
+    email.send showed all 25, nulls too)."""
+    return {k: v for k, v in params.items() if k in arguments and k not in FRAMEWORK_FIELDS}
+
+
 # -- 6. rendering ----------------------------------------------------------------
 
 
@@ -659,9 +666,6 @@ def render_outcome(tool: str, result: ToolResult, action: str | None = None) -> 
         # The action (a str the ability declared) shown first, as with_meta would put it.
         return render(envelope_name(tool), result, {"action": action, **result.meta})
     return render(envelope_name(tool), result)
-
-
-MAX_RICH_BYTES: Final = 4 << 20
 
 
 def carried_rich(tool: str, result: ToolResult) -> tuple[ToolResult, dict[str, Any] | None]:

@@ -60,6 +60,13 @@ def params_line(params: Any, limit: int = PARAMS_CHARS) -> str:
 
 
 PARAM_LINES: Final = 12
+REACH_CHARS: Final = 500
+
+
+def reach_line(reach: str) -> str:
+    """How every approval prompt (the gate's text, the terminal's, chat's, the Brain's card)
+    shows a call's reach beyond Chalie (:meth:`chalie.ability.Ability.reach`): first."""
+    return f"This reaches beyond Chalie: {one_line(reach, REACH_CHARS)}"
 
 
 def param_lines(params: Any, limit: int = PARAM_LINES, width: int = 200) -> list[str]:

@@ -85,6 +85,11 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "find_tools or find_skills could not read its index.",
     ),
     ErrorCode(
+        "discovery-index-building",
+        "The discovery index is still being built; retry shortly.",
+        "find_tools or find_skills was called while the index was first built or loaded.",
+    ),
+    ErrorCode(
         "mcp-unreachable",
         "A remote MCP server did not respond.",
         "Connecting to or calling the named server failed.",

@@ -24,6 +24,8 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.display import one_line
+from chalie.schema_types import fits, json_types
+from chalie.schema_types import json_type as json_type  # dispatch names it through healing
 from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS
 
 MAX_SUMMARY: Final = 200
@@ -39,44 +41,6 @@ class Healed(msgspec.Struct, frozen=True):
 
     arguments: dict[str, Any]
     notes: tuple[str, ...] = ()
-
-
-def _types(spec: Any) -> set[str]:
-    """The JSON types a property schema admits (``anyOf`` of msgspec's Optional included)."""
-    if not isinstance(spec, Mapping):
-        return set()
-    found: set[str] = set()
-    kind = spec.get("type")
-    if isinstance(kind, str):
-        found.add(kind)
-    elif isinstance(kind, list):
-        found.update(k for k in kind if isinstance(k, str))
-    for option in (*spec.get("anyOf", ()), *spec.get("oneOf", ())):
-        found |= _types(option)
-    if "enum" in spec and not found:
-        found.update(json_type(v) for v in spec["enum"])
-    return found
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object" if isinstance(value, Mapping) else "other"
-
-
-def _fits(value: Any, types: set[str]) -> bool:
-    kind = json_type(value)
-    return kind in types or (kind == "integer" and "number" in types)
 
 
 def _properties(cls: type[Ability]) -> Mapping[str, Any]:
@@ -100,7 +64,7 @@ def heal_bare(cls: type[Ability], value: Any) -> Healed | None:
     if len(required) != 1:
         return None
     name = required[0]
-    if isinstance(value, Mapping) or not _fits(value, _types(_properties(cls).get(name))):
+    if isinstance(value, Mapping) or not fits(value, json_types(_properties(cls).get(name))):
         return None
     kind = "array" if isinstance(value, list) else json_type(value)
     return Healed({name: value}, (f"a bare {kind} was read as {name}",))
@@ -117,7 +81,7 @@ def _property_types(cls: type[Ability]) -> dict[str, set[str]]:
     found = _TYPES_CACHE.get(cls)
     if found is not None and found[0] is params:
         return found[1]
-    types = {name: _types(spec) for name, spec in _properties(cls).items()}
+    types = {name: json_types(spec) for name, spec in _properties(cls).items()}
     if len(_TYPES_CACHE) >= _TYPES_CACHE_MAX:
         _TYPES_CACHE.clear()  # classes made at run time (MCP proxies) cannot grow it for good
     _TYPES_CACHE[cls] = (params, types)
@@ -158,7 +122,7 @@ def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
         kinds = _FITS.get(type(value))
         if kinds is not None and not types.isdisjoint(kinds):
             continue  # the common case, decided without json_type
-        if _fits(value, types):
+        if fits(value, types):
             continue
         fixed = _fix_value(value, types)
         if fixed is not _NOTHING:
@@ -193,7 +157,7 @@ def _fix_value(value: Any, types: set[str]) -> Any:
                 parsed = json.loads(text)
             except ValueError:
                 parsed = _NOTHING
-            if parsed is not _NOTHING and _fits(parsed, types):
+            if parsed is not _NOTHING and fits(parsed, types):
                 return parsed
         if "integer" in types and _INTEGER.match(text):
             return int(text)
@@ -251,7 +215,7 @@ def summary_for(cls: type[Ability], given: Any, params: Mapping[str, Any]) -> tu
 
 
 def _placeholder(name: str, spec: Any) -> str:
-    types = _types(spec)
+    types = json_types(spec)
     if "array" in types:
         return f'["<{name}>"]'
     if types & {"integer", "number"}:

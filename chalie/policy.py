@@ -34,7 +34,7 @@ from typing import Any, Final, Literal, get_args
 import msgspec
 
 from chalie.db import connect
-from chalie.display import NAME_CHARS, one_line, param_lines
+from chalie.display import NAME_CHARS, one_line, param_lines, reach_line
 from chalie.forms import BadAnswer, check_answer
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
@@ -164,19 +164,20 @@ def prompt(
     *,
     form: bool = False,
 ) -> str:
-    """The text a person reads before answering: what, who asked, the call's parameters,
-    and (unless it is a form to fill) what each answer covers.
+    """The text a person reads before answering: what, what it reaches beyond Chalie,
+    who asked, the parameters the call gave, and (unless it is a form to fill) what each
+    answer covers.
 
     Every model-written part is escaped to one line and capped
     (:mod:`chalie.display`), so a parameter cannot forge a line of its own.
     """
-    lines = [
-        f"Allow {one_line(permission, NAME_CHARS)}?",
+    lines = [f"Allow {one_line(permission, NAME_CHARS)}?"]
+    if reach is not None:  # first: what leaves Chalie is what the person must weigh
+        lines.append(reach_line(reach))
+    lines += [
         f"Asked by: {one_line(asked_by)}",
         f"Says it will: {one_line(act_summary) or '(no summary)'}",
     ]
-    if reach is not None:
-        lines.append(f"This reaches beyond Chalie: {one_line(reach, 500)}")
     lines.append("Parameters:")
     lines.extend(f"  {line}" for line in param_lines(dict(params)) or ["(none)"])
     if not form:

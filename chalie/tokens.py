@@ -274,6 +274,20 @@ class TokenStore:
         with self._lock:
             return int(self._conn.execute("SELECT count(*) FROM tokens").fetchone()[0])
 
+    def regenerate(self, name: str) -> str | None:
+        """A new secret for the active token ``name`` (None when there is none), in one
+        step: the old secret stops working at once (and the dashboard sessions opened
+        with it), while the token keeps its id, so whatever is the principal's (memories,
+        grants, its trail rows) stays its own."""
+        check_name(name)
+        secret = new_secret()
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE tokens SET hash = ?, created = ? WHERE name = ? AND revoked IS NULL",
+                (digest(secret), time.time(), name),
+            )
+        return secret if cur.rowcount == 1 else None
+
     def revoke(self, name: str) -> bool:
         """Revoke the active token ``name``; False when there is none."""
         check_name(name)

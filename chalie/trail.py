@@ -418,6 +418,17 @@ class Trail:
             if started and not deferred:
                 self._ended_first.add(rec.id)
 
+    def ended_since(self, since: float) -> list[tuple[str, str, float | None]]:
+        """``(tool, status, seconds)`` of every call started at or after ``since`` (seconds:
+        None while it runs); what :func:`chalie.usage.summarize` reads. A scan of the
+        window's rows: no index slows the dispatcher's inserts for it."""
+        with self._lock:
+            found = self._conn.execute(
+                "SELECT tool, status, ended_at - started_at FROM trail WHERE started_at >= ?",
+                (float(since),),
+            ).fetchall()
+        return [(str(t), str(s), None if d is None else float(d)) for t, s, d in found]
+
     def query(
         self,
         *,

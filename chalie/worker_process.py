@@ -25,6 +25,7 @@ import argparse
 import logging
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -297,6 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--broker-timeout", type=float, default=BROKER_TIMEOUT)
     parser.add_argument("--max-frame", type=int, default=MAX_FRAME)
     args = parser.parse_args(argv)
+    # The broker ends a worker (its stop message, or SIGKILL); an interrupt is the
+    # terminal's, meant for the daemon, and must not print a traceback here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         level=logging.WARNING,
         format=f"%(asctime)s %(levelname)s worker[{os.getpid()}] %(name)s: %(message)s",

@@ -17,8 +17,10 @@ Start-up, in order (:func:`run`):
    chat (when enabled), mcp_server, any extra children, control. The tree stops
    them in reverse order, so the control endpoint closes first and the workers
    are reaped when the dispatcher stops, after its last call.
-4. Write the pid file and wait for a stop: SIGINT or SIGTERM, ``chalie stop``,
-   or an escalation from the root supervisor (restart intensity exceeded).
+4. Write the pid file, tell the terminal where things are and whether each
+   model answers (:mod:`chalie.startup`, on a thread: the probes never delay
+   the start), and wait for a stop: SIGINT or SIGTERM, ``chalie stop``, or an
+   escalation from the root supervisor (restart intensity exceeded).
 5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
 
 Exit codes are :mod:`chalie.daemon`'s.
@@ -200,7 +202,11 @@ class Parts:
 
         cfg = rt.config
         rt.sessions = SessionBook(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
-        discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor))
+        from chalie.discovery.state import IndexState
+
+        # The state the actor writes and the handle reads (a find during the first build
+        # is answered at once: discovery-index-building).
+        discovery = DiscoveryHandle(rt.child("discovery", DiscoveryActor), state=IndexState())
         rt.services.discovery = discovery
         rt.services.personal = personal_runtime(rt)
         return cls(
@@ -460,7 +466,11 @@ def _install_signals(stop: threading.Event) -> Callable[[], None]:
         log.info("received %s; stopping", signal.Signals(signum).name)
         stop.set()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = [signal.SIGINT, signal.SIGTERM]
+    # A closed terminal (SIGHUP) stops cleanly too, unless nohup asked to ignore it.
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    old = {s: signal.signal(s, handler) for s in signals}
 
     def restore() -> None:
         for s, h in old.items():
@@ -613,6 +623,7 @@ def _run_locked(
             "daemon started",
             extra={"pid": os.getpid(), "home": str(config.home), "abilities": len(registry)},
         )
+        threading.Thread(target=announce, args=(rt,), name="announce", daemon=True).start()
         if ready is not None:
             ready(rt)
         while not rt.stop_requested.wait(0.2):
@@ -632,6 +643,71 @@ def _run_locked(
         return EXIT_ESCALATED
     log.info("daemon stopped")
     return EXIT_OK
+
+
+def announce(rt: Runtime) -> None:
+    """Print the start-up lines (:mod:`chalie.startup`) on standard output, once."""
+    import sys
+
+    from actors.chat_bridge import ChatBridge
+    from actors.mcp_server import McpServerActor
+    from chalie.config import ModelConfig
+    from chalie.providers.probe import probe_all
+    from chalie.startup import Where, brain_url, startup_lines
+
+    cfg = rt.config
+    deadline = time.monotonic() + 120
+    while not _tree_up(rt):  # the addresses are known once every child runs
+        if rt.stop_requested.wait(0.1) or time.monotonic() > deadline:
+            return
+    websocket = mcp = None
+    with contextlib.suppress(Exception):
+        websocket = rt.child("chat", ChatBridge).within(5).call(ChatBridge.addresses)["websocket"]
+    with contextlib.suppress(Exception):
+        mcp = rt.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)["url"]
+    models = dict(cfg.models) or {"default": ModelConfig()}
+    try:
+        probes = rt.loop.submit(probe_all(models)).result(10)
+    except Exception as exc:  # the loop stopped: the daemon is stopping already
+        log.info("start-up probes not run: %s", exc)
+        return
+    where = Where(
+        pid=os.getpid(),
+        home=cfg.home,
+        config_file=cfg.layout.config_file,
+        brain=brain_url(websocket) if cfg.brain.enabled else None,
+        brain_off=(
+            "[brain] enabled = false"
+            if not cfg.brain.enabled
+            else "[chat] enabled = false"
+            if not cfg.chat.enabled
+            else "[chat] websocket = false"
+            if not cfg.chat.websocket
+            else f"the chat web server cannot listen on {cfg.chat.host}:{cfg.chat.port}; "
+            "set [chat] port in config.toml (the log says why)"
+        ),
+        mcp=mcp,
+        models_configured=bool(cfg.models),
+    )
+    with contextlib.suppress(OSError, ValueError):  # no terminal, or a closed one
+        sys.stdout.write("\n".join(startup_lines(where, probes)) + "\n")
+        sys.stdout.flush()
+    for probe in probes:
+        log.info(
+            "model probe",
+            extra={"model": probe.name, "verdict": probe.verdict, "detail": probe.detail},
+        )
+
+
+def _tree_up(rt: Runtime) -> bool:
+    sup = rt.supervisor
+    if sup is None:
+        return False
+    try:
+        children = sup.proxy().status().get(timeout=5)["children"]
+    except (pykka.ActorDeadError, pykka.Timeout):
+        return False
+    return all(child["alive"] for child in children)
 
 
 def _web_services(rt: Runtime) -> WebKit:

@@ -12,6 +12,8 @@ from pathlib import Path
 from chalie import control
 from tests.slow import require_slow
 
+BUILDING = ("loading", "rebuilding")
+
 
 def short_home() -> Path:
     """A fresh data directory with a short path (ipc socket paths are capped at 107 bytes;
@@ -62,7 +64,10 @@ class DaemonProcess:
             except control.DaemonNotRunning:
                 time.sleep(0.05)
                 continue
-            if reply.ok and all(c["alive"] for c in reply.data["actors"]):
+            building = (reply.data.get("discovery") or {}).get("state") in BUILDING
+            if reply.ok and all(c["alive"] for c in reply.data["actors"]) and not building:
+                # A find sent during the first index build is answered at once with
+                # discovery-index-building: a test starts once the index is built.
                 data: dict[str, object] = reply.data
                 return data
             time.sleep(0.05)

@@ -14,6 +14,8 @@ from chalie_app import root
 from chalie_app.root import Runtime
 from tools.waiting import wait_until
 
+BUILDING = ("loading", "rebuilding")
+
 
 class DaemonThread:
     """``chalie_app.root.run(config, **run)`` on a daemon thread; ``rt`` once it is ready.
@@ -42,6 +44,15 @@ class DaemonThread:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the daemon was not ready within {timeout} s")
         self.rt: Runtime = box["rt"]
+        # Ready for a turn: a find sent while the index is first built is answered at once
+        # with discovery-index-building, so a test's first turn waits for the build here.
+        discovery = self.rt.services.discovery
+        while discovery is not None and discovery.snapshot()["state"] in BUILDING:
+            if not self.thread.is_alive():
+                raise RuntimeError(f"the daemon ended before it was ready: exit {box.get('exit')}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the discovery index was not built within {timeout} s")
+            time.sleep(0.05)
 
     def chat(self, timeout: float = 60.0) -> ChildRef[ChatBridge]:
         """The chat bridge, once it runs (the supervisor starts its children after ``ready``)."""

@@ -113,8 +113,12 @@ class Approval(Reply):
     act_summary: str
     params: dict[str, Any]
     expires_at: float
-    # Who asked: the principal whose turn raised it (the conversation's, until issue 18).
+    # Who asked: the principal whose turn raised it, as the gate wrote it ("the owner, on
+    # the chat channel"); the conversation's origin when the request has none.
     asked_by: str = ""
+    # What the call reaches beyond Chalie (a sensitive call: email.send's recipients,
+    # subject and body), shown first on the card; None: nothing leaves Chalie.
+    reach: str | None = None
     # A form to fill (a server's elicitation): the answer's JSON schema (AnswerBody.content).
     form: dict[str, Any] | None = None
 
@@ -142,6 +146,9 @@ class HistoryRow(Reply):
     conversation_id: str
     status: str
     started_at: float
+    # Who answered: a token's name, "the owner (local)" for the local owner; empty when
+    # the request's answer is not on record (it expired, or was answered before it was kept).
+    decided_by: str = ""
 
 
 # -- policy -----------------------------------------------------------------------------
@@ -150,6 +157,9 @@ class PolicyQuery(Struct):
     channel: Channel | None = None
     setting: Literal["allow", "ask", "deny", "internal"] | None = None
     origin: Literal["set", "seen"] | None = None
+    # The runtime's own rows (setting internal: find_tools and the like) are hidden from
+    # the policy surface, as nobody decides them; true (or setting=internal) shows them.
+    internal: bool = False
 
 
 class PolicyRowView(Reply):
@@ -166,6 +176,8 @@ class PolicyPage(Reply):
     rows: list[PolicyRowView]
     # Registered permissions no rule and no gate decision has touched yet.
     unconfigured: list[str]
+    # Rows that matched but were left out because they are internal (PolicyQuery.internal).
+    hidden_internal: int = 0
 
 
 class PolicySet(Struct):
@@ -232,6 +244,33 @@ class NamePath(Struct):
     name: Name
 
 
+# -- calling a tool from the dashboard --------------------------------------------------
+class ToolInfo(Reply):
+    name: str
+    tooltip: str
+    # The JSON Schema of its arguments, as a call may give them (the form is made from it).
+    input_schema: dict[str, Any]
+
+
+class ToolCallBody(Struct):
+    # The arguments; a string value is read as typed text (chalie.typed_text), as the
+    # CLI's key=value and a form's fields are.
+    arguments: dict[str, Any] = {}
+
+
+class ToolCallResult(Reply):
+    call_id: str
+    conversation_id: str
+    # done: the envelope is here; waiting: the gate is asking (answer it in Approvals),
+    # and the result will be on the trail.
+    state: Literal["done", "waiting"]
+    status: str | None = None
+    code: str | None = None
+    envelope: str = ""
+    # The call's row on the action trail (who called, the gate's decision, the time).
+    trail: TrailEntry | None = None
+
+
 # -- remote MCP servers -----------------------------------------------------------------
 class RemoteView(Reply):
     name: str
@@ -247,6 +286,17 @@ class RemoteView(Reply):
     last_error: str | None = None
     tools: int = 0
     quarantined: int = 0
+
+
+class LogQuery(Struct):
+    lines: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
+
+
+class RemoteLog(Reply):
+    """A remote server's last log lines: its stderr, its log messages, its notifications."""
+
+    name: str
+    lines: list[str]
 
 
 class RemoteAdd(Struct):
@@ -319,6 +369,28 @@ class TrailQuery(TrailFilter):
     # Keyset pagination: rows with an id below this one (the previous page's next_before).
     before: RowId | None = None
     limit: Limit = 50
+
+
+class UsageQuery(Struct):
+    window: Literal["hour", "day"] = "hour"
+
+
+class UsageRow(Reply):
+    name: str
+    calls: int
+    errors: int
+    error_rate: float
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+class UsageView(Reply):
+    """Calls, errors and latency per tool and per remote server over the window."""
+
+    window: str
+    since: float
+    tools: list[UsageRow]
+    servers: list[UsageRow]
 
 
 class TrailExportQuery(TrailFilter):

@@ -147,6 +147,7 @@ class Brain:
             Route("/act/{op}", self._guard_page(self._act), methods=["POST"]),
             Route("/approvals/stream", self._guard_page(self._stream), methods=["GET"]),
             Route("/fragment/{slug}", self._guard_page(self._fragment), methods=["GET"]),
+            Route("/download/{op}", self._guard_page(self._download), methods=["GET"]),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
             Route("/{slug}", self._guard_page(self._page), methods=["GET"]),
         ]
@@ -518,6 +519,18 @@ class Brain:
             raise ApiProblem(400, "invalid-args", str(exc)) from None
         return await self.call(o, path_args, args)
 
+    async def _download(self, request: Request, session: access.Session) -> Response:
+        """A download operation (the trail's export) for the signed-in browser: the REST
+        operation's own answer, with the session in place of a bearer token."""
+        o = BY_NAME.get(request.path_params["op"])
+        if o is None or not o.download:
+            return _error(404, "not-found", "no such download")
+        items = request.query_params.multi_items()
+        raw = dict(items)
+        if len(raw) != len(items):
+            return _error(400, "invalid-args", f"{o.name}: a query parameter is repeated")
+        return await self.run(o, {}, raw, strict=False, who=session.who)
+
     async def _act(self, request: Request, session: access.Session) -> Response:
         o = BY_NAME.get(request.path_params["op"])
         form = await self._form(request) or {}
@@ -529,11 +542,14 @@ class Brain:
         if o is None or page is None or not o.changes:
             return HTMLResponse("<h1>No such action</h1>", status_code=404)
         path = {k[5:]: v for k, v in form.items() if k.startswith("path.")}
-        raw = {
-            k.removesuffix("[]"): _form_value(v)
-            for k, v in form.items()
-            if not k.startswith("path.") and v != "" and v != []
-        }
+        raw: dict[str, Any] = {}
+        for k, v in form.items():
+            if k.startswith("path.") or v == "" or v == []:
+                continue
+            if k.startswith("arguments."):  # a tool's arguments, each as typed text
+                raw.setdefault("arguments", {})[k[len("arguments.") :]] = v
+            else:
+                raw[k.removesuffix("[]")] = _form_value(v)
         from urllib.parse import parse_qsl
 
         query = dict(parse_qsl(back.partition("?")[2]))

@@ -11,7 +11,7 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS, QueryError
-from chalie.discovery.types import IndexCorruptError
+from chalie.discovery.types import IndexBuilding, IndexCorruptError
 from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.discovery")
@@ -26,6 +26,18 @@ def index_error(exc: Exception) -> ToolResult:
         "discovery-index-error",
         "The tool index is missing, corrupt or unreadable, so tools cannot be searched right now.",
         hint="Tell the user tool search is unavailable; do not assume no tool exists.",
+    )
+
+
+def building(exc: IndexBuilding) -> ToolResult:
+    progress = f" ({exc.done} of {exc.total} embedded)" if exc.total else ""
+    wait = round(exc.retry_after)
+    return ToolResult.error(
+        "discovery-index-building",
+        f"The tool index is still being built{progress}, so tools cannot be searched yet.",
+        hint=f"Retry this call in about {wait} seconds; meanwhile tell the user you are "
+        "getting ready, or answer without a tool.",
+        meta={"retry_after": wait},
     )
 
 
@@ -47,5 +59,7 @@ def ask_discovery(ability: Ability, ask: Callable[[Any], T]) -> T | ToolResult:
         return ask(discovery)
     except QueryError as exc:
         return bad_query(exc)
+    except IndexBuilding as exc:
+        return building(exc)
     except IndexCorruptError as exc:
         return index_error(exc)

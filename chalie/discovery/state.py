@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 IndexPhase = Literal["loading", "ready", "failed", "rebuilding"]
 RebuildPhase = Literal["running", "done", "failed"]
@@ -46,6 +46,13 @@ class RebuildJob:
             "tools": self.tools,
             "skills": self.skills,
         }
+
+
+# Seconds a find is told to wait before retrying while the index is built: the estimate
+# from the build's progress, bounded; BUILD_GUESS before any progress is known.
+MIN_RETRY_AFTER: Final = 2.0
+MAX_RETRY_AFTER: Final = 120.0
+BUILD_GUESS: Final = 10.0
 
 
 class IndexState:
@@ -105,6 +112,22 @@ class IndexState:
         return self._job is not None and self._job.phase == "running"
 
     # -- read by anyone ----------------------------------------------------
+    def building(self) -> tuple[int, int, float] | None:
+        """While the index is first built or loaded (nothing can be found yet): (done,
+        total, seconds until a retry is likely to find it ready); None otherwise."""
+        with self._lock:
+            if self._phase != "loading" and not self._running():
+                return None
+            job = self._job
+            done, total = (job.done, job.total) if job is not None else (0, 0)
+            started = job.started if job is not None else time.time()
+        elapsed = max(0.0, time.time() - started)
+        if done and total > done:
+            left = elapsed / done * (total - done)
+        else:
+            left = BUILD_GUESS
+        return done, total, min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, left))
+
     def job(self) -> dict[str, Any] | None:
         with self._lock:
             return None if self._job is None else self._job.view()

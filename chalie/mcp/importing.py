@@ -5,7 +5,9 @@ and VS Code (``{"servers": {...}}`` in ``.vscode/mcp.json``, or
 ``{"mcp": {"servers": {...}}}`` in settings). Each entry is either
 ``command`` + ``args`` + ``env`` (+ ``cwd``) for stdio, or ``url`` +
 ``headers`` with ``type`` ``http`` (also ``streamable-http``,
-``streamableHttp``) or ``sse``. ``${env:VAR}`` (VS Code) reads as ``${VAR}``.
+``streamableHttp``) or ``sse``; a ``url`` with no ``type`` is tried over Streamable
+HTTP, then SSE (``sse_fallback``), as Cursor and mcp-remote do. ``${env:VAR}``
+(VS Code) reads as ``${VAR}``.
 
 One bad entry never loses the others: :func:`parse_servers` returns the good
 specs and one problem line per refused entry.
@@ -105,6 +107,8 @@ def spec_from_entry(name: str, entry: Any, *, enabled: bool = True) -> ServerSpe
         transport = _TYPES[kind.lower()]
     else:
         transport = "http" if url is not None else "stdio"
+    # No type with a url: Streamable HTTP, else SSE (what Cursor and mcp-remote do).
+    fallback = kind is None and url is not None
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
         raise SpecError("disabled must be true or false")
@@ -130,7 +134,11 @@ def spec_from_entry(name: str, entry: Any, *, enabled: bool = True) -> ServerSpe
         if not isinstance(url, str):
             raise SpecError(f"an {transport} server needs a url")
         spec = ServerSpec(
-            transport=transport, url=url, headers=entry.get("headers") or {}, **common
+            transport=transport,
+            url=url,
+            headers=entry.get("headers") or {},
+            sse_fallback=fallback,
+            **common,
         )
     return check_spec(spec)
 

@@ -37,6 +37,24 @@ def remove(logs_dir: Path, name: str) -> int:
     return removed
 
 
+def tail(logs_dir: Path, name: str, lines: int, *, max_bytes: int = CHUNK) -> list[str]:
+    """The last ``lines`` lines of a server's log (its stderr, its ``notifications/message``
+    and the notifications it sent), read from at most ``max_bytes`` at its end; escaped
+    to text a page shows as it is (invalid UTF-8 replaced)."""
+    path = log_path(logs_dir, name)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except FileNotFoundError:
+        return []
+    found = data.decode("utf-8", "replace").splitlines()
+    if len(data) == max_bytes and found:
+        found = found[1:]  # the first line was cut by the window
+    return found[-lines:] if lines > 0 else []
+
+
 class ServerLog:
     """A text stream for the SDK's ``errlog`` whose file descriptor is a drained pipe."""
 

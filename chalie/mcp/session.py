@@ -266,6 +266,9 @@ class Link:
         self._client: Client | None = None
         self._owner: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        # The legacy SSE transport, for an http spec whose Streamable HTTP attempt failed
+        # (spec.sse_fallback: an imported URL that named no type).
+        self.over_sse = spec.transport == "sse"
         self._stop: asyncio.Event | None = None
         # uri -> what the server answered when it was last read; dropped on resources/updated
         self._read: dict[str, Any] = {}
@@ -313,6 +316,8 @@ class Link:
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(message, "method", None)
+        if isinstance(method, str) and method.startswith("notifications/"):
+            self._note(f"notification {method[:80]}")
         if method in ("notifications/tools/list_changed", "notifications/prompts/list_changed"):
             self._on_change()
         elif method == "notifications/resources/updated":
@@ -352,6 +357,13 @@ class Link:
             return ElicitResult(action="decline")
         return await self._asks.elicit(self._spec.name, self.scope(), params)
 
+    def _note(self, text: str) -> None:
+        """One line in the server's log (what the Brain shows beside its log lines)."""
+        if self._errlog is not None:
+            with contextlib.suppress(Exception):
+                self._errlog.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+                self._errlog.flush()
+
     async def _log(self, params: LoggingMessageNotificationParams) -> None:
         """A server's log message, into its log: one line, scrubbed, throttled."""
         level = LOG_LEVELS.get(str(params.level), logging.INFO)
@@ -359,12 +371,7 @@ class Link:
         text = " ".join(self.scrub(str(data)[: MAX_LOG_LINE * 2]).split())[:MAX_LOG_LINE]
         origin = f" [{str(params.logger)[:60]}]" if params.logger else ""
         server_log.log(level, "mcp server %s%s: %s", self._spec.name, origin, text)
-        if self._errlog is not None:
-            with contextlib.suppress(Exception):
-                self._errlog.write(
-                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {params.level}{origin} {text}\n"
-                )
-                self._errlog.flush()
+        self._note(f"{params.level}{origin} {text}")
 
     async def set_roots(self, roots: tuple[str, ...]) -> None:
         """New roots; the server hears roots/list_changed (handshake protocols; 2026-07-28 has
@@ -388,7 +395,7 @@ class Link:
                 cwd=spec.cwd or None,
             )
             return bounded_stdio_client(params, self._errlog or self._stderr(), self.max_message)
-        if spec.transport == "http":
+        if spec.transport == "http" and not self.over_sse:
             http = httpx2.AsyncClient(
                 verify=self._tls,
                 headers=dict(spec.headers),
@@ -548,6 +555,32 @@ class Link:
         """Connect; LinkInfo, or ConnectFailure within ``timeout`` seconds."""
         if self._owner is not None:
             raise RuntimeError("a Link opens once; make a new one to reconnect")
+        if not (self._spec.sse_fallback and self._spec.transport == "http"):
+            return await self._attempt(timeout)
+        # As the clients these entries are copied from do: Streamable HTTP first, then
+        # the legacy SSE transport (an SSE endpoint refuses the POST at once: 404/405).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            return await self._attempt(timeout / 2)
+        except ConnectFailure as first:
+            if first.kind != "unreachable":
+                raise
+            log.info(
+                "%s: no Streamable HTTP (%s); trying SSE", self._spec.name, first.message[:200]
+            )
+            self._owner = None
+            self.over_sse = True
+            try:
+                return await self._attempt(max(0.1, deadline - loop.time()))
+            except ConnectFailure as second:
+                raise ConnectFailure(
+                    second.kind,
+                    f"Streamable HTTP: {first.message}; SSE: {second.message}",
+                    second.status,
+                ) from None
+
+    async def _attempt(self, timeout: float) -> LinkInfo:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[LinkInfo] = loop.create_future()
         # After a timeout nobody awaits it any more: its late failure is retrieved here.

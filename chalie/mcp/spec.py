@@ -55,6 +55,9 @@ class ServerSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     name: str
     transport: Transport
+    # An http server whose Streamable HTTP attempt fails is tried over SSE (set for an
+    # imported entry with a url and no type, as the clients it was copied from do).
+    sse_fallback: bool = False
     command: str = ""
     args: tuple[str, ...] = ()
     env: dict[str, str] = {}
@@ -180,6 +183,8 @@ def check_spec(spec: ServerSpec) -> ServerSpec:
             raise SpecError("url must be an http:// or https:// address")
         if spec.command or spec.args or spec.cwd or spec.env:
             raise SpecError(f"an {spec.transport} server takes a url, not a command or env")
+    if spec.sse_fallback and spec.transport != "http":
+        raise SpecError("sse_fallback is for an http server (it tries SSE when HTTP fails)")
     channels = tuple(spec.channels) if isinstance(spec.channels, tuple | list) else ("",)
     if len(channels) > MAX_CHANNELS or not all(
         isinstance(c, str) and CHANNEL.match(c) for c in channels

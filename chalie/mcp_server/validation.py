@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 import msgspec
 
 from chalie.conversation.requests import ID_PATTERN
+from chalie.schema_types import json_type
 
 TOOL_NAME: Final = "talk_to_chalie"
 MESSAGE_MAX: Final = 32_000
@@ -160,20 +161,19 @@ _TYPES: Final = get_type_hints(TalkRequest, include_extras=True)
 _KINDS: Final = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
 
 
+_SHOWN: Final = {
+    "null": "null",
+    "boolean": "a boolean",
+    "integer": "a number",
+    "number": "a number",
+    "string": "a string",
+    "array": "an array",
+    "object": "an object",
+}
+
+
 def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return _SHOWN.get(json_type(value), type(value).__name__)
 
 
 def _base(annotation: Any) -> tuple[type, msgspec.Meta | None]:

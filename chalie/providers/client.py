@@ -18,7 +18,8 @@ Lifecycle of :meth:`ModelClient.complete`:
    ends without its end marker counts as dropped (retryable).
 4. Retry a retryable failure up to ``retries`` times, waiting
    ``max(Retry-After, backoff * 2**attempt)``; ``on_retry`` is told first,
-   so the user sees it.
+   so the user sees it. The error finally raised names the model, its URL
+   and what to do next (:func:`named`).
 5. Cancelling the task closes the HTTP stream (a response not read to its
    end closes its connection).
 """
@@ -36,7 +37,7 @@ import msgspec
 
 from chalie.config import ModelConfig
 from chalie.providers.formats import WIRES, Wire
-from chalie.providers.http import HttpClient, HttpError, Response
+from chalie.providers.http import HttpClient, HttpError, Response, proxy_from_environment
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
 
 log = logging.getLogger("chalie.providers")
@@ -75,6 +76,46 @@ def _status_error(status: int, body: bytes, retry_after: str | None) -> Provider
     )
 
 
+def next_step(name: str, config: ModelConfig, err: ProviderError) -> str:
+    """What the person can do about ``err`` from the model ``[models.NAME]``, in one sentence."""
+    section = f"[models.{name}]"
+    if err.code == "model-bad-response":
+        return (
+            f"check that {section} provider = {config.provider!r} is the wire format "
+            "this server speaks (openai, ollama or anthropic)"
+        )
+    if err.status in (401, 403):
+        if config.api_key_env:
+            return f"check the key in ${config.api_key_env} ({section} api_key_env)"
+        return f"the server wants a key: set {section} api_key_env to the variable holding it"
+    if err.status == 404:
+        pull = f" (Ollama: ollama pull {config.model})" if config.provider == "ollama" else ""
+        return f"check {section} model = {config.model!r} and base_url{pull}"
+    if err.status is not None and (err.status == 429 or err.status >= 500):
+        return "the server is overloaded or failing; try again in a moment"
+    if err.status is not None:
+        return "the server's answer above says what it refused"
+    return (
+        f"start a model server at {config.base_url}, or set {section} base_url "
+        "and model in config.toml to one that runs (docs/configuration.rst), then restart chalie"
+    )
+
+
+def named(name: str, config: ModelConfig, err: ProviderError) -> ProviderError:
+    """``err`` saying which model failed, at which URL, and what to do next."""
+    message = (
+        f"model {name} ({config.model} at {config.base_url}): {err.message}; "
+        f"next: {next_step(name, config, err)}"
+    )
+    return ProviderError(
+        err.code,
+        message,
+        retryable=err.retryable,
+        status=err.status,
+        retry_after=err.retry_after,
+    )
+
+
 class ModelClient:
     """A configured model (one ``[models.NAME]``) and its connections, used on one loop."""
 
@@ -84,14 +125,24 @@ class ModelClient:
         self.wire: Wire = WIRES[config.provider]
         self._http: HttpClient | None = None
 
-    def _client(self) -> HttpClient:
+    def http(self) -> HttpClient:
         if self._http is None:
             cfg = self.config
+            try:
+                # A cloud model behind a proxy: the standard variables (loopback never).
+                proxy = proxy_from_environment(cfg.base_url)
+            except ValueError as exc:
+                raise ProviderError(
+                    "model-unreachable",
+                    f"the proxy variable cannot be used: {exc}",
+                    retryable=False,
+                ) from None
             self._http = HttpClient(
                 cfg.base_url,
                 connect_timeout=cfg.connect_timeout,
                 read_timeout=cfg.read_timeout,
                 max_connections=MAX_CONNECTIONS,
+                proxy=proxy,
             )
         return self._http
 
@@ -100,7 +151,7 @@ class ModelClient:
         if http is not None:
             await http.aclose()
 
-    def _api_key(self) -> str | None:
+    def api_key(self) -> str | None:
         env = self.config.api_key_env
         return os.environ.get(env) if env else None
 
@@ -117,7 +168,7 @@ class ModelClient:
                 return await self._once(request, on_delta)
             except ProviderError as exc:
                 if not exc.retryable or attempt >= self.config.retries:
-                    raise
+                    raise named(self.name, self.config, exc) from None
                 delay = max(exc.retry_after or 0.0, self.config.backoff * (2**attempt))
                 attempt += 1
                 if on_retry is not None:
@@ -138,9 +189,9 @@ class ModelClient:
         cfg = self.config
         # Encoded once, by msgspec (json.dumps is several times slower).
         body = _encoder.encode(self.wire.body(request, cfg.model, stream=cfg.stream))
-        headers = {**JSON_HEADERS, **self.wire.headers(self._api_key())}
+        headers = {**JSON_HEADERS, **self.wire.headers(self.api_key())}
         try:
-            async with self._client().post(self.wire.path(), body, headers) as response:
+            async with self.http().post(self.wire.path(), body, headers) as response:
                 if response.status >= 300:
                     raw = await _head_of(response)
                     raise _status_error(response.status, raw, response.headers.get("retry-after"))

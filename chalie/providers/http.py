@@ -10,8 +10,13 @@ asyncio streams in a fraction of that; nothing else in Chalie uses it.
 What it does, and what it refuses:
 
 - ``http`` and ``https`` origins (TLS with the system's verification, SNI);
-  HTTP/1.1 only; no proxies, no redirects (a 3xx is handed back as a status),
-  no compression (it asks for ``identity``; a compressed answer is refused).
+  HTTP/1.1 only; no redirects (a 3xx is handed back as a status), no
+  compression (it asks for ``identity``; a compressed answer is refused).
+- Through an HTTP proxy when one is given (:func:`proxy_from_environment`
+  reads the standard ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and
+  ``NO_PROXY``; a loopback origin never goes through one): an ``http``
+  origin's request goes to the proxy in absolute form, an ``https`` one
+  through a ``CONNECT`` tunnel, TLS to the origin inside it.
 - Bodies framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the
   connection's end; 1xx interim answers are skipped.
 - Keep-alive: a connection goes back to the pool only when its response was
@@ -34,12 +39,15 @@ cannot be sent); their text never holds a header value.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import ipaddress
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import chalie
 from chalie.tls import tls_context
@@ -87,6 +95,56 @@ class Origin:
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.scheme == "https" else 80
         return host if self.port == default else f"{host}:{self.port}"
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost" or self.host.endswith(".localhost"):
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy: where it listens and the ``Proxy-Authorization`` its URL carried."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> Proxy:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"only an http:// proxy is supported, not {parts.scheme}://")
+        try:
+            port = parts.port or 80
+        except ValueError:
+            raise ValueError("a proxy URL with a bad port") from None
+        auth = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return cls(parts.hostname, port, auth)
+
+
+def proxy_from_environment(url: str) -> Proxy | None:
+    """The proxy the standard variables name for ``url``; None: connect directly.
+
+    ``HTTPS_PROXY`` / ``HTTP_PROXY`` by the URL's scheme, else ``ALL_PROXY``
+    (either case); ``NO_PROXY`` as curl and Python read it. A loopback host
+    never goes through a proxy. A proxy URL that cannot be used is a ValueError.
+    """
+    origin = Origin.parse(url)
+    if origin.loopback:
+        return None
+    proxies = urllib.request.getproxies_environment()
+    chosen = proxies.get(origin.scheme) or proxies.get("all")
+    if not chosen or urllib.request.proxy_bypass(origin.host):
+        return None
+    return Proxy.parse(chosen)
 
 
 class _Conn:
@@ -241,8 +299,10 @@ class HttpClient:
         pool_timeout: float = 30.0,
         max_connections: int = 256,
         tls: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         self.origin = Origin.parse(base_url)
+        self.proxy = proxy
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.write_timeout = write_timeout
@@ -268,14 +328,26 @@ class HttpClient:
             conn.close()
             self._open -= 1
 
-    @contextlib.asynccontextmanager
-    async def post(
+    def post(
         self, path: str, body: bytes, headers: Mapping[str, str]
-    ) -> AsyncIterator[Response]:
+    ) -> contextlib.AbstractAsyncContextManager[Response]:
         """POST ``body`` to the base URL's path plus ``path``; the response, headers read."""
+        return self.request("POST", path, body, headers)
+
+    def get(
+        self, path: str, headers: Mapping[str, str]
+    ) -> contextlib.AbstractAsyncContextManager[Response]:
+        """GET the base URL's path plus ``path``; the response, headers read."""
+        return self.request("GET", path, b"", headers)
+
+    @contextlib.asynccontextmanager
+    async def request(
+        self, method: Literal["GET", "POST"], path: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[Response]:
+        """Send one request; the response, headers read (its body is read from it)."""
         if self._closed:
             raise HttpError("closed", "the client is closed")
-        head = self._head(path, len(body), headers)
+        head = self._head(method, path, len(body), headers)
         if self._slots.locked():
             try:
                 async with asyncio.timeout(self.pool_timeout):
@@ -293,17 +365,23 @@ class HttpClient:
                 response.close()
             self._slots.release()
 
-    def _head(self, path: str, length: int, headers: Mapping[str, str]) -> bytes:
-        target = self.origin.path + (path if path.startswith("/") else "/" + path)
+    def _head(self, method: str, path: str, length: int, headers: Mapping[str, str]) -> bytes:
+        origin = self.origin
+        target = origin.path + (path if path.startswith("/") else "/" + path)
         if _FORBIDDEN.intersection(target) or " " in target:
             raise HttpError("invalid", "a request path must not hold spaces or control characters")
+        proxied = self.proxy is not None and origin.scheme == "http"
         lines = [
-            f"POST {target} HTTP/1.1",
-            f"Host: {self.origin.host_header}",
+            # Through a proxy, a plain-http request names its origin (absolute form).
+            f"{method} {f'http://{origin.host_header}' if proxied else ''}{target} HTTP/1.1",
+            f"Host: {origin.host_header}",
             f"User-Agent: {USER_AGENT}",
             "Accept-Encoding: identity",
-            f"Content-Length: {length}",
         ]
+        if method != "GET" or length:
+            lines.append(f"Content-Length: {length}")
+        if proxied and self.proxy is not None and self.proxy.authorization:
+            lines.append(f"Proxy-Authorization: {self.proxy.authorization}")
         for name, value in headers.items():
             if not name or _FORBIDDEN.intersection(name) or ":" in name:
                 raise HttpError("invalid", "a header name must not hold ':' or control characters")
@@ -336,27 +414,44 @@ class HttpClient:
                 return conn
             conn.close()
             self._open -= 1
-        origin = self.origin
+        origin, proxy = self.origin, self.proxy
         tls: ssl.SSLContext | None = None
         if origin.scheme == "https":
             tls = self._tls or tls_context()
+        where = "the model server" if proxy is None else f"the proxy {proxy.host}:{proxy.port}"
         try:
             async with asyncio.timeout(self.connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    origin.host,
-                    origin.port,
-                    ssl=tls,
-                    server_hostname=origin.host if tls is not None else None,
-                    limit=MAX_HEAD,
-                )
+                if proxy is None:
+                    reader, writer = await asyncio.open_connection(
+                        origin.host,
+                        origin.port,
+                        ssl=tls,
+                        server_hostname=origin.host if tls is not None else None,
+                        limit=MAX_HEAD,
+                    )
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        proxy.host, proxy.port, limit=MAX_HEAD
+                    )
+                    if tls is not None:
+                        try:
+                            await _tunnel(reader, writer, origin, proxy)
+                            await writer.start_tls(tls, server_hostname=origin.host)
+                        except BaseException:
+                            writer.close()
+                            raise
         except TimeoutError:
             raise HttpError(
-                "timeout", f"no connection to the model server within {self.connect_timeout:g} s"
+                "timeout", f"no connection to {where} within {self.connect_timeout:g} s"
             ) from None
         except ssl.SSLError as exc:
             raise HttpError("connect", f"TLS failed ({exc.reason or type(exc).__name__})") from None
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            raise HttpError("connect", f"{where} closed the tunnel before answering") from None
         except OSError as exc:
-            raise HttpError("connect", f"cannot connect ({exc.strerror or exc})") from None
+            raise HttpError(
+                "connect", f"cannot connect to {where} ({exc.strerror or exc})"
+            ) from None
         self._open += 1
         return _Conn(reader, writer)
 
@@ -400,6 +495,24 @@ class HttpClient:
             raise HttpError("too-large", "the answer's headers are too large") from None
         except (ConnectionError, OSError):
             raise HttpError("closed", "the connection failed before an answer") from None
+
+
+async def _tunnel(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, origin: Origin, proxy: Proxy
+) -> None:
+    """Ask the proxy for a tunnel to the origin (``CONNECT``); HttpError unless it answers 2xx."""
+    host = f"[{origin.host}]" if ":" in origin.host else origin.host
+    target = f"{host}:{origin.port}"
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}", f"User-Agent: {USER_AGENT}"]
+    if proxy.authorization:
+        lines.append(f"Proxy-Authorization: {proxy.authorization}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    await writer.drain()
+    status, _, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+    if not 200 <= status < 300:
+        raise HttpError(
+            "connect", f"the proxy {proxy.host}:{proxy.port} refused the tunnel (HTTP {status})"
+        )
 
 
 async def _dechunk(reader: asyncio.StreamReader, timeout: float) -> AsyncIterator[bytes]:

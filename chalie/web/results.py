@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import chalie.untrusted as untrusted
 from chalie.result import Scalar, ToolResult
 from chalie.services import Services
-from chalie.web.extract import Document
-from chalie.web.kit import WebKit
+
+if TYPE_CHECKING:
+    from chalie.web.extract import Document
+    from chalie.web.kit import WebKit
 
 LINKS_SHOWN: Final = 40
 
 
 def kit_of(services: Services | None) -> WebKit | ToolResult:
+    from chalie.web.kit import WebKit
+
     kit = services.web if services is not None else None
     if isinstance(kit, WebKit):
         return kit

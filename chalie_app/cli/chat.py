@@ -3,7 +3,9 @@
 The answer streams to stdout; everything else (a one-line tooltip per tool
 call, permission prompts, notices) goes to stderr, so ``echo "..." | chalie
 chat`` prints only the answer. Interactive: type a message; ``/new`` starts
-a new conversation, ``/history`` shows this one, ``/quit`` leaves. A
+a new conversation, ``/history`` shows this one, ``/save [DIR]`` writes the
+images, sounds and files a tool sent (a terminal cannot show them) to DIR
+(default: the current directory) and says where, ``/quit`` leaves. A
 permission request is answered inline (``o``nce, ``a``lways, ``d``eny) or
 from any other client; answered elsewhere, the prompt goes away. Ctrl-C
 cancels the running turn; a second Ctrl-C (or one while idle) exits.
@@ -11,7 +13,11 @@ cancels the running turn; a second Ctrl-C (or one while idle) exits.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import mimetypes
+import os
 import sys
 import time
 import uuid
@@ -24,14 +30,62 @@ import zmq
 from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
-from chalie.display import one_line, params_line
+from chalie.display import one_line, params_line, reach_line
 from chalie.messages import ANSWER_LETTERS, Answer
 from chalie_app.cli.group import Ctx, cli
 
 PING_EVERY: Final = 30.0
 HELLO_WAIT: Final = 5.0
 ANSWERS: Final[dict[str, Answer]] = ANSWER_LETTERS
-HELP: Final = "commands: /new (a new conversation), /history, /quit"
+HELP: Final = (
+    "commands: /new (a new conversation), /history, /save [DIR] (the images a tool sent), /quit"
+)
+YOU: Final = "you> "
+
+
+class Media:
+    """An image, a sound or a file a tool sent (a rich payload item), waiting for /save."""
+
+    def __init__(self, tool: str, call_id: str, kind: str, mime: str, data: bytes) -> None:
+        self.tool, self.call_id, self.kind, self.mime, self.data = tool, call_id, kind, mime, data
+
+    @classmethod
+    def of(cls, frame: Frame) -> list[Media]:
+        """The savable items of a ``rich_payload`` frame (base64 ``data`` or ``blob``)."""
+        payload = frame.get("payload")
+        items = payload.get("items") if isinstance(payload, dict) else None
+        found = []
+        for item in items if isinstance(items, list) else ():
+            if not isinstance(item, dict):
+                continue
+            raw = item.get("data") if item.get("type") in ("image", "audio") else item.get("blob")
+            if not isinstance(raw, str):
+                continue
+            try:
+                data = base64.b64decode(raw, validate=True)
+            except (binascii.Error, ValueError):
+                continue
+            mime = str(item.get("mime_type") or "application/octet-stream")
+            kind = str(item.get("type") or "file")
+            tool, call = str(frame.get("tool", "")), str(frame.get("call_id", ""))
+            found.append(cls(tool, call, kind, mime, data))
+        return found
+
+    def save(self, folder: Path, n: int) -> Path:
+        """Written to a new file in ``folder`` (never over one), readable by its owner only."""
+        ext = mimetypes.guess_extension(self.mime.split(";")[0].strip()) or ".bin"
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.tool)[:40]
+        stem = f"chalie-{safe or 'tool'}-{self.call_id[-8:] or 'call'}-{n}"
+        for i in range(1000):
+            path = folder / (f"{stem}{ext}" if i == 0 else f"{stem}-{i}{ext}")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "wb") as out:
+                out.write(self.data)
+            return path.resolve()
+        raise FileExistsError(f"no free file name for {stem}{ext} in {folder}")
 
 
 class TerminalChat:
@@ -62,6 +116,8 @@ class TerminalChat:
         self.replaying = False  # between an open and its "opened": history, not news
         self.history: list[str] = []
         self.midline = False
+        self.at_prompt = False  # "you> " is shown on stderr, the cursor after it
+        self.media: list[Media] = []  # sent by tools, not saved yet
         self.last_ping = time.monotonic()
         self.failed = False
 
@@ -150,10 +206,43 @@ class TerminalChat:
         self.end_line()
         print(text, file=self.err, flush=True)
 
+    def you(self) -> None:
+        """The input prompt, the cursor left after it (not on the next line)."""
+        self.end_line()
+        self.err.write(YOU)
+        self.err.flush()
+        self.at_prompt = True
+
+    def typed(self) -> None:
+        """The person pressed Enter: the terminal's echo ended the prompt's line."""
+        self.at_prompt = False
+
+    def save(self, where: str) -> None:
+        if not self.media:
+            self.notice("nothing to save: no tool sent an image, a sound or a file")
+            return
+        folder = Path(where or ".").expanduser()
+        if not folder.is_dir():
+            self.notice(f"not a folder: {folder}")
+            return
+        saved = []
+        for n, item in enumerate(self.media, 1):
+            try:
+                saved.append(item.save(folder, n))
+            except OSError as exc:
+                self.notice(f"cannot save to {folder}: {exc.strerror or exc}")
+                return
+        self.media = []
+        for path in saved:
+            self.notice(f"saved {path}")
+
     def end_line(self) -> None:
         if self.midline:
             print(file=self.out, flush=True)
             self.midline = False
+        if self.at_prompt:  # news while "you> " waits: below it, and the prompt again after
+            print(file=self.err, flush=True)
+            self.at_prompt = False
 
     def ask(self) -> None:
         if self.prompt is None:
@@ -171,10 +260,12 @@ class TerminalChat:
                 '    answer with a JSON object of the fields (e.g. {"name": "..."}), or [d]eny: '
             )
             return
+        reach = f"    {reach_line(str(req['reach']))}\n" if req.get("reach") else ""
         self.notice(
             f"  ? {one_line(req.get('tool', ''), 64)} wants"
             f" {one_line(req.get('permission', ''), 64)}:"
             f" {one_line(req.get('act_summary', ''))}\n"
+            f"{reach}"
             f"    {params_line(req.get('params', {}))}\n"
             "    allow [o]nce, [a]lways, or [d]eny? "
         )
@@ -194,6 +285,8 @@ class TerminalChat:
                 self.replaying = False
                 self.notice("\n".join(self.history) or "(nothing yet)")
                 self.ask()
+                if self.prompt is None and not self.waiting:
+                    self.you()
             return
         if kind == "accepted":
             self.conversation_id = str(frame["conversation_id"])
@@ -227,6 +320,17 @@ class TerminalChat:
             if self._is_prompt(frame):
                 self.prompt = None
                 self.notice(f"  (answered elsewhere: {one_line(frame.get('answer'), 32)})")
+        elif kind == "rich_payload":
+            found = Media.of(frame)
+            if found:
+                self.media.extend(found)
+                tool = one_line(frame.get("tool", ""), 64)
+                for item in found:
+                    self.notice(
+                        f"  · {tool} sent {one_line(item.kind, 16)} "
+                        f"({one_line(item.mime, 60)}, {len(item.data)} bytes): "
+                        "/save [DIR] writes it to a file"
+                    )
         elif kind == "background_result":
             self.notice(f"  [background] {one_line(frame.get('envelope', ''), 400)}")
         elif kind == "error":
@@ -318,7 +422,7 @@ def _interactive(chat: TerminalChat, stdin: TextIO) -> int:
     if chat.conversation_id is not None:
         chat.open_history()
     else:
-        chat.notice("you> ")
+        chat.you()
     while True:
         try:
             ready = dict(poller.poll(1000))
@@ -331,13 +435,16 @@ def _interactive(chat: TerminalChat, stdin: TextIO) -> int:
                     was_waiting = chat.waiting
                     chat.show(frame)
                     if was_waiting and not chat.waiting:
-                        chat.notice("you> ")
+                        chat.you()
             if stdin.fileno() in ready or stdin in ready:
                 line = stdin.readline()
+                chat.typed()
                 if not line:
                     return 0
                 if not _line(chat, line.rstrip("\n")):
                     return 0
+                if not (chat.waiting or chat.replaying or chat.prompt or chat.at_prompt):
+                    chat.you()  # after a command: the prompt comes back
         except KeyboardInterrupt:
             if chat.waiting and not chat.cancelling:
                 chat.cancel()
@@ -362,6 +469,8 @@ def _line(chat: TerminalChat, line: str) -> bool:
         chat.notice("a new conversation starts with your next message")
     elif text == "/history":
         chat.open_history()
+    elif text == "/save" or text.startswith("/save "):
+        chat.save(text[len("/save") :].strip())
     elif text.startswith("/"):
         chat.notice(HELP)
     elif chat.waiting:

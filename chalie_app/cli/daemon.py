@@ -56,16 +56,21 @@ def run_command(ctx: click.Context) -> None:
     # chalie/ that reaches it, and only to run the daemon.
     import logging
 
-    from chalie import daemon, heap, logs
+    try:
+        from chalie import daemon, heap, logs
 
-    heap.pin_numeric_threads()  # before numpy is imported (the composition root imports it)
-    from chalie_app import root
+        heap.pin_numeric_threads()  # before numpy is imported (the composition root imports it)
+        from chalie_app import root
 
-    heap.limit_arenas()  # before any thread starts (chalie/heap.py)
-    obj: Ctx = ctx.obj
-    verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
-    logs.configure(logging.DEBUG if verbose else logging.INFO)
-    daemon.exit_process(root.run(obj.config))
+        heap.limit_arenas()  # before any thread starts (chalie/heap.py)
+        obj: Ctx = ctx.obj
+        verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
+        logs.configure(logging.DEBUG if verbose else logging.INFO)
+        code = root.run(obj.config)
+    except KeyboardInterrupt:  # a Ctrl-C before the stop handler was installed (no thread yet)
+        click.echo("chalie: interrupted while starting; nothing was left running", err=True)
+        sys.exit(130)
+    daemon.exit_process(code)
 
 
 def _age(seconds: float | None) -> str:

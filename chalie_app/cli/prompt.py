@@ -19,7 +19,7 @@ from typing import Any, Final, TextIO
 
 import click
 
-from chalie.display import ACT_SUMMARY_CHARS, NAME_CHARS, one_line, params_line
+from chalie.display import ACT_SUMMARY_CHARS, NAME_CHARS, one_line, params_line, reach_line
 from chalie.messages import ANSWER_LETTERS
 
 ANSWERS: Final = ANSWER_LETTERS
@@ -32,6 +32,8 @@ def render(request: dict[str, Any]) -> list[str]:
     permission = one_line(request.get("permission", "?"), NAME_CHARS)
     channel = one_line(request.get("channel", "?"), NAME_CHARS)
     lines = [f"permission requested: {permission} on {channel}"]
+    if request.get("reach"):  # what leaves Chalie, first (email.send: to, subject, body)
+        lines.append(f"  {reach_line(str(request['reach']))}")
     if request.get("provenance"):  # a remote MCP tool: which server, which remote tool
         lines.append(f"  ({one_line(request['provenance'], ACT_SUMMARY_CHARS)})")
     if request.get("act_summary"):

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
 from chalie.principals import Scope
 from chalie.tokens import TokenError, TokenStore
 from chalie_app.cli.group import Ctx, cli
+
+T = TypeVar("T")
 
 
 def _store(obj: Ctx) -> TokenStore:
@@ -101,16 +105,33 @@ def token_list(obj: Ctx, as_json: bool) -> None:
         )
 
 
+@token.command("regenerate")
+@click.argument("name")
+@click.pass_obj
+def token_regenerate(obj: Ctx, name: str) -> None:
+    """A new secret for the token NAME in one step, printed once; the old one stops."""
+    secret = _on_active(obj, name, lambda store: store.regenerate(name))
+    click.echo(secret)
+    click.echo(f"token {name!r} regenerated; the old secret no longer works.", err=True)
+
+
 @token.command("revoke")
 @click.argument("name")
 @click.pass_obj
 def token_revoke(obj: Ctx, name: str) -> None:
     """Revoke the token NAME: it stops working at the next connection."""
+    _on_active(obj, name, lambda store: store.revoke(name))
+    click.echo(f"token {name!r} revoked")
+
+
+def _on_active(obj: Ctx, name: str, change: Callable[[TokenStore], T | None]) -> T:
+    """``change``'s answer for the active token ``name``; one line and exit 1 when there
+    is none (``change`` answered None or False) or the name is not one a token has."""
     try:
         with _store(obj) as store:
-            done = store.revoke(name)
+            done = change(store)
     except TokenError as exc:
         raise click.ClickException(f"{exc} [{exc.code}]") from None
-    if not done:
+    if done is None or done is False:
         raise click.ClickException(f"no active token named {name!r} [unknown-token]")
-    click.echo(f"token {name!r} revoked")
+    return done

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from chalie.tool_names import FRAMEWORK_FIELDS
+from chalie.typed_text import MAX_VALUE_DEPTH as MAX_VALUE_DEPTH  # the one rule's limit
 from chalie_app.cli.group import Ctx, cli
 
 if TYPE_CHECKING:
@@ -76,66 +77,13 @@ def tools_list(obj: Ctx, as_json: bool, async_channel: bool) -> None:
 
 # -- chalie tools call: a real call through the running daemon ----------------------------
 
-# A CLI value is JSON nested at most this deep, with integers msgpack can carry.
-MAX_VALUE_DEPTH = 32
-INT_RANGE = (-(2**63), 2**64 - 1)
-
-
-def _string_typed(schema: dict[str, Any] | None, key: str) -> bool:
-    """Whether the tool's schema says ``key`` is a string and nothing else."""
-    if schema is None:
-        return False
-    prop = (schema.get("properties") or {}).get(key)
-    if not isinstance(prop, dict):
-        return False
-    kind = prop.get("type")
-    if kind == "string" or kind == ["string"]:
-        return True
-    values = prop.get("enum")
-    return isinstance(values, list) and bool(values) and all(isinstance(v, str) for v in values)
-
-
-def _check_value(key: str, value: object) -> None:
-    """BadParameter when a decoded value nests too deep or holds an integer out of range."""
-    todo: list[tuple[object, int]] = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if depth > MAX_VALUE_DEPTH:
-            raise click.BadParameter(
-                f"the value of {key!r} nests deeper than {MAX_VALUE_DEPTH} levels",
-                param_hint="PARAMS",
-            )
-        if isinstance(item, int) and not isinstance(item, bool):
-            if not INT_RANGE[0] <= item <= INT_RANGE[1]:
-                raise click.BadParameter(
-                    f"the integer in {key!r} is out of range (-2**63 .. 2**64-1); "
-                    "quote it to pass it as a string",
-                    param_hint="PARAMS",
-                )
-        elif isinstance(item, list):
-            todo.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            todo.extend((v, depth + 1) for v in item.values())
-
-
-_TOO_DEEP = object()
-
-
-def _decode(raw: str) -> tuple[bool, object]:
-    """(True, value) when ``raw`` is JSON, else (False, None); too deep gives _TOO_DEEP."""
-    import msgspec
-
-    try:
-        return True, msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return False, None
-    except RecursionError:
-        return True, _TOO_DEEP
-
 
 def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) -> dict[str, object]:
-    """``key=value`` pairs: a parameter the schema types as a string keeps its text;
-    any other value that parses as JSON is that JSON, else the string."""
+    """``key=value`` pairs, each value as :mod:`chalie.typed_text` reads typed text: JSON
+    when it parses, else the string; where the parameter takes a string and not the
+    JSON's type, the text as typed."""
+    from chalie.typed_text import TypedTextError, typed
+
     out: dict[str, object] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
@@ -143,20 +91,13 @@ def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) ->
             raise click.BadParameter(f"{pair!r} is not key=value", param_hint="PARAMS")
         if key in out:
             raise click.BadParameter(f"{key!r} is given twice", param_hint="PARAMS")
-        if (key in FRAMEWORK_FIELDS and key != "async") or _string_typed(schema, key):
+        if key in FRAMEWORK_FIELDS and key != "async":
             out[key] = raw
             continue
-        parsed, value = _decode(raw)
-        if value is _TOO_DEEP:
-            raise click.BadParameter(
-                f"the value of {key!r} nests deeper than {MAX_VALUE_DEPTH} levels",
-                param_hint="PARAMS",
-            )
-        if not parsed:
-            out[key] = raw
-            continue
-        _check_value(key, value)
-        out[key] = value
+        try:
+            out[key] = typed(schema, key, raw)
+        except TypedTextError as exc:
+            raise click.BadParameter(str(exc), param_hint="PARAMS") from None
     return out
 
 

@@ -523,6 +523,62 @@ def test_tools_schema_is_the_daemons_input_schema_and_refuses_bad_names(
         client.close()
 
 
+def test_the_tools_call_example_of_the_cli_docs(clean_policy: DaemonProcess) -> None:
+    """docs/cli.rst's `tools call clock` example is what the call prints (tests/console.py);
+    the ``o`` after the question is what the person typed."""
+    from tests.console import find, shown_lines_match
+
+    block = find("cli.rst", "chalie tools call clock")
+    out = clean_policy.cli_process(*block.commands[0].split()[1:], input="o\n")
+    assert out.returncode == 0, out.stderr
+    typed = [line.removesuffix(" o") if line.endswith("? o") else line for line in block.shown]
+    block.shown = typed
+    # The question waits on its line for the answer: the envelope may follow it there.
+    shown_lines_match(block, out.stdout + out.stderr.replace("? ", "?\n"))
+
+
+def test_tools_call_prompts_a_send_with_its_reach_first_and_only_the_given_params(
+    clean_policy: DaemonProcess,
+) -> None:
+    # Issue 34: the prompt dumped all 25 email parameters, nulls included, and no reach.
+    out = clean_policy.cli_process(
+        "tools",
+        "call",
+        "email",
+        "action=send",
+        'to=["ann@example.com"]',
+        "subject=Hi",
+        "body=see you",
+        input="d\n",
+    )
+    assert out.returncode == 1 and "code=permission-denied" in out.stdout
+    lines = out.stderr.splitlines()
+    assert lines[:2] == [
+        "permission requested: email.send on chat",
+        "  This reaches beyond Chalie: sends mail to ann@example.com; subject 'Hi'; body 'see you'",
+    ]
+    (params,) = [line for line in lines if line.startswith("  params ")]
+    assert json.loads(params.removeprefix("  params ")) == {
+        "action": "send",
+        "body": "see you",
+        "subject": "Hi",
+        "to": ["ann@example.com"],
+    }
+
+
+def test_a_phone_number_for_a_nullable_string_parameter_reaches_the_tool_as_text(
+    live: DaemonProcess,
+) -> None:
+    # Issue 34: `query=2123` was refused ("2123 is not valid under any of the given schemas").
+    assert live.cli("policy", "set", "chat", "contacts", "allow").returncode == 0
+    out = live.cli_process("tools", "call", "contacts", "action=search", "query=2123")
+    assert "not valid under any" not in out.stdout + out.stderr
+    assert "code=unknown-account" in out.stdout.splitlines()[0]  # it ran: no address book here
+    rows = live.cli_process("trail", "--json").stdout
+    searched = [r for r in json.loads(rows) if r["tool"] == "contacts"]
+    assert json.loads(searched[0]["params"])["query"] == "2123"
+
+
 def test_a_string_parameter_given_digits_reaches_the_tool_as_a_string(
     live: DaemonProcess,
 ) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.console import chalie_on_path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.rst"
@@ -35,14 +36,7 @@ def test_the_console_script_is_the_cli_the_shim_below_runs() -> None:
 def test_the_first_conversation_works_pasted_line_by_line() -> None:
     lines = first_conversation()
     with tempfile.TemporaryDirectory(prefix="chr-", dir="/tmp") as scratch:
-        bin_dir = Path(scratch) / "bin"
-        bin_dir.mkdir()
-        shim = bin_dir / "chalie"
-        shim.write_text(
-            f"#!/bin/sh\nexec {sys.executable} -c "
-            '\'import sys; sys.argv[0] = "chalie"; from chalie_app.cli import main; main()\' "$@"\n'
-        )
-        shim.chmod(0o755)
+        bin_dir = chalie_on_path(Path(scratch))
         # Whatever happens, nothing is left running: the daemon and the model are stopped.
         cleanup = (
             'trap \'chalie stop >/dev/null 2>&1; [ -f "$CHALIE_HOME/model.pid" ] && '
@@ -67,5 +61,10 @@ def test_the_first_conversation_works_pasted_line_by_line() -> None:
     out = done.stdout
     assert done.returncode == 0, f"{out}\n{done.stderr}"
     assert "You said: hello there" in out
+    # `chalie run` said, on the terminal, where things are and that the model answers.
+    assert re.search(r"chalie: daemon \d+ on /tmp/", out)
+    assert re.search(
+        r"model default: scripted at http://127\.0\.0\.1:\d+/v1 \(openai\): answers", out
+    )
     assert re.search(r"scripted model listening on http://127\.0\.0\.1:\d+", out)
     assert "daemon" in out and "stopped" in out

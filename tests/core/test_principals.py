@@ -206,3 +206,14 @@ def test_sending_mail_is_sensitive_so_an_allow_on_the_email_tool_never_covers_it
     assert resolve({("chat", "email.send"): "allow"}, "chat", "email.send", sensitive=True) == (
         "allow"
     )
+
+
+def test_the_reach_comes_first_in_the_gates_prompt() -> None:
+    text = prompt(
+        "email", "email.send", "mailing Ann", {"to": ["a@b.c"]}, "the owner", "sends mail to a@b.c"
+    )
+    assert text.split("\n")[:3] == [
+        "Allow email.send?",
+        "This reaches beyond Chalie: sends mail to a@b.c",
+        "Asked by: the owner",
+    ]

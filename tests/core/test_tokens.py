@@ -225,3 +225,18 @@ def test_cli_grants_the_gateway_only_with_the_flag(tmp_path: Path) -> None:
 
     assert {t["name"]: t["gateway"] for t in json.loads(listed.stdout)} == {"a": False, "b": True}
     assert "SCOPE" in runner.invoke(cli, [*home, "token", "list"]).output
+
+
+def test_a_token_is_regenerated_in_one_step_keeping_its_id(tmp_path: Path) -> None:
+    with TokenStore(tmp_path / "chalie.db") as store:
+        old = store.create("desk", scope="owner")
+        before = store.verify(old)
+        assert before is not None
+        new = store.regenerate("desk")
+        assert new is not None and new != old
+        assert store.verify(old) is None  # the old secret stops at once
+        after = store.verify(new)
+        assert after is not None and (after.id, after.scope) == (before.id, "owner")
+        assert store.regenerate("nobody") is None
+        store.revoke("desk")
+        assert store.regenerate("desk") is None  # a revoked token is not brought back

@@ -317,3 +317,20 @@ def test_an_older_trail_table_gains_the_parent_call_and_principal_columns(tmp_pa
         assert trail.query(principal="someone-else") == []
     finally:
         trail.close()
+
+
+def test_usage_per_tool_and_per_server_from_the_trail(tmp_path: Path) -> None:
+    """Issue 34: calls, error rate and p50/p95 per tool and per remote server."""
+    from chalie.usage import by_server, by_tool, percentile, summarize
+
+    rows = [("clock", "success", d / 1000) for d in range(1, 101)]  # 1..100 ms
+    rows += [("_mcp_git_status", "error", 0.5), ("_mcp_git_log", "success", 1.5)]
+    rows += [("_mcp_git_log", "running", None)]
+    tools = {u.name: u for u in summarize(rows, by_tool)}
+    clock = tools["clock"]
+    assert (clock.calls, clock.errors, clock.p50_ms, clock.p95_ms) == (100, 0, 50.0, 95.0)
+    assert tools["_mcp_git_log"].calls == 2 and tools["_mcp_git_log"].p50_ms == 1500.0
+    (git,) = summarize(rows, by_server)
+    assert (git.name, git.calls, git.errors, git.p95_ms) == ("git", 3, 1, 1500.0)
+    assert abs(git.error_rate - 1 / 3) < 1e-9
+    assert percentile([], 0.5) is None and percentile([7.0], 0.95) == 7.0

@@ -10,7 +10,8 @@ wall clock on a loaded machine. ``stop`` of a running daemon includes the daemon
 shutdown and exit (``stop`` returns once the process is gone): it is measured on
 ``STOP_RUNS`` daemons started one after another on the same data directory, each once
 its discovery index is ready (a stop during the first index build waits for it), and
-again with no daemon running.
+again with no daemon running. ``tools list`` with no daemon (it imports every ability
+itself) is held to ``NO_DAEMON_RATIO`` times ``python3 -c pass``.
 
 Run: python tools/bench/bench_cli.py [--runs N] [--stop-runs N]
 """
@@ -35,6 +36,8 @@ from chalie import control  # noqa: E402
 
 CONTROL_FLOOR = 0.150
 CALL_FLOOR = 0.250
+# A command that runs without the daemon: at most this many times ``python3 -c pass``.
+NO_DAEMON_RATIO = 8
 
 COMMANDS: list[tuple[str, list[str], float]] = [
     ("--version", ["--version"], CONTROL_FLOOR),
@@ -169,6 +172,18 @@ def main() -> None:
         print(
             row(
                 "stop (none running)", idle, CONTROL_FLOOR, "floor", base, cpu_of([*chalie, "stop"])
+            )
+        )
+        listing = [*chalie, "tools", "list"]
+        took = median_of(listing, env, args.runs)
+        print(
+            row(
+                "tools list (no daemon)",
+                took,
+                NO_DAEMON_RATIO * base,
+                f"{NO_DAEMON_RATIO}x pass",
+                base,
+                cpu_of(listing),
             )
         )
     finally:

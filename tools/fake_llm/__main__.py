@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from tools.fake_llm.script import load_script
-from tools.fake_llm.server import FakeModelServer
+from tools.fake_llm.server import MODEL_NAME, FakeModelServer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         config = Path(args.config)
         config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with config.open("a") as out:
-            out.write(f'\n[models.default]\nbase_url = "{server.url}/v1"\n')
+            out.write(f'\n[models.default]\nbase_url = "{server.url}/v1"\nmodel = "{MODEL_NAME}"\n')
         print(f"  [models.default] written to {config}", flush=True)
     else:
         print(f'  openai:    base_url = "{server.url}/v1"', flush=True)

@@ -35,6 +35,14 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
+# The name the server lists for itself (it answers any model name a request gives).
+MODEL_NAME = "scripted"
+# GET: the model lists a client reads to see what a server offers (chalie's start-up probe).
+LISTS = {
+    "/v1/models": {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]},
+    "/models": {"object": "list", "data": [{"id": MODEL_NAME, "object": "model"}]},
+    "/api/tags": {"models": [{"name": MODEL_NAME, "model": MODEL_NAME}]},
+}
 ROUTES = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
@@ -353,6 +361,9 @@ class FakeModelApp:
             return
         if scope["method"] == "GET" and path == "/_timings":
             await self._json(send, 200, {"received": self.received, "answered": self.answered})
+            return
+        if scope["method"] == "GET" and path in LISTS:
+            await self._json(send, 200, LISTS[path])
             return
         fmt = ROUTES.get(path)
         chunks: list[bytes] = []

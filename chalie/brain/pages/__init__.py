@@ -25,6 +25,7 @@ from chalie.brain.pages import (
     policy,
     reminders,
     remote,
+    tools,
     trail,
 )
 from chalie.brain.pages.page import Page
@@ -36,6 +37,7 @@ PAGES: Final[tuple[Page, ...]] = (
     mcp_server.PAGE,
     remote.PAGE,
     trail.PAGE,
+    tools.PAGE,
     conversations.PAGE,
     accounts.PAGE,
     memory.PAGE,

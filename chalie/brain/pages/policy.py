@@ -16,7 +16,7 @@ PER_PAGE: Final = 100
 
 
 async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
-    filters = chosen(query, "q", "channel", "setting", "origin")
+    filters = chosen(query, "q", "channel", "setting", "origin", "internal")
     policy = await brain.op("policy", **filters)
     total = len(policy.rows)
     pages = max(1, -(-total // PER_PAGE))

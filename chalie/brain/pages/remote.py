@@ -1,4 +1,5 @@
-"""Remote MCP servers: status and tools with provenance; add, import, test, enable, approve."""
+"""Remote MCP servers: status, tools with provenance, and a server's last log lines and
+notifications; add, import, test, enable, approve."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
     servers = await brain.op("remotes")
     selected = query.get("server", "")
     tools: list[Any] = []
+    log: Any = None
     if selected:
         try:
             tools = await brain.op("remote_tools", {"name": selected})
+            log = await brain.op("remote_log", {"name": selected}, lines=100)
         except ApiProblem:
             selected = ""
-    return {"servers": servers, "selected": selected, "tools": tools}
+    return {"servers": servers, "selected": selected, "tools": tools, "log": log}
 
 
 PAGE = Page("remote", "Remote MCP", "remote.html", load, shows_results=True)

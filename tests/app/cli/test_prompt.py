@@ -131,6 +131,41 @@ def test_a_string_parameter_keeps_its_text_whatever_it_looks_like() -> None:
     }
 
 
+# As msgspec writes them: ``str | None``, a list of types, a ``$ref`` to a string enum.
+UNION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]},
+        "phone": {"type": ["string", "null"]},
+        "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        "amount": {"type": "number"},
+        "tag": {"$ref": "#/$defs/Tag"},
+        "deep": {"type": "string"},
+    },
+    "$defs": {"Tag": {"enum": ["1", "2"]}},
+}
+
+
+def test_a_nullable_or_union_string_keeps_the_text_its_other_types_do_not_take() -> None:
+    deep = "[" * (MAX_VALUE_DEPTH + 5) + "]" * (MAX_VALUE_DEPTH + 5)
+    got = parse_pairs(
+        ("query=2123", "phone=+356 2123", "either=2123", "amount=7", "tag=1", f"deep={deep}"),
+        UNION_SCHEMA,
+    )
+    assert got == {
+        "query": "2123",  # the phone number issue 34 found refused
+        "phone": "+356 2123",
+        "either": 2123,  # the union takes the integer too
+        "amount": 7,
+        "tag": "1",
+        "deep": deep,
+    }
+    assert parse_pairs(("query=null", "phone=true"), UNION_SCHEMA) == {
+        "query": None,  # the union's null
+        "phone": "true",
+    }
+
+
 @pytest.mark.parametrize(
     ("pair", "fragment"),
     [

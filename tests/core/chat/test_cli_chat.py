@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -151,6 +152,13 @@ class Terminal:
                 self.proc.kill()
             os.close(self.master)
 
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
 
 def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> None:
     d.script(ASKING)
@@ -158,6 +166,10 @@ def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> Non
     try:
         t.expect("you> ")
         t.type("what time is it in Tokyo")
+        # The cursor waits after the prompt: what is typed (the pty's echo) is on its line.
+        assert t.expect("what time is it in Tokyo").replace("\r", "") == (
+            "what time is it in Tokyo"
+        )
         t.expect("allow [o]nce, [a]lways, or [d]eny?")
         t.type("o")
         t.expect("It is evening in Tokyo.")
@@ -171,6 +183,7 @@ def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> Non
         assert (
             "you> what time is it in Tokyo" in shown and "chalie> It is evening in Tokyo." in shown
         )
+        t.expect("you> ")  # the prompt comes back after the history
         t.type("/new")
         t.expect("a new conversation starts")
         t.type("/quit")
@@ -202,6 +215,55 @@ def test_a_prompt_answered_elsewhere_goes_away(d: Daemon) -> None:
         sub.close()
         if t.proc.poll() is None:
             t.proc.kill()
+
+
+SENDING = {
+    "steps": [
+        {"tool_calls": [{"name": "find_tools", "arguments": {"query": ["send an email"]}}]},
+        {
+            "tool_calls": [
+                {
+                    "name": "email",
+                    "arguments": {
+                        "action": "send",
+                        "to": ["ann@example.com"],
+                        "subject": "Dinner",
+                        "body": "At eight?",
+                        "act_summary": "mailing Ann",
+                    },
+                }
+            ]
+        },
+        {"text": "I did not send it.", "chunk": 6},
+    ]
+}
+
+
+def test_a_send_beyond_chalie_is_prompted_with_its_reach_first_and_only_its_given_params(
+    d: Daemon,
+) -> None:
+    # Issue 34: the prompt showed all 25 email parameters, nulls included, and no reach.
+    d.script(SENDING)
+    with Terminal(d.home, "--channel", "chat-openai") as t:
+        t.expect("you> ")
+        t.type("tell Ann dinner is at eight")
+        shown = t.expect("allow [o]nce, [a]lways, or [d]eny?")
+        lines = [line.strip() for line in shown.replace("\r", "").splitlines()]
+        at = next(i for i, line in enumerate(lines) if line.startswith("? email wants"))
+        assert lines[at + 1] == (
+            "This reaches beyond Chalie: sends mail to ann@example.com; subject 'Dinner'; "
+            "body 'At eight?'"
+        )
+        assert json.loads(lines[at + 2]) == {
+            "action": "send",
+            "body": "At eight?",
+            "subject": "Dinner",
+            "to": ["ann@example.com"],
+        }
+        t.type("d")
+        t.expect("I did not send it.")
+        t.type("/quit")
+        assert t.close() == 0
 
 
 def test_ctrl_c_cancels_the_turn_and_a_second_exits(d: Daemon) -> None:
@@ -276,3 +338,55 @@ def test_a_daemon_that_stops_mid_turn_is_a_clean_message() -> None:
     finally:
         if not stopped:
             d.close()
+
+
+PICTURE = {
+    "steps": [
+        {"tool_calls": [{"name": "find_tools", "arguments": {"query": ["_mcp_cap_picture"]}}]},
+        {"tool_calls": [{"name": "_mcp_cap_picture", "arguments": {"act_summary": "a picture"}}]},
+        {"text": "Here is the picture.", "chunk": 6},
+    ]
+}
+
+
+def test_an_image_a_tool_sends_is_offered_and_saved_to_a_file_whose_path_is_said(
+    tmp_path: Path,
+) -> None:
+    """Issue 34: a terminal cannot show an image; it could only be described."""
+    import base64
+
+    from tests.core.chat.daemon import wait_indexed
+    from tools.daemon_thread import DaemonThread
+    from tools.fake_llm import FakeModelServer, load_script
+    from tools.fixture_mcp.rig import capable_config
+    from tools.fixture_mcp.server import PNG
+
+    model = FakeModelServer(load_script(json.dumps(PICTURE))).start()
+    home = Path(tempfile.mkdtemp(prefix="chi-", dir="/tmp"))
+    running: DaemonThread | None = None
+    try:
+        running = DaemonThread(capable_config(model, home, fixture="server"))
+        wait_indexed(running.rt, "_mcp_cap_picture")
+        with Terminal(home, "--channel", "chat-openai") as t:
+            t.expect("you> ")
+            t.type("show me the picture")
+            t.expect("allow [o]nce, [a]lways, or [d]eny?")
+            t.type("o")
+            t.expect("_mcp_cap_picture sent image (image/png, 40 bytes): /save [DIR]")
+            t.expect("Here is the picture.")
+            t.expect("you> ")
+            t.type(f"/save {tmp_path}")
+            shown = t.expect("you> ")
+            (saved,) = [line for line in shown.splitlines() if line.startswith("saved ")]
+            path = Path(saved.removeprefix("saved ").strip())
+            assert path.parent == tmp_path and path.suffix == ".png"
+            assert path.read_bytes() == base64.b64decode(PNG)
+            assert path.stat().st_mode & 0o777 == 0o600
+            t.type("/save")
+            t.expect("nothing to save")
+            t.type("/quit")
+            assert t.close() == 0
+    finally:
+        if running is not None:
+            running.stop()
+        model.stop()

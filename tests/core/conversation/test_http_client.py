@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from chalie.providers.http import HttpClient, HttpError
+from chalie.providers.http import HttpClient, HttpError, Proxy
+from tools.forward_proxy import ForwardProxy
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -368,7 +369,7 @@ def test_the_pool_bounds_connections_and_a_response_left_unread_frees_its_slot()
     assert server.connections == 2
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path] | None:
+def _self_signed(tmp: Path, name: str = "IP:127.0.0.1") -> tuple[Path, Path] | None:
     if shutil.which("openssl") is None:
         return None
     cert, key = tmp / "cert.pem", tmp / "key.pem"
@@ -383,9 +384,9 @@ def _self_signed(tmp: Path) -> tuple[Path, Path] | None:
             "-days",
             "1",
             "-subj",
-            "/CN=127.0.0.1",
+            f"/CN={name.split(':', 1)[1]}",
             "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            f"subjectAltName={name}",
             "-keyout",
             str(key),
             "-out",
@@ -397,13 +398,19 @@ def _self_signed(tmp: Path) -> tuple[Path, Path] | None:
     return cert, key
 
 
-def test_tls_is_verified_against_the_trusted_roots(tmp_path: Path) -> None:
-    pair = _self_signed(tmp_path)
+def _tls_server(tmp: Path, name: str = "IP:127.0.0.1") -> tuple[Path, ssl.SSLContext]:
+    """A server's TLS context with a fresh self-signed certificate for ``name``, and the cert."""
+    pair = _self_signed(tmp, name)
     if pair is None:
         pytest.skip("openssl is not installed")
     cert, key = pair
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
+    return cert, server_ctx
+
+
+def test_tls_is_verified_against_the_trusted_roots(tmp_path: Path) -> None:
+    cert, server_ctx = _tls_server(tmp_path)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
@@ -426,3 +433,38 @@ def test_tls_is_verified_against_the_trusted_roots(tmp_path: Path) -> None:
     body, err = run(scenario())
     assert body == b"secure"
     assert err.kind == "connect" and "TLS" in str(err)
+
+
+def test_an_https_origin_goes_through_a_connect_tunnel_tls_to_the_origin_inside(
+    tmp_path: Path,
+) -> None:
+    cert, server_ctx = _tls_server(tmp_path, "DNS:model.test")
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head, _ = await read_request(reader)
+        writer.write(ok(head.split(b"\r\n")[0]))
+        await writer.drain()
+        await reader.read()
+
+    server = Server(handler, tls=server_ctx)
+
+    async def scenario() -> tuple[bytes, list[str], list[str | None], HttpError]:
+        async with server:
+            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+            trusting = ssl.create_default_context(cafile=str(cert))
+            with ForwardProxy(("127.0.0.1", port)) as proxy:
+                via = Proxy("127.0.0.1", proxy.port, "Basic eDp5")
+                http = client("https://model.test:8443/v1", tls=trusting, proxy=via)
+                async with http.get("/models", {}) as resp:
+                    body = await resp.read(100)
+                seen, auths = list(proxy.seen), list(proxy.authorizations)
+            with pytest.raises(HttpError) as caught:  # the proxy is gone
+                async with client("https://model.test/v1", tls=trusting, proxy=via).get("/m", {}):
+                    pass
+            return body, seen, auths, caught.value
+
+    body, seen, auths, err = run(scenario())
+    assert body == b"GET /v1/models HTTP/1.1"  # inside the tunnel: origin-form, over TLS
+    assert seen == ["CONNECT model.test:8443 HTTP/1.1"]
+    assert auths == ["Basic eDp5"]
+    assert err.kind == "connect" and "the proxy 127.0.0.1:" in str(err)

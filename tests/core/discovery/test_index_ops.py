@@ -277,3 +277,43 @@ def test_malformed_discovery_control_requests_are_invalid_args(
     reply = control.parse_request(control.encode_request(command, args), commands)
     assert isinstance(reply, control.ControlReply)
     assert reply.error == control.INVALID_ARGS
+
+
+def test_a_find_during_the_first_build_is_answered_at_once_with_when_to_retry(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Issue 34: a find_tools entry sent while the index was building waited 20 s and
+    failed with discovery-index-error; it is answered at once, saying when to retry."""
+    import time
+
+    from abilities.find_skills import FindSkills
+    from abilities.find_tools import FindTools
+    from chalie.discovery.engine import BUILD_BATCH
+    from chalie.services import Services
+    from tests.abilities.test_find_abilities import call
+
+    docs = [
+        ToolDoc(name=f"tool_{i}", summary=f"does thing number {i}", examples=(f"do {i}",))
+        for i in range(BUILD_BATCH * 4)
+    ]
+    gated = GatedEmbedder(embedder)
+    state = IndexState()
+    ref = DiscoveryActor.start(docs=docs, home=tmp_path, embedder=gated, state=state)
+    try:
+        assert gated.held.wait(60), "the build never reached its second batch"
+        handle = DiscoveryHandle(ref, state=state, timeout=20.0)
+        services = Services(discovery=handle)
+        began = time.monotonic()
+        for ability in (FindTools, FindSkills):
+            result = call(ability, services, {"query": ["do 2"]})
+            assert result.code == "discovery-index-building", result
+            assert "still being built" in result.body and "Retry" in (result.hint or "")
+            assert 2 <= result.meta["retry_after"] <= 120
+        assert time.monotonic() - began < 2  # not the 20 s a find waited behind the build
+    finally:
+        gated.go.set()
+    try:
+        wait_until(lambda: state.snapshot()["state"] == "ready", 60, what="the index ready")
+        assert DiscoveryHandle(ref, state=state).find(["do 2"]).names[0] == "tool_2"
+    finally:
+        ref.stop()

@@ -488,3 +488,26 @@ def test_a_storm_of_list_changed_is_coalesced_and_rate_limited(rig: Rig) -> None
         time.sleep(0.005)
     count, elapsed = listings() - before, time.monotonic() - began
     assert count <= elapsed / 0.5 + 2, (count, elapsed)  # not 500
+
+
+def test_an_imported_sse_url_without_a_type_falls_back_from_streamable_http_to_sse(
+    rig: Rig,
+) -> None:
+    # Issue 34: `{"url": ".../sse"}` with no type was taken as Streamable HTTP and stayed
+    # offline. As Cursor and mcp-remote do: Streamable HTTP first, then SSE.
+    from chalie.mcp.importing import parse_servers
+
+    srv = FixtureServer(transport="sse")
+    try:
+        assert srv.url.endswith("/sse")
+        parsed = parse_servers(json.dumps({"mcpServers": {"legacy": {"url": srv.url}}}))
+        (spec,) = parsed.specs
+        assert (spec.transport, spec.sse_fallback) == ("http", True)
+        rig.add(spec)
+        rig.start()
+        rig.wait_online("legacy", 30)
+        rig.wait_tools("legacy", FIXTURE_TOOLS)
+        rig.allow("_mcp_legacy_*")
+        assert rig.run("_mcp_legacy_echo", {"text": "over sse"}).status == "success"
+    finally:
+        srv.kill()

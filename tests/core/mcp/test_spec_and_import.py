@@ -160,3 +160,21 @@ def test_admin_refuses_unknown_and_duplicate_servers(tmp_path: Path) -> None:
             getattr(admin, op)("nope")
     assert os.path.exists(tmp_path / "chalie.db")
     admin.close()
+
+
+def test_only_a_url_without_a_type_falls_back_to_sse() -> None:
+    from chalie.mcp.importing import parse_servers
+
+    parsed = parse_servers(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "bare": {"url": "https://example.com/sse"},
+                    "typed": {"type": "http", "url": "https://example.com/mcp"},
+                    "old": {"type": "sse", "url": "https://example.com/sse"},
+                }
+            }
+        )
+    )
+    got = {s.name: (s.transport, s.sse_fallback) for s in parsed.specs}
+    assert got == {"bare": ("http", True), "typed": ("http", False), "old": ("sse", False)}

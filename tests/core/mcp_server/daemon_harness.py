@@ -57,6 +57,15 @@ def live_daemon(script: Script, extra_toml: str = "") -> Iterator[tuple[Runtime,
                 return None  # the tree is still starting
 
         wait_until(lambda: bool(url()), timeout=30)
+        # A find during the first index build is answered at once (discovery-index-building):
+        # the exchange starts once the index is built.
+        discovery = rt.services.discovery
+        if discovery is not None:
+            wait_until(
+                lambda: discovery.snapshot()["state"] not in ("loading", "rebuilding"),
+                timeout=120,
+                what="the discovery index",
+            )
         yield rt, str(url())
     finally:
         if ready:
