@@ -19,7 +19,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from chalie.ability import Ability
-from chalie.personal.runtime import own_zone
+from chalie.personal.zone import own_zone
 from chalie.result import ToolResult
 
 Zone = Annotated[

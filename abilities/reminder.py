@@ -15,7 +15,7 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.memory.whose import principal_of
-from chalie.personal.runtime import own_zone
+from chalie.personal.zone import own_zone
 from chalie.result import ToolResult
 from chalie.schedule.desk import ReminderDesk, ReminderError
 from chalie.schedule.rules import RuleKind, zone

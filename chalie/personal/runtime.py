@@ -77,13 +77,6 @@ class PersonalSettings:
     weather_timeout: float = 10.0
 
 
-def own_zone(services: Any) -> str:
-    """The person's time zone (``[accounts] zone``) from an ability's services; UTC where
-    the runtime has no personal settings."""
-    personal = getattr(services, "personal", None)
-    return "UTC" if personal is None else str(personal.settings.zone)
-
-
 def settings_from(config: Any) -> PersonalSettings:
     """The settings from ``[accounts]`` and ``[weather]`` of a :class:`chalie.config.Config`."""
     a, w = config.accounts, config.weather
