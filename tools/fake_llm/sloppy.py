@@ -383,7 +383,7 @@ def library() -> list[Sloppy]:
         {
             "steps": [step(find("hello"))],
             "on_tool": {
-                "cases": [{"result_has": "without a tool", "then": greet}],
+                "cases": [{"result_has": "answer the user from what you know", "then": greet}],
                 **step(find("hello", summary="searching again")),
             },
         },
