@@ -92,7 +92,8 @@ def test_a_full_exchange_through_the_real_daemon(mode: str) -> None:
             rt.db_path,
             f"SELECT tool, channel, status FROM trail WHERE conversation_id = '{cid}' ORDER BY id",
         )
-        assert [t[0] for t in trail] == ["find_tools", "calculator", "clock"]
+        # the framework seed's find_tools on the message comes first: on the trail like any call
+        assert [t[0] for t in trail] == ["find_tools", "find_tools", "calculator", "clock"]
         assert {t[1] for t in trail} == {"external_agent"}
 
 
