@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import pytest
 from playwright.sync_api import Browser
@@ -25,10 +25,13 @@ from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-# What another user can see of every running process: its command line, and whether the
+# What another user can see of every running process: whether the secret (given on stdin, so
+# that it is on no command line of the probe's own) is on its command line; and whether the
 # files named there can be read.
 PROBE = r"""
 import json, os, sys
+secret = sys.stdin.read().strip()
+assert len(secret) >= 16, "no secret to look for"
 seen, readable = [], []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     if int(pid) == os.getpid():
@@ -38,7 +41,7 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
             argv = f.read().decode("utf-8", "replace").split("\0")
     except OSError:
         continue
-    if any("/brain/link" in a or "code=" in a for a in argv):
+    if any(secret in a for a in argv):
         seen.append(argv)
 for path in sys.argv[1:]:
     try:
@@ -82,10 +85,16 @@ def test_the_sign_in_secret_is_on_no_command_line_and_its_session_can_be_ended(
     try:
         wait_until(argv_file.exists, timeout=60, what="the browser to be started")
         (opened,) = json.loads(argv_file.read_text())
-        # While the browser runs, another local user reads every command line and tries
-        # every file named there.
+        # The link was printed before the browser was started.
+        assert cli.stdout is not None
+        link = cli.stdout.readline().strip()
+        (secret,) = parse_qs(urlparse(link).query)["code"]
+        # While the browser runs, another local user looks for the secret on every command
+        # line and tries every file named there.
         named = [unquote(urlparse(opened).path)] if opened.startswith("file:") else []
-        found = run_as(probe_user, ["/usr/bin/python3", "-c", PROBE, *named], timeout=60)
+        found = run_as(
+            probe_user, ["/usr/bin/python3", "-c", PROBE, *named], input=secret, timeout=60
+        )
         assert found.returncode == 0, found.stderr
         looked = json.loads(found.stdout)
         assert looked == {"seen": [], "readable": []}, looked
@@ -105,7 +114,6 @@ def test_the_sign_in_secret_is_on_no_command_line_and_its_session_can_be_ended(
         page.wait_for_url(f"{d.base}/brain/overview", timeout=20_000)
         assert page.locator("form[action='/brain/logout']").count() == 1
         # The link was spent by that browser: printed on the terminal, it no longer works.
-        link = out.strip().splitlines()[0]
         with d.client(None) as c:
             assert c.get(link[len(d.base) :]).status_code == 401
 
