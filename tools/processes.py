@@ -50,3 +50,23 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def signal_state(pid: int, signum: int) -> str:
+    """What process ``pid`` does with ``signum``: ``caught``, ``ignored``, ``blocked`` or
+    ``default`` (from ``/proc/PID/status``); ``gone`` when the process has ended.
+
+    A child inherits an ignored disposition and a blocked mask across ``exec``: this says
+    why a signal sent to it did nothing.
+    """
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "gone"
+    fields = (ln.partition(":\t") for ln in lines)
+    masks = {k: int(v, 16) for k, _, v in fields if k in ("SigBlk", "SigIgn", "SigCgt")}
+    bit = 1 << (signum - 1)
+    for state, key in (("blocked", "SigBlk"), ("ignored", "SigIgn"), ("caught", "SigCgt")):
+        if masks.get(key, 0) & bit:
+            return state
+    return "default"

@@ -907,6 +907,11 @@ def main() -> int:
                                                 "cached": e.cached_tokens,
                                                 "tools": e.tools,
                                                 "messages": e.request.get("messages"),
+                                                "params": {
+                                                    k: v
+                                                    for k, v in e.request.items()
+                                                    if k != "messages"
+                                                },
                                                 "content": e.content,
                                                 "tool_calls": e.tool_calls,
                                                 "seconds": round(e.seconds, 2),
