@@ -279,6 +279,12 @@ class ModelConfig(Section, frozen=True):
     # 1.5B model the brief's clock line and loosely related memories (a small book's every
     # memory passes the relevance floor) turned time questions into conversions.
     memory_brief: Literal["on", "off"] = "off"
+    # Each step that offers tools is held to one JSON object (the server's JSON-schema
+    # output): a call of an offered tool with arguments of its schema, or the answer
+    # (chalie.providers.steps), so a call cannot be narrated nor an answer be markup.
+    # "auto": on for the openai and ollama wires when the model server runs on this
+    # machine (llama.cpp, Ollama, LM Studio); "on": also for a server elsewhere.
+    structured_steps: Literal["auto", "on", "off"] = "auto"
 
 
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

@@ -49,9 +49,11 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
         extra.setdefault("retries", 2)
         extra.setdefault("backoff", 0.01)
         # The protocol's tests script every request: the small-model aids that add a
-        # request or a call (the framework seed, the answer check) are on for "small" only.
+        # request or a call (the framework seed, the answer check) or hold the output to a
+        # schema (structured steps) are on for "small" only.
         extra.setdefault("seed_tools", "off")
         extra.setdefault("answer_check", "off")
+        extra.setdefault("structured_steps", "off")
         for k, v in extra.items():
             lines.append(f"{k} = {json.dumps(v)}")
 
@@ -68,7 +70,14 @@ def config_toml(server: FakeModelServer, conversations: str = "") -> str:
         channel(f"bg-{fmt}", model=fmt, pinned=["clock", "calculator"])
         channel(f"bg-{fmt}-whole", model=f"{fmt}-whole", pinned=["clock", "calculator"])
     # The small-model aids as shipped (auto: on for the openai wire).
-    model("small", "openai", seed_tools="auto", answer_check="auto", memory_brief="on")
+    model(
+        "small",
+        "openai",
+        seed_tools="auto",
+        answer_check="auto",
+        memory_brief="on",
+        structured_steps="auto",
+    )
     channel("small", model="small", human_present=True, policy_channel="chat")
     channel("small-bg", model="small")
     model("impatient", "openai", read_timeout=0.3, retries=1)

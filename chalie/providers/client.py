@@ -36,7 +36,8 @@ from typing import Any, Final
 import msgspec
 
 from chalie.config import ModelConfig
-from chalie.providers.formats import WIRES, Wire
+from chalie.providers import steps
+from chalie.providers.formats import WIRES, Wire, new_call_id
 from chalie.providers.http import HttpClient, HttpError, Response, proxy_from_environment
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
 
@@ -185,10 +186,28 @@ class ModelClient:
                 )
                 await asyncio.sleep(delay)
 
-    async def _once(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+    def _structured(self, request: ModelRequest) -> list[str] | None:
+        """The offered tools' names when this step is held to a step object, else None."""
         cfg = self.config
+        if not request.tools or not steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url):
+            return None
+        return [str(t["name"]) for t in request.tools]
+
+    async def _once(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        offered = self._structured(request)
+        if offered is None:
+            return await self._plain(request, on_delta)
+        reply = steps.ReplyText(offered)
+        response = await self._plain(request, lambda text: on_delta(reply.feed(text)))
+        return steps.read(response, offered, new_call_id())
+
+    async def _plain(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        cfg = self.config
+        payload = self.wire.body(request, cfg.model, stream=cfg.stream)
+        if self._structured(request) is not None:
+            self.wire.constrain(payload, steps.schema(request.tools))
         # Encoded once, by msgspec (json.dumps is several times slower).
-        body = _encoder.encode(self.wire.body(request, cfg.model, stream=cfg.stream))
+        body = _encoder.encode(payload)
         headers = {**JSON_HEADERS, **self.wire.headers(self.api_key())}
         try:
             async with self.http().post(self.wire.path(), body, headers) as response:

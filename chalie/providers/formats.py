@@ -56,14 +56,14 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str]:
     return (value, "") if isinstance(value, dict) else (None, text[:2000])
 
 
-def _new_call_id() -> str:
+def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
 def _call(call_id: str, name: str, raw: Any) -> ToolCallPart:
     """One tool call, its arguments parsed (kept as text when they are not an object)."""
     args, text = parse_arguments(raw)
-    return ToolCallPart(id=call_id or _new_call_id(), name=name, arguments=args, raw=text)
+    return ToolCallPart(id=call_id or new_call_id(), name=name, arguments=args, raw=text)
 
 
 def _usage(counts: Any, input_key: str, output_key: str) -> Usage:
@@ -94,6 +94,9 @@ class Wire(Protocol):
     def headers(self, api_key: str | None) -> dict[str, str]: ...
 
     def body(self, request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]: ...
+
+    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+        """Hold the output to ``schema`` (chalie.providers.steps; openai and ollama only)."""
 
     def parse(self, data: Any) -> ModelResponse: ...
 
@@ -190,6 +193,12 @@ class OpenAIWire:
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "step", "schema": schema},
+        }
 
     def parse(self, data: Any) -> ModelResponse:
         try:
@@ -317,6 +326,9 @@ class OllamaWire:
             body["tools"] = _openai_tools(request)
         return body
 
+    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+        body["format"] = schema
+
     def parse(self, data: Any) -> ModelResponse:
         assembler = _OllamaAssembler()
         assembler.feed(data)
@@ -436,6 +448,9 @@ class AnthropicWire:
                 for t in request.tools
             ]
         return body
+
+    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+        raise ValueError("the anthropic wire has no JSON-schema output (structured steps)")
 
     def parse(self, data: Any) -> ModelResponse:
         try:

@@ -28,6 +28,11 @@ In ``text``, ``{last_result}`` is the content of the last tool result the reques
 carries. A tool call named ``$suggested`` calls the first valid value of the last
 tool result (an unknown-tool error's closest tool); with none, the step answers
 the result's hint as text instead (what small models do with a hint).
+
+``"schema": "honour"`` (beside ``steps``) answers a request that carries an output
+schema (OpenAI's ``response_format``, Ollama's ``format``) the way a server with a
+grammar does: the step's first call, or its text, written as the one step object
+the schema allows (:func:`as_step_object`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -81,6 +86,9 @@ class Script(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     steps: list[Step] = []
     on_user: Step | None = None
     on_tool: Step | None = None
+    # A JSON schema sent for the output (structured steps): "ignore" it, as a server without
+    # the feature does, or "honour" it as llama.cpp's grammar does (a step object in text).
+    schema: Literal["ignore", "honour"] = "ignore"
 
 
 def load_script(text: str | bytes) -> Script:
@@ -224,3 +232,30 @@ def resolve(step: Step, fmt: str, body: dict[str, Any]) -> Step:
             step, text=step.text.replace("{last_result}", result_content(result))
         )
     return step
+
+
+def output_schema(fmt: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema the request holds the output to, if any."""
+    if fmt == "ollama":
+        found = body.get("format")
+    else:
+        found = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+    return found if isinstance(found, dict) else None
+
+
+def as_step_object(step: Step, schema: dict[str, Any]) -> Step:
+    """``step`` as a grammar-held server answers it: one object of the schema, as text.
+
+    A call becomes ``{"name": ..., "arguments": ...}`` (the first call only: the schema
+    allows one); text becomes the answer alternative (the last one, named by its const).
+    """
+    if step.status is not None or step.hang:
+        return step
+    if step.tool_calls:
+        call = step.tool_calls[0]
+        obj: dict[str, Any] = {"name": call.name, "arguments": call.arguments or {}}
+    else:
+        answer = (schema.get("oneOf") or [{}])[-1]
+        name = answer.get("properties", {}).get("name", {}).get("const", "reply")
+        obj = {"name": name, "arguments": {"text": step.text}}
+    return msgspec.structs.replace(step, text=json.dumps(obj), tool_calls=[])

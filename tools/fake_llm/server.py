@@ -25,9 +25,11 @@ from tools.fake_llm.script import (
     Player,
     Script,
     Step,
+    as_step_object,
     call_id,
     last_is_tool,
     last_user_text,
+    output_schema,
     resolve,
 )
 
@@ -389,7 +391,11 @@ class FakeModelApp:
         if step is None:
             await self._json(send, 500, {"error": {"message": "script exhausted"}})
             return
-        await self._answer(send, fmt, body, resolve(step, fmt, body))
+        step = resolve(step, fmt, body)
+        schema = output_schema(fmt, body)
+        if schema is not None and self.player.script.schema == "honour":
+            step = as_step_object(step, schema)
+        await self._answer(send, fmt, body, step)
         self.answered.append(time.monotonic())
         del self.answered[: -self._keep]
 

@@ -108,6 +108,39 @@ def test_the_seed_offers_a_tool_that_clearly_fits_in_the_first_request(h: Harnes
     assert "clock" not in tools_of(h, 0) and plain.text == DESCRIBED
 
 
+def step_names(body: dict[str, Any]) -> list[str]:
+    """The names a step object may carry, from the request's output schema."""
+    schema = body["response_format"]["json_schema"]["schema"]
+    return [alt["properties"]["name"]["const"] for alt in schema["oneOf"]]
+
+
+def test_a_structured_step_is_a_call_or_an_answer_and_the_answer_streams_as_text(
+    h: Harness,
+) -> None:
+    # The server holds the output to the step schema, as llama.cpp's grammar does.
+    calc = call("calculator", {"expression": "17*23"})  # no act_summary: optional there
+    script = {
+        "schema": "honour",
+        "on_user": {"cases": [{"offered": "calculator", "then": step(calc)}], "text": HOW},
+        "on_tool": {**ANSWER, "chunk": 3},
+    }
+    accepted, end = run(h, script, "What is 17 * 23?")
+    assert end.reason == "final" and end.text.startswith("It is") and "391" in end.text, end
+    first = h.server.requests[0]["body"]
+    assert "calculator" in step_names(first) and step_names(first)[-1] == "reply"
+    assert "calculator" in tools_of(h, 0)  # the tools stay in the request
+    assert first["messages"][-1]["content"] == "What is 17 * 23?"
+    finished = h.of(accepted.conversation_id, ToolFinished)
+    assert [(e.tool, e.status) for e in finished] == [("calculator", "success")]
+    # The answer came as an object; the person saw its text stream, never the JSON.
+    assert h.server.requests[1]["body"]["response_format"]
+    shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
+    assert shown == end.text
+    # A model with the aid off (plain-bg: structured_steps off) gets no schema.
+    run(h, script, "What is 17 * 23?", "plain-bg")
+    assert "response_format" not in h.server.requests[0]["body"]
+
+
 def test_the_seed_offers_nothing_for_chit_chat(h: Harness) -> None:
     _, end = run(h, {"on_user": {"text": "You're welcome!"}}, "Thanks, that's all for now.")
     assert end.reason == "final" and end.text == "You're welcome!"
