@@ -678,6 +678,7 @@ class TurnActor(SupervisedActor):
         messages = tuple(fitted.messages)
         if turn.brief:
             messages = _with_brief(messages, self._messages[turn.start_idx], turn.brief)
+        free = False  # the answer after a success: not held to a step object
         if turn.answer_due:
             turn.answer_due = False
             # After a success the model is asked for the answer with the result, in the
@@ -693,6 +694,7 @@ class TurnActor(SupervisedActor):
             ):
                 noted = f"{last.text}\n{answers.ANSWER_NOTE}"
                 messages = (*messages[:-1], msgspec.structs.replace(last, text=noted))
+                free = True
         if turn.nudge:  # a one-off note for this request only: never stored
             messages = (*messages, ChatMessage(role="user", text=turn.nudge))
             turn.nudge = ""
@@ -701,6 +703,7 @@ class TurnActor(SupervisedActor):
             messages=messages,
             tools=tools,
             max_tokens=cfg.max_output_tokens,
+            free=free,
         )
         gen = self._gen
         ref = self.actor_ref

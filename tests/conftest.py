@@ -9,13 +9,21 @@ and :mod:`tools.processes` (shared with the benchmarks).
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from tests import slow
+from tools.processes import signal_state
+
+
+def _sigint_now() -> tuple[object, set[signal.Signals], str]:
+    kernel = signal_state(os.getpid(), signal.SIGINT)
+    return signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []), kernel
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -30,14 +38,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     slow.note_mark(item)
 
 
+_AT_START: Final = _sigint_now()
+
+
 @pytest.fixture(autouse=True)
 def _signals_left_as_found() -> Iterator[None]:
-    """A test that leaves this process's SIGINT ignored, handled or blocked fails: every
-    process started later would inherit it (an ignored or blocked Ctrl-C survives exec)."""
-    before = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    """SIGINT as the run started (this process's handler, mask and the kernel's view): a test,
+    or a module fixture set up for it, that leaves it ignored or blocked fails, since every
+    process started later inherits that across exec. Read from /proc too: a C library can
+    change it behind Python's back."""
+    changed = _sigint_now() != _AT_START
     yield
-    after = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    if after != before:
-        signal.signal(signal.SIGINT, before[0])
-        signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
-        pytest.fail(f"the test left SIGINT changed: handler and mask {before} became {after}")
+    if changed or _sigint_now() != _AT_START:
+        now = _sigint_now()
+        signal.signal(signal.SIGINT, _AT_START[0])  # Python's handler, set in the kernel again
+        signal.pthread_sigmask(signal.SIG_SETMASK, _AT_START[1])
+        when = "before the test (a fixture of its)" if changed else "by the test"
+        pytest.fail(f"SIGINT was changed {when}: {_AT_START} became {now}")

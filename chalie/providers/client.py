@@ -189,7 +189,11 @@ class ModelClient:
     def _structured(self, request: ModelRequest) -> list[str] | None:
         """The offered tools' names when this step is held to a step object, else None."""
         cfg = self.config
-        if not request.tools or not steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url):
+        if (
+            request.free
+            or not request.tools
+            or not steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url)
+        ):
             return None
         return [str(t["name"]) for t in request.tools]
 

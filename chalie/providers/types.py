@@ -58,6 +58,10 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[ChatMessage, ...]
     tools: tuple[dict[str, Any], ...] = ()
     max_tokens: int = 4096
+    # The answer asked for after a success: its output is free text even where steps are
+    # structured (held to a step object, the 1.5B model called the tool again or stored
+    # the result in memory instead of answering; in words it answered).
+    free: bool = False
 
 
 class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from chalie.chat.client import ChatClient
 from chalie.conversation.events import PermissionRequest
 from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import Daemon, clock_script
-from tools.processes import signal_state
+from tools.processes import reap, signal_state
 from tools.waiting import wait_until
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
@@ -151,16 +151,14 @@ class Terminal:
         try:
             return self.proc.wait(20)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
+            reap(self.proc)
             os.close(self.master)
 
     def __enter__(self) -> Terminal:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+        reap(self.proc)  # killed and waited for: no live Popen left for the collector
 
 
 def test_a_terminal_conversation_with_a_prompt_history_and_new(d: Daemon) -> None:

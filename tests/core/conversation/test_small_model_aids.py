@@ -118,27 +118,36 @@ def test_a_structured_step_is_a_call_or_an_answer_and_the_answer_streams_as_text
     h: Harness,
 ) -> None:
     # The server holds the output to the step schema, as llama.cpp's grammar does.
+    script = {"schema": "honour", "on_user": {"text": "You're welcome!", "chunk": 3}}
+    accepted, end = run(h, script, "Thanks, that's all for now.")
+    assert end.reason == "final" and end.text == "You're welcome!", end
+    first = h.server.requests[0]["body"]
+    assert step_names(first) == ["find_tools", "find_skills", "reply"]
+    assert sorted(tools_of(h, 0)) == ["find_skills", "find_tools"]  # the tools stay too
+    # The answer came as an object; the person saw its text stream, never the JSON.
+    shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
+    assert shown == end.text
+    # A model with the aid off (plain-bg: structured_steps off) gets no schema.
+    run(h, script, "Thanks, that's all for now.", "plain-bg")
+    assert "response_format" not in h.server.requests[0]["body"]
+
+
+def test_a_structured_call_is_made_and_the_answer_after_it_is_free_text(h: Harness) -> None:
     calc = call("calculator", {"expression": "17*23"})  # no act_summary: optional there
     script = {
         "schema": "honour",
         "on_user": {"cases": [{"offered": "calculator", "then": step(calc)}], "text": HOW},
-        "on_tool": {**ANSWER, "chunk": 3},
+        "on_tool": TOLD,
     }
     accepted, end = run(h, script, "What is 17 * 23?")
     assert end.reason == "final" and end.text.startswith("It is") and "391" in end.text, end
-    first = h.server.requests[0]["body"]
-    assert "calculator" in step_names(first) and step_names(first)[-1] == "reply"
-    assert "calculator" in tools_of(h, 0)  # the tools stay in the request
-    assert first["messages"][-1]["content"] == "What is 17 * 23?"
+    assert "calculator" in step_names(h.server.requests[0]["body"])
     finished = h.of(accepted.conversation_id, ToolFinished)
     assert [(e.tool, e.status) for e in finished] == [("calculator", "success")]
-    # The answer came as an object; the person saw its text stream, never the JSON.
-    assert h.server.requests[1]["body"]["response_format"]
-    shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
-    assert shown == end.text
-    # A model with the aid off (plain-bg: structured_steps off) gets no schema.
-    run(h, script, "What is 17 * 23?", "plain-bg")
-    assert "response_format" not in h.server.requests[0]["body"]
+    # Held to an object after a success, the real model called the tool again or stored
+    # the result in memory; the answer after a success is asked for in words.
+    assert "response_format" not in h.server.requests[1]["body"]
+    assert last_result(h, 1).endswith(answers.ANSWER_NOTE)
 
 
 def test_the_seed_offers_nothing_for_chit_chat(h: Harness) -> None:
