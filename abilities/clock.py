@@ -204,8 +204,14 @@ _TIME_OF_DAY: Final = re.compile(
 )
 
 
+# A convert's time that means this moment (the 1.5B model sent "now" for "the time in Sydney").
+_NOW_WORDS: Final = frozenset({"now", "current", "current time", "right now", "today"})
+
+
 def _moment(text: str, zone: zoneinfo.ZoneInfo) -> dt.datetime | None:
-    """A date-time (ISO 8601) or a time of day, today in ``zone``; None when neither."""
+    """A date-time (ISO 8601), a time of day today in ``zone``, or "now"; None when none."""
+    if text.strip().lower() in _NOW_WORDS:
+        return dt.datetime.now(zone).replace(microsecond=0)
     try:
         moment = dt.datetime.fromisoformat(text.strip())
     except ValueError:

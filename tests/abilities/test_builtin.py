@@ -98,6 +98,16 @@ def test_clock_converts_a_time_of_day_given_alone(time: str, hour: int, minute: 
     assert body["to"]["time"] == f"{(hour + 8 - berlin) % 24:02d}:{minute:02d}:00"
 
 
+@pytest.mark.parametrize("now", ["now", "Now", " current time "])
+def test_clock_converts_now_as_this_moment(now: str) -> None:
+    # What the real 1.5B model sent for "what's the time in Sydney": a convert of "now".
+    r = call(Clock, {"action": "convert", "zone": "Sydney", "time": now, "to_zone": "UTC"})
+    assert r.ok, r.body
+    moment = dt.datetime.fromisoformat(json.loads(r.body)["from"]["iso"])
+    assert abs((moment - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+    assert json.loads(r.body)["from"]["zone"] == "Australia/Sydney"
+
+
 def test_clock_bad_time_is_invalid_param() -> None:
     for bad in ("yesterday-ish", "25:00", "13pm", "9:75"):
         r = call(Clock, {"action": "convert", "time": bad, "to_zone": "UTC"})
