@@ -38,6 +38,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     slow.note_mark(item)
 
 
+# A run started in the background by a non-interactive shell (`pytest ... &`, nohup in a
+# script) inherits SIGINT ignored, and so would every process the tests start: a Ctrl-C test
+# would then send SIGINT to a CLI that cannot hear it (what failed the Ctrl-C tests in runs
+# started that way, never in a foreground one). The tests' processes get the terminal's
+# default, as a person's shell gives a command it starts in the foreground.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 _AT_START: Final = _sigint_now()
 
 
