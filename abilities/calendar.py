@@ -162,12 +162,12 @@ class Calendar(Ability):
         if p.action == "create_event":
             assert p.title is not None and p.start is not None
             start = ical.parse_moment(p.start, zone, "start")
-            if p.end is not None:
-                end = ical.parse_moment(p.end, zone, "end")
-            elif isinstance(start, dt.datetime):
-                end = start + dt.timedelta(hours=1)
-            else:
-                end = start + dt.timedelta(days=1)
+            end = None if p.end is None else ical.parse_moment(p.end, zone, "end")
+            if end is None or end == start:
+                # No end, or one equal to the start (the real 1.5B model's way of giving
+                # none): an hour, or the whole day for a date.
+                timed = isinstance(start, dt.datetime)
+                end = start + (dt.timedelta(hours=1) if timed else dt.timedelta(days=1))
             made = calendars.create(
                 rt,
                 p.account,

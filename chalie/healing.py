@@ -115,7 +115,14 @@ def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
                 notes.append(f"parameter {one_line(key, 40)!r} was read as {real!r}")
         out[target] = value
     declared = _property_types(cls)
+    required = set(_required(cls))
     for key, value in list(out.items()):
+        if key not in required and _empty_refused(value, props.get(key), declared.get(key)):
+            # An optional parameter given as "" that its schema refuses: left out. A model
+            # held to a schema (structured steps) wrote every optional key, empty.
+            del out[key]
+            notes.append(f"empty {one_line(key, 40)!r} was left out")
+            continue
         types = declared.get(key)
         if not types:
             continue
@@ -129,6 +136,34 @@ def heal(cls: type[Ability], params: Mapping[str, Any]) -> Healed:
             out[key] = fixed
             notes.append(f"{key}: {json_type(value)} was read as {json_type(fixed)}")
     return Healed(out, tuple(notes))
+
+
+def _empty_refused(value: Any, spec: Any, types: set[str] | None) -> bool:
+    """Whether ``value`` is an empty string that the property ``spec`` cannot take."""
+    if not isinstance(value, str) or value.strip() or not isinstance(spec, Mapping):
+        return False
+    if types and "string" not in types:
+        return True
+    return _refuses_empty(spec)
+
+
+def _refuses_empty(spec: Any) -> bool:
+    """Whether no alternative of the schema ``spec`` takes an empty string."""
+    if not isinstance(spec, Mapping):
+        return False
+    alternatives = spec.get("anyOf") or spec.get("oneOf")
+    if isinstance(alternatives, list):
+        return all(_refuses_empty(alt) for alt in alternatives)
+    kind = spec.get("type")
+    if kind is not None and kind != "string" and not (isinstance(kind, list) and "string" in kind):
+        return True
+    enum = spec.get("enum")
+    return bool(
+        (isinstance(enum, list) and "" not in enum)
+        or int(spec.get("minLength") or 0) > 0
+        or spec.get("pattern")
+        or spec.get("format")
+    )
 
 
 _NOTHING: Final = object()

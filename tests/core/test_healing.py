@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import pytest
@@ -17,8 +17,13 @@ from chalie.result import ToolResult
 EX = ("one", "two", "three", "four", "five", "six")
 
 
+Short = Annotated[str, msgspec.Meta(min_length=2)]
+
+
 class ShapesParams(msgspec.Struct, forbid_unknown_fields=True):
     items: dict[str, int] | None = None
+    label: Short | None = None
+    note: str | None = None
     tags: list[str] | None = None
     count: int = 1
     ratio: float = 1.0
@@ -71,6 +76,15 @@ def test_each_unambiguous_shape_is_healed_and_noted(
     healed = healing.heal(Shapes, given)
     assert healed.arguments == expected
     assert len(healed.notes) == 1
+
+
+def test_an_empty_optional_value_its_schema_refuses_is_left_out() -> None:
+    # What the real 1.5B model wrote held to a schema: every optional key, empty.
+    given = {"label": "", "count": " ", "mode": "", "items": "", "note": "", "tags": []}
+    healed = healing.heal(Shapes, given)
+    # "" is a valid note (no bound on it) and [] a valid list: both stay as given.
+    assert healed.arguments == {"note": "", "tags": []}
+    assert len(healed.notes) == 4 and "empty 'label' was left out" in healed.notes
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,26 @@ def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Rad
     ]
 
 
+def test_an_end_equal_to_the_start_is_read_as_no_end(book: AccountBook, server: Radicale) -> None:
+    # What the real 1.5B model sent for "a meeting with Bob tomorrow at 10am".
+    cal = tool(book, server)
+    created_id(
+        cal.run(
+            CalendarParams(
+                action="create_event",
+                title="Meeting with Bob",
+                start="2025-06-02T10:00",
+                end="2025-06-02T10:00",
+                zone="Europe/Malta",
+            )
+        )
+    )
+    day = events(cal.run(CalendarParams(start="2025-06-02", zone="Europe/Malta")))
+    assert [(e["start"], e["end"]) for e in day["events"]] == [
+        ("2025-06-02T10:00+02:00", "2025-06-02T11:00+02:00")
+    ]
+
+
 def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) -> None:
     cal = tool(book, server)
     event_id = created_id(
