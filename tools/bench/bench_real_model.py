@@ -231,7 +231,10 @@ PROMPTS: Final = (
         r"63[.,]0|\b63\b|63[.,]\d",
     ),
     Prompt(
-        "weather-snow", "Is it snowing in Reykjavik?", "weather", r"\byes\b|slight snow|snow ?fall"
+        "weather-snow",
+        "Is it snowing in Reykjavik?",
+        "weather",
+        r"\byes\b|slight snow|snow ?fall|(?<!not )(?<!n't )\bsnowing\b",
     ),
     # calendar
     Prompt("cal-tomorrow", "What's on my calendar tomorrow?", "calendar", r"dentist"),
