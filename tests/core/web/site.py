@@ -42,6 +42,18 @@ def article_page(paragraphs: list[str], title: str = "Valletta harbour history")
     ).encode()
 
 
+def images_page(path: str) -> bytes:
+    """``/browser/images?ports=P,Q&each=N``: a page with N images from each loopback port."""
+    query = parse_qs(urlsplit(path).query)
+    ports = [p for p in query.get("ports", [""])[0].split(",") if p.isdigit()]
+    each = int(query.get("each", ["4"])[0])
+    images = "".join(
+        f"<img src='http://127.0.0.1:{port}/img{i}.png'>" for port in ports for i in range(each)
+    )
+    page = f"<html><head><title>Gallery</title></head><body><p>Pictures</p>{images}</body></html>"
+    return page.encode()
+
+
 ARTICLE = article_page([ARTICLE_TEXT, "A second paragraph on the breakwater, built in 1903."])
 
 JS_ONLY = b"""<!doctype html><html><head><title>Rendered later</title></head><body>
@@ -246,6 +258,7 @@ class Site:
                     "/redirect/loop": lambda: self.send(
                         302, b"", "text/plain", Location="/redirect/loop"
                     ),
+                    "/browser/images": lambda: self.send(200, images_page(self.path), "text/html"),
                     "/browser/private": lambda: self.send(
                         200,
                         (
