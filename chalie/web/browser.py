@@ -373,16 +373,16 @@ class BrowserPool:
                     state.document = html_document(await page.content(), page.url)
         except BrowserError:
             raise
-        except TimeoutError:
-            session.cancel()
-            raise BrowserError(
-                "tool-timeout", f"the page did not finish {action} within {limit:g} s"
-            ) from None
         except asyncio.CancelledError:  # the caller gave up waiting: so does the page
             session.cancel()
             raise
         except Exception as exc:  # Playwright's errors: a selector, a navigation, a crash
-            raise BrowserError("browser-error", _playwright_reason(exc)) from None
+            if not _timed_out(exc):
+                raise BrowserError("browser-error", _playwright_reason(exc)) from None
+            session.cancel()  # ours or Playwright's own (goto's, a click's): the same end
+            raise BrowserError(
+                "tool-timeout", f"the page did not finish {action} within {limit:g} s"
+            ) from None
         finally:
             session.busy -= 1
             session.used = time.monotonic()
@@ -507,6 +507,11 @@ async def _settle(page: Any) -> None:
 async def _refuse_websocket(ws: Any) -> None:
     with contextlib.suppress(Exception):
         await ws.close(code=1008, reason="WebSockets are not allowed")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """asyncio's timeout, or Playwright's TimeoutError (its own class, not a builtin's)."""
+    return any(c.__name__ == "TimeoutError" for c in type(exc).__mro__)
 
 
 def _playwright_reason(exc: BaseException) -> str:
