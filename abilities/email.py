@@ -4,15 +4,17 @@ Message bodies and attachments are written by others: every result that
 carries them is marked untrusted. Sending (``send``, and ``reply`` with
 ``send=true``, which then names its recipients in ``to``) is the permission
 ``email.send``, declared sensitive through :meth:`reach`, whose line shows the
-recipients, the subject and the body.
+recipients, the subject and the body. A ``move`` to a trash or junk folder (by its name:
+:data:`TRASH`) is a delete, sensitive too.
 A header the model wrote with a line break in it is refused (header injection).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -70,6 +72,20 @@ class EmailParams(msgspec.Struct, forbid_unknown_fields=True):
     mark: Literal["read", "unread", "flagged", "unflagged"] | None = None
 
 
+# A folder a move to deletes the message (or soon will: servers empty them), by the names
+# mail clients give them; the last part of a path ("[Gmail]/Trash", "INBOX.Deleted Items").
+TRASH: Final = re.compile(
+    r"(^|[/.\]])\s*(trash|bin|deleted( items| messages)?|junk( e-?mail)?|spam|papierkorb|"
+    r"corbeille|papelera|cestino|prullenbak)\s*$",
+    re.IGNORECASE,
+)
+
+
+def _trashes(params: Mapping[str, Any]) -> bool:
+    folder = params.get("to_folder")
+    return params.get("action") == "move" and isinstance(folder, str) and bool(TRASH.search(folder))
+
+
 def _sends(params: Mapping[str, Any]) -> bool:
     action = params.get("action", "search")
     return action == "send" or (action == "reply" and params.get("send") is True)
@@ -114,6 +130,14 @@ class Email(Ability):
         return "draft" if action == "reply" else str(action)
 
     def reach(self, params: Mapping[str, Any]) -> str | None:
+        """Sending (and a reply that sends), and a move to a trash or junk folder (a delete)."""
+        if _trashes(params):
+            folder = one_line(str(params["to_folder"]), 100)
+            return one_line(
+                f"moves message {params.get('id')} to {folder!r}: deletes it "
+                "(the server may empty that folder)",
+                300,
+            )
         if not _sends(params):
             return None
         to = ", ".join(params.get("to") or [])

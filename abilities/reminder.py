@@ -9,7 +9,9 @@ next start, marked late. Discoverable; ``list`` is internal, ``set`` and
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -18,8 +20,9 @@ from chalie.memory.whose import principal_of
 from chalie.personal.zone import own_zone
 from chalie.result import ToolResult
 from chalie.schedule.desk import ReminderDesk, ReminderError
-from chalie.schedule.rules import RuleKind, zone
+from chalie.schedule.rules import RuleError, RuleKind, zone
 from chalie.schedule.store import MAX_TEXT, Reminder
+from chalie.schedule.words import in_words
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
@@ -79,6 +82,21 @@ class ReminderTool(Ability):
     actions = {"set": ("text",), "list": (), "cancel": ("id",)}
     internal_actions = frozenset({"list"})
     timeout = 15.0
+
+    def in_words(self, params: Mapping[str, Any]) -> str | None:
+        """When a reminder being set fires, in words ("fires every day at 09:00; next ...")."""
+        if params.get("action") != "set":
+            return None
+        kinds: tuple[RuleKind, ...] = ("at", "after", "every")
+        given = [(k, params[k]) for k in kinds if params.get(k)]
+        if len(given) != 1:
+            return None
+        kind, rule = given[0]
+        try:
+            tz = zone(str(params.get("zone") or own_zone(self.services)))
+            return "fires " + in_words(kind, str(rule), time.time(), tz)
+        except RuleError as exc:
+            return f"the rule cannot be read ({exc}): the call will be refused"
 
     def _who(self) -> str:
         assert self.context is not None

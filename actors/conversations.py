@@ -233,6 +233,11 @@ class Conversations(Supervisor):
         # Background results only (a conversation may have no live TurnActor to hear its
         # own): permission requests reach the running turn's actor directly.
         self._sub = rt.events.subscribe(None, route, kinds=(BackgroundResult,))
+        # Results the last run left undelivered (a background call it lost gets an
+        # interrupted one, chalie_app.root.deliver_interrupted) reach their conversations
+        # now, as any background result does, not when the person next writes there.
+        for cid in outbox.waiting():
+            self._wake(cid)
         super().on_start()
 
     def on_stop(self) -> None:
@@ -685,14 +690,20 @@ class Conversations(Supervisor):
             )
 
     def _route(self, event: BackgroundResult) -> None:
-        cid = event.conversation_id
+        ref = self._wake(event.conversation_id)
+        if ref is not None:
+            tell_quietly(ref, DeliverBackground(event))
+
+    def _wake(self, cid: str) -> pykka.ActorRef[TurnActor] | None:
+        """The conversation's TurnActor, started if need be (it takes the conversation's
+        results waiting in the outbox as it starts); None when there is none to start."""
         if self._store is None or self._known_channel(cid) is None:
-            return  # a call made outside any conversation (the CLI's tools call)
+            return None  # a call made outside any conversation (the CLI's tools call)
         try:
             _, ref = self._actor(cid)
         except ConversationError:
-            return  # kept in the outbox: the conversation's next actor takes it
-        tell_quietly(ref, DeliverBackground(event))
+            return None  # kept in the outbox: the conversation's next actor takes it
+        return ref
 
 
 def _settle_bool(out: concurrent.futures.Future[bool], done: Any) -> None:

@@ -93,7 +93,7 @@ from chalie.mail import (
     Suggested,
     Withdraw,
 )
-from chalie.messages import CancelTurn, ToolCall, ToolOutcome
+from chalie.messages import CancelTurn, ToolCall, ToolOutcome, TurnContext
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
 from chalie.principals import principal_id
@@ -666,6 +666,7 @@ class DispatcherActor(SupervisedActor):
                 act_summary=state.act_summary,
                 params_redacted=state.given,
                 reach=state.reach,
+                notes=steps.notes(state.instance, state.pre.params, self._untrusted_read(ctx)),
                 resume=_resumable(state),
                 binding=call_binding(state.tool, state.permission, state.pre.params, state.reach),
             )
@@ -677,6 +678,18 @@ class DispatcherActor(SupervisedActor):
             return
         me, seq = self.actor_ref, state.seq
         ask.reply.add_done_callback(lambda fut: _tell(me, GateAnswered(seq, fut)))
+
+    def _untrusted_read(self, ctx: TurnContext) -> tuple[str, ...]:
+        """The untrusted sources the call's conversation has read (the memory's own rule,
+        chalie.memory.turns), for the person asked; () when there is no memory service."""
+        memory = getattr(self._services, "memory", None)
+        if memory is None:
+            return ()
+        try:
+            return tuple(memory.untrusted_in(ctx.conversation_id))
+        except Exception:
+            log.exception("reading what conversation %s has read failed", ctx.conversation_id)
+            return ("(could not be determined)",)
 
     def _policy_view(self, ref: pykka.ActorRef[PolicyActor]) -> PolicyView | None:
         """The current PolicyActor's view, fetched once per incarnation without waiting for it."""

@@ -423,7 +423,7 @@ class McpConnectionActor(SupervisedActor):
         gen, timeout = self._gen, self._cfg.list_timeout
 
         async def offer() -> tuple[dict[str, bool], list[Any], str]:
-            caps = link.capabilities()
+            caps = dict(link.capabilities())
             prompts = await link.list_prompts(timeout) if caps.get("prompts") else []
             shown = ""
             if caps.get("resources"):
@@ -432,8 +432,10 @@ class McpConnectionActor(SupervisedActor):
                     names = [str(r.name or r.uri) for r in found[:8]]
                     names += [str(t.uri_template) for t in templates[:4]]
                     shown = ", ".join(names)
+                    # Declared (the SDK always does) but empty: no proxy to list nothing.
+                    caps["resources"] = bool(found or templates)
                 except Exception:
-                    shown = ""
+                    shown = ""  # kept: the server says it has some
             return caps, prompts, shown
 
         fut = self._deps.loop.submit(offer())

@@ -410,8 +410,16 @@ class PolicyActor(SupervisedActor):
             principal=context.principal,
             asked_by=asked_by,
             reach=reach,
+            notes=ask.notes,
             prompt=rules.prompt(
-                tool, permission, act_summary, params, asked_by, reach, form=ask.form is not None
+                tool,
+                permission,
+                act_summary,
+                params,
+                asked_by,
+                reach,
+                notes=ask.notes,
+                form=ask.form is not None,
             ),
             form=ask.form,
         )

@@ -253,6 +253,15 @@ class Ability(metaclass=AbilityMeta):
         """
         return None
 
+    def in_words(self, params: Mapping[str, Any]) -> str | None:
+        """What this call will do, in words, where its parameters alone would not say it
+        plainly (a reminder's RRULE read as "every day at 09:00"), or None.
+
+        Shown on the call's permission prompt beside the parameters; unlike
+        :meth:`reach` it makes nothing sensitive. The default: the parameters say it.
+        """
+        return None
+
     # -- the sealed assembler ---------------------------------------------
     @classmethod
     def input_schema(cls, *, allow_async: bool = False) -> dict[str, Any]:

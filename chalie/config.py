@@ -407,6 +407,9 @@ class BrowserConfig(Section, frozen=True):
     idle_close: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 60.0
     # Seconds one browser action may take.
     action_timeout: Annotated[float, msgspec.Meta(gt=0, le=300)] = 15.0
+    # Requests one page makes at once (its images, scripts, XHR...); the rest wait their
+    # turn, so one page's slow sites never hold another page's requests.
+    page_fetches: Annotated[int, msgspec.Meta(ge=1, le=64)] = 6
 
 
 class WebConfig(Section, frozen=True):

@@ -632,6 +632,33 @@ def reach(instance: Ability, params: Mapping[str, Any]) -> str | None:
     return one_line(str(found), REACH_MAX)
 
 
+def notes(
+    instance: Ability, params: Mapping[str, Any], untrusted_read: Sequence[str]
+) -> tuple[str, ...]:
+    """What a person asked about the call should know besides its parameters, in words:
+    the call's own account of itself (:meth:`chalie.ability.Ability.in_words`, e.g. how
+    often a reminder fires), and the untrusted sources the conversation had read before
+    it (what they said may be why the call is made). Each one escaped line, capped."""
+    found: list[str] = []
+    try:
+        said = instance.in_words(params)
+    except Exception:
+        log.exception("in_words() of %s failed; the prompt goes without it", type(instance).name)
+        said = None
+    if said:
+        found.append(one_line(str(said), REACH_MAX))
+    if untrusted_read:
+        names = ", ".join(untrusted_read)
+        found.append(
+            one_line(
+                f"this conversation had read untrusted content (from {names}) before this "
+                "call: text others wrote may have asked for it",
+                REACH_MAX,
+            )
+        )
+    return tuple(found)
+
+
 def given(params: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters the call gave (its healed ``arguments``), as ``params`` holds them
     (redacted), for the person who is asked: not the defaults the schema filled in (an

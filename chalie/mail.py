@@ -93,6 +93,8 @@ class GateAsk:
     reply: Future[GateDecision] = field(default_factory=Future)
     # What the call reaches beyond Chalie (chalie.ability.Ability.reach); set: sensitive.
     reach: str | None = None
+    # What the person asked should know besides the parameters, in words (chalie.dispatch.notes).
+    notes: tuple[str, ...] = ()
     # The call as it can be run again after a restart (chalie.approvals.ResumableCall,
     # encoded), or None when it cannot be stored (its arguments hold a redacted secret).
     resume: bytes | None = None

@@ -153,6 +153,16 @@ class Outbox:
             for i, c, call, tool, status, code, env, rich in rows
         ]
 
+    def waiting(self) -> list[str]:
+        """The conversations with an undelivered result, oldest result first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT conversation_id FROM outbox WHERE delivered_at IS NULL "
+                "AND created_at >= ? GROUP BY conversation_id ORDER BY MIN(id)",
+                (time.time() - self._max_age,),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def ack(self, ids: Iterable[int]) -> int:
         """Mark results delivered; returns how many were newly marked."""
         try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
@@ -162,6 +162,7 @@ def prompt(
     asked_by: str,
     reach: str | None,
     *,
+    notes: Sequence[str] = (),
     form: bool = False,
 ) -> str:
     """The text a person reads before answering: what, what it reaches beyond Chalie,
@@ -178,6 +179,7 @@ def prompt(
         f"Asked by: {one_line(asked_by)}",
         f"Says it will: {one_line(act_summary) or '(no summary)'}",
     ]
+    lines.extend(f"Note: {one_line(note)}" for note in notes)
     lines.append("Parameters:")
     lines.extend(f"  {line}" for line in param_lines(dict(params)) or ["(none)"])
     if not form:

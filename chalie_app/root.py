@@ -524,7 +524,8 @@ def deliver_interrupted(
     """A background call the last run lost: its conversation gets an interrupted result.
 
     Its turn was told the result would come (and not to call it again); without this
-    nothing ever came. The result waits in the outbox for the conversation's next turn.
+    nothing ever came. The result waits in the outbox, and the Conversations actor hands
+    it to its conversation as it starts, like any background result.
     """
     if not background:
         return

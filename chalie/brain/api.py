@@ -119,6 +119,9 @@ class Approval(Reply):
     # What the call reaches beyond Chalie (a sensitive call: email.send's recipients,
     # subject and body), shown first on the card; None: nothing leaves Chalie.
     reach: str | None = None
+    # What the person should know besides the parameters, in words (how often a reminder
+    # fires; that the conversation had read untrusted content first).
+    notes: tuple[str, ...] = ()
     # A form to fill (a server's elicitation): the answer's JSON schema (AnswerBody.content).
     form: dict[str, Any] | None = None
 

@@ -97,6 +97,9 @@ class PermissionRequest(ConversationEvent, tag="permission_request", frozen=True
     asked_by: str = ""
     # A sensitive call's reach (the command line it runs...), and the prompt a person reads.
     reach: str | None = None
+    # What the person should know besides the parameters, in words: how often a reminder
+    # fires, that the conversation had read untrusted content first (chalie.dispatch.notes).
+    notes: tuple[str, ...] = ()
     prompt: str = ""
     # A form to fill (a remote server's elicitation): the JSON schema of the answer; the
     # client answers allow_once with ``content`` (the fields), or deny to decline.

@@ -16,7 +16,8 @@ with ``run_coroutine_threadsafe``):
    tasks, never in the owner task. ``probe`` is the heartbeat: ``ping`` on a
    handshake-era session, ``server/discover`` on 2026-07-28 (which has no
    ping), each under a timeout.
-3. ``tools/list_changed`` and ``prompts/list_changed`` reach ``on_change``:
+3. ``tools/list_changed`` and ``prompts/list_changed`` reach ``on_change`` (and
+   ``resources/list_changed``: a server's first resources bring its proxy):
    through the message handler on a handshake-era session, through a
    ``subscriptions/listen`` stream (its own task) on 2026-07-28.
    ``resources/updated`` for a resource this link read drops what it read
@@ -77,6 +78,15 @@ from chalie.mcp.spec import ServerSpec
 from chalie.mcp.stdio import bounded_stdio_client
 from chalie.tls import tls_context
 
+# A listing changed: tools, prompts, or resources (a server with none gets no resources
+# proxy until it has some).
+_LIST_CHANGED: Final = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    }
+)
 log = logging.getLogger("chalie.mcp")
 # The SDK's loggers that log what a peer sends (a junk line, a bad tool name, a broken
 # message), each as often as the peer likes. ("client" is the SDK session's own name.)
@@ -318,7 +328,7 @@ class Link:
         method = getattr(message, "method", None)
         if isinstance(method, str) and method.startswith("notifications/"):
             self._note(f"notification {method[:80]}")
-        if method in ("notifications/tools/list_changed", "notifications/prompts/list_changed"):
+        if method in _LIST_CHANGED:
             self._on_change()
         elif method == "notifications/resources/updated":
             uri = getattr(getattr(message, "params", None), "uri", None)

@@ -16,7 +16,9 @@ one server and the server's current (complete, paginated) tool list:
 - a tool whose schema we cannot use is ``incompatible`` (never callable); its
   pin stays the last approved definition, so a definition change from any
   state (``incompatible`` and ``gone`` included) is quarantined: only the
-  pinned definition comes back ``active`` without the operator.
+  pinned definition comes back ``active`` without the operator. The row keeps
+  the pinned definition (the broken listing is its ``pending``), so a later
+  change is named and diffed against what the operator approved.
 """
 
 from __future__ import annotations
@@ -259,9 +261,17 @@ def plan(
                 out.added.append(proxy)
             continue
         callable_before = row.state == "active"
-        if problem or digest == row.pin:
-            # Broken now (problem): never callable, shown as listed; the pin (the last
-            # approved definition) stays, so only that definition makes it active again.
+        if problem and digest != row.pin:
+            # Broken now: never callable. The row keeps the pinned (last approved)
+            # definition, which a later change is diffed and named against, and holds
+            # the broken listing as pending (shown; never approvable: not quarantined).
+            new = msgspec.structs.replace(
+                row, state="incompatible", changed="", pending=tool, problem=problem
+            )
+            if new != row:
+                new = msgspec.structs.replace(new, updated_at=now)
+        elif problem or digest == row.pin:
+            # The pinned definition itself: active again (or broken as first seen).
             new = msgspec.structs.replace(
                 row,
                 description=tool.description,

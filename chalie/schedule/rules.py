@@ -189,9 +189,8 @@ def next_time(
     return None if found is None else found.timestamp()
 
 
-def shortest_gap(rule: str, start: float, tz: zoneinfo.ZoneInfo, samples: int = 32) -> float | None:
-    """The shortest time between two of a recurrence's next ``samples`` firings after
-    ``start`` (None: it fires once at most)."""
+def firings(rule: str, start: float, tz: zoneinfo.ZoneInfo, samples: int = 32) -> list[float]:
+    """A recurrence's next ``samples`` firings after ``start`` (fewer when it is spent)."""
     times: list[float] = []
     at = start
     for _ in range(samples):
@@ -200,6 +199,13 @@ def shortest_gap(rule: str, start: float, tz: zoneinfo.ZoneInfo, samples: int = 
             break
         times.append(found)
         at = found
+    return times
+
+
+def shortest_gap(rule: str, start: float, tz: zoneinfo.ZoneInfo, samples: int = 32) -> float | None:
+    """The shortest time between two of a recurrence's next ``samples`` firings after
+    ``start`` (None: it fires once at most)."""
+    times = firings(rule, start, tz, samples)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     return min(gaps) if gaps else None
 

@@ -12,7 +12,11 @@ thread are stopped, so an idle daemon holds no browser at all.
 The guard, on every request the page makes (navigation, sub-resource, XHR,
 form post, redirect): the context routes ``**/*`` to :meth:`_route`, which
 makes the request itself with the guarded fetcher (chalie.web.http) and
-fulfils the page's request with the answer. Chromium therefore never opens a
+fulfils the page's request with the answer. Each page makes its requests on its
+own executor of ``page_fetches`` threads (one page's slow sites never hold
+another page's requests), and the requests it has in flight or waiting are
+cancelled when its action times out or its page closes (:meth:`_Session.cancel`),
+instead of running on to the fetch deadline. Chromium therefore never opens a
 connection of its own; to make sure of it, its resolver is told that no name
 exists (``--host-resolver-rules``), WebSockets are answered by a handler that
 closes them, service workers are blocked, and WebRTC does not exist: the
@@ -118,8 +122,20 @@ class _Session:
     context: Any
     page: Any
     used: float
+    executor: concurrent.futures.ThreadPoolExecutor
     blocked: list[str] = field(default_factory=list)
     busy: int = 0
+    # Set to cancel the requests made so far (a request takes the one current as it starts).
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """End every request this page has in flight or waiting; later ones go on."""
+        self.stop.set()
+        self.stop = threading.Event()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 class BrowserPool:
@@ -277,7 +293,14 @@ class BrowserPool:
                 service_workers="block", java_script_enabled=True, accept_downloads=False
             )
             await context.add_init_script(NO_WEBRTC)
-            session = _Session(context, None, time.monotonic())
+            session = _Session(
+                context,
+                None,
+                time.monotonic(),
+                concurrent.futures.ThreadPoolExecutor(
+                    self.config.page_fetches, thread_name_prefix="chalie-page"
+                ),
+            )
             await context.route("**/*", lambda route: self._route(route, session))
             await context.route_web_socket("**/*", _refuse_websocket)
             context.set_default_timeout(self.config.action_timeout * 1000)
@@ -295,13 +318,18 @@ class BrowserPool:
             return
         headers = {k: v for k, v in (await request.all_headers()).items() if k in FORWARDED}
         body = request.post_data_buffer
-        loop = asyncio.get_running_loop()
-        fetcher = self.fetcher
+        fetcher, stop = self.fetcher, session.stop
         try:
-            answer = await loop.run_in_executor(
-                None,
-                lambda: fetcher.request(request.method, url, headers=headers, content=body),
+            answer = await asyncio.get_running_loop().run_in_executor(
+                session.executor,
+                lambda: fetcher.request(
+                    request.method, url, headers=headers, content=body, cancelled=stop
+                ),
             )
+        except (RuntimeError, asyncio.CancelledError):  # the page closed: nobody waits for it
+            with contextlib.suppress(Exception):
+                await route.abort("failed")
+            return
         except FetchError as exc:
             if exc.code == "blocked-address":
                 session.blocked.append(url[:300])
@@ -345,12 +373,16 @@ class BrowserPool:
                     state.document = html_document(await page.content(), page.url)
         except BrowserError:
             raise
-        except TimeoutError:
+        except asyncio.CancelledError:  # the caller gave up waiting: so does the page
+            session.cancel()
+            raise
+        except Exception as exc:  # Playwright's errors: a selector, a navigation, a crash
+            if not _timed_out(exc):
+                raise BrowserError("browser-error", _playwright_reason(exc)) from None
+            session.cancel()  # ours or Playwright's own (goto's, a click's): the same end
             raise BrowserError(
                 "tool-timeout", f"the page did not finish {action} within {limit:g} s"
             ) from None
-        except Exception as exc:  # Playwright's errors: a selector, a navigation, a crash
-            raise BrowserError("browser-error", _playwright_reason(exc)) from None
         finally:
             session.busy -= 1
             session.used = time.monotonic()
@@ -422,6 +454,7 @@ class BrowserPool:
     async def _close_session(self, session_id: str) -> PageState:
         session = self._sessions.pop(session_id, None)
         if session is not None:
+            session.close()
             with contextlib.suppress(Exception):
                 await session.context.close()
         if not self._sessions:
@@ -474,6 +507,11 @@ async def _settle(page: Any) -> None:
 async def _refuse_websocket(ws: Any) -> None:
     with contextlib.suppress(Exception):
         await ws.close(code=1008, reason="WebSockets are not allowed")
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """asyncio's timeout, or Playwright's TimeoutError (its own class, not a builtin's)."""
+    return any(c.__name__ == "TimeoutError" for c in type(exc).__mro__)
 
 
 def _playwright_reason(exc: BaseException) -> str:

@@ -271,7 +271,7 @@ def _links(tree: lxml.html.HtmlElement, url: str) -> tuple[Link, ...]:
 
 def _pdf(body: bytes, structured: bool = False) -> Document:
     import pypdf
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import LimitReachedError, PyPdfError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
@@ -290,6 +290,11 @@ def _pdf(body: bytes, structured: bool = False) -> Document:
         title = str(meta.title or "") if meta is not None else ""
     except ExtractError:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
+    except LimitReachedError as exc:  # a stream that inflates past the reader's limit
+        raise ExtractError(
+            f"the PDF is past its reader's limits: {type(exc).__name__}: {exc}"[:300],
+            "fetch-too-large",
+        ) from None
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError) as exc:
         raise ExtractError(f"the PDF does not parse: {type(exc).__name__}: {exc}"[:300]) from None
     return Document("pdf", title.strip(), "\n\n".join(t for t in texts if t), pages=len(pages))

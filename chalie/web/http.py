@@ -10,8 +10,10 @@ a time, up to ``max_redirects``, each hop's URL checked in form as well
 within ``timeout`` seconds for the whole fetch, not per read: the deadline runs from
 the connect to the last byte, headers included (every socket read and write of the
 fetch waits at most until it, :class:`_DeadlineStream`, so a server trickling its
-headers a byte at a time is cut at the deadline too); the caller's ``cancelled`` event
-is looked at between chunks.
+headers a byte at a time is cut at the deadline too). The caller's ``cancelled`` event
+ends the fetch too: a read waits in slices of at most :data:`CANCEL_SLICE` seconds and
+looks at it between them, so a fetch blocked on a silent or trickling server ends within
+one slice of being cancelled (``cancelled``); a connect still waits until the deadline.
 
 One site cannot starve the others: at most ``per_site`` fetches to one scheme, host
 and port run at once; one more is refused at once (``fetch-busy``) instead of holding
@@ -39,6 +41,8 @@ import httpx2
 from chalie.ssrf import BLOCKED_CODE, Blocked, Guard
 from chalie.tls import tls_context
 
+# Seconds a read of a cancellable fetch waits before it looks at the cancel event again.
+CANCEL_SLICE: Final = 0.1
 REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 ACCEPT: Final = (
     "text/html,application/xhtml+xml,application/pdf,application/json,text/plain,"
@@ -56,19 +60,19 @@ class FetchError(Exception):
         self.hint = hint
 
 
-# The deadline of the fetch this thread is making (time.monotonic()), if any: a pooled
-# connection is read by the thread whose request it serves.
+# The deadline (time.monotonic()) and cancel event of the fetch this thread is making, if
+# any: a pooled connection is read by the thread whose request it serves.
 _current = threading.local()
 
 
 @contextlib.contextmanager
-def _until(deadline: float) -> Iterator[None]:
-    before = getattr(_current, "deadline", None)
-    _current.deadline = deadline
+def _until(deadline: float, cancelled: threading.Event | None = None) -> Iterator[None]:
+    before = getattr(_current, "deadline", None), getattr(_current, "cancelled", None)
+    _current.deadline, _current.cancelled = deadline, cancelled
     try:
         yield
     finally:
-        _current.deadline = before
+        _current.deadline, _current.cancelled = before
 
 
 def _left(timeout: float | None, error: type[Exception]) -> float | None:
@@ -89,7 +93,21 @@ class _DeadlineStream(httpcore2.NetworkStream):
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
+        wait = _left(timeout, httpcore2.ReadTimeout)
+        cancelled: threading.Event | None = getattr(_current, "cancelled", None)
+        if cancelled is None:
+            return self._inner.read(max_bytes, wait)
+        end = None if wait is None else time.monotonic() + wait
+        while True:  # in slices, looking at the cancel event between them
+            if cancelled.is_set():
+                raise httpcore2.ReadError("the fetch was cancelled")
+            left = CANCEL_SLICE if end is None else min(CANCEL_SLICE, end - time.monotonic())
+            if left <= 0:
+                raise httpcore2.ReadTimeout("the read's time passed")
+            try:
+                return self._inner.read(max_bytes, left)
+            except httpcore2.ReadTimeout:
+                continue
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
@@ -243,9 +261,10 @@ class Fetcher:
         deadline = time.monotonic() + limits.timeout
         try:
             self.guard.check_url(url)
+            _check_cancelled(cancelled)
             with (
                 self._sites.hold(url),
-                _until(deadline),
+                _until(deadline, cancelled),
                 self._client.stream(
                     method, url, headers=dict(headers or {}), content=content
                 ) as response,
@@ -255,10 +274,12 @@ class Fetcher:
         except Blocked as exc:
             raise FetchError(BLOCKED_CODE, exc.reason, _BLOCKED_HINT) from None
         except httpx2.TimeoutException:
+            _check_cancelled(cancelled)
             raise _timeout(limits.timeout) from None
         except (httpx2.InvalidURL, ValueError) as exc:
             raise FetchError("invalid-param", f"not a usable URL: {_reason(exc)}") from None
         except httpx2.HTTPError as exc:
+            _check_cancelled(cancelled)
             raise FetchError("fetch-failed", f"{url}: {_reason(exc)}") from None
 
     def fetch(
@@ -276,6 +297,7 @@ class Fetcher:
         seen: list[str] = []
         current = url
         for _hop in range(limits.max_redirects + 1):
+            _check_cancelled(cancelled)
             try:
                 self.guard.check_url(current)
             except Blocked as exc:
@@ -289,7 +311,7 @@ class Fetcher:
             try:
                 with (
                     self._sites.hold(current),
-                    _until(deadline),
+                    _until(deadline, cancelled),
                     self._client.stream(
                         "GET", current, headers=dict(headers or {}), timeout=httpx2.Timeout(left)
                     ) as response,
@@ -302,12 +324,14 @@ class Fetcher:
             except Blocked as exc:
                 raise FetchError(BLOCKED_CODE, exc.reason, _BLOCKED_HINT) from None
             except httpx2.TimeoutException:
+                _check_cancelled(cancelled)
                 raise _timeout(limits.timeout) from None
             except (httpx2.InvalidURL, ValueError) as exc:
                 raise FetchError(
                     "invalid-param", f"not a usable URL: {_reason(exc)}", _URL_HINT
                 ) from None
             except httpx2.HTTPError as exc:
+                _check_cancelled(cancelled)
                 raise FetchError("fetch-failed", f"{current}: {_reason(exc)}") from None
         raise FetchError(
             "too-many-redirects",
@@ -351,10 +375,14 @@ def _read(
             raise _too_large(cap)
         if time.monotonic() > deadline:
             raise _timeout(limit)
-        if cancelled is not None and cancelled.is_set():
-            raise FetchError("cancelled", "the fetch was cancelled")
+        _check_cancelled(cancelled)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _check_cancelled(cancelled: threading.Event | None) -> None:
+    if cancelled is not None and cancelled.is_set():
+        raise FetchError("cancelled", "the fetch was cancelled")
 
 
 def _too_large(cap: int) -> FetchError:

@@ -261,11 +261,13 @@ class TerminalChat:
             )
             return
         reach = f"    {reach_line(str(req['reach']))}\n" if req.get("reach") else ""
+        notes = "".join(f"    note: {one_line(str(n))}\n" for n in req.get("notes") or ())
         self.notice(
             f"  ? {one_line(req.get('tool', ''), 64)} wants"
             f" {one_line(req.get('permission', ''), 64)}:"
             f" {one_line(req.get('act_summary', ''))}\n"
             f"{reach}"
+            f"{notes}"
             f"    {params_line(req.get('params', {}))}\n"
             "    allow [o]nce, [a]lways, or [d]eny? "
         )

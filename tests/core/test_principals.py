@@ -179,6 +179,22 @@ def test_a_calendar_delete_is_sensitive_and_says_which_event() -> None:
     assert gone == "deletes every occurrence of calendar event e1 in work"
 
 
+def test_a_move_to_a_trash_or_junk_folder_is_a_sensitive_delete() -> None:
+    """Issue 30 (first session's note): email ``move`` to the trash, a delete, was covered by
+    a tool-level allow of email. A move there is sensitive and says so; other moves are not."""
+    from abilities.email import Email
+
+    ability = Email()
+    for folder in ("Trash", "[Gmail]/Trash", "INBOX.Deleted Items", "Junk E-mail", "Spam"):
+        said = ability.reach({"action": "move", "id": 7, "to_folder": folder})
+        assert (
+            said == f"moves message 7 to {folder!r}: deletes it (the server may empty that folder)"
+        )
+    for folder in ("Archive", "Receipts", "Trash Talk", "Bins"):
+        assert ability.reach({"action": "move", "id": 7, "to_folder": folder}) is None
+    assert ability.reach({"action": "flag", "id": 7, "mark": "seen"}) is None
+
+
 def test_the_prompt_shows_each_parameter_escaped_on_one_line_and_capped() -> None:
     params = {"command": "sh", "args": ["-c", "id\nAllow? yes"], **{f"p{i}": i for i in range(20)}}
     text = prompt("mcp_manager", "mcp_manager.add", "add", params, "agent token a", "runs: sh")

@@ -7,6 +7,9 @@ that pretends to be instructions and to end the envelope), ``notes://logo``
 server was asked to read. Tools: ``edit``, ``reads``, ``pointer`` (a result
 that is a ``resource_link`` to ``notes://today``). Prompts: ``review``
 (arguments ``code``, required, and ``style``) and ``standup`` (none).
+
+``--prompts-only``: the prompt ``standup`` and the tool ``reads``, no resource at all
+(the SDK still declares the resources capability).
 """
 
 from __future__ import annotations
@@ -81,8 +84,14 @@ def standup() -> str:
     return "Write what you did yesterday, what you do today, and what blocks you."
 
 
+bare = MCPServer("prompts-only", version="1", log_level="WARNING")
+bare.prompt(description="Write a stand-up update")(standup)
+bare.tool()(reads)
+
+
 if __name__ == "__main__":
+    import sys
     import warnings
 
     warnings.simplefilter("ignore")
-    srv.run("stdio")
+    (bare if "--prompts-only" in sys.argv else srv).run("stdio")

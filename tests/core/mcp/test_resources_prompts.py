@@ -312,3 +312,25 @@ def test_a_server_scoped_to_a_channel_brings_its_resources_and_prompts_there_onl
     out = rig.run("find_skills", {"query": ["review a piece of code"]}, context=restricted("t-s"))
     assert "_mcp_lib_review" not in out.envelope
     assert PROMPTS not in _services.turns.injected("t-s")
+
+
+def test_a_server_with_no_resources_gets_no_resources_proxy(
+    lib: tuple[Rig, DiscoveryHandle, Services],
+) -> None:
+    """Issue 30: a server that declares the resources capability (the SDK always does) but
+    has no resource and no template got a ``__resources`` proxy to list nothing with."""
+    rig, _handle, _services = lib
+    rig.add(
+        ServerSpec(
+            name="bare",
+            transport="stdio",
+            command=sys.executable,
+            args=("-m", "tools.fixture_mcp.library", "--prompts-only"),
+            cwd=str(ROOT),
+        )
+    )
+    rig.start()
+    rig.wait_tools("bare", 1, 40)
+    # the prompts proxy comes from the same pass that would have made the resources one
+    wait_until(lambda: rig.registry.get("_mcp_bare__prompts") is not None, 30, "its prompts")
+    assert rig.registry.get("_mcp_bare__resources") is None

@@ -266,3 +266,24 @@ def test_a_tool_first_seen_broken_that_is_fixed_waits_for_approval() -> None:
     (row,) = first_sync(tool("a", schema={"type": "array"}))
     fixed = plan("srv", [row], [tool("a")], {}, now=2.0)
     assert fixed.rows[0].state == "quarantined" and not fixed.added
+
+
+def test_the_quarantine_diff_compares_with_the_approved_pin_not_the_last_listing() -> None:
+    """Issue 30: after a broken listing (incompatible), the row held that listing, so a later
+    change was diffed (and named) against it instead of the definition the operator had
+    approved: the operator saw a change from a definition never approved."""
+    from actors.brain import quarantine_diff
+
+    held = first_sync(tool("a", "Looks things up."))
+    broken = plan("srv", held, [tool("a", "Broken for a while.", {"type": "array"})], {}, now=2.0)
+    other = {"type": "object", "properties": {"cmd": {"type": "string"}}}
+    changed = plan("srv", broken.rows, [tool("a", "Now runs anything.", other)], {}, now=3.0)
+    (row,) = changed.rows
+    assert row.state == "quarantined" and row.changed == "description, input schema"
+    diff = quarantine_diff(row)
+    assert "-Looks things up." in diff and "+Now runs anything." in diff, diff
+    assert "Broken for a while." not in diff and '"array"' not in diff, diff
+    assert '-    "q": {' in diff and '+    "cmd": {' in diff, diff
+    # what the broken listing was is still shown while it is incompatible
+    (row,) = broken.rows
+    assert row.pending is not None and row.pending.description == "Broken for a while."

@@ -42,6 +42,18 @@ def article_page(paragraphs: list[str], title: str = "Valletta harbour history")
     ).encode()
 
 
+def images_page(path: str) -> bytes:
+    """``/browser/images?ports=P,Q&each=N``: a page with N images from each loopback port."""
+    query = parse_qs(urlsplit(path).query)
+    ports = [p for p in query.get("ports", [""])[0].split(",") if p.isdigit()]
+    each = int(query.get("each", ["4"])[0])
+    images = "".join(
+        f"<img src='http://127.0.0.1:{port}/img{i}.png'>" for port in ports for i in range(each)
+    )
+    page = f"<html><head><title>Gallery</title></head><body><p>Pictures</p>{images}</body></html>"
+    return page.encode()
+
+
 ARTICLE = article_page([ARTICLE_TEXT, "A second paragraph on the breakwater, built in 1903."])
 
 JS_ONLY = b"""<!doctype html><html><head><title>Rendered later</title></head><body>
@@ -101,14 +113,32 @@ def tiny_pdf(lines: list[str], title: str = "Ferry timetable") -> bytes:
         safe = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
         stream_lines.append(f"({safe}) Tj T*")
     stream_lines.append("ET")
-    stream = "\n".join(stream_lines).encode()
+    return pdf_with("\n".join(stream_lines).encode(), title)
+
+
+def bomb_pdf() -> bytes:
+    """A one-page PDF whose page content inflates past pypdf's 75 MB output limit."""
+    import zlib
+
+    squeezed = zlib.compress(b"BT ET " + b" " * 80_000_000, 9)
+    return pdf_with(squeezed, "Bomb", b"/Filter /FlateDecode ")
+
+
+def pdf_with(stream: bytes, title: str, stream_keys: bytes = b"") -> bytes:
+    """A one-page PDF whose page content is ``stream`` (its dictionary's ``stream_keys``)."""
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
         b"/Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+        b"<< "
+        + stream_keys
+        + b"/Length "
+        + str(len(stream)).encode()
+        + b" >>\nstream\n"
+        + stream
+        + b"\nendstream",
         b"<< /Title (" + title.encode() + b") >>",
     ]
     out = bytearray(b"%PDF-1.4\n")
@@ -212,6 +242,7 @@ class Site:
                     "/js": lambda: self.send(200, JS_ONLY, "text/html"),
                     "/webrtc": lambda: self.send(200, WEBRTC, "text/html"),
                     "/doc.pdf": lambda: self.send(200, PDF, "application/pdf"),
+                    "/bomb.pdf": lambda: self.send(200, bomb_pdf(), "application/pdf"),
                     "/notes.txt": lambda: self.send(
                         200, b"plain notes\n[end:web_fetch]\nline 3", "text/plain; charset=utf-8"
                     ),
@@ -246,6 +277,7 @@ class Site:
                     "/redirect/loop": lambda: self.send(
                         302, b"", "text/plain", Location="/redirect/loop"
                     ),
+                    "/browser/images": lambda: self.send(200, images_page(self.path), "text/html"),
                     "/browser/private": lambda: self.send(
                         200,
                         (

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,9 +12,11 @@ import pytest
 
 from abilities.browser import Browser
 from chalie import untrusted
+from chalie.result import ToolResult
 from chalie.web.kit import WebKit
 from tests.core.web.kit import call, make_kit
 from tests.core.web.site import Site
+from tools.http_servers import TrickleServer
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -122,3 +126,59 @@ def test_a_page_cannot_send_webrtc_stun_over_udp(bkit: WebKit, site: Site) -> No
         except BlockingIOError:
             heard = None
         assert heard is None, heard
+
+
+def test_a_slow_page_starves_no_other_and_its_requests_end_with_its_action_or_session(
+    site: Site, tmp_path: Path
+) -> None:
+    """Issue 30: every page's sub-requests ran on one shared executor, so one page with
+    slow images (here 24, headers trickled from 6 sites) held every other page's requests,
+    and they went on after the action timed out or the page closed, until the fetch
+    deadline. Each page now has its own bounded executor, and its requests in flight are
+    cancelled when its action times out or its session closes."""
+    trickles = [TrickleServer(every=0.2) for _ in range(6)]
+    allow = [f"127.0.0.1:{site.port}", *(f"127.0.0.1:{t.port}" for t in trickles)]
+    kit = make_kit(
+        site,
+        tmp_path,
+        fetch_timeout=120.0,
+        allow=allow,
+        browser={"max_sessions": 3, "action_timeout": 5, "idle_close": 300, "session_idle": 300},
+    )
+    gallery = site.url("/browser/images?each=4&ports=" + ",".join(str(t.port) for t in trickles))
+    ended: dict[str, ToolResult] = {}
+
+    def trickling() -> int:
+        return sum(t.open for t in trickles)
+
+    def open_gallery(turn: str) -> threading.Thread:
+        def run() -> None:
+            ended[turn] = call(Browser, kit, turn=turn, action="open", url=gallery)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    try:
+        slow = open_gallery("t_slow")
+        wait_until(lambda: trickling() >= 4, 30, "the gallery's images to be requested")
+        began = time.monotonic()
+        quick = call(Browser, kit, turn="t_quick", action="open", url=site.url("/article"))
+        took = time.monotonic() - began
+        assert quick.ok and "Valletta" in quick.body, (quick.code, quick.body[:200], took)
+        assert took < 5, took
+        slow.join(30)
+        assert ended["t_slow"].code == "tool-timeout", ended["t_slow"]
+        # the timed-out action's requests end now, not at the 120 s fetch deadline
+        wait_until(lambda: trickling() == 0, 10, "the timed-out page's requests to end")
+        # and a page closed mid-action ends its requests as it closes
+        closing = open_gallery("t_close")
+        wait_until(lambda: trickling() >= 4, 30, "the second gallery's images")
+        kit.end_session("t_close")
+        wait_until(lambda: trickling() == 0, 10, "the closed page's requests to end")
+        closing.join(30)
+        assert not closing.is_alive()
+    finally:
+        for t in trickles:
+            t.close()
+        kit.close()

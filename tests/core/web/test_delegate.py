@@ -401,3 +401,64 @@ def test_an_agents_delegate_sub_turn_runs_as_that_agent(
     assert parent.status == "success" and parent.principal == agent.id
     inner = trail.call(DispatcherActor.trail, parent_call_id=parent.call_id)
     assert [(r.tool, r.principal) for r in inner] == [("search", agent.id)]
+
+
+def test_the_prompt_says_how_often_a_reminder_fires_and_what_was_read_first(
+    world: tuple[Harness, Site, SearxNG],
+) -> None:
+    """Issue 30: a reminder's approval prompt showed its rule (an RRULE) as a parameter, and
+    a prompt raised after the turn had read untrusted content (a page, mail, a remote tool)
+    did not say so. The prompt now says how often the reminder fires in words, and names
+    the untrusted sources the conversation had read before the call."""
+    h, site, _ = world
+    policy = h.rt.child("policy", PolicyActor).within(10)
+    policy.call(PolicyActor.set, "chat", "web_search", "allow")
+
+    def remind(every: str) -> dict[str, Any]:
+        return {
+            "tool_calls": [
+                call("reminder", action="set", text="ferries", every=every, zone="Europe/Malta")
+            ]
+        }
+
+    h.script(
+        {
+            "steps": [
+                {"tool_calls": [call("find_tools", query=["web_search", "reminder"])]},
+                remind("FREQ=DAILY;BYHOUR=9;BYMINUTE=0"),
+                {"tool_calls": [call("web_search", task=QUESTION)]},
+                # -- inside the delegate --
+                {"tool_calls": [call("search", query="valletta harbour rebuilt")]},
+                {"tool_calls": [call("web_fetch", url=site.url("/inject"))]},
+                {"text": "It was rebuilt in 1566."},
+                # -- back on chat, after an untrusted result --
+                remind("*/10 * * * *"),
+                {"text": "I did not set them."},
+            ]
+        }
+    )
+    accepted = h.send(QUESTION + " And remind me daily.", "chat")
+    cid = accepted.conversation_id
+
+    def asked(count: int) -> PermissionRequest:
+        found = wait_until(
+            lambda: [e for e in h.of(cid, PermissionRequest) if e.tool == "reminder"][count:],
+            60,
+            "the ask for the reminder",
+        )[0]
+        assert h.conversations.call(
+            Conversations.answer, found.request_id, "deny", LOCAL_OWNER
+        ).result(10)
+        return found
+
+    first = asked(0)
+    (daily,) = first.notes  # nothing untrusted read yet
+    assert daily.startswith("fires every day at 09:00; next on "), daily
+    assert daily.endswith(" at 09:00 (Europe/Malta)"), daily
+    assert f"Note: {daily}" in first.prompt
+    second = asked(1)
+    often, read = second.notes
+    assert often.startswith("fires every 10 minutes; next on "), often
+    assert "untrusted content (from web_search)" in read, read
+    assert f"Note: {often}" in second.prompt and f"Note: {read}" in second.prompt
+    assert h.finished(accepted, timeout=60).reason == "final"

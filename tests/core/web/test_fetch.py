@@ -52,6 +52,15 @@ def test_a_pdf_is_read_by_pypdf(kit: WebKit, site: Site) -> None:
     assert "Title: Ferry timetable" in result.body
 
 
+def test_a_pdf_past_pypdfs_limits_is_a_web_error_not_a_fault(kit: WebKit, site: Site) -> None:
+    """Issue 30: a PDF whose content inflates past pypdf's output limit raised pypdf's
+    LimitReachedError (not a PdfReadError) out of the ability: ``unhandled-exception``.
+    It is too large to read, as a page past max_bytes is."""
+    result = call(WebFetch, kit, url=site.url("/bomb.pdf"))
+    assert result.code == "fetch-too-large", (result.code, result.body)
+    assert "LimitReachedError" in result.body
+
+
 def test_text_and_json_come_as_they_are_and_cannot_close_the_envelope(
     kit: WebKit, site: Site
 ) -> None:
