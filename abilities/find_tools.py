@@ -65,13 +65,16 @@ class FindTools(Ability):
 
     def run(self, params: FindToolsParams) -> ToolResult:
         queries = list(params.query)
+        # A framework seed's query is the person's message: a tool it names in words
+        # ("send an email", "search the web") is offered as surely as an exact name.
+        seed = self.context is not None and self.context.seed
         outcome: FindResult | ToolResult = ask_discovery(
-            self, lambda d: d.find(queries, k=DEFAULT_K)
+            self, lambda d: d.find(queries, k=DEFAULT_K, mentions=seed)
         )
         if isinstance(outcome, ToolResult):
             return outcome
         names = outcome.names
-        if self.context is not None and self.context.seed:
+        if seed:
             # A framework seed: only what clearly fits joins the first request.
             keep = set(confident(outcome))
             outcome = FindResult(

@@ -310,8 +310,10 @@ class DiscoveryActor(SupervisedActor):
         return engine
 
     # -- serving ----------------------------------------------------------
-    def find(self, queries: Sequence[str], k: int = DEFAULT_K) -> FindResult:
-        return self._engine("tools").find(queries, k=k)
+    def find(
+        self, queries: Sequence[str], k: int = DEFAULT_K, mentions: bool = False
+    ) -> FindResult:
+        return self._engine("tools").find(queries, k=k, mentions=mentions)
 
     def find_skills(
         self, queries: Sequence[str], k: int = DEFAULT_K
@@ -615,9 +617,11 @@ class DiscoveryHandle:
         if building is not None:
             raise IndexBuilding(*building)
 
-    def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
+    def find(
+        self, queries: Sequence[str], *, k: int = DEFAULT_K, mentions: bool = False
+    ) -> FindResult:
         self._not_building()
-        result: FindResult = self._call(DiscoveryActor.find, list(queries), k)
+        result: FindResult = self._call(DiscoveryActor.find, list(queries), k, mentions)
         return result
 
     def find_skills(

@@ -7,11 +7,12 @@ array: the point of the array is to fetch every tool a turn needs in one call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
-from chalie.discovery.names import NameIndex
+from chalie.discovery.names import NameIndex, segments
 from chalie.discovery.types import ToolDoc
 
 MAX_ENTRIES: Final = 20
@@ -19,7 +20,7 @@ MAX_ENTRY_CHARS: Final = 200
 DEFAULT_K: Final = 5
 MAX_K: Final = 50
 
-Rung = Literal["exact", "keyword", "vector", "ambiguous", "none"]
+Rung = Literal["exact", "keyword", "mention", "vector", "ambiguous", "none"]
 # A catalogue this small cuts vector runners-up that are not nearly as close as the best.
 SMALL_CATALOGUE: Final = 16
 RUNNER_UP_MARGIN: Final = 0.15
@@ -132,7 +133,7 @@ def confident(result: FindResult) -> list[str]:
     """The tools of ``result`` that a framework seed offers (best first, at most SEED_MAX)."""
     out: list[str] = []
     for entry in result.entries:
-        if entry.rung in ("exact", "keyword"):
+        if entry.rung in ("exact", "keyword", "mention"):
             picked = list(entry.names[:SEED_MAX])
         elif entry.rung == "vector" and entry.distances:
             best = entry.distances[0]
@@ -145,6 +146,34 @@ def confident(result: FindResult) -> list[str]:
             picked = []
         out.extend(n for n in picked if n not in out)
     return out
+
+
+_WORDS: Final = re.compile(r"[a-z0-9]+")
+
+
+def mentioned(text: str, known: Mapping[str, ToolDoc]) -> tuple[str, ...]:
+    """The tools a sentence names in words: every segment of the name is a word of ``text``
+    (a plural's s dropped), as "send an email" names email and "search the web" web_search.
+    Longest names first; a name whose words are inside a longer one's is left out (search,
+    beside web_search). A framework seed's rung: the person's message, not a model's query."""
+    words = {_singular(w) for w in _WORDS.findall(text.lower())}
+    found = [
+        (segs, name)
+        for name in known
+        if (segs := frozenset(map(_singular, segments(name))))
+        and segs <= words
+        and not name.startswith("_")
+    ]
+    found.sort(key=lambda t: (-len(t[0]), t[1]))
+    kept: list[tuple[frozenset[str], str]] = []
+    for segs, name in found:
+        if not any(segs < other for other, _ in kept):
+            kept.append((segs, name))
+    return tuple(name for _, name in kept)
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def check_k(k: object) -> int:
@@ -193,10 +222,17 @@ def run_cascade(
     known: Mapping[str, ToolDoc],
     *,
     k: int = DEFAULT_K,
+    mentions: bool = False,
 ) -> FindResult:
-    """Every entry through the cascade, then the deduplicated, untruncated union."""
+    """Every entry through the cascade, then the deduplicated, untruncated union; with
+    ``mentions`` (a framework seed) the tools an entry names in words come first."""
     entries = check_queries(queries)
     k = check_k(k)
+    named = [
+        EntryOutcome(entry, "mention", named_here)
+        for entry in (entries if mentions else ())
+        if (named_here := mentioned(entry, known)[:k])
+    ]
     found = [name_rungs(entry, names, known, k) for entry in entries]
     pending = [i for i, outcome in enumerate(found) if outcome is None]
     if len(pending) > 1 and hasattr(vectors, "search_vector") and hasattr(vectors, "embedder"):
@@ -209,7 +245,7 @@ def run_cascade(
     else:
         for i in pending:
             found[i] = vector_rung(entries[i], vectors.search(entries[i], k), known, k)
-    outcomes = [outcome for outcome in found if outcome is not None]
+    outcomes = named + [outcome for outcome in found if outcome is not None]
     injected: list[ToolDoc] = []
     seen: set[str] = set()
     not_found: list[dict[str, Any]] = []

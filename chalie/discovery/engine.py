@@ -442,10 +442,15 @@ class DiscoveryEngine:
         return None
 
     # -- serving ----------------------------------------------------------
-    def find(self, queries: Sequence[str], *, k: int = DEFAULT_K) -> FindResult:
-        """Run the cascade for every entry; raises QueryError or IndexCorruptError."""
+    def find(
+        self, queries: Sequence[str], *, k: int = DEFAULT_K, mentions: bool = False
+    ) -> FindResult:
+        """Run the cascade for every entry (``mentions``: a framework seed's message, see
+        chalie.discovery.cascade.mentioned); raises QueryError or IndexCorruptError."""
         with self._lock:
-            result = run_cascade(queries, self._names, self._vectors, self._docs, k=k)
+            result = run_cascade(
+                queries, self._names, self._vectors, self._docs, k=k, mentions=mentions
+            )
             result.definitions.update(
                 (d.name, self._digests[d.name].hex()[:32]) for d in result.injected
             )

@@ -150,6 +150,14 @@ def test_a_structured_call_is_made_and_the_answer_after_it_is_free_text(h: Harne
     assert last_result(h, 1).endswith(answers.ANSWER_NOTE)
 
 
+def test_the_seed_offers_a_tool_the_message_names_in_words(h: Harness) -> None:
+    # With only the vector rung the seed offered contacts for this (the real-model run).
+    text = "Send an email to maria.lopez@example.org telling her I'll be 10 minutes late."
+    _, end = run(h, {"on_user": {"text": "Which account?"}}, text)
+    assert end.reason == "final"
+    assert "email" in tools_of(h, 0), tools_of(h, 0)
+
+
 def test_the_seed_offers_nothing_for_chit_chat(h: Harness) -> None:
     _, end = run(h, {"on_user": {"text": "You're welcome!"}}, "Thanks, that's all for now.")
     assert end.reason == "final" and end.text == "You're welcome!"
