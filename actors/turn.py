@@ -678,7 +678,11 @@ class TurnActor(SupervisedActor):
         messages = tuple(fitted.messages)
         if turn.brief:
             messages = _with_brief(messages, self._messages[turn.start_idx], turn.brief)
-        free = False  # the answer after a success: not held to a step object
+        # A step is held to a step object (structured steps) only when discovery offered a
+        # tool in this turn: there the real 1.5B model narrated calls. Without one (chit-chat,
+        # general knowledge) it was held to pick a "reply" it rarely chose, and called
+        # find_skills or memory instead of answering; in words it answered.
+        free = not set(names) - set(channel.tools())
         if turn.answer_due:
             turn.answer_due = False
             # After a success the model is asked for the answer with the result, in the

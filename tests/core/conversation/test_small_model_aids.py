@@ -117,18 +117,27 @@ def step_names(body: dict[str, Any]) -> list[str]:
 def test_a_structured_step_is_a_call_or_an_answer_and_the_answer_streams_as_text(
     h: Harness,
 ) -> None:
-    # The server holds the output to the step schema, as llama.cpp's grammar does.
-    script = {"schema": "honour", "on_user": {"text": "You're welcome!", "chunk": 3}}
-    accepted, end = run(h, script, "Thanks, that's all for now.")
-    assert end.reason == "final" and end.text == "You're welcome!", end
+    # The server holds the output to the step schema, as llama.cpp's grammar does; the
+    # seed offered the calculator, and the model answers without it.
+    script = {"schema": "honour", "on_user": {"text": "It is 391.", "chunk": 3}}
+    accepted, end = run(h, script, "What is 17 * 23?")
+    assert end.reason == "final" and end.text == "It is 391.", end
     first = h.server.requests[0]["body"]
-    assert step_names(first) == ["find_tools", "find_skills", "reply"]
-    assert sorted(tools_of(h, 0)) == ["find_skills", "find_tools"]  # the tools stay too
+    assert step_names(first) == ["find_tools", "find_skills", "calculator", "reply"]
+    assert "calculator" in tools_of(h, 0)  # the tools stay in the request too
     # The answer came as an object; the person saw its text stream, never the JSON.
     shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
     assert shown == end.text
     # A model with the aid off (plain-bg: structured_steps off) gets no schema.
-    run(h, script, "Thanks, that's all for now.", "plain-bg")
+    run(h, script, "What is 17 * 23?", "plain-bg")
+    assert "response_format" not in h.server.requests[0]["body"]
+
+
+def test_a_step_without_a_discovered_tool_is_free_text(h: Harness) -> None:
+    # Held to an object with only the channel's own tools, the real model called
+    # find_skills or memory for "Who wrote Hamlet?" instead of answering.
+    _, end = run(h, {"schema": "honour", "on_user": {"text": "Shakespeare."}}, "Who wrote Hamlet?")
+    assert end.reason == "final" and end.text == "Shakespeare."
     assert "response_format" not in h.server.requests[0]["body"]
 
 
