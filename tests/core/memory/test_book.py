@@ -467,3 +467,27 @@ def test_the_keyword_ranking_is_the_same_before_and_after_indexing(book: MemoryB
             seen += 1
             assert m in was and abs(was[m] - now[m]) < 0.05 * now[m], (q, m)
     assert seen >= 3
+
+
+def test_a_questions_function_words_do_not_rank_short_remarks_first(book: MemoryBook) -> None:
+    """ "What did Gina design ..." matched every short remark asking "what did you ..." on its
+    function words (BM25 puts short texts first); the keyword side weighs its content words."""
+    chat = [
+        "Gina: Wow! What did you get?",
+        "Gina: What did you do then?",
+        "Gina: How did it go for you?",
+        "Gina: The dance class ran late again and the studio floor needs new boards",
+        "Gina: My online shop sold out of the red jackets this morning",
+        "Gina: The bank called about the loan, all good for now",
+        "Gina: I am off to the fabric market with my sister on Sunday",
+    ]
+    book.store_many([Draft(text=t) for t in chat], ME)
+    answer, _ = book.store_memory(
+        Draft(text="Gina: here is a peek at the space I designed, cosy and inviting for customers"),
+        ME,
+    )
+    index = book.index()
+    ranked = [mid for mid, _ in index.keyword([OWNER], "What did Gina design for her store?", 5)]
+    assert ranked[0] == answer.id
+    # a query made only of function words still searches them
+    assert index.keyword([OWNER], "what did you do", 5)
