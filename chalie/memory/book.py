@@ -39,7 +39,7 @@ import msgspec
 
 from chalie.discovery.embedder import Embedder
 from chalie.memory import fusion, when
-from chalie.memory.index import MemoryIndex
+from chalie.memory.index import TWIN_EF, MemoryIndex
 from chalie.memory.records import (
     KINDS,
     MAX_FIELD,
@@ -400,7 +400,8 @@ class MemoryBook:
     def _near_duplicate(
         self, index: MemoryIndex, principal: str, draft: Draft, vector: Any
     ) -> Memory | None:
-        near = [i for i, d in index.semantic((principal,), vector, 3) if d <= NEAR_DUPLICATE]
+        close = index.semantic((principal,), vector, 3, ef=TWIN_EF)
+        near = [i for i, d in close if d <= NEAR_DUPLICATE]
         if not near:
             return None
         found = self.store.many(near)

@@ -491,3 +491,17 @@ def test_a_questions_function_words_do_not_rank_short_remarks_first(book: Memory
     assert ranked[0] == answer.id
     # a query made only of function words still searches them
     assert index.keyword([OWNER], "what did you do", 5)
+
+
+def test_a_stores_twin_check_searches_narrower_and_a_recall_as_wide_as_before(
+    book: MemoryBook,
+) -> None:
+    from chalie.memory.index import EXPANSION_SEARCH, TWIN_EF
+
+    first, _ = book.store_memory(Draft(text="The spare key is under the blue flower pot"), ME)
+    graph = book.index()._graphs[OWNER]
+    again, merged = book.store_memory(Draft(text="the spare key is under the blue flower pot."), ME)
+    assert merged and again.id == first.id  # the twin is found by the narrow search
+    assert graph.expansion_search == TWIN_EF
+    book.recall([OWNER], query="where is the spare key", k=3)
+    assert graph.expansion_search == EXPANSION_SEARCH
