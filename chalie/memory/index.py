@@ -517,7 +517,8 @@ class MemoryIndex:
                 if graph is None or len(graph) == 0:
                     continue
                 if graph.expansion_search != ef:
-                    graph.expansion_search = ef
+                    # usearch defines the setter after another property's: mypy misses it
+                    graph.expansion_search = ef  # type: ignore[misc]
                 found = graph.search(query, min(n, len(graph)))
                 for k, d in zip(found.keys.tolist(), found.distances.tolist(), strict=True):
                     best[k] = d
