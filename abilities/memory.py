@@ -229,7 +229,7 @@ class MemoryTool(Ability):
             )
         assert p.id is not None
         if p.action == "forget":
-            gone = book.forget((principal,), p.id)
+            gone = book.forget((principal,), p.id, after=desk.untrusted_sources(self.context))
             return ToolResult.success(
                 {"forgotten": gone.shown(), "restorable_for_days": int(forget_grace() // 86400)},
                 meta={"action": "forget", "id": gone.id},

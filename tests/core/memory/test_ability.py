@@ -280,6 +280,24 @@ def test_a_memory_stored_after_untrusted_content_is_marked_with_its_source(rig: 
     assert "untrusted" not in parse(clean_recall.envelope)[0].attrs
 
 
+def test_a_forget_after_untrusted_content_keeps_its_sources_until_restored(rig: Rig) -> None:
+    """Forget is internal, so a page could ask for one: the forgotten memory keeps what the
+    conversation had read (the Brain shows it beside the Restore button)."""
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "page_reader")
+    mine = body(rig.run({"action": "store", "text": "My locker number is 212"}))["stored"]["id"]
+    calm = body(rig.run({"action": "store", "text": "I swim on Tuesdays"}))["stored"]["id"]
+    rig.run({"action": "forget", "id": calm})
+    assert rig.book.forgotten(["owner"])[0].forgotten_after == ()
+    rig.book.restore(["owner"], calm)
+    assert rig.run({}, tool="page_reader").status == "success"
+    assert rig.run({"action": "forget", "id": mine}).status == "success"
+    (gone,) = rig.book.forgotten(["owner"])
+    assert gone.id == mine and gone.forgotten_after == ("page_reader",)
+    back = rig.book.restore(["owner"], mine)
+    assert back.forgotten_after == () and rig.book.get(mine).forgotten_after == ()  # type: ignore[union-attr]
+
+
 def test_malformed_calls_get_structured_errors(rig: Rig) -> None:
     rig.conversation("conv", "chat")
     rig.allow("chat", "memory.store")

@@ -505,3 +505,39 @@ def test_a_stores_twin_check_searches_narrower_and_a_recall_as_wide_as_before(
     assert graph.expansion_search == TWIN_EF
     book.recall([OWNER], query="where is the spare key", k=3)
     assert graph.expansion_search == EXPANSION_SEARCH
+
+
+def test_a_table_made_by_an_older_version_gains_the_new_columns(tmp_path: Path) -> None:
+    """chalie.db from before forget was reversible (no forgotten, superseded_by or
+    forgotten_after): opened, its memories read, forgotten with provenance, restored."""
+    import sqlite3
+
+    import numpy as np
+
+    from chalie.memory.store import SCHEMA, pack
+
+    old = SCHEMA.replace(
+        "    forgotten       REAL,\n    superseded_by   INTEGER,\n"
+        "    forgotten_after TEXT NOT NULL DEFAULT '[]'\n",
+        "",
+    ).replace("    vector          BLOB NOT NULL,\n", "    vector          BLOB NOT NULL\n")
+    assert "forgotten" not in old
+    db = sqlite3.connect(tmp_path / "chalie.db")
+    db.executescript(old)
+    db.execute(
+        "INSERT INTO memories (principal, kind, text, source, created, updated, model_id, "
+        "vector) VALUES ('owner', 'fact', 'I live in Porto', 'person', 1.0, 1.0, 'm', ?)",
+        (pack(np.ones(4, dtype=np.float32)),),
+    )
+    db.commit()
+    db.close()
+    store = MemoryStore(tmp_path / "chalie.db")
+    try:
+        (memory,) = store.many([1]).values()
+        assert memory.text == "I live in Porto" and memory.forgotten is None
+        assert memory.forgotten_after == () and memory.superseded_by is None
+        assert store.forget(1, 5.0, ("web_fetch",))
+        assert store.forgotten(None, 10)[0].forgotten_after == ("web_fetch",)
+        assert store.restore(1) and store.get(1).forgotten_after == ()  # type: ignore[union-attr]
+    finally:
+        store.close()
