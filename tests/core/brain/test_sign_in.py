@@ -100,7 +100,7 @@ def test_the_sign_in_secret_is_on_no_command_line_and_its_session_can_be_ended(
         assert looked == {"seen": [], "readable": []}, looked
     finally:
         go_file.touch()
-        _out, err = cli.communicate(timeout=60)
+        _, err = cli.communicate(timeout=60)
     assert cli.returncode == 0, err
     assert "/brain/link?code=" not in opened
     page_file = Path(unquote(urlparse(opened).path))
