@@ -1,14 +1,14 @@
 """memory: store, recall, update, forget and list what the person wants Chalie to remember.
 
 Pinned on the chat, subconscious and external_agent channels beside the
-meta-tools. As the seed says, memory bypasses the gate as internal: ``recall``,
-``list``, ``store`` and ``update`` run on every channel, a channel without a
-human included. Poisoning is handled by provenance, not by a gate or a prompt:
-a memory stored in a conversation that had read untrusted content carries
-those sources, and a recall or list that shows such a memory is itself
-untrusted content (the warning line first, ``untrusted=true``). ``forget`` stays
-its own permission (``memory.forget``, ask by default): it is the one action that
-takes something away (for 30 days restorable). Whose memories a call touches and which
+meta-tools. As the seed says, memory bypasses the gate as internal: every
+action, ``forget`` included, runs on every channel, a channel without a human
+included. ``forget`` takes nothing away for good: the memory is set apart,
+restorable for 30 days (the Brain's Memory page, ``chalie memory restore``).
+Poisoning is handled by provenance, not by a gate or a prompt: a memory stored
+in a conversation that had read untrusted content carries those sources, and a
+recall or list that shows such a memory is itself untrusted content (the
+warning line first, ``untrusted=true``). Whose memories a call touches and which
 untrusted sources it had read come from the runtime (``Services.memory``, a
 :class:`chalie.memory.turns.TurnMemory`), never from the arguments.
 """
@@ -148,8 +148,10 @@ class MemoryTool(Ability):
         "forget": ("id",),
         "list": (),
     }
-    # Memory is infrastructure (the seed); forgetting is asked for.
-    internal_actions = frozenset({"recall", "list", "store", "update"})
+    # Memory is infrastructure (the seed: "discovery, memory, reading, the compactors always
+    # bypass the gate as internal"), every action: forget too, now that it only sets a
+    # memory apart for a while (restorable), so nothing a turn does here is lost for good.
+    internal = True
     discoverable = False
     backgroundable = False
     timeout = 30.0
@@ -227,7 +229,7 @@ class MemoryTool(Ability):
             )
         assert p.id is not None
         if p.action == "forget":
-            gone = book.forget((principal,), p.id)
+            gone = book.forget((principal,), p.id, after=desk.untrusted_sources(self.context))
             return ToolResult.success(
                 {"forgotten": gone.shown(), "restorable_for_days": int(forget_grace() // 86400)},
                 meta={"action": "forget", "id": gone.id},

@@ -39,7 +39,7 @@ import msgspec
 
 from chalie.discovery.embedder import Embedder
 from chalie.memory import fusion, when
-from chalie.memory.index import MemoryIndex
+from chalie.memory.index import TWIN_EF, MemoryIndex
 from chalie.memory.records import (
     KINDS,
     MAX_FIELD,
@@ -400,7 +400,8 @@ class MemoryBook:
     def _near_duplicate(
         self, index: MemoryIndex, principal: str, draft: Draft, vector: Any
     ) -> Memory | None:
-        near = [i for i, d in index.semantic((principal,), vector, 3) if d <= NEAR_DUPLICATE]
+        close = index.semantic((principal,), vector, 3, ef=TWIN_EF)
+        near = [i for i, d in close if d <= NEAR_DUPLICATE]
         if not near:
             return None
         found = self.store.many(near)
@@ -459,16 +460,19 @@ class MemoryBook:
             self.index().add([(updated, vector)])
             return updated
 
-    def forget(self, principals: Sequence[str], memory_id: int) -> Memory:
+    def forget(
+        self, principals: Sequence[str], memory_id: int, *, after: Sequence[str] = ()
+    ) -> Memory:
         """Set a memory apart: recalled no more, restorable for :data:`FORGET_GRACE`, then
-        purged. Its id is never given to another memory."""
+        purged. Its id is never given to another memory. ``after``: the untrusted sources
+        the forgetting conversation had read (kept with it, shown in the Brain)."""
         with self._lock:
             memory = self._owned(principals, memory_id)
             now = self._clock()
-            self.store.forget(memory_id, now)
+            self.store.forget(memory_id, now, after)
             self.index().remove(memory)
             self.purge()
-            return msgspec.structs.replace(memory, forgotten=now)
+            return msgspec.structs.replace(memory, forgotten=now, forgotten_after=tuple(after))
 
     def restore(self, principals: Sequence[str] | None, memory_id: int) -> Memory:
         """Bring a forgotten memory back (recallable again, with its id), unless its grace
@@ -488,7 +492,7 @@ class MemoryBook:
                     param="id",
                 )
             self.store.restore(memory_id)
-            restored = msgspec.structs.replace(memory, forgotten=None)
+            restored = msgspec.structs.replace(memory, forgotten=None, forgotten_after=())
             vector = self.store.vector(memory_id, self.embedder.model_id, self.embedder.dim)
             if vector is None:
                 vector = self._vector(memory.text)

@@ -16,8 +16,9 @@ it changes nothing. In order:
    after the conversation had read untrusted content is kept apart, below the fixed
    untrusted warning line (chalie.untrusted), with the tools it came from.
 
-The budget counts rough tokens (:func:`chalie.memory.fusion.tokens`); the header and
-the time-zone line are always in it.
+The budget counts rough tokens (:func:`chalie.memory.fusion.tokens`, four characters a
+token) of the whole text: the header and the time-zone line (always in it, ~35), every
+line break, and the untrusted warning line (~62) when an untrusted memory is shown.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 
 from chalie.memory.book import MemoryBook, MemoryRequestError
-from chalie.memory.fusion import tokens
+from chalie.memory.fusion import CHARS_PER_TOKEN, tokens
 from chalie.memory.records import Memory
 from chalie.untrusted import WARNING_LINE, clean
 
@@ -69,15 +70,22 @@ def brief(
     """The brief for ``message`` from ``principals``' memories (see the module docstring)."""
     local = dt.datetime.fromtimestamp(now, zone)
     head = [HEADER, f"- time zone: {zone_name} (now {local:%A %d %B %Y, %H:%M})"]
-    used = sum(tokens(line) for line in head)
+    used = sum(_cost(line) for line in head)
     standing = [m for m in book.recent(principals, STANDING_READ) if _standing(m)]
     chosen: list[Memory] = []
     room = int(budget * STANDING_SHARE)
+    warned = False  # the untrusted warning line is counted with the first memory below it
+
+    def cost_of(memory: Memory) -> int:
+        cost = _cost(_line(memory))
+        return cost + _cost(WARNING_LINE) if memory.untrusted and not warned else cost
+
     for memory in standing:
-        cost = tokens(_line(memory))
-        if cost > room:
+        cost = cost_of(memory)
+        if cost > room or used + cost > budget:
             break
         chosen.append(memory)
+        warned = warned or bool(memory.untrusted)
         room -= cost
         used += cost
     relevant: list[Memory] = []
@@ -91,10 +99,11 @@ def brief(
             memory = hit.memory
             if hit.score < MIN_SCORE or memory.id in seen or memory.superseded_by is not None:
                 continue
-            cost = tokens(_line(memory))
+            cost = cost_of(memory)
             if used + cost > budget:
                 break
             relevant.append(memory)
+            warned = warned or bool(memory.untrusted)
             used += cost
     shown = chosen + relevant
     trusted = [_line(m) for m in shown if not m.untrusted]
@@ -105,6 +114,12 @@ def brief(
     text = "\n".join(lines)
     ids = tuple(m.id for m in shown if not m.untrusted) + tuple(m.id for m in shown if m.untrusted)
     return Brief(text=text, ids=ids, tokens=tokens(text))
+
+
+def _cost(line: str) -> int:
+    """A line's share of the budget, its line break included and rounded up: the lines'
+    costs add up to at least :func:`tokens` of the text they make."""
+    return -(-(len(line) + 1) // CHARS_PER_TOKEN)
 
 
 def _standing(memory: Memory) -> bool:

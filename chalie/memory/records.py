@@ -47,6 +47,9 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True):
     forgotten: float | None = None
     # The newer memory that replaced this one (it is past, not a second truth).
     superseded_by: int | None = None
+    # The untrusted sources the conversation that forgot it had read (a forget is internal:
+    # the Brain shows what may have asked for it).
+    forgotten_after: tuple[str, ...] = ()
 
     def shown(self) -> dict[str, object]:
         """The compact form the model and the CLI see (empty fields left out)."""

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS memories (
     model_id        TEXT NOT NULL,
     vector          BLOB NOT NULL,
     forgotten       REAL,
-    superseded_by   INTEGER
+    superseded_by   INTEGER,
+    forgotten_after TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS memories_by_principal ON memories (principal, updated);
 CREATE INDEX IF NOT EXISTS memories_by_skill ON memories (skill) WHERE skill IS NOT NULL;
@@ -48,12 +49,13 @@ CREATE TABLE IF NOT EXISTS memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NUL
 """
 _COLUMNS: Final = (
     "id, principal, kind, text, place, at, people, tags, skill, source, untrusted, "
-    "conversation_id, created, updated, merged, forgotten, superseded_by"
+    "conversation_id, created, updated, merged, forgotten, superseded_by, forgotten_after"
 )
 # Columns a table made by an older version lacks.
 _ADDED: Final = {
     "forgotten": "ALTER TABLE memories ADD COLUMN forgotten REAL",
     "superseded_by": "ALTER TABLE memories ADD COLUMN superseded_by INTEGER",
+    "forgotten_after": "ALTER TABLE memories ADD COLUMN forgotten_after TEXT NOT NULL DEFAULT '[]'",
 }
 # Only live memories: a forgotten one waits apart (restorable) until it is purged.
 LIVE: Final = "forgotten IS NULL"
@@ -85,6 +87,7 @@ def _row(r: Sequence[Any]) -> Memory:
         merged=int(r[14]),
         forgotten=None if r[15] is None else float(r[15]),
         superseded_by=None if r[16] is None else int(r[16]),
+        forgotten_after=_names(r[17]),
     )
 
 
@@ -177,7 +180,7 @@ class MemoryStore(Store):
             )
             self._conn.execute(
                 f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, '[]', ?, ?)",
                 (
                     new_id,
                     *_written(memory),
@@ -224,15 +227,18 @@ class MemoryStore(Store):
                 self._bump()
         return cur.rowcount > 0
 
-    def forget(self, memory_id: int, at: float) -> bool:
-        """Set a live memory apart (restorable until :meth:`purge` removes it)."""
+    def forget(self, memory_id: int, at: float, after: Sequence[str] = ()) -> bool:
+        """Set a live memory apart (restorable until :meth:`purge` removes it); ``after``: the
+        untrusted sources the forgetting conversation had read."""
         return self._set(
-            f"UPDATE memories SET forgotten = ? WHERE id = ? AND {LIVE}", (at, memory_id)
+            f"UPDATE memories SET forgotten = ?, forgotten_after = ? WHERE id = ? AND {LIVE}",
+            (at, json.dumps(list(after)), memory_id),
         )
 
     def restore(self, memory_id: int) -> bool:
         return self._set(
-            "UPDATE memories SET forgotten = NULL WHERE id = ? AND forgotten IS NOT NULL",
+            "UPDATE memories SET forgotten = NULL, forgotten_after = '[]' "
+            "WHERE id = ? AND forgotten IS NOT NULL",
             (memory_id,),
         )
 

@@ -44,7 +44,7 @@ from abilities.memory import DEFAULT_K as SHOWN_LEAST
 from abilities.memory import RECALL_BUDGET as SHOWN_BUDGET
 from chalie.discovery.embedder import Embedder
 from chalie.memory.book import MemoryBook
-from chalie.memory.briefing import BUDGET as BRIEF_BUDGET
+from chalie.memory.briefing import TURN_BUDGET as BRIEF_BUDGET
 from chalie.memory.briefing import brief
 from chalie.memory.fusion import within_budget
 from chalie.memory.records import Draft, Provenance, Recalled
@@ -204,6 +204,8 @@ def run(
                 tally = tallies[name]
                 tally.n += 1
                 tally.hits["brief tokens"] += brief_tokens
+                tally.hits["brief max"] = max(tally.hits["brief max"], brief_tokens)
+                tally.hits["brief empty"] += brief_tokens == 0
                 for method, (ids, answers) in ranked.items():
                     if method in ("shown", "brief"):
                         tally.hits[f"{method} any"] += bool(answers & set(ids))
@@ -245,7 +247,11 @@ def _ranked(
             cosine = list(dict.fromkeys(int(i) for i in row_ids[order[:40]]))[:10]
             hits = recall(book, q.text)
             shown = within_budget(hits, SHOWN_LEAST, SHOWN_BUDGET)
-            put = brief(book, [OWNER], q.text, zone=dt.UTC, zone_name="UTC", now=0.0)
+            # as a turn carries it (chalie.memory.briefing.for_turn): its budget, and nothing
+            # at all when no memory bears on the message
+            put = brief(
+                book, [OWNER], q.text, zone=dt.UTC, zone_name="UTC", now=0.0, budget=BRIEF_BUDGET
+            )
             yield (
                 q.kind,
                 {
@@ -255,7 +261,7 @@ def _ranked(
                     "bm25": ([i for i, _ in index.keyword([OWNER], q.text, 10)], answers),
                     "cosine": (cosine, answers),
                 },
-                put.tokens,
+                put.tokens if put.ids else 0,
             )
         book.close()
         store.close()
@@ -283,7 +289,9 @@ def report(title: str, tallies: dict[str, Tally]) -> None:
         f"{t.hits['shown count'] / max(1, t.n):.2f} memories a recall"
     )
     print(
-        f"   in the brief a turn would carry (chalie.memory.briefing, {BRIEF_BUDGET} tokens): "
-        f"any-answer {t.share('brief any'):.3f}, {t.hits['brief count'] / max(1, t.n):.2f} "
-        f"memories, {t.hits['brief tokens'] / max(1, t.n):.0f} tokens a brief"
+        f"   in the brief a turn would carry (chalie.memory.briefing.for_turn, {BRIEF_BUDGET} "
+        f"rough tokens): any-answer {t.share('brief any'):.3f}, "
+        f"{t.hits['brief count'] / max(1, t.n):.2f} memories, "
+        f"{t.hits['brief tokens'] / max(1, t.n):.0f} tokens a turn on average (max "
+        f"{t.hits['brief max']}; none for {t.share('brief empty'):.0%} of the messages)"
     )

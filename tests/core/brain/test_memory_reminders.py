@@ -149,6 +149,12 @@ def test_memories_are_shown_apart_with_provenance_searched_promoted_and_forgotte
         assert back.id == spa and back.forgotten is None
         assert ok(c.get("/api/v1/memories/forgotten"), list[api.MemoryView]) == []
         refused(c.post(f"/api/v1/memories/{spa}/restore"), 404, "memory-not-found")
+        # a forget made in a conversation that had read untrusted content keeps its sources
+        book(d).forget([OWNER], spa, after=("email_read",))
+        listed = ok(c.get("/api/v1/memories/forgotten"), list[api.MemoryView])
+        assert [(m.id, m.forgotten_after) for m in listed] == [(spa, ("email_read",))]
+        back = ok(c.post(f"/api/v1/memories/{spa}/restore"), api.MemoryView)
+        assert back.forgotten is None and back.forgotten_after == ()
         # a superseded memory is shown as past, with what replaced it
         newer = book(d).store_memory(
             Draft(text="The spa offer code is now SPA2027"),
@@ -283,6 +289,8 @@ def test_the_pages_escape_what_they_show_and_their_actions_need_the_csrf_token(
     d: BrainDaemon,
 ) -> None:
     hostile = remember(d, HOSTILE, tags=("<b>tag</b>",))
+    asked = remember(d, "My locker number is 212")
+    book(d).forget([OWNER], asked, after=("<i>web_fetch</i>",))
     desk = d.rt.services.scheduler
     assert desk is not None
     pending = desk.add(HOSTILE, "after", "5h", "UTC", OWNER, None)
@@ -297,6 +305,9 @@ def test_the_pages_escape_what_they_show_and_their_actions_need_the_csrf_token(
             assert "<script>alert" not in page.text and "&lt;script&gt;alert" in page.text
             assert "<b>tag</b>" not in page.text
             assert d.token not in page.text
+        # the forgotten one shows what the forgetting conversation had read, escaped
+        shown = c.get("/brain/memory").text
+        assert "Forgotten after reading &lt;i&gt;web_fetch&lt;/i&gt;" in shown
         token = _csrf(c.get("/brain/memory").text)
         form = {"path.id": str(hostile), "back": "memory"}
         refused(c.post("/brain/act/memory_forget", data=form), 403, "csrf")

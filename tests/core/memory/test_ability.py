@@ -29,7 +29,6 @@ from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
 from chalie.memory.turns import TurnMemory
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
-from chalie.principals import LOCAL_OWNER
 from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
@@ -158,7 +157,7 @@ def test_recall_without_query_or_location_is_the_seed_envelope_byte_for_byte(rig
 def test_memory_bypasses_the_gate_as_internal_on_every_channel(rig: Rig) -> None:
     """The seed: "discovery, memory, reading, the compactors always bypass the gate as
     internal". No policy row at all: a background turn (no human) stores, updates, recalls
-    and lists; only forget is asked for."""
+    lists and forgets (forget sets apart: restorable)."""
     rig.conversation("bg", "subconscious")
     stored = rig.run(
         {"action": "store", "text": "Tea, not coffee, after 4 pm"}, cid="bg", channel="subconscious"
@@ -176,29 +175,33 @@ def test_memory_bypasses_the_gate_as_internal_on_every_channel(rig: Rig) -> None
     )
     assert [m["text"] for m in found["memories"]] == ["Tea, not coffee, after 3 pm"]
     assert rig.run({"action": "list"}, cid="bg", channel="subconscious").status == "success"
-    # forget is still its own permission: unseen is ask, and ask is a deny without a human
-    denied = rig.run({"action": "forget", "id": mid}, cid="bg", channel="subconscious")
-    assert denied.code == "permission-denied"
-    assert rig.book.store.count() == 1
+    # forget too: internal, and nothing is lost for good (set apart, restorable)
+    forgot = rig.run({"action": "forget", "id": mid}, cid="bg", channel="subconscious")
+    assert forgot.status == "success", forgot.envelope
+    assert body(forgot)["restorable_for_days"] == 30
+    assert [m.id for m in rig.book.forgotten(["owner"])] == [mid]
+    assert rig.book.store.count() == 0  # the live ones: set apart, not counted
 
 
-def test_forget_is_its_own_permission_and_asks_on_chat(rig: Rig) -> None:
+def test_forget_is_internal_on_chat_and_restorable(rig: Rig) -> None:
+    """No permission is asked for a forget (the seed's memory is internal): the memory is set
+    apart, recalled no more, and restorable for a while (chalie memory restore, the Brain)."""
     rig.conversation("conv", "chat")
-    rig.allow("chat", "memory.store")
     stored = body(rig.run({"action": "store", "text": "My locker number is 212"}))
     mid = stored["stored"]["id"]
-    # memory.store allowed does not cover memory.forget: the human is asked
-    pending = rig.call({"action": "forget", "id": mid})
-    request = rig.events.queue.get(timeout=10)
-    assert isinstance(request, PermissionRequest) and request.permission == "memory.forget"
-    assert rig.policy.proxy().answer(request.request_id, "allow_once", LOCAL_OWNER).get()
-    outcome = pending.result(20)
-    assert outcome.status == "success"
-    # set apart: recalled no more, restorable for a while (chalie memory restore)
+    outcome = rig.run({"action": "forget", "id": mid})
+    assert outcome.status == "success", outcome.envelope
+    raised = []
+    while not rig.events.queue.empty():
+        raised.append(rig.events.queue.get_nowait())
+    assert not any(isinstance(e, PermissionRequest) for e in raised), raised
     gone = rig.book.get(mid)
     assert gone is not None and gone.forgotten is not None
     assert body(outcome)["restorable_for_days"] == 30
     assert rig.book.recall(["owner"], query="locker number") == []
+    rig.book.restore(["owner"], mid)
+    back = rig.book.recall(["owner"], query="locker number")
+    assert [r.memory.text for r in back] == ["My locker number is 212"]
 
 
 def test_an_agent_stores_and_recalls_apart_from_the_owner(rig: Rig) -> None:
@@ -224,8 +227,8 @@ def test_an_agent_stores_and_recalls_apart_from_the_owner(rig: Rig) -> None:
     assert [m["text"] for m in theirs["memories"]] == ["The staging passport service is flaky"]
     nobody = body(rig.run({"action": "list"}, cid="a2", channel="external_agent"))
     assert nobody["memories"] == []
-    # an agent cannot forget the owner's memory even with forget allowed
-    rig.allow("external_agent", "memory.forget")
+    # forget is internal, and an agent still cannot forget the owner's memory: its key
+    # reaches its own memories only
     owner_id = mine["memories"][0]["id"]
     refused = rig.run({"action": "forget", "id": owner_id}, cid="a1", channel="external_agent")
     assert refused.code == "memory-not-found"
@@ -275,6 +278,24 @@ def test_a_memory_stored_after_untrusted_content_is_marked_with_its_source(rig: 
     clean_recall = rig.run({"action": "recall", "location": "Sliema"})
     assert [m["text"] for m in body(clean_recall)["memories"]] == ["I run on Sundays"]
     assert "untrusted" not in parse(clean_recall.envelope)[0].attrs
+
+
+def test_a_forget_after_untrusted_content_keeps_its_sources_until_restored(rig: Rig) -> None:
+    """Forget is internal, so a page could ask for one: the forgotten memory keeps what the
+    conversation had read (the Brain shows it beside the Restore button)."""
+    rig.conversation("conv", "chat")
+    rig.allow("chat", "page_reader")
+    mine = body(rig.run({"action": "store", "text": "My locker number is 212"}))["stored"]["id"]
+    calm = body(rig.run({"action": "store", "text": "I swim on Tuesdays"}))["stored"]["id"]
+    rig.run({"action": "forget", "id": calm})
+    assert rig.book.forgotten(["owner"])[0].forgotten_after == ()
+    rig.book.restore(["owner"], calm)
+    assert rig.run({}, tool="page_reader").status == "success"
+    assert rig.run({"action": "forget", "id": mine}).status == "success"
+    (gone,) = rig.book.forgotten(["owner"])
+    assert gone.id == mine and gone.forgotten_after == ("page_reader",)
+    back = rig.book.restore(["owner"], mine)
+    assert back.forgotten_after == () and rig.book.get(mine).forgotten_after == ()  # type: ignore[union-attr]
 
 
 def test_malformed_calls_get_structured_errors(rig: Rig) -> None:

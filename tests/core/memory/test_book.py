@@ -467,3 +467,77 @@ def test_the_keyword_ranking_is_the_same_before_and_after_indexing(book: MemoryB
             seen += 1
             assert m in was and abs(was[m] - now[m]) < 0.05 * now[m], (q, m)
     assert seen >= 3
+
+
+def test_a_questions_function_words_do_not_rank_short_remarks_first(book: MemoryBook) -> None:
+    """ "What did Gina design ..." matched every short remark asking "what did you ..." on its
+    function words (BM25 puts short texts first); the keyword side weighs its content words."""
+    chat = [
+        "Gina: Wow! What did you get?",
+        "Gina: What did you do then?",
+        "Gina: How did it go for you?",
+        "Gina: The dance class ran late again and the studio floor needs new boards",
+        "Gina: My online shop sold out of the red jackets this morning",
+        "Gina: The bank called about the loan, all good for now",
+        "Gina: I am off to the fabric market with my sister on Sunday",
+    ]
+    book.store_many([Draft(text=t) for t in chat], ME)
+    answer, _ = book.store_memory(
+        Draft(text="Gina: here is a peek at the space I designed, cosy and inviting for customers"),
+        ME,
+    )
+    index = book.index()
+    ranked = [mid for mid, _ in index.keyword([OWNER], "What did Gina design for her store?", 5)]
+    assert ranked[0] == answer.id
+    # a query made only of function words still searches them
+    assert index.keyword([OWNER], "what did you do", 5)
+
+
+def test_a_stores_twin_check_searches_narrower_and_a_recall_as_wide_as_before(
+    book: MemoryBook,
+) -> None:
+    from chalie.memory.index import EXPANSION_SEARCH, TWIN_EF
+
+    first, _ = book.store_memory(Draft(text="The spare key is under the blue flower pot"), ME)
+    graph = book.index()._graphs[OWNER]
+    again, merged = book.store_memory(Draft(text="the spare key is under the blue flower pot."), ME)
+    assert merged and again.id == first.id  # the twin is found by the narrow search
+    assert graph.expansion_search == TWIN_EF
+    book.recall([OWNER], query="where is the spare key", k=3)
+    assert graph.expansion_search == EXPANSION_SEARCH
+
+
+def test_a_table_made_by_an_older_version_gains_the_new_columns(tmp_path: Path) -> None:
+    """chalie.db from before forget was reversible (no forgotten, superseded_by or
+    forgotten_after): opened, its memories read, forgotten with provenance, restored."""
+    import sqlite3
+
+    import numpy as np
+
+    from chalie.memory.store import SCHEMA, pack
+
+    old = SCHEMA.replace(
+        "    forgotten       REAL,\n    superseded_by   INTEGER,\n"
+        "    forgotten_after TEXT NOT NULL DEFAULT '[]'\n",
+        "",
+    ).replace("    vector          BLOB NOT NULL,\n", "    vector          BLOB NOT NULL\n")
+    assert "forgotten" not in old
+    db = sqlite3.connect(tmp_path / "chalie.db")
+    db.executescript(old)
+    db.execute(
+        "INSERT INTO memories (principal, kind, text, source, created, updated, model_id, "
+        "vector) VALUES ('owner', 'fact', 'I live in Porto', 'person', 1.0, 1.0, 'm', ?)",
+        (pack(np.ones(4, dtype=np.float32)),),
+    )
+    db.commit()
+    db.close()
+    store = MemoryStore(tmp_path / "chalie.db")
+    try:
+        (memory,) = store.many([1]).values()
+        assert memory.text == "I live in Porto" and memory.forgotten is None
+        assert memory.forgotten_after == () and memory.superseded_by is None
+        assert store.forget(1, 5.0, ("web_fetch",))
+        assert store.forgotten(None, 10)[0].forgotten_after == ("web_fetch",)
+        assert store.restore(1) and store.get(1).forgotten_after == ()  # type: ignore[union-attr]
+    finally:
+        store.close()

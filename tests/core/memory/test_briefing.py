@@ -75,3 +75,24 @@ def test_an_empty_memory_is_the_header_and_the_time_zone(book: MemoryBook) -> No
     text, ids, _ = run(book, "hello")
     assert ids == ()
     assert text.split("\n")[0] == HEADER and len(text.split("\n")) == 2
+
+
+def test_the_budget_holds_with_the_untrusted_warning_line_and_every_newline(
+    book: MemoryBook,
+) -> None:
+    """The whole text a turn carries, the warning line above untrusted memories and the line
+    breaks included, stays within the budget, whatever the budget."""
+    for i in range(12):
+        book.store_memory(Draft(text=f"Lisbon flat note {i}: the landlord fixed the tap"), ME)
+        book.store_memory(
+            Draft(text=f"Lisbon flat listing {i}: two rooms, river view, ask Rui"), READ_A_PAGE
+        )
+    over = []
+    for budget in range(90, 290, 7):
+        text, ids, size = run(book, "what about my flat in Lisbon?", budget=budget)
+        assert size == tokens(text)
+        if size > budget:
+            over.append((budget, size, WARNING_LINE in text))
+    assert over == []
+    text, ids, _ = run(book, "what about my flat in Lisbon?", budget=290)
+    assert WARNING_LINE in text and len(ids) >= 3

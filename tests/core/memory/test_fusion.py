@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from chalie.memory.fusion import within_budget
+import pytest
+
+from chalie.memory.fusion import ASKS, asks, lift, within_budget
 from chalie.memory.records import Memory, Recalled
 
 
@@ -29,3 +31,18 @@ def test_the_budget_stops_a_flat_top_but_never_the_first_five() -> None:
     assert len(shown) == 6
     assert len(within_budget(hits(*[0.5] * 10, text=long), 5, 10)) == 5
     assert within_budget([], 5, 400) == []
+
+
+def test_a_memory_that_ends_on_a_question_weighs_less_than_a_statement() -> None:
+    def memory(mid: int, text: str) -> Memory:
+        return Memory(id=mid, principal="owner", kind="event", text=text)
+
+    rows = {
+        1: memory(1, 'Gina said on 1 May 2023: "Wow! What did you get?"'),
+        2: memory(2, 'Gina said on 1 May 2023: "I designed the shop\'s front window."'),
+        3: memory(3, "Should I call the plumber?"),
+    }
+    scores = lift({1: 0.3, 2: 0.3, 3: 0.3}, [1, 2, 3], rows, "what did Gina design")
+    assert scores[2] == 0.3
+    assert scores[1] == scores[3] == pytest.approx(0.3 * (1 - ASKS))
+    assert asks('"Really?" ') and asks("where now?\u201d") and not asks("A fact. Or not")
