@@ -122,7 +122,7 @@ def _today(fmt: str) -> Expect:
             (
                 today.isoformat(),
                 rf"{today.day}(st|nd|rd|th)?,? {today.strftime('%B')}",
-                rf"{today.strftime('%B')} {today.day}\b",
+                rf"{today.strftime('%B')} {today.day}(st|nd|rd|th)?\b",
                 today.strftime("%d/%m/%Y"),
                 today.strftime("%m/%d/%Y"),
             )
@@ -138,7 +138,7 @@ def _day_of(offset: int) -> Expect:
             (
                 d.isoformat(),
                 d.strftime("%A"),
-                rf"{d.strftime('%B')} {d.day}\b",
+                rf"{d.strftime('%B')} {d.day}(st|nd|rd|th)?\b",
                 rf"\b{d.day}(st|nd|rd|th)? {d.strftime('%B')}",
             )
         )
