@@ -54,10 +54,10 @@ from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
-from actors.turn import TurnActor, TurnDeps
-from chalie import healing
+from actors.turn import CRASH, TurnActor, TurnDeps
 from chalie.config import Config, ModelConfig
 from chalie.conversation import background
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
@@ -80,7 +80,6 @@ from chalie.mail import (
     StartTurn,
     TurnActorIdle,
 )
-from chalie.mcp.proxy import scoped_to
 from chalie.memory import briefing
 from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
 from chalie.outbox import Outbox
@@ -89,7 +88,6 @@ from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.supervision import OnDemand
-from chalie.tool_names import FRAMEWORK_FIELDS
 
 
 class ConversationsHost(Protocol):
@@ -206,8 +204,7 @@ class Conversations(Supervisor):
             loop=rt.loop,
             dispatch=self._dispatch,
             cancel_calls=self._cancel_calls,
-            descriptors=self._descriptors,
-            injected=rt.services.turns.injected,
+            tools=ToolCatalogue(rt.registry, rt.services.turns),
             forget=rt.services.turns.forget,
             pending_background=lambda cid: outbox.pending(cid),
             ack_background=outbox.ack,
@@ -215,8 +212,6 @@ class Conversations(Supervisor):
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
             learn=self._learn,
-            summary=self._summary,
-            scoped=lambda channel: scoped_to(rt.registry, channel),
             follow_up=self._follow_up_later,
             summaries=self._summaries,
             zone=rt.config.accounts.zone,
@@ -314,23 +309,6 @@ class Conversations(Supervisor):
         # A tell: the TurnActor calling this never waits on the dispatcher.
         with contextlib.suppress(ChildUnavailable):
             self._rt.child("dispatcher", DispatcherActor).tell(CancelTurn(turn_id=turn_id))
-
-    def _descriptors(self, names: tuple[str, ...], allow_async: bool) -> list[dict[str, Any]]:
-        registry = self._rt.registry
-        out = []
-        for name in names:
-            entry = registry.get(name)
-            if entry is not None:
-                out.append(entry.cls.descriptor(allow_async=allow_async))
-        return out
-
-    def _summary(self, name: str, arguments: dict[str, Any]) -> str:
-        """The tooltip for a call about to start (the dispatcher records the same one)."""
-        entry = self._rt.registry.get(name) if len(name) <= 200 else None
-        if entry is None:
-            return ""
-        params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
-        return healing.summary_for(entry.cls, arguments.get("act_summary"), params)[0]
 
     @property
     def store(self) -> ConversationStore:
@@ -547,7 +525,7 @@ class Conversations(Supervisor):
         """Tests: make the conversation's TurnActor fail."""
         ref = self.child(conversation_id)
         if ref is not None:
-            ref.tell("crash")
+            ref.tell(CRASH)
 
     # -- conversations' channels ------------------------------------------------------------
     def _known_channel(self, cid: str) -> str | None:
