@@ -48,8 +48,8 @@ from typing import Any, Final, Protocol, TypeVar
 import pykka
 
 from actors.actor import tell_quietly
-from actors.child_ref import ChildRef, ChildUnavailable
-from actors.dispatcher import DispatcherActor, submit
+from actors.child_ref import ChildRef
+from actors.dispatcher import DispatcherActor, DispatcherClient
 from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
@@ -70,8 +70,6 @@ from chalie.conversation.requests import (
     check_send,
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
-from chalie.dispatch import envelope_name
-from chalie.envelope import render
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
@@ -81,7 +79,7 @@ from chalie.mail import (
     TurnActorIdle,
 )
 from chalie.memory import briefing
-from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
+from chalie.messages import ANSWERS
 from chalie.outbox import Outbox
 from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
@@ -162,6 +160,8 @@ class Conversations(Supervisor):
         super().__init__((), intensity=turns.intensity, period=turns.period)
         self._turns = turns
         self._rt = rt
+        # The permission answers' one handle on the PolicyActor (it survives restarts).
+        self._gate = rt.child("policy", PolicyActor)
         cfg = rt.config
         self._channels: dict[str, Channel] = resolve_channels(cfg.channels)
         self._channel_names = frozenset(self._channels)
@@ -202,12 +202,9 @@ class Conversations(Supervisor):
             channels=self._channels,
             models=self._model,
             loop=rt.loop,
-            dispatch=self._dispatch,
-            cancel_calls=self._cancel_calls,
+            dispatcher=DispatcherClient(rt.child("dispatcher", DispatcherActor)),
             tools=ToolCatalogue(rt.registry, rt.services.turns),
-            forget=rt.services.turns.forget,
-            pending_background=lambda cid: outbox.pending(cid),
-            ack_background=outbox.ack,
+            outbox=outbox,
             bus=rt.events,
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
@@ -286,29 +283,6 @@ class Conversations(Supervisor):
         discovery = self._rt.services.discovery
         if discovery is not None:
             discovery.learn_turn_soon(turn_id, channel, used)
-
-    def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
-
-        try:
-            ref = self._rt.child("dispatcher", DispatcherActor).current()
-        except ChildUnavailable as exc:
-            future: concurrent.futures.Future[ToolOutcome] = concurrent.futures.Future()
-            future.set_result(
-                ToolOutcome(
-                    call_id=call.call_id,
-                    tool=call.tool,
-                    status="error",
-                    code=exc.code,
-                    envelope=render(envelope_name(call.tool), exc.result()),
-                )
-            )
-            return future
-        return submit(ref, call)
-
-    def _cancel_calls(self, turn_id: str) -> None:
-        # A tell: the TurnActor calling this never waits on the dispatcher.
-        with contextlib.suppress(ChildUnavailable):
-            self._rt.child("dispatcher", DispatcherActor).tell(CancelTurn(turn_id=turn_id))
 
     @property
     def store(self) -> ConversationStore:
@@ -467,9 +441,7 @@ class Conversations(Supervisor):
         if not isinstance(request_id, str) or len(request_id) > 128:
             raise ConversationError("invalid-message", "request_id is not a request id")
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        answered = self._rt.child("policy", PolicyActor).future(
-            PolicyActor.answer, request_id, answer, by, content
-        )
+        answered = self._gate.future(PolicyActor.answer, request_id, answer, by, content)
         assert isinstance(answered, CallbackFuture)  # the PolicyActor's answers call back
         answered.add_done_callback(lambda done: _settle_bool(out, done))
         return out

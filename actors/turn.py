@@ -24,7 +24,6 @@ the dispatcher, and SQLite writes are a few hundred microseconds.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -34,18 +33,20 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
+from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
-from chalie.conversation import act, answers, compaction
+from chalie.conversation import compaction
 from chalie.conversation import turn as core
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import BackgroundResult, ConversationEvent, PermissionRequest
 from chalie.conversation.store import FAILED_LINE, ConversationStore
-from chalie.conversation.stream import DeltaThrottle
+from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
@@ -55,18 +56,14 @@ from chalie.mail import (
     StartTurn,
     TurnActorIdle,
 )
-from chalie.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
-from chalie.providers import rescue
+from chalie.messages import RequestSettled, ToolOutcome, TurnContext
+from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ModelResponse, ProviderError
 
 log = logging.getLogger("chalie.turn")
 
 CANCELLED_LINE = core.CANCELLED_LINE
-
-
-class Dispatch(Protocol):
-    def __call__(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]: ...
 
 
 @dataclass
@@ -77,12 +74,9 @@ class TurnDeps:
     channels: dict[str, Channel]
     models: Callable[[str], ModelClient]
     loop: EventLoopThread
-    dispatch: Dispatch
-    cancel_calls: Callable[[str], None]  # the dispatcher's cancel_turn(turn_id)
-    tools: core.Catalogue  # descriptors, scoped remote tools, injections, tooltips
-    forget: Callable[[str], None]  # release a finished turn's injections
-    pending_background: Callable[[str], list[BackgroundResult]]  # the outbox, after a restart
-    ack_background: Callable[[list[int]], object]  # results now stored in the history
+    dispatcher: DispatcherClient  # a call in, an outcome out; cancels a turn's calls
+    tools: ToolCatalogue  # descriptors, scoped remote tools, injections (and their release)
+    outbox: Outbox  # background results not yet in a history (after a restart), acked once stored
     bus: EventBus
     idle_stop: float = 600.0
     max_queued: int = 16
@@ -102,32 +96,16 @@ class TurnDeps:
 
 
 @dataclass(frozen=True)
-class State:
-    """A snapshot for tests and ``conversations show``."""
-
-    conversation_id: str
-    turn_id: str | None
-    queued: int
-    messages: int
-    last_seq: int
-
-
-@dataclass(frozen=True)
 class _Heard:
     """From the bus: a permission request of this conversation, or how one ended."""
 
     event: PermissionRequest | RequestSettled
 
 
-class _Snapshot:
-    """Tests and ``conversations show``: the actor's :class:`State`."""
-
-
 class _Crash:
     """Tests: a fault inside the actor."""
 
 
-SNAPSHOT = _Snapshot()
 CRASH = _Crash()
 
 
@@ -200,7 +178,7 @@ class TurnActor(SupervisedActor):
             parent_call=parent_of(loaded.info.origin),
             principal=loaded.info.principal,
         )
-        for result in deps.pending_background(self.conversation_id):
+        for result in deps.outbox.pending(self.conversation_id):
             self._on(core.Background(result))
         self._on(core.Resume())
 
@@ -234,9 +212,9 @@ class TurnActor(SupervisedActor):
             if self._model is not None:
                 self._model.cancel()
             with contextlib.suppress(Exception):
-                self._deps.cancel_calls(turn.turn_id)
+                self._deps.dispatcher.cancel_turn(turn.turn_id)
             with contextlib.suppress(Exception):
-                self._deps.forget(turn.turn_id)
+                self._deps.tools.forget(turn.turn_id)
         try:
             events = self._deps.store.recover(
                 self.conversation_id,
@@ -276,8 +254,8 @@ class TurnActor(SupervisedActor):
         )
         effects = self._on(start)
         # The last word on this message's own turn: queued, or not (started, refused, ran).
-        answers = [e for e in effects if isinstance(e, core.Taken) and e.turn_id == message.turn_id]
-        queued = answers[-1].queued if answers else False
+        said = [e for e in effects if isinstance(e, core.Taken) and e.turn_id == message.turn_id]
+        queued = said[-1].queued if said else False
         self._taken_now(core.Taken(message.turn_id, queued))  # if the machine has not already
         return queued
 
@@ -302,16 +280,6 @@ class TurnActor(SupervisedActor):
 
     def _crash(self, _message: _Crash) -> None:
         raise RuntimeError("crash requested")
-
-    def state(self, _message: object = None) -> State:
-        s = self._state
-        return State(
-            conversation_id=self.conversation_id,
-            turn_id=s.turn.turn_id if s is not None and s.turn is not None else None,
-            queued=len(s.queue) if s is not None else 0,
-            messages=len(s.messages) if s is not None else 0,
-            last_seq=s.seq if s is not None else 0,
-        )
 
     # -- the interpreter ----------------------------------------------------------------
     def _on(self, message: core.Message) -> list[core.Effect]:
@@ -341,7 +309,7 @@ class TurnActor(SupervisedActor):
         self._publish(effect.events)
 
     def _ack(self, effect: core.Ack) -> None:
-        self._deps.ack_background(effect.ids)
+        self._deps.outbox.ack(effect.ids)
 
     def _follow_up(self, effect: core.FollowUp) -> None:
         self._deps.follow_up(self.conversation_id, effect.result)
@@ -377,8 +345,7 @@ class TurnActor(SupervisedActor):
             model.cancel()  # closes the HTTP stream on the loop
 
     def _cancel_calls(self, effect: core.CancelCalls) -> None:
-        with contextlib.suppress(Exception):
-            self._deps.cancel_calls(effect.turn_id)
+        self._deps.dispatcher.cancel_turn(effect.turn_id)
 
     def _dispatch(self, effect: core.Dispatch) -> None:
         ref, gen, slot = self.actor_ref, effect.gen, effect.slot
@@ -386,7 +353,7 @@ class TurnActor(SupervisedActor):
         def done(future: concurrent.futures.Future[ToolOutcome]) -> None:
             tell_quietly(ref, core.CallDone(gen, slot, future.result()))
 
-        self._deps.dispatch(effect.call).add_done_callback(done)
+        self._deps.dispatcher.submit(effect.call).add_done_callback(done)
 
     def _brief(self, effect: core.Brief) -> core.Message:
         try:
@@ -401,7 +368,7 @@ class TurnActor(SupervisedActor):
             self._deps.summaries.put(self.conversation_id, effect.summary, effect.at)
 
     def _ended(self, effect: core.Ended) -> None:
-        self._deps.forget(effect.turn_id)
+        self._deps.tools.forget(effect.turn_id)
         state = self._state
         channel = state.channel if state is not None else None
         try:
@@ -454,48 +421,16 @@ class TurnActor(SupervisedActor):
     def _ask(self, effect: core.Ask) -> core.Message | None:
         """The model request on the loop: deltas joined per window, the reply as a message."""
         client = self._deps.models(effect.model)
-        ref, gen, request = self.actor_ref, effect.gen, effect.request
-        names, check, offered = effect.names, effect.check, effect.offered
+        ref, gen = self.actor_ref, effect.gen
 
-        async def complete() -> tuple[ModelResponse, str]:  # on the loop
-            deltas = DeltaThrottle(
-                asyncio.get_running_loop(), lambda text: tell_quietly(ref, core.Delta(gen, text))
-            )
-            held = rescue.HeldText() if offered is not None else None
-            checked = answers.HeldAnswer(names) if check else None
+        def emit(text: str) -> None:  # on the loop
+            tell_quietly(ref, core.Delta(gen, text))
 
-            def shown(text: str) -> str:
-                return checked.feed(text) if checked is not None and text else text
-
-            def on_delta(text: str) -> None:
-                deltas.add(shown(held.feed(text) if held is not None else text))
-
-            def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
-                if held is not None:
-                    held.release()  # the retry streams the answer again from its start
-                if checked is not None:
-                    checked.release()
-                deltas.flush()
-                tell_quietly(ref, core.Retrying(gen, attempt, error, delay))
-
-            try:
-                response = await client.complete(request, on_delta, on_retry)
-            except BaseException:
-                deltas.flush()  # what streamed before the failure reaches the actor first
-                raise
-            if offered is not None and held is not None:
-                rescued = act.rescued_response(response, offered)
-                if rescued is not None:
-                    held.release()  # the call is never shown as an answer
-                    return rescued, deltas.take()
-                deltas.add(shown(held.release()))
-            if checked is not None:
-                deltas.add(checked.release())
-            # The words not yet passed on are stored with the answer, in the same write.
-            return response, deltas.take()
+        def retried(attempt: int, error: ProviderError, delay: float) -> None:
+            tell_quietly(ref, core.Retrying(gen, attempt, error, delay))
 
         try:
-            future = self._deps.loop.submit(complete())
+            future = self._deps.loop.submit(answer(client, effect, emit, retried))
         except RuntimeError as exc:
             return core.ModelFailed(
                 gen, ProviderError("model-unreachable", str(exc), retryable=False)
@@ -512,7 +447,6 @@ _RECEIVE: dict[type, Callable[[TurnActor, Any], Any]] = {
     _Heard: TurnActor._heard,
     DeliverBackground: TurnActor._deliver,
     EvictIfIdle: TurnActor._evict,
-    _Snapshot: TurnActor.state,
     _Crash: TurnActor._crash,
 }
 

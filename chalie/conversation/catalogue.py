@@ -38,6 +38,10 @@ class ToolCatalogue:
     def injected(self, turn_id: str) -> frozenset[str]:
         return self._turns.injected(turn_id)
 
+    def forget(self, turn_id: str) -> None:
+        """Release a finished turn's injections."""
+        self._turns.forget(turn_id)
+
     def scoped(self, channel: str) -> tuple[str, ...]:
         return scoped_to(self._registry, channel)
 
