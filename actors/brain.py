@@ -883,7 +883,7 @@ class RuntimeBackend:
 
 def _bindable(config: Config) -> None:
     """The MCP server's own rule, checked before anything is written."""
-    from chalie.mcp_server.app import is_loopback
+    from chalie.loopback import is_loopback
 
     cfg = config.mcp_server
     if not is_loopback(cfg.host) and not cfg.allow_remote:

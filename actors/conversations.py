@@ -48,16 +48,16 @@ from typing import Any, Final, Protocol, TypeVar
 import pykka
 
 from actors.actor import tell_quietly
-from actors.child_ref import ChildRef, ChildUnavailable
-from actors.dispatcher import DispatcherActor, submit
+from actors.child_ref import ChildRef
+from actors.dispatcher import DispatcherActor, DispatcherClient
 from actors.future import CallbackFuture
 from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
-from actors.turn import TurnActor, TurnDeps
-from chalie import healing
+from actors.turn import CRASH, TurnActor, TurnDeps
 from chalie.config import Config, ModelConfig
 from chalie.conversation import background
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
@@ -70,8 +70,6 @@ from chalie.conversation.requests import (
     check_send,
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
-from chalie.dispatch import envelope_name
-from chalie.envelope import render
 from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
@@ -80,16 +78,14 @@ from chalie.mail import (
     StartTurn,
     TurnActorIdle,
 )
-from chalie.mcp.proxy import scoped_to
 from chalie.memory import briefing
-from chalie.messages import ANSWERS, CancelTurn, ToolCall, ToolOutcome
+from chalie.messages import ANSWERS
 from chalie.outbox import Outbox
 from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.supervision import OnDemand
-from chalie.tool_names import FRAMEWORK_FIELDS
 
 
 class ConversationsHost(Protocol):
@@ -164,6 +160,8 @@ class Conversations(Supervisor):
         super().__init__((), intensity=turns.intensity, period=turns.period)
         self._turns = turns
         self._rt = rt
+        # The permission answers' one handle on the PolicyActor (it survives restarts).
+        self._gate = rt.child("policy", PolicyActor)
         cfg = rt.config
         self._channels: dict[str, Channel] = resolve_channels(cfg.channels)
         self._channel_names = frozenset(self._channels)
@@ -204,19 +202,13 @@ class Conversations(Supervisor):
             channels=self._channels,
             models=self._model,
             loop=rt.loop,
-            dispatch=self._dispatch,
-            cancel_calls=self._cancel_calls,
-            descriptors=self._descriptors,
-            injected=rt.services.turns.injected,
-            forget=rt.services.turns.forget,
-            pending_background=lambda cid: outbox.pending(cid),
-            ack_background=outbox.ack,
+            dispatcher=DispatcherClient(rt.child("dispatcher", DispatcherActor)),
+            tools=ToolCatalogue(rt.registry, rt.services.turns),
+            outbox=outbox,
             bus=rt.events,
             idle_stop=rt.config.conversations.idle_stop,
             max_queued=rt.config.conversations.max_queued,
             learn=self._learn,
-            summary=self._summary,
-            scoped=lambda channel: scoped_to(rt.registry, channel),
             follow_up=self._follow_up_later,
             summaries=self._summaries,
             zone=rt.config.accounts.zone,
@@ -296,46 +288,6 @@ class Conversations(Supervisor):
         discovery = self._rt.services.discovery
         if discovery is not None:
             discovery.learn_turn_soon(turn_id, channel, used)
-
-    def _dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
-
-        try:
-            ref = self._rt.child("dispatcher", DispatcherActor).current()
-        except ChildUnavailable as exc:
-            future: concurrent.futures.Future[ToolOutcome] = concurrent.futures.Future()
-            future.set_result(
-                ToolOutcome(
-                    call_id=call.call_id,
-                    tool=call.tool,
-                    status="error",
-                    code=exc.code,
-                    envelope=render(envelope_name(call.tool), exc.result()),
-                )
-            )
-            return future
-        return submit(ref, call)
-
-    def _cancel_calls(self, turn_id: str) -> None:
-        # A tell: the TurnActor calling this never waits on the dispatcher.
-        with contextlib.suppress(ChildUnavailable):
-            self._rt.child("dispatcher", DispatcherActor).tell(CancelTurn(turn_id=turn_id))
-
-    def _descriptors(self, names: tuple[str, ...], allow_async: bool) -> list[dict[str, Any]]:
-        registry = self._rt.registry
-        out = []
-        for name in names:
-            entry = registry.get(name)
-            if entry is not None:
-                out.append(entry.cls.descriptor(allow_async=allow_async))
-        return out
-
-    def _summary(self, name: str, arguments: dict[str, Any]) -> str:
-        """The tooltip for a call about to start (the dispatcher records the same one)."""
-        entry = self._rt.registry.get(name) if len(name) <= 200 else None
-        if entry is None:
-            return ""
-        params = {k: v for k, v in arguments.items() if k not in FRAMEWORK_FIELDS}
-        return healing.summary_for(entry.cls, arguments.get("act_summary"), params)[0]
 
     @property
     def store(self) -> ConversationStore:
@@ -494,9 +446,7 @@ class Conversations(Supervisor):
         if not isinstance(request_id, str) or len(request_id) > 128:
             raise ConversationError("invalid-message", "request_id is not a request id")
         out: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        answered = self._rt.child("policy", PolicyActor).future(
-            PolicyActor.answer, request_id, answer, by, content
-        )
+        answered = self._gate.future(PolicyActor.answer, request_id, answer, by, content)
         assert isinstance(answered, CallbackFuture)  # the PolicyActor's answers call back
         answered.add_done_callback(lambda done: _settle_bool(out, done))
         return out
@@ -552,7 +502,7 @@ class Conversations(Supervisor):
         """Tests: make the conversation's TurnActor fail."""
         ref = self.child(conversation_id)
         if ref is not None:
-            ref.tell("crash")
+            ref.tell(CRASH)
 
     # -- conversations' channels ------------------------------------------------------------
     def _known_channel(self, cid: str) -> str | None:

@@ -52,6 +52,8 @@ out of dispatch: every failure is an error envelope.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -169,6 +171,36 @@ def submit(ref: pykka.ActorRef[Any], call: ToolCall) -> Future[ToolOutcome]:
     except pykka.ActorDeadError:
         return _resolved(_error_outcome(call, FAULTS.dispatcher_restarting()))
     return reply
+
+
+class DispatcherClient:
+    """What a caller of tools holds: one handle on the dispatcher child, kept once.
+
+    A call goes in and an outcome comes out, never an exception: a dispatcher that
+    is restarting or gone answers the call with the error outcome that says so
+    (``internal-error``, safe to retry). The Conversations actor's turns and the MCP
+    server's gateway both call through one of these.
+    """
+
+    def __init__(self, dispatcher: ChildRef[DispatcherActor]) -> None:
+        self._dispatcher = dispatcher
+
+    def submit(self, call: ToolCall) -> Future[ToolOutcome]:
+        """The call's outcome, as a future that never raises; this never blocks."""
+        try:
+            ref = self._dispatcher.current()
+        except ChildUnavailable as exc:
+            return _resolved(_error_outcome(call, exc.result()))
+        return submit(ref, call)
+
+    async def call(self, call: ToolCall) -> ToolOutcome:
+        """:meth:`submit`, awaited on an event loop."""
+        return await asyncio.wrap_future(self.submit(call))
+
+    def cancel_turn(self, turn_id: str) -> None:
+        """Cancel a turn's calls (a tell; with no dispatcher there is nothing to cancel)."""
+        with contextlib.suppress(ChildUnavailable):
+            self._dispatcher.tell(CancelTurn(turn_id=turn_id))
 
 
 class DispatcherActor(SupervisedActor):

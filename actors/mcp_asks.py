@@ -62,6 +62,7 @@ from chalie.events import EventBus
 from chalie.forms import fields as form_fields
 from chalie.forms import secret_fields
 from chalie.mail import GateAsk, RecordAsk, Withdraw
+from chalie.mcp.names import server_permission, server_tool
 from chalie.mcp.peer import (
     MAX_SHOWN,
     CallScope,
@@ -86,7 +87,7 @@ _SCHEMA: Final = (
 
 def permission(server: str, what: str) -> str:
     """The gate's permission for a server's request (``sampling`` or ``elicitation``)."""
-    return f"_mcp_{server}.{what}"
+    return server_permission(server, what)
 
 
 def headless(server: str) -> TurnContext:
@@ -220,7 +221,7 @@ class ServerAsks:
             return None
         context = scope.context if scope is not None and scope.context is not None else None
         reply: concurrent.futures.Future[GateDecision] = concurrent.futures.Future()
-        tool = scope.proxy if scope is not None else f"_mcp_{server}"
+        tool = scope.proxy if scope is not None else server_tool(server)
         needs = permission(server, what)
         ask = GateAsk(
             call_id=(scope.call_id if scope is not None and scope.call_id else uuid.uuid4().hex),

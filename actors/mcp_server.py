@@ -17,7 +17,6 @@ loop thread, reached by ``loop.submit``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -25,17 +24,15 @@ from typing import Any, TypeVar
 
 import pykka
 
-from actors.child_ref import ChildRef, ChildUnavailable
+from actors.child_ref import ChildRef
 from actors.conversations import Conversations
 from actors.conversations_port import ActorConversations
-from actors.dispatcher import DispatcherActor, submit
+from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.approvals import ApprovalStore
 from chalie.config import McpServerConfig
 from chalie.conversation.port import ConversationsPort
-from chalie.dispatch import envelope_name
-from chalie.envelope import render
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
@@ -58,26 +55,13 @@ T = TypeVar("T")
 class DispatcherTools:
     """The gateway's ToolsPort: the one dispatcher chokepoint, the registry, the injections."""
 
-    def __init__(
-        self, dispatcher: ChildRef[DispatcherActor], registry: Registry, turns: TurnTools
-    ) -> None:
+    def __init__(self, dispatcher: DispatcherClient, registry: Registry, turns: TurnTools) -> None:
         self._dispatcher = dispatcher
         self._registry = registry
         self._turns = turns
 
     async def call(self, call: ToolCall) -> ToolOutcome:
-        try:
-            ref = self._dispatcher.current()
-        except ChildUnavailable as exc:
-            return ToolOutcome(
-                call_id=call.call_id,
-                tool=call.tool,
-                status="error",
-                code=exc.code,
-                envelope=render(envelope_name(call.tool), exc.result()),
-            )
-        # submit never raises and never blocks: its future resolves on the dispatcher.
-        return await asyncio.wrap_future(submit(ref, call))
+        return await self._dispatcher.call(call)
 
     def injected(self, turn_id: str) -> frozenset[str]:
         return self._turns.injected(turn_id)

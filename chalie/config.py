@@ -29,6 +29,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
+from chalie.loopback import HOST, is_loopback
 from chalie.messages import Channel
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 from chalie.ssrf import AllowEntry
@@ -107,7 +108,6 @@ class EmbedderConfig(Section, frozen=True):
 
 # -- [chat] ------------------------------------------------------------------------------
 
-LOOPBACK_HOSTS: Final = ("127.0.0.1", "::1", "localhost")
 Z85Key = Annotated[str, msgspec.Meta(pattern=r"^[0-9A-Za-z.:+=^!/*?&<>()\[\]{}@%$#-]{40}$")]
 
 
@@ -119,7 +119,7 @@ class ChatConfig(Section, frozen=True):
     # Serve the WebSocket transport (the local ZeroMQ one runs whenever chat does).
     websocket: bool = True
     # The WebSocket's address (loopback unless allow_remote).
-    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "127.0.0.1"
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = HOST
     # The WebSocket's TCP port (0: any free port).
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8461
     # The WebSocket's URL path.
@@ -151,7 +151,7 @@ class ChatConfig(Section, frozen=True):
     token_recheck: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 30.0
 
     def __post_init__(self) -> None:
-        if self.host not in LOOPBACK_HOSTS and not self.allow_remote:
+        if not is_loopback(self.host) and not self.allow_remote:
             raise ValueError(f"chat.host {self.host} is not loopback: set chat.allow_remote = true")
         if self.zmq_tcp is not None and (
             self.curve_secret_key_file is None or not self.curve_authorized_keys
@@ -189,7 +189,7 @@ class McpServerConfig(Section, frozen=True):
     # Run the inbound MCP server.
     enabled: bool = True
     # The address it binds (loopback unless allow_remote).
-    host: HostName = "127.0.0.1"
+    host: HostName = HOST
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8462  # 0: any free port
     # Binding beyond loopback needs this too, and is logged as a warning.
     allow_remote: bool = False
@@ -243,7 +243,7 @@ class ModelConfig(Section, frozen=True):
     # The wire format the model server speaks: openai, ollama or anthropic.
     provider: ProviderKind = "openai"
     # The model server's base URL.
-    base_url: HttpUrl = "http://127.0.0.1:11434/v1"
+    base_url: HttpUrl = f"http://{HOST}:11434/v1"
     # The model's name on that server.
     model: ModelName = "llama3.1"
     # The NAME of the environment variable holding the key; the key itself is never stored.

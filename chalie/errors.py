@@ -97,7 +97,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
     ErrorCode(
         "mcp-unknown-tool",
         "No enabled MCP server offers that tool.",
-        "An _mcp_ name whose server or tool is gone or disabled.",
+        "A remote tool's name whose server or tool is gone or disabled.",
     ),
     ErrorCode(
         "mcp-tool-error",

@@ -36,13 +36,13 @@ import msgspec
 from chalie.db import connect
 from chalie.display import NAME_CHARS, one_line, param_lines, reach_line
 from chalie.forms import BadAnswer, check_answer
+from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
 # A whole MCP server's tools at once: ``_mcp_<server>_*`` (server slugs have no "_").
-SERVER_WILDCARD: Final = re.compile(r"^_mcp_([a-z][a-z0-9]{0,23})_\*$")
 ACTION: Final = re.compile(r"^[a-z0-9_][a-z0-9_-]{0,63}$")
 
 Origin = Literal["set", "seen"]
@@ -141,10 +141,9 @@ def resolve(
         hit = table.get((channel, tool))
         if hit is not None:
             return _narrowed(hit, sensitive)
-    if tool.startswith("_mcp_"):
-        server, sep, _ = tool[5:].partition("_")
-        if sep:
-            return _narrowed(table.get((channel, f"_mcp_{server}_*")), sensitive)
+    server = server_of(tool)
+    if server is not None:
+        return _narrowed(table.get((channel, server_wildcard(server))), sensitive)
     return None
 
 

@@ -346,7 +346,7 @@ def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
 def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
     from actors import mcp_server
     from actors.conversations import Conversations
-    from actors.dispatcher import DispatcherActor
+    from actors.dispatcher import DispatcherActor, DispatcherClient
 
     return ChildSpec(
         "mcp_server",
@@ -358,7 +358,9 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
             rt.child("conversations", Conversations),
             rt.events,
             mcp_server.DispatcherTools(
-                rt.child("dispatcher", DispatcherActor), rt.registry, rt.services.turns
+                DispatcherClient(rt.child("dispatcher", DispatcherActor)),
+                rt.registry,
+                rt.services.turns,
             ),
         ),
         shutdown=10.0,

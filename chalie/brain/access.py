@@ -29,6 +29,7 @@ from typing import Final
 
 import msgspec
 
+from chalie.loopback import host_names
 from chalie.principals import LOCAL_OWNER, Principal, may_chat
 from chalie.tokens import TokenInfo
 
@@ -211,10 +212,7 @@ def same_secret(given: str | None, expected: str) -> bool:
 
 def allowed_hosts(host: str, port: int, extra: Iterable[str] = ()) -> frozenset[str]:
     """The Host header values the server answers (the DNS-rebinding guard), as the MCP server's."""
-    names = {"127.0.0.1", "localhost", "[::1]"}
-    if host not in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::"):
-        names.add(host if ":" not in host else f"[{host.strip('[]')}]")
-    return frozenset({f"{n}:{port}" for n in names} | set(extra))
+    return frozenset({f"{n}:{port}" for n in host_names(host)} | set(extra))
 
 
 def allowed_origins(hosts: Iterable[str], extra: Iterable[str] = ()) -> frozenset[str]:

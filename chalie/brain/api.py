@@ -15,9 +15,10 @@ import msgspec
 from chalie.conversation.requests import ID_PATTERN
 from chalie.conversation.store import ConversationSummary
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
+from chalie.mcp.names import SERVER_WILDCARD
 from chalie.memory.records import Memory
 from chalie.messages import Answer, Channel, TrailStatus
-from chalie.policy import PERMISSION, SERVER_WILDCARD
+from chalie.policy import PERMISSION
 from chalie.principals import Scope
 from chalie.schedule.store import Reminder, Shown
 from chalie.trail import TrailCall

@@ -32,9 +32,10 @@ from chalie.admission import Admission, connection_cap, guarded_protocol
 from chalie.asgi_server import Server
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
-from chalie.config import LOOPBACK_HOSTS, ChatConfig
+from chalie.config import ChatConfig
 from chalie.conversation.port import ConversationsPort
 from chalie.listener import tcp_listener
+from chalie.loopback import is_loopback
 from chalie.principals import Principal, may_chat
 from chalie.tokens import TokenInfo, bearer
 
@@ -92,7 +93,7 @@ class WebSocketBridge:
     async def start(self) -> tuple[str, int]:
         """Bind and serve; returns the bound (host, port), the port resolved when it was 0."""
         cfg = self._config
-        if cfg.host not in LOOPBACK_HOSTS:
+        if not is_loopback(cfg.host):
             log.warning(
                 "chat WebSocket listens beyond loopback",
                 extra={"host": cfg.host, "port": cfg.port},

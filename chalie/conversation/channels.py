@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Final
 
 from chalie.config import ChannelConfig
+from chalie.mcp.names import is_proxy_name
 from chalie.messages import Channel as PolicyChannel
 
 CHANNEL_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -135,10 +136,6 @@ def resolve_channels(overrides: Mapping[str, ChannelConfig]) -> dict[str, Channe
     return out
 
 
-# Pins of tools that arrive later, from a connected MCP server: checked when it connects.
-REMOTE_PREFIX: Final = "_mcp_"
-
-
 def channel_problems(
     channels: Mapping[str, Channel], tools: Iterable[str], models: Iterable[str]
 ) -> list[str]:
@@ -153,7 +150,8 @@ def channel_problems(
     out: list[str] = []
     for name, channel in channels.items():
         for tool in channel.pinned:
-            if tool not in known and not tool.startswith(REMOTE_PREFIX):
+            # a remote tool arrives later, from its server: checked when it connects
+            if tool not in known and not is_proxy_name(tool):
                 out.append(f"channel {name} pins tool {tool!r}, which does not exist")
         if channel.model not in configured:
             out.append(

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from chalie.conversation import act, answers
+from chalie.providers import rescue
+from chalie.providers.types import ModelResponse, ProviderError
+
+if TYPE_CHECKING:
+    from chalie.conversation.turn import Ask
+    from chalie.providers.client import ModelClient
 
 # At most one delta event per window after the first: ~25 a second, below what a
 # reader can tell from a per-token stream, and far fewer than a fast model's tokens.
@@ -71,3 +79,52 @@ class DeltaThrottle:
         text = "".join(self._parts)
         self._parts.clear()
         return text
+
+
+async def answer(
+    client: ModelClient,
+    ask: Ask,
+    emit: Callable[[str], None],
+    retried: Callable[[int, ProviderError, float], None],
+) -> tuple[ModelResponse, str]:
+    """One model step of a turn (:class:`chalie.conversation.turn.Ask`), on the loop.
+
+    The text streams to ``emit`` joined per window; a call written as text is held
+    back (``ask.offered``) and never shown as an answer, and the answer check holds
+    the start of the text until it reads as an answer (``ask.check``). Returns the
+    response (the rescued call, if any) and the words not yet passed on, which are
+    stored with the answer in one write. A retry (``retried``) streams again from
+    the start; what streamed before a failure is passed on before it is raised.
+    """
+    deltas = DeltaThrottle(asyncio.get_running_loop(), emit)
+    held = rescue.HeldText() if ask.offered is not None else None
+    checked = answers.HeldAnswer(ask.names) if ask.check else None
+
+    def shown(text: str) -> str:
+        return checked.feed(text) if checked is not None and text else text
+
+    def on_delta(text: str) -> None:
+        deltas.add(shown(held.feed(text) if held is not None else text))
+
+    def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
+        if held is not None:
+            held.release()  # the retry streams the answer again from its start
+        if checked is not None:
+            checked.release()
+        deltas.flush()
+        retried(attempt, error, delay)
+
+    try:
+        response = await client.complete(ask.request, on_delta, on_retry)
+    except BaseException:
+        deltas.flush()  # what streamed before the failure reaches the actor first
+        raise
+    if ask.offered is not None and held is not None:
+        rescued = act.rescued_response(response, ask.offered)
+        if rescued is not None:
+            held.release()  # the call is never shown as an answer
+            return rescued, deltas.take()
+        deltas.add(shown(held.release()))
+    if checked is not None:
+        deltas.add(checked.release())
+    return response, deltas.take()

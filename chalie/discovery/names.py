@@ -25,6 +25,7 @@ from typing import Any, Final
 import tantivy
 
 from chalie.discovery.types import IndexCorruptError, ToolDoc
+from chalie.mcp.names import server_prefix
 
 TRI_TOKENIZER: Final = "chalie_tri"
 # Trigram hits are only candidates; the gate runs on this many of them.
@@ -33,7 +34,6 @@ _WRITER_HEAP: Final = 15_000_000
 _WORD: Final = re.compile(r"[^\W_]+")
 _CAMEL: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _ASCII_ALNUM: Final = re.compile(r"^[A-Za-z0-9]+$")
-_MCP_PREFIX: Final = "_mcp_"
 
 
 def segments(text: str) -> tuple[str, ...]:
@@ -55,7 +55,7 @@ def normalise(text: str) -> str:
 def bare_name(doc: ToolDoc) -> str:
     """A namespaced tool's own name: ``_mcp_github_search`` from ``mcp:github`` → ``search``."""
     if doc.source.startswith("mcp:"):
-        prefix = f"{_MCP_PREFIX}{doc.source[4:]}_"
+        prefix = server_prefix(doc.source[4:])
         if doc.name.startswith(prefix) and len(doc.name) > len(prefix):
             return doc.name[len(prefix) :]
     return doc.name

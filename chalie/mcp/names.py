@@ -12,6 +12,9 @@ Rules (the only place they live):
    stable alias); the mapping is persisted by the store, so a proxy's name
    never changes while its remote tool exists.
 
+Every other module reaches these names through the functions here: the prefix is
+written nowhere else (tests/core/test_one_place.py checks it).
+
 Every name made here matches ``^[a-zA-Z0-9_-]{1,64}$`` (the providers' rule)
 and the envelope's and the policy's tool-name rule.
 """
@@ -24,7 +27,10 @@ from typing import Final
 
 PREFIX: Final = "_mcp_"
 MAX_NAME: Final = 64
-SLUG: Final = re.compile(r"^[a-z][a-z0-9]{0,23}$")
+_SLUG: Final = r"[a-z][a-z0-9]{0,23}"
+SLUG: Final = re.compile(rf"^{_SLUG}$")
+# The policy's entry for every tool of one server: ``_mcp_<server>_*`` (its slug in group 1).
+SERVER_WILDCARD: Final = re.compile(rf"^{PREFIX}({_SLUG})_\*$")
 PROVIDER_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 HASH_LEN: Final = 8
 _CAMEL: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -83,7 +89,7 @@ def proxy_name(server: str, remote: str, taken: Mapping[str, str] | None = None)
     check_slug(server)
     taken = taken or {}
     key = f"{server}/{remote}"
-    prefix = f"{PREFIX}{server}_"
+    prefix = server_prefix(server)
     part = tool_part(remote)
     name = prefix + part
     if len(name) > MAX_NAME:
@@ -93,6 +99,31 @@ def proxy_name(server: str, remote: str, taken: Mapping[str, str] | None = None)
         salt += 1
         name = _hashed(prefix, part, remote, salt - 1)
     return name
+
+
+def is_proxy_name(name: str) -> bool:
+    """Whether ``name`` has a remote tool's form (its server may not be connected yet)."""
+    return name.startswith(PREFIX)
+
+
+def server_prefix(server: str) -> str:
+    """What every proxy name of ``server`` starts with: ``_mcp_<server>_``."""
+    return f"{PREFIX}{server}_"
+
+
+def server_wildcard(server: str) -> str:
+    """The policy entry that covers every tool of ``server``: ``_mcp_<server>_*``."""
+    return f"{server_prefix(server)}*"
+
+
+def server_tool(server: str) -> str:
+    """The tool a server's own request (sampling, elicitation) is gated as: ``_mcp_<server>``."""
+    return f"{PREFIX}{server}"
+
+
+def server_permission(server: str, what: str) -> str:
+    """The gate's permission for a server's own request: ``_mcp_<server>.<what>``."""
+    return f"{server_tool(server)}.{what}"
 
 
 def server_of(name: str) -> str | None:

@@ -47,6 +47,7 @@ from mcp.shared.auth import (
 )
 from pydantic import ValidationError
 
+from chalie.loopback import HOST, NETS, is_loopback
 from chalie.mcp.secrets import SecretFile
 from chalie.mcp.spec import ServerSpec
 from chalie.ssrf import AllowEntry, Blocked, Guard, Resolver, Target, system_resolver
@@ -57,8 +58,6 @@ CLIENT_NAME: Final = "Chalie"
 CALLBACK_PATH: Final = "/callback"
 MAX_CALLBACK: Final = 8192  # bytes of the redirect's request line and headers read
 REVOKE_TIMEOUT: Final = 5.0
-# What a loopback MCP server's authorization-server URLs may also reach.
-LOOPBACK_NETS: Final = ("127.0.0.0/8", "::1")
 
 
 class LoginRequired(Exception):
@@ -191,7 +190,7 @@ class AuthGuard:
         if self._guard is None:
             allow: tuple[AllowEntry, ...] = ()
             if self._is_loopback():
-                allow = tuple(AllowEntry.parse(net) for net in LOOPBACK_NETS)
+                allow = tuple(AllowEntry.parse(net) for net in NETS)
             self._guard = Guard(allow, self._resolver)
         return self._guard
 
@@ -201,7 +200,7 @@ class AuthGuard:
             found = [host] if _is_ip(host) else self._resolver(host, port)
         except (Blocked, OSError):
             return False
-        return bool(found) and all(_is_ip(a) and ip_address(a).is_loopback for a in found)
+        return bool(found) and all(_is_ip(a) and is_loopback(a) for a in found)
 
     def check(self, url: str) -> Target:
         """The checked destination of ``url``; Blocked when it is refused (blocking)."""
@@ -313,7 +312,7 @@ def client_metadata(spec: ServerSpec, redirect_uri: str) -> OAuthClientMetadata:
 
 
 def redirect_uri(port: int) -> str:
-    return f"http://127.0.0.1:{port}{CALLBACK_PATH}"
+    return f"http://{HOST}:{port}{CALLBACK_PATH}"
 
 
 def daemon_auth(
@@ -363,7 +362,7 @@ class Callback:
 
     async def start(self, port: int) -> None:
         self.result = asyncio.get_running_loop().create_future()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+        self._server = await asyncio.start_server(self._serve, HOST, port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

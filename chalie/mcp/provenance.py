@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from chalie.home import Home
-from chalie.mcp.names import PREFIX, server_of
+from chalie.mcp.names import PREFIX, SERVER_WILDCARD, server_of
 
 
 def provenance(db_path: Path, name: str) -> str | None:
     """``remote tool 'X' on MCP server s`` for a proxy (or ``s.*``), None for anything else."""
     from chalie.mcp.store import McpStore
-    from chalie.policy import SERVER_WILDCARD
 
     wildcard = SERVER_WILDCARD.match(name)
     if wildcard:

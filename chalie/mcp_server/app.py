@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
@@ -39,6 +38,7 @@ from chalie.admission import Admission, connection_cap, guarded_protocol
 from chalie.asgi_server import Server
 from chalie.config import McpServerConfig
 from chalie.listener import tcp_listener
+from chalie.loopback import host_names, is_loopback
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
 from chalie.mcp_server.gateway import Gateway, announce
 from chalie.mcp_server.limits import TokenLimits
@@ -81,15 +81,6 @@ class RemoteBindRefused(RuntimeError):
     """A non-loopback host without ``allow_remote``."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def bind(config: McpServerConfig) -> socket.socket:
     """The listening socket for ``config``; PortInUse / RemoteBindRefused with one clear line."""
     host = config.host
@@ -118,9 +109,7 @@ def bind(config: McpServerConfig) -> socket.socket:
 
 def security(config: McpServerConfig, port: int) -> TransportSecuritySettings:
     """The DNS-rebinding guard for exactly this port (and any configured extra names)."""
-    names = ["127.0.0.1", "localhost", "[::1]"]
-    if not is_loopback(config.host):
-        names.append(config.host)
+    names = host_names(config.host)
     hosts = [f"{n}:{port}" for n in names] + list(config.allowed_hosts)
     origins = [f"http://{n}:{port}" for n in names] + list(config.allowed_origins)
     return TransportSecuritySettings(

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import ipaddress
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
@@ -50,6 +49,7 @@ from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
 
 import chalie
+from chalie.loopback import is_loopback
 from chalie.tls import tls_context
 
 MAX_HEAD: Final = 64 * 1024
@@ -98,12 +98,7 @@ class Origin:
 
     @property
     def loopback(self) -> bool:
-        if self.host == "localhost" or self.host.endswith(".localhost"):
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback(self.host)
 
 
 @dataclass(frozen=True)

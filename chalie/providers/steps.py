@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from chalie.config import LOOPBACK_HOSTS
+from chalie.loopback import is_loopback
 from chalie.providers.types import ModelResponse, ToolCallPart
 
 Structured = Literal["auto", "on", "off"]
@@ -47,8 +47,7 @@ def enabled(setting: Structured, provider: str, base_url: str) -> bool:
         return False
     if setting == "on":
         return True
-    host = (urlsplit(base_url).hostname or "").lower()
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    return is_loopback(urlsplit(base_url).hostname or "")
 
 
 def reply_name(offered: Collection[str]) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Final
 import httpx2
 
 from chalie.config import WebSearchConfig
+from chalie.loopback import HOST
 from chalie.tls import tls_context
 from chalie.untrusted import clean
 
@@ -31,7 +32,7 @@ BRAVE_URL: Final = "https://api.search.brave.com/res/v1/web/search"
 TAVILY_URL: Final = "https://api.tavily.com/search"
 HOW_TO_CONFIGURE: Final = (
     'Set [web.search] in config.toml: provider = "searxng" with url = '
-    '"http://127.0.0.1:8888" (its JSON format enabled), or provider = "brave" / "tavily" '
+    f'"http://{HOST}:8888" (its JSON format enabled), or provider = "brave" / "tavily" '
     "with api_key_env naming the variable that holds the key."
 )
 MAX_SNIPPET: Final = 600

@@ -19,6 +19,7 @@ import click
 from chalie.accounts.book import AccountBook
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, SECURITIES, Account, AccountSpecError
+from chalie.loopback import is_loopback
 from chalie_app.cli.daemon import fail
 from chalie_app.cli.group import Ctx, cli
 
@@ -101,7 +102,7 @@ def accounts_add(
     finally:
         book.close()
     if stored.security == "none" and stored.kind in ("imap", "smtp"):
-        if stored.host not in ("127.0.0.1", "::1", "localhost"):
+        if not is_loopback(stored.host):
             click.echo(
                 f"warning: {stored.name} talks to {stored.host} without TLS: the password "
                 "crosses the network in plain text",
