@@ -55,7 +55,7 @@ from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
 from actors.turn import TurnActor, TurnDeps
-from chalie import healing
+from chalie import healing, telemetry
 from chalie.config import Config, ModelConfig
 from chalie.conversation import background
 from chalie.conversation.channels import Channel, resolve_channels
@@ -396,6 +396,7 @@ class Conversations(Supervisor):
             )
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
+        telemetry.turn_parent(turn_id, msg.traceparent)  # before its actor may start it
         out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
         seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
         if seen is not None:

@@ -46,6 +46,7 @@ import pykka
 
 from actors.actor import SupervisedActor, tell_quietly
 from actors.loop import EventLoopThread
+from chalie import telemetry
 from chalie.conversation import act, answers, background, compaction
 from chalie.conversation.channels import Channel
 from chalie.conversation.events import (
@@ -366,6 +367,7 @@ class TurnActor(SupervisedActor):
         self._gen += 1
         turn, self._turn = self._turn, None
         if turn is not None:
+            telemetry.turn_ended(turn.turn_id, "internal-error")
             if turn.model is not None:
                 turn.model.cancel()
             with contextlib.suppress(Exception):
@@ -557,6 +559,7 @@ class TurnActor(SupervisedActor):
             park_asks=start.park_asks,
         )
         self._turn = turn
+        telemetry.turn_started(self.conversation_id, start, channel.name, self._parent_call)
         batch = Batch(self.conversation_id, turn=TurnUpdate(start.turn_id, state="running"))
         self._append(batch, start.turn_id, ChatMessage(role="user", text=start.text))
         batch.events.append(
@@ -750,6 +753,7 @@ class TurnActor(SupervisedActor):
             # The words not yet passed on are stored with the answer, in the same write.
             return response, deltas.take()
 
+        telemetry.model_started(turn.turn_id, cfg.model, cfg.provider)
         try:
             future = self._deps.loop.submit(complete())
         except RuntimeError as exc:
@@ -808,6 +812,7 @@ class TurnActor(SupervisedActor):
         if turn is None:
             return
         turn.model = None
+        telemetry.model_ended(turn.turn_id, self._model_config().model, response, error)
         if error is not None or response is None:
             err = error or ProviderError("model-bad-response", "no response", retryable=False)
             self._emit(ErrorEvent, turn_id=turn.turn_id, code=err.code, message=err.message)
@@ -1045,6 +1050,7 @@ class TurnActor(SupervisedActor):
             return
         self._gen += 1
         self._turn = None
+        telemetry.turn_ended(turn.turn_id, reason, text)
         if turn.model is not None:
             turn.model.cancel()  # closes the HTTP stream on the loop
         self._unschedule(turn.deadline)

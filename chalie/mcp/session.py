@@ -70,6 +70,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
+from chalie import telemetry
 from chalie.logs import Throttle
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
@@ -767,12 +768,13 @@ class Link:
                 sink(progress, total, shown)
 
         try:
-            support = self.task_support.get(tool)
-            if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-                return await self._call_task(client, tool, arguments, progress)
-            return await client.call_tool(
-                tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
-            )
+            with telemetry.within_call(scope.call_id):  # the SDK's request span: its child
+                support = self.task_support.get(tool)
+                if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    return await self._call_task(client, tool, arguments, progress)
+                return await client.call_tool(
+                    tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
+                )
         finally:
             CURRENT.reset(token)
             self._inflight.pop(key, None)
