@@ -72,6 +72,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 import chalie
 from chalie import telemetry
 from chalie.logs import Throttle
+from chalie.mcp.client_tasks import ClientTasks, TaskClient
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
@@ -468,7 +469,7 @@ class Link:
                 transport = self._transport(http)
                 for client in http:
                     await stack.enter_async_context(client)
-                session = Client(
+                session = TaskClient(
                     transport,
                     mode=self._spec.protocol,
                     read_timeout_seconds=self._read_timeout,
@@ -480,6 +481,8 @@ class Link:
                     elicitation_callback=self._elicit,
                     logging_callback=self._log,
                     log_level="info",
+                    # a server's sampling and elicitation may also come as tasks
+                    client_tasks=ClientTasks(),
                 )
                 client_ = await stack.enter_async_context(session)
                 self._client = client_
