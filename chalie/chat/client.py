@@ -7,6 +7,7 @@ client built against an older protocol still reads newer event kinds.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,13 @@ class ChatClient:
 
     def close(self) -> None:
         self.sock.close(0)
+
+    def leave(self, linger: float = 1.0) -> None:
+        """Say ``bye`` (the daemon stops counting this client as present), then close,
+        waiting up to ``linger`` seconds for the frame to leave."""
+        with contextlib.suppress(zmq.ZMQError):
+            self.sock.send(_encoder.encode(p.Bye()), flags=zmq.NOBLOCK)
+        self.sock.close(int(linger * 1000))
 
     def __enter__(self) -> ChatClient:
         return self

@@ -534,7 +534,7 @@ def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
         else:
             code = _pipe(chat, sys.stdin.read())
     finally:
-        client.close()
+        client.leave()
     sys.stdout.flush()
     if code:
         sys.exit(code)
