@@ -108,7 +108,13 @@ def token_list(obj: Ctx, as_json: bool) -> None:
 
 @token.command("exchanges")
 @click.option("--conversation", help="Only this conversation's exchanges.")
-@click.option("--limit", type=click.IntRange(1, 2000), default=50, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 2000),
+    default=50,
+    show_default=True,
+    help="Show at most this many, newest first.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the exchanges as JSON.")
 @click.pass_obj
 def token_exchanges(obj: Ctx, conversation: str | None, limit: int, as_json: bool) -> None:
