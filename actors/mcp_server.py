@@ -205,6 +205,8 @@ class McpServerActor(ServingActor):
         server = self.server
         out: dict[str, Any] = {"state": self.state, "url": self.url}
         if server is not None:
+            # owner chat clients present now: who a loop_in_human ask would go to
+            out["people_connected"] = self.desk.humans_connected()
             gate, talk = server.gate, server.talk.stats
             if gate is not None:
                 out["requests"] = {

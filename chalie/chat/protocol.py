@@ -8,7 +8,7 @@ conversation and receive every event after ``after_seq``), ``send`` (a user
 message; ``client_msg_id`` makes a retried send land once), ``cancel`` (the
 running turn), ``answer`` (a permission request, from any client), ``close``
 (stop receiving a conversation's events), ``ping``, ``bye`` (the client leaves;
-no reply). Each may carry an ``id``
+its ``pong`` is the last frame it gets). Each may carry an ``id``
 that the daemon echoes in its reply.
 
 Daemon → client: the conversation events (``chalie.conversation.events``,
@@ -115,7 +115,7 @@ class Authenticate(ClientFrame, tag="hello", kw_only=True, frozen=True):
     token: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
-KINDS: Final = ("open", "send", "cancel", "answer", "close", "ping")
+KINDS: Final = ("open", "send", "cancel", "answer", "close", "ping", "bye")
 
 
 # -- daemon → client (beside the conversation events) --------------------------------

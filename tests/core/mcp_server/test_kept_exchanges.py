@@ -52,6 +52,11 @@ def _talk(url: str, secret: str, args: dict[str, Any]) -> Any:
     return asyncio.run(go())
 
 
+def _people(d: DaemonProcess) -> int:
+    server: dict[str, int] = d.status()["mcp_server"]  # type: ignore[assignment]
+    return server["people_connected"]
+
+
 def _kept(d: DaemonProcess) -> list[dict[str, Any]]:
     listed = d.cli_process("token", "exchanges", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -108,6 +113,7 @@ def test_an_agents_exchange_waits_for_the_owner_who_connects_later() -> None:
             # 2. Nobody connected (each client said bye: a ZeroMQ client that only went
             # away would count as present until [chat] idle_timeout, and the agent's ask
             # would wait for it): the next exchange is kept, new.
+            wait_until(lambda: _people(d) == 0, 30, "the owners' byes")
             second = _talk(url, agent, ARGS)
             cid = second.structured_content["conversation_id"]
             kept = [k for k in _kept(d) if k["conversation_id"] == cid]
