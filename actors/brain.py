@@ -335,6 +335,28 @@ class RuntimeBackend:
 
         return [view(api.HistoryRow, r, decided_by=who(r)) for r in rows]
 
+    def agent_exchanges(self, _path: Any, args: api.ExchangeQuery) -> list[api.ExchangeRow]:
+        from chalie.mcp_server.exchange import summary
+        from chalie.mcp_server.kept import ExchangeBook
+
+        book = ExchangeBook(self._host.db_path)
+        try:
+            kept = book.recent(args.limit)
+        finally:
+            book.close()
+        return [
+            api.ExchangeRow(
+                kept=k.exchange.kept,
+                ts=k.exchange.ts,
+                conversation_id=k.exchange.conversation_id,
+                phase=k.exchange.phase,
+                summary=summary(k.exchange),
+                request_id=k.exchange.request_id,
+                seen=k.seen,
+            )
+            for k in kept
+        ]
+
     # -- policy -----------------------------------------------------------------------
     def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage:
         rows = self._policy().call(PolicyActor.list, True)

@@ -32,6 +32,8 @@ from chalie.chat.websocket import WebSocketBridge
 from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.events import EventBus
+from chalie.mcp_server.exchange import AgentExchange
+from chalie.mcp_server.kept import ExchangeBook
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")
@@ -66,7 +68,8 @@ class ChatBridge(ServingActor):
         self._home = home
         self._db_path = db_path
         self._loop = loop
-        self._port = ActorConversations(conversations, events)
+        self._port = ActorConversations(conversations, events, backlog=self._unseen)
+        self._kept: ExchangeBook | None = None
         self._tokens: TokenStore | None = None
         self._ws: WebSocketBridge | None = None
         self._zmq: ZmqBridge | None = None
@@ -74,6 +77,7 @@ class ChatBridge(ServingActor):
 
     def on_start(self) -> None:
         self._tokens = TokenStore(self._db_path)
+        self._kept = ExchangeBook(self._db_path)
         written = ensure_first_token(self._tokens, self._home)
         if written is not None:
             log.warning(
@@ -158,6 +162,20 @@ class ChatBridge(ServingActor):
         if self._tokens is not None:
             self._tokens.close()
             self._tokens = None
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
+
+    def _unseen(self) -> list[AgentExchange]:
+        """An owner session connected: the agents' exchanges no owner has seen yet."""
+        kept = self._kept
+        if kept is None:
+            return []
+        try:
+            return kept.backlog()
+        except Exception:
+            log.exception("reading the kept agent exchanges failed")
+            return []
 
     async def _stop_transports(self) -> None:
         if self._ws is not None:

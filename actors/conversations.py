@@ -55,6 +55,7 @@ from actors.loop import EventLoopThread
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
 from actors.turn import CRASH, TurnActor, TurnDeps
+from chalie import telemetry
 from chalie.config import Config, ModelConfig
 from chalie.conversation import background
 from chalie.conversation.catalogue import ToolCatalogue
@@ -353,6 +354,7 @@ class Conversations(Supervisor):
             )
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
+        telemetry.turn_parent(turn_id, msg.traceparent)  # before its actor may start it
         out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
         seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
         if seen is not None:

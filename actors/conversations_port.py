@@ -27,7 +27,7 @@ from actors.conversations import Conversations
 from chalie.conversation.events import ConversationEvent, Event
 from chalie.conversation.port import Closeable, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
-from chalie.events import EventBus
+from chalie.events import HUMANS, EventBus
 from chalie.policy import PolicyError
 from chalie.principals import Principal
 
@@ -40,11 +40,19 @@ class ActorConversations:
     """The conversations port over the Conversations actor and the event bus."""
 
     def __init__(
-        self, conversations: ChildRef[Any], events: EventBus, *, timeout: float = CALL_TIMEOUT
+        self,
+        conversations: ChildRef[Any],
+        events: EventBus,
+        *,
+        timeout: float = CALL_TIMEOUT,
+        backlog: Callable[[], Sequence[Any]] | None = None,
     ) -> None:
+        """``backlog``: what a new subscriber to ``HUMANS`` gets first (the loop_in_human
+        exchanges kept while no owner was connected, chalie.mcp_server.kept)."""
         self._child = conversations.within(timeout)
         self._events = events
         self._timeout = timeout
+        self._backlog = backlog
 
     async def send(self, msg: SendMessage) -> Accepted:
         return await self._settled("send", self._child.acall(Conversations.submit, msg))
@@ -79,7 +87,11 @@ class ActorConversations:
             if not isinstance(event, ConversationEvent) or event.recorded:
                 callback(event)
 
-        return self._events.subscribe(conversation_id, recorded)
+        live = self._events.subscribe(conversation_id, recorded)
+        if conversation_id == HUMANS and self._backlog is not None:
+            for kept in self._backlog():
+                callback(kept)
+        return live
 
     # -- the answers ----------------------------------------------------------------------
     async def _settled(self, method: str, asked: Awaitable[concurrent.futures.Future[T]]) -> T:

@@ -77,6 +77,7 @@ from actors.policy import PolicyActor, PolicyView, ViewCache
 from actors.timers import Ready, TimerInbox
 from chalie import dispatch as steps
 from chalie import policy as rules
+from chalie import telemetry
 from chalie.ability import Ability, gate_internal
 from chalie.approvals import ResumableCall, call_binding, encode_call
 from chalie.config import WorkersConfig
@@ -494,6 +495,7 @@ class DispatcherActor(SupervisedActor):
                 )
             )
             return
+        telemetry.tool_started(call)
         bad = steps.check_call(call)
         if bad is not None:
             self._end_early(call, reply, bad)
@@ -651,6 +653,7 @@ class DispatcherActor(SupervisedActor):
             )
         except Exception:
             log.exception("recording a refused call on the trail failed")
+        telemetry.tool_ended(outcome.call_id, "error", result.code, outcome.envelope)
         reply.set_result(outcome)
 
     # -- step 2: the gate --------------------------------------------------------------
@@ -730,6 +733,14 @@ class DispatcherActor(SupervisedActor):
     # -- step 3: execution ---------------------------------------------------------------
     def _after_gate(self, state: _Call, decision: GateDecision) -> None:
         state.gate = decision
+        telemetry.tool_gated(
+            state.call.call_id,
+            state.tool,
+            state.permission,
+            decision.decision,
+            decision.decided_by,
+            state.rec.params,
+        )
         if not decision.allowed:
             self._finish(state, steps.denial(decision))
             return
@@ -768,6 +779,7 @@ class DispatcherActor(SupervisedActor):
             timeout=cls.timeout,
         )
         state.job, state.executor = job, executor
+        telemetry.tool_executing(state.call.call_id, cls.isolation)
         # The executor may wake another thread, which then wants the GIL this one holds;
         # the deadline's timer is set after (no report is handled before this handler ends).
         self._starting = True
@@ -834,6 +846,7 @@ class DispatcherActor(SupervisedActor):
             result = FAULTS.render_failed(state.tool)
             envelope = steps.render_outcome(state.tool, result)
         gate = state.gate
+        telemetry.tool_ended(state.call.call_id, result.status, result.code, envelope)
         try:
             assert self._trail is not None
             self._trail.finish(

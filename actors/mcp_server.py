@@ -38,6 +38,7 @@ from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.gateway import Gateway, ToolsPort
+from chalie.mcp_server.kept import ExchangeBook
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.messages import ToolCall, ToolOutcome
@@ -76,16 +77,30 @@ class DispatcherTools:
 
 
 class BusDesk:
-    """The people at a screen: every chat session subscribes to the bus's HUMANS key."""
+    """The people at a screen: every chat session subscribes to the bus's HUMANS key.
+    Each exchange is kept first (``book``), and seen once an owner client received it."""
 
-    def __init__(self, bus: EventBus) -> None:
+    def __init__(self, bus: EventBus, book: ExchangeBook | None = None) -> None:
         self._bus = bus
+        self._book = book
 
     def humans_connected(self) -> int:
         return self._bus.subscribed(HUMANS)
 
     def surface(self, exchange: AgentExchange) -> int:
-        return self._bus.publish(HUMANS, exchange)
+        book = self._book
+        if book is not None:
+            try:
+                exchange = book.keep(exchange)
+            except Exception:
+                log.exception("keeping an agent exchange failed")
+        delivered = self._bus.publish(HUMANS, exchange)
+        if delivered and exchange.kept and book is not None:
+            try:
+                book.seen(exchange.kept)
+            except Exception:
+                log.exception("marking an agent exchange seen failed")
+        return delivered
 
 
 class McpServerActor(ServingActor):
@@ -174,6 +189,8 @@ class McpServerActor(ServingActor):
         server = self.server
         out: dict[str, Any] = {"state": self.state, "url": self.url}
         if server is not None:
+            # owner chat clients present now: who a loop_in_human ask would go to
+            out["people_connected"] = self.desk.humans_connected()
             gate, talk = server.gate, server.talk.stats
             if gate is not None:
                 out["requests"] = {
@@ -204,13 +221,14 @@ def start_for(
     and (for gateway mode) the dispatcher's tools."""
     port = ActorConversations(conversations, events)
     store = TokenStore(db_path)
+    book = ExchangeBook(db_path)
     return McpServerActor.start(
         config,
         loop,
         db_path,
         port,
         lambda: store,
-        BusDesk(events),
-        closers=(store.close,),
+        BusDesk(events, book),
+        closers=(store.close, book.close),
         tools=tools,
     )

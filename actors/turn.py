@@ -40,11 +40,18 @@ import pykka
 from actors.actor import SupervisedActor, tell_quietly
 from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
+from chalie import telemetry
 from chalie.conversation import compaction
 from chalie.conversation import turn as core
 from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel
-from chalie.conversation.events import BackgroundResult, ConversationEvent, PermissionRequest
+from chalie.conversation.events import (
+    BackgroundResult,
+    ConversationEvent,
+    PermissionRequest,
+    TurnFinished,
+    TurnStarted,
+)
 from chalie.conversation.store import FAILED_LINE, ConversationStore
 from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
@@ -209,6 +216,7 @@ class TurnActor(SupervisedActor):
             state.gen += 1
             state.turn = None
         if turn is not None:
+            telemetry.turn_ended(turn.turn_id, "internal-error")
             if self._model is not None:
                 self._model.cancel()
             with contextlib.suppress(Exception):
@@ -233,12 +241,27 @@ class TurnActor(SupervisedActor):
     # -- the mailbox ----------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, core.Message):  # the state machine's own (timers, streams)
+            if isinstance(message, core.Replied | core.ModelFailed):
+                self._trace_model(message)
             self._on(message)
             return None
         handler = _RECEIVE.get(type(message))
         if handler is None:
             return None
         return handler(self, message)
+
+    def _trace_model(self, message: core.Replied | core.ModelFailed) -> None:
+        state = self._state
+        if state is None or state.turn is None or message.gen != state.gen:
+            return
+        replied = message if isinstance(message, core.Replied) else None
+        failed = message if isinstance(message, core.ModelFailed) else None
+        telemetry.model_ended(
+            state.turn.turn_id,
+            state.config.model,
+            replied.response if replied is not None else None,
+            failed.error if failed is not None else None,
+        )
 
     def _start_turn(self, message: StartTurn) -> bool:
         self._send_no = max(self._send_no, message.send_no)
@@ -307,6 +330,23 @@ class TurnActor(SupervisedActor):
 
     def _do_publish(self, effect: core.Publish) -> None:
         self._publish(effect.events)
+        self._trace(effect.events)
+
+    def _trace(self, events: Sequence[ConversationEvent]) -> None:
+        """A turn's span opens and closes with its started and finished events (as published:
+        a written batch's events are published too)."""
+        state = self._state
+        for event in events:
+            if isinstance(event, TurnStarted) and state is not None:
+                telemetry.turn_started(
+                    self.conversation_id,
+                    event.turn_id,
+                    event.text,
+                    state.channel.name,
+                    state.parent_call,
+                )
+            elif isinstance(event, TurnFinished):
+                telemetry.turn_ended(event.turn_id, event.reason, event.text)
 
     def _ack(self, effect: core.Ack) -> None:
         self._deps.outbox.ack(effect.ids)
@@ -429,6 +469,10 @@ class TurnActor(SupervisedActor):
         def retried(attempt: int, error: ProviderError, delay: float) -> None:
             tell_quietly(ref, core.Retrying(gen, attempt, error, delay))
 
+        if self._state is not None and self._state.turn is not None:
+            telemetry.model_started(
+                self._state.turn.turn_id, client.config.model, client.config.provider
+            )
         try:
             future = self._deps.loop.submit(answer(client, effect, emit, retried))
         except RuntimeError as exc:

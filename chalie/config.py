@@ -50,6 +50,7 @@ __all__ = [
     "OutboxConfig",
     "RayTaskConfig",
     "Section",
+    "TelemetryConfig",
     "WeatherConfig",
     "WebConfig",
     "WorkersConfig",
@@ -616,6 +617,26 @@ class WeatherConfig(Section, frozen=True):
     timeout: Annotated[float, msgspec.Meta(gt=0, le=120)] = 10.0  # seconds per request
 
 
+# -- [telemetry] --------------------------------------------------------------------------
+
+
+class TelemetryConfig(Section, frozen=True):
+    """``[telemetry]``: OpenTelemetry traces and metrics over OTLP/HTTP (chalie.telemetry).
+
+    Off unless ``otlp_endpoint`` is set; it needs the extra: pip install 'chalie[telemetry]'."""
+
+    # The collector's OTLP/HTTP base URL (e.g. "http://127.0.0.1:4318"): traces go to
+    # /v1/traces, metrics to /v1/metrics. Unset: nothing is traced or measured.
+    otlp_endpoint: HttpUrl | None = None
+    # Put what people and tools said in spans: messages, answers, tool arguments (secrets
+    # stay redacted) and results. Off: spans carry names, ids, codes, timings and counts only.
+    include_content: bool = False
+    # The service.name resource attribute the spans and metrics carry.
+    service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = "chalie"
+    # Seconds between two exports of the metrics (and once more at stop).
+    metrics_interval: Annotated[float, msgspec.Meta(ge=1.0, le=3600.0)] = 60.0
+
+
 class Config(Section, frozen=True):
     """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
 
@@ -643,6 +664,7 @@ class Config(Section, frozen=True):
     weather: WeatherConfig = WeatherConfig()
     memory: MemoryConfig = MemoryConfig()
     background: BackgroundConfig = BackgroundConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:

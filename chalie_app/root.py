@@ -49,7 +49,7 @@ from actors.control import ControlActor
 from actors.directory import Directory
 from actors.loop import EventLoopThread
 from actors.supervisor import Supervisor
-from chalie import control
+from chalie import control, telemetry
 from chalie.admission import raise_descriptor_limit
 from chalie.brain.access import SessionBook
 from chalie.config import Config
@@ -610,6 +610,10 @@ def _run_locked(
     clock: Any = None,
 ) -> int:
     registry, db_path = prepare(config)
+    try:
+        telemetry.start(config.telemetry)  # nothing happens, nor is imported, when unset
+    except ImportError as exc:
+        raise StartupError(str(exc)) from None
     events = EventBus()
     services = Services()
     loop = EventLoopThread()
@@ -634,6 +638,7 @@ def _run_locked(
     finally:
         _shutdown(rt)
         web.close()
+        telemetry.stop()  # the last spans and metrics are sent
         restore_signals()
     if rt.escalation is not None:
         child_id, error = rt.escalation

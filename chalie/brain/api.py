@@ -155,6 +155,22 @@ class HistoryRow(Reply):
     decided_by: str = ""
 
 
+class ExchangeQuery(Struct):
+    limit: Limit = 50
+
+
+class ExchangeRow(Reply):
+    """An agent's loop_in_human exchange, kept for the owner (chalie.mcp_server.kept)."""
+
+    kept: int
+    ts: float
+    conversation_id: str
+    phase: str
+    summary: str  # chalie.mcp_server.exchange.summary: the one line every surface shows
+    request_id: str = ""  # phase "permission": answered in Approvals while it is pending
+    seen: bool = False  # an owner client has received it
+
+
 # -- policy -----------------------------------------------------------------------------
 class PolicyQuery(Struct):
     q: Text = ""

@@ -118,6 +118,15 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "approvals",
     ),
     op(
+        "agent_exchanges",
+        "GET",
+        "/exchanges",
+        api.ExchangeQuery,
+        list[api.ExchangeRow],
+        "What agents asked Chalie with loop_in_human, and its answers, newest first",
+        "approvals",
+    ),
+    op(
         "policy",
         "GET",
         "/policy",

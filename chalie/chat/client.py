@@ -7,6 +7,8 @@ client built against an older protocol still reads newer event kinds.
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,19 @@ class ChatClient:
         return cls(ipc_endpoint(home))
 
     def close(self) -> None:
+        self.sock.close(0)
+
+    def leave(self, wait: float = 1.0) -> None:
+        """Say ``bye`` (the daemon stops counting this client as present) and close, once
+        its ``pong`` came or after ``wait`` seconds (a process that exits at once would
+        otherwise lose the frame with its ZeroMQ thread)."""
+        with contextlib.suppress(zmq.ZMQError):
+            self.sock.send(_encoder.encode(p.Bye(id="bye")), flags=zmq.NOBLOCK)
+            deadline = time.monotonic() + wait
+            while (left := deadline - time.monotonic()) > 0:
+                frame = self.receive(left)
+                if frame is None or (frame.get("type") == "pong" and frame.get("id") == "bye"):
+                    break
         self.sock.close(0)
 
     def __enter__(self) -> ChatClient:

@@ -7,7 +7,8 @@ Client → daemon (:data:`ClientMessage`): ``open`` (subscribe to a
 conversation and receive every event after ``after_seq``), ``send`` (a user
 message; ``client_msg_id`` makes a retried send land once), ``cancel`` (the
 running turn), ``answer`` (a permission request, from any client), ``close``
-(stop receiving a conversation's events), ``ping``. Each may carry an ``id``
+(stop receiving a conversation's events), ``ping``, ``bye`` (the client leaves;
+its ``pong`` is the last frame it gets). Each may carry an ``id``
 that the daemon echoes in its reply.
 
 Daemon → client: the conversation events (``chalie.conversation.events``,
@@ -98,7 +99,12 @@ class Ping(ClientFrame, tag="ping", kw_only=True, frozen=True):
     pass
 
 
-ClientMessage = Open | Send | Cancel | Answer | Close | Ping
+class Bye(ClientFrame, tag="bye", kw_only=True, frozen=True):
+    """The client leaves: nothing more is sent to it, and it no longer counts as a person
+    present (a ZeroMQ client has no connection whose end the daemon would see)."""
+
+
+ClientMessage = Open | Send | Cancel | Answer | Close | Ping | Bye
 
 
 class Authenticate(ClientFrame, tag="hello", kw_only=True, frozen=True):
@@ -109,7 +115,7 @@ class Authenticate(ClientFrame, tag="hello", kw_only=True, frozen=True):
     token: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 
-KINDS: Final = ("open", "send", "cancel", "answer", "close", "ping")
+KINDS: Final = ("open", "send", "cancel", "answer", "close", "ping", "bye")
 
 
 # -- daemon → client (beside the conversation events) --------------------------------

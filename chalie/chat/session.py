@@ -142,6 +142,9 @@ class ChatSession:
         elif isinstance(msg, p.Close):
             self._close_stream(msg.conversation_id)
             self.push(p.Closed(id=msg.id, conversation_id=msg.conversation_id))
+        elif isinstance(msg, p.Bye):
+            self.push(p.Pong(id=msg.id))  # the last frame: the bye was taken
+            self.close()  # a loop_in_human ask no longer counts this client as a person
         else:
             self.push(p.Pong(id=msg.id))
 

@@ -39,6 +39,8 @@ class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # An inbound agent's turn with [mcp_server] park_asks: an ask that would be a deny
     # becomes a request the owner answers later (chalie.approvals); this turn only.
     park_asks: bool = False
+    # The W3C trace context the turn continues (chalie.telemetry; '' or malformed: none).
+    traceparent: Annotated[str, msgspec.Meta(max_length=64)] = ""
 
 
 class Accepted(msgspec.Struct, frozen=True, kw_only=True):

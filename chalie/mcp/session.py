@@ -71,7 +71,9 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
+from chalie import telemetry
 from chalie.logs import Throttle
+from chalie.mcp.client_tasks import ClientTasks, TaskClient
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
@@ -477,7 +479,7 @@ class Link:
                 transport = self._transport(http)
                 for client in http:
                     await stack.enter_async_context(client)
-                session = Client(
+                session = TaskClient(
                     transport,
                     mode=self._spec.protocol,
                     read_timeout_seconds=self._read_timeout,
@@ -489,6 +491,8 @@ class Link:
                     elicitation_callback=self._elicit,
                     logging_callback=self._log,
                     log_level="info",
+                    # a server's sampling and elicitation may also come as tasks
+                    client_tasks=ClientTasks(),
                 )
                 client_ = await stack.enter_async_context(session)
                 self._client = client_
@@ -777,12 +781,13 @@ class Link:
                 sink(progress, total, shown)
 
         try:
-            support = self.task_support.get(tool)
-            if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-                return await self._call_task(client, tool, arguments, progress)
-            return await client.call_tool(
-                tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
-            )
+            with telemetry.within_call(scope.call_id):  # the SDK's request span: its child
+                support = self.task_support.get(tool)
+                if support and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                    return await self._call_task(client, tool, arguments, progress)
+                return await client.call_tool(
+                    tool, arguments, read_timeout_seconds=timeout, progress_callback=progress
+                )
         finally:
             CURRENT.reset(token)
             self._inflight.pop(key, None)

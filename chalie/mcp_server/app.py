@@ -34,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import chalie
+from chalie import telemetry
 from chalie.admission import Admission, connection_cap, guarded_protocol
 from chalie.asgi_server import Server
 from chalie.config import McpServerConfig
@@ -148,12 +149,14 @@ class ChalieServer(MCPServer):
     def __init__(self, gateway: Gateway, **kwargs: Any) -> None:
         self.gateway = gateway
         super().__init__(**kwargs)
-        # The SDK opens an OpenTelemetry span per message (its documented opt-out is to drop
-        # the middleware): Chalie exports no traces, and the span cost ~3 % of the daemon's
-        # CPU under load. Its own trail and conversation records are the audit.
-        self.middleware[:] = [
-            m for m in self.middleware if type(m).__name__ != "OpenTelemetryMiddleware"
-        ]
+        # The SDK opens an OpenTelemetry span per message, continuing the caller's
+        # _meta.traceparent: kept when Chalie exports traces (chalie.telemetry). Otherwise
+        # dropped (the SDK's documented opt-out): the span cost ~3 % of the daemon's CPU
+        # under load, and the trail and conversation records are the audit.
+        if not telemetry.enabled():
+            self.middleware[:] = [
+                m for m in self.middleware if type(m).__name__ != "OpenTelemetryMiddleware"
+            ]
         low = self._lowlevel_server
         for method in UNSERVED:
             low._request_handlers.pop(method, None)

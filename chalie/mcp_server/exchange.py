@@ -1,7 +1,8 @@
 """``loop_in_human``: the event that shows a person what an agent asked Chalie and what it answered.
 
-Published twice per surfaced exchange (``phase`` "asked", then "answered") to
-every connected chat client through :class:`HumanDesk`; with
+Kept (:mod:`chalie.mcp_server.kept`, for owners who connect later), then published
+twice per surfaced exchange (``phase`` "asked", then "answered") to every connected
+chat client through :class:`HumanDesk`; with
 ``[mcp_server] loop_in_human_asks`` also once per approval the turn needs
 (``phase`` "permission", carrying the ``request_id`` an owner client answers
 with its ``answer`` frame and a ``prompt`` naming the agent, its channel and
@@ -17,6 +18,8 @@ import time
 from typing import Any, Literal, Protocol
 
 import msgspec
+
+from chalie.display import one_line
 
 Phase = Literal["asked", "answered", "permission"]
 
@@ -45,6 +48,26 @@ class AgentExchange(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exchan
     # phase "answered": the calls Chalie made for the agent ("tool: status").
     calls: tuple[str, ...] = ()
     ts: float = msgspec.field(default_factory=time.time)
+    # Its number among the kept exchanges (chalie.mcp_server.kept; 0: not kept).
+    kept: int = 0
+
+
+def summary(exchange: AgentExchange) -> str:
+    """The exchange in one line, as every surface shows it (chat, the CLI, the Brain)."""
+    who = (
+        f"agent {one_line(exchange.agent_name, 128)!r} (token {one_line(exchange.token_name, 64)},"
+        f" project {one_line(exchange.project, 128)!r})"
+    )
+    if exchange.phase == "asked":
+        return f"{who} asked Chalie: {one_line(exchange.message, 400)}"
+    if exchange.phase == "answered":
+        calls = f" (calls: {one_line(', '.join(exchange.calls), 200)})" if exchange.calls else ""
+        return f"Chalie answered {who}: {one_line(exchange.answer, 400)}{calls}"
+    what = one_line(exchange.act_summary or exchange.tool or "an action", 200)
+    return (
+        f"{who} asked for something that needs your approval: {what}"
+        f" ({one_line(exchange.permission or exchange.tool, 64)}), request {exchange.request_id}"
+    )
 
 
 class HumanDesk(Protocol):

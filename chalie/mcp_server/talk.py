@@ -35,6 +35,7 @@ from typing import Any, Final
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 
+from chalie import telemetry
 from chalie.approvals import ApprovalStore
 from chalie.conversation.events import (
     ErrorEvent,
@@ -206,6 +207,7 @@ class TalkToChalie:
                         principal=caller.principal,
                         human_present=human,
                         park_asks=park,
+                        traceparent=telemetry.current_traceparent(),  # the SDK's server span
                     )
                 )
             )

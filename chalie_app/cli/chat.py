@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import click
+import msgspec
 import zmq
 
 from chalie import control
@@ -333,6 +334,8 @@ class TerminalChat:
                         f"({one_line(item.mime, 60)}, {len(item.data)} bytes): "
                         "/save [DIR] writes it to a file"
                     )
+        elif kind == "agent_exchange":
+            self._exchange(frame)
         elif kind == "background_result":
             self.notice(f"  [background] {one_line(frame.get('envelope', ''), 400)}")
         elif kind == "error":
@@ -365,6 +368,27 @@ class TerminalChat:
             self.failed = reason not in ("final",)
             self.prompt = None
 
+    def _exchange(self, frame: Frame) -> None:
+        """An agent's loop_in_human exchange (live, or kept while no owner was connected);
+        one that needs an approval is asked like a permission request of this chat."""
+        from chalie.mcp_server.exchange import AgentExchange, summary
+
+        try:
+            exchange = msgspec.convert(frame, AgentExchange)
+        except msgspec.ValidationError:
+            return
+        self.notice(f"  [agent] {summary(exchange)}")
+        if exchange.phase == "permission" and exchange.request_id and self.prompt is None:
+            self.prompt = {
+                "type": "permission_request",
+                "request_id": exchange.request_id,
+                "tool": exchange.tool,
+                "permission": exchange.permission,
+                "act_summary": exchange.act_summary,
+                "form": exchange.form,
+            }
+            self.ask()
+
     def _is_prompt(self, frame: Frame) -> bool:
         return self.prompt is not None and frame.get("request_id") == self.prompt.get("request_id")
 
@@ -376,7 +400,9 @@ class TerminalChat:
             self.history.append(f"chalie> {one_line(frame.get('text', ''), 4000)}")
 
 
-def _connect(home: Any) -> ChatClient:
+def _connect(home: Any) -> tuple[ChatClient, list[Frame]]:
+    """The session, and the frames that came before its first answer (what an owner gets
+    at once: the agents' exchanges kept while nobody was connected)."""
     if control.read_pid(home) is None:
         raise click.ClickException(f"no daemon running on {home} (start it with `chalie run`)")
     try:
@@ -384,11 +410,14 @@ def _connect(home: Any) -> ChatClient:
     except ChatUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     client.send(p.Ping())
+    early: list[Frame] = []
     deadline = time.monotonic() + HELLO_WAIT
     while time.monotonic() < deadline:
         frame = client.receive(0.2)
         if frame is not None and frame.get("type") == "pong":
-            return client
+            return client, early
+        if frame is not None:
+            early.append(frame)
         if control.read_pid(home) is None:
             break
     client.close()
@@ -490,7 +519,7 @@ def _line(chat: TerminalChat, line: str) -> bool:
 @click.pass_obj
 def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
     """Talk to Chalie in the terminal (or pipe one message in: `echo hi | chalie chat`)."""
-    client = _connect(obj.home)
+    client, early = _connect(obj.home)
     chat = TerminalChat(
         client,
         channel=channel,
@@ -501,11 +530,13 @@ def chat_command(obj: Ctx, conversation_id: str | None, channel: str) -> None:
     )
     try:
         if sys.stdin.isatty():
+            for frame in early:
+                chat.show(frame)
             code = _interactive(chat, sys.stdin)
         else:
             code = _pipe(chat, sys.stdin.read())
     finally:
-        client.close()
+        client.leave()
     sys.stdout.flush()
     if code:
         sys.exit(code)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import click
+import msgspec
 
 from chalie.principals import Scope
 from chalie.tokens import TokenError, TokenStore
@@ -102,6 +103,47 @@ def token_list(obj: Ctx, as_json: bool) -> None:
         click.echo(
             f"{t.name:<24} {t.id:<20} {t.scope:<8} {state:<8} {_when(t.created):<17} "
             f"{_when(t.last_used)}"
+        )
+
+
+@token.command("exchanges")
+@click.option("--conversation", help="Only this conversation's exchanges.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 2000),
+    default=50,
+    show_default=True,
+    help="Show at most this many, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the exchanges as JSON.")
+@click.pass_obj
+def token_exchanges(obj: Ctx, conversation: str | None, limit: int, as_json: bool) -> None:
+    """What agents asked Chalie with loop_in_human, and its answers, newest first
+    (kept for the owner, whether or not anybody was connected; "new": no owner client
+    has received it yet). A pending approval is answered with `chalie policy answer`."""
+    from chalie.mcp_server.exchange import summary
+    from chalie.mcp_server.kept import ExchangeBook
+
+    book = ExchangeBook(obj.layout.db)
+    try:
+        kept = book.recent(limit, conversation)
+    finally:
+        book.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [{**msgspec.to_builtins(k.exchange), "seen": k.seen} for k in kept],
+            )
+        )
+        return
+    if not kept:
+        click.echo("no agent exchanges kept")
+        return
+    for k in kept:
+        ex = k.exchange
+        click.echo(
+            f"{_when(ex.ts)}  #{ex.kept:<5} {'' if k.seen else 'new '}"
+            f"[{ex.conversation_id}] {summary(ex)}"
         )
 
 

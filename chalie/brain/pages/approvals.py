@@ -12,6 +12,7 @@ async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
     return {
         "pending": await brain.op("approvals"),
         "history": await brain.op("approval_history", limit=25),
+        "exchanges": await brain.op("agent_exchanges", limit=25),
     }
 
 
