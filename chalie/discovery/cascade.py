@@ -130,10 +130,16 @@ SEED_MAX: Final = 2
 
 
 def confident(result: FindResult) -> list[str]:
-    """The tools of ``result`` that a framework seed offers (best first, at most SEED_MAX)."""
+    """The tools of ``result`` that a framework seed offers (best first, at most SEED_MAX);
+    the tools the message names in words only when nothing else clearly fits ("What's Bob's
+    email address?" names email, and the 1.5B model took it over the contacts that fit)."""
     out: list[str] = []
+    named: list[str] = []
     for entry in result.entries:
-        if entry.rung in ("exact", "keyword", "mention"):
+        if entry.rung == "mention":
+            named.extend(n for n in entry.names[:SEED_MAX] if n not in named)
+            continue
+        if entry.rung in ("exact", "keyword"):
             picked = list(entry.names[:SEED_MAX])
         elif entry.rung == "vector" and entry.distances:
             best = entry.distances[0]
@@ -145,7 +151,7 @@ def confident(result: FindResult) -> list[str]:
         else:
             picked = []
         out.extend(n for n in picked if n not in out)
-    return out
+    return out or named
 
 
 _WORDS: Final = re.compile(r"[a-z0-9]+")

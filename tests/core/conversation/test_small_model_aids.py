@@ -159,12 +159,12 @@ def test_a_structured_call_is_made_and_the_answer_after_it_is_free_text(h: Harne
     assert last_result(h, 1).endswith(answers.ANSWER_NOTE)
 
 
-def test_the_seed_offers_a_tool_the_message_names_in_words(h: Harness) -> None:
-    # With only the vector rung the seed offered contacts for this (the real-model run).
-    text = "Send an email to maria.lopez@example.org telling her I'll be 10 minutes late."
-    _, end = run(h, {"on_user": {"text": "Which account?"}}, text)
+def test_the_seed_offers_a_tool_the_message_names_when_nothing_else_fits(h: Harness) -> None:
+    # Nothing came near enough for the seed on its own (the real-model run: 0.62).
+    text = "Search the web: when is the Grand Harbour Maritime Museum open?"
+    _, end = run(h, {"on_user": {"text": "9 to 5."}}, text)
     assert end.reason == "final"
-    assert "email" in tools_of(h, 0), tools_of(h, 0)
+    assert "web_search" in tools_of(h, 0), tools_of(h, 0)
 
 
 def test_the_seed_offers_nothing_for_chit_chat(h: Harness) -> None:

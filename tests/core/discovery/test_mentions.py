@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalie.discovery.cascade import mentioned
+from chalie.discovery.cascade import EntryOutcome, FindResult, confident, mentioned
 from chalie.discovery.types import ToolDoc
 
 NAMES = ("email", "contacts", "calendar", "web_search", "search", "weather", "_mcp_files__read")
@@ -30,3 +30,16 @@ def test_a_message_names_the_tools_whose_every_word_it_holds(
     message: str, named: tuple[str, ...]
 ) -> None:
     assert mentioned(message, KNOWN) == named
+
+
+def test_a_seed_offers_what_the_message_names_only_when_nothing_else_clearly_fits() -> None:
+    def seeded(*entries: EntryOutcome) -> list[str]:
+        return confident(FindResult(entries=list(entries)))
+
+    q = "What's Bob's email address?"
+    # The 1.5B model took email over the contacts that fit when both were offered.
+    fits = EntryOutcome(q, "vector", ("contacts",), distances=(0.31,))
+    assert seeded(EntryOutcome(q, "mention", ("email",)), fits) == ["contacts"]
+    q = "Search the web: when is the museum open?"
+    vague = EntryOutcome(q, "vector", ("weather",), distances=(0.62,))  # past the ceiling
+    assert seeded(EntryOutcome(q, "mention", ("web_search",)), vague) == ["web_search"]
