@@ -288,6 +288,11 @@ class ModelConfig(Section, frozen=True):
     # "auto": on for the openai and ollama wires when the model server runs on this
     # machine (llama.cpp, Ollama, LM Studio); "on": also for a server elsewhere.
     structured_steps: Literal["auto", "on", "off"] = "auto"
+    # How a step's tools reach the model: "native" in the request's tools (the chat
+    # template renders each tool's whole JSON schema), "compact" as one line a tool at the
+    # end of the system prompt (chalie.providers.signatures: about a third of the tokens);
+    # "auto": compact where steps are structured (the grammar carries the exact schemas).
+    tool_listing: Literal["auto", "native", "compact"] = "auto"
 
 
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

@@ -36,7 +36,7 @@ from typing import Any, Final
 import msgspec
 
 from chalie.config import ModelConfig
-from chalie.providers import steps
+from chalie.providers import signatures, steps
 from chalie.providers.formats import WIRES, Wire, new_call_id
 from chalie.providers.http import HttpClient, HttpError, Response, proxy_from_environment
 from chalie.providers.types import ModelRequest, ModelResponse, ProviderError, parse_retry_after
@@ -186,30 +186,48 @@ class ModelClient:
                 )
                 await asyncio.sleep(delay)
 
-    def _structured(self, request: ModelRequest) -> list[str] | None:
-        """The offered tools' names when this step is held to a step object, else None."""
+    def _structured(self, request: ModelRequest) -> bool:
+        """Whether this step is held to a step object (the output's JSON schema)."""
         cfg = self.config
-        if (
-            request.free
-            or not request.tools
-            or not steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url)
-        ):
-            return None
-        return [str(t["name"]) for t in request.tools]
+        return (
+            not request.free
+            and bool(request.tools)
+            and steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url)
+        )
+
+    def _compact(self, request: ModelRequest) -> bool:
+        """Whether the step's tools go in the system prompt as compact signatures."""
+        cfg = self.config
+        if not request.tools or cfg.tool_listing == "native":
+            return False
+        if cfg.tool_listing == "compact":
+            return True
+        return steps.enabled(cfg.structured_steps, cfg.provider, cfg.base_url)
 
     async def _once(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
-        offered = self._structured(request)
-        if offered is None:
-            return await self._plain(request, on_delta)
+        structured, compact = self._structured(request), self._compact(request)
+        if not structured and not compact:
+            return await self._plain(request, on_delta, None)
+        offered = [str(t["name"]) for t in request.tools]
+        schema = steps.schema(request.tools) if structured else None
+        if compact:
+            listing = signatures.listing(request.tools, steps.reply_name(offered))
+            request = msgspec.structs.replace(
+                request, system=f"{request.system}\n\n{listing}", tools=()
+            )
+        # A free step of a compact listing is read the same way: a model shown the step
+        # object's shape may write one where nothing holds it to it.
         reply = steps.ReplyText(offered)
-        response = await self._plain(request, lambda text: on_delta(reply.feed(text)))
+        response = await self._plain(request, lambda text: on_delta(reply.feed(text)), schema)
         return steps.read(response, offered, new_call_id())
 
-    async def _plain(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+    async def _plain(
+        self, request: ModelRequest, on_delta: OnDelta, schema: dict[str, Any] | None
+    ) -> ModelResponse:
         cfg = self.config
         payload = self.wire.body(request, cfg.model, stream=cfg.stream)
-        if self._structured(request) is not None:
-            self.wire.constrain(payload, steps.schema(request.tools))
+        if schema is not None:
+            self.wire.constrain(payload, schema)
         # Encoded once, by msgspec (json.dumps is several times slower).
         body = _encoder.encode(payload)
         headers = {**JSON_HEADERS, **self.wire.headers(self.api_key())}

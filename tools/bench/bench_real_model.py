@@ -54,6 +54,7 @@ from zoneinfo import ZoneInfo
 HERE = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HERE))
 
+from chalie.providers.signatures import listed  # noqa: E402
 from tools import real_model  # noqa: E402
 from tools.bench import other_code  # noqa: E402
 from tools.bench import real_model_world as rw  # noqa: E402
@@ -486,7 +487,9 @@ class Recorder:
             content, calls = message.get("content") or "", message.get("tool_calls") or []
         prompt = int(usage.get("prompt_tokens") or 0)
         cached = int(timings.get("cache_n") or 0)
-        tools = [t["function"]["name"] for t in request.get("tools") or []]
+        tools = [t["function"]["name"] for t in request.get("tools") or []] or listed(
+            str((request.get("messages") or [{}])[0].get("content") or "")
+        )
         with self.lock:
             self.exchanges.append(
                 Exchange(

@@ -44,6 +44,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from chalie.providers.signatures import listed
+
 
 class ToolCallStep(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: str
@@ -155,7 +157,20 @@ def offered_tools(fmt: str, body: dict[str, Any]) -> list[str]:
         name = function.get("name") if isinstance(function, dict) else tool.get("name")
         if isinstance(name, str):
             out.append(name)
-    return out
+    return out or listed(system_text(fmt, body))
+
+
+def system_text(fmt: str, body: dict[str, Any]) -> str:
+    """The request's system prompt, in any of the three formats."""
+    system = body.get("system")
+    if isinstance(system, list):  # anthropic's blocks
+        return " ".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    if isinstance(system, str):
+        return system
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "system":
+            return str(message.get("content") or "")
+    return ""
 
 
 def last_result(fmt: str, body: dict[str, Any]) -> str:
@@ -213,7 +228,8 @@ def resolve(step: Step, fmt: str, body: dict[str, Any]) -> Step:
             continue
         if case.result_has is not None and case.result_has not in result:
             continue
-        if case.described is not None and case.described not in json.dumps(body.get("tools")):
+        shown = json.dumps(body.get("tools")) + system_text(fmt, body)
+        if case.described is not None and case.described not in shown:
             continue
         if case.user_has is not None and case.user_has not in last_user_text(fmt, body):
             continue

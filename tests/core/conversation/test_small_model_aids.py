@@ -10,6 +10,7 @@ model with the aids off shows what they change.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,13 +125,20 @@ def test_a_structured_step_is_a_call_or_an_answer_and_the_answer_streams_as_text
     assert end.reason == "final" and end.text == "It is 391.", end
     first = h.server.requests[0]["body"]
     assert step_names(first) == ["find_tools", "find_skills", "calculator", "reply"]
-    assert "calculator" in tools_of(h, 0)  # the tools stay in the request too
+    # The tools are listed at the end of the system prompt, one line each, not as the
+    # request's tools (their whole schemas are the grammar's).
+    assert "tools" not in first and tools_of(h, 0) == step_names(first)[:-1]
+    system = first["messages"][0]["content"]
+    assert "\n- calculator(expression" in system and '"name": "reply"' in system
     # The answer came as an object; the person saw its text stream, never the JSON.
     shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
     assert shown == end.text
-    # A model with the aid off (plain-bg: structured_steps off) gets no schema.
+    # A model with the aid off (plain-bg: structured_steps off) gets no schema, and its
+    # tools as the request's tools.
     run(h, script, "What is 17 * 23?", "plain-bg")
-    assert "response_format" not in h.server.requests[0]["body"]
+    plain = h.server.requests[0]["body"]
+    assert "response_format" not in plain and "find_tools" in json.dumps(plain["tools"])
+    assert "\n- find_tools(" not in plain["messages"][0]["content"]
 
 
 def test_a_step_without_a_discovered_tool_is_free_text(h: Harness) -> None:
