@@ -288,6 +288,11 @@ class ModelConfig(Section, frozen=True):
     # "auto": on for the openai and ollama wires when the model server runs on this
     # machine (llama.cpp, Ollama, LM Studio); "on": also for a server elsewhere.
     structured_steps: Literal["auto", "on", "off"] = "auto"
+    # The sampling temperature of a structured step (which tool, its arguments, or the
+    # answer); "server": the server's own. At the 0.7 the small models' servers are
+    # run with, the 1.5B model's choices wandered (memory called for "Do I have any
+    # meetings today?" with the calendar offered); at 0 they did not.
+    step_temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | Literal["server"] = 0.0
     # How a step's tools reach the model: "native" in the request's tools (the chat
     # template renders each tool's whole JSON schema), "compact" as one line a tool at the
     # end of the system prompt (chalie.providers.signatures: about a third of the tokens);

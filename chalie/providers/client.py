@@ -227,7 +227,8 @@ class ModelClient:
         cfg = self.config
         payload = self.wire.body(request, cfg.model, stream=cfg.stream)
         if schema is not None:
-            self.wire.constrain(payload, schema)
+            temperature = cfg.step_temperature
+            self.wire.constrain(payload, schema, None if temperature == "server" else temperature)
         # Encoded once, by msgspec (json.dumps is several times slower).
         body = _encoder.encode(payload)
         headers = {**JSON_HEADERS, **self.wire.headers(self.api_key())}

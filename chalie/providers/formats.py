@@ -95,8 +95,11 @@ class Wire(Protocol):
 
     def body(self, request: ModelRequest, model: str, *, stream: bool) -> dict[str, Any]: ...
 
-    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
-        """Hold the output to ``schema`` (chalie.providers.steps; openai and ollama only)."""
+    def constrain(
+        self, body: dict[str, Any], schema: dict[str, Any], temperature: float | None
+    ) -> None:
+        """Hold the output to ``schema`` (chalie.providers.steps; openai and ollama only),
+        sampled at ``temperature`` (None: the server's own)."""
 
     def parse(self, data: Any) -> ModelResponse: ...
 
@@ -194,11 +197,15 @@ class OpenAIWire:
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+    def constrain(
+        self, body: dict[str, Any], schema: dict[str, Any], temperature: float | None
+    ) -> None:
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "step", "schema": schema},
         }
+        if temperature is not None:
+            body["temperature"] = temperature
 
     def parse(self, data: Any) -> ModelResponse:
         try:
@@ -326,8 +333,12 @@ class OllamaWire:
             body["tools"] = _openai_tools(request)
         return body
 
-    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+    def constrain(
+        self, body: dict[str, Any], schema: dict[str, Any], temperature: float | None
+    ) -> None:
         body["format"] = schema
+        if temperature is not None:
+            body.setdefault("options", {})["temperature"] = temperature
 
     def parse(self, data: Any) -> ModelResponse:
         assembler = _OllamaAssembler()
@@ -449,7 +460,9 @@ class AnthropicWire:
             ]
         return body
 
-    def constrain(self, body: dict[str, Any], schema: dict[str, Any]) -> None:
+    def constrain(
+        self, body: dict[str, Any], schema: dict[str, Any], temperature: float | None
+    ) -> None:
         raise ValueError("the anthropic wire has no JSON-schema output (structured steps)")
 
     def parse(self, data: Any) -> ModelResponse:

@@ -130,14 +130,18 @@ def test_each_wire_that_can_carries_the_schema_in_its_own_key() -> None:
     )
     schema = steps.schema(request.tools)
     openai = WIRES["openai"].body(request, "m", stream=True)
-    WIRES["openai"].constrain(openai, schema)
+    WIRES["openai"].constrain(openai, schema, 0.0)
     assert openai["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "step", "schema": schema},
     }
-    assert openai["tools"]  # the template still describes the tools in the model's own way
+    assert openai["temperature"] == 0.0  # a step is a decision: sampled at 0 by default
     ollama = WIRES["ollama"].body(request, "m", stream=True)
-    WIRES["ollama"].constrain(ollama, schema)
-    assert ollama["format"] == schema
+    WIRES["ollama"].constrain(ollama, schema, None)
+    assert ollama["format"] == schema and "temperature" not in ollama.get("options", {})
+    WIRES["ollama"].constrain(ollama, schema, 0.2)
+    assert ollama["options"]["temperature"] == 0.2
     with pytest.raises(ValueError):
-        WIRES["anthropic"].constrain(WIRES["anthropic"].body(request, "m", stream=True), schema)
+        WIRES["anthropic"].constrain(
+            WIRES["anthropic"].body(request, "m", stream=True), schema, None
+        )
