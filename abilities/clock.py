@@ -265,7 +265,10 @@ class Clock(Ability):
         "current UTC time",
     )
     Params = ClockParams
-    actions = {"now": (), "convert": ("time", "to_zone")}
+    # A convert's missing parts have one obvious reading each: no time is this moment, no
+    # to_zone is the person's own zone, and neither is the time now in zone (the 1.5B
+    # model answered "What's the time in Sydney?" with convert and zone alone).
+    actions = {"now": (), "convert": ()}
     aliases = {
         "timezone": "zone",
         "time_zone": "zone",
@@ -284,20 +287,19 @@ class Clock(Ability):
         if isinstance(src, ToolResult):
             return src
         src_name, src_zone = src
-        if params.action == "now":
+        if params.action == "now" or (params.time is None and params.to_zone is None):
             return ToolResult.success(
                 _describe(dt.datetime.now(src_zone), src_name), meta={"action": "now"}
             )
-        assert params.time is not None and params.to_zone is not None
-        dst = _zone(params.to_zone, "to_zone")
+        dst = _zone(params.to_zone or own_zone(self.services), "to_zone")
         if isinstance(dst, ToolResult):
             return dst
         dst_name, dst_zone = dst
-        moment = _moment(params.time, src_zone)
+        moment = _moment(params.time or "now", src_zone)
         if moment is None:
             return ToolResult.error(
                 "invalid-param",
-                f"{params.time[:64]!r} is neither a date-time nor a time of day.",
+                f"{(params.time or '')[:64]!r} is neither a date-time nor a time of day.",
                 hint="pass time as the time the user gave, as HH:MM or an ISO 8601 date-time.",
                 meta={"param": "time"},
             )

@@ -108,6 +108,19 @@ def test_clock_converts_now_as_this_moment(now: str) -> None:
     assert json.loads(r.body)["from"]["zone"] == "Australia/Sydney"
 
 
+def test_a_convert_missing_its_parts_reads_them_the_one_obvious_way() -> None:
+    # What the real 1.5B model sent for "What's the time in Sydney?": convert and a zone.
+    alone = call(Clock, {"action": "convert", "zone": "Sydney"})
+    assert alone.ok and alone.meta["action"] == "now", alone.body
+    assert json.loads(alone.body)["zone"] == "Australia/Sydney"
+    # No time: this moment; no to_zone: the person's own zone (UTC without [accounts] zone).
+    r = call(Clock, {"action": "convert", "zone": "Sydney", "to_zone": "Tokyo"})
+    moment = dt.datetime.fromisoformat(json.loads(r.body)["from"]["iso"])
+    assert abs((moment - dt.datetime.now(dt.UTC)).total_seconds()) < 60
+    r = call(Clock, {"action": "convert", "zone": "Tokyo", "time": "09:00"})
+    assert r.ok and json.loads(r.body)["to"]["time"] == "00:00:00", r.body
+
+
 def test_clock_bad_time_is_invalid_param() -> None:
     for bad in ("yesterday-ish", "25:00", "13pm", "9:75"):
         r = call(Clock, {"action": "convert", "time": bad, "to_zone": "UTC"})
