@@ -134,14 +134,21 @@ class OpenMeteo:
 
 
 def current_body(place: Place, data: dict[str, Any], units: Units) -> dict[str, Any]:
-    """The seed's shape: location, condition, temperature (``temperature_c`` or ``_f``)."""
+    """The seed's shape: location, condition, temperature (``temperature_c`` or ``_f``, in
+    the units asked for), and the other scale beside it: the 1.5B model asked for Lisbon in
+    Fahrenheit called without ``units`` and gave the Celsius figure as Fahrenheit."""
     now = data["current"]
-    key = "temperature_f" if units == "imperial" else "temperature_c"
-    return {
+    value = now.get("temperature_2m")
+    imperial = units == "imperial"
+    body = {
         "location": place.label,
         "condition": condition(now.get("weather_code")),
-        key: now.get("temperature_2m"),
+        "temperature_f" if imperial else "temperature_c": value,
     }
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        other = (value - 32) * 5 / 9 if imperial else value * 9 / 5 + 32
+        body["temperature_c" if imperial else "temperature_f"] = round(other, 1)
+    return body
 
 
 def forecast_body(place: Place, data: dict[str, Any], units: Units) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def test_weather_through_the_daemon_has_the_seeds_envelope(
     out = d.cli("tools", "call", "weather", "place=Valletta", input="o\n")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[1] == (
-        '{"location":"Valletta, MT","condition":"Clear","temperature_c":24.1}'
+        '{"location":"Valletta, MT","condition":"Clear","temperature_c":24.1,"temperature_f":75.4}'
     )
 
 

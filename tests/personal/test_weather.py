@@ -33,7 +33,12 @@ def test_current_weather_by_place_has_the_seeds_body(book: AccountBook, meteo: H
     w = weather(book, f"{meteo.url}/v1/forecast", f"{meteo.url}/v1/search")
     result = w.run(WeatherParams(place="Valletta"))
     assert result.ok, result.body
-    assert result.body == '{"location":"Valletta, MT","condition":"Clear","temperature_c":24.1}'
+    assert json.loads(result.body) == {
+        "location": "Valletta, MT",
+        "condition": "Clear",
+        "temperature_c": 24.1,
+        "temperature_f": 75.4,  # the other scale beside it (24.1 * 9 / 5 + 32 = 75.38)
+    }
     # geocoded first, then the forecast for the place's coordinates in its own zone
     assert meteo.hits[0].startswith("/v1/search?name=Valletta")
     assert "latitude=35.8997" in meteo.hits[1] and "timezone=Europe%2FMalta" in meteo.hits[1]
@@ -57,6 +62,7 @@ def test_forecast_by_coordinates_in_imperial_units(book: AccountBook, meteo: Htt
         "location": "Reykjavík, IS",
         "condition": "Slight snow fall",
         "temperature_f": 25.7,
+        "temperature_c": -3.5,  # (25.7 - 32) * 5 / 9 = -3.5
     }
 
 
