@@ -127,22 +127,30 @@ def check_queries(queries: object) -> list[str]:
 SEED_CEILING: Final = 0.55
 SEED_MARGIN: Final = 0.1
 SEED_MAX: Final = 2
+# A vector hit this close is a sure fit: a tool the message names in words is then left out
+# ("What's Bob's email address?": contacts at 0.10, and email named). Past it the named tool
+# comes first ("Send an email to maria@...": contacts at 0.50, email at 0.63 and named).
+SEED_SURE: Final = 0.35
 
 
 def confident(result: FindResult) -> list[str]:
-    """The tools of ``result`` that a framework seed offers (best first, at most SEED_MAX);
-    the tools the message names in words only when nothing else clearly fits ("What's Bob's
-    email address?" names email, and the 1.5B model took it over the contacts that fit)."""
+    """The tools of ``result`` that a framework seed offers (best first, at most SEED_MAX).
+    The tools the message names in words come first unless something else surely fits (an
+    exact or keyword hit, or a vector hit within SEED_SURE): "What's Bob's email address?"
+    names email, and the 1.5B model took it over the contacts that fit."""
     out: list[str] = []
     named: list[str] = []
+    sure = False
     for entry in result.entries:
         if entry.rung == "mention":
             named.extend(n for n in entry.names[:SEED_MAX] if n not in named)
             continue
         if entry.rung in ("exact", "keyword"):
             picked = list(entry.names[:SEED_MAX])
+            sure = sure or bool(picked)
         elif entry.rung == "vector" and entry.distances:
             best = entry.distances[0]
+            sure = sure or best <= SEED_SURE
             picked = [
                 n
                 for n, d in zip(entry.names, entry.distances, strict=False)
@@ -151,7 +159,9 @@ def confident(result: FindResult) -> list[str]:
         else:
             picked = []
         out.extend(n for n in picked if n not in out)
-    return out or named
+    if sure:
+        return out
+    return (named + [n for n in out if n not in named])[:SEED_MAX]
 
 
 _WORDS: Final = re.compile(r"[a-z0-9]+")

@@ -32,7 +32,7 @@ def test_a_message_names_the_tools_whose_every_word_it_holds(
     assert mentioned(message, KNOWN) == named
 
 
-def test_a_seed_offers_what_the_message_names_only_when_nothing_else_clearly_fits() -> None:
+def test_a_seed_offers_what_the_message_names_unless_something_else_surely_fits() -> None:
     def seeded(*entries: EntryOutcome) -> list[str]:
         return confident(FindResult(entries=list(entries)))
 
@@ -43,3 +43,12 @@ def test_a_seed_offers_what_the_message_names_only_when_nothing_else_clearly_fit
     q = "Search the web: when is the museum open?"
     vague = EntryOutcome(q, "vector", ("weather",), distances=(0.62,))  # past the ceiling
     assert seeded(EntryOutcome(q, "mention", ("web_search",)), vague) == ["web_search"]
+    # A fit that is not sure: the named tool comes first, the fit beside it.
+    q = "Send an email to maria.lopez@example.org telling her I'll be 10 minutes late."
+    loose = EntryOutcome(q, "vector", ("contacts", "email"), distances=(0.50, 0.63))
+    assert seeded(EntryOutcome(q, "mention", ("email",)), loose) == ["email", "contacts"]
+    # A keyword hit is sure: the named tool stays out.
+    q = "what is the weather, and email"
+    assert seeded(
+        EntryOutcome(q, "mention", ("email",)), EntryOutcome(q, "keyword", ("weather",))
+    ) == ["weather"]
