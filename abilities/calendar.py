@@ -31,7 +31,10 @@ Moment = Annotated[
     msgspec.Meta(
         min_length=10,
         max_length=40,
-        description="ISO 8601 date (all day) or date-time; without an offset it is in zone",
+        # Short enough to be shown in a compact tool listing (chalie.providers.signatures):
+        # without it the 1.5B model listed "tomorrow" with no start (so today). A time
+        # without an offset is in ``zone``.
+        description="<YYYY-MM-DD> (all day) or <YYYY-MM-DDTHH:MM>",
     ),
 ]
 
