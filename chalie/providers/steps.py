@@ -105,6 +105,19 @@ def _step(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_FENCE: Final = re.compile(r"\A\s*```[A-Za-z]*[ \t]*\n")
+
+
+def unfenced(text: str) -> str:
+    """``text`` without a Markdown code fence around it: where nothing holds the output to
+    the step object (a free step), the 1.5B model wrote it in a ```json fence."""
+    opened = _FENCE.match(text)
+    if opened is None:
+        return text
+    inner = text[opened.end() :].rstrip()
+    return inner[:-3] if inner.endswith("```") else inner
+
+
 def read(response: ModelResponse, offered: Collection[str], new_id: str) -> ModelResponse:
     """The step object as the plain answer or the tool call it holds; a response that is
     not such an object (cut off by the token limit, or a server that ignored the schema)
@@ -112,7 +125,7 @@ def read(response: ModelResponse, offered: Collection[str], new_id: str) -> Mode
     if response.tool_calls or not response.text.strip():
         return response
     try:
-        step = json.loads(response.text)
+        step = json.loads(unfenced(response.text))
     except (ValueError, RecursionError):
         return response
     if not isinstance(step, dict) or not isinstance(step.get("name"), str):
@@ -154,6 +167,20 @@ class ReplyText:
         if self._done:
             return ""
         self._raw += delta
+        if not self._plain and self._at < 0 and self._raw.lstrip().startswith("`"):
+            # A fenced object (a free step): read past the fence's line when an object
+            # follows it; anything else in a fence is text, shown as written.
+            head = self._raw.lstrip()
+            fence = _FENCE.match(head)
+            if fence is None:
+                if (head.startswith("```") or len(head) < 3) and "\n" not in head:
+                    return ""  # the fence's line has not ended yet
+            else:
+                body = head[fence.end() :].lstrip()
+                if not body:
+                    return ""
+                if body.startswith("{"):
+                    self._raw = body
         if self._plain or (self._raw.strip() and not self._raw.lstrip().startswith("{")):
             # Not a step object: a server that ignored the schema. Its text goes on as
             # written (the rescue and the answer check read it).

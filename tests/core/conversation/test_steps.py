@@ -106,6 +106,31 @@ def test_a_call_streams_nothing_and_plain_text_streams_as_written() -> None:
     assert plain.feed("  It is") + plain.feed(" nine {ok}") == "  It is nine {ok}"
 
 
+FENCED = (
+    '```json\n{\n  "name": "reply",\n  "arguments": {\n    "text": "You\'re welcome!"\n  }\n}\n```'
+)
+
+
+def test_a_fenced_object_is_read_and_streamed_as_the_object() -> None:
+    # What the 1.5B model wrote in a free step shown the compact listing ("Thanks, that's
+    # all for now."); the rescue had made it a call of a tool named reply.
+    answer = steps.read(response(FENCED), ["memory"], "c")
+    assert (answer.text, answer.tool_calls) == ("You're welcome!", ())
+    for cut in range(1, len(FENCED)):
+        text = steps.ReplyText(["memory"])
+        assert text.feed(FENCED[:cut]) + text.feed(FENCED[cut:]) == "You're welcome!", cut
+    call = steps.read(response('```\n{"name": "memory", "arguments": {}}\n```'), ["memory"], "c")
+    assert call.tool_calls[0].name == "memory"
+    # Anything else in a fence is text, streamed and kept as written.
+    code = "```python\nprint(17 * 23)\n```"
+    assert steps.read(response(code), ["memory"], "c") == response(code)
+    for cut in range(1, len(code)):
+        text = steps.ReplyText(["memory"])
+        assert text.feed(code[:cut]) + text.feed(code[cut:]) == code, cut
+    quoted = steps.ReplyText(["memory"])
+    assert quoted.feed("`ls` lists") == "`ls` lists"
+
+
 @pytest.mark.parametrize(
     ("setting", "provider", "url", "on"),
     [
