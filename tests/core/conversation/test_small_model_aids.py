@@ -115,6 +115,19 @@ def step_names(body: dict[str, Any]) -> list[str]:
     return [alt["properties"]["name"]["const"] for alt in schema["oneOf"]]
 
 
+def test_a_free_step_answered_as_a_fenced_step_object_is_the_answer(h: Harness) -> None:
+    # What the 1.5B model wrote to "Thanks, that's all for now." (no tool fits, so the
+    # step is free text) once the compact listing had shown it the step object's shape:
+    # the rescue read it as a call of a tool named reply.
+    fenced = '```json\n{"name": "reply", "arguments": {"text": "You are welcome!"}}\n```'
+    accepted, end = run(h, {"on_user": {"text": fenced, "chunk": 4}}, "Thanks, that's all.")
+    assert end.reason == "final" and end.text == "You are welcome!", end
+    assert "response_format" not in h.server.requests[0]["body"]  # a free step
+    assert h.of(accepted.conversation_id, ToolFinished) == []
+    shown = "".join(e.text for e in h.of(accepted.conversation_id, TextDelta))
+    assert shown == end.text
+
+
 def test_a_structured_step_is_a_call_or_an_answer_and_the_answer_streams_as_text(
     h: Harness,
 ) -> None:
