@@ -15,7 +15,7 @@ untrusted sources it had read come from the runtime (``Services.memory``, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
@@ -148,6 +148,21 @@ class MemoryTool(Ability):
         "forget": ("id",),
         "list": (),
     }
+
+    @classmethod
+    def implied_action(cls, params: Mapping[str, Any]) -> str | None:
+        """A text alone is something to store, a query alone something to recall: what
+        the 1.5B model sent, without an action, for "Please remember that my favourite
+        colour is green" (in a step that is free text, nothing held it to the schema)."""
+        text, query, ident = params.get("text"), params.get("query"), params.get("id")
+        if ident is not None:
+            return None  # update or forget: not for us to guess
+        if text is not None and query is None:
+            return "store"
+        if query is not None and text is None:
+            return "recall"
+        return None
+
     # Memory is infrastructure (the seed: "discovery, memory, reading, the compactors always
     # bypass the gate as internal"), every action: forget too, now that it only sets a
     # memory apart for a while (restorable), so nothing a turn does here is lost for good.

@@ -132,9 +132,15 @@ class ReminderTool(Ability):
                     meta={"action": "cancel"},
                 )
             return ToolResult.success({"cancelled": params.id}, meta={"action": "cancel"})
+        at = params.at
+        if at is not None and params.after is not None and params.every is None:
+            # "Remind me in two hours to stretch": the 1.5B model sent the person's delay
+            # and a time it worked out itself (the prompt says the day, not the hour).
+            # The delay is what the person said.
+            at = None
         given: list[tuple[RuleKind, str]] = [
             (k, v)
-            for k, v in (("at", params.at), ("after", params.after), ("every", params.every))
+            for k, v in (("at", at), ("after", params.after), ("every", params.every))
             if v is not None
         ]
         if len(given) != 1:

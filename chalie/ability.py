@@ -228,6 +228,14 @@ class Ability(metaclass=AbilityMeta):
     def run(self, params: Any) -> ToolResult:
         raise NotImplementedError(f"{type(self).__name__}.run")
 
+    @classmethod
+    def implied_action(cls, params: Mapping[str, Any]) -> str | None:
+        """The one action ``params`` can mean when a call names none and the schema has no
+        default (None: the call is refused with missing-params). Pre-validation puts it in
+        the parameters before anything else reads them, so the gate classifies exactly
+        the action that runs. Override only where a single reading exists."""
+        return None
+
     def classify(self, params: Mapping[str, Any]) -> str | None:
         """The action qualifier for the permission (``tool.action``), derived from inputs.
 

@@ -573,6 +573,10 @@ def prevalidate(cls: type[Ability], params: dict[str, Any]) -> Prevalidated | To
     too), so the permission is derived from exactly what will run.
     """
     params = with_defaults(cls, params)
+    if cls.actions and params.get(cls.action_param) is None:
+        implied = cls.implied_action(params)
+        if implied is not None:
+            params = {**params, cls.action_param: implied}
     action = _check_actions(cls, params)
     if isinstance(action, ToolResult):
         return action

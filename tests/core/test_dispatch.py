@@ -191,6 +191,30 @@ def test_a_missing_action_is_missing_params_when_it_has_no_default() -> None:
     assert isinstance(result, ToolResult) and "action" in result.body
 
 
+@pytest.mark.parametrize(
+    ("params", "implied"),
+    [
+        # what the 1.5B model sent for "Please remember that my favourite colour is green"
+        ({"text": "my favourite colour is green"}, "store"),
+        ({"query": "colour"}, "recall"),
+        ({"text": "a", "query": "b"}, None),  # two readings: refused, as before
+        ({"id": 3, "text": "a"}, None),  # update or forget: never guessed
+        ({}, None),
+    ],
+)
+def test_an_ability_may_imply_the_one_action_its_arguments_can_mean(
+    params: dict[str, Any], implied: str | None
+) -> None:
+    from abilities.memory import MemoryTool
+
+    result = steps.prevalidate(MemoryTool, params)
+    if implied is None:
+        assert code_of(result) == "missing-params"
+    else:
+        assert isinstance(result, steps.Prevalidated), result
+        assert result.action == implied and result.params["action"] == implied
+
+
 def test_an_actions_required_params_are_named_when_missing() -> None:
     result = steps.prevalidate(Mail, {"action": "send", "to": "bob"})
     assert code_of(result) == "missing-params"

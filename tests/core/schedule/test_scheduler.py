@@ -173,6 +173,13 @@ def test_the_model_sets_lists_and_cancels_reminders_with_the_ability(
                 {"tool_calls": [call("r2", action="set", text="x", at="someday")]},
                 {"tool_calls": [call("r3", action="list")]},
                 {"tool_calls": [call("r4", action="cancel", id=999_999)]},
+                # What the 1.5B model sent for "Remind me in two hours to stretch": the
+                # person's delay and a time it worked out; the delay wins.
+                {
+                    "tool_calls": [
+                        call("r5", action="set", text="stretch", at="2026-12-07T14:00", after="2h")
+                    ]
+                },
                 {"text": "Set."},
             ]
         }
@@ -188,6 +195,10 @@ def test_the_model_sets_lists_and_cancels_reminders_with_the_ability(
     assert listed[0].startswith("[reminder(status=success, action=list, count=")
     assert "pizza out" in listed[1]
     assert results["r4"].startswith("[reminder(status=error, code=reminder-not-found")
+    assert results["r5"].startswith("[reminder(status=success, action=set, id="), results["r5"]
+    (stretch,) = [r for r in h.rt.services.scheduler.list(OWNER) if r.text == "stretch"]
+    assert stretch.next_fire == pytest.approx(clock.now() + 7200, abs=5)
+    h.rt.services.scheduler.cancel(stretch.id)
     (mine,) = [r for r in h.rt.services.scheduler.list(OWNER) if r.text == "pizza out"]
     assert mine.conversation_id == accepted.conversation_id
     assert mine.next_fire == pytest.approx(clock.now() + 1200, abs=5)
