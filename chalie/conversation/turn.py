@@ -403,6 +403,7 @@ class Turn(msgspec.Struct, kw_only=True):
     codes: list[str] = msgspec.field(default_factory=list)  # "tool:code" of each call
     nudge: str = ""  # a one-off note after the history in the next request (never stored)
     nudged: bool = False  # the empty-answer nudge was spent
+    hold_next: bool = False  # the next step is held to a step object (after an unfit text)
     no_tools: bool = False  # the next request goes without tools (the model must answer)
     model_notes: set[str] = msgspec.field(default_factory=set)  # error lines for the model
     park_asks: bool = False  # its unanswerable asks wait for the owner (Start)
@@ -774,6 +775,9 @@ def _step(ctx: _Ctx) -> None:
             # The answer after a success: free text (held to an object, the real model
             # called the tool again or stored the result in memory instead of answering).
             free = True
+    if turn.hold_next:
+        turn.hold_next = False
+        free = False
     if turn.nudge:  # a one-off note for this request only: never stored
         messages = (*messages, ChatMessage(role="user", text=turn.nudge))
         turn.nudge = ""
@@ -874,6 +878,10 @@ def _on_replied(ctx: _Ctx, message: Replied) -> None:
             return
         turn.nudged = True
         turn.nudge = answers.retry_note(unfit) if unfit else act.EMPTY_NUDGE
+        # The retry after a call described or markup is held to a step object where
+        # steps can be: told not to describe the call, the 1.5B model described it again
+        # in free text (4 of 4 seen); held, it made the call it had described.
+        turn.hold_next = bool(unfit)
         if unfit:
             turn.notes.append(f"answer refused: {unfit}")
         ctx.write(batch)

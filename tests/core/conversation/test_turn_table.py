@@ -532,3 +532,21 @@ def test_a_step_is_free_text_unless_discovery_offered_a_tool_and_no_answer_is_du
     plain = Machine(channel=chat, config=ModelConfig(provider="openai", seed_tools="off"))
     (ask,) = of(plain.start(), core.Ask)
     assert set(ask.names) <= set(chat.tools()) and ask.request.free is True
+
+
+def test_the_retry_after_a_described_call_or_markup_is_held_to_a_step_object() -> None:
+    # Told not to describe a call, the 1.5B model described it again in free text (4 of 4
+    # seen); held to a step object it made the call it had described.
+    chat = Channel("chat", human_present=True, pinned=("memory",))
+    m = Machine(channel=chat, config=ModelConfig(provider="openai", seed_tools="off"))
+    (ask,) = of(m.start(), core.Ask)
+    assert ask.request.free is True  # only the channel's own tools: free text
+    described = "To look that up online, you can use find_tools with the query 'regatta'."
+    (retry,) = of(m.reply(described), core.Ask)
+    assert retry.request.messages[-1].text == answers.retry_note("described-call")
+    assert retry.request.free is False
+    # An empty answer's nudge stays free: nothing was described to be made.
+    other = Machine(channel=chat, config=ModelConfig(provider="openai", seed_tools="off"))
+    other.start()
+    (again,) = of(other.reply(""), core.Ask)
+    assert again.request.free is True
