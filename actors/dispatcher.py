@@ -496,88 +496,53 @@ class DispatcherActor(SupervisedActor):
             )
             return
         telemetry.tool_started(call)
-        bad = steps.check_call(call)
-        if bad is not None:
-            self._end_early(call, reply, bad)
+        ready = steps.prepare(call, self._registry, self._services, self._services.turns)
+        if isinstance(ready, steps.Refused):
+            if not ready.suggest or not self._suggest(call, reply):
+                self._end_early(
+                    call,
+                    reply,
+                    ready.result,
+                    act_summary=ready.act_summary,
+                    params=ready.params,
+                    cls=ready.cls,
+                    healed=ready.healed,
+                )
             return
-        entry = steps.resolve(self._registry, call.tool, call.context, self._services.turns)
-        if isinstance(entry, ToolResult):
-            if entry.code != "unknown-tool" or not self._suggest(call, reply):
-                self._end_early(call, reply, entry)
-            return
-        cls = entry.cls
-        if call.bare is not None:
-            fields = steps.bare_arguments(cls, call.bare)
-            if isinstance(fields, ToolResult):
-                self._end_early(call, reply, fields, cls=cls)
-                return
-        else:
-            fields = steps.framework_fields(call.arguments, call.context, cls)
-        params, act_summary, run_async = fields.params, fields.act_summary, fields.run_async
-        healed = "; ".join(fields.healed)
-        try:
-            instance = cls(call.context, self._services)
-            instance.call_id = call.call_id
-        except Exception as exc:
-            log.exception("constructing %s failed", cls.name)
-            self._end_early(
-                call,
-                reply,
-                FAULTS.construct_failed(cls.name, exc),
-                act_summary=act_summary,
-                params=params,
-                cls=cls,
-                healed=healed,
-            )
-            return
-        pre = steps.prevalidate(cls, params)
-        if isinstance(pre, ToolResult):
-            if call.context.initiator == "model":
-                pre = steps.with_shape(cls, pre)
-            self._end_early(
-                call, reply, pre, act_summary=act_summary, params=params, cls=cls, healed=healed
-            )
-            return
-        redacted = redact(pre.params, cls.sensitive)
-        gate: GateDecision | None = None
-        try:
-            permission = steps.permission(instance, pre.params)
-        except Exception as exc:
-            log.exception("classify() of %s failed; the gate fails closed", cls.name)
-            permission = cls.name
-            gate = rules.failed_closed(f"classify raised {type(exc).__name__}")
-        reach = steps.reach(instance, pre.params)
+        gate = None
+        if ready.failed_closed is not None:
+            gate = rules.failed_closed(ready.failed_closed)
         assert self._trail is not None
         ctx = call.context
-        background = run_async and ctx.allow_async
+        background = ready.run_async and ctx.allow_async
         rec = self._trail.record_for(
             call_id=call.call_id,
             turn_id=ctx.turn_id,
             conversation_id=ctx.conversation_id,
             channel=ctx.channel,
-            tool=cls.name,
-            permission=permission,
-            params=params_json(redacted),
-            act_summary=act_summary,
+            tool=ready.entry.cls.name,
+            permission=ready.permission,
+            params=params_json(ready.redacted),
+            act_summary=ready.act_summary,
             background=background,
-            healed=healed,
+            healed=ready.healed,
             parent_call_id=ctx.parent_call,
             principal=principal_id(ctx.principal, str(ctx.channel)),
         )
         state = _Call(
             seq=next(self._seq),
             call=call,
-            entry=entry,
-            instance=instance,
-            pre=pre,
-            permission=permission,
-            act_summary=act_summary,
-            redacted=redacted,
-            given=steps.given(redacted, params),
+            entry=ready.entry,
+            instance=ready.instance,
+            pre=ready.pre,
+            permission=ready.permission,
+            act_summary=ready.act_summary,
+            redacted=ready.redacted,
+            given=steps.given(ready.redacted, ready.params),
             background=background,
             reply=reply,
             rec=rec,
-            reach=reach,
+            reach=ready.reach,
         )
         self._inflight[state.seq] = state
         if gate is None:

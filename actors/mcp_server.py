@@ -32,6 +32,7 @@ from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.approvals import ApprovalStore
 from chalie.config import McpServerConfig
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.port import ConversationsPort
 from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
@@ -42,8 +43,6 @@ from chalie.mcp_server.kept import ExchangeBook
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.messages import ToolCall, ToolOutcome
-from chalie.registry import Registry
-from chalie.services import TurnTools
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.mcp_server")
@@ -54,26 +53,20 @@ T = TypeVar("T")
 
 
 class DispatcherTools:
-    """The gateway's ToolsPort: the one dispatcher chokepoint, the registry, the injections."""
+    """The gateway's ToolsPort: the one dispatcher chokepoint and the one tool catalogue."""
 
-    def __init__(self, dispatcher: DispatcherClient, registry: Registry, turns: TurnTools) -> None:
+    def __init__(self, dispatcher: DispatcherClient, catalogue: ToolCatalogue) -> None:
         self._dispatcher = dispatcher
-        self._registry = registry
-        self._turns = turns
+        self._catalogue = catalogue
 
     async def call(self, call: ToolCall) -> ToolOutcome:
         return await self._dispatcher.call(call)
 
     def injected(self, turn_id: str) -> frozenset[str]:
-        return self._turns.injected(turn_id)
+        return self._catalogue.injected(turn_id)
 
     def descriptors(self, names: tuple[str, ...]) -> list[dict[str, Any]]:
-        out = []
-        for name in names:
-            entry = self._registry.get(name)
-            if entry is not None:
-                out.append(entry.cls.descriptor())
-        return out
+        return self._catalogue.descriptors(names)  # a token's direct calls run inline
 
 
 class BusDesk:

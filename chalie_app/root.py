@@ -29,6 +29,7 @@ Exit codes are :mod:`chalie.daemon`'s.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -53,6 +54,7 @@ from chalie import control, telemetry
 from chalie.admission import raise_descriptor_limit
 from chalie.brain.access import SessionBook
 from chalie.config import Config
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.daemon import (
     EXIT_ALREADY_RUNNING,
     EXIT_ESCALATED,
@@ -113,6 +115,12 @@ class Runtime:
         from actors.dispatcher import DispatcherActor, submit
 
         return submit(self.child("dispatcher", DispatcherActor).current(), call)
+
+    @functools.cached_property
+    def catalogue(self) -> ToolCatalogue:
+        """The one tool catalogue (the registry and the turns' injections) the turns and
+        the MCP server's gateway read."""
+        return ToolCatalogue(self.registry, self.services.turns)
 
     def input_schema(self, tool: str) -> dict[str, Any] | None:
         """A registered tool's input schema as a call may use it (``async`` allowed)."""
@@ -358,9 +366,7 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
             rt.child("conversations", Conversations),
             rt.events,
             mcp_server.DispatcherTools(
-                DispatcherClient(rt.child("dispatcher", DispatcherActor)),
-                rt.registry,
-                rt.services.turns,
+                DispatcherClient(rt.child("dispatcher", DispatcherActor)), rt.catalogue
             ),
         ),
         shutdown=10.0,

@@ -628,8 +628,8 @@ def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -
     deps = h.conversations.ask(ProxyGetAttr(attr_path=("_deps",)), timeout=10)
     assert isinstance(deps, TurnDeps)
     cid = new_id("c")
-    deps.store.create(cid, "bg-openai")
-    deps.store.queue_turn(cid, "t_stored", "m_stored", "stored message")
+    deps.storage.store.create(cid, "bg-openai")
+    deps.storage.store.queue_turn(cid, "t_stored", "m_stored", "stored message")
     ref = TurnActor.start(cid, deps)  # not the parent's: nothing else runs this conversation
     try:
         ran = Accepted(conversation_id=cid, turn_id="t_stored", queued=False, duplicate=False)
