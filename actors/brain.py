@@ -37,10 +37,10 @@ from chalie.accounts.book import AccountBook
 from chalie.brain import api
 from chalie.brain.access import SessionBook
 from chalie.brain.operations import ApiProblem
+from chalie.bus import EventBus
 from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
 from chalie.db import connect
-from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
 from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
 from chalie.policy import PolicyError

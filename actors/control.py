@@ -18,8 +18,8 @@ from actors.control_commands import ControlCommands, ControlHost
 from actors.control_server import ControlEndpoint
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
+from chalie.bus import EventBus
 from chalie.call_desk import CallDesk
-from chalie.events import EventBus
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.routing import Route, Router
 

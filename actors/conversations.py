@@ -56,6 +56,7 @@ from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
 from actors.turn import CRASH, Models, TurnActor, TurnDeps, TurnSettings, TurnStorage
 from chalie import telemetry
+from chalie.bus import EventBus, Subscription
 from chalie.config import Config
 from chalie.conversation import background, submission
 from chalie.conversation.catalogue import ToolCatalogue
@@ -71,7 +72,6 @@ from chalie.conversation.requests import (
     check_send,
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
-from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
     DeliverBackground,

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol
 from actors.child_ref import ChildRef
 from actors.conversations import Conversations, new_id
 from actors.conversations_port import ActorConversations
+from chalie.bus import EventBus
 from chalie.config import Config
 from chalie.conversation.channels import resolve_channels
 from chalie.conversation.events import RichPayload, ToolFinished
@@ -31,7 +32,6 @@ from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.delegate import DelegateError, DelegateRun, origin_for
-from chalie.events import EventBus
 from chalie.messages import TurnContext
 from chalie.services import LoopService
 

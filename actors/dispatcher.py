@@ -80,9 +80,9 @@ from chalie import policy as rules
 from chalie import telemetry
 from chalie.ability import Ability, gate_internal
 from chalie.approvals import ResumableCall, call_binding, encode_call
+from chalie.bus import EventBus
 from chalie.config import WorkersConfig
 from chalie.conversation.events import BackgroundResult
-from chalie.events import EventBus
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
 from chalie.mail import (

@@ -56,9 +56,9 @@ from actors.child_ref import ChildRef
 from actors.policy import ViewCache
 from chalie import policy as rules
 from chalie.approvals import call_binding
+from chalie.bus import EventBus
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
-from chalie.events import EventBus
 from chalie.forms import fields as form_fields
 from chalie.forms import secret_fields
 from chalie.mail import GateAsk, RecordAsk, Withdraw

@@ -31,10 +31,10 @@ from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.approvals import ApprovalStore
+from chalie.bus import HUMANS, EventBus
 from chalie.config import McpServerConfig
 from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.port import ConversationsPort
-from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumanDesk
 from chalie.mcp_server.gate import TokenVerifier

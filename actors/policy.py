@@ -50,9 +50,9 @@ import pykka
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.approvals import ApprovalStore
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.dispatch import render_outcome
-from chalie.events import EventBus
 from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
 from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore

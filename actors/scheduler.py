@@ -41,6 +41,7 @@ import pykka
 from actors.actor import SupervisedActor
 from actors.timers import TimerInbox
 from chalie import untrusted
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
@@ -48,7 +49,6 @@ from chalie.conversation.requests import SendMessage
 from chalie.conversation.store import ConversationStore
 from chalie.db import connect
 from chalie.envelope import render
-from chalie.events import EventBus
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day

@@ -41,6 +41,7 @@ from actors.actor import SupervisedActor, tell_quietly
 from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from chalie import telemetry
+from chalie.bus import EventBus, Subscription
 from chalie.config import ModelConfig
 from chalie.conversation import compaction, submission
 from chalie.conversation import turn as core
@@ -57,7 +58,6 @@ from chalie.conversation.requests import Accepted
 from chalie.conversation.store import FAILED_LINE, ConversationStore
 from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
-from chalie.events import EventBus, Subscription
 from chalie.mail import (
     CancelRunningTurn,
     DeliverBackground,

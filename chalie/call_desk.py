@@ -9,7 +9,7 @@ once it exists.
 
 Lifecycle of one call, in order:
 
-1. ``start`` subscribes to the conversation on the :class:`~chalie.events.EventBus`
+1. ``start`` subscribes to the conversation on the :class:`~chalie.bus.EventBus`
    *before* dispatching (the gate may ask at once), then hands the call to
    ``dispatch`` (the dispatcher's submit) and keeps its outcome future.
 2. Each ``poll`` waits up to ``wait`` seconds for news, returns the permission
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from chalie.bus import EventBus, Subscription
 from chalie.conversation.events import PermissionRequest, ToolProgress
-from chalie.events import EventBus, Subscription
 from chalie.messages import Channel, Initiator, ToolCall, ToolOutcome, ToolScope, TurnContext
 
 log = logging.getLogger("chalie.call_desk")

@@ -53,6 +53,7 @@ from actors.supervisor import Supervisor
 from chalie import control, telemetry
 from chalie.admission import raise_descriptor_limit
 from chalie.brain.access import SessionBook
+from chalie.bus import EventBus
 from chalie.config import Config
 from chalie.conversation.catalogue import ToolCatalogue
 from chalie.daemon import (
@@ -66,7 +67,6 @@ from chalie.daemon import (
     remove_pid_file,
     write_pid_file,
 )
-from chalie.events import EventBus
 from chalie.home import Home, HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry

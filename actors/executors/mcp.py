@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
+from chalie.bus import EventBus
 from chalie.conversation.events import ToolProgress
-from chalie.events import EventBus
 from chalie.execution import FAULTS, Done, Job
 from chalie.mail import ProbeConnection
 from chalie.mcp import results

@@ -28,11 +28,11 @@ from typing import Any
 
 import msgspec
 
+from chalie.bus import HUMANS
 from chalie.chat import protocol as p
 from chalie.conversation.events import ToolProgress
 from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.events import HUMANS
 from chalie.principals import Principal
 
 log = logging.getLogger("chalie.chat")

@@ -16,9 +16,9 @@ import pytest
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
-from chalie.events import EventBus
 from chalie.messages import CancelTurn, ToolCall
 from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
@@ -558,7 +558,7 @@ import sys, time
 from pathlib import Path
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
-from chalie.events import EventBus
+from chalie.bus import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from chalie.bus import EventBus
 from chalie.call_desk import CallDesk, UnknownCall
 from chalie.conversation.events import PermissionRequest
-from chalie.events import EventBus
 from chalie.messages import ToolCall, ToolOutcome
 
 

@@ -91,7 +91,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie import dispatch as steps
 from chalie.ability import Ability
-from chalie.events import EventBus
+from chalie.bus import EventBus
 from chalie.execution import Job
 from chalie.invoke import invoke
 from chalie.mail import Dispatch, Executed

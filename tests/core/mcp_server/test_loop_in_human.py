@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from actors.mcp_server import BusDesk
+from chalie.bus import HUMANS, EventBus
 from chalie.chat import protocol as p
-from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.exchange import AgentExchange
 from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
 from tests.core.mcp_server.harness import connect, running
