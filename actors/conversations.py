@@ -56,6 +56,12 @@ from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
 from actors.turn import CRASH, Models, TurnActor, TurnDeps, TurnSettings, TurnStorage
 from chalie import telemetry
+from chalie.actor_messages import (
+    CancelRunningTurn,
+    DeliverBackground,
+    EvictIfIdle,
+    TurnActorIdle,
+)
 from chalie.bus import EventBus, Subscription
 from chalie.config import Config
 from chalie.conversation import background, submission
@@ -72,12 +78,6 @@ from chalie.conversation.requests import (
     check_send,
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
-from chalie.mail import (
-    CancelRunningTurn,
-    DeliverBackground,
-    EvictIfIdle,
-    TurnActorIdle,
-)
 from chalie.memory import briefing
 from chalie.messages import ANSWERS, TurnContext
 from chalie.outbox import Outbox

@@ -3,7 +3,7 @@
 Lifecycle of one call (the pure steps live in :mod:`chalie.dispatch`; this
 actor sequences them and owns the calls in flight, on its own thread only):
 
-1. :class:`~chalie.mail.Dispatch`: check the call's shape, resolve a
+1. :class:`~chalie.actor_messages.Dispatch`: check the call's shape, resolve a
    fresh per-call instance bound to the turn, split off ``act_summary`` /
    ``async``, pre-validate (defaults applied, action map, JSON Schema,
    Params), derive the permission with the ability's ``classify`` from those
@@ -12,13 +12,13 @@ actor sequences them and owns the calls in flight, on its own thread only):
    operator's setting, read from the PolicyActor's lock-free view; a call
    that needs the PolicyActor (``ask``, or a permission never seen) is sent
    there with ``tell`` and its decision comes back as a
-   :class:`~chalie.mail.GateAnswered` message.
+   :class:`~chalie.actor_messages.GateAnswered` message.
 3. Execute: a :class:`~chalie.execution.Job` (exactly the params the gate
    saw) goes to the executor registered for the ability's ``isolation``
    (:data:`actors.executors.EXECUTORS`); its result comes back as an
-   :class:`~chalie.mail.Executed` message (or, reported on this actor's own
+   :class:`~chalie.actor_messages.Executed` message (or, reported on this actor's own
    thread by the worker pool it hosts, is handled at once) and its deadline as
-   a :class:`~chalie.mail.Deadline` message. With ``async`` on a channel
+   a :class:`~chalie.actor_messages.Deadline` message. With ``async`` on a channel
    that allows it, the turn gets an immediate success envelope naming the
    call id; the final envelope goes to the outbox (stored until a consumer
    acknowledges it) and is published to the conversation.
@@ -29,7 +29,7 @@ actor sequences them and owns the calls in flight, on its own thread only):
 
 The trail row of a call decided at once is written ``running`` about
 :data:`START_ROW_DELAY` (2 ms) after the handler that started it, in a batch
-(a :class:`~chalie.mail.FlushTrail` timer message); a call that ends sooner
+(a :class:`~chalie.actor_messages.FlushTrail` timer message); a call that ends sooner
 (most do) is written as one complete row. Calls waiting for a human are
 written ``running`` before they are asked, and background calls before their
 conversation is told the result will come: that promise is kept after a
@@ -79,13 +79,7 @@ from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie import telemetry
 from chalie.ability import Ability, gate_internal
-from chalie.approvals import ResumableCall, call_binding, encode_call
-from chalie.bus import EventBus
-from chalie.config import WorkersConfig
-from chalie.conversation.events import BackgroundResult
-from chalie.execution import Executor, Job
-from chalie.faults import FAULTS
-from chalie.mail import (
+from chalie.actor_messages import (
     Deadline,
     Dispatch,
     Executed,
@@ -96,6 +90,12 @@ from chalie.mail import (
     Suggested,
     Withdraw,
 )
+from chalie.approvals import ResumableCall, call_binding, encode_call
+from chalie.bus import EventBus
+from chalie.config import WorkersConfig
+from chalie.conversation.events import BackgroundResult
+from chalie.execution import Executor, Job
+from chalie.faults import FAULTS
 from chalie.messages import CancelTurn, ToolCall, ToolOutcome, TurnContext
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
@@ -761,7 +761,7 @@ class DispatcherActor(SupervisedActor):
         """The ``done`` an executor calls with the job's result, on any thread.
 
         From another thread (a lane, an MCP connection) the result comes back as an
-        :class:`~chalie.mail.Executed` message. On this actor's own thread, in a later
+        :class:`~chalie.actor_messages.Executed` message. On this actor's own thread, in a later
         handler (the worker pool hosted here answers while this actor handles its
         socket's Ready), it is handled at once: the message would only come back to
         this same thread. Never inside ``executor.start``: a result known there is

@@ -45,7 +45,7 @@ from typing import Any, Final, TextIO, cast
 
 from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
-from chalie.mail import ProbeConnection, RefreshServer
+from chalie.actor_messages import ProbeConnection, RefreshServer
 from chalie.mcp.extras import install_extras, prompt_skill
 from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install

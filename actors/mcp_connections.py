@@ -21,8 +21,8 @@ from actors.loop import EventLoopThread
 from actors.mcp_connection import STOP_GRACE, McpConnectionActor, child_id
 from actors.mcp_deps import McpDeps, announce, serve_skills
 from actors.supervisor import Supervisor
+from chalie.actor_messages import RefreshServer
 from chalie.bus import EventBus
-from chalie.mail import RefreshServer
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
 from chalie.mcp.route import Route

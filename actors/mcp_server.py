@@ -7,7 +7,7 @@ Lifecycle, in order:
    A port in use (or a refused remote bind) is one error line and the actor
    stays up, idle, reporting it in :meth:`status`: no restart loop.
 2. While it runs, an unexpected end of the uvicorn task is told to the actor
-   as :class:`~chalie.mail.EndpointDied`; the actor fails and its supervisor restarts it.
+   as :class:`~chalie.actor_messages.EndpointDied`; the actor fails and its supervisor restarts it.
 3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
    turns are cancelled), close its listeners and the ownership table.
 

@@ -41,6 +41,13 @@ from actors.actor import SupervisedActor, tell_quietly
 from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from chalie import telemetry
+from chalie.actor_messages import (
+    CancelRunningTurn,
+    DeliverBackground,
+    EvictIfIdle,
+    StartTurn,
+    TurnActorIdle,
+)
 from chalie.bus import EventBus, Subscription
 from chalie.config import ModelConfig
 from chalie.conversation import compaction, submission
@@ -58,13 +65,6 @@ from chalie.conversation.requests import Accepted
 from chalie.conversation.store import FAILED_LINE, ConversationStore
 from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
-from chalie.mail import (
-    CancelRunningTurn,
-    DeliverBackground,
-    EvictIfIdle,
-    StartTurn,
-    TurnActorIdle,
-)
 from chalie.messages import RequestSettled, ToolOutcome, TurnContext
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient

@@ -236,7 +236,7 @@ def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
 
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
-    from chalie.mail import Dispatch
+    from chalie.actor_messages import Dispatch
 
     expiry = rt.config.approval_expiry
 

@@ -26,10 +26,10 @@ from typing import Any, Final
 
 from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
+from chalie.actor_messages import ProbeConnection
 from chalie.bus import EventBus
 from chalie.conversation.events import ToolProgress
 from chalie.execution import FAULTS, Done, Job
-from chalie.mail import ProbeConnection
 from chalie.mcp import results
 from chalie.mcp.extras import RESOURCES, extra_name, kind_of, run_extra
 from chalie.mcp.peer import CallScope, Progress

@@ -28,8 +28,8 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from chalie.actor_messages import StartTurn
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
-from chalie.mail import StartTurn
 from chalie.principals import LOCAL_OWNER, Principal, may_see
 
 # A new conversation's title: the first words of its first message.

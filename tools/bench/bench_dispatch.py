@@ -91,10 +91,10 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie import dispatch as steps
 from chalie.ability import Ability
+from chalie.actor_messages import Dispatch, Executed
 from chalie.bus import EventBus
 from chalie.execution import Job
 from chalie.invoke import invoke
-from chalie.mail import Dispatch, Executed
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
 from chalie.registry import Registry
 from chalie.result import ToolResult

@@ -12,6 +12,7 @@ from pykka.messages import ProxyGetAttr
 from actors.conversations import Conversations, new_id
 from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
+from chalie.actor_messages import StartTurn
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequest,
@@ -22,7 +23,6 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.requests import Accepted, ConversationError
-from chalie.mail import StartTurn
 from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
 from tools.waiting import wait_until
