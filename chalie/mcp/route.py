@@ -19,7 +19,7 @@ from typing import Any
 from mcp import MCPError
 
 from chalie.mcp import results
-from chalie.mcp.session import Link, NotConnected, describe
+from chalie.mcp.session import McpSession, NotConnected, describe
 from chalie.mcp.tools import ToolRow
 from chalie.result import ToolResult
 
@@ -30,7 +30,7 @@ class Route:
     gen: int
     status: str
     reason: str = ""
-    link: Link | None = None
+    link: McpSession | None = None
     auth_status: int | None = None
     rows: Mapping[str, ToolRow] = field(default_factory=dict)  # proxy → row
 
@@ -58,7 +58,7 @@ def outcome(
     proxy: str,
     tool: str,
     timeout: float,
-    link: Link,
+    link: McpSession,
     fut: asyncio.Future[Any] | concurrent.futures.Future[Any],
 ) -> tuple[ToolResult, bool]:
     """A finished call's ToolResult, and whether the connection itself looks broken."""
