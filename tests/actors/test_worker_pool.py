@@ -24,7 +24,7 @@ import zmq
 
 from actors import worker_pool
 from actors.supervisor import Supervisor
-from actors.worker_pool import Broker, WorkerPool, WorkerPoolHandle
+from actors.worker_pool import Broker, WorkerPoolActor, WorkerPoolHandle
 from chalie.broker_book import (
     IPC_PATH_MAX,
     BrokerBook,
@@ -113,7 +113,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pool_handle(home: Path) -> Iterator[WorkerPoolHandle]:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=8)
+    ref = WorkerPoolActor.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=8)
     wait_until(lambda: all_idle(handle), timeout=30)
     yield handle
     ref.stop()
@@ -235,7 +235,7 @@ def test_sigkill_mid_call_gives_worker_crashed_and_a_replacement_serves_the_next
 
 def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         (victim,) = worker_pids(handle)
@@ -489,7 +489,7 @@ def test_a_frame_whose_handling_fails_is_dropped_and_the_broker_thread_lives(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         broker = handle._broker
@@ -577,7 +577,7 @@ def test_an_impostor_holding_a_new_workers_identity_gets_no_job_and_the_real_wor
         return identity, secret
 
     monkeypatch.setattr(worker_pool, "new_credentials", leaky)
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: bool(leaked) and bool(worker_pids(handle)))
         identity, impostor = leaked[0]
@@ -645,7 +645,7 @@ def flooded(handle: WorkerPoolHandle, broker: Broker) -> Iterator[Callable[[], N
 def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
     # Strict liveness: a worker unheard for 0.4 s is killed, so starvation shows fast.
-    ref = WorkerPool.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=4)
+    ref = WorkerPoolActor.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=4)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         broker = handle._broker
@@ -696,7 +696,7 @@ def test_a_flood_on_a_hosted_pools_socket_starves_neither_the_dispatchers_mail_n
 
 def test_stop_reaps_every_worker_and_fails_open_calls(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=3, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=3, handle=handle)
     wait_until(lambda: all_idle(handle), timeout=30)
     pids = worker_pids(handle)
     assert len(pids) == 3
@@ -721,7 +721,7 @@ def test_the_socket_lives_in_a_private_directory(pool_handle: WorkerPoolHandle, 
 def test_a_restarted_pool_rebinds_the_same_handle(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
     sup = Supervisor.start(
-        [ChildSpec("workers", lambda: WorkerPool.start(tmp_path, workers=1, handle=handle))],
+        [ChildSpec("workers", lambda: WorkerPoolActor.start(tmp_path, workers=1, handle=handle))],
         backoff_base=0.01,
     )
     try:
