@@ -46,10 +46,10 @@ from typing import Any, Final, TextIO, cast
 from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
 from chalie.actor_messages import ProbeConnection, RefreshServer
+from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.extras import install_extras, prompt_skill
 from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
-from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
 from chalie.mcp.server_log import ServerLog, log_path
 from chalie.mcp.session import ConnectFailure, McpSession, SessionInfo, describe, task_support
@@ -534,8 +534,8 @@ class McpConnectionActor(SupervisedActor):
 
     # -- the call path's snapshot -------------------------------------------------------
     def _publish(self) -> None:
-        """Publish what a call needs to know now (see chalie.mcp.route)."""
-        self._deps.routes[self.name] = Route(
+        """Publish what a call needs to know now (see chalie.mcp.connection_view)."""
+        self._deps.routes[self.name] = ConnectionView(
             server=self.name,
             gen=self._gen,
             status=self._status,

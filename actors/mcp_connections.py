@@ -23,9 +23,9 @@ from actors.mcp_deps import McpDeps, announce, serve_skills
 from actors.supervisor import Supervisor
 from chalie.actor_messages import RefreshServer
 from chalie.bus import EventBus
+from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
-from chalie.mcp.route import Route
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore
 from chalie.supervision import ChildSpec
@@ -135,7 +135,7 @@ class McpHandle:
     def __init__(
         self,
         directory: Directory,
-        routes: dict[str, Route],
+        routes: dict[str, ConnectionView],
         loop: EventLoopThread,
         bus: EventBus | None = None,
         *,

@@ -1,7 +1,7 @@
 """The call path's view of one connection: an immutable snapshot its actor publishes.
 
 The connection actor owns the session, the status and the tool rows; after
-every change it publishes a new :class:`Route` (one dict assignment, so any
+every change it publishes a new :class:`ConnectionView` (one dict assignment, so any
 thread reads a consistent one without a lock, the way the dispatcher reads
 the policy view). The MCP executor answers from it at once (quarantined,
 gone, offline, refused credentials) or submits the call straight to the
@@ -25,7 +25,7 @@ from chalie.result import ToolResult
 
 
 @dataclass(frozen=True)
-class Route:
+class ConnectionView:
     server: str
     gen: int
     status: str
@@ -35,7 +35,7 @@ class Route:
     rows: Mapping[str, ToolRow] = field(default_factory=dict)  # proxy → row
 
 
-def refusal(route: Route | None, server: str, proxy: str, tool: str) -> ToolResult | None:
+def refusal(route: ConnectionView | None, server: str, proxy: str, tool: str) -> ToolResult | None:
     """The result for a call that cannot be sent, or None when it may go."""
     if route is None:
         return results.unreachable(server, tool, "not connected")
