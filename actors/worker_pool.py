@@ -51,14 +51,14 @@ import zmq
 from actors.actor import SupervisedActor
 from actors.future import Reply
 from actors.timers import TimerInbox
-from chalie.broker_book import (
+from chalie.broker_state import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
     LIVENESS,
     MAX_FRAME,
     MAX_PENDING,
     STARTUP_GRACE,
-    BrokerBook,
+    BrokerState,
     JobRecord,
     broker_endpoint,
     encode_credentials,
@@ -171,7 +171,7 @@ class Broker:
         max_frame: int = MAX_FRAME,
         max_pending: int = MAX_PENDING,
     ) -> None:
-        self.book = BrokerBook(
+        self.book = BrokerState(
             workers,
             spares=spares,
             heartbeat=heartbeat,

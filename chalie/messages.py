@@ -156,7 +156,7 @@ class RequestSettled(Message, tag="request_settled", kw_only=True, frozen=True):
 class WorkerReady(Message, tag="worker_ready", kw_only=True, frozen=True):
     worker_id: str
     pid: int
-    proof: str = ""  # chalie.broker_book.worker_proof: the worker was started by this broker
+    proof: str = ""  # chalie.broker_state.worker_proof: the worker was started by this broker
 
 
 class Heartbeat(Message, tag="heartbeat", kw_only=True, frozen=True):

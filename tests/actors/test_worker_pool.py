@@ -25,9 +25,9 @@ import zmq
 from actors import worker_pool
 from actors.supervisor import Supervisor
 from actors.worker_pool import Broker, WorkerPoolActor, WorkerPoolHandle
-from chalie.broker_book import (
+from chalie.broker_state import (
     IPC_PATH_MAX,
-    BrokerBook,
+    BrokerState,
     broker_endpoint,
     encode_credentials,
     from_tool_result,
@@ -250,7 +250,7 @@ def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
 
 
 def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
-    book = BrokerBook(1, spares=1, heartbeat=0.1)
+    book = BrokerState(1, spares=1, heartbeat=0.1)
     add(book, b"a", 0, 100, 0.0)
     add(book, b"s", 1, 101, 0.0)
     ready(book, b"a", 100, 0.1)
@@ -801,17 +801,17 @@ def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: byte
 # -- the pure bookkeeping, with an injected clock -------------------------------------
 
 
-def add(book: BrokerBook, identity: bytes, slot: int, pid: int, now: float) -> None:
+def add(book: BrokerState, identity: bytes, slot: int, pid: int, now: float) -> None:
     book.add_worker(identity, slot, pid, now, secret=SECRET)
 
 
-def ready(book: BrokerBook, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
+def ready(book: BrokerState, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
     """The worker's WorkerReady, with the proof a worker holding ``secret`` sends."""
     return book.on_ready(identity, pid, now, worker_proof(secret, identity.decode(), pid))
 
 
-def _book(**kw: Any) -> BrokerBook:
-    book = BrokerBook(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
+def _book(**kw: Any) -> BrokerState:
+    book = BrokerState(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
     add(book, b"a", 0, 100, 0.0)
     add(book, b"b", 1, 101, 0.0)
     return book
@@ -836,7 +836,7 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
 
 
 def test_book_never_readies_a_worker_spawned_without_a_secret() -> None:
-    book = BrokerBook(1)
+    book = BrokerState(1)
     book.add_worker(b"a", 0, 100, 0.0, secret=b"")
     assert not ready(book, b"a", 100, 0.1, secret=b"")
     assert book.status()["workers"][0]["state"] == "starting"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from chalie import dispatch as steps
 from chalie.ability import Ability
-from chalie.broker_book import to_tool_result
+from chalie.broker_state import to_tool_result
 from chalie.envelope import parse
 from chalie.messages import ToolCall, TurnContext, WorkerResult
 from chalie.policy import GateDecision, PolicyError
