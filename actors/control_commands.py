@@ -23,7 +23,6 @@ from actors.discovery import examples_command
 from actors.dispatcher import DispatcherActor
 from actors.policy import PolicyActor
 from chalie import control
-from chalie.call_desk import CallDesk, UnknownCall
 from chalie.control import (
     DiscoveryExamplesArgs,
     IndexRebuildArgs,
@@ -38,6 +37,7 @@ from chalie.control import (
     ToolsSchemaArgs,
     TrailArgs,
 )
+from chalie.direct_calls import DirectCalls, UnknownCall
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
 from chalie.principals import LOCAL_OWNER
@@ -75,7 +75,7 @@ class ControlHost(Protocol):
 class ControlCommands:
     """The daemon's side of every control command, bound to the running tree."""
 
-    def __init__(self, host: ControlHost, desk: CallDesk) -> None:
+    def __init__(self, host: ControlHost, desk: DirectCalls) -> None:
         self._host = host
         self.desk = desk
         self._book: Trail | None = None

@@ -111,7 +111,7 @@ class Runtime:
         return self.directory.ref(child_id, kind)
 
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
-        """Hand one call to the dispatcher; the future never raises (the seam CallDesk uses)."""
+        """Hand one call to the dispatcher; the future never raises (the seam DirectCalls uses)."""
         from actors.dispatcher import DispatcherActor, submit
 
         return submit(self.child("dispatcher", DispatcherActor).current(), call)
