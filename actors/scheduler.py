@@ -58,7 +58,7 @@ from chalie.principals import Principal
 from chalie.providers.client import ModelClient
 from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
-from chalie.schedule.desk import ReminderError
+from chalie.schedule.port import ReminderError
 from chalie.schedule.rules import (
     RuleError,
     RuleKind,

@@ -23,7 +23,7 @@ from chalie.memory.whose import OWNER
 from chalie.messages import ControlReply
 from chalie.routing import Route
 from chalie.schedule.clock import Clock
-from chalie.schedule.desk import ReminderError
+from chalie.schedule.port import ReminderError
 from chalie.schedule.rules import RuleKind
 from chalie.schedule.store import Reminder
 from chalie.supervision import ChildSpec
@@ -79,7 +79,7 @@ def memory_parts(rt: Runtime, embedder: Embedder | None) -> tuple[ChildSpec, lis
     return spec, MemoryCommands(book).routes()
 
 
-class SchedulerDesk:
+class SchedulerClient:
     """The reminder ability's and the CLI's way to the Scheduler: calls through its ChildRef."""
 
     def __init__(self, ref: ChildRef[Any]) -> None:
@@ -134,7 +134,7 @@ class ReminderAddArgs(Args):
 class ReminderCommands:
     """The operator's reminder commands (the operator is the owner)."""
 
-    def __init__(self, desk: SchedulerDesk) -> None:
+    def __init__(self, desk: SchedulerClient) -> None:
         self.desk = desk
 
     def routes(self) -> list[Route[Any]]:
@@ -179,7 +179,7 @@ def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[R
         else None
     )
     ref = rt.child("scheduler", Scheduler)
-    desk = SchedulerDesk(ref)
+    desk = SchedulerClient(ref)
     rt.services.scheduler = desk
     spec = ChildSpec(
         "scheduler",
