@@ -36,7 +36,7 @@ from chalie.config import McpServerConfig
 from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.port import ConversationsPort
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
-from chalie.mcp_server.exchange import AgentExchange, HumanDesk
+from chalie.mcp_server.exchange import AgentExchange, HumansPort
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.gateway import Gateway, ToolsPort
 from chalie.mcp_server.kept import ExchangeBook
@@ -69,7 +69,7 @@ class DispatcherTools:
         return self._catalogue.descriptors(names)  # a token's direct calls run inline
 
 
-class BusDesk:
+class BusHumans:
     """The people at a screen: every chat session subscribes to the bus's HUMANS key.
     Each exchange is kept first (``book``), and seen once an owner client received it."""
 
@@ -106,7 +106,7 @@ class McpServerActor(ServingActor):
         db_path: Path,
         conversations: ConversationsPort,
         tokens: Callable[[], TokenVerifier],
-        desk: HumanDesk,
+        desk: HumansPort,
         closers: tuple[Callable[[], None], ...] = (),
         tools: ToolsPort | None = None,
     ) -> None:
@@ -221,7 +221,7 @@ def start_for(
         db_path,
         port,
         lambda: store,
-        BusDesk(events, book),
+        BusHumans(events, book),
         closers=(store.close, book.close),
         tools=tools,
     )
