@@ -35,7 +35,7 @@ from actors.policy import PolicyActor
 from chalie import control
 from chalie.accounts.book import AccountBook
 from chalie.brain import api
-from chalie.brain.access import SessionBook
+from chalie.brain.access import DashboardSessions
 from chalie.brain.operations import ApiProblem
 from chalie.bus import EventBus
 from chalie.config import ChatConfig, Config, ConfigError
@@ -174,7 +174,9 @@ def quarantine_diff(row: Any) -> str:
 class RuntimeBackend:
     """One instance a web server; safe from several threads."""
 
-    def __init__(self, host: BrainHost, sessions: SessionBook, mcp_url: str | None = None) -> None:
+    def __init__(
+        self, host: BrainHost, sessions: DashboardSessions, mcp_url: str | None = None
+    ) -> None:
         self._host = host
         self.sessions = sessions
         self._lock = threading.Lock()
@@ -938,7 +940,7 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def brain_factory(
-    host: BrainHost, sessions: SessionBook, events: EventBus, chat: ChatConfig
+    host: BrainHost, sessions: DashboardSessions, events: EventBus, chat: ChatConfig
 ) -> Callable[[tuple[str, int], TokenStore], tuple[list[Any], Callable[[], None]]]:
     """What the chat bridge calls once its port is bound: the Brain's routes and their closer."""
     from chalie.brain.access import allowed_hosts, allowed_origins
@@ -971,7 +973,7 @@ def link_url(address: str | None, code: str) -> str | None:
     return f"http://{hostport}/brain/link?code={code}"
 
 
-def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
+def brain_routes(host: BrainHost, sessions: DashboardSessions) -> list[Route[Any]]:
     """The control commands of the Brain: ``brain.link`` (``chalie brain open``) and
     ``brain.sign_out`` (``chalie brain sign-out``)."""
     from actors.chat_bridge import ChatBridge

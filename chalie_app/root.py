@@ -52,7 +52,7 @@ from actors.loop import EventLoopThread
 from actors.supervisor import Supervisor
 from chalie import control, telemetry
 from chalie.admission import raise_descriptor_limit
-from chalie.brain.access import SessionBook
+from chalie.brain.access import DashboardSessions
 from chalie.bus import EventBus
 from chalie.config import Config
 from chalie.conversation.catalogue import ToolCatalogue
@@ -102,7 +102,7 @@ class Runtime:
     # The tree's child directory: restart-proof typed handles, made without asking anyone.
     directory: Directory = field(default_factory=Directory)
     # The Brain's dashboard sessions: kept here, so a restart of the web server keeps them.
-    sessions: SessionBook = field(default_factory=SessionBook)
+    sessions: DashboardSessions = field(default_factory=DashboardSessions)
     # The scheduler's clock (None: the wall clock).
     clock: Any = None
 
@@ -209,7 +209,7 @@ class Parts:
         from chalie_app.mcp_wiring import McpWiring
 
         cfg = rt.config
-        rt.sessions = SessionBook(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
+        rt.sessions = DashboardSessions(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
         from chalie.discovery.state import IndexState
 
         # The state the actor writes and the handle reads (a find during the first build

@@ -96,7 +96,7 @@ class Brain:
     def __init__(
         self,
         backend: Any,
-        sessions: access.SessionBook,
+        sessions: access.DashboardSessions,
         verify: Verify,
         hash_active: HashActive,
         *,
