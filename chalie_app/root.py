@@ -311,17 +311,17 @@ def _mcp(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _memory(rt: Runtime, parts: Parts) -> ChildSpec:
-    from chalie_app import mind
+    from chalie_app import memory_part
 
-    spec, routes = mind.memory_parts(rt, parts.embedder)
+    spec, routes = memory_part.memory_parts(rt, parts.embedder)
     parts.routes.extend(routes)
     return spec
 
 
 def _scheduler(rt: Runtime, parts: Parts) -> ChildSpec:
-    from chalie_app import mind
+    from chalie_app import scheduler_part
 
-    spec, routes = mind.scheduler_parts(rt, rt.clock)
+    spec, routes = scheduler_part.scheduler_parts(rt, rt.clock)
     parts.routes.extend(routes)
     return spec
 
