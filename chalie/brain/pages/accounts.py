@@ -4,13 +4,17 @@ server is, whether a password is stored); never a password. Added with ``chalie 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from chalie.brain.operations import Backend
 from chalie.brain.pages.page import Page
 
+if TYPE_CHECKING:
+    from chalie.brain.web import Brain
 
-async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
-    return {"rows": await brain.op("accounts")}
+
+async def load(brain: Brain, _query: Mapping[str, str]) -> dict[str, Any]:
+    return {"rows": await brain.op(Backend.accounts)}
 
 
 PAGE = Page("accounts", "Accounts", "accounts.html", load)

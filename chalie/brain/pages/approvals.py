@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from chalie.brain.operations import Backend
 from chalie.brain.pages.page import Page
 
+if TYPE_CHECKING:
+    from chalie.brain.web import Brain
 
-async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
+
+async def load(brain: Brain, _query: Mapping[str, str]) -> dict[str, Any]:
     return {
-        "pending": await brain.op("approvals"),
-        "history": await brain.op("approval_history", limit=25),
-        "exchanges": await brain.op("agent_exchanges", limit=25),
+        "pending": await brain.op(Backend.approvals),
+        "history": await brain.op(Backend.approval_history, limit=25),
+        "exchanges": await brain.op(Backend.agent_exchanges, limit=25),
     }
 
 

@@ -7,17 +7,21 @@ the search); the REST answer behind it has them all.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlencode
 
+from chalie.brain.operations import Backend
 from chalie.brain.pages.page import Page, chosen
+
+if TYPE_CHECKING:
+    from chalie.brain.web import Brain
 
 PER_PAGE: Final = 100
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
     filters = chosen(query, "q", "channel", "setting", "origin", "internal")
-    policy = await brain.op("policy", **filters)
+    policy = await brain.op(Backend.policy, **filters)
     total = len(policy.rows)
     pages = max(1, -(-total // PER_PAGE))
     try:

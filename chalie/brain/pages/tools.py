@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from chalie.brain.operations import Backend
 from chalie.brain.pages.page import Page
 from chalie.schema_types import json_types
+
+if TYPE_CHECKING:
+    from chalie.brain.web import Brain
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,8 @@ def fields(schema: Mapping[str, Any]) -> list[Field]:
     return sorted(out, key=lambda f: (not f.required, f.name == "act_summary", f.name))
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
-    tools = await brain.op("tools")
+async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+    tools = await brain.op(Backend.tools)
     chosen = query.get("tool", "")
     tool = next((t for t in tools if t.name == chosen), None)
     return {
