@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Brain, _query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, _query: Mapping[str, str]) -> dict[str, Any]:
     return {
         "pending": await brain.op(Backend.approvals),
         "history": await brain.op(Backend.approval_history, limit=25),

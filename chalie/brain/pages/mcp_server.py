@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Brain, _query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, _query: Mapping[str, str]) -> dict[str, Any]:
     return {"server": await brain.op(Backend.mcp_server), "tokens": await brain.op(Backend.tokens)}
 
 

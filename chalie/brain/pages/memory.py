@@ -5,17 +5,14 @@ does); forget; promote an agent's memory to the owner's; the forgotten ones, res
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalie.brain.operations import ApiProblem, Backend
-from chalie.brain.pages.page import Page, chosen
+from chalie.brain.pages.page import Operations, Page, chosen
 from chalie.memory.book import FORGET_GRACE
 
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
 
-
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     shown = chosen(query, "principal")
     found = await brain.op(Backend.memories, **shown)
     forgotten = await brain.op(Backend.memories_forgotten)

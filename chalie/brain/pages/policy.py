@@ -7,19 +7,16 @@ the search); the REST answer behind it has them all.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import urlencode
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page, chosen
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
+from chalie.brain.pages.page import Operations, Page, chosen
 
 PER_PAGE: Final = 100
 
 
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     filters = chosen(query, "q", "channel", "setting", "origin", "internal")
     policy = await brain.op(Backend.policy, **filters)
     total = len(policy.rows)

@@ -4,19 +4,16 @@ with each one's rule, zone and last answer; a pending one can be cancelled."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, get_args
+from typing import Any, Final, get_args
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page
+from chalie.brain.pages.page import Operations, Page
 from chalie.schedule.store import Shown
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
 
 VIEWS: Final = get_args(Shown)
 
 
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     view = query.get("view", "pending")
     if view not in VIEWS:
         view = "pending"

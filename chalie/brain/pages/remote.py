@@ -4,16 +4,13 @@ notifications; add, import, test, enable, approve."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalie.brain.operations import ApiProblem, Backend
-from chalie.brain.pages.page import Page
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     servers = await brain.op(Backend.remotes)
     selected = query.get("server", "")
     tools: list[Any] = []

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page
+from chalie.brain.pages.page import Operations, Page
 from chalie.schema_types import json_types
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ def fields(schema: Mapping[str, Any]) -> list[Field]:
     return sorted(out, key=lambda f: (not f.required, f.name == "act_summary", f.name))
 
 
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     tools = await brain.op(Backend.tools)
     chosen = query.get("tool", "")
     tool = next((t for t in tools if t.name == chosen), None)

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from chalie.brain.operations import Backend
-from chalie.brain.pages.page import Page, chosen
-
-if TYPE_CHECKING:
-    from chalie.brain.web import Brain
+from chalie.brain.pages.page import Operations, Page, chosen
 
 FILTERS = ("tool", "status", "code", "channel", "conversation", "principal", "since", "until")
 TIMES = ("since", "until")
@@ -35,7 +32,7 @@ def form_time(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds).replace(microsecond=0).isoformat()
 
 
-async def load(brain: Brain, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     filters = chosen(query, *FILTERS)
     problem = ""
     for name in TIMES:
