@@ -14,8 +14,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from actors.control_commands import ControlCommands, ControlHost
+from actors.control_commands import ControlCommands
 from actors.control_server import ControlEndpoint
+from actors.host import Host
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.bus import EventBus
@@ -31,7 +32,7 @@ class ControlActor(ServingActor):
 
     def __init__(
         self,
-        host: ControlHost,
+        host: Host,
         *,
         home: Path,
         loop: EventLoopThread,

@@ -41,17 +41,15 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import pykka
 
 from actors.actor import tell_quietly
-from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, DispatcherClient
 from actors.future import CallbackFuture
-from actors.loop import EventLoopThread
+from actors.host import Host
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
 from actors.turn import CRASH, Models, TurnActor, TurnDeps, TurnSettings, TurnStorage
@@ -62,10 +60,8 @@ from chalie.actor_messages import (
     EvictIfIdle,
     TurnActorIdle,
 )
-from chalie.bus import EventBus, Subscription
-from chalie.config import Config
+from chalie.bus import Subscription
 from chalie.conversation import background, submission
-from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
@@ -82,33 +78,7 @@ from chalie.memory import briefing
 from chalie.messages import ANSWERS, TurnContext
 from chalie.outbox import Outbox
 from chalie.principals import Principal, may_answer
-from chalie.services import Services
 from chalie.supervision import OnDemand
-
-
-class ConversationsHost(Protocol):
-    """What the conversations need of the running daemon (the composition root's Runtime)."""
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def catalogue(self) -> ToolCatalogue: ...
-
-    @property
-    def events(self) -> EventBus: ...
-
-    @property
-    def loop(self) -> EventLoopThread: ...
-
-    @property
-    def services(self) -> Services: ...
-
-    @property
-    def db_path(self) -> Path: ...
-
-    def child(self, child_id: str, kind: type[K]) -> ChildRef[K]: ...
-
 
 log = logging.getLogger("chalie.conversations")
 K = TypeVar("K", bound=pykka.Actor)
@@ -151,7 +121,7 @@ class _Live:
 class _Hooks:
     """What the daemon's turns tell it (:class:`actors.turn.TurnHooks`); on TurnActor threads."""
 
-    def __init__(self, rt: ConversationsHost, conversations: pykka.ActorRef[Any]) -> None:
+    def __init__(self, rt: Host, conversations: pykka.ActorRef[Any]) -> None:
         self._rt = rt
         self._conversations = conversations
 
@@ -186,7 +156,7 @@ class Conversations(Supervisor):
     # The TurnActors do not depend on each other: a stop stops them all at once.
     STOP_TOGETHER = True
 
-    def __init__(self, rt: ConversationsHost, turns: OnDemand) -> None:
+    def __init__(self, rt: Host, turns: OnDemand) -> None:
         super().__init__((), intensity=turns.intensity, period=turns.period)
         self._turns = turns
         self._rt = rt

@@ -18,7 +18,7 @@ from chalie.routing import Route
 from chalie.supervision import ChildSpec
 
 if TYPE_CHECKING:
-    from actors.conversations import ConversationsHost as Runtime  # what the root's Runtime has
+    from actors.host import Host as Runtime  # what the root's Runtime has
 
 
 class _OnFirstUse:

@@ -23,7 +23,7 @@ from chalie.supervision import ChildSpec
 CALL_TIMEOUT: Final = 10.0
 
 if TYPE_CHECKING:
-    from actors.conversations import ConversationsHost as Runtime  # what the root's Runtime has
+    from actors.host import Host as Runtime  # what the root's Runtime has
 
 
 class SchedulerClient:
