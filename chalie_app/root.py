@@ -333,9 +333,9 @@ def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
-    from actors.brain import brain_factory
     from actors.chat_bridge import ChatBridge
     from actors.conversations import Conversations
+    from chalie_app.brain_backend import brain_factory
 
     cfg = rt.config
     if not cfg.chat.enabled:
@@ -374,8 +374,8 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _control(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.brain import brain_routes
     from actors.conversation_commands import ConversationCommands
+    from chalie_app.brain_backend import brain_routes
 
     cfg = rt.config
     return ChildSpec(

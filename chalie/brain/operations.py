@@ -35,7 +35,7 @@ class Backend(Protocol):
 
     Each row of :data:`OPERATIONS` is made from one of these methods (its name is the
     row's ``name``), so mypy sees that every operation has its method, and that the
-    implementation (``actors.brain.RuntimeBackend``) has each with this signature.
+    implementation (``chalie_app.brain_backend.RuntimeBackend``) has each with this signature.
     A method takes the path Struct and the argument Struct; a ``caller`` row's also
     takes the signed-in caller.
     """

@@ -375,7 +375,8 @@ FOOTPRINT = """
 import tracemalloc
 def rss():
     return int(open('/proc/self/statm').read().split()[1]) * 4096 / 1048576
-import actors.brain, chalie.config, chalie.tokens, msgspec, starlette.applications, uvicorn
+import chalie_app.brain_backend, chalie.config, chalie.tokens, msgspec
+import starlette.applications, uvicorn
 before = rss()
 tracemalloc.start()
 import jinja2, chalie.brain.pages, chalie.brain.web
