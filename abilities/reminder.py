@@ -19,7 +19,7 @@ from chalie.ability import Ability
 from chalie.memory.whose import principal_of
 from chalie.personal.zone import own_zone
 from chalie.result import ToolResult
-from chalie.schedule.desk import ReminderDesk, ReminderError
+from chalie.schedule.port import ReminderError, SchedulerPort
 from chalie.schedule.rules import RuleError, RuleKind, zone
 from chalie.schedule.store import MAX_TEXT, Reminder
 from chalie.schedule.words import in_words
@@ -107,7 +107,7 @@ class ReminderTool(Ability):
         return principal_of(self.context.channel, "")
 
     def run(self, params: ReminderParams) -> ToolResult:
-        desk: ReminderDesk | None = getattr(self.services, "scheduler", None)
+        desk: SchedulerPort | None = getattr(self.services, "scheduler", None)
         if desk is None or self.context is None:
             return ToolResult.error(
                 "service-unavailable",

@@ -23,7 +23,7 @@ import pykka
 
 from actors.future import CallbackFuture
 from actors.timers import TimerInbox
-from chalie.mail import ChildExit
+from chalie.actor_messages import ChildExit
 
 log = logging.getLogger("chalie.supervisor")
 

@@ -28,10 +28,10 @@ from actors.child_ref import ChildRef
 from actors.conversations_port import ActorConversations
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
+from chalie.bus import EventBus
 from chalie.chat.websocket import WebSocketBridge
 from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
-from chalie.events import EventBus
 from chalie.mcp_server.exchange import AgentExchange
 from chalie.mcp_server.kept import ExchangeBook
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token

@@ -1,6 +1,6 @@
 """The control actor: the tree's child that owns the control endpoint, its commands and its desk.
 
-It builds, in order, the :class:`~chalie.call_desk.CallDesk` for CLI tool
+It builds, in order, the :class:`~chalie.direct_calls.DirectCalls` for CLI tool
 calls, the :class:`~actors.control_commands.ControlCommands` and their routing
 table, and the :class:`~actors.control_server.ControlEndpoint` that serves
 them; it fails (and the supervisor restarts it) when the endpoint stops
@@ -14,12 +14,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from actors.control_commands import ControlCommands, ControlHost
+from actors.control_commands import ControlCommands
 from actors.control_server import ControlEndpoint
+from actors.host import Host
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
-from chalie.call_desk import CallDesk
-from chalie.events import EventBus
+from chalie.bus import EventBus
+from chalie.direct_calls import DirectCalls
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.routing import Route, Router
 
@@ -31,7 +32,7 @@ class ControlActor(ServingActor):
 
     def __init__(
         self,
-        host: ControlHost,
+        host: Host,
         *,
         home: Path,
         loop: EventLoopThread,
@@ -42,7 +43,7 @@ class ControlActor(ServingActor):
     ) -> None:
         super().__init__()
         # The operator may call any registered tool and need not write an act_summary.
-        desk = CallDesk(
+        desk = DirectCalls(
             events,
             dispatch,
             channel="chat",

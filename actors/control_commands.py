@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import pykka
@@ -21,9 +20,9 @@ import pykka
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.discovery import examples_command
 from actors.dispatcher import DispatcherActor
+from actors.host import Host
 from actors.policy import PolicyActor
 from chalie import control
-from chalie.call_desk import CallDesk, UnknownCall
 from chalie.control import (
     DiscoveryExamplesArgs,
     IndexRebuildArgs,
@@ -38,11 +37,12 @@ from chalie.control import (
     ToolsSchemaArgs,
     TrailArgs,
 )
+from chalie.direct_calls import DirectCalls, UnknownCall
 from chalie.messages import ControlReply
 from chalie.policy import PolicyError, check_channel, check_decision, check_permission
 from chalie.principals import LOCAL_OWNER
 from chalie.routing import Route
-from chalie.services import DiscoveryService, Services
+from chalie.services import DiscoveryService
 from chalie.trail import Trail
 
 log = logging.getLogger("chalie.control")
@@ -52,30 +52,10 @@ ACTOR_TIMEOUT: Final = 10.0
 A = TypeVar("A", bound=pykka.Actor)
 
 
-class ControlHost(Protocol):
-    """What the commands need of the running daemon (the composition root's Runtime)."""
-
-    @property
-    def db_path(self) -> Path: ...
-
-    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
-
-    @property
-    def services(self) -> Services: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-    def input_schema(self, tool: str) -> dict[str, Any] | None:
-        """A registered tool's input schema (async calls allowed); None: no such tool."""
-        ...
-
-    def request_stop(self) -> None: ...
-
-
 class ControlCommands:
     """The daemon's side of every control command, bound to the running tree."""
 
-    def __init__(self, host: ControlHost, desk: CallDesk) -> None:
+    def __init__(self, host: Host, desk: DirectCalls) -> None:
         self._host = host
         self.desk = desk
         self._book: Trail | None = None

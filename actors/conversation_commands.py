@@ -6,8 +6,9 @@ import msgspec
 
 from actors.child_ref import ChildRef
 from actors.control_commands import answer_errors
-from actors.conversations import ASK_TIMEOUT, Conversations, ConversationsHost, new_id
+from actors.conversations import ASK_TIMEOUT, Conversations, new_id
 from actors.conversations_port import ActorConversations
+from actors.host import Host
 from chalie import control
 from chalie.conversation.events import (
     ConversationEvent,
@@ -36,7 +37,7 @@ class ConversationCommands:
     client's does.
     """
 
-    def __init__(self, host: ConversationsHost) -> None:
+    def __init__(self, host: Host) -> None:
         self._host = host
         self._port = ActorConversations(
             host.child("conversations", Conversations), host.events, timeout=ASK_TIMEOUT

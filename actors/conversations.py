@@ -41,24 +41,27 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import pykka
 
 from actors.actor import tell_quietly
-from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, DispatcherClient
 from actors.future import CallbackFuture
-from actors.loop import EventLoopThread
+from actors.host import Host
 from actors.policy import PolicyActor
 from actors.supervisor import Supervisor
-from actors.turn import CRASH, TurnActor, TurnDeps
+from actors.turn import CRASH, Models, TurnActor, TurnDeps, TurnSettings, TurnStorage
 from chalie import telemetry
-from chalie.config import Config, ModelConfig
-from chalie.conversation import background
-from chalie.conversation.catalogue import ToolCatalogue
+from chalie.actor_messages import (
+    CancelRunningTurn,
+    DeliverBackground,
+    EvictIfIdle,
+    TurnActorIdle,
+)
+from chalie.bus import Subscription
+from chalie.conversation import background, submission
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
@@ -71,47 +74,11 @@ from chalie.conversation.requests import (
     check_send,
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
-from chalie.events import EventBus, Subscription
-from chalie.mail import (
-    CancelRunningTurn,
-    DeliverBackground,
-    EvictIfIdle,
-    StartTurn,
-    TurnActorIdle,
-)
 from chalie.memory import briefing
-from chalie.messages import ANSWERS
+from chalie.messages import ANSWERS, TurnContext
 from chalie.outbox import Outbox
-from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
-from chalie.providers.client import ModelClient
-from chalie.registry import Registry
-from chalie.services import Services
+from chalie.principals import Principal, may_answer
 from chalie.supervision import OnDemand
-
-
-class ConversationsHost(Protocol):
-    """What the conversations need of the running daemon (the composition root's Runtime)."""
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def registry(self) -> Registry: ...
-
-    @property
-    def events(self) -> EventBus: ...
-
-    @property
-    def loop(self) -> EventLoopThread: ...
-
-    @property
-    def services(self) -> Services: ...
-
-    @property
-    def db_path(self) -> Path: ...
-
-    def child(self, child_id: str, kind: type[K]) -> ChildRef[K]: ...
-
 
 log = logging.getLogger("chalie.conversations")
 K = TypeVar("K", bound=pykka.Actor)
@@ -151,13 +118,45 @@ class _Live:
     evicting: bool = False  # asked to stop if idle (over max_live); cleared on use
 
 
+class _Hooks:
+    """What the daemon's turns tell it (:class:`actors.turn.TurnHooks`); on TurnActor threads."""
+
+    def __init__(self, rt: Host, conversations: pykka.ActorRef[Any]) -> None:
+        self._rt = rt
+        self._conversations = conversations
+
+    def brief(self, context: TurnContext, message: str) -> str:
+        rt = self._rt
+        return briefing.for_turn(
+            rt.services.memory, context, message, rt.config.accounts.zone, time.time()
+        )
+
+    def learn(self, turn_id: str, channel: str, used: frozenset[str]) -> None:
+        """Learn what the turn used, where learning is on.
+
+        Never waits: the examples go to discovery as tells. Elsewhere (an external
+        agent, learning off) only the turn's find_tools record is dropped.
+        """
+        learning = self._rt.config.discovery
+        if not learning.learn or channel not in learning.learn_channels:
+            used = frozenset()
+        discovery = self._rt.services.discovery
+        if discovery is not None:
+            discovery.learn_turn_soon(turn_id, channel, used)
+
+    def follow_up(self, conversation_id: str, result: BackgroundResult) -> None:
+        """The turn starts from the Conversations actor's own thread."""
+        with contextlib.suppress(pykka.ActorDeadError):
+            self._conversations.tell(_FollowUp(conversation_id, result))
+
+
 class Conversations(Supervisor):
     """One TurnActor per live conversation, on demand; the API chat clients and MCP build on."""
 
     # The TurnActors do not depend on each other: a stop stops them all at once.
     STOP_TOGETHER = True
 
-    def __init__(self, rt: ConversationsHost, turns: OnDemand) -> None:
+    def __init__(self, rt: Host, turns: OnDemand) -> None:
         super().__init__((), intensity=turns.intensity, period=turns.period)
         self._turns = turns
         self._rt = rt
@@ -166,8 +165,7 @@ class Conversations(Supervisor):
         cfg = rt.config
         self._channels: dict[str, Channel] = resolve_channels(cfg.channels)
         self._channel_names = frozenset(self._channels)
-        self._model_configs: dict[str, ModelConfig] = dict(cfg.models)
-        self._models: dict[str, ModelClient] = {}
+        self._models = Models(cfg.models, rt.loop)
         # Least recently used first: a use moves a conversation to the end.
         self._live: OrderedDict[str, _Live] = OrderedDict()
         self._send_no = 0
@@ -199,23 +197,18 @@ class Conversations(Supervisor):
                 extra={"conversation_id": cid},
             )
         self._deps = TurnDeps(
-            store=store,
-            channels=self._channels,
-            models=self._model,
-            loop=rt.loop,
-            dispatcher=DispatcherClient(rt.child("dispatcher", DispatcherActor)),
-            tools=ToolCatalogue(rt.registry, rt.services.turns),
-            outbox=outbox,
+            storage=TurnStorage(store, outbox, self._summaries),
             bus=rt.events,
-            idle_stop=rt.config.conversations.idle_stop,
-            max_queued=rt.config.conversations.max_queued,
-            learn=self._learn,
-            follow_up=self._follow_up_later,
-            summaries=self._summaries,
-            zone=rt.config.accounts.zone,
-            brief=lambda context, message: briefing.for_turn(
-                rt.services.memory, context, message, rt.config.accounts.zone, time.time()
+            models=self._models,
+            dispatcher=DispatcherClient(rt.child("dispatcher", DispatcherActor)),
+            tools=rt.catalogue,
+            settings=TurnSettings(
+                channels=self._channels,
+                idle_stop=rt.config.conversations.idle_stop,
+                max_queued=rt.config.conversations.max_queued,
+                zone=rt.config.accounts.zone,
             ),
+            hooks=_Hooks(rt, self.actor_ref),
         )
         ref = self.actor_ref
 
@@ -253,10 +246,7 @@ class Conversations(Supervisor):
         # The TurnActors first: a stopping one still writes its turn's end.
         self.stop_children()
         self._live = OrderedDict()
-        models, self._models = self._models, {}
-        for client in models.values():
-            with contextlib.suppress(Exception):
-                self._rt.loop.submit(client.aclose()).result(5)
+        self._models.close()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -268,28 +258,6 @@ class Conversations(Supervisor):
             self._outbox = None
 
     # -- what the TurnActors share ------------------------------------------------------
-    def _model(self, name: str) -> ModelClient:
-        # Called from TurnActor threads: a dict read, and a benign race on first use.
-        client = self._models.get(name)
-        if client is None:
-            config = self._model_configs.get(name) or self._model_configs.get("default")
-            client = ModelClient(name, config or ModelConfig())
-            client = self._models.setdefault(name, client)
-        return client
-
-    def _learn(self, turn_id: str, channel: str, used: frozenset[str]) -> None:
-        """A turn ended (TurnActor threads): learn what it used, where learning is on.
-
-        Never waits: the examples go to discovery as tells. Elsewhere (an external
-        agent, learning off) only the turn's find_tools record is dropped.
-        """
-        learning = self._rt.config.discovery
-        if not learning.learn or channel not in learning.learn_channels:
-            used = frozenset()
-        discovery = self._rt.services.discovery
-        if discovery is not None:
-            discovery.learn_turn_soon(turn_id, channel, used)
-
     @property
     def store(self) -> ConversationStore:
         if self._store is None:
@@ -313,100 +281,49 @@ class Conversations(Supervisor):
             max_chars=self._rt.config.conversations.max_message_chars,
         )
         store = self.store
-        cid = msg.conversation_id
-        if cid is None:
-            cid = new_id("c")
-        who = msg.principal if msg.principal is not None else LOCAL_OWNER
-        placed = self._placement(cid)
-        channel = None if placed is None else placed[0]
-        if placed is not None and not may_see(who, placed[1]):
-            # The same answer as for an id that does not exist: nothing to learn from it.
-            log.warning(
-                "a message into another principal's conversation was refused",
-                extra={"conversation_id": cid, "principal": who.id, "scope": who.scope},
-            )
-            raise ConversationError("unknown-conversation", f"no conversation {cid!r}")
+        cid = msg.conversation_id if msg.conversation_id is not None else new_id("c")
+        try:
+            placement = submission.place(msg, cid, self._placement(cid))
+        except ConversationError as refused:
+            if refused.code == "unknown-conversation":
+                who = submission.sender(msg)
+                log.warning(
+                    "a message into another principal's conversation was refused",
+                    extra={"conversation_id": cid, "principal": who.id, "scope": who.scope},
+                )
+            raise
         limits = self._rt.config.conversations
         check_room(
-            who,
-            len(msg.text.encode("utf-8", "surrogatepass")),
-            placed is None,
+            placement.principal,
+            submission.incoming_bytes(msg),
+            placement.new,
             usage=store.usage,
             free=free_bytes(store.path.parent),
             min_free=limits.min_free_bytes,
             max_conversations=limits.agent_max_conversations,
             max_bytes=limits.agent_max_bytes,
         )
-        if placed is None:
+        if placement.new:
             store.create(
-                cid,
-                msg.channel,
-                msg.origin,
-                title=" ".join(msg.text.split())[:80],
-                principal=msg.principal,
+                cid, msg.channel, msg.origin, title=placement.title, principal=msg.principal
             )
-            owner_id = "" if who.is_owner else who.id
-            self._remember_channel(cid, (msg.channel, owner_id))
-        elif channel != msg.channel:
-            raise ConversationError(
-                "invalid-message",
-                f"conversation {cid} is on channel {channel!r}, not {msg.channel[:64]!r}",
-            )
+            self._remember_channel(cid, (msg.channel, placement.owner_id))
         client_msg_id = msg.client_msg_id or new_id("m")
         turn_id = new_id("t")
         telemetry.turn_parent(turn_id, msg.traceparent)  # before its actor may start it
-        out: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
         seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
         if seen is not None:
-            out.set_result(
-                Accepted(conversation_id=cid, turn_id=seen.turn_id, queued=False, duplicate=True)
-            )
-            return out
+            return submission.duplicate(cid, seen.turn_id)
         self._send_no += 1
         live, ref = self._actor(cid)
         live.send_no = self._send_no
-        taken: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        asked = ref.ask(
-            StartTurn(
-                turn_id,
-                client_msg_id,
-                msg.text,
-                msg.busy,
-                self._send_no,
-                human_present=msg.human_present is True,
-                park_asks=msg.park_asks is True,
-                taken=taken,
-            ),
-            block=False,
-        )
-
-        def settle(queued: bool | None, exc: BaseException | None) -> None:
-            with contextlib.suppress(concurrent.futures.InvalidStateError):  # the other won
-                if exc is not None:
-                    out.set_exception(exc)
-                else:
-                    out.set_result(
-                        Accepted(
-                            conversation_id=cid,
-                            turn_id=turn_id,
-                            queued=bool(queued),
-                            duplicate=False,
-                        )
-                    )
-
-        # Answered when the TurnActor decides (before the turn's first step); the ask
-        # itself answers only after that step, or fails if the actor died first.
-        taken.add_done_callback(lambda f: settle(f.result(), None))
-
-        def asked_done(done: CallbackFuture) -> None:  # on the TurnActor's thread
-            try:
-                settle(bool(done.get(timeout=0)), None)
-            except BaseException as exc:
-                settle(None, exc)
-
+        start, taken = submission.start(msg, turn_id, client_msg_id, self._send_no)
+        # The TurnActor answers ``taken`` once it has decided (before the turn's first
+        # step); the ask answers only if that actor died or failed before deciding.
+        asked = ref.ask(start, block=False)
         assert isinstance(asked, CallbackFuture)  # a TurnActor's asks call back
-        asked.add_done_callback(asked_done)
-        return out
+        asked.add_done_callback(lambda done: submission.undecided(taken, done))
+        return taken
 
     def cancel(self, conversation_id: str) -> concurrent.futures.Future[bool]:
         """Cancel the conversation's running turn; the future says whether one ran.
@@ -570,11 +487,6 @@ class Conversations(Supervisor):
                 live.evicting = True
                 tell_quietly(ref, EvictIfIdle())
             excess -= 1
-
-    def _follow_up_later(self, conversation_id: str, result: BackgroundResult) -> None:
-        """Called on a TurnActor's thread: the turn starts from this actor's own."""
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_FollowUp(conversation_id, result))
 
     def _follow_up(self, message: _FollowUp) -> None:
         cid = message.conversation_id

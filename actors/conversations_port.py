@@ -24,10 +24,10 @@ import pykka
 
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import Conversations
+from chalie.bus import HUMANS, EventBus
 from chalie.conversation.events import ConversationEvent, Event
 from chalie.conversation.port import Closeable, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
-from chalie.events import HUMANS, EventBus
 from chalie.policy import PolicyError
 from chalie.principals import Principal
 

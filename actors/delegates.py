@@ -19,43 +19,25 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from actors.child_ref import ChildRef
 from actors.conversations import Conversations, new_id
 from actors.conversations_port import ActorConversations
-from chalie.config import Config
+from actors.host import Host
 from chalie.conversation.channels import resolve_channels
 from chalie.conversation.events import RichPayload, ToolFinished
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.delegate import DelegateError, DelegateRun, origin_for
-from chalie.events import EventBus
 from chalie.messages import TurnContext
-from chalie.services import LoopService
 
 POLL: Final = 0.05  # how often the waiting call looks at its cancelled event
 MARGIN: Final = 15.0  # seconds past the channel's wall clock before the wait gives up
 
 
-class DelegateHost(Protocol):
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def events(self) -> EventBus: ...
-
-    @property
-    def loop(self) -> LoopService: ...
-
-    def child(self, child_id: str, kind: type[Conversations]) -> ChildRef[Conversations]: ...
-
-
 class DelegateRunner:
-    def __init__(
-        self, host: DelegateHost, *, on_end: Callable[[str, str], object] | None = None
-    ) -> None:
+    def __init__(self, host: Host, *, on_end: Callable[[str, str], object] | None = None) -> None:
         self._port = ActorConversations(host.child("conversations", Conversations), host.events)
         self._loop = host.loop
         self._channels = resolve_channels(host.config.channels)

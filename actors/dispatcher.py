@@ -3,7 +3,7 @@
 Lifecycle of one call (the pure steps live in :mod:`chalie.dispatch`; this
 actor sequences them and owns the calls in flight, on its own thread only):
 
-1. :class:`~chalie.mail.Dispatch`: check the call's shape, resolve a
+1. :class:`~chalie.actor_messages.Dispatch`: check the call's shape, resolve a
    fresh per-call instance bound to the turn, split off ``act_summary`` /
    ``async``, pre-validate (defaults applied, action map, JSON Schema,
    Params), derive the permission with the ability's ``classify`` from those
@@ -12,13 +12,13 @@ actor sequences them and owns the calls in flight, on its own thread only):
    operator's setting, read from the PolicyActor's lock-free view; a call
    that needs the PolicyActor (``ask``, or a permission never seen) is sent
    there with ``tell`` and its decision comes back as a
-   :class:`~chalie.mail.GateAnswered` message.
+   :class:`~chalie.actor_messages.GateAnswered` message.
 3. Execute: a :class:`~chalie.execution.Job` (exactly the params the gate
    saw) goes to the executor registered for the ability's ``isolation``
    (:data:`actors.executors.EXECUTORS`); its result comes back as an
-   :class:`~chalie.mail.Executed` message (or, reported on this actor's own
+   :class:`~chalie.actor_messages.Executed` message (or, reported on this actor's own
    thread by the worker pool it hosts, is handled at once) and its deadline as
-   a :class:`~chalie.mail.Deadline` message. With ``async`` on a channel
+   a :class:`~chalie.actor_messages.Deadline` message. With ``async`` on a channel
    that allows it, the turn gets an immediate success envelope naming the
    call id; the final envelope goes to the outbox (stored until a consumer
    acknowledges it) and is published to the conversation.
@@ -29,7 +29,7 @@ actor sequences them and owns the calls in flight, on its own thread only):
 
 The trail row of a call decided at once is written ``running`` about
 :data:`START_ROW_DELAY` (2 ms) after the handler that started it, in a batch
-(a :class:`~chalie.mail.FlushTrail` timer message); a call that ends sooner
+(a :class:`~chalie.actor_messages.FlushTrail` timer message); a call that ends sooner
 (most do) is written as one complete row. Calls waiting for a human are
 written ``running`` before they are asked, and background calls before their
 conversation is told the result will come: that promise is kept after a
@@ -79,13 +79,7 @@ from chalie import dispatch as steps
 from chalie import policy as rules
 from chalie import telemetry
 from chalie.ability import Ability, gate_internal
-from chalie.approvals import ResumableCall, call_binding, encode_call
-from chalie.config import WorkersConfig
-from chalie.conversation.events import BackgroundResult
-from chalie.events import EventBus
-from chalie.execution import Executor, Job
-from chalie.faults import FAULTS
-from chalie.mail import (
+from chalie.actor_messages import (
     Deadline,
     Dispatch,
     Executed,
@@ -96,6 +90,12 @@ from chalie.mail import (
     Suggested,
     Withdraw,
 )
+from chalie.approvals import ResumableCall, call_binding, encode_call
+from chalie.bus import EventBus
+from chalie.config import WorkersConfig
+from chalie.conversation.events import BackgroundResult
+from chalie.execution import Executor, Job
+from chalie.faults import FAULTS
 from chalie.messages import CancelTurn, ToolCall, ToolOutcome, TurnContext
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
 from chalie.policy import GateDecision
@@ -496,88 +496,53 @@ class DispatcherActor(SupervisedActor):
             )
             return
         telemetry.tool_started(call)
-        bad = steps.check_call(call)
-        if bad is not None:
-            self._end_early(call, reply, bad)
+        ready = steps.prepare(call, self._registry, self._services, self._services.turns)
+        if isinstance(ready, steps.Refused):
+            if not ready.suggest or not self._suggest(call, reply):
+                self._end_early(
+                    call,
+                    reply,
+                    ready.result,
+                    act_summary=ready.act_summary,
+                    params=ready.params,
+                    cls=ready.cls,
+                    healed=ready.healed,
+                )
             return
-        entry = steps.resolve(self._registry, call.tool, call.context, self._services.turns)
-        if isinstance(entry, ToolResult):
-            if entry.code != "unknown-tool" or not self._suggest(call, reply):
-                self._end_early(call, reply, entry)
-            return
-        cls = entry.cls
-        if call.bare is not None:
-            fields = steps.bare_arguments(cls, call.bare)
-            if isinstance(fields, ToolResult):
-                self._end_early(call, reply, fields, cls=cls)
-                return
-        else:
-            fields = steps.framework_fields(call.arguments, call.context, cls)
-        params, act_summary, run_async = fields.params, fields.act_summary, fields.run_async
-        healed = "; ".join(fields.healed)
-        try:
-            instance = cls(call.context, self._services)
-            instance.call_id = call.call_id
-        except Exception as exc:
-            log.exception("constructing %s failed", cls.name)
-            self._end_early(
-                call,
-                reply,
-                FAULTS.construct_failed(cls.name, exc),
-                act_summary=act_summary,
-                params=params,
-                cls=cls,
-                healed=healed,
-            )
-            return
-        pre = steps.prevalidate(cls, params)
-        if isinstance(pre, ToolResult):
-            if call.context.initiator == "model":
-                pre = steps.with_shape(cls, pre)
-            self._end_early(
-                call, reply, pre, act_summary=act_summary, params=params, cls=cls, healed=healed
-            )
-            return
-        redacted = redact(pre.params, cls.sensitive)
-        gate: GateDecision | None = None
-        try:
-            permission = steps.permission(instance, pre.params)
-        except Exception as exc:
-            log.exception("classify() of %s failed; the gate fails closed", cls.name)
-            permission = cls.name
-            gate = rules.failed_closed(f"classify raised {type(exc).__name__}")
-        reach = steps.reach(instance, pre.params)
+        gate = None
+        if ready.failed_closed is not None:
+            gate = rules.failed_closed(ready.failed_closed)
         assert self._trail is not None
         ctx = call.context
-        background = run_async and ctx.allow_async
+        background = ready.run_async and ctx.allow_async
         rec = self._trail.record_for(
             call_id=call.call_id,
             turn_id=ctx.turn_id,
             conversation_id=ctx.conversation_id,
             channel=ctx.channel,
-            tool=cls.name,
-            permission=permission,
-            params=params_json(redacted),
-            act_summary=act_summary,
+            tool=ready.entry.cls.name,
+            permission=ready.permission,
+            params=params_json(ready.redacted),
+            act_summary=ready.act_summary,
             background=background,
-            healed=healed,
+            healed=ready.healed,
             parent_call_id=ctx.parent_call,
             principal=principal_id(ctx.principal, str(ctx.channel)),
         )
         state = _Call(
             seq=next(self._seq),
             call=call,
-            entry=entry,
-            instance=instance,
-            pre=pre,
-            permission=permission,
-            act_summary=act_summary,
-            redacted=redacted,
-            given=steps.given(redacted, params),
+            entry=ready.entry,
+            instance=ready.instance,
+            pre=ready.pre,
+            permission=ready.permission,
+            act_summary=ready.act_summary,
+            redacted=ready.redacted,
+            given=steps.given(ready.redacted, ready.params),
             background=background,
             reply=reply,
             rec=rec,
-            reach=reach,
+            reach=ready.reach,
         )
         self._inflight[state.seq] = state
         if gate is None:
@@ -796,7 +761,7 @@ class DispatcherActor(SupervisedActor):
         """The ``done`` an executor calls with the job's result, on any thread.
 
         From another thread (a lane, an MCP connection) the result comes back as an
-        :class:`~chalie.mail.Executed` message. On this actor's own thread, in a later
+        :class:`~chalie.actor_messages.Executed` message. On this actor's own thread, in a later
         handler (the worker pool hosted here answers while this actor handles its
         socket's Ready), it is handled at once: the message would only come back to
         this same thread. Never inside ``executor.start``: a result known there is

@@ -55,13 +55,13 @@ from mcp_types import (
 from actors.child_ref import ChildRef
 from actors.policy import ViewCache
 from chalie import policy as rules
+from chalie.actor_messages import GateAsk, RecordAsk, Withdraw
 from chalie.approvals import call_binding
+from chalie.bus import EventBus
 from chalie.config import McpConfig, ModelConfig
 from chalie.db import connect
-from chalie.events import EventBus
 from chalie.forms import fields as form_fields
 from chalie.forms import secret_fields
-from chalie.mail import GateAsk, RecordAsk, Withdraw
 from chalie.mcp.names import server_permission, server_tool
 from chalie.mcp.peer import (
     MAX_SHOWN,

@@ -3,7 +3,7 @@
 Lifecycle of the actor:
 
 1. ``on_start`` loads the server's cached tool rows and starts connecting:
-   a :class:`chalie.mcp.session.Link` opens on the daemon's event loop; the
+   a :class:`chalie.mcp.session.McpSession` opens on the daemon's event loop; the
    actor does not wait (the daemon is ready before any server answers, and
    servers come online in parallel).
 2. Connected: status ``online`` (stored with the time and the protocol
@@ -45,14 +45,14 @@ from typing import Any, Final, TextIO, cast
 
 from actors.actor import SupervisedActor, tell_quietly
 from actors.mcp_deps import McpDeps, announce, back_to_ask, serve_skills
-from chalie.mail import ProbeConnection, RefreshServer
+from chalie.actor_messages import ProbeConnection, RefreshServer
+from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.extras import install_extras, prompt_skill
 from chalie.mcp.oauth import daemon_auth
 from chalie.mcp.proxy import install
-from chalie.mcp.route import Route
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
 from chalie.mcp.server_log import ServerLog, log_path
-from chalie.mcp.session import ConnectFailure, Link, LinkInfo, describe, task_support
+from chalie.mcp.session import ConnectFailure, McpSession, SessionInfo, describe, task_support
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, Status
 from chalie.mcp.tools import ToolRow, plan
@@ -76,7 +76,7 @@ def child_id(server: str) -> str:
 @dataclass(frozen=True)
 class _Connected:
     gen: int
-    future: concurrent.futures.Future[LinkInfo]
+    future: concurrent.futures.Future[SessionInfo]
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class McpConnectionActor(SupervisedActor):
         self._store: McpStore | None = None
         self._secrets = SecretFile(deps.home)
         self._rows: dict[str, ToolRow] = {}
-        self._link: Link | None = None
+        self._link: McpSession | None = None
         self._gen = 0
         self._status: Status = "connecting"
         self._reason = ""
@@ -254,7 +254,7 @@ class McpConnectionActor(SupervisedActor):
             return
         auth: Any = None
         hidden: tuple[str, ...] = ()
-        held: list[Link] = []
+        held: list[McpSession] = []
         if resolved.oauth:
             # the grant from chalie mcp login; when it needs the owner, the link says so
             auth, storage = daemon_auth(resolved, self._secrets, lambda: held[0].login_required())
@@ -262,7 +262,7 @@ class McpConnectionActor(SupervisedActor):
                 self._needs_login()
                 return
             hidden = tuple(storage.secrets())
-        link = Link(
+        link = McpSession(
             resolved,
             on_change=lambda: self._tell(_Changed(gen)),
             on_lost=lambda reason: self._tell(_Lost(gen, reason)),
@@ -534,8 +534,8 @@ class McpConnectionActor(SupervisedActor):
 
     # -- the call path's snapshot -------------------------------------------------------
     def _publish(self) -> None:
-        """Publish what a call needs to know now (see chalie.mcp.route)."""
-        self._deps.routes[self.name] = Route(
+        """Publish what a call needs to know now (see chalie.mcp.connection_view)."""
+        self._deps.routes[self.name] = ConnectionView(
             server=self.name,
             gen=self._gen,
             status=self._status,

@@ -21,11 +21,11 @@ from actors.loop import EventLoopThread
 from actors.mcp_connection import STOP_GRACE, McpConnectionActor, child_id
 from actors.mcp_deps import McpDeps, announce, serve_skills
 from actors.supervisor import Supervisor
-from chalie.events import EventBus
-from chalie.mail import RefreshServer
+from chalie.actor_messages import RefreshServer
+from chalie.bus import EventBus
+from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
-from chalie.mcp.route import Route
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore
 from chalie.supervision import ChildSpec
@@ -135,7 +135,7 @@ class McpHandle:
     def __init__(
         self,
         directory: Directory,
-        routes: dict[str, Route],
+        routes: dict[str, ConnectionView],
         loop: EventLoopThread,
         bus: EventBus | None = None,
         *,

@@ -21,9 +21,9 @@ from actors.policy import PolicyActor
 from chalie import messages
 from chalie.config import McpConfig
 from chalie.discovery.engine import registry_docs
+from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.peer import Asks
 from chalie.mcp.proxy import Installed, install_cached
-from chalie.mcp.route import Route
 from chalie.mcp.spec import ServerSpec
 from chalie.registry import Registry
 
@@ -86,8 +86,8 @@ class McpDeps:
     policy: ChildRef[PolicyActor] | None = None
     side: SideWork = field(default_factory=SideWork)
     errlog_dir: Path | None = None
-    # server → the Route its actor last published (read by the MCP executor, lock-free)
-    routes: dict[str, Route] = field(default_factory=dict)
+    # server → the ConnectionView its actor last published (read by the MCP executor, lock-free)
+    routes: dict[str, ConnectionView] = field(default_factory=dict)
     # where servers' sampling and elicitation requests go (None: refused and declined)
     asks: Asks | None = None
 

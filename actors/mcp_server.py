@@ -7,7 +7,7 @@ Lifecycle, in order:
    A port in use (or a refused remote bind) is one error line and the actor
    stays up, idle, reporting it in :meth:`status`: no restart loop.
 2. While it runs, an unexpected end of the uvicorn task is told to the actor
-   as :class:`~chalie.mail.EndpointDied`; the actor fails and its supervisor restarts it.
+   as :class:`~chalie.actor_messages.EndpointDied`; the actor fails and its supervisor restarts it.
 3. ``on_stop`` (or ``on_failure``): stop uvicorn (open requests end; their
    turns are cancelled), close its listeners and the ownership table.
 
@@ -31,19 +31,18 @@ from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from actors.serving import ServingActor
 from chalie.approvals import ApprovalStore
+from chalie.bus import HUMANS, EventBus
 from chalie.config import McpServerConfig
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.port import ConversationsPort
-from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
-from chalie.mcp_server.exchange import AgentExchange, HumanDesk
+from chalie.mcp_server.exchange import AgentExchange, HumansPort
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.gateway import Gateway, ToolsPort
 from chalie.mcp_server.kept import ExchangeBook
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.messages import ToolCall, ToolOutcome
-from chalie.registry import Registry
-from chalie.services import TurnTools
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.mcp_server")
@@ -54,29 +53,23 @@ T = TypeVar("T")
 
 
 class DispatcherTools:
-    """The gateway's ToolsPort: the one dispatcher chokepoint, the registry, the injections."""
+    """The gateway's ToolsPort: the one dispatcher chokepoint and the one tool catalogue."""
 
-    def __init__(self, dispatcher: DispatcherClient, registry: Registry, turns: TurnTools) -> None:
+    def __init__(self, dispatcher: DispatcherClient, catalogue: ToolCatalogue) -> None:
         self._dispatcher = dispatcher
-        self._registry = registry
-        self._turns = turns
+        self._catalogue = catalogue
 
     async def call(self, call: ToolCall) -> ToolOutcome:
         return await self._dispatcher.call(call)
 
     def injected(self, turn_id: str) -> frozenset[str]:
-        return self._turns.injected(turn_id)
+        return self._catalogue.injected(turn_id)
 
     def descriptors(self, names: tuple[str, ...]) -> list[dict[str, Any]]:
-        out = []
-        for name in names:
-            entry = self._registry.get(name)
-            if entry is not None:
-                out.append(entry.cls.descriptor())
-        return out
+        return self._catalogue.descriptors(names)  # a token's direct calls run inline
 
 
-class BusDesk:
+class BusHumans:
     """The people at a screen: every chat session subscribes to the bus's HUMANS key.
     Each exchange is kept first (``book``), and seen once an owner client received it."""
 
@@ -113,7 +106,7 @@ class McpServerActor(ServingActor):
         db_path: Path,
         conversations: ConversationsPort,
         tokens: Callable[[], TokenVerifier],
-        desk: HumanDesk,
+        desk: HumansPort,
         closers: tuple[Callable[[], None], ...] = (),
         tools: ToolsPort | None = None,
     ) -> None:
@@ -228,7 +221,7 @@ def start_for(
         db_path,
         port,
         lambda: store,
-        BusDesk(events, book),
+        BusHumans(events, book),
         closers=(store.close, book.close),
         tools=tools,
     )

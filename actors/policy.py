@@ -49,11 +49,11 @@ import pykka
 
 from actors.actor import SupervisedActor
 from chalie import policy as rules
+from chalie.actor_messages import ExpireRequest, GateAsk, ViewRequest, Withdraw
 from chalie.approvals import ApprovalStore
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.dispatch import render_outcome
-from chalie.events import EventBus
-from chalie.mail import ExpireRequest, GateAsk, ViewRequest, Withdraw
 from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, TurnContext
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
@@ -256,7 +256,7 @@ class PolicyActor(SupervisedActor):
     ) -> Future[GateDecision]:
         """Decide one call; the returned future completes now, or when a human answers.
 
-        The fields are a :class:`~chalie.mail.GateAsk`'s (what the dispatcher tells this
+        The fields are a :class:`~chalie.actor_messages.GateAsk`'s (what the dispatcher tells this
         actor); this is the same ask made through a proxy. ``form``: a question whose
         answer fills it (a server's elicitation); it is put to a person whatever the
         setting, unless the setting is deny or nobody is there, and it expires after

@@ -41,6 +41,7 @@ import pykka
 from actors.actor import SupervisedActor
 from actors.timers import TimerInbox
 from chalie import untrusted
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
@@ -48,7 +49,6 @@ from chalie.conversation.requests import SendMessage
 from chalie.conversation.store import ConversationStore
 from chalie.db import connect
 from chalie.envelope import render
-from chalie.events import EventBus
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
@@ -58,7 +58,7 @@ from chalie.principals import Principal
 from chalie.providers.client import ModelClient
 from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
-from chalie.schedule.desk import ReminderError
+from chalie.schedule.port import ReminderError
 from chalie.schedule.rules import (
     RuleError,
     RuleKind,

@@ -5,7 +5,7 @@ Lifecycle, in order:
 1. The subclass's ``on_start`` starts its server on the loop.
 2. If the server stops serving without being asked, the loop thread calls
    :meth:`ServingActor.stopped_serving`, which tells the actor
-   :class:`~chalie.mail.EndpointDied`; handling it raises, so the actor
+   :class:`~chalie.actor_messages.EndpointDied`; handling it raises, so the actor
    fails and its supervisor restarts it (with a fresh server).
 3. ``on_end`` (from ``on_stop``, or from ``on_failure``, which pykka runs
    instead of ``on_stop`` after a failed message) calls the subclass's
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.actor import SupervisedActor, tell_quietly
-from chalie.mail import EndpointDied
+from chalie.actor_messages import EndpointDied
 
 
 class ServingActor(SupervisedActor):

@@ -49,7 +49,7 @@ import pykka
 from actors.actor import SupervisedActor, binding, describe_error, request_stop
 from actors.child_ref import ChildRef
 from actors.directory import Directory
-from chalie.mail import ChildExit, DismissedStopped, RestartChild, WatchChildren
+from chalie.actor_messages import ChildExit, DismissedStopped, RestartChild, WatchChildren
 from chalie.supervision import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,

@@ -30,10 +30,10 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pykka
 
@@ -41,7 +41,16 @@ from actors.actor import SupervisedActor, tell_quietly
 from actors.dispatcher import DispatcherClient
 from actors.loop import EventLoopThread
 from chalie import telemetry
-from chalie.conversation import compaction
+from chalie.actor_messages import (
+    CancelRunningTurn,
+    DeliverBackground,
+    EvictIfIdle,
+    StartTurn,
+    TurnActorIdle,
+)
+from chalie.bus import EventBus, Subscription
+from chalie.config import ModelConfig
+from chalie.conversation import compaction, submission
 from chalie.conversation import turn as core
 from chalie.conversation.catalogue import ToolCatalogue
 from chalie.conversation.channels import Channel
@@ -52,54 +61,120 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
+from chalie.conversation.requests import Accepted
 from chalie.conversation.store import FAILED_LINE, ConversationStore
 from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
-from chalie.events import EventBus, Subscription
-from chalie.mail import (
-    CancelRunningTurn,
-    DeliverBackground,
-    EvictIfIdle,
-    StartTurn,
-    TurnActorIdle,
-)
 from chalie.messages import RequestSettled, ToolOutcome, TurnContext
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ModelResponse, ProviderError
 
 log = logging.getLogger("chalie.turn")
+T = TypeVar("T")
 
 CANCELLED_LINE = core.CANCELLED_LINE
 
 
-@dataclass
-class TurnDeps:
-    """What every TurnActor of the daemon shares."""
+class Models:
+    """The model clients of the daemon's turns, one per configured model, and the event
+    loop their requests run on (a request is a coroutine submitted there)."""
+
+    def __init__(self, configs: Mapping[str, ModelConfig], loop: EventLoopThread) -> None:
+        self._configs = dict(configs)
+        self._clients: dict[str, ModelClient] = {}
+        self.loop = loop
+
+    def client(self, name: str) -> ModelClient:
+        """The named model's client (``default``'s settings for a name not configured).
+
+        Called from TurnActor threads: a dict read, and a benign race on first use.
+        """
+        client = self._clients.get(name)
+        if client is None:
+            config = self._configs.get(name) or self._configs.get("default")
+            client = self._clients.setdefault(name, ModelClient(name, config or ModelConfig()))
+        return client
+
+    def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run a request on the loop (RuntimeError when the loop is gone)."""
+        return self.loop.submit(work)
+
+    def close(self) -> None:
+        """Close every client's connections, on the loop."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            with contextlib.suppress(Exception):
+                self.loop.submit(client.aclose()).result(5)
+
+
+class TurnHooks(Protocol):
+    """What a turn tells the rest of the daemon, and the one thing it reads from it.
+
+    Each is called on the TurnActor's thread and must not block.
+    """
+
+    def brief(self, context: TurnContext, message: str) -> str:
+        """What the memory remembers that bears on a message, for a turn with a human
+        (chalie.memory.briefing.for_turn; '' when nothing does). Reads only."""
+        ...
+
+    def learn(self, turn_id: str, channel: str, used: frozenset[str]) -> None:
+        """A turn ended: its id, its policy channel, the tools it used with success and no
+        denial (empty when it did not end with an answer)."""
+        ...
+
+    def follow_up(self, conversation_id: str, result: BackgroundResult) -> None:
+        """A background result reached the conversation while no turn ran: start a turn
+        that tells the person (chalie/conversation/background.py)."""
+        ...
+
+
+class NoHooks:
+    """Hooks that tell nobody and brief nothing."""
+
+    def brief(self, context: TurnContext, message: str) -> str:
+        return ""
+
+    def learn(self, turn_id: str, channel: str, used: frozenset[str]) -> None:
+        return None
+
+    def follow_up(self, conversation_id: str, result: BackgroundResult) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class TurnStorage:
+    """Where a conversation's turns are kept."""
 
     store: ConversationStore
-    channels: dict[str, Channel]
-    models: Callable[[str], ModelClient]
-    loop: EventLoopThread
-    dispatcher: DispatcherClient  # a call in, an outcome out; cancels a turn's calls
-    tools: ToolCatalogue  # descriptors, scoped remote tools, injections (and their release)
     outbox: Outbox  # background results not yet in a history (after a restart), acked once stored
-    bus: EventBus
-    idle_stop: float = 600.0
-    max_queued: int = 16
-    # At a turn's end: (turn id, policy channel, tools it used with success and no
-    # denial; empty when the turn did not end with an answer). Must not block.
-    learn: Callable[[str, str, frozenset[str]], object] = lambda _t, _c, _u: None
-    # A background result reached this conversation while no turn ran: start a turn that
-    # tells the person (chalie/conversation/background.py). Must not block.
-    follow_up: Callable[[str, BackgroundResult], object] = lambda _c, _r: None
     # Where summaries of compacted histories are kept (None: histories are only trimmed).
     summaries: compaction.SummaryStore | None = None
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    """The daemon's settings every turn runs by."""
+
+    channels: dict[str, Channel]
+    idle_stop: float = 600.0  # [conversations] idle_stop: an idle actor reports it after this
+    max_queued: int = 16  # [conversations] max_queued
     # The person's time zone ([accounts] zone): the system prompt says what day it is there.
     zone: str = "UTC"
-    # What the memory remembers that bears on a message, for a turn with a human
-    # (chalie.memory.briefing.for_turn; '' when nothing does). Reads only.
-    brief: Callable[[TurnContext, str], str] = lambda _c, _m: ""
+
+
+@dataclass(frozen=True)
+class TurnDeps:
+    """What every TurnActor of the daemon shares: one port a concern."""
+
+    storage: TurnStorage
+    bus: EventBus
+    models: Models
+    dispatcher: DispatcherClient  # a call in, an outcome out; cancels a turn's calls
+    tools: ToolCatalogue  # descriptors, scoped remote tools, injections (and their release)
+    settings: TurnSettings
+    hooks: TurnHooks = field(default_factory=NoHooks)
 
 
 @dataclass(frozen=True)
@@ -137,7 +212,7 @@ class TurnActor(SupervisedActor):
         self._parent = parent
         self._send_no = send_no
         self._state: core.Conversation | None = None
-        self._taken: dict[str, concurrent.futures.Future[bool]] = {}  # senders waiting
+        self._taken: dict[str, concurrent.futures.Future[Accepted]] = {}  # senders waiting
         self._model: concurrent.futures.Future[Any] | None = None  # the outstanding request
         self._timers: dict[core.Timer, int] = {}
         self._requests: Subscription | None = None
@@ -157,19 +232,22 @@ class TurnActor(SupervisedActor):
         self._requests = deps.bus.subscribe(
             self.conversation_id, heard, kinds=(PermissionRequest, RequestSettled)
         )
-        for event in deps.store.recover(self.conversation_id):
+        for event in deps.storage.store.recover(self.conversation_id):
             deps.bus.publish(self.conversation_id, event)
-        loaded = deps.store.load(self.conversation_id)
+        loaded = deps.storage.store.load(self.conversation_id)
         if loaded is None:
             # Deleted meanwhile: nothing to run, and nothing failed (a normal exit).
             log.info("no conversation to run", extra={"conversation_id": self.conversation_id})
             self.actor_ref.stop(block=False)
             return
-        channel = deps.channels.get(loaded.info.channel) or deps.channels["subconscious"]
+        channel = (
+            deps.settings.channels.get(loaded.info.channel)
+            or deps.settings.channels["subconscious"]
+        )
         self._state = core.opened(
             self.conversation_id,
             channel=channel,
-            config=deps.models(channel.model).config,
+            config=deps.models.client(channel.model).config,
             tools=deps.tools,
             messages=loaded.messages,
             seq=loaded.info.last_seq,
@@ -177,15 +255,17 @@ class TurnActor(SupervisedActor):
                 core.Start(turn_id=r.turn_id, client_msg_id=r.client_msg_id, text=r.text)
                 for r in loaded.queued
             ],
-            zone=deps.zone,
-            idle_stop=deps.idle_stop,
-            max_queued=deps.max_queued,
-            summaries=deps.summaries is not None,
-            summary=deps.summaries.get(self.conversation_id) if deps.summaries else None,
+            zone=deps.settings.zone,
+            idle_stop=deps.settings.idle_stop,
+            max_queued=deps.settings.max_queued,
+            summaries=deps.storage.summaries is not None,
+            summary=deps.storage.summaries.get(self.conversation_id)
+            if deps.storage.summaries
+            else None,
             parent_call=parent_of(loaded.info.origin),
             principal=loaded.info.principal,
         )
-        for result in deps.outbox.pending(self.conversation_id):
+        for result in deps.storage.outbox.pending(self.conversation_id):
             self._on(core.Background(result))
         self._on(core.Resume())
 
@@ -224,7 +304,7 @@ class TurnActor(SupervisedActor):
             with contextlib.suppress(Exception):
                 self._deps.tools.forget(turn.turn_id)
         try:
-            events = self._deps.store.recover(
+            events = self._deps.storage.store.recover(
                 self.conversation_id,
                 line=FAILED_LINE,
                 # The kind of fault only: its text may hold anything (the log has it).
@@ -326,7 +406,7 @@ class TurnActor(SupervisedActor):
             self._deps.bus.publish(self.conversation_id, event)
 
     def _write(self, effect: core.Write) -> None:
-        self._deps.store.write(effect.batch)
+        self._deps.storage.store.write(effect.batch)
 
     def _do_publish(self, effect: core.Publish) -> None:
         self._publish(effect.events)
@@ -349,16 +429,17 @@ class TurnActor(SupervisedActor):
                 telemetry.turn_ended(event.turn_id, event.reason, event.text)
 
     def _ack(self, effect: core.Ack) -> None:
-        self._deps.outbox.ack(effect.ids)
+        self._deps.storage.outbox.ack(effect.ids)
 
     def _follow_up(self, effect: core.FollowUp) -> None:
-        self._deps.follow_up(self.conversation_id, effect.result)
+        self._deps.hooks.follow_up(self.conversation_id, effect.result)
 
     def _taken_now(self, effect: core.Taken) -> None:
         taken = self._taken.pop(effect.turn_id, None)
         if taken is not None and not taken.done():
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
-                taken.set_result(effect.queued)
+            taken.set_result(
+                submission.decided(self.conversation_id, effect.turn_id, effect.queued)
+            )
 
     def _idle(self, _effect: core.Idle) -> None:
         if self._parent is not None:
@@ -397,22 +478,24 @@ class TurnActor(SupervisedActor):
 
     def _brief(self, effect: core.Brief) -> core.Message:
         try:
-            text = self._deps.brief(effect.context, effect.text)
+            text = self._deps.hooks.brief(effect.context, effect.text)
         except Exception:  # the brief is extra: a memory fault never stops a turn
             log.exception("the memory brief failed", extra={"turn_id": effect.context.turn_id})
             text = ""
         return core.Briefed(effect.gen, text)
 
     def _keep_summary(self, effect: core.KeepSummary) -> None:
-        if self._deps.summaries is not None:
-            self._deps.summaries.put(self.conversation_id, effect.summary, effect.at)
+        if self._deps.storage.summaries is not None:
+            self._deps.storage.summaries.put(self.conversation_id, effect.summary, effect.at)
 
     def _ended(self, effect: core.Ended) -> None:
         self._deps.tools.forget(effect.turn_id)
         state = self._state
         channel = state.channel if state is not None else None
         try:
-            self._deps.learn(effect.turn_id, channel.policy_channel if channel else "", effect.used)
+            self._deps.hooks.learn(
+                effect.turn_id, channel.policy_channel if channel else "", effect.used
+            )
         except Exception:
             log.exception("learning from turn %s failed", effect.turn_id)
         # One info line a turn: who, where, how far, which tools with which codes, why.
@@ -436,7 +519,7 @@ class TurnActor(SupervisedActor):
 
     def _compact(self, effect: core.Compact) -> core.Message | None:
         """Ask the model for a summary; answered by ``Compacted`` (text None: none came)."""
-        client = self._deps.models(effect.model)
+        client = self._deps.models.client(effect.model)
         ref, gen, upto, request = self.actor_ref, effect.gen, effect.upto, effect.request
 
         async def summarise() -> tuple[ModelResponse, str]:  # on the loop
@@ -452,7 +535,7 @@ class TurnActor(SupervisedActor):
             tell_quietly(ref, core.Compacted(gen, upto, text, response.usage.total))
 
         try:
-            self._model = self._deps.loop.submit(summarise())
+            self._model = self._deps.models.submit(summarise())
         except RuntimeError:
             return core.Compacted(gen, upto, None, 0)  # no loop: trim as before
         self._model.add_done_callback(done)
@@ -460,7 +543,7 @@ class TurnActor(SupervisedActor):
 
     def _ask(self, effect: core.Ask) -> core.Message | None:
         """The model request on the loop: deltas joined per window, the reply as a message."""
-        client = self._deps.models(effect.model)
+        client = self._deps.models.client(effect.model)
         ref, gen = self.actor_ref, effect.gen
 
         def emit(text: str) -> None:  # on the loop
@@ -474,7 +557,7 @@ class TurnActor(SupervisedActor):
                 self._state.turn.turn_id, client.config.model, client.config.provider
             )
         try:
-            future = self._deps.loop.submit(answer(client, effect, emit, retried))
+            future = self._deps.models.submit(answer(client, effect, emit, retried))
         except RuntimeError as exc:
             return core.ModelFailed(
                 gen, ProviderError("model-unreachable", str(exc), retryable=False)

@@ -1,4 +1,4 @@
-"""The WorkerPool actor: a ZeroMQ ROUTER broker thread and N ability worker processes.
+"""The WorkerPoolActor: a ZeroMQ ROUTER broker thread and N ability worker processes.
 
 Lifecycle of the pool:
 
@@ -51,14 +51,14 @@ import zmq
 from actors.actor import SupervisedActor
 from actors.future import Reply
 from actors.timers import TimerInbox
-from chalie.broker_book import (
+from chalie.broker_state import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
     LIVENESS,
     MAX_FRAME,
     MAX_PENDING,
     STARTUP_GRACE,
-    BrokerBook,
+    BrokerState,
     JobRecord,
     broker_endpoint,
     encode_credentials,
@@ -171,7 +171,7 @@ class Broker:
         max_frame: int = MAX_FRAME,
         max_pending: int = MAX_PENDING,
     ) -> None:
-        self.book = BrokerBook(
+        self.book = BrokerState(
             workers,
             spares=spares,
             heartbeat=heartbeat,
@@ -744,10 +744,10 @@ class WorkerPoolHandle:
             return {**_NOT_RUNNING, "running_pool": True, "error": "the broker did not answer"}
 
 
-class WorkerPool(SupervisedActor):
+class WorkerPoolActor(SupervisedActor):
     """Supervised owner of the broker thread and its worker processes.
 
-    ``WorkerPool.start(home, *, workers=2, handle=None, **tuning)``. Besides
+    ``WorkerPoolActor.start(home, *, workers=2, handle=None, **tuning)``. Besides
     the ``workers`` that serve calls, the pool keeps ``spares`` (default 1)
     started and ready, so a dead worker's slot is taken over at once instead
     of after an interpreter start-up. The other tuning keywords (heartbeat,
@@ -804,8 +804,8 @@ class HostedPool:
 
     Built in the host's constructor, begun in its ``on_start`` and stopped in its
     ``on_end``, all on the host's thread. Other threads use :attr:`handle` as
-    with :class:`WorkerPool` (their commands wake the host). Keywords as for
-    :class:`WorkerPool`.
+    with :class:`WorkerPoolActor` (their commands wake the host). Keywords as for
+    :class:`WorkerPoolActor`.
     """
 
     def __init__(

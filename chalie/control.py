@@ -38,7 +38,7 @@ from chalie.frames import SafeDecoder
 from chalie.home import CONTROL_SOCKET_NAME, MAX_IPC_PATH
 from chalie.home import LOCK_NAME as LOCK_NAME
 from chalie.home import PID_NAME as PID_NAME
-from chalie.messages import Answer, Channel, ControlReply, ControlRequest, TrailStatus
+from chalie.messages import Answer, Channel, ControlReply, ControlRequest, Id, TrailStatus
 
 MAX_REQUEST_BYTES: Final = 256 * 1024
 # Containers in a request's arguments nest at most this deep: deeper ones are
@@ -60,7 +60,6 @@ UNAVAILABLE: Final = "unavailable"
 INTERNAL: Final = "internal-error"
 
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 ToolName = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^_?[a-z][a-z0-9_]*$")
 ]

@@ -44,6 +44,7 @@ from chalie import healing
 from chalie.ability import Ability, struct_schema
 from chalie.display import one_line
 from chalie.envelope import TOOL_NAME, render
+from chalie.faults import FAULTS
 from chalie.invoke import coerce_params
 from chalie.mcp.names import server_of
 from chalie.messages import (
@@ -57,6 +58,7 @@ from chalie.policy import GateDecision, permission_for
 from chalie.registry import Entry
 from chalie.result import MAX_RICH_BYTES, Scalar, ToolResult
 from chalie.tool_names import FRAMEWORK_FIELDS
+from chalie.trail import redact
 
 log = logging.getLogger("chalie.dispatch")
 
@@ -634,6 +636,87 @@ def reach(instance: Ability, params: Mapping[str, Any]) -> str | None:
     if found is None:
         return None
     return one_line(str(found), REACH_MAX)
+
+
+# -- 1 to 5 in order: what the dispatcher sequences before the gate ------------------
+
+
+class Refused(msgspec.Struct, frozen=True):
+    """A call that ends before the gate: its error, and what its trail row shows of it."""
+
+    result: ToolResult
+    act_summary: str = ""
+    params: dict[str, Any] | None = None
+    cls: type[Ability] | None = None
+    healed: str = ""
+    suggest: bool = False  # the name is unknown: the closest tools may be worth a search
+
+
+class Prepared(msgspec.Struct, frozen=True):
+    """A call ready for the gate: its ability made, its params checked, its permission named."""
+
+    entry: Entry
+    instance: Ability
+    pre: Prevalidated
+    permission: str
+    failed_closed: str | None  # classify() raised: the gate fails closed, for this reason
+    reach: str | None
+    params: dict[str, Any]  # as the call gave them (healed), before defaults
+    redacted: dict[str, Any]  # the prevalidated params, sensitive values hidden
+    act_summary: str
+    healed: str
+    run_async: bool  # the call asks to run in the background and its ability may
+
+
+def prepare(call: ToolCall, registry: Any, services: Any, turns: Any = None) -> Prepared | Refused:
+    """Steps 1 to 5 for one call: its checks, its entry, its fields, its ability (made with
+    ``services``), its params, its permission and its reach; the first refusal ends it."""
+    bad = check_call(call)
+    if bad is not None:
+        return Refused(bad)
+    entry = resolve(registry, call.tool, call.context, turns)
+    if isinstance(entry, ToolResult):
+        return Refused(entry, suggest=entry.code == "unknown-tool")
+    cls = entry.cls
+    if call.bare is not None:
+        fields = bare_arguments(cls, call.bare)
+        if isinstance(fields, ToolResult):
+            return Refused(fields, cls=cls)
+    else:
+        fields = framework_fields(call.arguments, call.context, cls)
+    params, act_summary = fields.params, fields.act_summary
+    healed = "; ".join(fields.healed)
+    try:
+        instance = cls(call.context, services)
+        instance.call_id = call.call_id
+    except Exception as exc:
+        log.exception("constructing %s failed", cls.name)
+        return Refused(FAULTS.construct_failed(cls.name, exc), act_summary, params, cls, healed)
+    pre = prevalidate(cls, params)
+    if isinstance(pre, ToolResult):
+        if call.context.initiator == "model":
+            pre = with_shape(cls, pre)
+        return Refused(pre, act_summary, params, cls, healed)
+    failed_closed = None
+    try:
+        named = permission(instance, pre.params)
+    except Exception as exc:
+        log.exception("classify() of %s failed; the gate fails closed", cls.name)
+        named = cls.name
+        failed_closed = f"classify raised {type(exc).__name__}"
+    return Prepared(
+        entry=entry,
+        instance=instance,
+        pre=pre,
+        permission=named,
+        failed_closed=failed_closed,
+        reach=reach(instance, pre.params),
+        params=params,
+        redacted=redact(pre.params, cls.sensitive),
+        act_summary=act_summary,
+        healed=healed,
+        run_async=fields.run_async,
+    )
 
 
 def notes(

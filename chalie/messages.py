@@ -7,11 +7,15 @@ raises :class:`msgspec.ValidationError` naming the field (``at `$.channel```).
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
 from chalie.principals import Principal
+
+# An id a client names in a request (a call, a request, a conversation, a token): one
+# shape for the control socket, the chat protocol and the Brain's API.
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 # -- the enumerations, each defined once (the tuples are derived, never restated) --
 
@@ -152,7 +156,7 @@ class RequestSettled(Message, tag="request_settled", kw_only=True, frozen=True):
 class WorkerReady(Message, tag="worker_ready", kw_only=True, frozen=True):
     worker_id: str
     pid: int
-    proof: str = ""  # chalie.broker_book.worker_proof: the worker was started by this broker
+    proof: str = ""  # chalie.broker_state.worker_proof: the worker was started by this broker
 
 
 class Heartbeat(Message, tag="heartbeat", kw_only=True, frozen=True):

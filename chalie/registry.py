@@ -218,10 +218,21 @@ class Registry:
     def descriptors(
         self, *, allow_async: bool = False, names: Iterable[str] | None = None
     ) -> list[dict[str, object]]:
-        """Every descriptor, exactly as the model would see it, in name order."""
-        wanted = None if names is None else set(names)
-        return [
-            descriptor_of(e.cls, allow_async=allow_async)
-            for e in self
-            if wanted is None or e.name in wanted
-        ]
+        """Every descriptor (or those of ``names``), exactly as the model would see it, in
+        name order."""
+        chosen = [e.name for e in self]
+        if names is not None:
+            wanted = set(names)
+            chosen = [name for name in chosen if name in wanted]
+        return self.described(chosen, allow_async=allow_async)
+
+    def described(
+        self, names: Iterable[str], *, allow_async: bool = False
+    ) -> list[dict[str, object]]:
+        """The descriptors of the registered ones of ``names``, in the order given."""
+        out = []
+        for name in names:
+            entry = self._entries.get(name)
+            if entry is not None:
+                out.append(descriptor_of(entry.cls, allow_async=allow_async))
+        return out

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from chalie.mcp.admin import McpAdmin
     from chalie.memory.turns import TurnMemory
     from chalie.personal.runtime import PersonalRuntime
-    from chalie.schedule.desk import ReminderDesk
+    from chalie.schedule.port import SchedulerPort
     from chalie.web.kit import WebKit
 
 T = TypeVar("T")
@@ -156,4 +156,4 @@ class Services:
     personal: PersonalRuntime | None = None
     # Memory for the memory ability and find_skills' rules; the scheduler for reminders.
     memory: TurnMemory | None = None
-    scheduler: ReminderDesk | None = None
+    scheduler: SchedulerPort | None = None

@@ -36,7 +36,7 @@ import msgspec
 import zmq
 
 from chalie.ability import Ability
-from chalie.broker_book import (
+from chalie.broker_state import (
     BROKER_TIMEOUT,
     HEARTBEAT_INTERVAL,
     MAX_FRAME,

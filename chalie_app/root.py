@@ -29,6 +29,7 @@ Exit codes are :mod:`chalie.daemon`'s.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -51,8 +52,10 @@ from actors.loop import EventLoopThread
 from actors.supervisor import Supervisor
 from chalie import control, telemetry
 from chalie.admission import raise_descriptor_limit
-from chalie.brain.access import SessionBook
+from chalie.brain.access import DashboardSessions
+from chalie.bus import EventBus
 from chalie.config import Config
+from chalie.conversation.catalogue import ToolCatalogue
 from chalie.daemon import (
     EXIT_ALREADY_RUNNING,
     EXIT_ESCALATED,
@@ -64,7 +67,6 @@ from chalie.daemon import (
     remove_pid_file,
     write_pid_file,
 )
-from chalie.events import EventBus
 from chalie.home import Home, HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
@@ -100,7 +102,7 @@ class Runtime:
     # The tree's child directory: restart-proof typed handles, made without asking anyone.
     directory: Directory = field(default_factory=Directory)
     # The Brain's dashboard sessions: kept here, so a restart of the web server keeps them.
-    sessions: SessionBook = field(default_factory=SessionBook)
+    sessions: DashboardSessions = field(default_factory=DashboardSessions)
     # The scheduler's clock (None: the wall clock).
     clock: Any = None
 
@@ -109,10 +111,16 @@ class Runtime:
         return self.directory.ref(child_id, kind)
 
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
-        """Hand one call to the dispatcher; the future never raises (the seam CallDesk uses)."""
+        """Hand one call to the dispatcher; the future never raises (the seam DirectCalls uses)."""
         from actors.dispatcher import DispatcherActor, submit
 
         return submit(self.child("dispatcher", DispatcherActor).current(), call)
+
+    @functools.cached_property
+    def catalogue(self) -> ToolCatalogue:
+        """The one tool catalogue (the registry and the turns' injections) the turns and
+        the MCP server's gateway read."""
+        return ToolCatalogue(self.registry, self.services.turns)
 
     def input_schema(self, tool: str) -> dict[str, Any] | None:
         """A registered tool's input schema as a call may use it (``async`` allowed)."""
@@ -201,7 +209,7 @@ class Parts:
         from chalie_app.mcp_wiring import McpWiring
 
         cfg = rt.config
-        rt.sessions = SessionBook(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
+        rt.sessions = DashboardSessions(ttl=cfg.brain.session_ttl, link_ttl=cfg.brain.link_ttl)
         from chalie.discovery.state import IndexState
 
         # The state the actor writes and the handle reads (a find during the first build
@@ -228,7 +236,7 @@ def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
 
     from actors.dispatcher import DispatcherActor
     from actors.policy import PolicyActor
-    from chalie.mail import Dispatch
+    from chalie.actor_messages import Dispatch
 
     expiry = rt.config.approval_expiry
 
@@ -303,17 +311,17 @@ def _mcp(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _memory(rt: Runtime, parts: Parts) -> ChildSpec:
-    from chalie_app import mind
+    from chalie_app import memory_part
 
-    spec, routes = mind.memory_parts(rt, parts.embedder)
+    spec, routes = memory_part.memory_parts(rt, parts.embedder)
     parts.routes.extend(routes)
     return spec
 
 
 def _scheduler(rt: Runtime, parts: Parts) -> ChildSpec:
-    from chalie_app import mind
+    from chalie_app import scheduler_part
 
-    spec, routes = mind.scheduler_parts(rt, rt.clock)
+    spec, routes = scheduler_part.scheduler_parts(rt, rt.clock)
     parts.routes.extend(routes)
     return spec
 
@@ -325,9 +333,9 @@ def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
-    from actors.brain import brain_factory
     from actors.chat_bridge import ChatBridge
     from actors.conversations import Conversations
+    from chalie_app.brain_backend import brain_factory
 
     cfg = rt.config
     if not cfg.chat.enabled:
@@ -358,9 +366,7 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
             rt.child("conversations", Conversations),
             rt.events,
             mcp_server.DispatcherTools(
-                DispatcherClient(rt.child("dispatcher", DispatcherActor)),
-                rt.registry,
-                rt.services.turns,
+                DispatcherClient(rt.child("dispatcher", DispatcherActor)), rt.catalogue
             ),
         ),
         shutdown=10.0,
@@ -368,8 +374,8 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _control(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.brain import brain_routes
     from actors.conversation_commands import ConversationCommands
+    from chalie_app.brain_backend import brain_routes
 
     cfg = rt.config
     return ChildSpec(

@@ -33,6 +33,7 @@ import pykka
 from actors.actor import Actor
 from actors.child_ref import ChildRef
 from actors.conversations_port import ActorConversations
+from chalie.bus import EventBus
 from chalie.conversation.events import ConversationEvent as Event
 from chalie.conversation.events import (
     ErrorEvent,
@@ -46,7 +47,6 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
-from chalie.events import EventBus
 from chalie.principals import Principal, may_answer
 
 __all__ = ["Accepted", "ConversationsDouble", "DoublePort", "SendMessage"]

@@ -1,8 +1,8 @@
 """The MCP executor: abilities with ``isolation = "mcp"`` (remote tool proxies) run over their
 server's one persistent session.
 
-``start`` reads the Route its server's McpConnectionActor last published
-(:mod:`chalie.mcp.route`): a proxy that cannot run (quarantined, gone, on a
+``start`` reads the ConnectionView its server's McpConnectionActor last published
+(:mod:`chalie.mcp.connection_view`): a proxy that cannot run (quarantined, gone, on a
 disabled server, its server offline or refusing our credentials) is answered
 at once with its own code; otherwise the call is submitted to the session on
 the event loop with the job's timeout (a task created on the loop by one ``call_soon``, no
@@ -26,15 +26,15 @@ from typing import Any, Final
 
 from actors.child_ref import ChildUnavailable
 from actors.mcp_connections import McpHandle
+from chalie.actor_messages import ProbeConnection
+from chalie.bus import EventBus
 from chalie.conversation.events import ToolProgress
-from chalie.events import EventBus
 from chalie.execution import FAULTS, Done, Job
-from chalie.mail import ProbeConnection
 from chalie.mcp import results
+from chalie.mcp.connection_view import outcome, refusal
 from chalie.mcp.extras import RESOURCES, extra_name, kind_of, run_extra
 from chalie.mcp.peer import CallScope, Progress
 from chalie.mcp.proxy import McpProxy, is_proxy
-from chalie.mcp.route import outcome, refusal
 from chalie.result import ToolResult
 
 log = logging.getLogger("chalie.dispatch")

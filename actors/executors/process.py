@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
-from chalie.broker_book import to_tool_result
+from chalie.broker_state import to_tool_result
 from chalie.execution import Done, Job
 from chalie.faults import FAULTS
 from chalie.messages import WorkerJob, WorkerResult

@@ -47,7 +47,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from chalie.broker_book import to_tool_result
+from chalie.broker_state import to_tool_result
 from chalie.config import RayTaskConfig, WorkersConfig
 from chalie.execution import Done, Job
 from chalie.faults import FAULTS

@@ -11,7 +11,7 @@ Everything here is pure state and rules, safe to call from any thread; the web l
 - A one-time link (``chalie brain open``) is a random code that opens one session within
   :data:`LINK_TTL` seconds and never again. It never goes on a command line (any local user
   reads ``/proc/*/cmdline``): the browser is given a 0600 page (:func:`sign_in_page`) that
-  goes on to the link. Such a session has no token behind it; :meth:`SessionBook.close_all`
+  goes on to the link. Such a session has no token behind it; :meth:`DashboardSessions.close_all`
   (``chalie brain sign-out``) ends it.
 """
 
@@ -72,7 +72,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     who: Principal = LOCAL_OWNER
 
 
-class SessionBook:
+class DashboardSessions:
     """Dashboard sessions and one-time links, in memory (a daemon restart signs everyone out)."""
 
     def __init__(
@@ -229,8 +229,8 @@ __all__ = [
     "CSRF_FIELD",
     "CSRF_HEADER",
     "LOCAL_PRINCIPAL",
+    "DashboardSessions",
     "Session",
-    "SessionBook",
     "allowed_hosts",
     "allowed_origins",
     "is_owner",

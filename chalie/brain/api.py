@@ -17,7 +17,7 @@ from chalie.conversation.store import ConversationSummary
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
 from chalie.mcp.names import SERVER_WILDCARD
 from chalie.memory.records import Memory
-from chalie.messages import Answer, Channel, TrailStatus
+from chalie.messages import Answer, Channel, Id, TrailStatus
 from chalie.policy import PERMISSION
 from chalie.principals import Scope
 from chalie.schedule.store import Reminder, Shown
@@ -26,7 +26,6 @@ from chalie.trail import TrailCall
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ]
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 Short = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Text = Annotated[str, msgspec.Meta(max_length=200)]
 # The policy's own rule (a permission, or a server's wildcard), so the schema says it exactly.

@@ -9,10 +9,12 @@ actions and the OpenAPI document are all built from this table, so they cannot d
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from chalie.brain import api
+from chalie.principals import Principal
 
 PREFIX: Final = "/api/v1"
 _PARAM: Final = re.compile(r"\{([a-z_]+)(?::[a-z]+)?\}")
@@ -29,9 +31,110 @@ class ApiProblem(Exception):
 
 
 class Backend(Protocol):
-    """What the operations need of the running daemon; one method a row, named by ``name``."""
+    """What the operations need of the running daemon: one typed method a row.
 
-    def __getattr__(self, name: str) -> Any: ...
+    Each row of :data:`OPERATIONS` is made from one of these methods (its name is the
+    row's ``name``), so mypy sees that every operation has its method, and that the
+    implementation (``chalie_app.brain_backend.RuntimeBackend``) has each with this signature.
+    A method takes the path Struct and the argument Struct; a ``caller`` row's also
+    takes the signed-in caller.
+    """
+
+    def overview(self, _path: Any, _args: api.Empty) -> api.Overview: ...
+
+    def approvals(self, _path: Any, _args: api.Empty) -> list[api.Approval]: ...
+
+    def answer(
+        self, path: api.RequestPath, args: api.AnswerBody, who: Principal
+    ) -> api.Answered: ...
+
+    def approval_history(self, _path: Any, args: api.HistoryQuery) -> list[api.HistoryRow]: ...
+
+    def agent_exchanges(self, _path: Any, args: api.ExchangeQuery) -> list[api.ExchangeRow]: ...
+
+    def policy(self, _path: Any, args: api.PolicyQuery) -> api.PolicyPage: ...
+
+    def policy_set(self, _path: Any, args: api.PolicySet) -> api.PolicyRowView: ...
+
+    def policy_reset(self, _path: Any, args: api.PolicyReset) -> api.Removed: ...
+
+    def mcp_server(self, _path: Any, _args: api.Empty) -> api.McpServerView: ...
+
+    def mcp_server_change(self, _path: Any, args: api.McpServerChange) -> api.McpServerView: ...
+
+    def tokens(self, _path: Any, _args: api.Empty) -> list[api.TokenView]: ...
+
+    def token_create(self, _path: Any, args: api.TokenCreate) -> api.CreatedToken: ...
+
+    def token_regenerate(self, path: api.NamePath, _args: api.Empty) -> api.CreatedToken: ...
+
+    def token_revoke(self, path: api.NamePath, _args: api.Empty) -> api.TokenView: ...
+
+    def tools(self, _path: Any, _args: api.Empty) -> list[api.ToolInfo]: ...
+
+    def tool_call(
+        self, path: api.NamePath, args: api.ToolCallBody, who: Principal
+    ) -> api.ToolCallResult: ...
+
+    def remotes(self, _path: Any, _args: api.Empty) -> list[api.RemoteView]: ...
+
+    def remote_add(self, _path: Any, args: api.RemoteAdd) -> api.RemoteView: ...
+
+    def remote_import(self, _path: Any, args: api.RemoteImport) -> api.Imported: ...
+
+    def remote_test(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone: ...
+
+    def remote_enable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone: ...
+
+    def remote_disable(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone: ...
+
+    def remote_remove(self, path: api.NamePath, _args: api.Empty) -> api.RemoteDone: ...
+
+    def remote_tools(self, path: api.NamePath, _args: api.Empty) -> list[api.RemoteToolView]: ...
+
+    def remote_log(self, path: api.NamePath, args: api.LogQuery) -> api.RemoteLog: ...
+
+    def remote_approve(self, path: api.NamePath, args: api.ApproveBody) -> api.ApprovedTools: ...
+
+    def trail(self, _path: Any, args: api.TrailQuery) -> api.TrailPage: ...
+
+    def usage(self, _path: Any, args: api.UsageQuery) -> api.UsageView: ...
+
+    def trail_export(self, _path: Any, args: api.TrailExportQuery) -> Iterator[str]: ...
+
+    def accounts(self, _path: Any, _args: api.Empty) -> list[api.AccountRow]: ...
+
+    def conversations(
+        self, _path: Any, args: api.ConversationsQuery
+    ) -> list[api.ConversationRow]: ...
+
+    def conversation(
+        self, path: api.ConversationPath, _args: api.Empty
+    ) -> api.ConversationView: ...
+
+    def conversation_delete(self, path: api.ConversationPath, _args: api.Empty) -> api.Deleted: ...
+
+    def discovery_try(self, _path: Any, args: api.DiscoveryTry) -> api.DiscoveryAnswer: ...
+
+    def examples(self, _path: Any, args: api.ExamplesQuery) -> list[api.ExampleView]: ...
+
+    def example_forget(self, path: api.ExamplePath, _args: api.Empty) -> api.Forgotten: ...
+
+    def memories(self, _path: Any, args: api.MemoriesQuery) -> api.MemoriesPage: ...
+
+    def memory_search(self, _path: Any, args: api.MemorySearch) -> list[api.MemoryView]: ...
+
+    def memory_forget(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryForgotten: ...
+
+    def memories_forgotten(self, _path: Any, args: api.ForgottenQuery) -> list[api.MemoryView]: ...
+
+    def memory_restore(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView: ...
+
+    def memory_promote(self, path: api.MemoryPath, _args: api.Empty) -> api.MemoryView: ...
+
+    def reminders(self, _path: Any, args: api.RemindersQuery) -> list[api.ReminderView]: ...
+
+    def reminder_cancel(self, path: api.ReminderPath, _args: api.Empty) -> api.ReminderView: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +166,7 @@ class Operation:
 
 
 def op(
-    name: str,
+    run: Callable[..., Any],
     method: str,
     path: str,
     args: type[api.Struct],
@@ -75,12 +178,15 @@ def op(
     download: bool = False,
     caller: bool = False,
 ) -> Operation:
+    """One row; ``run`` is the :class:`Backend` method that does the work (its name is the
+    row's)."""
+    name = run.__name__
     return Operation(name, method, path, args, result, summary, page, path_args, download, caller)
 
 
 OPERATIONS: Final[tuple[Operation, ...]] = (
     op(
-        "overview",
+        Backend.overview,
         "GET",
         "/overview",
         api.Empty,
@@ -89,7 +195,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "overview",
     ),
     op(
-        "approvals",
+        Backend.approvals,
         "GET",
         "/approvals",
         api.Empty,
@@ -98,7 +204,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "approvals",
     ),
     op(
-        "answer",
+        Backend.answer,
         "POST",
         "/approvals/{request_id}/answer",
         api.AnswerBody,
@@ -109,7 +215,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         caller=True,
     ),
     op(
-        "approval_history",
+        Backend.approval_history,
         "GET",
         "/approvals/history",
         api.HistoryQuery,
@@ -118,7 +224,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "approvals",
     ),
     op(
-        "agent_exchanges",
+        Backend.agent_exchanges,
         "GET",
         "/exchanges",
         api.ExchangeQuery,
@@ -127,7 +233,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "approvals",
     ),
     op(
-        "policy",
+        Backend.policy,
         "GET",
         "/policy",
         api.PolicyQuery,
@@ -136,7 +242,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "policy",
     ),
     op(
-        "policy_set",
+        Backend.policy_set,
         "PUT",
         "/policy",
         api.PolicySet,
@@ -145,7 +251,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "policy",
     ),
     op(
-        "policy_reset",
+        Backend.policy_reset,
         "POST",
         "/policy/reset",
         api.PolicyReset,
@@ -154,7 +260,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "policy",
     ),
     op(
-        "mcp_server",
+        Backend.mcp_server,
         "GET",
         "/mcp-server",
         api.Empty,
@@ -163,7 +269,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "mcp_server",
     ),
     op(
-        "mcp_server_change",
+        Backend.mcp_server_change,
         "PATCH",
         "/mcp-server",
         api.McpServerChange,
@@ -172,7 +278,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "mcp_server",
     ),
     op(
-        "tokens",
+        Backend.tokens,
         "GET",
         "/tokens",
         api.Empty,
@@ -181,7 +287,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "mcp_server",
     ),
     op(
-        "token_create",
+        Backend.token_create,
         "POST",
         "/tokens",
         api.TokenCreate,
@@ -190,7 +296,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "mcp_server",
     ),
     op(
-        "token_regenerate",
+        Backend.token_regenerate,
         "POST",
         "/tokens/{name}/regenerate",
         api.Empty,
@@ -200,7 +306,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "token_revoke",
+        Backend.token_revoke,
         "DELETE",
         "/tokens/{name}",
         api.Empty,
@@ -210,7 +316,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "tools",
+        Backend.tools,
         "GET",
         "/tools",
         api.Empty,
@@ -219,7 +325,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "tools",
     ),
     op(
-        "tool_call",
+        Backend.tool_call,
         "POST",
         "/tools/{name}/call",
         api.ToolCallBody,
@@ -230,7 +336,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         caller=True,
     ),
     op(
-        "remotes",
+        Backend.remotes,
         "GET",
         "/mcp/servers",
         api.Empty,
@@ -239,7 +345,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "remote",
     ),
     op(
-        "remote_add",
+        Backend.remote_add,
         "POST",
         "/mcp/servers",
         api.RemoteAdd,
@@ -248,7 +354,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "remote",
     ),
     op(
-        "remote_import",
+        Backend.remote_import,
         "POST",
         "/mcp/import",
         api.RemoteImport,
@@ -257,7 +363,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "remote",
     ),
     op(
-        "remote_test",
+        Backend.remote_test,
         "POST",
         "/mcp/servers/{name}/test",
         api.Empty,
@@ -267,7 +373,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_enable",
+        Backend.remote_enable,
         "POST",
         "/mcp/servers/{name}/enable",
         api.Empty,
@@ -277,7 +383,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_disable",
+        Backend.remote_disable,
         "POST",
         "/mcp/servers/{name}/disable",
         api.Empty,
@@ -287,7 +393,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_remove",
+        Backend.remote_remove,
         "DELETE",
         "/mcp/servers/{name}",
         api.Empty,
@@ -297,7 +403,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_tools",
+        Backend.remote_tools,
         "GET",
         "/mcp/servers/{name}/tools",
         api.Empty,
@@ -307,7 +413,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_log",
+        Backend.remote_log,
         "GET",
         "/mcp/servers/{name}/log",
         api.LogQuery,
@@ -317,7 +423,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "remote_approve",
+        Backend.remote_approve,
         "POST",
         "/mcp/servers/{name}/approve",
         api.ApproveBody,
@@ -327,7 +433,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.NamePath,
     ),
     op(
-        "trail",
+        Backend.trail,
         "GET",
         "/trail",
         api.TrailQuery,
@@ -336,7 +442,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "trail",
     ),
     op(
-        "usage",
+        Backend.usage,
         "GET",
         "/usage",
         api.UsageQuery,
@@ -345,7 +451,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "trail",
     ),
     op(
-        "trail_export",
+        Backend.trail_export,
         "GET",
         "/trail/export",
         api.TrailExportQuery,
@@ -355,7 +461,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         download=True,
     ),
     op(
-        "accounts",
+        Backend.accounts,
         "GET",
         "/accounts",
         api.Empty,
@@ -364,7 +470,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "accounts",
     ),
     op(
-        "conversations",
+        Backend.conversations,
         "GET",
         "/conversations",
         api.ConversationsQuery,
@@ -373,7 +479,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "conversations",
     ),
     op(
-        "conversation",
+        Backend.conversation,
         "GET",
         "/conversations/{conversation_id}",
         api.Empty,
@@ -383,7 +489,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.ConversationPath,
     ),
     op(
-        "conversation_delete",
+        Backend.conversation_delete,
         "DELETE",
         "/conversations/{conversation_id}",
         api.Empty,
@@ -393,7 +499,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.ConversationPath,
     ),
     op(
-        "discovery_try",
+        Backend.discovery_try,
         "POST",
         "/discovery/try",
         api.DiscoveryTry,
@@ -402,7 +508,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "discovery",
     ),
     op(
-        "examples",
+        Backend.examples,
         "GET",
         "/discovery/examples",
         api.ExamplesQuery,
@@ -411,7 +517,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "discovery",
     ),
     op(
-        "example_forget",
+        Backend.example_forget,
         "DELETE",
         "/discovery/examples/{id}",
         api.Empty,
@@ -421,7 +527,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.ExamplePath,
     ),
     op(
-        "memories",
+        Backend.memories,
         "GET",
         "/memories",
         api.MemoriesQuery,
@@ -430,7 +536,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "memory",
     ),
     op(
-        "memory_search",
+        Backend.memory_search,
         "GET",
         "/memories/search",
         api.MemorySearch,
@@ -439,7 +545,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "memory",
     ),
     op(
-        "memory_forget",
+        Backend.memory_forget,
         "DELETE",
         "/memories/{id}",
         api.Empty,
@@ -449,7 +555,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.MemoryPath,
     ),
     op(
-        "memories_forgotten",
+        Backend.memories_forgotten,
         "GET",
         "/memories/forgotten",
         api.ForgottenQuery,
@@ -458,7 +564,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "memory",
     ),
     op(
-        "memory_restore",
+        Backend.memory_restore,
         "POST",
         "/memories/{id}/restore",
         api.Empty,
@@ -468,7 +574,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.MemoryPath,
     ),
     op(
-        "memory_promote",
+        Backend.memory_promote,
         "POST",
         "/memories/{id}/promote",
         api.Empty,
@@ -478,7 +584,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         path_args=api.MemoryPath,
     ),
     op(
-        "reminders",
+        Backend.reminders,
         "GET",
         "/reminders",
         api.RemindersQuery,
@@ -487,7 +593,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "reminders",
     ),
     op(
-        "reminder_cancel",
+        Backend.reminder_cancel,
         "POST",
         "/reminders/{id}/cancel",
         api.Empty,

@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 
 from chalie.brain import access, api
 from chalie.brain.openapi import document
-from chalie.brain.operations import BY_NAME, OPERATIONS, ApiProblem, Operation
+from chalie.brain.operations import BY_NAME, OPERATIONS, ApiProblem, Backend, Operation
 from chalie.principals import LOCAL_OWNER, Principal
 from chalie.tokens import TokenInfo, bearer
 
@@ -95,8 +95,8 @@ class Brain:
 
     def __init__(
         self,
-        backend: Any,
-        sessions: access.SessionBook,
+        backend: Backend,
+        sessions: access.DashboardSessions,
         verify: Verify,
         hash_active: HashActive,
         *,
@@ -510,9 +510,12 @@ class Brain:
         response.status_code = status
         return response
 
-    async def op(self, name: str, path: Mapping[str, Any] | None = None, **raw: Any) -> Any:
-        """Run one operation for a page (its load step); raises ApiProblem on a refusal."""
-        o = BY_NAME[name]
+    async def op(
+        self, run: Callable[..., Any], path: Mapping[str, Any] | None = None, /, **raw: Any
+    ) -> Any:
+        """Run one operation for a page (its load step), named by its :class:`Backend`
+        method; raises ApiProblem on a refusal."""
+        o = BY_NAME[run.__name__]
         try:
             path_args, args = self.parse(o, path or {}, raw, strict=False)
         except msgspec.ValidationError as exc:

@@ -25,12 +25,11 @@ import msgspec
 
 from chalie.frames import TooDeep, check_depth, check_json_depth
 from chalie.messages import Answer as PermissionAnswer
-from chalie.messages import Busy
+from chalie.messages import Busy, Id
 
 PROTOCOL_VERSION: Final = 1
 MAX_TEXT_CHARS: Final = 100_000
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
 # The conversation id shape the conversations service accepts.
 ConversationId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")

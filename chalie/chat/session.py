@@ -22,17 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
+from chalie.bus import HUMANS
 from chalie.chat import protocol as p
 from chalie.conversation.events import ToolProgress
 from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.events import HUMANS
 from chalie.principals import Principal
 
 log = logging.getLogger("chalie.chat")
@@ -129,24 +129,29 @@ class ChatSession:
             )
 
     async def _dispatch(self, msg: p.ClientMessage) -> None:
-        if isinstance(msg, p.Send):
-            await self._send(msg)
-        elif isinstance(msg, p.Open):
-            await self._open(msg.conversation_id, msg.after_seq, msg.id)
-        elif isinstance(msg, p.Cancel):
-            done = await self._port.cancel(msg.conversation_id)
-            self.push(p.Cancelled(id=msg.id, conversation_id=msg.conversation_id, cancelled=done))
-        elif isinstance(msg, p.Answer):
-            found = await self._port.answer(msg.request_id, msg.answer, self.principal, msg.content)
-            self.push(p.Answered(id=msg.id, request_id=msg.request_id, found=found))
-        elif isinstance(msg, p.Close):
-            self._close_stream(msg.conversation_id)
-            self.push(p.Closed(id=msg.id, conversation_id=msg.conversation_id))
-        elif isinstance(msg, p.Bye):
-            self.push(p.Pong(id=msg.id))  # the last frame: the bye was taken
-            self.close()  # a loop_in_human ask no longer counts this client as a person
-        else:
-            self.push(p.Pong(id=msg.id))
+        await _FRAMES[type(msg)](self, msg)
+
+    async def _open_frame(self, msg: p.Open) -> None:
+        await self._open(msg.conversation_id, msg.after_seq, msg.id)
+
+    async def _cancel(self, msg: p.Cancel) -> None:
+        done = await self._port.cancel(msg.conversation_id)
+        self.push(p.Cancelled(id=msg.id, conversation_id=msg.conversation_id, cancelled=done))
+
+    async def _answer(self, msg: p.Answer) -> None:
+        found = await self._port.answer(msg.request_id, msg.answer, self.principal, msg.content)
+        self.push(p.Answered(id=msg.id, request_id=msg.request_id, found=found))
+
+    async def _close(self, msg: p.Close) -> None:
+        self._close_stream(msg.conversation_id)
+        self.push(p.Closed(id=msg.id, conversation_id=msg.conversation_id))
+
+    async def _ping(self, msg: p.Ping) -> None:
+        self.push(p.Pong(id=msg.id))
+
+    async def _bye(self, msg: p.Bye) -> None:
+        self.push(p.Pong(id=msg.id))  # the last frame: the bye was taken
+        self.close()  # a loop_in_human ask no longer counts this client as a person
 
     async def _send(self, msg: p.Send) -> None:
         cid = msg.conversation_id
@@ -292,3 +297,15 @@ class ChatSession:
 
 def _seq(event: Any) -> int:
     return int(getattr(event, "seq", 0))
+
+
+# One row a client frame (chalie.chat.protocol.ClientMessage): its type, its handler.
+_FRAMES: dict[type, Callable[[ChatSession, Any], Awaitable[None]]] = {
+    p.Send: ChatSession._send,
+    p.Open: ChatSession._open_frame,
+    p.Cancel: ChatSession._cancel,
+    p.Answer: ChatSession._answer,
+    p.Close: ChatSession._close,
+    p.Ping: ChatSession._ping,
+    p.Bye: ChatSession._bye,
+}

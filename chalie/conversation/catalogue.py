@@ -1,9 +1,11 @@
-"""The tool catalogue a turn reads: descriptors, the channel's scoped remote tools, what
-find_tools injected into a turn, and the tooltip of a call about to start.
+"""The tool catalogue: descriptors, the channel's scoped remote tools, what find_tools
+injected into a turn, and the tooltip of a call about to start.
 
-One object, built once by the Conversations actor and shared by its TurnActors; it is
-the :class:`chalie.conversation.turn.Catalogue` port. Reads only, never blocking: the
-registry is a dict under a lock and the injections are :class:`chalie.services.TurnTools`.
+One object, built once by the composition root (``chalie_app.root.Runtime.catalogue``)
+and read by every TurnActor (it is the :class:`chalie.conversation.turn.Catalogue`
+port) and by the inbound MCP server's gateway (``actors.mcp_server.DispatcherTools``).
+Reads only, never blocking: the registry is a dict under a lock and the injections are
+:class:`chalie.services.TurnTools`.
 """
 
 from __future__ import annotations
@@ -21,19 +23,17 @@ MAX_NAME = 200
 
 
 class ToolCatalogue:
-    """The registry and the turns' injections, as a turn sees them."""
+    """The registry and the turns' injections, as a turn (or a gateway's token) sees them."""
 
     def __init__(self, registry: Registry, turns: TurnTools) -> None:
         self._registry = registry
         self._turns = turns
 
-    def descriptors(self, names: tuple[str, ...], allow_async: bool) -> list[dict[str, Any]]:
-        out = []
-        for name in names:
-            entry = self._registry.get(name)
-            if entry is not None:
-                out.append(entry.cls.descriptor(allow_async=allow_async))
-        return out
+    def descriptors(
+        self, names: tuple[str, ...], allow_async: bool = False
+    ) -> list[dict[str, Any]]:
+        """The registered ones of ``names``, in that order (``async`` offered or not)."""
+        return self._registry.described(names, allow_async=allow_async)
 
     def injected(self, turn_id: str) -> frozenset[str]:
         return self._turns.injected(turn_id)

@@ -12,8 +12,8 @@ from typing import Annotated, Final
 
 import msgspec
 
-from chalie.control import Args, Id
-from chalie.messages import Busy
+from chalie.control import Args
+from chalie.messages import Busy, Id
 from chalie.principals import Principal
 
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

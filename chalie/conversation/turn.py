@@ -113,7 +113,8 @@ class Catalogue(Protocol):
 
 
 class Start(msgspec.Struct, frozen=True, kw_only=True):
-    """Run (or queue) one user message as a turn (chalie.mail.StartTurn, its future aside)."""
+    """Run (or queue) one user message as a turn (chalie.actor_messages.StartTurn, its
+    future aside)."""
 
     turn_id: str
     client_msg_id: str

@@ -33,7 +33,7 @@ from chalie.mcp import results
 from chalie.mcp.names import PROMPTS, RESOURCES, extra_name, proxy_name
 from chalie.mcp.proxy import Installed, McpProxy, signature
 from chalie.mcp.results import content_parts
-from chalie.mcp.session import Link, NotConnected, describe
+from chalie.mcp.session import McpSession, NotConnected, describe
 from chalie.mcp.tools import clean_text
 from chalie.registry import Registry
 from chalie.result import ToolResult
@@ -308,7 +308,7 @@ def prompts_proxy_of(skill: Skill) -> str | None:
 
 
 async def run_extra(
-    link: Link, server: str, kind: str, params: Mapping[str, Any], timeout: float
+    link: McpSession, server: str, kind: str, params: Mapping[str, Any], timeout: float
 ) -> ToolResult:
     """One resources or prompts call over ``link`` (on the loop), as a ToolResult."""
     what = f"{kind}.{params.get('action', '')}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
-from chalie.mcp.session import ConnectFailure, Link, describe
+from chalie.mcp.session import ConnectFailure, McpSession, describe
 from chalie.mcp.spec import ServerSpec
 
 
@@ -13,7 +13,7 @@ async def test_server(
     resolved: ServerSpec, *, timeout: float = 30.0, errlog: TextIO | None = None
 ) -> dict[str, Any]:
     """A report: ok, protocol version, connect/list/probe latency, tool names (or the error)."""
-    link = Link(resolved, errlog=errlog)
+    link = McpSession(resolved, errlog=errlog)
     started = time.monotonic()
     try:
         info = await link.open(timeout)

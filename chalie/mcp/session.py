@@ -3,12 +3,12 @@
 Lifecycle (every method runs on the daemon's loop; other threads submit them
 with ``run_coroutine_threadsafe``):
 
-1. :meth:`Link.open` starts the owner task, which enters the transport and
+1. :meth:`McpSession.open` starts the owner task, which enters the transport and
    ``mcp.Client`` (``mode="auto"``: 2026-07-28 with mcp 2.3 peers, the
    2025-11-25 handshake with older ones; ``legacy`` when the connection says
    so) and then waits for the stop event;
    anyio needs the enter and the exit in that same task. ``open`` returns the
-   negotiated :class:`LinkInfo` or raises :class:`ConnectFailure` (``auth``
+   negotiated :class:`SessionInfo` or raises :class:`ConnectFailure` (``auth``
    for HTTP 401/403, ``config`` for a missing command, else ``unreachable``),
    bounded by its own timeout (a server that prints junk on stdout, or
    accepts and never answers, only ever meets that timeout).
@@ -154,7 +154,7 @@ class NotConnected(Exception):
 
 
 @dataclass(frozen=True)
-class LinkInfo:
+class SessionInfo:
     protocol: str
     server_name: str
     server_version: str
@@ -243,7 +243,7 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-class Link:
+class McpSession:
     """One server's session; see the module doc for its lifecycle."""
 
     def __init__(
@@ -295,7 +295,7 @@ class Link:
         self._devnull: TextIO | None = None
         # made here (an actor's thread), never on the event loop
         self._tls: ssl.SSLContext | bool = tls_context() if spec.transport != "stdio" else True
-        self.info: LinkInfo | None = None
+        self.info: SessionInfo | None = None
         self._secrets = sorted(
             {
                 v
@@ -471,7 +471,7 @@ class Link:
                 return ConnectFailure("config", self.scrub(f"cannot run {self._spec.command}"))
         return ConnectFailure("unreachable", self.scrub(describe(exc)))
 
-    async def _own(self, ready: asyncio.Future[LinkInfo], stop: asyncio.Event) -> None:
+    async def _own(self, ready: asyncio.Future[SessionInfo], stop: asyncio.Event) -> None:
         opened = False
         try:
             async with AsyncExitStack() as stack:
@@ -497,7 +497,7 @@ class Link:
                 client_ = await stack.enter_async_context(session)
                 self._client = client_
                 info = client_.server_info
-                self.info = LinkInfo(
+                self.info = SessionInfo(
                     protocol=str(client_.protocol_version),
                     server_name=str(getattr(info, "name", "") or ""),
                     server_version=str(getattr(info, "version", "") or ""),
@@ -565,10 +565,10 @@ class Link:
                 ready.set()
 
     # -- the public surface (on the loop) ---------------------------------------------
-    async def open(self, timeout: float) -> LinkInfo:
-        """Connect; LinkInfo, or ConnectFailure within ``timeout`` seconds."""
+    async def open(self, timeout: float) -> SessionInfo:
+        """Connect; SessionInfo, or ConnectFailure within ``timeout`` seconds."""
         if self._owner is not None:
-            raise RuntimeError("a Link opens once; make a new one to reconnect")
+            raise RuntimeError("a McpSession opens once; make a new one to reconnect")
         if not (self._spec.sse_fallback and self._spec.transport == "http"):
             return await self._attempt(timeout)
         # As the clients these entries are copied from do: Streamable HTTP first, then
@@ -594,9 +594,9 @@ class Link:
                     second.status,
                 ) from None
 
-    async def _attempt(self, timeout: float) -> LinkInfo:
+    async def _attempt(self, timeout: float) -> SessionInfo:
         loop = asyncio.get_running_loop()
-        ready: asyncio.Future[LinkInfo] = loop.create_future()
+        ready: asyncio.Future[SessionInfo] = loop.create_future()
         # After a timeout nobody awaits it any more: its late failure is retrieved here.
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._stop = asyncio.Event()

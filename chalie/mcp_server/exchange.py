@@ -2,7 +2,7 @@
 
 Kept (:mod:`chalie.mcp_server.kept`, for owners who connect later), then published
 twice per surfaced exchange (``phase`` "asked", then "answered") to every connected
-chat client through :class:`HumanDesk`; with
+chat client through :class:`HumansPort`; with
 ``[mcp_server] loop_in_human_asks`` also once per approval the turn needs
 (``phase`` "permission", carrying the ``request_id`` an owner client answers
 with its ``answer`` frame and a ``prompt`` naming the agent, its channel and
@@ -70,7 +70,7 @@ def summary(exchange: AgentExchange) -> str:
     )
 
 
-class HumanDesk(Protocol):
+class HumansPort(Protocol):
     """Where the people are: connected chat clients."""
 
     def humans_connected(self) -> int: ...

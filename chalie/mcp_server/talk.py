@@ -51,7 +51,7 @@ from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
 from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import Accepted, ConversationError, SendMessage
 from chalie.display import one_line
-from chalie.mcp_server.exchange import AgentExchange, HumanDesk
+from chalie.mcp_server.exchange import AgentExchange, HumansPort
 from chalie.mcp_server.gate import CALLER_KEY, Caller
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.rich import blocks
@@ -126,7 +126,7 @@ class TalkToChalie:
         self,
         port: ConversationsPort,
         owners: ConversationOwners,
-        desk: HumanDesk,
+        desk: HumansPort,
         *,
         turn_wait: float,
         asks: bool = False,

@@ -15,9 +15,9 @@ from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie.ability import Ability
+from chalie.bus import EventBus
 from chalie.conversation.events import PermissionRequest
 from chalie.envelope import parse
-from chalie.events import EventBus
 from chalie.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
 from chalie.registry import Registry
 from chalie.result import ToolResult

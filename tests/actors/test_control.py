@@ -335,8 +335,8 @@ def status_when_up(client: control.ControlClient) -> ControlReply:
 def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> None:
     from actors.control import ControlActor
     from actors.supervisor import Supervisor
+    from chalie.bus import EventBus
     from chalie.config import Config
-    from chalie.events import EventBus
     from chalie.registry import Registry
     from chalie.services import Services
     from chalie.supervision import ChildSpec

@@ -16,9 +16,9 @@ import pytest
 from actors.child_ref import ChildRef
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
+from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
-from chalie.events import EventBus
 from chalie.messages import CancelTurn, ToolCall
 from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from chalie.registry import Registry
@@ -406,14 +406,14 @@ def hosted_rig(tmp_path: Path, **tuning: Any) -> tuple[Rig, Any]:
 @pytest.fixture(params=["hosted", "own-thread"])
 def worker_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Rig, Any]]:
     """A dispatcher and a pool of two workers: hosted on the dispatcher's thread (as the
-    daemon runs it), or a WorkerPool actor with a broker thread of its own."""
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+    daemon runs it), or a WorkerPoolActor with a broker thread of its own."""
+    from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
 
     if request.param == "hosted":
         yield hosted_rig(tmp_path)
         return
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path / "home", workers=2, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path / "home", workers=2, handle=handle)
     wait_until(lambda: _idle(handle), 10)
     yield Rig(tmp_path, workers=handle), handle
     ref.stop()
@@ -558,7 +558,7 @@ import sys, time
 from pathlib import Path
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
-from chalie.events import EventBus
+from chalie.bus import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services

@@ -267,10 +267,10 @@ def test_bad_outbox_limits_are_refused(tmp_path: Path, bad: dict[str, Any]) -> N
 
 
 def test_a_worker_result_carries_its_rich_payload(tmp_path: Path) -> None:
-    from actors.worker_pool import WorkerPool, WorkerPoolHandle
+    from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
 
     handle = WorkerPoolHandle()
-    pool = WorkerPool.start(tmp_path / "home", workers=1, handle=handle)
+    pool = WorkerPoolActor.start(tmp_path / "home", workers=1, handle=handle)
     try:
         rig = Rig(tmp_path, workers=handle)
         rig.registry.add(sample_abilities.RichCard, source="tests")

@@ -14,7 +14,7 @@ import pytest
 from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.supervisor import Supervisor
-from chalie.mail import ChildExit
+from chalie.actor_messages import ChildExit
 from chalie.supervision import ChildSpec, OnDemand
 from tools.waiting import wait_until
 

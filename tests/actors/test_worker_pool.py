@@ -24,10 +24,10 @@ import zmq
 
 from actors import worker_pool
 from actors.supervisor import Supervisor
-from actors.worker_pool import Broker, WorkerPool, WorkerPoolHandle
-from chalie.broker_book import (
+from actors.worker_pool import Broker, WorkerPoolActor, WorkerPoolHandle
+from chalie.broker_state import (
     IPC_PATH_MAX,
-    BrokerBook,
+    BrokerState,
     broker_endpoint,
     encode_credentials,
     from_tool_result,
@@ -113,7 +113,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pool_handle(home: Path) -> Iterator[WorkerPoolHandle]:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=8)
+    ref = WorkerPoolActor.start(home, workers=2, handle=handle, heartbeat=0.1, liveness=8)
     wait_until(lambda: all_idle(handle), timeout=30)
     yield handle
     ref.stop()
@@ -235,7 +235,7 @@ def test_sigkill_mid_call_gives_worker_crashed_and_a_replacement_serves_the_next
 
 def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         (victim,) = worker_pids(handle)
@@ -250,7 +250,7 @@ def test_without_a_spare_a_crashed_worker_is_respawned(tmp_path: Path) -> None:
 
 
 def test_a_ready_spare_takes_over_a_dead_workers_slot() -> None:
-    book = BrokerBook(1, spares=1, heartbeat=0.1)
+    book = BrokerState(1, spares=1, heartbeat=0.1)
     add(book, b"a", 0, 100, 0.0)
     add(book, b"s", 1, 101, 0.0)
     ready(book, b"a", 100, 0.1)
@@ -489,7 +489,7 @@ def test_a_frame_whose_handling_fails_is_dropped_and_the_broker_thread_lives(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         broker = handle._broker
@@ -577,7 +577,7 @@ def test_an_impostor_holding_a_new_workers_identity_gets_no_job_and_the_real_wor
         return identity, secret
 
     monkeypatch.setattr(worker_pool, "new_credentials", leaky)
-    ref = WorkerPool.start(tmp_path, workers=1, spares=0, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=1, spares=0, handle=handle)
     try:
         wait_until(lambda: bool(leaked) and bool(worker_pids(handle)))
         identity, impostor = leaked[0]
@@ -645,7 +645,7 @@ def flooded(handle: WorkerPoolHandle, broker: Broker) -> Iterator[Callable[[], N
 def test_a_flood_of_one_byte_frames_starves_neither_heartbeats_nor_calls(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
     # Strict liveness: a worker unheard for 0.4 s is killed, so starvation shows fast.
-    ref = WorkerPool.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=4)
+    ref = WorkerPoolActor.start(tmp_path, workers=2, handle=handle, heartbeat=0.1, liveness=4)
     try:
         wait_until(lambda: all_idle(handle), timeout=30)
         broker = handle._broker
@@ -696,7 +696,7 @@ def test_a_flood_on_a_hosted_pools_socket_starves_neither_the_dispatchers_mail_n
 
 def test_stop_reaps_every_worker_and_fails_open_calls(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
-    ref = WorkerPool.start(tmp_path, workers=3, handle=handle)
+    ref = WorkerPoolActor.start(tmp_path, workers=3, handle=handle)
     wait_until(lambda: all_idle(handle), timeout=30)
     pids = worker_pids(handle)
     assert len(pids) == 3
@@ -721,7 +721,7 @@ def test_the_socket_lives_in_a_private_directory(pool_handle: WorkerPoolHandle, 
 def test_a_restarted_pool_rebinds_the_same_handle(tmp_path: Path) -> None:
     handle = WorkerPoolHandle()
     sup = Supervisor.start(
-        [ChildSpec("workers", lambda: WorkerPool.start(tmp_path, workers=1, handle=handle))],
+        [ChildSpec("workers", lambda: WorkerPoolActor.start(tmp_path, workers=1, handle=handle))],
         backoff_base=0.01,
     )
     try:
@@ -801,17 +801,17 @@ def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: byte
 # -- the pure bookkeeping, with an injected clock -------------------------------------
 
 
-def add(book: BrokerBook, identity: bytes, slot: int, pid: int, now: float) -> None:
+def add(book: BrokerState, identity: bytes, slot: int, pid: int, now: float) -> None:
     book.add_worker(identity, slot, pid, now, secret=SECRET)
 
 
-def ready(book: BrokerBook, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
+def ready(book: BrokerState, identity: bytes, pid: int, now: float, secret: bytes = SECRET) -> bool:
     """The worker's WorkerReady, with the proof a worker holding ``secret`` sends."""
     return book.on_ready(identity, pid, now, worker_proof(secret, identity.decode(), pid))
 
 
-def _book(**kw: Any) -> BrokerBook:
-    book = BrokerBook(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
+def _book(**kw: Any) -> BrokerState:
+    book = BrokerState(2, heartbeat=0.1, liveness=3, startup_grace=5.0, **kw)
     add(book, b"a", 0, 100, 0.0)
     add(book, b"b", 1, 101, 0.0)
     return book
@@ -836,7 +836,7 @@ def test_book_pairs_jobs_with_ready_workers_only() -> None:
 
 
 def test_book_never_readies_a_worker_spawned_without_a_secret() -> None:
-    book = BrokerBook(1)
+    book = BrokerState(1)
     book.add_worker(b"a", 0, 100, 0.0, secret=b"")
     assert not ready(book, b"a", 100, 0.1, secret=b"")
     assert book.status()["workers"][0]["state"] == "starting"

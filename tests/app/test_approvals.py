@@ -97,7 +97,7 @@ def test_a_pending_request_survives_kill_9_and_is_answered_after_the_restart() -
 def test_a_request_left_open_expires_to_a_denial_after_the_gate_restarts(tmp_path: Path) -> None:
     from actors.policy import PolicyActor
     from chalie.approvals import ApprovalStore
-    from chalie.events import EventBus
+    from chalie.bus import EventBus
     from chalie.messages import TurnContext
     from chalie.principals import LOCAL_OWNER
 
@@ -197,8 +197,8 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
     so in its conversation."""
     from actors.policy import PolicyActor
     from chalie.approvals import ResumableCall, call_binding, encode_call
+    from chalie.bus import EventBus
     from chalie.conversation.events import BackgroundResult
-    from chalie.events import EventBus
     from chalie.messages import ToolCall, TurnContext
     from chalie.principals import LOCAL_OWNER
 

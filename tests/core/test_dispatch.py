@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from chalie import dispatch as steps
 from chalie.ability import Ability
-from chalie.broker_book import to_tool_result
+from chalie.broker_state import to_tool_result
 from chalie.envelope import parse
 from chalie.messages import ToolCall, TurnContext, WorkerResult
 from chalie.policy import GateDecision, PolicyError
@@ -570,3 +570,129 @@ def test_without_find_tools_only_the_channels_own_pins_are_named_and_nothing_is_
 def test_a_discovery_failure_still_answers_unknown_tool() -> None:
     result = steps.closest_tools(FakeFinds([], fail=True), None, registry_of(Mail), call(tool="x"))
     assert result.code == "unknown-tool" and result.valid_values is None
+
+
+# -- steps 1 to 5 in order: prepare ----------------------------------------------------------
+
+
+class Broken(Risky):
+    """Its construction fails (a fault in the ability)."""
+
+    name = "broken"
+
+    def __init__(self, context: TurnContext | None = None, services: Any = None) -> None:
+        raise RuntimeError("no")
+
+
+class Unsure(Risky):
+    """Its classify() raises: the gate fails closed."""
+
+    name = "unsure"
+
+    def classify(self, params: Mapping[str, Any]) -> str | None:
+        raise KeyError("path")
+
+
+def any_tool(arguments: Any = None, **over: Any) -> ToolCall:
+    """A call of a context that may call any registered tool (the CLI's, an operator's)."""
+    return call(arguments, **{"context": ctx(scope="unrestricted"), **over})
+
+
+def everything() -> Registry:
+    reg = registry()
+    for cls in (Broken, Unsure):
+        reg.add(cls, source="test")
+    return reg
+
+
+@pytest.mark.parametrize(
+    ("made", "code", "suggest", "cls", "trail"),
+    [
+        # step 1: hostile input is refused before the name is looked up
+        (any_tool([1], tool="nope"), "invalid-param", False, None, None),
+        # step 2: an unknown name may be worth a search for the closest tools; a tool
+        # the turn may not call is unknown to it
+        (call({}, tool="mail"), "unknown-tool", True, None, None),
+        (any_tool({}, tool="nope"), "unknown-tool", True, None, None),
+        (any_tool({}, tool="_mcp_gone_x"), "mcp-unknown-tool", False, None, None),
+        # step 3: a bare value no reading heals
+        (any_tool({}, bare=[1, 2], tool="mail"), "invalid-param", False, Mail, None),
+        # the ability cannot be made: its fields are on the trail
+        (
+            any_tool({"path": "/x", "act_summary": "a"}, tool="broken"),
+            "unhandled-exception",
+            False,
+            Broken,
+            ({"path": "/x"}, "a"),
+        ),
+        # step 4: the params fail their checks
+        (
+            any_tool({"action": "fly", "act_summary": "a"}),
+            "unknown-action",
+            False,
+            Mail,
+            ({"action": "fly"}, "a"),
+        ),
+    ],
+)
+def test_prepare_ends_a_call_at_its_first_refusal_with_what_the_trail_shows(
+    made: ToolCall,
+    code: str,
+    suggest: bool,
+    cls: type[Ability] | None,
+    trail: tuple[dict[str, Any], str] | None,
+) -> None:
+    ready = steps.prepare(made, everything(), None)
+    assert isinstance(ready, steps.Refused)
+    assert (ready.result.code, ready.suggest, ready.cls) == (code, suggest, cls)
+    if trail is not None:
+        assert (ready.params, ready.act_summary) == trail
+
+
+def test_a_model_calls_refused_params_come_with_the_tools_shape() -> None:
+    by_model = steps.prepare(any_tool({"action": "fly"}), everything(), None)
+    by_framework = steps.prepare(
+        any_tool({"action": "fly"}, context=ctx(scope="unrestricted", initiator="framework")),
+        everything(),
+        None,
+    )
+    assert isinstance(by_model, steps.Refused) and isinstance(by_framework, steps.Refused)
+    assert by_model.result == steps.with_shape(Mail, by_framework.result)
+    assert by_model.result != by_framework.result
+
+
+def test_prepare_gives_the_gate_the_permission_from_the_params_and_hides_sensitive_values() -> None:
+    ready = steps.prepare(
+        any_tool({"path": "/etc/passwd", "act_summary": "read it", "async": True}, tool="files"),
+        everything(),
+        None,
+    )
+    assert isinstance(ready, steps.Prepared)
+    assert (ready.entry.cls, ready.permission, ready.failed_closed) == (
+        Risky,
+        "files.write_system",
+        None,
+    )
+    assert (ready.params, ready.act_summary, ready.healed) == (
+        {"path": "/etc/passwd"},
+        "read it",
+        "",
+    )
+    assert ready.instance.call_id == "c1" and isinstance(ready.instance, Risky)
+    assert ready.run_async is Risky.backgroundable is True  # it asked, and it may
+    sent = steps.prepare(
+        any_tool({"action": "send", "to": "a@b", "body": "hi", "act_summary": "s"}),
+        everything(),
+        None,
+    )
+    assert isinstance(sent, steps.Prepared)
+    assert sent.redacted == steps.redact(sent.pre.params, Mail.sensitive)
+    assert (sent.permission, sent.run_async) == ("mail.send", False)
+
+
+def test_a_classify_that_raises_names_the_tool_and_says_why_the_gate_fails_closed() -> None:
+    ready = steps.prepare(
+        any_tool({"path": "/x", "act_summary": "a"}, tool="unsure"), everything(), None
+    )
+    assert isinstance(ready, steps.Prepared)
+    assert (ready.permission, ready.failed_closed) == ("unsure", "classify raised KeyError")

@@ -1,4 +1,5 @@
-"""One rule, one module: the remote-tool prefix and what loopback is are each written once.
+"""One rule, one module: the remote-tool prefix, what loopback is and the shape of a client's
+id are each written once.
 
 The runtime's packages (chalie, actors, chalie_app, abilities) are read as
 source: a string that spells the ``_mcp_`` prefix outside :mod:`chalie.mcp.names`,
@@ -33,6 +34,9 @@ RULES = {
         re.compile(r"127\.0\.0\.|::1\b|\[::1\]|(?<![\w.-])localhost\b", re.I),
         "chalie/loopback.py",
     ),
+    # The id a client names in a request: one shape for the control socket, the chat
+    # protocol and the Brain's API (chalie.messages.Id).
+    "the shape of a client's id": (re.compile(re.escape("[A-Za-z0-9_.:-]")), "chalie/messages.py"),
 }
 
 
@@ -98,12 +102,17 @@ def test_a_spelled_prefix_or_address_elsewhere_is_found(tmp_path: Path) -> None:
         'HOST = "127.0.0.1"\n'
         'URL = "http://localhost:80"\n'
         'OTHER = "chalie_mcp_call"\n'
+        'Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]+$")]\n'
     )
     found = {
         rule: [line for line, text in strings(sample) if RULES[rule][0].search(text)]
         for rule in RULES
     }
-    assert found == {"the _mcp_ prefix": [2], "a loopback address or name": [3, 4]}
+    assert found == {
+        "the _mcp_ prefix": [2],
+        "a loopback address or name": [3, 4],
+        "the shape of a client's id": [6],
+    }
 
 
 @pytest.mark.parametrize(

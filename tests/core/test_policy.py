@@ -17,8 +17,8 @@ import pytest
 
 from actors.policy import PolicyActor
 from chalie import policy as rules
+from chalie.bus import EventBus
 from chalie.conversation.events import PermissionRequest
-from chalie.events import EventBus
 from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
@@ -442,7 +442,7 @@ def test_a_failing_subscriber_neither_reaches_the_publisher_nor_starves_others(
 
     bus.subscribe("a", broken)
     good = bus.subscribe_queue("a")
-    with caplog.at_level(logging.ERROR, logger="chalie.events"):
+    with caplog.at_level(logging.ERROR, logger="chalie.bus"):
         assert bus.publish("a", _request("a")) == 1
     assert not good.queue.empty()
     assert any("subscriber" in r.message for r in caplog.records)

@@ -375,14 +375,16 @@ FOOTPRINT = """
 import tracemalloc
 def rss():
     return int(open('/proc/self/statm').read().split()[1]) * 4096 / 1048576
-import actors.brain, chalie.config, chalie.tokens, msgspec, starlette.applications, uvicorn
+import chalie_app.brain_backend, chalie.config, chalie.tokens, msgspec
+import starlette.applications, uvicorn
 before = rss()
 tracemalloc.start()
 import jinja2, chalie.brain.pages, chalie.brain.web
-from chalie.brain.access import SessionBook
+from chalie.brain.access import DashboardSessions
 from chalie.brain.openapi import document
 brain = chalie.brain.web.Brain(
-    None, SessionBook(), lambda s: None, lambda h: False, hosts=frozenset(), origins=frozenset()
+    None, DashboardSessions(), lambda s: None, lambda h: False,
+    hosts=frozenset(), origins=frozenset(),
 )
 for name in brain.templates.list_templates():
     brain.templates.get_template(name)

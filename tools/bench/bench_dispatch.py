@@ -91,10 +91,10 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie import dispatch as steps
 from chalie.ability import Ability
-from chalie.events import EventBus
+from chalie.actor_messages import Dispatch, Executed
+from chalie.bus import EventBus
 from chalie.execution import Job
 from chalie.invoke import invoke
-from chalie.mail import Dispatch, Executed
 from chalie.messages import ToolCall, ToolOutcome, TurnContext
 from chalie.registry import Registry
 from chalie.result import ToolResult
@@ -514,8 +514,8 @@ def worker_path(
 ) -> None:
     """The same call to an ability in a worker process, through the dispatcher (2 workers):
     with the pool hosted on the dispatcher's thread, as the daemon runs it (the target), and
-    with a WorkerPool actor's broker thread of its own (for comparison)."""
-    from actors.worker_pool import HostedPool, WorkerPool, WorkerPoolHandle
+    with a WorkerPoolActor's broker thread of its own (for comparison)."""
+    from actors.worker_pool import HostedPool, WorkerPoolActor, WorkerPoolHandle
 
     registry.add(ProcNoop, source="bench", ref=f"{Path(__file__).resolve()}:ProcNoop")
     policy.proxy().set("chat", "proc_noop", "allow").get()
@@ -530,7 +530,7 @@ def worker_path(
         pool=HostedPool(home / "hosted", workers=2, handle=hosted_handle),
     )
     handle = WorkerPoolHandle()
-    pool = WorkerPool.start(home / "pool", workers=2, handle=handle)
+    pool = WorkerPoolActor.start(home / "pool", workers=2, handle=handle)
     threaded = DispatcherActor.start(registry, Services(), home / "thread.db", policy, handle, bus)
     ctx = TurnContext(
         conversation_id="bench", turn_id="t2", channel="chat", injected=("proc_noop",)
@@ -572,7 +572,7 @@ def worker_path(
                     count,
                     WORKER_TARGET,
                 )
-                print("  the pool on a broker thread of its own (a WorkerPool actor):")
+                print("  the pool on a broker thread of its own (a WorkerPoolActor):")
                 rounds(
                     "worker call, broker thread",
                     "zmq round trip",

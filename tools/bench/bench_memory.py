@@ -532,7 +532,7 @@ class _InstantPort:
 def bench_reminders(idle: bool = True) -> None:
     from actors.loop import EventLoopThread
     from actors.scheduler import Scheduler
-    from chalie.events import EventBus
+    from chalie.bus import EventBus
     from chalie.schedule.store import ReminderStore
 
     with tempfile.TemporaryDirectory() as tmp:

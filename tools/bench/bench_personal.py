@@ -61,7 +61,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account
-from chalie.events import EventBus
+from chalie.bus import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.registry import Registry

@@ -35,8 +35,8 @@ import pykka
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from actors.worker_pool import HostedPool, WorkerPoolHandle
+from chalie.bus import EventBus
 from chalie.config import WorkersConfig
-from chalie.events import EventBus
 from chalie.messages import ToolCall, TurnContext
 from chalie.registry import Registry
 from chalie.services import Services

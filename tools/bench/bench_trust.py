@@ -48,8 +48,8 @@ from tools.http_servers import TrickleServer
 def bench_flood(home: Path, trickling: int = 20) -> None:
     from actors.dispatcher import DispatcherActor, submit
     from actors.policy import PolicyActor
+    from chalie.bus import EventBus
     from chalie.envelope import parse
-    from chalie.events import EventBus
     from chalie.registry import Registry
     from chalie.services import Services
 

@@ -179,7 +179,7 @@ def bench_extract(rounds: int) -> None:
 def bench_fetch_dispatch(port: int, home: Path, n: int) -> None:
     from actors.dispatcher import DispatcherActor, submit
     from actors.policy import PolicyActor
-    from chalie.events import EventBus
+    from chalie.bus import EventBus
     from chalie.messages import ToolCall, TurnContext
     from chalie.registry import Registry
     from chalie.services import Services

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import zmq
 
-from actors.worker_pool import WorkerPool, WorkerPoolHandle
+from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
 from chalie.messages import TurnContext, WorkerJob
 
 NOOP = "tools.sample_abilities:Noop"
@@ -205,7 +205,7 @@ def main() -> None:
     os.chdir(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory() as home:
         handle = WorkerPoolHandle()
-        pool = WorkerPool.start(Path(home), workers=2, handle=handle)
+        pool = WorkerPoolActor.start(Path(home), workers=2, handle=handle)
         try:
             wait_for(lambda: all_idle(handle), timeout=30)
             latency(handle)
@@ -225,7 +225,7 @@ def main() -> None:
     print(f"load average while measuring: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as home:
         handle = WorkerPoolHandle()
-        pool = WorkerPool.start(Path(home), workers=2, spares=0, handle=handle)
+        pool = WorkerPoolActor.start(Path(home), workers=2, spares=0, handle=handle)
         try:
             wait_for(lambda: all_idle(handle), timeout=30)
             print(

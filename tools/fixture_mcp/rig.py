@@ -21,8 +21,8 @@ from actors.loop import EventLoopThread
 from actors.mcp_connections import McpConnections, McpHandle
 from actors.mcp_deps import McpDeps, SideWork, preload
 from actors.policy import PolicyActor
+from chalie.bus import EventBus
 from chalie.config import Config, McpConfig
-from chalie.events import EventBus
 from chalie.mcp.admin import McpAdmin
 from chalie.mcp.spec import ServerSpec
 from chalie.messages import ToolCall, ToolOutcome, TurnContext

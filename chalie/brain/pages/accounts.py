@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalie.brain.pages.page import Page
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
-    return {"rows": await brain.op("accounts")}
+async def load(brain: Operations, _query: Mapping[str, str]) -> dict[str, Any]:
+    return {"rows": await brain.op(Backend.accounts)}
 
 
 PAGE = Page("accounts", "Accounts", "accounts.html", load)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalie.brain.pages.page import Page
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, _query: Mapping[str, str]) -> dict[str, Any]:
     return {
-        "pending": await brain.op("approvals"),
-        "history": await brain.op("approval_history", limit=25),
-        "exchanges": await brain.op("agent_exchanges", limit=25),
+        "pending": await brain.op(Backend.approvals),
+        "history": await brain.op(Backend.approval_history, limit=25),
+        "exchanges": await brain.op(Backend.agent_exchanges, limit=25),
     }
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalie.brain.operations import ApiProblem
-from chalie.brain.pages.page import Page
+from chalie.brain.operations import ApiProblem, Backend
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
-    rows = await brain.op("conversations", limit=100)
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
+    rows = await brain.op(Backend.conversations, limit=100)
     shown = None
     wanted = query.get("id", "")
     if wanted:
         try:
-            shown = await brain.op("conversation", {"conversation_id": wanted})
+            shown = await brain.op(Backend.conversation, {"conversation_id": wanted})
         except ApiProblem:
             shown = None
     return {"rows": rows, "shown": shown}

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalie.brain.pages.page import Page
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page
 
 
-async def load(brain: Any, _query: Mapping[str, str]) -> dict[str, Any]:
-    return {"server": await brain.op("mcp_server"), "tokens": await brain.op("tokens")}
+async def load(brain: Operations, _query: Mapping[str, str]) -> dict[str, Any]:
+    return {"server": await brain.op(Backend.mcp_server), "tokens": await brain.op(Backend.tokens)}
 
 
 PAGE = Page("mcp_server", "MCP Server", "mcp_server.html", load, shows_results=True)

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chalie.brain.operations import ApiProblem
-from chalie.brain.pages.page import Page, chosen
+from chalie.brain.operations import ApiProblem, Backend
+from chalie.brain.pages.page import Operations, Page, chosen
 from chalie.memory.book import FORGET_GRACE
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     shown = chosen(query, "principal")
-    found = await brain.op("memories", **shown)
-    forgotten = await brain.op("memories_forgotten")
+    found = await brain.op(Backend.memories, **shown)
+    forgotten = await brain.op(Backend.memories_forgotten)
     search = chosen(query, "query", "location", "in")
     hits = None
     problem = ""
@@ -24,7 +24,7 @@ async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
         if search.get("in"):
             asked["principal"] = search["in"]
         try:
-            hits = await brain.op("memory_search", **asked)
+            hits = await brain.op(Backend.memory_search, **asked)
         except ApiProblem as exc:
             problem = exc.message
     return {

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-Load = Callable[[Any, Mapping[str, str]], Awaitable[dict[str, Any]]]
+
+class Operations(Protocol):
+    """What a page's load step calls (chalie.brain.web.Brain): one operation, named by its
+    :class:`chalie.brain.operations.Backend` method."""
+
+    async def op(
+        self, run: Callable[..., Any], path: Mapping[str, Any] | None = None, /, **raw: Any
+    ) -> Any: ...
+
+
+Load = Callable[[Operations, Mapping[str, str]], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from chalie.brain.pages.page import Page, chosen
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page, chosen
 
 PER_PAGE: Final = 100
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     filters = chosen(query, "q", "channel", "setting", "origin", "internal")
-    policy = await brain.op("policy", **filters)
+    policy = await brain.op(Backend.policy, **filters)
     total = len(policy.rows)
     pages = max(1, -(-total // PER_PAGE))
     try:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chalie.brain.pages.page import Page
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page
 from chalie.schema_types import json_types
 
 
@@ -53,8 +54,8 @@ def fields(schema: Mapping[str, Any]) -> list[Field]:
     return sorted(out, key=lambda f: (not f.required, f.name == "act_summary", f.name))
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
-    tools = await brain.op("tools")
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
+    tools = await brain.op(Backend.tools)
     chosen = query.get("tool", "")
     tool = next((t for t in tools if t.name == chosen), None)
     return {

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from chalie.brain.pages.page import Page, chosen
+from chalie.brain.operations import Backend
+from chalie.brain.pages.page import Operations, Page, chosen
 
 FILTERS = ("tool", "status", "code", "channel", "conversation", "principal", "since", "until")
 TIMES = ("since", "until")
@@ -31,7 +32,7 @@ def form_time(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds).replace(microsecond=0).isoformat()
 
 
-async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
+async def load(brain: Operations, query: Mapping[str, str]) -> dict[str, Any]:
     filters = chosen(query, *FILTERS)
     problem = ""
     for name in TIMES:
@@ -41,9 +42,9 @@ async def load(brain: Any, query: Mapping[str, str]) -> dict[str, Any]:
             except (ValueError, OverflowError, OSError):
                 problem = f"{name}: {filters.pop(name)[:40]!r} is not a date and time"
     paged = chosen(query, "before")
-    found = await brain.op("trail", **filters, **paged)
+    found = await brain.op(Backend.trail, **filters, **paged)
     window = "day" if query.get("window") == "day" else "hour"
-    used = await brain.op("usage", window=window)
+    used = await brain.op(Backend.usage, window=window)
     nxt = None
     if found.next_before is not None:
         nxt = "/brain/trail?" + urlencode({**filters, "before": found.next_before})

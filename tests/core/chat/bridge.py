@@ -12,9 +12,9 @@ import pykka
 from actors.chat_bridge import ChatBridge
 from actors.child_ref import ChildRef
 from actors.loop import EventLoopThread
+from chalie.bus import EventBus
 from chalie.chat.client import ChatClient
 from chalie.config import Config
-from chalie.events import EventBus
 from chalie.tokens import FIRST_TOKEN_FILE
 from tests.conversations_double import ConversationsDouble
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import msgspec
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chalie.chat import protocol as p
+from chalie.chat.session import _FRAMES
 from chalie.errors import KNOWN_CODES
 
 CODES = {p.MALFORMED, p.OVERSIZED, p.UNKNOWN_KIND, p.INVALID}
@@ -23,6 +25,12 @@ def outcome(codec: p.Codec, raw: bytes | str) -> str:
         assert "\n" not in exc.rejected.message and len(exc.rejected.message) <= 300
         return exc.rejected.code
     return "ok"
+
+
+def test_every_client_frame_has_exactly_one_handler_row() -> None:
+    """The session dispatches frames by one table (chalie/chat/session.py), as the
+    control socket does its commands: a frame type without a row would be a fault."""
+    assert set(_FRAMES) == set(get_args(p.ClientMessage))
 
 
 def test_every_rejection_code_is_in_the_error_table() -> None:

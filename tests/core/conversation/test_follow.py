@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+from chalie.bus import EventBus
 from chalie.conversation.events import (
     BackgroundResult,
     PermissionRequest,
@@ -15,7 +16,6 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.follow import TurnFollower, follow_turn
 from chalie.conversation.requests import Accepted, SendMessage
-from chalie.events import EventBus
 
 
 def started(seq: int, turn: str, client: str) -> TurnStarted:

@@ -12,6 +12,7 @@ from pykka.messages import ProxyGetAttr
 from actors.conversations import Conversations, new_id
 from actors.policy import PolicyActor
 from actors.turn import TurnActor, TurnDeps
+from chalie.actor_messages import StartTurn
 from chalie.conversation.events import (
     ErrorEvent,
     PermissionRequest,
@@ -22,7 +23,6 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.requests import Accepted, ConversationError
-from chalie.mail import StartTurn
 from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
 from tools.waiting import wait_until
@@ -628,8 +628,8 @@ def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -
     deps = h.conversations.ask(ProxyGetAttr(attr_path=("_deps",)), timeout=10)
     assert isinstance(deps, TurnDeps)
     cid = new_id("c")
-    deps.store.create(cid, "bg-openai")
-    deps.store.queue_turn(cid, "t_stored", "m_stored", "stored message")
+    deps.storage.store.create(cid, "bg-openai")
+    deps.storage.store.queue_turn(cid, "t_stored", "m_stored", "stored message")
     ref = TurnActor.start(cid, deps)  # not the parent's: nothing else runs this conversation
     try:
         ran = Accepted(conversation_id=cid, turn_id="t_stored", queued=False, duplicate=False)

@@ -272,7 +272,7 @@ def test_the_quarantine_diff_compares_with_the_approved_pin_not_the_last_listing
     """Issue 30: after a broken listing (incompatible), the row held that listing, so a later
     change was diffed (and named) against it instead of the definition the operator had
     approved: the operator saw a change from a definition never approved."""
-    from actors.brain import quarantine_diff
+    from chalie_app.brain_backend import quarantine_diff
 
     held = first_sync(tool("a", "Looks things up."))
     broken = plan("srv", held, [tool("a", "Broken for a while.", {"type": "array"})], {}, now=2.0)

@@ -17,7 +17,7 @@ from actors.loop import EventLoopThread
 from chalie.config import McpServerConfig
 from chalie.conversation.port import ConversationsPort
 from chalie.mcp_server.app import McpHttpServer
-from chalie.mcp_server.exchange import HumanDesk
+from chalie.mcp_server.exchange import HumansPort
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
@@ -49,7 +49,7 @@ def running(
     *,
     convs: DoublePort | ConversationsPort | None = None,
     tokens: TokenVerifier | None = None,
-    desk: HumanDesk | None = None,
+    desk: HumansPort | None = None,
     db_path: Path | None = None,
     **config: Any,
 ) -> Iterator[Running]:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_server import BusDesk
+from actors.mcp_server import BusHumans
+from chalie.bus import HUMANS, EventBus
 from chalie.chat import protocol as p
-from chalie.events import HUMANS, EventBus
 from chalie.mcp_server.exchange import AgentExchange
 from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
 from tests.core.mcp_server.harness import connect, running
@@ -45,7 +45,7 @@ def bridge() -> Iterator[Bridge]:
 def test_a_connected_chat_client_sees_the_agent_the_project_the_message_and_the_answer(
     bridge: Bridge,
 ) -> None:
-    desk = BusDesk(bridge.bus)
+    desk = BusHumans(bridge.bus)
     with bridge.zmq() as chat, running(desk=desk) as r:
         chat.send(p.Ping(id="hi"))  # the first frame opens the session
         wait_until(lambda: desk.humans_connected() == 1)
@@ -71,7 +71,7 @@ def test_a_connected_chat_client_sees_the_agent_the_project_the_message_and_the_
 
 
 def test_without_loop_in_human_nothing_is_surfaced(bridge: Bridge) -> None:
-    desk = BusDesk(bridge.bus)
+    desk = BusHumans(bridge.bus)
     with bridge.zmq() as chat, running(desk=desk) as r:
         chat.send(p.Ping(id="hi"))
         wait_until(lambda: desk.humans_connected() == 1)
@@ -90,7 +90,7 @@ def test_without_loop_in_human_nothing_is_surfaced(bridge: Bridge) -> None:
 
 def test_the_desk_counts_only_human_sessions() -> None:
     bus = EventBus()
-    desk = BusDesk(bus)
+    desk = BusHumans(bus)
     catch_all = bus.subscribe(None, lambda _e: None)
     assert desk.humans_connected() == 0
     got: list[Any] = []

@@ -12,7 +12,7 @@ import pytest
 
 from actors.chat_bridge import ChatBridge
 from actors.conversations import Conversations
-from actors.mcp_server import BusDesk
+from actors.mcp_server import BusHumans
 from chalie.chat import protocol as p
 from chalie.config import ChatConfig
 from chalie.tokens import TokenStore
@@ -82,7 +82,7 @@ def test_an_ask_on_a_loop_in_human_turn_is_put_to_the_connected_person() -> None
 
             with ChatClient.local(rt.config.home) as chat:
                 chat.send(p.Ping(id="hi"))  # the first frame opens the session
-                desk = BusDesk(rt.events)
+                desk = BusHumans(rt.events)
                 wait_until(lambda: desk.humans_connected() == 1, timeout=15)
                 progress: list[str] = []
 

@@ -16,7 +16,7 @@ from websockets.exceptions import InvalidStatus
 
 from actors.chat_bridge import ChatBridge
 from actors.conversations import Conversations
-from actors.mcp_server import BusDesk
+from actors.mcp_server import BusHumans
 from actors.policy import PolicyActor
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
@@ -73,7 +73,7 @@ def test_an_agent_cannot_chat_answer_or_approve_its_own_request() -> None:
 
         with ChatClient.local(rt.config.home) as person:  # the owner, on the local socket
             person.send(p.Ping(id="hi"))
-            wait_until(lambda: BusDesk(rt.events).humans_connected() == 1, timeout=15)
+            wait_until(lambda: BusHumans(rt.events).humans_connected() == 1, timeout=15)
 
             async def talk() -> Any:
                 async with connect(url, agent, "auto") as client:

@@ -19,12 +19,12 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie import untrusted
 from chalie.ability import Ability
+from chalie.bus import EventBus
 from chalie.conversation.channels import SHIPPED
 from chalie.conversation.events import PermissionRequest
 from chalie.conversation.store import ConversationStore
 from chalie.discovery.embedder import Embedder
 from chalie.envelope import parse
-from chalie.events import EventBus
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
 from chalie.memory.turns import TurnMemory

@@ -13,7 +13,7 @@ from chalie.conversation.events import BackgroundResult
 from chalie.envelope import parse
 from chalie.memory.whose import AGENT_PREFIX, OWNER
 from chalie.schedule.clock import ManualClock
-from chalie.schedule.desk import ReminderError
+from chalie.schedule.port import ReminderError
 from tests.core.conversation.harness import Harness
 from tools.waiting import wait_until
 

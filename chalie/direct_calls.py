@@ -1,15 +1,15 @@
 """The call session: tool calls started by a client that is not a turn, followed until they end.
 
 A client that is not a conversation turn (the CLI, a chat bridge's direct
-command, the inbound MCP server) starts a call with :meth:`CallDesk.start`
-and follows it with :meth:`CallDesk.poll`: a long-poll that hands over each
+command, the inbound MCP server) starts a call with :meth:`DirectCalls.start`
+and follows it with :meth:`DirectCalls.poll`: a long-poll that hands over each
 :class:`~chalie.conversation.events.PermissionRequest` published for the call's
 conversation, as it is published, and the :class:`~chalie.messages.ToolOutcome`
 once it exists.
 
 Lifecycle of one call, in order:
 
-1. ``start`` subscribes to the conversation on the :class:`~chalie.events.EventBus`
+1. ``start`` subscribes to the conversation on the :class:`~chalie.bus.EventBus`
    *before* dispatching (the gate may ask at once), then hands the call to
    ``dispatch`` (the dispatcher's submit) and keeps its outcome future.
 2. Each ``poll`` waits up to ``wait`` seconds for news, returns the permission
@@ -33,11 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from chalie.bus import EventBus, Subscription
 from chalie.conversation.events import PermissionRequest, ToolProgress
-from chalie.events import EventBus, Subscription
 from chalie.messages import Channel, Initiator, ToolCall, ToolOutcome, ToolScope, TurnContext
 
-log = logging.getLogger("chalie.call_desk")
+log = logging.getLogger("chalie.direct_calls")
 
 Dispatch = Callable[[ToolCall], "concurrent.futures.Future[ToolOutcome]"]
 FORGET_AFTER: Final = 900.0
@@ -101,7 +101,7 @@ class _Call:
         return taken
 
 
-class CallDesk:
+class DirectCalls:
     """Calls started by one kind of client, on one channel; see the module docstring."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""CallDesk: a call's permission requests and outcome reach the client that started it, once."""
+"""DirectCalls: a call's permission requests and outcome reach the client that started it, once."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from chalie.call_desk import CallDesk, UnknownCall
+from chalie.bus import EventBus
 from chalie.conversation.events import PermissionRequest
-from chalie.events import EventBus
+from chalie.direct_calls import DirectCalls, UnknownCall
 from chalie.messages import ToolCall, ToolOutcome
 
 
@@ -48,7 +48,7 @@ def request(conversation_id: str, request_id: str = "r1") -> PermissionRequest:
 
 def test_requests_and_the_outcome_reach_the_poller_and_the_call_is_then_forgotten() -> None:
     bus, dispatch = EventBus(), FakeDispatcher()
-    desk = CallDesk(bus, dispatch, prefix="t")
+    desk = DirectCalls(bus, dispatch, prefix="t")
     started = desk.start("echo", {"act_summary": "x"}, "conv-1")
     call, future = dispatch.calls[0]
     assert started.call_id.startswith("t-") and started.conversation_id == "conv-1"
@@ -67,7 +67,7 @@ def test_requests_and_the_outcome_reach_the_poller_and_the_call_is_then_forgotte
 
 def test_a_long_poll_returns_as_soon_as_the_outcome_exists() -> None:
     bus, dispatch = EventBus(), FakeDispatcher()
-    desk = CallDesk(bus, dispatch)
+    desk = DirectCalls(bus, dispatch)
     started = desk.start("echo", {})
     call, future = dispatch.calls[0]
     threading.Timer(0.05, lambda: future.set_result(outcome_for(call))).start()
@@ -82,7 +82,7 @@ def test_a_failing_dispatch_keeps_nothing_and_leaves_no_subscription() -> None:
     def broken(_call: ToolCall) -> concurrent.futures.Future[ToolOutcome]:
         raise RuntimeError("dispatcher restarting")
 
-    desk = CallDesk(bus, broken)
+    desk = DirectCalls(bus, broken)
     with pytest.raises(RuntimeError):
         desk.start("echo", {}, "conv-2")
     assert bus.subscribers("conv-2") == 0 and desk.in_progress() == 0
@@ -90,13 +90,13 @@ def test_a_failing_dispatch_keeps_nothing_and_leaves_no_subscription() -> None:
 
 def test_close_wakes_a_long_poll_and_unpolled_calls_are_forgotten() -> None:
     bus, dispatch = EventBus(), FakeDispatcher()
-    desk = CallDesk(bus, dispatch, forget_after=0.0)
+    desk = DirectCalls(bus, dispatch, forget_after=0.0)
     first = desk.start("echo", {}, "conv-3")
     desk.start("echo", {}, "conv-4")  # the first, never polled, is dropped now
     with pytest.raises(UnknownCall):
         desk.poll(first.call_id, wait=0)
     assert bus.subscribers("conv-3") == 0
-    desk = CallDesk(bus, dispatch)
+    desk = DirectCalls(bus, dispatch)
     started = desk.start("echo", {}, "conv-5")
     threading.Timer(0.05, desk.close).start()
     began = time.monotonic()
@@ -107,7 +107,7 @@ def test_close_wakes_a_long_poll_and_unpolled_calls_are_forgotten() -> None:
 
 def test_the_runtime_failing_a_call_is_raised_once_to_the_poller() -> None:
     bus, dispatch = EventBus(), FakeDispatcher()
-    desk = CallDesk(bus, dispatch)
+    desk = DirectCalls(bus, dispatch)
     started = desk.start("echo", {})
     dispatch.calls[0][1].set_exception(RuntimeError("lost"))
     with pytest.raises(RuntimeError, match="lost"):

@@ -1,29 +1,21 @@
-"""The memory and background-mind part of the tree: memory, the scheduler, their commands.
-
-:func:`memory_parts` builds what ``child_specs`` adds for memory: one child
-spec and the control routes, over one book per daemon. The embedder is the
-discovery's own instance (one model in memory), or the configured one.
+"""The scheduler part of the tree: the Scheduler's child spec, its client (the reminder
+ability's port, ``Services.scheduler``) and the operator's reminder commands.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Final, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import msgspec
 
 from actors.child_ref import ChildRef
 from chalie import control
 from chalie.control import Args
-from chalie.discovery.embedder import Embedder, load_embedder
-from chalie.home import memory_index_dir
-from chalie.memory.book import MemoryBook
-from chalie.memory.commands import MemoryCommands
-from chalie.memory.store import MemoryStore
 from chalie.memory.whose import OWNER
 from chalie.messages import ControlReply
 from chalie.routing import Route
 from chalie.schedule.clock import Clock
-from chalie.schedule.desk import ReminderError
+from chalie.schedule.port import ReminderError
 from chalie.schedule.rules import RuleKind
 from chalie.schedule.store import Reminder
 from chalie.supervision import ChildSpec
@@ -31,55 +23,10 @@ from chalie.supervision import ChildSpec
 CALL_TIMEOUT: Final = 10.0
 
 if TYPE_CHECKING:
-    from actors.conversations import ConversationsHost as Runtime  # what the root's Runtime has
+    from actors.host import Host as Runtime  # what the root's Runtime has
 
 
-class _OnFirstUse:
-    """The configured embedder, loaded on its first text (for backends that cannot be lazy)."""
-
-    def __init__(self, options: dict[str, Any]) -> None:
-        self._options = options
-        self._loaded: Embedder | None = None
-
-    def _get(self) -> Embedder:
-        if self._loaded is None:
-            self._loaded = load_embedder(self._options)
-        return self._loaded
-
-    @property
-    def model_id(self) -> str:
-        return self._get().model_id
-
-    @property
-    def dim(self) -> int:
-        return self._get().dim
-
-    def embed(self, texts: Any) -> Any:
-        return self._get().embed(texts)
-
-
-def memory_parts(rt: Runtime, embedder: Embedder | None) -> tuple[ChildSpec, list[Route[Any]]]:
-    from actors.memory import MemoryKeeper
-
-    cfg = rt.config
-    # _OnFirstUse has the Embedder's members as read-only properties (loaded when read).
-    used = embedder if embedder is not None else cast(Embedder, _OnFirstUse(cfg.embedder.options()))
-    book = MemoryBook(MemoryStore(rt.db_path), used, memory_index_dir(cfg.home))
-    spec = ChildSpec(
-        "memory",
-        lambda: MemoryKeeper.start(
-            book,
-            rt.services,
-            rt.db_path,
-            owner_readers=cfg.memory.agents_may_recall,
-            zone=cfg.accounts.zone,
-        ),
-        shutdown=30.0,
-    )
-    return spec, MemoryCommands(book).routes()
-
-
-class SchedulerDesk:
+class SchedulerClient:
     """The reminder ability's and the CLI's way to the Scheduler: calls through its ChildRef."""
 
     def __init__(self, ref: ChildRef[Any]) -> None:
@@ -134,7 +81,7 @@ class ReminderAddArgs(Args):
 class ReminderCommands:
     """The operator's reminder commands (the operator is the owner)."""
 
-    def __init__(self, desk: SchedulerDesk) -> None:
+    def __init__(self, desk: SchedulerClient) -> None:
         self.desk = desk
 
     def routes(self) -> list[Route[Any]]:
@@ -179,7 +126,7 @@ def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[R
         else None
     )
     ref = rt.child("scheduler", Scheduler)
-    desk = SchedulerDesk(ref)
+    desk = SchedulerClient(ref)
     rt.services.scheduler = desk
     spec = ChildSpec(
         "scheduler",

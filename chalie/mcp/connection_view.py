@@ -1,7 +1,7 @@
 """The call path's view of one connection: an immutable snapshot its actor publishes.
 
 The connection actor owns the session, the status and the tool rows; after
-every change it publishes a new :class:`Route` (one dict assignment, so any
+every change it publishes a new :class:`ConnectionView` (one dict assignment, so any
 thread reads a consistent one without a lock, the way the dispatcher reads
 the policy view). The MCP executor answers from it at once (quarantined,
 gone, offline, refused credentials) or submits the call straight to the
@@ -19,23 +19,23 @@ from typing import Any
 from mcp import MCPError
 
 from chalie.mcp import results
-from chalie.mcp.session import Link, NotConnected, describe
+from chalie.mcp.session import McpSession, NotConnected, describe
 from chalie.mcp.tools import ToolRow
 from chalie.result import ToolResult
 
 
 @dataclass(frozen=True)
-class Route:
+class ConnectionView:
     server: str
     gen: int
     status: str
     reason: str = ""
-    link: Link | None = None
+    link: McpSession | None = None
     auth_status: int | None = None
     rows: Mapping[str, ToolRow] = field(default_factory=dict)  # proxy → row
 
 
-def refusal(route: Route | None, server: str, proxy: str, tool: str) -> ToolResult | None:
+def refusal(route: ConnectionView | None, server: str, proxy: str, tool: str) -> ToolResult | None:
     """The result for a call that cannot be sent, or None when it may go."""
     if route is None:
         return results.unreachable(server, tool, "not connected")
@@ -58,7 +58,7 @@ def outcome(
     proxy: str,
     tool: str,
     timeout: float,
-    link: Link,
+    link: McpSession,
     fut: asyncio.Future[Any] | concurrent.futures.Future[Any],
 ) -> tuple[ToolResult, bool]:
     """A finished call's ToolResult, and whether the connection itself looks broken."""

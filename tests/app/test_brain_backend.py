@@ -6,11 +6,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.brain import refused, view
 from chalie.brain import api
 from chalie.brain.operations import ApiProblem
 from chalie.policy import PolicyError, PolicyRow
 from chalie.tokens import TokenError
+from chalie_app.brain_backend import refused, view
 
 
 def test_a_view_takes_the_rows_fields_and_the_given_ones() -> None:

@@ -28,7 +28,7 @@ from chalie.conversation.events import (
 from chalie.mcp_server.exchange import AgentExchange
 from chalie.messages import RequestSettled
 
-log = logging.getLogger("chalie.events")
+log = logging.getLogger("chalie.bus")
 
 # A conversation's numbered events (chalie.conversation.events) travel on the same bus.
 Event = (

@@ -21,7 +21,7 @@ class ReminderError(ValueError):
         self.hint = hint
 
 
-class ReminderDesk(Protocol):
+class SchedulerPort(Protocol):
     def add(
         self,
         text: str,

@@ -19,8 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 import pykka
@@ -29,25 +28,23 @@ import chalie
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.conversations import Conversations
 from actors.conversations_port import ActorConversations
-from actors.loop import EventLoopThread
+from actors.host import Host
 from actors.mcp_connections import McpConnections
 from actors.policy import PolicyActor
 from chalie import control
 from chalie.accounts.book import AccountBook
 from chalie.brain import api
-from chalie.brain.access import SessionBook
+from chalie.brain.access import DashboardSessions
 from chalie.brain.operations import ApiProblem
+from chalie.bus import EventBus
 from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
 from chalie.db import connect
-from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
-from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
+from chalie.messages import CHANNELS, ControlReply, ToolCall
 from chalie.policy import PolicyError
 from chalie.principals import LOCAL_ID, Principal
-from chalie.registry import Registry
 from chalie.routing import Route
-from chalie.services import Services
 from chalie.tokens import TokenError, TokenInfo, TokenStore
 from chalie.trail import Trail, TrailRow
 
@@ -60,27 +57,6 @@ RECENT_ERRORS: Final = 10
 # Seconds a call from the dashboard is waited for; then it answers "waiting" (the gate is
 # asking: the request is in Approvals) and the result lands on the trail.
 TOOL_CALL_WAIT: Final = 10.0
-
-
-class BrainHost(Protocol):
-    """What the backend needs of the running daemon (the composition root's Runtime)."""
-
-    config: Config
-    registry: Registry
-    services: Services
-    loop: EventLoopThread
-    started: float
-    supervisor: pykka.ActorRef[Any] | None
-    events: EventBus
-
-    @property
-    def db_path(self) -> Path: ...
-
-    def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-    def dispatch(self, call: ToolCall) -> concurrent.futures.Future[ToolOutcome]: ...
 
 
 def _rss() -> int:
@@ -174,7 +150,7 @@ def quarantine_diff(row: Any) -> str:
 class RuntimeBackend:
     """One instance a web server; safe from several threads."""
 
-    def __init__(self, host: BrainHost, sessions: SessionBook, mcp_url: str | None = None) -> None:
+    def __init__(self, host: Host, sessions: DashboardSessions, mcp_url: str | None = None) -> None:
         self._host = host
         self.sessions = sessions
         self._lock = threading.Lock()
@@ -929,7 +905,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-__all__ = ["BrainHost", "RuntimeBackend", "client_configs", "quarantine_diff"]
+__all__ = ["Host", "RuntimeBackend", "client_configs", "quarantine_diff"]
 
 
 def unavailable(exc: BaseException) -> bool:
@@ -938,7 +914,7 @@ def unavailable(exc: BaseException) -> bool:
 
 
 def brain_factory(
-    host: BrainHost, sessions: SessionBook, events: EventBus, chat: ChatConfig
+    host: Host, sessions: DashboardSessions, events: EventBus, chat: ChatConfig
 ) -> Callable[[tuple[str, int], TokenStore], tuple[list[Any], Callable[[], None]]]:
     """What the chat bridge calls once its port is bound: the Brain's routes and their closer."""
     from chalie.brain.access import allowed_hosts, allowed_origins
@@ -971,7 +947,7 @@ def link_url(address: str | None, code: str) -> str | None:
     return f"http://{hostport}/brain/link?code={code}"
 
 
-def brain_routes(host: BrainHost, sessions: SessionBook) -> list[Route[Any]]:
+def brain_routes(host: Host, sessions: DashboardSessions) -> list[Route[Any]]:
     """The control commands of the Brain: ``brain.link`` (``chalie brain open``) and
     ``brain.sign_out`` (``chalie brain sign-out``)."""
     from actors.chat_bridge import ChatBridge

@@ -1,6 +1,6 @@
 """The worker broker's bookkeeping, with no sockets, threads or processes.
 
-``BrokerBook`` holds what the broker knows about its worker processes and jobs
+``BrokerState`` holds what the broker knows about its worker processes and jobs
 and decides what happens next; ``actors.worker_pool`` does the I/O. Every
 decision takes ``now`` as an argument, so timeouts, hang detection and
 crash-loop backoff are tested with an injected clock.
@@ -192,7 +192,7 @@ class SlotRecord:
     spawned_once: bool = False
 
 
-class BrokerBook:
+class BrokerState:
     """Workers, queued jobs and jobs in flight; every method is called from one thread."""
 
     def __init__(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalie.conversation.events import BackgroundResult
+from chalie.conversation.requests import Accepted
 from chalie.messages import Busy, ToolCall, ToolOutcome, TurnContext
 from chalie.policy import GateDecision
 from chalie.result import ToolResult
@@ -182,9 +183,9 @@ class StartTurn:
     human_present: bool = False
     # This turn only: an ask nobody can answer now is parked for the owner (SendMessage).
     park_asks: bool = False
-    # Answered (queued or not) as soon as that is decided, before the turn's first step:
-    # the sender waits for this, not for the step.
-    taken: Future[bool] | None = field(default=None, compare=False)
+    # The client's answer (chalie.conversation.submission), given as soon as the actor has
+    # decided (queued or not), before the turn's first step: the sender waits for this.
+    taken: Future[Accepted] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
