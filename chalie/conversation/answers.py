@@ -33,6 +33,9 @@ _CODE: Final = re.compile(
     r"(?:python\s+)?(?:code|function call|tool call|json)\b",
     re.I,
 )
+# A call written out as an object, whatever its name ("Let's call it find_capital: {"name":
+# "find_capital", "arguments": ...}"): the 1.5B model's way of not making a call.
+_CALL_SHAPED: Final = re.compile(r'\{\s*"name"\s*:\s*"[^"\n]{1,128}"\s*,\s*"arguments"\s*:')
 _VERB: Final = r"(?:call(?:ing)?|use|using|invoke|invoking|run(?:ning)?)"
 
 
@@ -65,7 +68,7 @@ def unfit(text: str, offered: Collection[str] = ()) -> Unfit:
         return "markup"
     if _SCHEMA.search(stripped):
         return "schema"
-    if _CODE.search(stripped):
+    if _CODE.search(stripped) or _CALL_SHAPED.search(stripped):
         return "described-call"
     meta = {"find_tools", "find_skills"}
     pattern = _tool_mention({*offered, *meta})

@@ -118,6 +118,33 @@ def unfenced(text: str) -> str:
     return inner[:-3] if inner.endswith("```") else inner
 
 
+_DECODER: Final = json.JSONDecoder()
+_TRAILING_SCAN: Final = 8_000  # a step object is short; prose before it is not searched further
+
+
+def trailing_object(text: str) -> dict[str, Any] | None:
+    """The step object a free step's text ends with, after words of its own: "To say
+    'good morning' in Spanish, you would say: ```json {"name": "reply", ...}```" (the
+    1.5B model, shown the compact listing); None when the text does not end with one."""
+    tail = text.rstrip()
+    if tail.endswith("```"):
+        tail = tail[:-3].rstrip()
+    if not tail.endswith("}"):
+        return None
+    start = max(0, len(tail) - _TRAILING_SCAN)
+    at = tail.find("{", start)
+    while at >= 0:
+        try:
+            value, end = _DECODER.raw_decode(tail, at)
+        except (ValueError, RecursionError):
+            value, end = None, -1
+        if end == len(tail):
+            step_like = isinstance(value, dict) and isinstance(value.get("name"), str)
+            return value if step_like else None
+        at = tail.find("{", at + 1)
+    return None
+
+
 def read(response: ModelResponse, offered: Collection[str], new_id: str) -> ModelResponse:
     """The step object as the plain answer or the tool call it holds; a response that is
     not such an object (cut off by the token limit, or a server that ignored the schema)
@@ -127,7 +154,9 @@ def read(response: ModelResponse, offered: Collection[str], new_id: str) -> Mode
     try:
         step = json.loads(unfenced(response.text))
     except (ValueError, RecursionError):
-        return response
+        step = trailing_object(response.text)
+        if step is None:
+            return response
     if not isinstance(step, dict) or not isinstance(step.get("name"), str):
         return response
     name, arguments = step["name"], step.get("arguments")
@@ -138,6 +167,11 @@ def read(response: ModelResponse, offered: Collection[str], new_id: str) -> Mode
         if not isinstance(text, str):
             return response
         return msgspec.structs.replace(response, text=text, stop="final")
+    if name not in offered:
+        # Only a free step can name another tool (a grammar holds a structured one to
+        # the offered names): left as text, the answer check refuses the call written
+        # out, and the retry is held to the offered tools.
+        return response
     call = ToolCallPart(id=new_id, name=name, arguments=arguments)
     return msgspec.structs.replace(response, text="", tool_calls=(call,), stop="tool_calls")
 

@@ -48,6 +48,12 @@ OFFERED = ("find_tools", "find_skills", "memory", "clock", "calculator")
             "described-call",
         ),
         ("you would use the following function call:", "described-call"),
+        (
+            # a call of a tool nobody offered, written out (the compact listing's shape)
+            'Let\'s call it "find_capital_of_france".\n\n{"name": "find_capital_of_france", '
+            '"arguments": {"query": "The capital of France"}}',
+            "described-call",
+        ),
     ],
 )
 def test_what_the_real_model_wrote_instead_of_an_answer_is_refused(text: str, why: str) -> None:

@@ -131,6 +131,21 @@ def test_a_fenced_object_is_read_and_streamed_as_the_object() -> None:
     assert quoted.feed("`ls` lists") == "`ls` lists"
 
 
+def test_a_step_object_after_words_of_its_own_is_read_as_the_object() -> None:
+    # The 1.5B model in a free step: "To say 'good morning' in Spanish, you would say:"
+    # and a fenced reply object, accepted as the answer with its JSON before this.
+    said = 'To say "good morning" in Spanish, you would say:\n\n' + FENCED
+    assert steps.read(response(said), ["memory"], "c").text == "You're welcome!"
+    call = 'I will store it. {"name": "memory", "arguments": {"action": "list"}}'
+    assert steps.read(response(call), ["memory"], "c").tool_calls[0].arguments == {"action": "list"}
+    # A tool nobody offered, or not a step object at the end: the text as it came (the
+    # answer check reads it).
+    invented = 'Call it: {"name": "find_capital", "arguments": {"q": "France"}}'
+    assert steps.read(response(invented), ["memory"], "c") == response(invented)
+    for text in ('Use {"a": 1} here.', "A set: {1, 2}", 'Odd: {"name": 5}', "{" * 3000 + "}"):
+        assert steps.read(response(text), ["memory"], "c") == response(text)
+
+
 @pytest.mark.parametrize(
     ("setting", "provider", "url", "on"),
     [
