@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
@@ -48,6 +47,7 @@ from chalie.principals import LOCAL_ID, Principal
 from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
+from chalie.store_place import Place, sqlite_file
 from chalie.tokens import TokenError, TokenInfo, TokenStore
 from chalie.trail import Trail, TrailRow
 
@@ -74,7 +74,7 @@ class BrainHost(Protocol):
     events: EventBus
 
     @property
-    def db_path(self) -> Path: ...
+    def db_path(self) -> Place: ...
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
 
@@ -216,7 +216,7 @@ class RuntimeBackend:
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
             if self._conn is None:
-                self._conn = connect(self._host.db_path)
+                self._conn = connect(sqlite_file(self._host.db_path, __name__))
             return list(self._conn.execute(sql, args).fetchall())
 
     def _policy(self) -> ChildRef[Any]:

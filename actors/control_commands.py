@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
@@ -43,6 +42,7 @@ from chalie.policy import PolicyError, check_channel, check_decision, check_perm
 from chalie.principals import LOCAL_OWNER
 from chalie.routing import Route
 from chalie.services import DiscoveryService, Services
+from chalie.store_place import Place
 from chalie.trail import Trail
 
 log = logging.getLogger("chalie.control")
@@ -56,7 +56,7 @@ class ControlHost(Protocol):
     """What the commands need of the running daemon (the composition root's Runtime)."""
 
     @property
-    def db_path(self) -> Path: ...
+    def db_path(self) -> Place: ...
 
     def child(self, child_id: str, kind: type[A]) -> ChildRef[A]: ...
 

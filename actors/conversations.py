@@ -41,7 +41,6 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
@@ -86,6 +85,7 @@ from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_see
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
 from chalie.services import Services
+from chalie.store_place import Place
 from chalie.supervision import OnDemand
 
 
@@ -108,7 +108,7 @@ class ConversationsHost(Protocol):
     def services(self) -> Services: ...
 
     @property
-    def db_path(self) -> Path: ...
+    def db_path(self) -> Place: ...
 
     def child(self, child_id: str, kind: type[K]) -> ChildRef[K]: ...
 

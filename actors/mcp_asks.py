@@ -38,7 +38,6 @@ import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Final
 
 from mcp_types import (
@@ -73,6 +72,7 @@ from chalie.mcp.peer import (
 )
 from chalie.messages import TurnContext
 from chalie.policy import GateDecision
+from chalie.store_place import Place, sqlite_file
 
 log = logging.getLogger("chalie.mcp")
 
@@ -112,8 +112,8 @@ class Budget:
     memory at once, so concurrent requests cannot overspend between the two.
     """
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn = connect(db_path)
+    def __init__(self, db_path: Place) -> None:
+        self._conn = connect(sqlite_file(db_path, __name__))
         self._conn.execute(_SCHEMA)
         self._lock = threading.Lock()
         self._known: dict[tuple[str, str], int] = {}
@@ -166,7 +166,7 @@ class ServerAsks:
     def __init__(
         self,
         config: McpConfig,
-        db_path: Path,
+        db_path: Place,
         policy: ChildRef[Any] | None,
         bus: EventBus | None,
         models: dict[str, ModelConfig],

@@ -41,7 +41,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -58,6 +57,7 @@ from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, Turn
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
+from chalie.store_place import Place
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewCache", "ViewRequest", "Withdraw"]
 
@@ -122,7 +122,7 @@ class PolicyActor(SupervisedActor):
 
     def __init__(
         self,
-        db_path: Path,
+        db_path: Place,
         events: EventBus,
         *,
         approval_expiry: float = 300.0,
@@ -135,7 +135,7 @@ class PolicyActor(SupervisedActor):
         self._resume = resume
         if not isinstance(approval_expiry, int | float) or approval_expiry <= 0:
             raise ValueError("approval_expiry must be a positive number of seconds")
-        self._db_path = Path(db_path)
+        self._db_path = db_path
         self._events = events
         self._expiry = float(approval_expiry)
         self._store: PolicyStore | None = None

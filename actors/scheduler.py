@@ -33,7 +33,6 @@ import datetime as dt
 import logging
 import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import pykka
@@ -69,6 +68,7 @@ from chalie.schedule.rules import (
 )
 from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
+from chalie.store_place import Place, sqlite_file
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.scheduler")
@@ -155,7 +155,7 @@ def framed(reminder: Reminder, due: float, late: bool, agent: Principal | None =
 class Scheduler(SupervisedActor):
     def __init__(
         self,
-        db_path: Path,
+        db_path: Place,
         events: EventBus,
         port: ConversationsPort,
         loop: LoopService,
@@ -211,7 +211,7 @@ class Scheduler(SupervisedActor):
             if self._outbox_max_age is None
             else Outbox(self._db_path, max_age=self._outbox_max_age)
         )
-        self._conn = connect(self._db_path)
+        self._conn = connect(sqlite_file(self._db_path, __name__))
         if self._reflection is not None:
             self._ledger = ReflectionLedger(self._db_path)
             self._conversations_store = ConversationStore(self._db_path)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -36,6 +35,7 @@ import msgspec
 from chalie.conversation.events import PermissionRequest
 from chalie.db import Store
 from chalie.messages import TurnContext
+from chalie.store_place import Place
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS permission_requests (
@@ -124,7 +124,7 @@ def _read(body: bytes) -> PermissionRequest:
 class ApprovalStore(Store):
     """The ``permission_requests`` table; one connection, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA)
         with self._lock:
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(permission_requests)")}

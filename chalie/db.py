@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, Literal
 
+from chalie.store_place import Place, sqlite_file
+
 BUSY_TIMEOUT_MS: Final = 5000
 # A 0-byte file another process created a moment ago gets its header within milliseconds.
 EMPTY_GRACE: Final = 2.0
@@ -95,8 +97,9 @@ class Store:
     IF NOT EXISTS``). A store that another process may be opening for the first time at the
     same moment passes ``racing`` (:func:`connect_retrying`)."""
 
-    def __init__(self, path: Path, schema: str, *, racing: bool = False) -> None:
-        self._conn: sqlite3.Connection = (connect_retrying if racing else connect)(Path(path))
+    def __init__(self, place: Place, schema: str, *, racing: bool = False) -> None:
+        path = sqlite_file(place, type(self).__module__)  # not on PostgreSQL yet: fail closed
+        self._conn: sqlite3.Connection = (connect_retrying if racing else connect)(path)
         self._lock = threading.Lock()
         with self._lock:
             self._conn.executescript(schema)

@@ -23,13 +23,13 @@ import math
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from chalie.conversation.events import BackgroundResult
 from chalie.db import connect
+from chalie.store_place import Place, sqlite_file
 
 log = logging.getLogger("chalie.outbox")
 
@@ -82,7 +82,7 @@ class Outbox:
 
     def __init__(
         self,
-        path: Path,
+        path: Place,
         *,
         max_age: float = DEFAULT_MAX_AGE,
         max_rows: int = DEFAULT_MAX_ROWS,
@@ -91,7 +91,7 @@ class Outbox:
         self._max_age = float(max_age)
         self._max_rows = max_rows
         self._lock = threading.Lock()
-        self._conn = connect(path)
+        self._conn = connect(sqlite_file(path, __name__))
         self._conn.execute(_SCHEMA)
         self._conn.execute(_INDEX)
         self._puts = 0

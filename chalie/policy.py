@@ -28,7 +28,6 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import msgspec
@@ -39,6 +38,7 @@ from chalie.forms import BadAnswer, check_answer
 from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
+from chalie.store_place import Place, sqlite_file
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
@@ -360,8 +360,8 @@ class PolicyStore:
     swapped whole on each change, so other threads may read it without a lock.
     """
 
-    def __init__(self, path: Path) -> None:
-        self._conn = connect(path)
+    def __init__(self, path: Place) -> None:
+        self._conn = connect(sqlite_file(path, __name__))
         self._lock = threading.Lock()
         self._conn.execute(_SCHEMA)
         self.table: Mapping[tuple[str, str], Decision] = {}

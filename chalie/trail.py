@@ -18,7 +18,6 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -26,6 +25,7 @@ import msgspec
 from chalie.db import connect
 from chalie.messages import TRAIL_STATUSES, TrailStatus
 from chalie.messages import Status as CallStatus
+from chalie.store_place import Place, sqlite_file
 
 REDACTED: Final = "[redacted]"
 # Keys that name a secret are redacted at any depth, declared or not.
@@ -213,8 +213,8 @@ class Trail:
     skipped. Either way the end is committed before :meth:`finish` returns.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, place: Place) -> None:
+        self.path = sqlite_file(place, __name__)
         self._conn = connect(self.path)
         self._lock = threading.Lock()
         for statement in _SCHEMA:

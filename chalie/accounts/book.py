@@ -23,6 +23,7 @@ from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, Account, AccountSpecError, Kind, check_account
 from chalie.db import Store
 from chalie.mcp.secrets import MissingSecret, SecretFile
+from chalie.store_place import Place
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS accounts (
@@ -56,7 +57,7 @@ class Credentials(msgspec.Struct, frozen=True):
 class AccountBook(Store):
     """The table and the secrets file, for any thread of one process."""
 
-    def __init__(self, db_path: Path, home: Path) -> None:
+    def __init__(self, db_path: Place, home: Path) -> None:
         super().__init__(db_path, _SCHEMA, racing=True)
         self.secrets = SecretFile(Path(home))
 

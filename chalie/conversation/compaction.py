@@ -16,12 +16,12 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from chalie.conversation.act import message_tokens
 from chalie.db import connect
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.store_place import Place, sqlite_file
 
 SUMMARY_HEAD: Final = "[summary of the earlier conversation, written when it grew too long]"
 SYSTEM: Final = (
@@ -88,8 +88,8 @@ CREATE TABLE IF NOT EXISTS conversation_summaries (
 class SummaryStore:
     """The latest summary of each conversation (one row each), any thread."""
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
+    def __init__(self, db_path: Place) -> None:
+        self._conn: sqlite3.Connection = connect(sqlite_file(db_path, __name__))
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute(_SCHEMA)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
@@ -39,6 +38,7 @@ from chalie.envelope import render
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
+from chalie.store_place import Place, sqlite_file
 
 TurnState = Literal["queued", "running", "done"]
 MAX_EVENTS_PAGE: Final = 1000
@@ -179,8 +179,8 @@ def interrupted_envelope(tool: str) -> str:
 class ConversationStore(db.Store):
     """The conversation tables of one database file, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+    def __init__(self, place: Place) -> None:
+        self.path = sqlite_file(place, __name__)
         super().__init__(self.path, _SCHEMA)
         with self._lock:
             columns = {r[1] for r in self._conn.execute("PRAGMA table_info(conversations)")}

@@ -25,12 +25,12 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from chalie.db import Store
 from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.engine import DiscoveryEngine
+from chalie.store_place import Place
 from chalie.trail import REDACTED, SECRET_KEY
 
 DEFAULT_PER_TOOL: Final = 20
@@ -126,7 +126,7 @@ def _checked(value: object, what: str, limit: int) -> str:
 class LearnedExamples(Store):
     """The learned-examples table; thread-safe (one connection, one lock)."""
 
-    def __init__(self, db_path: Path, *, per_tool: int = DEFAULT_PER_TOOL) -> None:
+    def __init__(self, db_path: Place, *, per_tool: int = DEFAULT_PER_TOOL) -> None:
         if isinstance(per_tool, bool) or not 1 <= per_tool <= MAX_PER_TOOL:
             raise ValueError(f"per_tool must be within 1..{MAX_PER_TOOL}")
         self.per_tool = per_tool

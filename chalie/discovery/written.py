@@ -26,13 +26,13 @@ import re
 import time
 from collections import deque
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 from chalie.db import Store
 from chalie.discovery.learning import NEAR_IDENTICAL, overlap, word_key
 from chalie.discovery.learning import WRITTEN_SOURCE as WRITTEN_SOURCE
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.store_place import Place
 
 MIN_PHRASES: Final = 3
 MAX_PHRASES: Final = 10
@@ -160,7 +160,7 @@ CREATE TABLE IF NOT EXISTS discovery_written (
 class WrittenCache(Store):
     """Validated model-written phrases by definition hash, in chalie.db; thread-safe."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def get(self, digest: str) -> list[str] | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
@@ -26,6 +25,7 @@ import msgspec
 from chalie.db import Store, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
+from chalie.store_place import Place
 
 # needs-login: an OAuth server whose grant needs the owner (chalie mcp login), not offline
 Status = Literal["online", "offline", "connecting", "disabled", "needs-login"]
@@ -87,7 +87,7 @@ class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
 class McpStore(Store):
     """The two tables, for any thread of one process (one lock around the connection)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA, racing=True)
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:

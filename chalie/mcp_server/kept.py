@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from chalie.db import Store, transaction
 from chalie.mcp_server.exchange import AgentExchange
+from chalie.store_place import Place
 
 MAX_KEPT: Final = 2000
 # At most this many unseen exchanges are handed to an owner client that connects.
@@ -61,7 +61,7 @@ class Kept(msgspec.Struct, frozen=True, kw_only=True):
 class ExchangeBook(Store):
     """The ``agent_exchanges`` table; one connection, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA, racing=True)
 
     def keep(self, exchange: AgentExchange) -> AgentExchange:

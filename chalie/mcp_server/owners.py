@@ -22,10 +22,10 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Final
 
 from chalie.db import connect
+from chalie.store_place import Place, sqlite_file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mcp_conversations (
@@ -51,8 +51,8 @@ KNOWN_MAX: Final = 100_000  # owners kept in memory
 class ConversationOwners:
     """conversation id → the id of the token that owns it (one connection, any thread)."""
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
+    def __init__(self, db_path: Place) -> None:
+        self._conn: sqlite3.Connection = connect(sqlite_file(db_path, __name__))
         self._lock = threading.Lock()
         self._known: OrderedDict[str, str] = OrderedDict()  # guarded by _lock
         self._conn.execute(_SCHEMA)

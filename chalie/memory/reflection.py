@@ -19,13 +19,13 @@ import json
 import re
 import sqlite3
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from chalie.conversation.background import is_follow_up
 from chalie.db import Store
 from chalie.memory.records import KINDS, Draft, Kind
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.store_place import Place
 
 # The conversations reflected on: the person's chats (their memories) and the agents'
 # (external_agent, or an MCP-started chat: memories kept under that agent, never the owner's;
@@ -141,7 +141,7 @@ CREATE TABLE IF NOT EXISTS memory_reflection_budget (
 class ReflectionLedger(Store):
     """Which conversations are due a reflection, how far each was read, what was spent."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def due(self, now: float, idle: float, limit: int = 5) -> list[tuple[str, float]]:

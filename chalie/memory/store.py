@@ -12,13 +12,13 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
 from chalie.db import Store, connect, transaction
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
+from chalie.store_place import Place, sqlite_file
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -122,7 +122,7 @@ def unpack(blob: bytes, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
 class MemoryStore(Store):
     """One connection; callers may use it from any thread (a lock serialises it)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, SCHEMA)
         with self._lock:
             have = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(memories)")}
@@ -134,7 +134,7 @@ class MemoryStore(Store):
             # :meth:`checkpoint` does it instead, off the write path (the memory index's
             # committer thread); chalie.db's other connections keep checkpointing as before.
             self._conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
-        self._db_path = db_path
+        self._db_path = sqlite_file(db_path, __name__)
         self._spare: sqlite3.Connection | None = None
         self._spare_lock = threading.Lock()
 

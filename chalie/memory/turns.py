@@ -22,7 +22,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Final
 
 from chalie.db import connect
@@ -30,6 +29,7 @@ from chalie.memory import when
 from chalie.memory.book import MemoryBook
 from chalie.memory.whose import principal_of, readable_by
 from chalie.messages import TurnContext
+from chalie.store_place import Place, sqlite_file
 
 # Tools whose results carry no outside content: the meta-tools, memory itself,
 # pure computations and the scheduler. Everything else is an untrusted source.
@@ -48,7 +48,7 @@ class TurnMemory:
     def __init__(
         self,
         book: MemoryBook,
-        db_path: Path,
+        db_path: Place,
         *,
         owner_readers: Collection[str] = (),
         zone: str | None = None,
@@ -59,7 +59,7 @@ class TurnMemory:
         # The person's time zone: relative times ("last week") are read in it.
         self.zone = when.zone(zone)
         self._clock = clock
-        self._conn: sqlite3.Connection = connect(db_path)
+        self._conn: sqlite3.Connection = connect(sqlite_file(db_path, __name__))
         self._lock = threading.Lock()
         self._origins: OrderedDict[str, str] = OrderedDict()
 

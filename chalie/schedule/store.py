@@ -8,13 +8,13 @@ during the turn never fires it twice; the answer is recorded afterwards.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
 from chalie.db import Store
 from chalie.schedule.rules import RuleKind
+from chalie.store_place import Place
 
 State = Literal["pending", "done", "cancelled"]
 # The owner's views of the table (the dashboard's filter).
@@ -85,7 +85,7 @@ def _row(r: Any) -> Reminder:
 class ReminderStore(Store):
     """One connection, any thread (a lock serialises it)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def add(

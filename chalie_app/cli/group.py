@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from chalie.config import Config
     from chalie.control import ControlClient
     from chalie.home import Home
+    from chalie.store_place import Place
 
 
 class Ctx:
@@ -65,6 +66,12 @@ class Ctx:
             except (ConfigError, HomeError) as exc:
                 raise click.ClickException(str(exc)) from None
         return self._config
+
+    @property
+    def store(self) -> Place:
+        """Where the durable state lives: ``[store] url``'s database, else ``chalie.db``
+        (reads ``config.toml``)."""
+        return self.config.store_place
 
     @property
     def client(self) -> ControlClient:
@@ -175,7 +182,7 @@ class LazyGroup(click.Group):
         return None if command is None else _with_home(command)
 
     def invoke(self, ctx: click.Context) -> object:
-        """Every command: an unusable ``chalie.db`` is one line and exit 1 (chalie.db)."""
+        """Every command: an unusable ``chalie.db`` or store is one line and exit 1."""
         try:
             return super().invoke(ctx)
         except Exception as exc:
@@ -183,6 +190,10 @@ class LazyGroup(click.Group):
             # (importing it would load sqlite3 into every command).
             db = sys.modules.get("chalie.db")
             if db is not None and isinstance(exc, db.DatabaseUnusable):
+                raise click.ClickException(str(exc)) from None
+            # The store unreachable, or a store not on PostgreSQL yet: one line.
+            place = sys.modules.get("chalie.store_place")
+            if place is not None and isinstance(exc, place.StoreUnavailable):
                 raise click.ClickException(str(exc)) from None
             raise
 

@@ -1,0 +1,341 @@
+"""The store interface: one connection type that SQLite and PostgreSQL both implement.
+
+A store module opens its connection with :func:`open_connection` from a *place*
+(:data:`Place`): a :class:`~pathlib.Path` is the daemon's SQLite file, a
+:class:`Postgres` is a PostgreSQL database (``[store] url``). What it gets is a
+:class:`Connection`; the module never learns which engine is behind it.
+
+One dialect for every store module, the common part of the two engines:
+
+- ``?`` placeholders (PostgreSQL's connection turns them into ``%s``);
+- upserts as ``INSERT ... ON CONFLICT (...) DO UPDATE SET col = excluded.col`` or
+  ``... ON CONFLICT DO NOTHING`` (never SQLite's ``INSERT OR IGNORE/REPLACE``: refused);
+- new ids with ``RETURNING`` (never ``lastrowid``);
+- a transaction with :meth:`Connection.transaction`; the columns a table has with
+  :meth:`Connection.columns` (no ``PRAGMA``);
+- a schema (:meth:`Connection.script`) in SQLite's column types: ``INTEGER``, ``REAL``,
+  ``TEXT``, ``BLOB``, ``INTEGER PRIMARY KEY``; on PostgreSQL they become ``BIGINT``,
+  ``DOUBLE PRECISION`` (a ``REAL`` there is 4 bytes: a timestamp would lose its
+  seconds), ``TEXT``, ``BYTEA`` and an identity column;
+- errors as :class:`StoreError`, a broken constraint as :class:`IntegrityError`.
+
+PostgreSQL's driver (psycopg 3, the extra ``chalie[postgres]``) is imported only when a
+:class:`Postgres` place is opened: a SQLite daemon never imports it.
+
+Where a store lives (the place, the credentials, the stores not ported yet) is
+:mod:`chalie.store_place`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+from chalie import db
+from chalie.store_place import (
+    IntegrityError,
+    Place,
+    Postgres,
+    StoreError,
+    StoreUnavailable,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+Engine = Literal["sqlite", "postgresql"]
+INSTALL_HINT: Final = "pip install 'chalie[postgres]'"
+# Two processes creating one schema at once race in PostgreSQL's catalog (a unique
+# violation on pg_type); every schema script takes this transaction-level advisory lock.
+_SCHEMA_LOCK: Final = 0x63_68_61_6C_69_65  # "chalie"
+
+
+class Cursor(Protocol):
+    """What a statement gives back, on either engine."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """One connection to the store; callers serialise its use (a lock per store)."""
+
+    engine: Engine
+    place: Place
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    def script(self, ddl: str) -> None: ...
+
+    def columns(self, table: str) -> set[str]: ...
+
+    def transaction(self) -> AbstractContextManager[Connection]: ...
+
+    def close(self) -> None: ...
+
+
+def open_connection(place: Place, *, racing: bool = False) -> Connection:
+    """A connection to ``place``: the SQLite file, or the PostgreSQL database."""
+    if isinstance(place, Postgres):
+        return PostgresConnection(place)
+    raw = (db.connect_retrying if racing else db.connect)(Path(place))
+    return SqliteConnection(raw, Path(place))
+
+
+# -- SQLite --------------------------------------------------------------------------------
+
+
+class SqliteConnection:
+    """:mod:`sqlite3` behind the interface (autocommit, WAL: :mod:`chalie.db`)."""
+
+    engine: Engine = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.raw = conn
+        self.place: Place = path
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        try:
+            return self.raw.execute(_portable(sql), params)
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityError(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(str(exc)) from exc
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            self.raw.executemany(_portable(sql), rows)
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityError(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(str(exc)) from exc
+
+    def script(self, ddl: str) -> None:
+        try:
+            self.raw.executescript(ddl)
+        except sqlite3.Error as exc:
+            raise StoreError(str(exc)) from exc
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.raw.execute(f"PRAGMA table_info({_identifier(table)})")}
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        try:
+            with db.transaction(self.raw):
+                yield self
+        except sqlite3.IntegrityError as exc:
+            raise IntegrityError(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(str(exc)) from exc
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreUnavailable(
+            f"[store] url is a PostgreSQL database but psycopg is not installed: {INSTALL_HINT}"
+        ) from None
+    return psycopg
+
+
+class PostgresConnection:
+    """psycopg 3 behind the interface: autocommit, ``?`` → ``%s``, SQLite's DDL types mapped.
+
+    A connection that breaks (the server restarted, the network dropped) is opened again
+    once, before the next statement outside a transaction; a statement inside one fails.
+    """
+
+    engine: Engine = "postgresql"
+
+    def __init__(self, place: Postgres) -> None:
+        self.place: Place = place
+        self._pg = _psycopg()
+        self._in_transaction = False
+        self._guard = threading.RLock()
+        self.raw: psycopg.Connection[Any] = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        place = self.place
+        assert isinstance(place, Postgres)
+        extra: dict[str, Any] = {"connect_timeout": max(1, int(place.connect_timeout))}
+        if place.password is not None:
+            extra["password"] = place.password
+        try:
+            conn: psycopg.Connection[Any] = self._pg.connect(
+                place.url, autocommit=True, application_name="chalie", **extra
+            )
+        except self._pg.Error as exc:
+            raise StoreUnavailable(f"PostgreSQL at {place.url}: {_one_line(exc)}") from None
+        return conn
+
+    def _run(self, sql: str, params: Sequence[Any] | None) -> Any:
+        pg = self._pg
+        with self._guard:
+            if self.raw.broken and not self._in_transaction:
+                self.raw = self._connect()
+            try:
+                if params is None:
+                    return self.raw.execute(sql.encode())  # no parameters: several statements
+                return self.raw.execute(_placeholders(sql), params)
+            except pg.IntegrityError as exc:
+                raise IntegrityError(_one_line(exc)) from exc
+            except pg.OperationalError as exc:
+                if self.raw.broken:
+                    raise StoreUnavailable(f"PostgreSQL: {_one_line(exc)}") from exc
+                raise StoreError(_one_line(exc)) from exc
+            except pg.Error as exc:
+                raise StoreError(_one_line(exc)) from exc
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        cur: Cursor = self._run(sql, tuple(params))
+        return cur
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        pg = self._pg
+        with self._guard:
+            try:
+                with self.raw.cursor() as cur:
+                    cur.executemany(_placeholders(sql), [tuple(r) for r in rows])
+            except pg.IntegrityError as exc:
+                raise IntegrityError(_one_line(exc)) from exc
+            except pg.Error as exc:
+                raise StoreError(_one_line(exc)) from exc
+
+    def script(self, ddl: str) -> None:
+        translated = postgres_ddl(ddl)
+        with self.transaction():
+            self._run(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})", ())
+            self._run(translated, None)
+
+    def columns(self, table: str) -> set[str]:
+        rows = self.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ?",
+            (table,),
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self._guard:
+            if self.raw.broken:
+                self.raw = self._connect()
+            pg = self._pg
+            self._in_transaction = True
+            try:
+                with self.raw.transaction():
+                    yield self
+            except pg.IntegrityError as exc:
+                raise IntegrityError(_one_line(exc)) from exc
+            except pg.Error as exc:
+                raise StoreError(_one_line(exc)) from exc
+            finally:
+                self._in_transaction = False
+
+    def close(self) -> None:
+        with self._guard:
+            self.raw.close()
+
+
+_SQLITE_ONLY: Final = re.compile(r"\bINSERT\s+OR\b|\bPRAGMA\b|\bBEGIN\s+IMMEDIATE\b|\bGLOB\b", re.I)
+
+
+@functools.lru_cache(maxsize=1024)
+def _portable(sql: str) -> str:
+    """The statement, if it is in the common dialect; SQLite-only syntax is refused on both
+    engines, so a store's SQLite tests catch what PostgreSQL would not run (cached: once a
+    statement)."""
+    if _SQLITE_ONLY.search(sql):
+        raise ValueError(f"SQLite-only syntax in a store statement: {sql[:120]!r}")
+    return sql
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(sql: str) -> str:
+    """``?`` → ``%s`` and ``%`` → ``%%`` outside quoted text (PostgreSQL's paramstyle)."""
+    _portable(sql)
+    out: list[str] = []
+    quote = ""
+    for ch in sql:
+        if quote:
+            out.append("%%" if ch == "%" else ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        elif ch == "%":
+            out.append("%%")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_DDL: Final = (
+    (
+        re.compile(r"\bINTEGER\s+PRIMARY\s+KEY(\s+AUTOINCREMENT)?\b", re.I),
+        "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+    ),
+    (re.compile(r"\bINTEGER\b", re.I), "BIGINT"),
+    (re.compile(r"\bREAL\b", re.I), "DOUBLE PRECISION"),
+    (re.compile(r"\bBLOB\b", re.I), "BYTEA"),
+    (re.compile(r"\)\s*WITHOUT\s+ROWID", re.I), ")"),
+)
+
+
+def postgres_ddl(ddl: str) -> str:
+    """A schema in SQLite's types, in PostgreSQL's (see the module docstring)."""
+    if re.search(r"\bPRAGMA\b|\bCREATE\s+TRIGGER\b|\bCREATE\s+VIRTUAL\b", ddl, re.I):
+        raise ValueError("a store schema uses a SQLite-only statement (PRAGMA, TRIGGER, VIRTUAL)")
+    for pattern, replacement in _DDL:
+        ddl = pattern.sub(replacement, ddl)
+    return ddl
+
+
+def _identifier(name: str) -> str:
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+        raise ValueError(f"not a table name: {name!r}")
+    return name
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+__all__ = [
+    "Connection",
+    "Cursor",
+    "Engine",
+    "IntegrityError",
+    "Place",
+    "PostgresConnection",
+    "SqliteConnection",
+    "StoreError",
+    "StoreUnavailable",
+    "open_connection",
+    "postgres_ddl",
+]
