@@ -32,13 +32,13 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
-from chalie.db import connect
 from chalie.display import NAME_CHARS, one_line, param_lines, reach_line
 from chalie.forms import BadAnswer, check_answer
 from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
-from chalie.store_place import Place, sqlite_file
+from chalie.sql import open_connection
+from chalie.store_place import Place
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
@@ -354,16 +354,18 @@ CREATE TABLE IF NOT EXISTS policy (
 
 
 class PolicyStore:
-    """The table persisted in SQLite, with an in-memory copy of the operator's entries.
+    """The table in the store (:mod:`chalie.sql`), with an in-memory copy of the operator's
+    entries.
 
     One owner (the PolicyActor) writes; ``table`` is an immutable snapshot
     swapped whole on each change, so other threads may read it without a lock.
     """
 
-    def __init__(self, path: Place) -> None:
-        self._conn = connect(sqlite_file(path, __name__))
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self._conn = open_connection(place)
         self._lock = threading.Lock()
-        self._conn.execute(_SCHEMA)
+        self._conn.script(_SCHEMA)
         self.table: Mapping[tuple[str, str], Decision] = {}
         self._reload()
 
@@ -410,8 +412,8 @@ class PolicyStore:
         """Note an unconfigured permission as ``ask`` so the operator sees it; True if new."""
         with self._lock:
             cur = self._conn.execute(
-                "INSERT OR IGNORE INTO policy (channel, permission, decision, origin, updated_at) "
-                "VALUES (?, ?, 'ask', 'seen', ?)",
+                "INSERT INTO policy (channel, permission, decision, origin, updated_at) "
+                "VALUES (?, ?, 'ask', 'seen', ?) ON CONFLICT DO NOTHING",
                 (check_channel(channel), check_permission(permission), time.time()),
             )
             return cur.rowcount == 1

@@ -28,11 +28,12 @@ Where a store lives (the place, the credentials, the stores not ported yet) is
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -94,6 +95,33 @@ def open_connection(place: Place, *, racing: bool = False) -> Connection:
         return PostgresConnection(place)
     raw = (db.connect_retrying if racing else db.connect)(Path(place))
     return SqliteConnection(raw, Path(place))
+
+
+class Store:
+    """A store's one connection to its place (either engine), for any thread of this
+    process: a lock serialises it, and the store's tables are made when it opens
+    (``schema``: ``CREATE ... IF NOT EXISTS``). A store that another process may be opening
+    for the first time at the same moment passes ``racing``."""
+
+    def __init__(self, place: Place, schema: str, *, racing: bool = False) -> None:
+        self.place = place
+        self._conn: Connection = open_connection(place, racing=racing)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._conn.script(schema)
+
+    def _add_columns(self, table: str, later: Mapping[str, str]) -> None:
+        """Columns added after a table's first release (name → ``ALTER TABLE ... ADD
+        COLUMN``), each made once; another process adding it first is no error."""
+        have = self._conn.columns(table)
+        for name, ddl in later.items():
+            if name not in have:
+                with contextlib.suppress(StoreError):  # another process won
+                    self._conn.script(ddl)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
 
 
 # -- SQLite --------------------------------------------------------------------------------
@@ -334,6 +362,7 @@ __all__ = [
     "Place",
     "PostgresConnection",
     "SqliteConnection",
+    "Store",
     "StoreError",
     "StoreUnavailable",
     "open_connection",

@@ -107,8 +107,6 @@ class StoreSettings(Protocol):
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
 NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "chalie.policy": "the policy",
-    "chalie.approvals": "pending approvals and grants",
     "chalie.trail": "the trail",
     "chalie.conversation.store": "conversations and their events",
     "chalie.conversation.compaction": "conversation summaries",

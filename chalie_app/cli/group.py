@@ -69,9 +69,18 @@ class Ctx:
 
     @property
     def store(self) -> Place:
-        """Where the durable state lives: ``[store] url``'s database, else ``chalie.db``
-        (reads ``config.toml``)."""
-        return self.config.store_place
+        """Where the durable state lives: ``[store] url``'s database, else ``chalie.db``.
+        A ``config.toml`` without a ``[store]`` table is only parsed, not loaded whole (a
+        token command stays light); with one, or unreadable, it is loaded and checked."""
+        import tomllib
+
+        try:
+            raw = tomllib.loads(self.layout.config_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return self.layout.db
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raw = {"store": None}  # the full load says what is wrong, in one line
+        return self.config.store_place if "store" in raw else self.layout.db
 
     @property
     def client(self) -> ControlClient:

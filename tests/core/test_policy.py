@@ -22,6 +22,7 @@ from chalie.events import EventBus
 from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
+from chalie.store_place import Place
 
 
 @pytest.fixture(autouse=True)
@@ -109,13 +110,14 @@ def test_answers_map_to_decisions() -> None:
 # -- the store ----------------------------------------------------------------
 
 
-def test_store_persists_entries_across_reopen_in_a_private_file(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_store_persists_entries_across_reopen_in_a_private_file(store_place: Place) -> None:
+    path = store_place
     store = PolicyStore(path)
     store.set("chat", "email.send", "allow")
     store.set("subconscious", "email", "deny")
     store.close()
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    if isinstance(path, Path):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
     again = PolicyStore(path)
     assert again.table == {("chat", "email.send"): "allow", ("subconscious", "email"): "deny"}
     rows = {(r.channel, r.permission, r.decision, r.origin) for r in again.rows()}
@@ -123,8 +125,8 @@ def test_store_persists_entries_across_reopen_in_a_private_file(tmp_path: Path) 
     again.close()
 
 
-def test_store_rejects_bad_channels_permissions_and_decisions(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_store_rejects_bad_channels_permissions_and_decisions(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     with pytest.raises(PolicyError, match="channel"):
         store.set("root", "email", "allow")
     with pytest.raises(PolicyError, match="permission"):
@@ -137,8 +139,8 @@ def test_store_rejects_bad_channels_permissions_and_decisions(tmp_path: Path) ->
     store.close()
 
 
-def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     assert store.record_seen("chat", "calendar.delete_event") is True
     assert store.record_seen("chat", "calendar.delete_event") is False
     store.set("chat", "calendar", "allow")
@@ -148,8 +150,8 @@ def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(tmp_path:
     store.close()
 
 
-def test_reset_forgets_one_pair_one_permission_or_everything(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_reset_forgets_one_pair_one_permission_or_everything(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     store.set("chat", "a", "allow")
     store.set("subconscious", "a", "allow")
     store.set("chat", "b", "deny")
@@ -163,8 +165,8 @@ def test_reset_forgets_one_pair_one_permission_or_everything(tmp_path: Path) -> 
     store.close()
 
 
-def test_internal_entries_are_hidden_from_the_list_unless_asked(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_internal_entries_are_hidden_from_the_list_unless_asked(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     store.set("chat", "find_tools", "internal")
     assert store.rows() == []
     assert [r.permission for r in store.rows(include_internal=True)] == ["find_tools"]
@@ -177,7 +179,7 @@ def test_internal_entries_are_hidden_from_the_list_unless_asked(tmp_path: Path) 
 class Gate:
     """A started PolicyActor with its event bus and a subscriber queue for all conversations."""
 
-    def __init__(self, path: Path, expiry: float = 300.0) -> None:
+    def __init__(self, path: Place, expiry: float = 300.0) -> None:
         self.bus = EventBus()
         self.events = self.bus.subscribe_queue(None)
         self.ref = PolicyActor.start(path, self.bus, approval_expiry=expiry)
@@ -287,8 +289,8 @@ def test_ask_on_chat_publishes_a_request_to_the_conversation_and_waits(tmp_path:
     assert isinstance(mine.queue.get(timeout=5), PermissionRequest)
 
 
-def test_allow_always_is_persisted_as_allow(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_allow_always_is_persisted_as_allow(store_place: Place) -> None:
+    path = store_place
     g = Gate(path)
     fut = g.gate("email.send")
     g.proxy.answer(g.request().request_id, "allow_always", LOCAL_OWNER).get()
