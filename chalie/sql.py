@@ -38,7 +38,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from chalie import db
+from chalie.db import connect, connect_retrying
+from chalie.db import transaction as sqlite_transaction
 from chalie.store_place import (
     IntegrityError,
     Place,
@@ -84,6 +85,15 @@ class Connection(Protocol):
 
     def columns(self, table: str) -> set[str]: ...
 
+    def lease(self, name: str) -> bool:
+        """Hold the lease ``name`` for as long as this connection lives (released when its
+        process dies, however it dies); False when another holds it."""
+        ...
+
+    def leased(self, name: str) -> bool:
+        """Whether a live connection (this one included) holds the lease ``name``."""
+        ...
+
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
     def close(self) -> None: ...
@@ -93,8 +103,18 @@ def open_connection(place: Place, *, racing: bool = False) -> Connection:
     """A connection to ``place``: the SQLite file, or the PostgreSQL database."""
     if isinstance(place, Postgres):
         return PostgresConnection(place)
-    raw = (db.connect_retrying if racing else db.connect)(Path(place))
+    raw = (connect_retrying if racing else connect)(Path(place))
     return SqliteConnection(raw, Path(place))
+
+
+def add_columns(conn: Connection, table: str, later: Mapping[str, str]) -> None:
+    """Columns added after a table's first release (name → ``ALTER TABLE ... ADD COLUMN``),
+    each made once; another process adding it first is no error."""
+    have = conn.columns(table)
+    for name, ddl in later.items():
+        if name not in have:
+            with contextlib.suppress(StoreError):  # another process won
+                conn.script(ddl)
 
 
 class Store:
@@ -111,13 +131,7 @@ class Store:
             self._conn.script(schema)
 
     def _add_columns(self, table: str, later: Mapping[str, str]) -> None:
-        """Columns added after a table's first release (name → ``ALTER TABLE ... ADD
-        COLUMN``), each made once; another process adding it first is no error."""
-        have = self._conn.columns(table)
-        for name, ddl in later.items():
-            if name not in have:
-                with contextlib.suppress(StoreError):  # another process won
-                    self._conn.script(ddl)
+        add_columns(self._conn, table, later)
 
     def close(self) -> None:
         with self._lock:
@@ -161,10 +175,24 @@ class SqliteConnection:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.raw.execute(f"PRAGMA table_info({_identifier(table)})")}
 
+    def lease(self, name: str) -> bool:
+        # One daemon a SQLite file (its instance lock): a lease is this process's alone.
+        with _LEASES_LOCK:
+            held = _LEASES.setdefault(self.place, {})
+            owner = held.get(name)
+            if owner is not None and owner is not self:
+                return False
+            held[name] = self
+            return True
+
+    def leased(self, name: str) -> bool:
+        with _LEASES_LOCK:
+            return name in _LEASES.get(self.place, {})
+
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         try:
-            with db.transaction(self.raw):
+            with sqlite_transaction(self.raw):
                 yield self
         except sqlite3.IntegrityError as exc:
             raise IntegrityError(str(exc)) from exc
@@ -172,7 +200,16 @@ class SqliteConnection:
             raise StoreError(str(exc)) from exc
 
     def close(self) -> None:
+        with _LEASES_LOCK:
+            held = _LEASES.get(self.place, {})
+            for name in [n for n, owner in held.items() if owner is self]:
+                del held[name]
         self.raw.close()
+
+
+# SQLite leases: place → lease name → the connection holding it (in this process).
+_LEASES: dict[Place, dict[str, SqliteConnection]] = {}
+_LEASES_LOCK = threading.Lock()
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -202,6 +239,7 @@ class PostgresConnection:
         self._pg = _psycopg()
         self._in_transaction = False
         self._guard = threading.RLock()
+        self._leases: set[str] = set()
         self.raw: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -218,11 +256,23 @@ class PostgresConnection:
             raise StoreUnavailable(f"PostgreSQL at {place.url}: {_one_line(exc)}") from None
         return conn
 
+    def _reconnect(self) -> None:
+        """A new session for a broken one; its leases are taken again, or it fails (another
+        process may hold one now: going on would break what the lease guarded)."""
+        self.raw = self._connect()
+        for name in sorted(self._leases):
+            got = self.raw.execute(
+                "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)
+            ).fetchone()
+            if not (got and got[0]):
+                self._leases.discard(name)
+                raise StoreUnavailable(f"PostgreSQL: the lease {name!r} was lost with its session")
+
     def _run(self, sql: str, params: Sequence[Any] | None) -> Any:
         pg = self._pg
         with self._guard:
             if self.raw.broken and not self._in_transaction:
-                self.raw = self._connect()
+                self._reconnect()
             try:
                 if params is None:
                     return self.raw.execute(sql.encode())  # no parameters: several statements
@@ -265,11 +315,33 @@ class PostgresConnection:
         ).fetchall()
         return {r[0] for r in rows}
 
+    def lease(self, name: str) -> bool:
+        # A session-level advisory lock: PostgreSQL releases it when the session ends.
+        with self._guard:
+            if name in self._leases:
+                return True
+            row = self.execute("SELECT pg_try_advisory_lock(hashtextextended(?, 0))", (name,))
+            if not row.fetchone()[0]:
+                return False
+            self._leases.add(name)
+            return True
+
+    def leased(self, name: str) -> bool:
+        with self._guard:
+            if name in self._leases:
+                return True
+            free = self.execute(
+                "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", (name,)
+            ).fetchone()[0]
+            if free:
+                self.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
+            return not free
+
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self._guard:
             if self.raw.broken:
-                self.raw = self._connect()
+                self._reconnect()
             pg = self._pg
             self._in_transaction = True
             try:
@@ -365,6 +437,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "add_columns",
     "open_connection",
     "postgres_ddl",
 ]

@@ -107,10 +107,8 @@ class StoreSettings(Protocol):
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
 NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "chalie.trail": "the trail",
     "chalie.conversation.store": "conversations and their events",
     "chalie.conversation.compaction": "conversation summaries",
-    "chalie.outbox": "the outbox",
     "chalie.mcp.store": "MCP connections and pinned definitions",
     "chalie.mcp_server.owners": "inbound MCP conversation owners",
     "chalie.mcp_server.kept": "inbound MCP exchanges",
