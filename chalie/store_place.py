@@ -107,7 +107,6 @@ class StoreSettings(Protocol):
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
 NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "chalie.conversation.store": "conversations and their events",
     "chalie.conversation.compaction": "conversation summaries",
     "chalie.mcp.store": "MCP connections and pinned definitions",
     "chalie.mcp_server.owners": "inbound MCP conversation owners",

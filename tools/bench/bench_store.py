@@ -80,7 +80,7 @@ def main() -> None:
                 count,
                 TARGET,
             )
-            print(f"  (the floor of both, a bare pykka ask round trip: ", end="")
+            print("  (the floor of both, a bare pykka ask round trip: ", end="")
             floor = statistics.median(timed(lambda: echo.ask(_Ping()), n))
             print(f"p50 {floor:.1f} us)")
             for label, ref in (("sqlite", sqlite_d), ("postgresql", pg_d)):
