@@ -107,10 +107,6 @@ class StoreSettings(Protocol):
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
 NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "chalie.conversation.compaction": "conversation summaries",
-    "chalie.mcp.store": "MCP connections and pinned definitions",
-    "chalie.mcp_server.owners": "inbound MCP conversation owners",
-    "chalie.mcp_server.kept": "inbound MCP exchanges",
     "actors.mcp_asks": "MCP sampling budgets",
     "chalie.schedule.store": "reminders",
     "chalie.memory.store": "memories",

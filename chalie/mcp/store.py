@@ -15,17 +15,16 @@ busy timeout serialise them; within a process one lock guards the connection.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import Store, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
-from chalie.store_place import Place
+from chalie.sql import Store
+from chalie.store_place import IntegrityError, Place
 
 # needs-login: an OAuth server whose grant needs the owner (chalie mcp login), not offline
 Status = Literal["online", "offline", "connecting", "disabled", "needs-login"]
@@ -90,7 +89,7 @@ class McpStore(Store):
     def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA, racing=True)
 
-    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
         with self._lock:
             return self._conn.execute(sql, tuple(args)).fetchall()
 
@@ -146,7 +145,7 @@ class McpStore(Store):
                         now,
                     ),
                 )
-            except sqlite3.IntegrityError:
+            except IntegrityError:
                 raise ServerExists(f"an MCP server named {spec.name!r} already exists") from None
 
     def set_enabled(self, name: str, enabled: bool) -> bool:
@@ -169,9 +168,9 @@ class McpStore(Store):
         return True
 
     def remove_server(self, name: str) -> bool:
-        with self._lock, transaction(self._conn):
-            cur = self._conn.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
-            self._conn.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
+        with self._lock, self._conn.transaction() as tx:
+            cur = tx.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
+            tx.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
             return cur.rowcount > 0
 
     def set_status(
@@ -281,10 +280,14 @@ class McpStore(Store):
         ]
         if not values:
             return 0
-        with self._lock, transaction(self._conn):
-            self._conn.executemany(
-                f"INSERT OR REPLACE INTO mcp_tools ({self._TOOL_COLS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        updates = ", ".join(
+            f"{c} = excluded.{c}" for c in self._TOOL_COLS.split(", ")[2:]
+        )  # every column but the key (server, remote)
+        with self._lock, self._conn.transaction() as tx:
+            tx.executemany(
+                f"INSERT INTO mcp_tools ({self._TOOL_COLS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                f"ON CONFLICT (server, remote) DO UPDATE SET {updates}",
                 values,
             )
         return len(values)
