@@ -38,7 +38,6 @@ from chalie.brain.access import SessionBook
 from chalie.brain.operations import ApiProblem
 from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
-from chalie.db import connect
 from chalie.events import EventBus
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
 from chalie.messages import CHANNELS, ControlReply, ToolCall, ToolOutcome
@@ -47,7 +46,8 @@ from chalie.principals import LOCAL_ID, Principal
 from chalie.registry import Registry
 from chalie.routing import Route
 from chalie.services import Services
-from chalie.store_place import Place, sqlite_file
+from chalie.sql import open_connection
+from chalie.store_place import Place
 from chalie.tokens import TokenError, TokenInfo, TokenStore
 from chalie.trail import Trail, TrailRow
 
@@ -216,7 +216,7 @@ class RuntimeBackend:
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
             if self._conn is None:
-                self._conn = connect(sqlite_file(self._host.db_path, __name__))
+                self._conn = open_connection(self._host.db_path)
             return list(self._conn.execute(sql, args).fetchall())
 
     def _policy(self) -> ChildRef[Any]:

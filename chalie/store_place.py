@@ -107,16 +107,10 @@ class StoreSettings(Protocol):
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
 NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "actors.mcp_asks": "MCP sampling budgets",
-    "chalie.schedule.store": "reminders",
     "chalie.memory.store": "memories",
     "chalie.memory.turns": "memory turn marks",
     "chalie.memory.reflection": "the reflection ledger",
     "chalie.discovery.learning": "learned discovery examples",
-    "chalie.discovery.written": "written discovery examples",
-    "chalie.accounts.book": "accounts",
-    "actors.scheduler": "background passes",
-    "actors.brain": "the Brain's sessions",
 }
 
 
