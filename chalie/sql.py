@@ -94,6 +94,20 @@ class Connection(Protocol):
         """Whether a live connection (this one included) holds the lease ``name``."""
         ...
 
+    def utc_minute(self, seconds: str) -> str:
+        """SQL for ``YYYY-MM-DDTHH:MM`` (UTC) of the epoch seconds SQL ``seconds`` gives."""
+        ...
+
+    def defer_checkpoints(self) -> None:
+        """This connection's commits never copy the write-ahead log into the store (SQLite:
+        :meth:`checkpoint` does it, off the write path); nothing to do on PostgreSQL."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Copy SQLite's write-ahead log into its file as far as readers allow (PASSIVE);
+        nothing to do on PostgreSQL (the server checkpoints)."""
+        ...
+
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
     def close(self) -> None: ...
@@ -188,6 +202,15 @@ class SqliteConnection:
     def leased(self, name: str) -> bool:
         with _LEASES_LOCK:
             return name in _LEASES.get(self.place, {})
+
+    def utc_minute(self, seconds: str) -> str:
+        return f"strftime('%Y-%m-%dT%H:%M', {seconds}, 'unixepoch')"
+
+    def defer_checkpoints(self) -> None:
+        self.raw.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+
+    def checkpoint(self) -> None:
+        self.raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -325,6 +348,15 @@ class PostgresConnection:
                 return False
             self._leases.add(name)
             return True
+
+    def utc_minute(self, seconds: str) -> str:
+        return f"to_char(to_timestamp({seconds}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI')"
+
+    def defer_checkpoints(self) -> None:
+        pass
+
+    def checkpoint(self) -> None:
+        pass
 
     def leased(self, name: str) -> bool:
         with self._guard:

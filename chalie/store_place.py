@@ -106,12 +106,7 @@ class StoreSettings(Protocol):
 # The stores still on SQLite only, by module, with what they hold (one place: the start
 # check names them all, and each refuses a PostgreSQL place when it opens). A store leaves
 # this table when it is ported onto the interface above.
-NOT_ON_POSTGRES: Final[dict[str, str]] = {
-    "chalie.memory.store": "memories",
-    "chalie.memory.turns": "memory turn marks",
-    "chalie.memory.reflection": "the reflection ledger",
-    "chalie.discovery.learning": "learned discovery examples",
-}
+NOT_ON_POSTGRES: Final[dict[str, str]] = {}
 
 
 def sqlite_file(place: Place, module: str) -> Path:
