@@ -37,7 +37,7 @@ from chalie.forms import BadAnswer, check_answer
 from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
-from chalie.sql import open_connection
+from chalie.sql import follow, open_connection
 from chalie.store_place import Place
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
@@ -353,6 +353,10 @@ CREATE TABLE IF NOT EXISTS policy (
 """
 
 
+# The notice a policy change sends to every daemon on a shared store.
+CHANGED: Final = "chalie_policy"
+
+
 class PolicyStore:
     """The table in the store (:mod:`chalie.sql`), with an in-memory copy of the operator's
     entries.
@@ -368,8 +372,15 @@ class PolicyStore:
         self._conn.script(_SCHEMA)
         self.table: Mapping[tuple[str, str], Decision] = {}
         self._reload()
+        # Another daemon on a shared store changed the table: read it again (chalie.sql).
+        self._follower = follow(place, CHANGED, self._changed)
+
+    def _changed(self, _payload: str) -> None:
+        with self._lock:
+            self._reload()
 
     def close(self) -> None:
+        self._follower.close()
         with self._lock:
             self._conn.close()
 
@@ -406,6 +417,7 @@ class PolicyStore:
                 (row.channel, row.permission, row.decision, row.updated_at),
             )
             self._reload()
+            self._conn.notify(CHANGED)
         return row
 
     def record_seen(self, channel: str, permission: str) -> bool:
@@ -434,6 +446,7 @@ class PolicyStore:
                 cur = self._conn.execute(f"DELETE FROM policy{where}", args)
             finally:
                 self._reload()
+            self._conn.notify(CHANGED)
             return cur.rowcount
 
 

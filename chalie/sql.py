@@ -33,7 +33,7 @@ import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -94,6 +94,12 @@ class Connection(Protocol):
         """Whether a live connection (this one included) holds the lease ``name``."""
         ...
 
+    def notify(self, channel: str, payload: str = "") -> None:
+        """Tell every daemon following ``channel`` (:func:`follow`) that something changed;
+        on PostgreSQL a ``NOTIFY`` (sent when the transaction commits), on SQLite nothing
+        (one daemon a file: its own writes are all there is)."""
+        ...
+
     def utc_minute(self, seconds: str) -> str:
         """SQL for ``YYYY-MM-DDTHH:MM`` (UTC) of the epoch seconds SQL ``seconds`` gives."""
         ...
@@ -152,6 +158,58 @@ class Store:
             self._conn.close()
 
 
+class Follower:
+    """What :func:`follow` returns: ``close()`` stops following."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+
+def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follower:
+    """Call ``changed(payload)`` each time another daemon on the store notifies ``channel``
+    (:meth:`Connection.notify`; this process's own notices come too). On PostgreSQL a thread
+    with a connection of its own ``LISTEN``s; a lost connection is opened again (with
+    backoff) and ``changed("")`` is called once it is back, since notices may have been
+    missed meanwhile. On SQLite there is nothing to follow (one daemon a file)."""
+    follower = Follower()
+    if not isinstance(place, Postgres):
+        return follower
+    _identifier(channel)
+    pg = _psycopg()
+
+    def run() -> None:
+        delay, missed = 0.5, False
+        while not follower._stop.is_set():
+            try:
+                conn = PostgresConnection(place)
+            except StoreError:
+                follower._stop.wait(delay)
+                delay, missed = min(delay * 2, 30.0), True
+                continue
+            try:
+                conn.raw.execute(f"LISTEN {channel}".encode())
+                if missed:
+                    changed("")
+                delay, missed = 0.5, False
+                while not follower._stop.is_set():
+                    for notice in conn.raw.notifies(timeout=0.5):
+                        changed(notice.payload)
+            except pg.Error:
+                missed = True  # the server went away: listen again, then resync
+            finally:
+                conn.close()
+
+    follower._thread = threading.Thread(target=run, name=f"follow-{channel}", daemon=True)
+    follower._thread.start()
+    return follower
+
+
 # -- SQLite --------------------------------------------------------------------------------
 
 
@@ -202,6 +260,9 @@ class SqliteConnection:
     def leased(self, name: str) -> bool:
         with _LEASES_LOCK:
             return name in _LEASES.get(self.place, {})
+
+    def notify(self, channel: str, payload: str = "") -> None:
+        pass
 
     def utc_minute(self, seconds: str) -> str:
         return f"strftime('%Y-%m-%dT%H:%M', {seconds}, 'unixepoch')"
@@ -349,6 +410,9 @@ class PostgresConnection:
             self._leases.add(name)
             return True
 
+    def notify(self, channel: str, payload: str = "") -> None:
+        self.execute("SELECT pg_notify(?, ?)", (_identifier(channel), payload))
+
     def utc_minute(self, seconds: str) -> str:
         return f"to_char(to_timestamp({seconds}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI')"
 
@@ -462,6 +526,7 @@ __all__ = [
     "Connection",
     "Cursor",
     "Engine",
+    "Follower",
     "IntegrityError",
     "Place",
     "PostgresConnection",
@@ -470,6 +535,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "add_columns",
+    "follow",
     "open_connection",
     "postgres_ddl",
 ]

@@ -23,6 +23,7 @@ from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encod
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
 from chalie.store_place import Place
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -478,3 +479,24 @@ def test_the_one_gate_rule_decides_every_setting() -> None:
         assert not denied.allowed and denied.hint.startswith("do not retry")
     # An inbound agent's loop_in_human turn with a connected human: that human is asked.
     assert rule("ask", "external_agent", True) is None
+
+
+@pytest.mark.slow
+def test_a_policy_change_on_one_daemon_reaches_another_within_a_second(pg_cluster: Any) -> None:
+    """Two daemons on one PostgreSQL: a setting made on A is in B's table (what B's gate
+    reads, lock-free) within a second, by LISTEN/NOTIFY, not polling; a reset too."""
+    from chalie.store_place import Postgres
+
+    place = Postgres(pg_cluster.new_database())
+    a, b = PolicyStore(place), PolicyStore(place)
+    try:
+        for decision in ("allow", "deny"):
+            a.set("chat", "email.send", decision)
+            started = time.monotonic()
+            wait_until(lambda d=decision: b.table.get(("chat", "email.send")) == d, 5, "B's table")
+            assert time.monotonic() - started < 1.0
+        a.reset("chat", "email.send")
+        wait_until(lambda: ("chat", "email.send") not in b.table, 5, "the reset on B")
+    finally:
+        a.close()
+        b.close()
