@@ -371,9 +371,10 @@ class PolicyStore:
         self._lock = threading.Lock()
         self._conn.script(_SCHEMA)
         self.table: Mapping[tuple[str, str], Decision] = {}
-        self._reload()
         # Another daemon on a shared store changed the table: read it again (chalie.sql).
+        # Listening first, then reading: no change falls between the two.
         self._follower = follow(place, CHANGED, self._changed)
+        self._reload()
 
     def _changed(self, _payload: str) -> None:
         with self._lock:

@@ -164,6 +164,9 @@ class Follower:
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listening = threading.Event()
+        self._late = False  # follow() returned before the first LISTEN: resync when it comes
+        self._guard = threading.Lock()
 
     def close(self) -> None:
         self._stop.set()
@@ -176,7 +179,9 @@ def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follow
     (:meth:`Connection.notify`; this process's own notices come too). On PostgreSQL a thread
     with a connection of its own ``LISTEN``s; a lost connection is opened again (with
     backoff) and ``changed("")`` is called once it is back, since notices may have been
-    missed meanwhile. On SQLite there is nothing to follow (one daemon a file)."""
+    missed meanwhile. It returns once it listens (within the place's connect timeout): a
+    caller that reads the table after it returns misses no change. On SQLite there is
+    nothing to follow (one daemon a file)."""
     follower = Follower()
     if not isinstance(place, Postgres):
         return follower
@@ -194,6 +199,9 @@ def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follow
                 continue
             try:
                 conn.raw.execute(f"LISTEN {channel}".encode())
+                with follower._guard:
+                    follower._listening.set()
+                    missed = missed or follower._late
                 if missed:
                     changed("")
                 delay, missed = 0.5, False
@@ -207,6 +215,9 @@ def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follow
 
     follower._thread = threading.Thread(target=run, name=f"follow-{channel}", daemon=True)
     follower._thread.start()
+    follower._listening.wait(place.connect_timeout + 1.0)
+    with follower._guard:
+        follower._late = not follower._listening.is_set()
     return follower
 
 

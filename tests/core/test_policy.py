@@ -490,6 +490,7 @@ def test_a_policy_change_on_one_daemon_reaches_another_within_a_second(pg_cluste
     place = Postgres(pg_cluster.new_database())
     a, b = PolicyStore(place), PolicyStore(place)
     try:
+        assert b._follower._listening.is_set()  # it listened before it read the table
         for decision in ("allow", "deny"):
             a.set("chat", "email.send", decision)
             started = time.monotonic()

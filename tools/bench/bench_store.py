@@ -9,7 +9,13 @@ printed too. PostgreSQL is a throw-away cluster on loopback (tools/pg_cluster.py
 PostgreSQL 15, ``fsync=off`` as every test cluster here: the figure is the round trip and
 the commit's CPU, not a disk's flush).
 
-Run: ``python tools/bench/bench_store.py [calls] [--rounds N]``
+Second figure: the propagation of a policy change between two daemons on one PostgreSQL
+(LISTEN/NOTIFY): the time from ``PolicyStore.set`` returning on A to the new decision being
+in B's table (what B's gate reads), p50 and p99 of ``--changes`` changes, beside the
+target (p99 <= 1 s). Both stores are in this process, each with its own connections and
+its own listening thread, as two daemons have.
+
+Run: ``python tools/bench/bench_store.py [calls] [--rounds N] [--changes N]``
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,7 @@ from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
 from chalie.events import EventBus
 from chalie.messages import ToolCall, TurnContext
+from chalie.policy import PolicyStore
 from chalie.registry import Registry
 from chalie.services import Services
 from chalie.store_place import Place, Postgres
@@ -34,6 +42,33 @@ from tools.bench.bench_dispatch import Echo, QuickNoop, _Ping, pct, rounds, time
 from tools.pg_cluster import PgCluster
 
 TARGET = 2.0
+PROPAGATION_TARGET = 1.0  # seconds, p99
+
+
+def propagation(url: str, changes: int) -> None:
+    a, b = PolicyStore(Postgres(url)), PolicyStore(Postgres(url))
+    took: list[float] = []
+    try:
+        for i in range(changes):
+            decision = ("allow", "deny")[i % 2]
+            a.set("chat", "bench_tool", decision)
+            started = time.perf_counter()
+            while b.table.get(("chat", "bench_tool")) != decision:
+                if time.perf_counter() - started > 10:
+                    raise AssertionError("a change did not arrive within 10 s")
+                time.sleep(0.0001)
+            took.append((time.perf_counter() - started) * 1000)
+    finally:
+        a.close()
+        b.close()
+    p99 = pct(took, 0.99)
+    verdict = "within" if p99 <= PROPAGATION_TARGET * 1000 else "ABOVE"
+    print(
+        f"policy change A -> B (LISTEN/NOTIFY), {changes} changes: p50 "
+        f"{statistics.median(took):.2f} ms   p99 {p99:.2f} ms   max {max(took):.2f} ms   "
+        f"(target p99 <= {PROPAGATION_TARGET * 1000:.0f} ms: {verdict}, "
+        f"ratio {p99 / (PROPAGATION_TARGET * 1000):.4f})"
+    )
 
 
 def dispatcher_on(place: Place) -> tuple[Any, Any, ToolCall]:
@@ -59,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("calls", nargs="?", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--changes", type=int, default=300)
     args = parser.parse_args()
     n, count = args.calls, args.rounds
     home = Path(tempfile.mkdtemp(prefix="chalie-bench-store-"))
@@ -90,6 +126,7 @@ def main() -> None:
                     f"p90 {pct(samples, 0.9):7.1f} us   p99 {pct(samples, 0.99):7.1f} us"
                 )
             print(f"=> dispatch overhead PostgreSQL / SQLite: {ratio:.2f} (target <= {TARGET:g})")
+            propagation(cluster.new_database(), args.changes)
         finally:
             echo.stop()
             for ref in (sqlite_d, sqlite_p, pg_d, pg_p):
