@@ -94,6 +94,19 @@ class Connection(Protocol):
         """Whether a live connection (this one included) holds the lease ``name``."""
         ...
 
+    def tables(self) -> set[str]:
+        """The store's tables (SQLite's own excluded)."""
+        ...
+
+    def text_columns(self, table: str) -> set[str]:
+        """The table's columns of a text type."""
+        ...
+
+    def ids_follow(self, table: str, column: str) -> None:
+        """After rows were copied in with their ids: new ids continue past them (PostgreSQL
+        moves the identity's sequence; SQLite finds its own)."""
+        ...
+
     def notify(self, channel: str, payload: str = "") -> None:
         """Tell every daemon following ``channel`` (:func:`follow`) that something changed;
         on PostgreSQL a ``NOTIFY`` (sent when the transaction commits), on SQLite nothing
@@ -272,6 +285,19 @@ class SqliteConnection:
         with _LEASES_LOCK:
             return name in _LEASES.get(self.place, {})
 
+    def tables(self) -> set[str]:
+        rows = self.raw.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+        return {str(r[0]) for r in rows}
+
+    def text_columns(self, table: str) -> set[str]:
+        rows = self.raw.execute(f"PRAGMA table_info({_identifier(table)})")
+        return {str(r[1]) for r in rows if "TEXT" in str(r[2]).upper()}
+
+    def ids_follow(self, table: str, column: str) -> None:
+        pass
+
     def notify(self, channel: str, payload: str = "") -> None:
         pass
 
@@ -420,6 +446,29 @@ class PostgresConnection:
                 return False
             self._leases.add(name)
             return True
+
+    def tables(self) -> set[str]:
+        rows = self.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        )
+        return {str(r[0]) for r in rows}
+
+    def text_columns(self, table: str) -> set[str]:
+        rows = self.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = ? AND data_type = 'text'",
+            (table,),
+        )
+        return {str(r[0]) for r in rows}
+
+    def ids_follow(self, table: str, column: str) -> None:
+        name, col = _identifier(table), _identifier(column)
+        sequence = self.execute("SELECT pg_get_serial_sequence(?, ?)", (name, col)).fetchone()[0]
+        if sequence is not None:  # an identity column (a text id has none)
+            self.execute(
+                f"SELECT setval(?, COALESCE(MAX({col}), 0) + 1, false) FROM {name}", (sequence,)
+            )
 
     def notify(self, channel: str, payload: str = "") -> None:
         self.execute("SELECT pg_notify(?, ?)", (_identifier(channel), payload))

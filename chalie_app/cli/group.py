@@ -140,6 +140,10 @@ COMMANDS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "skills": (("memory",), "Skill playbooks and the personalisation rules learnt for them."),
     "reminders": (("reminders",), "Reminders: list, add and cancel them."),
+    "store": (
+        ("store",),
+        "Where the durable state lives: chalie.db, or a PostgreSQL database ([store] url).",
+    ),
 }
 HELP_OPTIONS: Final = ["-h", "--help"]
 
