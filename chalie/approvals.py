@@ -65,6 +65,8 @@ _LATER_COLUMNS: Final = {
     "binding": "ALTER TABLE permission_requests ADD COLUMN binding TEXT",
 }
 RESUMABLE: Final = ("allow_once", "allow_always")
+# The notice a settled request sends to every daemon on a shared store (chalie.sql.follow).
+SETTLED: Final = "chalie_approvals"
 
 
 class ResumableCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -222,8 +224,24 @@ class ApprovalStore(Store):
         rows.sort(key=lambda r: (r[3] is None, r[3] or 0.0))
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
+    def request(self, request_id: str) -> PermissionRequest | None:
+        """The request if it is pending (raised here or by another daemon on the store)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT body FROM permission_requests WHERE request_id = ? AND state = ?",
+                (request_id, PENDING),
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            return _read(row[0])
+        except msgspec.DecodeError:
+            return None
+
     def settle(self, request_id: str, state: str, answered_by: str | None = None) -> bool:
-        """End a pending request; False when it was not pending (ended already)."""
+        """End a pending request; False when it was not pending (ended already). Every daemon
+        on a shared store hears of it (:data:`SETTLED`, the request id): the one whose call
+        waits for it completes the call."""
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE permission_requests SET state = ?, answered_by = ?, settled_at = ? "
@@ -236,6 +254,8 @@ class ApprovalStore(Store):
                 "ORDER BY settled_at DESC LIMIT ?)",
                 (PENDING, PENDING, KEEP_SETTLED),
             )
+            if cur.rowcount == 1:
+                self._conn.notify(SETTLED, request_id)
         return cur.rowcount == 1
 
     def left_open(self) -> list[PermissionRequest]:

@@ -501,3 +501,33 @@ def test_a_policy_change_on_one_daemon_reaches_another_within_a_second(pg_cluste
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.slow
+def test_a_request_raised_on_one_daemon_is_answered_on_another(pg_cluster: Any) -> None:
+    """Two gates (two daemons' PolicyActors) on one PostgreSQL: the owner answers on B a
+    request A raised, and the call waiting on A goes on with that answer; a second answer,
+    on either, finds nothing pending; an agent may not answer on B either."""
+    from chalie.principals import Principal
+    from chalie.store_place import Postgres
+
+    place = Postgres(pg_cluster.new_database())
+    a, b = Gate(place), Gate(place)  # type: ignore[arg-type]
+    try:
+        waiting = a.gate("email.send")
+        asked = a.request()
+        agent = Principal(scope="agent", id="tok_x", name="x")
+        with pytest.raises(PolicyError):
+            b.proxy.answer(asked.request_id, "allow_once", agent).get()
+        assert not waiting.done()
+        assert b.proxy.answer(asked.request_id, "allow_once", LOCAL_OWNER).get() is True
+        decision = waiting.result(5)
+        assert decision.allowed and decision.decided_by == "human"
+        assert b.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
+        assert a.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
+        denied = a.gate("email.send")
+        b.proxy.answer(a.request().request_id, "deny", LOCAL_OWNER).get()
+        assert denied.result(5).decision == "deny"
+    finally:
+        a.ref.stop()
+        b.ref.stop()
