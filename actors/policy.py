@@ -35,6 +35,7 @@ permissions need the actor.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import time
 import uuid
@@ -159,9 +160,12 @@ class PolicyActor(SupervisedActor):
         self._view = PolicyView(self._store)
         self._approvals = ApprovalStore(self._db_path)
         me = self.actor_ref
-        self._follower = follow(
-            self._db_path, SETTLED, lambda request_id: me.tell(_SettledElsewhere(request_id))
-        )
+
+        def settled(request_id: str) -> None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping: nothing waits here
+                me.tell(_SettledElsewhere(request_id))
+
+        self._follower = follow(self._db_path, SETTLED, settled)
         self._reopen()
 
     def _reopen(self) -> None:
@@ -194,6 +198,8 @@ class PolicyActor(SupervisedActor):
             self._approvals.close()
 
     def on_failure(self, *exc: Any) -> None:
+        if self._follower is not None:
+            self._follower.close()  # a restart follows anew
         self._drop_pending("the permission gate failed while waiting for the answer")
 
     def _drop_pending(self, reason: str) -> None:

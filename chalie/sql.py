@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import sqlite3
 import threading
@@ -50,6 +51,8 @@ from chalie.store_place import (
 
 if TYPE_CHECKING:
     import psycopg
+
+log = logging.getLogger("chalie.store")
 
 Engine = Literal["sqlite", "postgresql"]
 INSTALL_HINT: Final = "pip install 'chalie[postgres]'"
@@ -201,6 +204,12 @@ def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follow
     _identifier(channel)
     pg = _psycopg()
 
+    def tell(payload: str) -> None:
+        try:
+            changed(payload)
+        except Exception:  # one failing callback never ends the following
+            log.exception("a store notice on %s was not handled", channel)
+
     def run() -> None:
         delay, missed = 0.5, False
         while not follower._stop.is_set():
@@ -216,11 +225,11 @@ def follow(place: Place, channel: str, changed: Callable[[str], None]) -> Follow
                     follower._listening.set()
                     missed = missed or follower._late
                 if missed:
-                    changed("")
+                    tell("")
                 delay, missed = 0.5, False
                 while not follower._stop.is_set():
                     for notice in conn.raw.notifies(timeout=0.5):
-                        changed(notice.payload)
+                        tell(notice.payload)
             except pg.Error:
                 missed = True  # the server went away: listen again, then resync
             finally:
