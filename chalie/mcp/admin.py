@@ -77,6 +77,7 @@ class McpAdmin:
         self.store.close()
 
     def _changed(self) -> None:
+        self.store.changed()  # every other daemon on a shared store reconciles too
         self._on_change()
 
     def _require(self, name: str) -> ServerRow:

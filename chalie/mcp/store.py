@@ -63,6 +63,11 @@ _json = msgspec.json.Encoder()
 _remote = msgspec.json.Decoder(RemoteTool)
 
 
+# The notice an operator's change to the servers or their tools sends to every daemon on a
+# shared store (chalie.sql.follow): each reconciles its own connections with the store.
+CHANGED: Final = "chalie_mcp"
+
+
 class ServerExists(ValueError):
     pass
 
@@ -166,6 +171,11 @@ class McpStore(Store):
                 ),
             )
         return True
+
+    def changed(self) -> None:
+        """Tell every daemon on the store that the operator changed something here."""
+        with self._lock:
+            self._conn.notify(CHANGED)
 
     def remove_server(self, name: str) -> bool:
         with self._lock, self._conn.transaction() as tx:

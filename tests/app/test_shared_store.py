@@ -106,3 +106,23 @@ def test_a_token_revoked_on_a_is_refused_on_b(pair: tuple[DaemonProcess, DaemonP
     assert _mcp_status(secret, url) != 401  # B knows the token A made
     assert chalie(a.home, "token", "revoke", "roamer").returncode == 0
     assert _mcp_status(secret, url) == 401
+
+
+def test_an_mcp_server_added_on_a_is_connected_on_b(
+    pair: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    """``chalie mcp add`` on A: B, told by NOTIFY (not by A's poke), connects to the server
+    with its own connection, and a call of its tool through B's dispatcher is answered."""
+    a, b = pair
+    added = chalie(
+        a.home, "mcp", "add", "fx", "--command", sys.executable, "--cwd", str(ROOT),
+        *("--arg", "-m", "--arg", "tools.fixture_mcp.server"),
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert chalie(a.home, "policy", "set", "chat", "_mcp_fx_echo", "allow").returncode == 0
+
+    def echoed_on_b() -> bool:
+        out = chalie(b.home, "tools", "call", "_mcp_fx_echo", "text=hello from B")
+        return out.returncode == 0 and "hello from B" in out.stdout
+
+    wait_until(echoed_on_b, 60, "B's connection to the server A added")
