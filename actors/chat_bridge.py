@@ -34,6 +34,7 @@ from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.mcp_server.exchange import AgentExchange
 from chalie.mcp_server.kept import ExchangeBook
+from chalie.store_place import Place
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
 log = logging.getLogger("chalie.chat")
@@ -55,7 +56,7 @@ class ChatBridge(ServingActor):
         self,
         config: ChatConfig,
         home: Path,
-        db_path: Path,
+        db_path: Place,
         loop: EventLoopThread,
         events: EventBus,
         conversations: ChildRef[Any],

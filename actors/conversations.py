@@ -298,7 +298,7 @@ class Conversations(Supervisor):
             submission.incoming_bytes(msg),
             placement.new,
             usage=store.usage,
-            free=free_bytes(store.path.parent),
+            free=free_bytes(self._rt.config.home),  # the home's disk (the store's, on SQLite)
             min_free=limits.min_free_bytes,
             max_conversations=limits.agent_max_conversations,
             max_bytes=limits.agent_max_bytes,

@@ -61,6 +61,7 @@ from chalie.discovery.types import IndexBuilding, IndexCorruptError, ToolDoc
 from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
 from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
 from chalie.services import DiscoveryService
+from chalie.store_place import Place
 
 log = logging.getLogger("chalie.discovery")
 
@@ -99,7 +100,7 @@ class DiscoveryActor(SupervisedActor):
         skills: SkillLibrary | None = None,
         readonly: bool = False,
         state: IndexState | None = None,
-        db_path: Path | None = None,
+        db_path: Place | None = None,
         learning: DiscoveryConfig | None = None,
         writer: WriterFactory | None = None,
     ) -> None:

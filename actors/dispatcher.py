@@ -102,6 +102,7 @@ from chalie.policy import GateDecision
 from chalie.principals import principal_id
 from chalie.registry import Entry
 from chalie.result import ToolResult
+from chalie.store_place import Place
 from chalie.trail import CallRecord, Trail, TrailRow, params_json, redact
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class DispatcherActor(SupervisedActor):
         self,
         registry: Any,
         services: Any,
-        trail_db_path: Path,
+        trail_db_path: Place,
         policy: ChildRef[PolicyActor] | pykka.ActorRef[PolicyActor],
         workers: WorkerPool | None,
         events: EventBus,
@@ -231,7 +232,7 @@ class DispatcherActor(SupervisedActor):
         super().__init__()
         self._registry = registry
         self._services = services
-        self._trail_path = Path(trail_db_path)
+        self._trail_path = trail_db_path
         self._policy = policy if isinstance(policy, ChildRef) else ChildRef.to(policy, "policy")
         self._events = events
         env = ExecutorEnv(

@@ -9,7 +9,6 @@ the composition root, where the Runtime is handed over).
 from __future__ import annotations
 
 import concurrent.futures
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pykka
@@ -21,6 +20,7 @@ from chalie.config import Config
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import Registry
 from chalie.services import Services
+from chalie.store_place import Place
 
 if TYPE_CHECKING:
     from chalie.conversation.catalogue import ToolCatalogue
@@ -55,7 +55,7 @@ class Host(Protocol):
     def services(self) -> Services: ...
 
     @property
-    def db_path(self) -> Path: ...
+    def db_path(self) -> Place: ...
 
     @property
     def started(self) -> float: ...

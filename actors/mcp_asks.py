@@ -38,7 +38,6 @@ import logging
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Final
 
 from mcp_types import (
@@ -59,7 +58,6 @@ from chalie.actor_messages import GateAsk, RecordAsk, Withdraw
 from chalie.approvals import call_binding
 from chalie.bus import EventBus
 from chalie.config import McpConfig, ModelConfig
-from chalie.db import connect
 from chalie.forms import fields as form_fields
 from chalie.forms import secret_fields
 from chalie.mcp.names import server_permission, server_tool
@@ -73,6 +71,8 @@ from chalie.mcp.peer import (
 )
 from chalie.messages import TurnContext
 from chalie.policy import GateDecision
+from chalie.sql import open_connection
+from chalie.store_place import Place
 
 log = logging.getLogger("chalie.mcp")
 
@@ -103,7 +103,7 @@ def headless(server: str) -> TurnContext:
 
 
 class Budget:
-    """Tokens each server's sampling spent per UTC day, in ``chalie.db``.
+    """Tokens each server's sampling spent per UTC day, in the store.
 
     The table is the record; what this process knows of it is also kept in memory
     (:meth:`known`, read without a thread hop), since this is the table's one writer.
@@ -112,9 +112,9 @@ class Budget:
     memory at once, so concurrent requests cannot overspend between the two.
     """
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn = connect(db_path)
-        self._conn.execute(_SCHEMA)
+    def __init__(self, db_path: Place) -> None:
+        self._conn = open_connection(db_path)
+        self._conn.script(_SCHEMA)
         self._lock = threading.Lock()
         self._known: dict[tuple[str, str], int] = {}
 
@@ -150,8 +150,9 @@ class Budget:
         with self._lock:
             self._conn.execute(
                 "INSERT INTO mcp_sampling (server, day, tokens, requests) VALUES (?, ?, ?, 1) "
-                "ON CONFLICT (server, day) DO UPDATE SET tokens = tokens + excluded.tokens, "
-                "requests = requests + 1",
+                "ON CONFLICT (server, day) DO UPDATE SET "
+                "tokens = mcp_sampling.tokens + excluded.tokens, "
+                "requests = mcp_sampling.requests + 1",
                 (server, self.today(), max(0, tokens)),
             )
 
@@ -166,7 +167,7 @@ class ServerAsks:
     def __init__(
         self,
         config: McpConfig,
-        db_path: Path,
+        db_path: Place,
         policy: ChildRef[Any] | None,
         bus: EventBus | None,
         models: dict[str, ModelConfig],

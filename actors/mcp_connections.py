@@ -27,7 +27,8 @@ from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
 from chalie.mcp.spec import ServerSpec
-from chalie.mcp.store import McpStore
+from chalie.mcp.store import CHANGED, McpStore
+from chalie.sql import Follower, follow
 from chalie.supervision import ChildSpec
 
 log = logging.getLogger("chalie.mcp")
@@ -48,14 +49,29 @@ class McpConnections(Supervisor):
         self._deps = deps
         self._specs: dict[str, ServerSpec] = {}
         self._store: McpStore | None = None
+        self._follower: Follower | None = None
 
     def on_start(self) -> None:
         super().on_start()
         self._store = McpStore(self._deps.db_path)
+        me = self.actor_ref
+
+        def changed(_payload: str) -> None:  # an operator's change, on any daemon
+            with contextlib.suppress(pykka.ActorDeadError):
+                me.proxy().reload()
+
+        self._follower = follow(self._deps.db_path, CHANGED, changed)
         self._reconcile(starting=True)
 
     def on_stop(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
         super().on_stop()
+
+    def on_failure(self, *exc: Any) -> None:
+        if self._follower is not None:
+            self._follower.close()  # a restart follows anew
+        super().on_failure(*exc)
         if self._store is not None:
             self._store.close()
         aclose = getattr(self._deps.asks, "aclose", None)

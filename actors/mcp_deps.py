@@ -26,6 +26,7 @@ from chalie.mcp.peer import Asks
 from chalie.mcp.proxy import Installed, install_cached
 from chalie.mcp.spec import ServerSpec
 from chalie.registry import Registry
+from chalie.store_place import Place
 
 log = logging.getLogger("chalie.mcp")
 
@@ -77,7 +78,7 @@ class SideWork:
 class McpDeps:
     """Everything a connection needs, built once by the composition root."""
 
-    db_path: Path
+    db_path: Place
     home: Path
     config: McpConfig
     loop: EventLoopThread

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pykka
@@ -43,6 +42,7 @@ from chalie.mcp_server.kept import ExchangeBook
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.messages import ToolCall, ToolOutcome
+from chalie.store_place import Place
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.mcp_server")
@@ -103,7 +103,7 @@ class McpServerActor(ServingActor):
         self,
         config: McpServerConfig,
         loop: EventLoopThread,
-        db_path: Path,
+        db_path: Place,
         conversations: ConversationsPort,
         tokens: Callable[[], TokenVerifier],
         desk: HumansPort,
@@ -205,7 +205,7 @@ class McpServerActor(ServingActor):
 def start_for(
     config: McpServerConfig,
     loop: EventLoopThread,
-    db_path: Path,
+    db_path: Place,
     conversations: ChildRef[Conversations],
     events: EventBus,
     tools: ToolsPort | None = None,

@@ -15,13 +15,13 @@ Lifecycle, in order:
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from actors.actor import SupervisedActor
 from chalie.memory.book import MemoryBook
 from chalie.memory.turns import TurnMemory
 from chalie.services import Services
+from chalie.store_place import Place
 
 log = logging.getLogger("chalie.memory")
 
@@ -31,7 +31,7 @@ class MemoryKeeper(SupervisedActor):
         self,
         book: MemoryBook,
         services: Services,
-        db_path: Path,
+        db_path: Place,
         owner_readers: Any = (),
         zone: str | None = None,
     ) -> None:

@@ -35,13 +35,13 @@ permissions need the actor.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -50,7 +50,7 @@ import pykka
 from actors.actor import SupervisedActor
 from chalie import policy as rules
 from chalie.actor_messages import ExpireRequest, GateAsk, ViewRequest, Withdraw
-from chalie.approvals import ApprovalStore
+from chalie.approvals import SETTLED, ApprovalStore
 from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.dispatch import render_outcome
@@ -58,6 +58,8 @@ from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, Turn
 from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
+from chalie.sql import Follower, follow
+from chalie.store_place import Place
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewCache", "ViewRequest", "Withdraw"]
 
@@ -107,6 +109,15 @@ class _Pending:
     timer: int  # the expiry, in this actor's inbox
     # False for a request a previous run left open: its call ended with that run.
     waiting: bool = True
+    # Raised by another daemon on a shared store, answered here: its call waits there.
+    elsewhere: bool = False
+
+
+@dataclass(frozen=True)
+class _SettledElsewhere:
+    """A request was settled on the store (by this daemon or another)."""
+
+    request_id: str
 
 
 def _complete(reply: Future[GateDecision], decision: GateDecision) -> None:
@@ -122,7 +133,7 @@ class PolicyActor(SupervisedActor):
 
     def __init__(
         self,
-        db_path: Path,
+        db_path: Place,
         events: EventBus,
         *,
         approval_expiry: float = 300.0,
@@ -135,18 +146,26 @@ class PolicyActor(SupervisedActor):
         self._resume = resume
         if not isinstance(approval_expiry, int | float) or approval_expiry <= 0:
             raise ValueError("approval_expiry must be a positive number of seconds")
-        self._db_path = Path(db_path)
+        self._db_path = db_path
         self._events = events
         self._expiry = float(approval_expiry)
         self._store: PolicyStore | None = None
         self._approvals: ApprovalStore | None = None
         self._pending: dict[str, _Pending] = {}
+        self._follower: Follower | None = None
 
     # -- lifecycle -----------------------------------------------------------
     def on_start(self) -> None:
         self._store = PolicyStore(self._db_path)
         self._view = PolicyView(self._store)
         self._approvals = ApprovalStore(self._db_path)
+        me = self.actor_ref
+
+        def settled(request_id: str) -> None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping: nothing waits here
+                me.tell(_SettledElsewhere(request_id))
+
+        self._follower = follow(self._db_path, SETTLED, settled)
         self._reopen()
 
     def _reopen(self) -> None:
@@ -170,6 +189,8 @@ class PolicyActor(SupervisedActor):
             )
 
     def on_stop(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
         self._drop_pending("the permission gate stopped while waiting for the answer")
         if self._store is not None:
             self._store.close()
@@ -177,6 +198,8 @@ class PolicyActor(SupervisedActor):
             self._approvals.close()
 
     def on_failure(self, *exc: Any) -> None:
+        if self._follower is not None:
+            self._follower.close()  # a restart follows anew
         self._drop_pending("the permission gate failed while waiting for the answer")
 
     def _drop_pending(self, reason: str) -> None:
@@ -234,7 +257,34 @@ class PolicyActor(SupervisedActor):
         if isinstance(message, Withdraw):
             self._withdraw(message.reply)
             return None
+        if isinstance(message, _SettledElsewhere):
+            self._settled_elsewhere(message.request_id)
+            return None
         return super().on_receive(message)
+
+    def _settled_elsewhere(self, request_id: str) -> None:
+        """A request this gate holds was settled on the store by another daemon (an owner
+        answered it there): the call waiting here gets that answer."""
+        pending = self._pending.get(request_id)
+        if pending is None or self._approvals is None:
+            return
+        found = self._approvals.state(request_id)
+        if found is None or found[0] == "pending":
+            return  # this gate's own settle (it popped the request first), or not yet
+        state = found[0]
+        permission = pending.request.permission
+        if state in ("allow_once", "allow_always", "deny"):
+            decision = rules.answer_decision(state, permission, None, None)
+        elif state == "expired":
+            decision = rules.approval_expired(permission, self._expiry)
+        else:
+            decision = rules.denied_by_human(permission)
+        del self._pending[request_id]
+        self.unschedule(pending.timer)
+        log.info("permission request %s was answered on another daemon: %s", request_id, state)
+        self._settle(pending, state, decision, durable=False)  # type: ignore[arg-type]
+        if not pending.waiting:
+            self._after_restart(pending.request, state, decision)
 
     # -- the gate ------------------------------------------------------------
     def gate(
@@ -457,6 +507,12 @@ class PolicyActor(SupervisedActor):
         if answer not in rules.ANSWERS:
             raise PolicyError(f"unknown answer {answer!r}; answers are {', '.join(rules.ANSWERS)}")
         found = self._pending.get(request_id) if isinstance(request_id, str) else None
+        if found is None and isinstance(request_id, str) and self._approvals is not None:
+            # Raised by another daemon on the shared store: answered here, it is settled in
+            # the store, and the daemon whose call waits hears of it (_settled_elsewhere).
+            stored = self._approvals.request(request_id)
+            if stored is not None and stored.form is None:  # a form's content stays local
+                found = _Pending(stored, Future(), -1, waiting=False, elsewhere=True)
         if found is None:
             return False
         if not may_answer(by, found.request.principal):
@@ -472,7 +528,7 @@ class PolicyActor(SupervisedActor):
         form = found.request.form
         # A bad answer (content that does not fit the form...) raises here: the request stays.
         decision = rules.answer_decision(answer, found.request.permission, form, content)
-        pending = self._pending.pop(request_id)
+        pending = self._pending.pop(request_id, found)
         self.unschedule(pending.timer)
         request = pending.request
         try:
@@ -484,7 +540,7 @@ class PolicyActor(SupervisedActor):
             log.exception("applying the answer to %s failed; denying", request_id)
             decision = rules.failed_closed(type(exc).__name__)
         self._settle(pending, answer, decision, by=by)  # type: ignore[arg-type]  # checked above
-        if not pending.waiting:
+        if not pending.waiting and not pending.elsewhere:
             self._after_restart(request, answer, decision)
         return True
 

@@ -31,9 +31,7 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import logging
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import pykka
@@ -47,7 +45,6 @@ from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
 from chalie.conversation.requests import SendMessage
 from chalie.conversation.store import ConversationStore
-from chalie.db import connect
 from chalie.envelope import render
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
@@ -69,6 +66,8 @@ from chalie.schedule.rules import (
 )
 from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
+from chalie.sql import Connection, StoreError, open_connection
+from chalie.store_place import Place
 from chalie.tokens import TokenStore
 
 log = logging.getLogger("chalie.scheduler")
@@ -155,7 +154,7 @@ def framed(reminder: Reminder, due: float, late: bool, agent: Principal | None =
 class Scheduler(SupervisedActor):
     def __init__(
         self,
-        db_path: Path,
+        db_path: Place,
         events: EventBus,
         port: ConversationsPort,
         loop: LoopService,
@@ -185,7 +184,7 @@ class Scheduler(SupervisedActor):
         self._store: ReminderStore | None = None
         self._tokens: TokenStore | None = None
         self._outbox: Outbox | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Connection | None = None
         self._timer: int | None = None
         self._started = 0.0
         self._following = 0  # reminder turns started, not yet answered
@@ -211,7 +210,7 @@ class Scheduler(SupervisedActor):
             if self._outbox_max_age is None
             else Outbox(self._db_path, max_age=self._outbox_max_age)
         )
-        self._conn = connect(self._db_path)
+        self._conn = open_connection(self._db_path)
         if self._reflection is not None:
             self._ledger = ReflectionLedger(self._db_path)
             self._conversations_store = ConversationStore(self._db_path)
@@ -275,7 +274,10 @@ class Scheduler(SupervisedActor):
                 )
             except RuleError:
                 following = None
-            self._store.fired(reminder.id, at=now, late=late, next_fire=following)
+            if not self._store.fired(
+                reminder.id, at=now, late=late, next_fire=following, due=reminder.next_fire
+            ):
+                continue  # another daemon on the shared store claimed this firing
             self.fires += 1
             if self._turn_allowed(now):
                 self._start_turn(reminder, due, late)
@@ -405,7 +407,7 @@ class Scheduler(SupervisedActor):
                 "SELECT id FROM conversations WHERE channel = 'chat' "
                 "AND origin NOT LIKE 'mcp:%' ORDER BY updated DESC LIMIT 1"
             ).fetchone()
-        except sqlite3.OperationalError:
+        except StoreError:  # no conversations table yet
             return None
         return str(row[0]) if row else None
 

@@ -1,4 +1,4 @@
-"""Durable permission requests: each one stored in ``chalie.db`` when raised, until it ends.
+"""Durable permission requests: each one stored in the store when raised, until it ends.
 
 The PolicyActor owns the requests (``actors/policy.py``); this is their table.
 A request is written when the gate asks, and ends once, with its settlement
@@ -28,14 +28,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
 from chalie.conversation.events import PermissionRequest
-from chalie.db import Store
 from chalie.messages import TurnContext
+from chalie.sql import Store
+from chalie.store_place import Place
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS permission_requests (
@@ -65,6 +65,8 @@ _LATER_COLUMNS: Final = {
     "binding": "ALTER TABLE permission_requests ADD COLUMN binding TEXT",
 }
 RESUMABLE: Final = ("allow_once", "allow_always")
+# The notice a settled request sends to every daemon on a shared store (chalie.sql.follow).
+SETTLED: Final = "chalie_approvals"
 
 
 class ResumableCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,13 +126,10 @@ def _read(body: bytes) -> PermissionRequest:
 class ApprovalStore(Store):
     """The ``permission_requests`` table; one connection, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA)
         with self._lock:
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(permission_requests)")}
-            for name, ddl in _LATER_COLUMNS.items():
-                if name not in columns:
-                    self._conn.execute(ddl)
+            self._add_columns("permission_requests", _LATER_COLUMNS)
 
     def put(
         self,
@@ -145,9 +144,14 @@ class ApprovalStore(Store):
         about (:func:`call_binding`; None: no later call can take its answer)."""
         with self._lock:
             self._conn.execute(
-                "INSERT OR REPLACE INTO permission_requests (request_id, conversation_id, "
+                "INSERT INTO permission_requests (request_id, conversation_id, "
                 "permission, body, created, expires_at, state, parked, call, binding) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO UPDATE SET "
+                "conversation_id = excluded.conversation_id, permission = excluded.permission, "
+                "body = excluded.body, created = excluded.created, "
+                "expires_at = excluded.expires_at, state = excluded.state, "
+                "parked = excluded.parked, call = excluded.call, binding = excluded.binding, "
+                "answered_by = NULL, settled_at = NULL, used = 0, delivered = 0",
                 (
                     request.request_id,
                     request.conversation_id,
@@ -194,40 +198,50 @@ class ApprovalStore(Store):
 
     def take_grant(self, conversation_id: str, permission: str, binding: str) -> str | None:
         """Use the owner's ``allow_once`` of a parked request for exactly this call (the
-        conversation, the permission and :func:`call_binding`); its id, or None."""
+        conversation, the permission and :func:`call_binding`); its id, or None. One
+        statement: two daemons on one store never both take one answer."""
         with self._lock:
             row = self._conn.execute(
+                "UPDATE permission_requests SET used = 1 WHERE used = 0 AND request_id = ("
                 "SELECT request_id FROM permission_requests WHERE conversation_id = ? AND "
                 "permission = ? AND binding = ? AND parked = 1 AND state = 'allow_once' "
-                "AND used = 0 ORDER BY settled_at LIMIT 1",
+                "AND used = 0 ORDER BY settled_at LIMIT 1) RETURNING request_id",
                 (conversation_id, permission, binding),
             ).fetchone()
-            if row is None:
-                return None
-            self._conn.execute(
-                "UPDATE permission_requests SET used = 1 WHERE request_id = ?", (row[0],)
-            )
-        return str(row[0])
+        return None if row is None else str(row[0])
 
     def outcomes(self, conversation_id: str) -> list[tuple[str, str, str]]:
         """Parked requests of a conversation the owner has settled and the agent has not
-        heard of: (request id, permission, how it ended), marked told."""
+        heard of: (request id, permission, how it ended), marked told, oldest first. One
+        statement: with two daemons on one store, each outcome is told once."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT request_id, permission, state FROM permission_requests WHERE "
-                "conversation_id = ? AND parked = 1 AND state != ? AND delivered = 0 "
-                "ORDER BY settled_at",
+                "UPDATE permission_requests SET delivered = 1 WHERE conversation_id = ? AND "
+                "parked = 1 AND state != ? AND delivered = 0 "
+                "RETURNING request_id, permission, state, settled_at",
                 (conversation_id, PENDING),
             ).fetchall()
-            if rows:
-                self._conn.executemany(
-                    "UPDATE permission_requests SET delivered = 1 WHERE request_id = ?",
-                    [(r[0],) for r in rows],
-                )
+        rows.sort(key=lambda r: (r[3] is None, r[3] or 0.0))
         return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
+    def request(self, request_id: str) -> PermissionRequest | None:
+        """The request if it is pending (raised here or by another daemon on the store)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT body FROM permission_requests WHERE request_id = ? AND state = ?",
+                (request_id, PENDING),
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            return _read(row[0])
+        except msgspec.DecodeError:
+            return None
+
     def settle(self, request_id: str, state: str, answered_by: str | None = None) -> bool:
-        """End a pending request; False when it was not pending (ended already)."""
+        """End a pending request; False when it was not pending (ended already). Every daemon
+        on a shared store hears of it (:data:`SETTLED`, the request id): the one whose call
+        waits for it completes the call."""
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE permission_requests SET state = ?, answered_by = ?, settled_at = ? "
@@ -240,6 +254,8 @@ class ApprovalStore(Store):
                 "ORDER BY settled_at DESC LIMIT ?)",
                 (PENDING, PENDING, KEEP_SETTLED),
             )
+            if cur.rowcount == 1:
+                self._conn.notify(SETTLED, request_id)
         return cur.rowcount == 1
 
     def left_open(self) -> list[PermissionRequest]:

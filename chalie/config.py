@@ -33,6 +33,7 @@ from chalie.loopback import HOST, is_loopback
 from chalie.messages import Channel
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 from chalie.ssrf import AllowEntry
+from chalie.store_place import Place, check_url, place_for
 
 __all__ = [
     "AccountsConfig",
@@ -647,6 +648,26 @@ class TelemetryConfig(Section, frozen=True):
     metrics_interval: Annotated[float, msgspec.Meta(ge=1.0, le=3600.0)] = 60.0
 
 
+# -- [store] ------------------------------------------------------------------------------
+
+
+class StoreConfig(Section, frozen=True):
+    """``[store]``: where the durable state lives (chalie.store_place); unset: chalie.db."""
+
+    # A PostgreSQL database several daemons share, "postgresql://user@host:5432/dbname",
+    # never with a password in it (pip install 'chalie[postgres]').
+    url: Annotated[str, msgspec.Meta(min_length=1, max_length=2048)] | None = None
+    # The NAME of the environment variable holding the database password (unset: the
+    # secrets file's "store.password", else libpq's PGPASSWORD or ~/.pgpass).
+    password_env: EnvName | None = None
+    # Seconds to reach the database.
+    connect_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=600.0)] = 10.0
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            check_url(self.url)
+
+
 class Config(Section, frozen=True):
     """``config.toml``; ``home`` is not a key of it but the directory it was read from."""
 
@@ -675,6 +696,7 @@ class Config(Section, frozen=True):
     memory: MemoryConfig = MemoryConfig()
     background: BackgroundConfig = BackgroundConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    store: StoreConfig = StoreConfig()
 
     @classmethod
     def load(cls, home: str | os.PathLike[str] | None = None) -> Config:
@@ -722,6 +744,11 @@ class Config(Section, frozen=True):
         """``[workers]`` as a table, also when the file says only ``workers = N``."""
         workers = self.workers
         return workers if isinstance(workers, WorkersConfig) else WorkersConfig(count=workers)
+
+    @property
+    def store_place(self) -> Place:
+        """Where the durable state lives: the SQLite file, or ``[store] url``'s database."""
+        return place_for(self.store, self.layout.db, self.home)
 
     @property
     def layout(self) -> Home:

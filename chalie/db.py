@@ -1,5 +1,5 @@
-"""Opening the daemon's SQLite file (WAL, a busy timeout, and a 0600 file), a store's
-connection to it, and its write transaction.
+"""Opening the daemon's SQLite file (WAL, a busy timeout, and a 0600 file) and its write
+transaction (the SQLite side of the store interface, chalie.sql).
 
 Durability choice: ``journal_mode=WAL`` with ``synchronous=NORMAL``. A commit
 appends the transaction to the WAL file with ``write()`` before it returns, so
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,23 +86,6 @@ def connect_retrying(path: Path, attempts: int = 100) -> sqlite3.Connection:
                 raise
             time.sleep(0.02)
     raise AssertionError("unreachable")
-
-
-class Store:
-    """A store's one connection to a SQLite file, for any thread of this process: a lock
-    serialises it, and the store's tables are made when it opens (``schema``: ``CREATE ...
-    IF NOT EXISTS``). A store that another process may be opening for the first time at the
-    same moment passes ``racing`` (:func:`connect_retrying`)."""
-
-    def __init__(self, path: Path, schema: str, *, racing: bool = False) -> None:
-        self._conn: sqlite3.Connection = (connect_retrying if racing else connect)(Path(path))
-        self._lock = threading.Lock()
-        with self._lock:
-            self._conn.executescript(schema)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
 
 @contextmanager

@@ -23,13 +23,13 @@ import math
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
 from chalie.conversation.events import BackgroundResult
-from chalie.db import connect
+from chalie.sql import open_connection
+from chalie.store_place import Place
 
 log = logging.getLogger("chalie.outbox")
 
@@ -82,7 +82,7 @@ class Outbox:
 
     def __init__(
         self,
-        path: Path,
+        path: Place,
         *,
         max_age: float = DEFAULT_MAX_AGE,
         max_rows: int = DEFAULT_MAX_ROWS,
@@ -91,9 +91,8 @@ class Outbox:
         self._max_age = float(max_age)
         self._max_rows = max_rows
         self._lock = threading.Lock()
-        self._conn = connect(path)
-        self._conn.execute(_SCHEMA)
-        self._conn.execute(_INDEX)
+        self._conn = open_connection(path)
+        self._conn.script(_SCHEMA + ";\n" + _INDEX)
         self._puts = 0
         self.prune()
 
@@ -107,7 +106,7 @@ class Outbox:
         with self._lock:
             cur = self._conn.execute(
                 "INSERT INTO outbox (conversation_id, call_id, tool, status, code, envelope, "
-                "rich, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "rich, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     result.conversation_id,
                     result.call_id,
@@ -119,7 +118,7 @@ class Outbox:
                     time.time(),
                 ),
             )
-            row_id = cur.lastrowid
+            row_id = cur.fetchone()[0]
             self._puts += 1
             due = self._puts % PRUNE_EVERY == 0
         if due:
@@ -178,21 +177,15 @@ class Outbox:
             return 0
         now = time.time()
         marked = 0
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                for start in range(0, len(wanted), 500):
-                    chunk = wanted[start : start + 500]
-                    cur = self._conn.execute(
-                        f"UPDATE outbox SET delivered_at = ? WHERE delivered_at IS NULL "
-                        f"AND id IN ({','.join('?' * len(chunk))})",
-                        (now, *chunk),
-                    )
-                    marked += cur.rowcount
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, self._conn.transaction() as tx:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                cur = tx.execute(
+                    f"UPDATE outbox SET delivered_at = ? WHERE delivered_at IS NULL "
+                    f"AND id IN ({','.join('?' * len(chunk))})",
+                    (now, *chunk),
+                )
+                marked += cur.rowcount
         return marked
 
     def prune(self) -> int:

@@ -28,17 +28,17 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import msgspec
 
-from chalie.db import connect
 from chalie.display import NAME_CHARS, one_line, param_lines, reach_line
 from chalie.forms import BadAnswer, check_answer
 from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
 from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
 from chalie.principals import Principal
+from chalie.sql import follow, open_connection
+from chalie.store_place import Place
 
 # A tool name (MCP proxies start with "_"), optionally ".action".
 PERMISSION: Final = re.compile(r"^_?[a-z][a-z0-9_]{0,127}(?:\.[a-z0-9_][a-z0-9_-]{0,63})?$")
@@ -353,21 +353,35 @@ CREATE TABLE IF NOT EXISTS policy (
 """
 
 
+# The notice a policy change sends to every daemon on a shared store.
+CHANGED: Final = "chalie_policy"
+
+
 class PolicyStore:
-    """The table persisted in SQLite, with an in-memory copy of the operator's entries.
+    """The table in the store (:mod:`chalie.sql`), with an in-memory copy of the operator's
+    entries.
 
     One owner (the PolicyActor) writes; ``table`` is an immutable snapshot
     swapped whole on each change, so other threads may read it without a lock.
     """
 
-    def __init__(self, path: Path) -> None:
-        self._conn = connect(path)
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self._conn = open_connection(place)
         self._lock = threading.Lock()
-        self._conn.execute(_SCHEMA)
+        self._conn.script(_SCHEMA)
         self.table: Mapping[tuple[str, str], Decision] = {}
+        # Another daemon on a shared store changed the table: read it again (chalie.sql).
+        # Listening first, then reading: no change falls between the two.
+        self._follower = follow(place, CHANGED, self._changed)
         self._reload()
 
+    def _changed(self, _payload: str) -> None:
+        with self._lock:
+            self._reload()
+
     def close(self) -> None:
+        self._follower.close()
         with self._lock:
             self._conn.close()
 
@@ -404,14 +418,15 @@ class PolicyStore:
                 (row.channel, row.permission, row.decision, row.updated_at),
             )
             self._reload()
+            self._conn.notify(CHANGED)
         return row
 
     def record_seen(self, channel: str, permission: str) -> bool:
         """Note an unconfigured permission as ``ask`` so the operator sees it; True if new."""
         with self._lock:
             cur = self._conn.execute(
-                "INSERT OR IGNORE INTO policy (channel, permission, decision, origin, updated_at) "
-                "VALUES (?, ?, 'ask', 'seen', ?)",
+                "INSERT INTO policy (channel, permission, decision, origin, updated_at) "
+                "VALUES (?, ?, 'ask', 'seen', ?) ON CONFLICT DO NOTHING",
                 (check_channel(channel), check_permission(permission), time.time()),
             )
             return cur.rowcount == 1
@@ -432,6 +447,7 @@ class PolicyStore:
                 cur = self._conn.execute(f"DELETE FROM policy{where}", args)
             finally:
                 self._reload()
+            self._conn.notify(CHANGED)
             return cur.rowcount
 
 

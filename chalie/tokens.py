@@ -1,7 +1,8 @@
 """The token store: named bearer tokens for every client that is not a local socket.
 
 A token is ``chalie_`` plus 32 random bytes (url-safe base64). Only its
-sha256 is stored, in the ``tokens`` table of ``chalie.db``; the secret is
+sha256 is stored, in the ``tokens`` table of the store (``chalie.db``, or
+``[store] url``'s PostgreSQL database); the secret is
 returned once, by :meth:`TokenStore.create`, and never again. Because the
 secret is high-entropy, a plain sha256 is enough (no slow KDF: there is
 nothing to brute-force). :meth:`TokenStore.verify` looks the hash up and
@@ -38,7 +39,6 @@ import hmac
 import os
 import re
 import secrets
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -46,8 +46,8 @@ from typing import Final
 
 import msgspec
 
-from chalie.db import connect
 from chalie.principals import DEFAULT_SCOPE, Principal, Scope, check_scope
+from chalie.sql import Connection, IntegrityError, Place, StoreError, open_connection
 
 PREFIX: Final = "chalie_"
 SECRET_BYTES: Final = 32
@@ -136,43 +136,38 @@ def new_secret() -> str:
 
 
 class TokenStore:
-    """Named tokens in one SQLite file; safe to use from several threads and processes."""
+    """Named tokens in the store (:mod:`chalie.sql`); safe to use from several threads and
+    processes (and daemons, on a shared PostgreSQL)."""
 
-    def __init__(self, db_path: Path) -> None:
-        self.path = Path(db_path)
-        self._conn = connect(self.path)
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self._conn = open_connection(place)
         self._lock = threading.Lock()
         self._touched: dict[str, float] = {}  # name -> when its last_used was last sent
         self._toucher: concurrent.futures.ThreadPoolExecutor | None = None
-        self._touch_conn: sqlite3.Connection | None = None  # the toucher thread's only
+        self._touch_conn: Connection | None = None  # the toucher thread's only
         with self._lock:
-            self._conn.execute(_SCHEMA)
+            self._conn.script(_SCHEMA)
             self._migrate()
 
     def _migrate(self) -> None:
         """Bring a store made by an older version up to date (idempotent, any process)."""
-        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(tokens)")}
+        columns = self._conn.columns("tokens")
         for column, statement in _MIGRATIONS:
             if column not in columns:
-                with contextlib.suppress(sqlite3.OperationalError):  # another process won
+                with contextlib.suppress(StoreError):  # another process won
                     self._conn.execute(statement)
         if self._conn.execute("SELECT 1 FROM tokens WHERE id IS NULL LIMIT 1").fetchone() is None:
             self._conn.execute(_ID_INDEX)
             return
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._conn.transaction() as tx:
             # Tokens made before scopes: least privilege (see the module docstring).
-            rows = self._conn.execute("SELECT name, gateway FROM tokens WHERE id IS NULL")
+            rows = tx.execute("SELECT name, gateway FROM tokens WHERE id IS NULL")
             for name, gateway in rows.fetchall():
-                self._conn.execute(
+                tx.execute(
                     "UPDATE tokens SET id = ?, scope = ? WHERE name = ? AND id IS NULL",
                     (new_id(), "gateway" if gateway else "agent", name),
                 )
-            self._conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
-            raise
         self._conn.execute(_ID_INDEX)
 
     def close(self) -> None:
@@ -192,13 +187,13 @@ class TokenStore:
     def _touch(self, token_id: str, when: float) -> None:
         try:
             if self._touch_conn is None:
-                self._touch_conn = connect(self.path)
+                self._touch_conn = open_connection(self.place)
             self._touch_conn.execute(
                 "UPDATE tokens SET last_used = ? WHERE id = ? AND (last_used IS NULL "
                 "OR last_used < ?)",
                 (when, token_id, when),
             )
-        except sqlite3.Error:
+        except StoreError:
             pass  # a busy or closed database: the next check after TOUCH_EVERY tries again
 
     def _close_touch_conn(self) -> None:
@@ -223,30 +218,22 @@ class TokenStore:
         secret = new_secret()
         with self._lock:
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.execute(
-                    "DELETE FROM tokens WHERE name = ? AND revoked IS NOT NULL", (name,)
-                )
-                self._conn.execute(
-                    "INSERT INTO tokens (name, hash, created, gateway, id, scope) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        name,
-                        digest(secret),
-                        time.time(),
-                        1 if scope == "gateway" else 0,
-                        new_id(),
-                        scope,
-                    ),
-                )
-                self._conn.execute("COMMIT")
-            except sqlite3.IntegrityError:
-                self._conn.execute("ROLLBACK")
+                with self._conn.transaction() as tx:
+                    tx.execute("DELETE FROM tokens WHERE name = ? AND revoked IS NOT NULL", (name,))
+                    tx.execute(
+                        "INSERT INTO tokens (name, hash, created, gateway, id, scope) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            name,
+                            digest(secret),
+                            time.time(),
+                            1 if scope == "gateway" else 0,
+                            new_id(),
+                            scope,
+                        ),
+                    )
+            except IntegrityError:
                 raise TokenError("token-exists", f"a token named {name!r} exists") from None
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("ROLLBACK")
-                raise
         return secret
 
     def list(self) -> list[TokenInfo]:

@@ -1,4 +1,4 @@
-"""The action trail: one SQLite row per tool call, written at its start and completed at its end.
+"""The action trail: one row per tool call, written at its start and completed at its end.
 
 A row holds the call, turn and conversation ids, the channel, tool and
 permission, the gate's decision and who made it, the parameters as JSON with
@@ -9,23 +9,33 @@ survives a SIGKILL), so a call whose outcome was returned is on disk. Rows
 left ``running`` by a daemon that died are marked ``interrupted`` by
 :meth:`Trail.recover` at the next start. A caller may defer a start row
 (:meth:`Trail.defer_start`) so a call that ends quickly costs one insert.
+
+The trail lives in the store (:mod:`chalie.sql`): the SQLite file, or a PostgreSQL
+database several daemons share. Two things make that safe. Row ids are reserved in
+blocks (:data:`ID_BLOCK` at a time, one statement a block, from the ``id_blocks`` row),
+so two writers never reserve one id. Each row names its writer (a random id a process,
+whose lease, :meth:`chalie.sql.Connection.lease`, the writing connection holds from its
+first write to its end), and recovery marks ``interrupted`` only the rows of this
+process's writer (an earlier run of its dispatcher) and of writers whose lease is free:
+a daemon that starts never touches the calls another live daemon is running.
 """
 
 from __future__ import annotations
 
-import itertools
+import os
 import re
+import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
 
-from chalie.db import connect
 from chalie.messages import TRAIL_STATUSES, TrailStatus
 from chalie.messages import Status as CallStatus
+from chalie.sql import add_columns, open_connection
+from chalie.store_place import Place
 
 REDACTED: Final = "[redacted]"
 # Keys that name a secret are redacted at any depth, declared or not.
@@ -43,8 +53,7 @@ STATUSES: Final = TRAIL_STATUSES
 # No secondary indexes: each one adds ~4 us to every call's insert on the
 # dispatcher's hot path, while queries walk newest-first by the primary key
 # and recovery scans once at start-up.
-_SCHEMA: Final = (
-    """
+_SCHEMA: Final = """
     CREATE TABLE IF NOT EXISTS trail (
         id              INTEGER PRIMARY KEY,
         call_id         TEXT NOT NULL,
@@ -64,16 +73,25 @@ _SCHEMA: Final = (
         ended_at        REAL,
         healed          TEXT NOT NULL DEFAULT '',
         parent_call_id  TEXT NOT NULL DEFAULT '',
-        principal       TEXT NOT NULL DEFAULT ''
-    )
-    """,
-)
+        principal       TEXT NOT NULL DEFAULT '',
+        writer          TEXT NOT NULL DEFAULT ''
+    );
+    CREATE TABLE IF NOT EXISTS id_blocks (
+        name TEXT PRIMARY KEY,
+        next INTEGER NOT NULL
+    );
+    """
 # Columns added after the first release, each with the ALTER that adds it to an older file.
 _ADDED: Final = {
     "healed": "ALTER TABLE trail ADD COLUMN healed TEXT NOT NULL DEFAULT ''",
     "parent_call_id": "ALTER TABLE trail ADD COLUMN parent_call_id TEXT NOT NULL DEFAULT ''",
     "principal": "ALTER TABLE trail ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+    # the writer (its lease) the row's call ran under: recovery leaves a live writer's rows
+    "writer": "ALTER TABLE trail ADD COLUMN writer TEXT NOT NULL DEFAULT ''",
 }
+# Row ids a writer reserves at a time (one statement each block).
+ID_BLOCK: Final = 256
+LEASE_PREFIX: Final = "trail-writer:"
 
 _json = msgspec.json.Encoder()
 
@@ -197,9 +215,21 @@ class CallRecord(msgspec.Struct, kw_only=True):
 _INSERT: Final = (
     "INSERT INTO trail (id, call_id, turn_id, conversation_id, channel, tool, permission, "
     "decision, decided_by, params, status, code, act_summary, background, started_at, ended_at, "
-    "healed, parent_call_id, principal) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "healed, parent_call_id, principal, writer) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+_WRITER: dict[int, str] = {}
+
+
+def process_writer() -> str:
+    """This process's trail writer id (random, one per process)."""
+    pid = os.getpid()
+    found = _WRITER.get(pid)
+    if found is None:
+        found = _WRITER.setdefault(pid, secrets.token_hex(8))
+    return found
 
 
 class Trail:
@@ -213,18 +243,22 @@ class Trail:
     skipped. Either way the end is committed before :meth:`finish` returns.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._conn = connect(self.path)
+    def __init__(self, place: Place, *, writer: str | None = None) -> None:
+        self.place = place
+        self._conn = open_connection(place)
         self._lock = threading.Lock()
-        for statement in _SCHEMA:
-            self._conn.execute(statement)
-        have = {row[1] for row in self._conn.execute("PRAGMA table_info(trail)")}
-        for column, alter in _ADDED.items():
-            if column not in have:
-                self._conn.execute(alter)
-        top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM trail").fetchone()[0]
-        self._ids = itertools.count(int(top) + 1)
+        self._conn.script(_SCHEMA)
+        add_columns(self._conn, "trail", _ADDED)
+        # An id_blocks row starts past every id a store from before blocks holds.
+        self._conn.execute(
+            "INSERT INTO id_blocks (name, next) SELECT 'trail', COALESCE(MAX(id), 0) + 1 "
+            "FROM trail WHERE true ON CONFLICT (name) DO NOTHING"
+        )
+        # This process's writer id unless told (tests play several daemons in one process).
+        self.writer = writer or process_writer()
+        self._leased = False  # taken at the first write: a reader holds no lease
+        self._ids: Iterator[int] = iter(())
+        self._ids_lock = threading.Lock()
         self._running: set[int] = set()
         self._ended_first: set[int] = set()
         # Deferred starts in the order they came, each with its monotonic time.
@@ -246,24 +280,41 @@ class Trail:
         """:meth:`recover`, returning each call marked: (call id, conversation id, tool,
         whether it ran in the background: its conversation still waits for its result)."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = self._conn.execute(
-                    "SELECT call_id, conversation_id, tool, background FROM trail "
-                    "WHERE status = 'running'"
+            writers = [
+                str(r[0])
+                for r in self._conn.execute(
+                    "SELECT DISTINCT writer FROM trail WHERE status = 'running'"
                 ).fetchall()
-                self._conn.execute(
+            ]
+            # This writer's own rows are an earlier run's (a dispatcher restarted after a
+            # crash, in this process); another's only once its lease is free (it is gone).
+            dead = [
+                w for w in writers if w == self.writer or not self._conn.leased(LEASE_PREFIX + w)
+            ]
+            rows: list[Any] = []
+            for writer in dead:
+                rows += self._conn.execute(
                     "UPDATE trail SET status = 'interrupted', code = 'interrupted', "
-                    "ended_at = NULL WHERE status = 'running'"
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+                    "ended_at = NULL WHERE status = 'running' AND writer = ? "
+                    "RETURNING call_id, conversation_id, tool, background, id",
+                    (writer,),
+                ).fetchall()
+        rows.sort(key=lambda r: int(r[4]))
         return [(str(r[0]), str(r[1]), str(r[2]), bool(r[3])) for r in rows]
 
     def reserve(self) -> int:
-        return next(self._ids)
+        with self._ids_lock:
+            found = next(self._ids, None)
+            if found is None:
+                with self._lock:
+                    row = self._conn.execute(
+                        "UPDATE id_blocks SET next = next + ? WHERE name = 'trail' RETURNING next",
+                        (ID_BLOCK,),
+                    ).fetchone()
+                top = int(row[0])
+                self._ids = iter(range(top - ID_BLOCK + 1, top))
+                found = top - ID_BLOCK
+            return found
 
     def record_for(
         self,
@@ -308,6 +359,9 @@ class Trail:
         decided_by: str | None,
         ended_at: float | None,
     ) -> None:
+        if not self._leased:
+            self._leased = True
+            self._conn.lease(LEASE_PREFIX + self.writer)  # False: another of ours holds it
         self._conn.execute(
             _INSERT,
             (
@@ -330,6 +384,7 @@ class Trail:
                 rec.healed,
                 rec.parent_call_id,
                 rec.principal,
+                self.writer,
             ),
         )
 
@@ -376,14 +431,9 @@ class Trail:
                 del self._deferred[rid]
                 recs.append(rec)
             if recs:
-                self._conn.execute("BEGIN")
-                try:
+                with self._conn.transaction():
                     for rec in recs:
                         self._insert(rec, "running", None, None, None, None)
-                    self._conn.execute("COMMIT")
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
                 self._running.update(rec.id for rec in recs)
             return len(recs), wait
 

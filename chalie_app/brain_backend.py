@@ -39,12 +39,12 @@ from chalie.brain.operations import ApiProblem
 from chalie.bus import EventBus
 from chalie.config import ChatConfig, Config, ConfigError
 from chalie.control import NoArgs
-from chalie.db import connect
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
 from chalie.messages import CHANNELS, ControlReply, ToolCall
 from chalie.policy import PolicyError
 from chalie.principals import LOCAL_ID, Principal
 from chalie.routing import Route
+from chalie.sql import open_connection
 from chalie.tokens import TokenError, TokenInfo, TokenStore
 from chalie.trail import Trail, TrailRow
 
@@ -192,7 +192,7 @@ class RuntimeBackend:
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
             if self._conn is None:
-                self._conn = connect(self._host.db_path)
+                self._conn = open_connection(self._host.db_path)
             return list(self._conn.execute(sql, args).fetchall())
 
     def _policy(self) -> ChildRef[Any]:

@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -71,6 +70,7 @@ from chalie.home import Home, HomeError
 from chalie.messages import ToolCall, ToolOutcome
 from chalie.registry import DuplicateAbilityError, Registry
 from chalie.services import Services
+from chalie.store_place import Place, StoreUnavailable, check_ported
 from chalie.supervision import ChildSpec, OnDemand
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class Runtime:
     events: EventBus
     loop: EventLoopThread
     services: Services
-    db_path: Path
+    db_path: Place
     started: float = field(default_factory=time.time)
     stop_requested: threading.Event = field(default_factory=threading.Event)
     escalation: tuple[str, str] | None = None
@@ -487,7 +487,7 @@ def _install_signals(stop: threading.Event) -> Callable[[], None]:
     return restore
 
 
-def prepare(config: Config) -> tuple[Registry, Path]:
+def prepare(config: Config) -> tuple[Registry, Place]:
     """Start-up work before any thread runs: the registry and the trail's crash recovery."""
     from chalie.trail import Trail
 
@@ -512,7 +512,11 @@ def prepare(config: Config) -> tuple[Registry, Path]:
         control.endpoint(config.home)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    db_path = config.layout.db
+    try:
+        db_path = config.store_place
+        check_ported(db_path)
+    except StoreUnavailable as exc:
+        raise StartupError(str(exc)) from None
     book = Trail(db_path)
     try:
         marked = book.recover_calls()
@@ -527,7 +531,7 @@ def prepare(config: Config) -> tuple[Registry, Path]:
 
 
 def deliver_interrupted(
-    config: Config, db_path: Path, background: Sequence[tuple[str, str, str, bool]]
+    config: Config, db_path: Place, background: Sequence[tuple[str, str, str, bool]]
 ) -> None:
     """A background call the last run lost: its conversation gets an interrupted result.
 

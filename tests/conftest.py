@@ -3,7 +3,8 @@
 
 The helpers live in modules named for what they hold: :mod:`tests.slow` (the
 slow mark's guard), :mod:`tests.daemon_process` (a real daemon process),
-:mod:`tools.http_servers` (what the small test servers share), :mod:`tools.waiting`
+:mod:`tools.http_servers` (what the small test servers share), :mod:`tests.store_engines`
+(the store suite's SQLite and PostgreSQL), :mod:`tools.waiting`
 and :mod:`tools.processes` (shared with the benchmarks).
 """
 
@@ -18,6 +19,7 @@ from typing import Final
 import pytest
 
 from tests import slow
+from tests.store_engines import pg_cluster, store_place  # noqa: F401 (fixtures)
 from tools.processes import signal_state
 
 

@@ -21,8 +21,9 @@ import msgspec
 
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, Account, AccountSpecError, Kind, check_account
-from chalie.db import Store
 from chalie.mcp.secrets import MissingSecret, SecretFile
+from chalie.sql import Store
+from chalie.store_place import Place
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS accounts (
@@ -56,7 +57,7 @@ class Credentials(msgspec.Struct, frozen=True):
 class AccountBook(Store):
     """The table and the secrets file, for any thread of one process."""
 
-    def __init__(self, db_path: Path, home: Path) -> None:
+    def __init__(self, db_path: Place, home: Path) -> None:
         super().__init__(db_path, _SCHEMA, racing=True)
         self.secrets = SecretFile(Path(home))
 
@@ -161,9 +162,17 @@ class AccountBook(Store):
             if password:
                 self.secrets.put({secret_id(account.name): password})
             self._conn.execute(
-                "INSERT OR REPLACE INTO accounts (name, kind, spec, is_default, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (account.name, account.kind, _encode.encode(account), is_default, time.time()),
+                "INSERT INTO accounts (name, kind, spec, is_default, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, "
+                "spec = excluded.spec, is_default = excluded.is_default, "
+                "created_at = excluded.created_at",
+                (
+                    account.name,
+                    account.kind,
+                    _encode.encode(account).decode(),
+                    is_default,
+                    time.time(),
+                ),
             )
         if not password:
             self.secrets.drop_server(f"{SECRET_PREFIX}{account.name}")
@@ -177,7 +186,9 @@ class AccountBook(Store):
             raise AccountSpecError(f"no account is named {name}")
         with self._lock:
             self._conn.execute(
-                "UPDATE accounts SET is_default = (name = ?) WHERE kind = ?", (name, account.kind)
+                "UPDATE accounts SET is_default = CASE WHEN name = ? THEN 1 ELSE 0 END "
+                "WHERE kind = ?",
+                (name, account.kind),
             )
         return msgspec.structs.replace(account, default=True)
 

@@ -12,16 +12,15 @@ one (it is summarised along with the turns after it).
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from chalie.conversation.act import message_tokens
-from chalie.db import connect
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.sql import Connection, open_connection
+from chalie.store_place import Place
 
 SUMMARY_HEAD: Final = "[summary of the earlier conversation, written when it grew too long]"
 SYSTEM: Final = (
@@ -88,11 +87,11 @@ CREATE TABLE IF NOT EXISTS conversation_summaries (
 class SummaryStore:
     """The latest summary of each conversation (one row each), any thread."""
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
+    def __init__(self, db_path: Place) -> None:
+        self._conn: Connection = open_connection(db_path)
         self._lock = threading.Lock()
         with self._lock:
-            self._conn.execute(_SCHEMA)
+            self._conn.script(_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -109,7 +108,8 @@ class SummaryStore:
     def put(self, conversation_id: str, summary: Summary, at: float) -> None:
         with self._lock:
             self._conn.execute(
-                "INSERT INTO conversation_summaries VALUES (?, ?, ?, ?) "
+                "INSERT INTO conversation_summaries (conversation_id, upto, text, created) "
+                "VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(conversation_id) DO UPDATE SET upto = excluded.upto, "
                 "text = excluded.text, created = excluded.created",
                 (conversation_id, summary.upto, summary.text, at),

@@ -1,4 +1,4 @@
-"""Conversations in ``chalie.db``: their messages, their turns and their numbered event log.
+"""Conversations in the store: their messages, their turns and their numbered event log.
 
 Every change a turn makes is one :class:`Batch` written in one transaction
 (messages, events, the turn's row), so a SIGKILL leaves either all of a step
@@ -7,25 +7,25 @@ or none of it. History invariants a provider relies on are restored by
 ``interrupted`` result, and the turn that was running ends ``interrupted``.
 
 One connection, serialised by a lock: every TurnActor of the daemon shares
-it (SQLite takes one writer at a time anyway; WAL lets readers in).
+it (SQLite takes one writer at a time anyway; WAL lets readers in). The tables live in
+the store (:mod:`chalie.sql`): the SQLite file, or a PostgreSQL database several daemons
+share. A conversation's owner is kept as its JSON and, for the queries that select by it,
+as two plain columns (``principal_id``, ``principal_scope``: no JSON functions, which the
+two engines spell differently); queued turns keep their order in ``n``.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie import db
 from chalie.conversation.events import (
     ConversationEvent,
     ErrorEvent,
@@ -39,6 +39,8 @@ from chalie.envelope import render
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
+from chalie.sql import Connection, Store
+from chalie.store_place import Place
 
 TurnState = Literal["queued", "running", "done"]
 MAX_EVENTS_PAGE: Final = 1000
@@ -60,7 +62,9 @@ CREATE TABLE IF NOT EXISTS conversations (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     title TEXT NOT NULL DEFAULT '',
-    principal TEXT NOT NULL DEFAULT ''
+    principal TEXT NOT NULL DEFAULT '',
+    principal_id TEXT NOT NULL DEFAULT '',
+    principal_scope TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS conversation_messages (
     conversation_id TEXT NOT NULL,
@@ -87,15 +91,29 @@ CREATE TABLE IF NOT EXISTS conversation_turns (
     steps INTEGER NOT NULL DEFAULT 0,
     tokens INTEGER NOT NULL DEFAULT 0,
     notes TEXT NOT NULL DEFAULT '[]',
+    n INTEGER NOT NULL DEFAULT 0,
     UNIQUE (conversation_id, client_msg_id)
 );
 CREATE INDEX IF NOT EXISTS conversation_turns_state ON conversation_turns (state);
 """
 
-# A conversation made before principals belongs to the owner (only the owner sees it).
-_MIGRATE_PRINCIPAL: Final = (
-    "ALTER TABLE conversations ADD COLUMN principal TEXT NOT NULL DEFAULT ''"
-)
+# Columns added after the first release. A conversation made before principals belongs to
+# the owner (only the owner sees it); principal_id and principal_scope are filled from the
+# principal's JSON as the store opens (_fill_principals).
+_LATER_COLUMNS: Final = {
+    "conversations": {
+        "principal": "ALTER TABLE conversations ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+        "principal_id": (
+            "ALTER TABLE conversations ADD COLUMN principal_id TEXT NOT NULL DEFAULT ''"
+        ),
+        "principal_scope": (
+            "ALTER TABLE conversations ADD COLUMN principal_scope TEXT NOT NULL DEFAULT ''"
+        ),
+    },
+    "conversation_turns": {
+        "n": "ALTER TABLE conversation_turns ADD COLUMN n INTEGER NOT NULL DEFAULT 0",
+    },
+}
 _principal_decoder: Final = msgspec.json.Decoder(Principal)
 
 _msg_encoder: Final = msgspec.json.Encoder()
@@ -176,21 +194,33 @@ def interrupted_envelope(tool: str) -> str:
     )
 
 
-class ConversationStore(db.Store):
-    """The conversation tables of one database file, safe from any thread."""
+class ConversationStore(Store):
+    """The conversation tables of the store, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        super().__init__(self.path, _SCHEMA)
+    def __init__(self, place: Place) -> None:
+        super().__init__(place, _SCHEMA)
         with self._lock:
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(conversations)")}
-            if "principal" not in columns:
-                with contextlib.suppress(sqlite3.OperationalError):  # another process won
-                    self._conn.execute(_MIGRATE_PRINCIPAL)
+            for table, later in _LATER_COLUMNS.items():
+                self._add_columns(table, later)
+            self._fill_principals()
+
+    def _fill_principals(self) -> None:
+        """principal_id and principal_scope of rows whose owner JSON has not been read into
+        them yet (rows from before those columns); idempotent, any process."""
+        rows = self._conn.execute(
+            "SELECT id, principal FROM conversations WHERE principal != '' AND principal_scope = ''"
+        ).fetchall()
+        for conversation_id, raw in rows:
+            owner = _principal(raw)
+            scope = "owner" if owner is None else owner.scope  # unreadable: the owner's
+            self._conn.execute(
+                "UPDATE conversations SET principal_id = ?, principal_scope = ? WHERE id = ?",
+                ("" if owner is None else owner.id, scope, conversation_id),
+            )
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, db.transaction(self._conn) as conn:
+    def _tx(self) -> Iterator[Connection]:
+        with self._lock, self._conn.transaction() as conn:
             yield conn
 
     # -- conversations ------------------------------------------------------------------
@@ -204,30 +234,28 @@ class ConversationStore(db.Store):
     ) -> None:
         now = time.time()
         owner = "" if principal is None else msgspec.json.encode(principal).decode()
+        who, scope = ("", "") if principal is None else (principal.id, principal.scope)
         with self._tx() as c:
             c.execute(
                 "INSERT INTO conversations (id, channel, origin, created, updated, title, "
-                "principal) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, channel, origin, now, now, title[:200], owner),
+                "principal, principal_id, principal_scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, channel, origin, now, now, title[:200], owner, who, scope),
             )
 
     def usage(self, principal_id: str) -> tuple[int, int]:
         """(conversations, bytes) one principal keeps: the bytes of their messages, events
         and turn texts (what a quota counts, chalie.conversation.quota)."""
-        mine = (
-            "SELECT id FROM conversations WHERE CASE WHEN json_valid(principal) "
-            "THEN json_extract(principal, '$.id') END = ?1"
-        )
+        mine = "SELECT id FROM conversations WHERE principal != '' AND principal_id = ?"
         with self._lock:
             row = self._conn.execute(
-                f"SELECT (SELECT COUNT(*) FROM ({mine})), "
+                f"SELECT (SELECT COUNT(*) FROM ({mine}) AS mine), "
                 "(SELECT COALESCE(SUM(length(body)), 0) FROM conversation_messages "
                 f"WHERE conversation_id IN ({mine})) + "
                 "(SELECT COALESCE(SUM(length(body)), 0) FROM conversation_events "
                 f"WHERE conversation_id IN ({mine})) + "
                 "(SELECT COALESCE(SUM(length(text)), 0) FROM conversation_turns "
                 f"WHERE conversation_id IN ({mine}))",
-                (principal_id,),
+                (principal_id,) * 4,
             ).fetchone()
         return int(row[0]), int(row[1])
 
@@ -236,8 +264,8 @@ class ConversationStore(db.Store):
         since ``before``, oldest first (what a retention setting prunes)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id FROM conversations WHERE updated < ? AND json_valid(principal) "
-                "AND json_extract(principal, '$.scope') != 'owner' ORDER BY updated LIMIT ?",
+                "SELECT id FROM conversations WHERE updated < ? AND principal != '' "
+                "AND principal_scope != 'owner' ORDER BY updated LIMIT ?",
                 (before, limit),
             ).fetchall()
         return [str(r[0]) for r in rows]
@@ -300,7 +328,7 @@ class ConversationStore(db.Store):
             ).fetchall()
             queued = self._conn.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns "
-                "WHERE conversation_id = ? AND state = 'queued' ORDER BY created, rowid",
+                "WHERE conversation_id = ? AND state = 'queued' ORDER BY created, n",
                 (conversation_id,),
             ).fetchall()
         return Loaded(
@@ -324,9 +352,10 @@ class ConversationStore(db.Store):
                 return _turn(row)
             c.execute(
                 "INSERT INTO conversation_turns "
-                "(turn_id, conversation_id, client_msg_id, text, state, created) "
-                "VALUES (?, ?, ?, ?, 'queued', ?)",
-                (turn_id, conversation_id, client_msg_id, text, time.time()),
+                "(turn_id, conversation_id, client_msg_id, text, state, created, n) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, (SELECT COALESCE(MAX(n), 0) + 1 FROM "
+                "conversation_turns WHERE conversation_id = ?))",
+                (turn_id, conversation_id, client_msg_id, text, time.time(), conversation_id),
             )
             c.execute(
                 "UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id)
@@ -344,7 +373,7 @@ class ConversationStore(db.Store):
         with self._lock:
             rows = self._conn.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns WHERE conversation_id = ? "
-                "ORDER BY created, rowid",
+                "ORDER BY created, n",
                 (conversation_id,),
             ).fetchall()
         return [_turn(r) for r in rows]
@@ -354,7 +383,7 @@ class ConversationStore(db.Store):
         with self._tx() as c:
             self._write(c, batch)
 
-    def _write(self, c: sqlite3.Connection, batch: Batch) -> None:
+    def _write(self, c: Connection, batch: Batch) -> None:
         cid = batch.conversation_id
         if batch.messages:
             c.executemany(
@@ -448,7 +477,7 @@ class ConversationStore(db.Store):
         with self._tx() as c:
             running = c.execute(
                 "SELECT turn_id FROM conversation_turns "
-                "WHERE conversation_id = ? AND state = 'running' ORDER BY created, rowid",
+                "WHERE conversation_id = ? AND state = 'running' ORDER BY created, n",
                 (conversation_id,),
             ).fetchall()
             bodies = c.execute(

@@ -25,12 +25,12 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 
-from chalie.db import Store
 from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.engine import DiscoveryEngine
+from chalie.sql import Store
+from chalie.store_place import Place
 from chalie.trail import REDACTED, SECRET_KEY
 
 DEFAULT_PER_TOOL: Final = 20
@@ -126,7 +126,7 @@ def _checked(value: object, what: str, limit: int) -> str:
 class LearnedExamples(Store):
     """The learned-examples table; thread-safe (one connection, one lock)."""
 
-    def __init__(self, db_path: Path, *, per_tool: int = DEFAULT_PER_TOOL) -> None:
+    def __init__(self, db_path: Place, *, per_tool: int = DEFAULT_PER_TOOL) -> None:
         if isinstance(per_tool, bool) or not 1 <= per_tool <= MAX_PER_TOOL:
             raise ValueError(f"per_tool must be within 1..{MAX_PER_TOOL}")
         self.per_tool = per_tool
@@ -156,7 +156,7 @@ class LearnedExamples(Store):
             raise ExampleError(f"definition must be a string of at most {MAX_DEFINITION_CHARS}")
         key = word_key(stored)
         when = time.time() if now is None else float(now)
-        with self._lock, self._conn:
+        with self._lock, self._conn.transaction():
             rows = self._conn.execute(
                 "SELECT id, words FROM discovery_examples WHERE tool = ? ORDER BY created, id",
                 (tool,),
@@ -169,12 +169,13 @@ class LearnedExamples(Store):
                         (when, channel, definition, id_),
                     )
                     return LearnOutcome("refreshed", self._get(int(id_)))
-            cur = self._conn.execute(
-                "INSERT INTO discovery_examples (tool, text, words, channel, created, definition) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (tool, stored, key, channel, when, definition),
+            new_id = int(
+                self._conn.execute(
+                    "INSERT INTO discovery_examples (tool, text, words, channel, created, "
+                    "definition) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                    (tool, stored, key, channel, when, definition),
+                ).fetchone()[0]
             )
-            new_id = int(cur.lastrowid or 0)
             dropped = self._bound(tool)
             return LearnOutcome("added", self._get(new_id), tuple(dropped))
 
@@ -246,12 +247,12 @@ class LearnedExamples(Store):
 
     # -- forgetting -------------------------------------------------------
     def forget_tool(self, tool: str) -> int:
-        with self._lock, self._conn:
+        with self._lock, self._conn.transaction():
             cur = self._conn.execute("DELETE FROM discovery_examples WHERE tool = ?", (tool,))
             return int(cur.rowcount)
 
     def forget_id(self, id_: int) -> Example | None:
-        with self._lock, self._conn:
+        with self._lock, self._conn.transaction():
             row = self._conn.execute(
                 "SELECT id, tool, text, channel, created, definition FROM discovery_examples "
                 "WHERE id = ?",
@@ -263,13 +264,13 @@ class LearnedExamples(Store):
             return self._row(row)
 
     def clear(self) -> int:
-        with self._lock, self._conn:
+        with self._lock, self._conn.transaction():
             return int(self._conn.execute("DELETE FROM discovery_examples").rowcount)
 
     def drop_changed(self, definitions: Mapping[str, str]) -> list[str]:
         """Drop rows learned under another definition of their tool; the tools touched."""
         touched: list[str] = []
-        with self._lock, self._conn:
+        with self._lock, self._conn.transaction():
             for tool, definition in definitions.items():
                 cur = self._conn.execute(
                     "DELETE FROM discovery_examples WHERE tool = ? AND definition != '' "

@@ -26,13 +26,13 @@ import re
 import time
 from collections import deque
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
 
-from chalie.db import Store
 from chalie.discovery.learning import NEAR_IDENTICAL, overlap, word_key
 from chalie.discovery.learning import WRITTEN_SOURCE as WRITTEN_SOURCE
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.sql import Store
+from chalie.store_place import Place
 
 MIN_PHRASES: Final = 3
 MAX_PHRASES: Final = 10
@@ -158,9 +158,9 @@ CREATE TABLE IF NOT EXISTS discovery_written (
 
 
 class WrittenCache(Store):
-    """Validated model-written phrases by definition hash, in chalie.db; thread-safe."""
+    """Validated model-written phrases by definition hash, in the store; thread-safe."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def get(self, digest: str) -> list[str] | None:
@@ -177,10 +177,11 @@ class WrittenCache(Store):
             return None
 
     def put(self, digest: str, tool: str, phrases: list[str], model: str) -> None:
-        with self._lock, self._conn:
+        with self._lock:
             self._conn.execute(
-                "INSERT OR REPLACE INTO discovery_written (hash, tool, phrases, model, created) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO discovery_written (hash, tool, phrases, model, created) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO UPDATE SET tool = excluded.tool, "
+                "phrases = excluded.phrases, model = excluded.model, created = excluded.created",
                 (digest, tool, json.dumps(phrases), model[:128], time.time()),
             )
 

@@ -21,6 +21,7 @@ from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
 from chalie.mcp.store import McpStore, ServerExists, ServerRow
 from chalie.mcp.tools import ToolRow, approve
+from chalie.store_place import Place
 
 
 class McpAdminError(ValueError):
@@ -65,7 +66,7 @@ class McpAdmin:
     """The management operations over one data directory."""
 
     def __init__(
-        self, db_path: Path, home: Path, *, on_change: Callable[[], None] | None = None
+        self, db_path: Place, home: Path, *, on_change: Callable[[], None] | None = None
     ) -> None:
         self.store = McpStore(db_path)
         self.secrets = SecretFile(home)
@@ -76,6 +77,7 @@ class McpAdmin:
         self.store.close()
 
     def _changed(self) -> None:
+        self.store.changed()  # every other daemon on a shared store reconciles too
         self._on_change()
 
     def _require(self, name: str) -> ServerRow:

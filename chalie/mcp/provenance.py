@@ -10,9 +10,10 @@ from pathlib import Path
 
 from chalie.home import Home
 from chalie.mcp.names import PREFIX, SERVER_WILDCARD, server_of
+from chalie.store_place import Place
 
 
-def provenance(db_path: Path, name: str) -> str | None:
+def provenance(db_path: Place, name: str) -> str | None:
     """``remote tool 'X' on MCP server s`` for a proxy (or ``s.*``), None for anything else."""
     from chalie.mcp.store import McpStore
 

@@ -26,6 +26,7 @@ from chalie.mcp.store import McpStore
 from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
 from chalie.registry import Entry, Registry
 from chalie.result import ToolResult
+from chalie.store_place import Place
 
 TOOLTIP_MAX: Final = 120
 
@@ -166,7 +167,7 @@ def uninstall(registry: Registry, names: Iterable[str]) -> list[str]:
     return dropped
 
 
-def install_cached(registry: Registry, db_path: Path, call_timeout: float) -> None:
+def install_cached(registry: Registry, db_path: Place, call_timeout: float) -> None:
     """Register the proxy of every tool cached in ``db_path`` (servers offline or not).
 
     The daemon does this before any connection starts, so discovery indexes remote
@@ -174,7 +175,7 @@ def install_cached(registry: Registry, db_path: Path, call_timeout: float) -> No
     ``tools call`` and an offline ``index rebuild`` see the catalogue the daemon serves.
     ``call_timeout`` is the configured default for servers that set none.
     """
-    if not Path(db_path).exists():
+    if isinstance(db_path, Path) and not db_path.exists():
         return  # nothing was ever configured; do not create the database for a read
     store = McpStore(db_path)
     try:

@@ -15,17 +15,16 @@ busy timeout serialise them; within a process one lock guards the connection.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import Store, transaction
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
+from chalie.sql import Store
+from chalie.store_place import IntegrityError, Place
 
 # needs-login: an OAuth server whose grant needs the owner (chalie mcp login), not offline
 Status = Literal["online", "offline", "connecting", "disabled", "needs-login"]
@@ -64,6 +63,11 @@ _json = msgspec.json.Encoder()
 _remote = msgspec.json.Decoder(RemoteTool)
 
 
+# The notice an operator's change to the servers or their tools sends to every daemon on a
+# shared store (chalie.sql.follow): each reconciles its own connections with the store.
+CHANGED: Final = "chalie_mcp"
+
+
 class ServerExists(ValueError):
     pass
 
@@ -87,10 +91,10 @@ class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
 class McpStore(Store):
     """The two tables, for any thread of one process (one lock around the connection)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA, racing=True)
 
-    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row | tuple[Any, ...]]:
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
         with self._lock:
             return self._conn.execute(sql, tuple(args)).fetchall()
 
@@ -146,7 +150,7 @@ class McpStore(Store):
                         now,
                     ),
                 )
-            except sqlite3.IntegrityError:
+            except IntegrityError:
                 raise ServerExists(f"an MCP server named {spec.name!r} already exists") from None
 
     def set_enabled(self, name: str, enabled: bool) -> bool:
@@ -168,10 +172,15 @@ class McpStore(Store):
             )
         return True
 
+    def changed(self) -> None:
+        """Tell every daemon on the store that the operator changed something here."""
+        with self._lock:
+            self._conn.notify(CHANGED)
+
     def remove_server(self, name: str) -> bool:
-        with self._lock, transaction(self._conn):
-            cur = self._conn.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
-            self._conn.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
+        with self._lock, self._conn.transaction() as tx:
+            cur = tx.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
+            tx.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
             return cur.rowcount > 0
 
     def set_status(
@@ -281,10 +290,14 @@ class McpStore(Store):
         ]
         if not values:
             return 0
-        with self._lock, transaction(self._conn):
-            self._conn.executemany(
-                f"INSERT OR REPLACE INTO mcp_tools ({self._TOOL_COLS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        updates = ", ".join(
+            f"{c} = excluded.{c}" for c in self._TOOL_COLS.split(", ")[2:]
+        )  # every column but the key (server, remote)
+        with self._lock, self._conn.transaction() as tx:
+            tx.executemany(
+                f"INSERT INTO mcp_tools ({self._TOOL_COLS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                f"ON CONFLICT (server, remote) DO UPDATE SET {updates}",
                 values,
             )
         return len(values)

@@ -20,15 +20,14 @@ the Brain, a chat client's ``answer`` frame) while that request is pending.
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from chalie.db import Store, transaction
 from chalie.mcp_server.exchange import AgentExchange
+from chalie.sql import Store
+from chalie.store_place import Place
 
 MAX_KEPT: Final = 2000
 # At most this many unseen exchanges are handed to an owner client that connects.
@@ -61,23 +60,23 @@ class Kept(msgspec.Struct, frozen=True, kw_only=True):
 class ExchangeBook(Store):
     """The ``agent_exchanges`` table; one connection, safe from any thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Place) -> None:
         super().__init__(path, _SCHEMA, racing=True)
 
     def keep(self, exchange: AgentExchange) -> AgentExchange:
         """Store it, unseen; the exchange with its ``kept`` id."""
-        with self._lock, transaction(self._conn):
-            cur = self._conn.execute(
+        with self._lock, self._conn.transaction() as tx:
+            row = tx.execute(
                 "INSERT INTO agent_exchanges (conversation_id, phase, request_id, body, ts) "
-                "VALUES (?, ?, ?, x'', ?)",
-                (exchange.conversation_id, exchange.phase, exchange.request_id, exchange.ts),
-            )
-            kept = msgspec.structs.replace(exchange, kept=int(cur.lastrowid or 0))
-            self._conn.execute(
+                "VALUES (?, ?, ?, ?, ?) RETURNING id",
+                (exchange.conversation_id, exchange.phase, exchange.request_id, b"", exchange.ts),
+            ).fetchone()
+            kept = msgspec.structs.replace(exchange, kept=int(row[0]))
+            tx.execute(
                 "UPDATE agent_exchanges SET body = ? WHERE id = ?",
                 (msgspec.json.encode(kept), kept.kept),
             )
-            self._conn.execute("DELETE FROM agent_exchanges WHERE id <= ?", (kept.kept - MAX_KEPT,))
+            tx.execute("DELETE FROM agent_exchanges WHERE id <= ?", (kept.kept - MAX_KEPT,))
         return kept
 
     def seen(self, kept_id: int) -> None:
@@ -89,7 +88,8 @@ class ExchangeBook(Store):
         the unseen exchanges, now seen, and every ``permission`` one whose request is
         still pending and unexpired (answerable there)."""
         now = time.time() if now is None else now
-        with self._lock, transaction(self._conn):
+        with self._lock, self._conn.transaction():
+            asks_kept = bool(self._conn.columns("permission_requests"))
             unseen = self._conn.execute(
                 "SELECT id, body FROM agent_exchanges WHERE seen = 0 AND phase != 'permission' "
                 "ORDER BY id LIMIT ?",
@@ -98,15 +98,16 @@ class ExchangeBook(Store):
             self._conn.executemany(
                 "UPDATE agent_exchanges SET seen = 1 WHERE id = ?", [(r[0],) for r in unseen]
             )
-            try:
-                open_asks = self._conn.execute(
+            open_asks = (
+                self._conn.execute(
                     "SELECT e.id, e.body FROM agent_exchanges e JOIN permission_requests r "
                     "ON r.request_id = e.request_id WHERE e.phase = 'permission' "
                     "AND r.state = 'pending' AND r.expires_at > ? ORDER BY e.id LIMIT ?",
                     (now, BACKLOG),
                 ).fetchall()
-            except sqlite3.OperationalError:  # no request was ever stored in this file
-                open_asks = []
+                if asks_kept  # else no request was ever stored in this store
+                else []
+            )
             self._conn.executemany(
                 "UPDATE agent_exchanges SET seen = 1 WHERE id = ?", [(r[0],) for r in open_asks]
             )

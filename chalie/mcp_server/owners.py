@@ -18,14 +18,13 @@ loop for every continued exchange, and a known one costs no database read.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Final
 
-from chalie.db import connect
+from chalie.sql import Connection, StoreError, open_connection
+from chalie.store_place import Place
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mcp_conversations (
@@ -51,16 +50,15 @@ KNOWN_MAX: Final = 100_000  # owners kept in memory
 class ConversationOwners:
     """conversation id → the id of the token that owns it (one connection, any thread)."""
 
-    def __init__(self, db_path: Path) -> None:
-        self._conn: sqlite3.Connection = connect(db_path)
+    def __init__(self, db_path: Place) -> None:
+        self._conn: Connection = open_connection(db_path)
         self._lock = threading.Lock()
         self._known: OrderedDict[str, str] = OrderedDict()  # guarded by _lock
-        self._conn.execute(_SCHEMA)
-        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(mcp_conversations)")}
-        if "token_id" not in columns:
-            with contextlib.suppress(sqlite3.OperationalError):  # another process won
-                self._conn.execute(_MIGRATE)
-            with contextlib.suppress(sqlite3.OperationalError):  # no tokens table: no owner
+        self._conn.script(_SCHEMA)
+        if "token_id" not in self._conn.columns("mcp_conversations"):
+            with contextlib.suppress(StoreError):  # another process won
+                self._conn.script(_MIGRATE)
+            if self._conn.columns("tokens"):  # no tokens table: no owner
                 self._conn.execute(_FILL)
 
     def known(self, conversation_id: str) -> str | None:
@@ -102,9 +100,9 @@ class ConversationOwners:
         # First owner wins: an id is never handed from one token to another.
         with self._lock:
             self._conn.execute(
-                "INSERT OR IGNORE INTO mcp_conversations "
+                "INSERT INTO mcp_conversations "
                 "(conversation_id, token_name, agent_name, project, created, token_id) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (conversation_id, token_name, agent_name, project, time.time(), token_id),
             )
             row = self._conn.execute(

@@ -17,15 +17,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import sqlite3
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from chalie.conversation.background import is_follow_up
-from chalie.db import Store
 from chalie.memory.records import KINDS, Draft, Kind
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.sql import Store, StoreError
+from chalie.store_place import Place
 
 # The conversations reflected on: the person's chats (their memories) and the agents'
 # (external_agent, or an MCP-started chat: memories kept under that agent, never the owner's;
@@ -141,7 +140,7 @@ CREATE TABLE IF NOT EXISTS memory_reflection_budget (
 class ReflectionLedger(Store):
     """Which conversations are due a reflection, how far each was read, what was spent."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def due(self, now: float, idle: float, limit: int = 5) -> list[tuple[str, float]]:
@@ -158,7 +157,7 @@ class ReflectionLedger(Store):
                     "AND (r.at IS NULL OR r.at < c.updated) ORDER BY c.updated LIMIT ?",
                     (*REFLECTED_CHANNELS, now - idle, limit),
                 ).fetchall()
-            except sqlite3.OperationalError:  # no conversations yet
+            except StoreError:  # no conversations yet
                 return []
         return [(str(r[0]), float(r[1])) for r in rows]
 
@@ -173,7 +172,8 @@ class ReflectionLedger(Store):
     def done(self, conversation_id: str, upto: int, at: float) -> None:
         with self._lock:
             self._conn.execute(
-                "INSERT INTO memory_reflections VALUES (?, ?, ?) ON CONFLICT(conversation_id) "
+                "INSERT INTO memory_reflections (conversation_id, upto, at) VALUES (?, ?, ?) "
+                "ON CONFLICT(conversation_id) "
                 "DO UPDATE SET upto = excluded.upto, at = excluded.at",
                 (conversation_id, upto, at),
             )
@@ -188,7 +188,8 @@ class ReflectionLedger(Store):
     def spend(self, day: str, tokens: int) -> None:
         with self._lock:
             self._conn.execute(
-                "INSERT INTO memory_reflection_budget VALUES (?, ?) ON CONFLICT(day) "
-                "DO UPDATE SET tokens = tokens + excluded.tokens",
+                "INSERT INTO memory_reflection_budget (day, tokens) VALUES (?, ?) "
+                "ON CONFLICT(day) DO UPDATE SET "
+                "tokens = memory_reflection_budget.tokens + excluded.tokens",
                 (day, max(0, tokens)),
             )

@@ -1,4 +1,4 @@
-"""The ``memories`` table in chalie.db: every memory with its provenance and its vector.
+"""The ``memories`` table in the store: every memory with its provenance and its vector.
 
 The vector (float16, the embedder's model id beside it) is kept so the
 indexes can be rebuilt without embedding everything again. ``generation``
@@ -9,16 +9,15 @@ index saved at generation N is current only while the table is at N.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
-from chalie.db import Store, connect, transaction
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
+from chalie.sql import Connection, Store, open_connection
+from chalie.store_place import Place
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -122,20 +121,16 @@ def unpack(blob: bytes, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
 class MemoryStore(Store):
     """One connection; callers may use it from any thread (a lock serialises it)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, SCHEMA)
         with self._lock:
-            have = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(memories)")}
-            for column, alter in _ADDED.items():
-                if column not in have:
-                    self._conn.execute(alter)
+            self._add_columns("memories", _ADDED)
             # A commit that fills the WAL past SQLite's threshold copies it into the file
             # (tens of ms): this connection's never do, so a store stays short.
             # :meth:`checkpoint` does it instead, off the write path (the memory index's
             # committer thread); chalie.db's other connections keep checkpointing as before.
-            self._conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
-        self._db_path = db_path
-        self._spare: sqlite3.Connection | None = None
+            self._conn.defer_checkpoints()
+        self._spare: Connection | None = None
         self._spare_lock = threading.Lock()
 
     def close(self) -> None:
@@ -150,8 +145,8 @@ class MemoryStore(Store):
         reader and no writer), on a connection of its own."""
         with self._spare_lock:
             if self._spare is None:
-                self._spare = connect(self._db_path)
-            self._spare.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self._spare = open_connection(self.place)
+            self._spare.checkpoint()
 
     # -- generation -----------------------------------------------------------------
     def generation(self) -> int:
@@ -163,21 +158,27 @@ class MemoryStore(Store):
 
     def _bump(self) -> None:
         self._conn.execute(
-            "INSERT INTO memory_meta VALUES ('generation', '1') ON CONFLICT(key) "
-            "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+            "INSERT INTO memory_meta (key, value) VALUES ('generation', '1') ON CONFLICT(key) "
+            "DO UPDATE SET value = CAST(CAST(memory_meta.value AS BIGINT) + 1 AS TEXT)"
         )
 
     # -- writes -----------------------------------------------------------------------
     def insert(self, memory: Memory, model_id: str, vector: np.ndarray[Any, Any]) -> int:
         """A new row; its id is above every id this table ever gave (a purged memory's
-        included: ``last_id`` in ``memory_meta`` remembers the highest)."""
-        with self._lock, transaction(self._conn):
-            new_id = 1 + int(
-                self._conn.execute(
-                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM memories), 0), COALESCE("
-                    "(SELECT CAST(value AS INTEGER) FROM memory_meta WHERE key = 'last_id'), 0))"
-                ).fetchone()[0]
+        included: ``last_id`` in ``memory_meta`` remembers the highest). ``last_id`` is
+        counted up first, in the transaction: its row lock makes two daemons on one store
+        take two ids."""
+        with self._lock, self._conn.transaction():
+            self._conn.execute(
+                "INSERT INTO memory_meta (key, value) VALUES ('last_id', '0') "
+                "ON CONFLICT DO NOTHING"
             )
+            counted = self._conn.execute(
+                "UPDATE memory_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) "
+                "WHERE key = 'last_id' RETURNING value"
+            ).fetchone()[0]
+            top = self._conn.execute("SELECT COALESCE(MAX(id), 0) FROM memories").fetchone()[0]
+            new_id = max(int(counted), int(top) + 1)
             self._conn.execute(
                 f"INSERT INTO memories ({_COLUMNS}, model_id, vector) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, '[]', ?, ?)",
@@ -192,9 +193,7 @@ class MemoryStore(Store):
                 ),
             )
             self._conn.execute(
-                "INSERT INTO memory_meta VALUES ('last_id', ?) ON CONFLICT(key) "
-                "DO UPDATE SET value = excluded.value",
-                (str(new_id),),
+                "UPDATE memory_meta SET value = ? WHERE key = 'last_id'", (str(new_id),)
             )
             self._bump()
             return new_id
@@ -214,14 +213,14 @@ class MemoryStore(Store):
         if vector is not None and model_id is not None:
             sets += ", model_id = ?, vector = ?"
             args += [model_id, pack(vector)]
-        with self._lock, transaction(self._conn):
+        with self._lock, self._conn.transaction():
             cur = self._conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*args, memory.id))
             if cur.rowcount:
                 self._bump()
         return cur.rowcount > 0
 
     def _set(self, sql: str, args: Sequence[Any]) -> bool:
-        with self._lock, transaction(self._conn):
+        with self._lock, self._conn.transaction():
             cur = self._conn.execute(sql, args)
             if cur.rowcount:
                 self._bump()
@@ -248,7 +247,7 @@ class MemoryStore(Store):
 
     def purge(self, before: float) -> list[int]:
         """Remove for good the memories forgotten before ``before``; their ids."""
-        with self._lock, transaction(self._conn):
+        with self._lock, self._conn.transaction():
             rows = self._conn.execute(
                 "DELETE FROM memories WHERE forgotten IS NOT NULL AND forgotten < ? RETURNING id",
                 (before,),
@@ -303,16 +302,19 @@ class MemoryStore(Store):
         stored, ``offset`` seconds from UTC)."""
         where, args = _whose(principals, LIVE)
         if place:
-            # the place field, or the text naming it ("dinner in Lisbon")
-            where.append("(place LIKE ? ESCAPE '\\' OR text LIKE ? ESCAPE '\\')")
+            # the place field, or the text naming it ("dinner in Lisbon"), in any case (both
+            # lowered: SQLite's LIKE ignores ASCII case, PostgreSQL's does not)
+            where.append(
+                "(lower(place) LIKE lower(?) ESCAPE '\\' OR lower(text) LIKE lower(?) ESCAPE '\\')"
+            )
             args += ["%" + _like(place) + "%"] * 2
         if skill:
             where.append("skill = ?")
             args.append(skill)
         elif linked:
             where.append("skill IS NOT NULL")
-        happened = "COALESCE(at, strftime('%Y-%m-%dT%H:%M', created, 'unixepoch', ?))"
-        shift = f"{offset:+d} seconds"
+        happened = f"COALESCE(at, {self._conn.utc_minute('created + ?')})"
+        shift = int(offset)
         if since:
             where.append(f"substr({happened}, 1, ?) >= ?")
             args += [shift, len(since), since]

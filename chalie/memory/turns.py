@@ -17,19 +17,18 @@ the runtime and never from the model:
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Final
 
-from chalie.db import connect
 from chalie.memory import when
 from chalie.memory.book import MemoryBook
 from chalie.memory.whose import principal_of, readable_by
 from chalie.messages import TurnContext
+from chalie.sql import Connection, StoreError, open_connection
+from chalie.store_place import Place
 
 # Tools whose results carry no outside content: the meta-tools, memory itself,
 # pure computations and the scheduler. Everything else is an untrusted source.
@@ -48,7 +47,7 @@ class TurnMemory:
     def __init__(
         self,
         book: MemoryBook,
-        db_path: Path,
+        db_path: Place,
         *,
         owner_readers: Collection[str] = (),
         zone: str | None = None,
@@ -59,7 +58,7 @@ class TurnMemory:
         # The person's time zone: relative times ("last week") are read in it.
         self.zone = when.zone(zone)
         self._clock = clock
-        self._conn: sqlite3.Connection = connect(db_path)
+        self._conn: Connection = open_connection(db_path)
         self._lock = threading.Lock()
         self._origins: OrderedDict[str, str] = OrderedDict()
 
@@ -80,7 +79,7 @@ class TurnMemory:
                 row = self._conn.execute(
                     "SELECT origin FROM conversations WHERE id = ?", (conversation_id,)
                 ).fetchone()
-            except sqlite3.OperationalError:  # no conversations table yet (a bare test home)
+            except StoreError:  # no conversations table yet (a bare test home)
                 row = None
             origin = str(row[0]) if row else ""
             if row:  # an origin never changes once the conversation exists
@@ -111,6 +110,6 @@ class TurnMemory:
                     "AND conversation_id = ? AND status = 'success'",
                     (TRAIL_WINDOW, conversation_id),
                 ).fetchall()
-            except sqlite3.OperationalError:
+            except StoreError:  # no trail table yet
                 rows = []
         return tuple(sorted(str(r[0]) for r in rows if str(r[0]) not in TRUSTED_TOOLS))

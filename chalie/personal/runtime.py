@@ -27,6 +27,7 @@ from chalie.personal.dav import Collection, DavClient
 from chalie.personal.dav import Kind as DavKind
 from chalie.personal.http import HttpClient
 from chalie.result import ToolResult
+from chalie.store_place import Place
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,7 +103,7 @@ class PersonalRuntime:
     store: CalendarStore | None = None
 
     @classmethod
-    def open(cls, db_path: Path, home: Path, settings: PersonalSettings) -> PersonalRuntime:
+    def open(cls, db_path: Place, home: Path, settings: PersonalSettings) -> PersonalRuntime:
         return cls(
             AccountBook(db_path, home), settings, store=CalendarStore(personal_cache_file(home))
         )

@@ -8,13 +8,13 @@ during the turn never fires it twice; the answer is recorded afterwards.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.db import Store
 from chalie.schedule.rules import RuleKind
+from chalie.sql import Store
+from chalie.store_place import Place
 
 State = Literal["pending", "done", "cancelled"]
 # The owner's views of the table (the dashboard's filter).
@@ -85,7 +85,7 @@ def _row(r: Any) -> Reminder:
 class ReminderStore(Store):
     """One connection, any thread (a lock serialises it)."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Place) -> None:
         super().__init__(db_path, _SCHEMA)
 
     def add(
@@ -101,26 +101,22 @@ class ReminderStore(Store):
         next_fire: float,
     ) -> Reminder:
         with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO reminders (text, kind, rule, zone, principal, conversation_id, "
-                "created, next_fire, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
-                (text, kind, rule, zone, principal, conversation_id, created, next_fire),
-            )
             row = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM reminders WHERE id = ?", (cur.lastrowid,)
+                "INSERT INTO reminders (text, kind, rule, zone, principal, conversation_id, "
+                "created, next_fire, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending') "
+                f"RETURNING {_COLUMNS}",
+                (text, kind, rule, zone, principal, conversation_id, created, next_fire),
             ).fetchone()
         return _row(row)
 
     def add_many(self, rows: list[tuple[str, str, str, str, str, float, float]]) -> None:
         """Bulk insert (text, kind, rule, zone, principal, created, next_fire): benchmarks."""
-        with self._lock:
-            self._conn.execute("BEGIN")
-            self._conn.executemany(
+        with self._lock, self._conn.transaction() as tx:
+            tx.executemany(
                 "INSERT INTO reminders (text, kind, rule, zone, principal, created, next_fire, "
                 "state) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')",
                 rows,
             )
-            self._conn.execute("COMMIT")
 
     def get(self, reminder_id: int) -> Reminder | None:
         with self._lock:
@@ -179,14 +175,27 @@ class ReminderStore(Store):
             ).fetchall()
         return [_row(r) for r in rows]
 
-    def fired(self, reminder_id: int, *, at: float, late: bool, next_fire: float | None) -> None:
+    def fired(
+        self,
+        reminder_id: int,
+        *,
+        at: float,
+        late: bool,
+        next_fire: float | None,
+        due: float | None = None,
+    ) -> bool:
+        """Record a firing (and the next time, or ``done``); True when this call claimed it.
+        With ``due`` (the time :meth:`due` read) it is a compare-and-set: of several daemons
+        on one store that saw the reminder due, exactly one claims each firing."""
+        state = "done" if next_fire is None else "pending"
+        same = "" if due is None else " AND next_fire = ?"
         with self._lock:
-            self._conn.execute(
+            cur = self._conn.execute(
                 "UPDATE reminders SET fired = fired + 1, last_fired = ?, last_late = ?, "
-                "next_fire = ?, state = CASE WHEN ? IS NULL THEN 'done' ELSE state END "
-                "WHERE id = ? AND state = 'pending'",
-                (at, int(late), next_fire, next_fire, reminder_id),
+                f"next_fire = ?, state = ? WHERE id = ? AND state = 'pending'{same}",
+                (at, int(late), next_fire, state, reminder_id, *(() if due is None else (due,))),
             )
+        return cur.rowcount == 1
 
     def answered(self, reminder_id: int, answer: str) -> None:
         with self._lock:

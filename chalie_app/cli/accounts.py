@@ -26,7 +26,7 @@ from chalie_app.cli.group import Ctx, cli
 
 def _book(obj: Ctx) -> AccountBook:
     obj.layout.create()
-    return AccountBook(obj.layout.db, obj.home)
+    return AccountBook(obj.store, obj.home)
 
 
 def _password(kind: str, from_stdin: bool, none: bool) -> str | None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from chalie.config import Config
     from chalie.control import ControlClient
     from chalie.home import Home
+    from chalie.store_place import Place
 
 
 class Ctx:
@@ -65,6 +66,21 @@ class Ctx:
             except (ConfigError, HomeError) as exc:
                 raise click.ClickException(str(exc)) from None
         return self._config
+
+    @property
+    def store(self) -> Place:
+        """Where the durable state lives: ``[store] url``'s database, else ``chalie.db``.
+        A ``config.toml`` without a ``[store]`` table is only parsed, not loaded whole (a
+        token command stays light); with one, or unreadable, it is loaded and checked."""
+        import tomllib
+
+        try:
+            raw = tomllib.loads(self.layout.config_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return self.layout.db
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raw = {"store": None}  # the full load says what is wrong, in one line
+        return self.config.store_place if "store" in raw else self.layout.db
 
     @property
     def client(self) -> ControlClient:
@@ -124,6 +140,10 @@ COMMANDS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "skills": (("memory",), "Skill playbooks and the personalisation rules learnt for them."),
     "reminders": (("reminders",), "Reminders: list, add and cancel them."),
+    "store": (
+        ("store",),
+        "Where the durable state lives: chalie.db, or a PostgreSQL database ([store] url).",
+    ),
 }
 HELP_OPTIONS: Final = ["-h", "--help"]
 
@@ -175,7 +195,7 @@ class LazyGroup(click.Group):
         return None if command is None else _with_home(command)
 
     def invoke(self, ctx: click.Context) -> object:
-        """Every command: an unusable ``chalie.db`` is one line and exit 1 (chalie.db)."""
+        """Every command: an unusable ``chalie.db`` or store is one line and exit 1."""
         try:
             return super().invoke(ctx)
         except Exception as exc:
@@ -183,6 +203,10 @@ class LazyGroup(click.Group):
             # (importing it would load sqlite3 into every command).
             db = sys.modules.get("chalie.db")
             if db is not None and isinstance(exc, db.DatabaseUnusable):
+                raise click.ClickException(str(exc)) from None
+            # The store unreachable, or a store not on PostgreSQL yet: one line.
+            place = sys.modules.get("chalie.store_place")
+            if place is not None and isinstance(exc, place.StoreUnavailable):
                 raise click.ClickException(str(exc)) from None
             raise
 

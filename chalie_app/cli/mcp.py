@@ -27,7 +27,7 @@ from chalie_app.cli.group import Ctx, cli
 
 def _admin(obj: Ctx) -> McpAdmin:
     home = obj.home
-    return McpAdmin(obj.layout.db, home, on_change=lambda: _poke(home))
+    return McpAdmin(obj.store, home, on_change=lambda: _poke(home))
 
 
 def _poke(home: Path) -> None:

@@ -40,7 +40,7 @@ def _offline(obj: Ctx) -> Iterator[Router]:
     cfg.layout.create()
     try:
         with instance_lock(cfg.home):
-            store = MemoryStore(cfg.layout.db)
+            store = MemoryStore(cfg.store_place)
             book = MemoryBook(
                 store, load_embedder(cfg.embedder.options()), memory_index_dir(cfg.home)
             )

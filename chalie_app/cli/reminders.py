@@ -17,7 +17,7 @@ from chalie_app.cli.group import Ctx, cli
 def _offline_rows(obj: Ctx, pending_only: bool, limit: int) -> list[dict[str, Any]]:
     from chalie.schedule.store import ReminderStore
 
-    store = ReminderStore(obj.layout.db)
+    store = ReminderStore(obj.store)
     try:
         return [
             msgspec.to_builtins(r) for r in store.listed(pending_only=pending_only, limit=limit)
@@ -112,7 +112,7 @@ def cancel(obj: Ctx, reminder_id: int) -> None:
     else:
         from chalie.schedule.store import ReminderStore
 
-        store = ReminderStore(obj.layout.db)
+        store = ReminderStore(obj.store)
         try:
             if not store.cancel(reminder_id):
                 fail(f"reminder-not-found: no pending reminder {reminder_id}")

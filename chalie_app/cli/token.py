@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 def _store(obj: Ctx) -> TokenStore:
-    return TokenStore(obj.layout.db)
+    return TokenStore(obj.store)
 
 
 def _when(ts: float | None) -> str:
@@ -124,7 +124,7 @@ def token_exchanges(obj: Ctx, conversation: str | None, limit: int, as_json: boo
     from chalie.mcp_server.exchange import summary
     from chalie.mcp_server.kept import ExchangeBook
 
-    book = ExchangeBook(obj.layout.db)
+    book = ExchangeBook(obj.store)
     try:
         kept = book.recent(limit, conversation)
     finally:

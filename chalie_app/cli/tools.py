@@ -36,7 +36,7 @@ def load_registry(ctx: Ctx) -> Registry:
     except DuplicateAbilityError as exc:
         raise click.ClickException(str(exc)) from None
     config = ctx.config
-    install_cached(registry, config.layout.db, config.mcp.call_timeout)
+    install_cached(registry, config.store_place, config.mcp.call_timeout)
     return registry
 
 

@@ -26,6 +26,7 @@ from chalie.messages import ISOLATIONS, ToolCall, TurnContext
 from chalie.outbox import Outbox, OutboxError
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.store_place import Place
 from tests.actors.rig import EX, Rig, ctx
 from tools import sample_abilities
 from tools.waiting import wait_until
@@ -223,8 +224,33 @@ def test_the_published_background_result_names_its_outbox_row(rig: Rig) -> None:
     assert event.rich == {"card": {"title": "t"}}
 
 
-def test_the_outbox_drops_results_past_its_limits(tmp_path: Path) -> None:
-    box = Outbox(tmp_path / "o.db", max_rows=3)
+def test_an_outbox_result_is_kept_until_acknowledged_on_either_engine(store_place: Place) -> None:
+    box = Outbox(store_place)
+    made = [
+        box.put(
+            BackgroundResult(
+                call_id=f"c{i}",
+                conversation_id="k" if i < 2 else "other",
+                tool="t",
+                envelope="e",
+                status="success",
+                rich={"n": i} if i else None,
+            )
+        )
+        for i in range(3)
+    ]
+    ids = [m.outbox_id for m in made]
+    assert ids == sorted(ids) and len(set(ids)) == 3 and ids[0] > 0
+    assert box.waiting() == ["k", "other"]
+    held = box.pending("k")
+    assert [(r.call_id, r.rich) for r in held] == [("c0", None), ("c1", {"n": 1})]
+    assert box.ack([ids[0], ids[1], 10**12]) == 2 and box.ack([ids[0]]) == 0
+    assert box.pending("k") == [] and box.waiting() == ["other"]
+    box.close()
+
+
+def test_the_outbox_drops_results_past_its_limits(store_place: Place) -> None:
+    box = Outbox(store_place, max_rows=3)
     for i in range(5):
         box.put(
             BackgroundResult(
@@ -234,7 +260,7 @@ def test_the_outbox_drops_results_past_its_limits(tmp_path: Path) -> None:
     box.prune()
     assert [r.call_id for r in box.pending("k")] == ["c2", "c3", "c4"]
     box.close()
-    aged = Outbox(tmp_path / "o.db", max_age=1e-9)
+    aged = Outbox(store_place, max_age=1e-9)
     assert aged.pending("k") == []
     aged.close()
 

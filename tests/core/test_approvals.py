@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from chalie.approvals import ApprovalStore
 from chalie.conversation.events import PermissionRequest
 from chalie.principals import Principal
+from chalie.store_place import Place
 
 
 def request(request_id: str = "r1") -> PermissionRequest:
@@ -29,8 +29,8 @@ def request(request_id: str = "r1") -> PermissionRequest:
     )
 
 
-def test_a_stored_request_reads_back_as_the_same_value(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path / "chalie.db")
+def test_a_stored_request_reads_back_as_the_same_value(store_place: Place) -> None:
+    store = ApprovalStore(store_place)
     try:
         made = request()
         store.put(made)
@@ -41,11 +41,11 @@ def test_a_stored_request_reads_back_as_the_same_value(tmp_path: Path) -> None:
 
 
 def test_a_request_stored_by_an_earlier_version_is_still_pending_after_an_upgrade(
-    tmp_path: Path,
+    store_place: Place,
 ) -> None:
     """Before requests were conversation events they were stored as a wire message:
     tagged ``kind``, with ``origin`` for who asked. Such a row is not lost."""
-    store = ApprovalStore(tmp_path / "chalie.db")
+    store = ApprovalStore(store_place)
     try:
         store.put(request("new"))
         old = {
@@ -82,8 +82,8 @@ def test_a_request_stored_by_an_earlier_version_is_still_pending_after_an_upgrad
         store.close()
 
 
-def test_an_unreadable_row_is_skipped_and_the_others_are_kept(tmp_path: Path) -> None:
-    store = ApprovalStore(tmp_path / "chalie.db")
+def test_an_unreadable_row_is_skipped_and_the_others_are_kept(store_place: Place) -> None:
+    store = ApprovalStore(store_place)
     try:
         store.put(request("good"))
         with store._lock:
@@ -95,3 +95,23 @@ def test_an_unreadable_row_is_skipped_and_the_others_are_kept(tmp_path: Path) ->
         assert [r.request_id for r in store.left_open()] == ["good"]
     finally:
         store.close()
+
+
+def test_two_daemons_on_one_store_never_both_take_one_answer(store_place: Place) -> None:
+    """An answer raised on daemon A and settled on daemon B is taken once, by one of them;
+    an outcome is told once."""
+    a, b = ApprovalStore(store_place), ApprovalStore(store_place)
+    try:
+        made = request("r1")
+        a.put(made, parked=True, binding="digest")
+        assert [r.request_id for r in b.left_open()] == ["r1"]
+        assert b.settle("r1", "allow_once", "owner") is True
+        assert a.settle("r1", "deny", "owner") is False  # ended already, on the other one
+        assert a.state("r1") == ("allow_once", "owner")
+        taken = [s.take_grant("c1", made.permission, "digest") for s in (a, b, a)]
+        assert taken == ["r1", None, None]
+        told = [s.outcomes("c1") for s in (b, a)]
+        assert told == [[("r1", made.permission, "allow_once")], []]
+    finally:
+        a.close()
+        b.close()

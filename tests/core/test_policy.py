@@ -22,6 +22,8 @@ from chalie.conversation.events import PermissionRequest
 from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import GateDecision, PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
+from chalie.store_place import Place
+from tools.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -109,13 +111,14 @@ def test_answers_map_to_decisions() -> None:
 # -- the store ----------------------------------------------------------------
 
 
-def test_store_persists_entries_across_reopen_in_a_private_file(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_store_persists_entries_across_reopen_in_a_private_file(store_place: Place) -> None:
+    path = store_place
     store = PolicyStore(path)
     store.set("chat", "email.send", "allow")
     store.set("subconscious", "email", "deny")
     store.close()
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    if isinstance(path, Path):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
     again = PolicyStore(path)
     assert again.table == {("chat", "email.send"): "allow", ("subconscious", "email"): "deny"}
     rows = {(r.channel, r.permission, r.decision, r.origin) for r in again.rows()}
@@ -123,8 +126,8 @@ def test_store_persists_entries_across_reopen_in_a_private_file(tmp_path: Path) 
     again.close()
 
 
-def test_store_rejects_bad_channels_permissions_and_decisions(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_store_rejects_bad_channels_permissions_and_decisions(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     with pytest.raises(PolicyError, match="channel"):
         store.set("root", "email", "allow")
     with pytest.raises(PolicyError, match="permission"):
@@ -137,8 +140,8 @@ def test_store_rejects_bad_channels_permissions_and_decisions(tmp_path: Path) ->
     store.close()
 
 
-def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     assert store.record_seen("chat", "calendar.delete_event") is True
     assert store.record_seen("chat", "calendar.delete_event") is False
     store.set("chat", "calendar", "allow")
@@ -148,8 +151,8 @@ def test_a_seen_row_shows_in_the_list_but_does_not_shadow_a_tool_entry(tmp_path:
     store.close()
 
 
-def test_reset_forgets_one_pair_one_permission_or_everything(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_reset_forgets_one_pair_one_permission_or_everything(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     store.set("chat", "a", "allow")
     store.set("subconscious", "a", "allow")
     store.set("chat", "b", "deny")
@@ -163,8 +166,8 @@ def test_reset_forgets_one_pair_one_permission_or_everything(tmp_path: Path) -> 
     store.close()
 
 
-def test_internal_entries_are_hidden_from_the_list_unless_asked(tmp_path: Path) -> None:
-    store = PolicyStore(tmp_path / "chalie.db")
+def test_internal_entries_are_hidden_from_the_list_unless_asked(store_place: Place) -> None:
+    store = PolicyStore(store_place)
     store.set("chat", "find_tools", "internal")
     assert store.rows() == []
     assert [r.permission for r in store.rows(include_internal=True)] == ["find_tools"]
@@ -177,7 +180,7 @@ def test_internal_entries_are_hidden_from_the_list_unless_asked(tmp_path: Path) 
 class Gate:
     """A started PolicyActor with its event bus and a subscriber queue for all conversations."""
 
-    def __init__(self, path: Path, expiry: float = 300.0) -> None:
+    def __init__(self, path: Place, expiry: float = 300.0) -> None:
         self.bus = EventBus()
         self.events = self.bus.subscribe_queue(None)
         self.ref = PolicyActor.start(path, self.bus, approval_expiry=expiry)
@@ -287,8 +290,8 @@ def test_ask_on_chat_publishes_a_request_to_the_conversation_and_waits(tmp_path:
     assert isinstance(mine.queue.get(timeout=5), PermissionRequest)
 
 
-def test_allow_always_is_persisted_as_allow(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_allow_always_is_persisted_as_allow(store_place: Place) -> None:
+    path = store_place
     g = Gate(path)
     fut = g.gate("email.send")
     g.proxy.answer(g.request().request_id, "allow_always", LOCAL_OWNER).get()
@@ -476,3 +479,55 @@ def test_the_one_gate_rule_decides_every_setting() -> None:
         assert not denied.allowed and denied.hint.startswith("do not retry")
     # An inbound agent's loop_in_human turn with a connected human: that human is asked.
     assert rule("ask", "external_agent", True) is None
+
+
+@pytest.mark.slow
+def test_a_policy_change_on_one_daemon_reaches_another_within_a_second(pg_cluster: Any) -> None:
+    """Two daemons on one PostgreSQL: a setting made on A is in B's table (what B's gate
+    reads, lock-free) within a second, by LISTEN/NOTIFY, not polling; a reset too."""
+    from chalie.store_place import Postgres
+
+    place = Postgres(pg_cluster.new_database())
+    a, b = PolicyStore(place), PolicyStore(place)
+    try:
+        assert b._follower._listening.is_set()  # it listened before it read the table
+        for decision in ("allow", "deny"):
+            a.set("chat", "email.send", decision)
+            started = time.monotonic()
+            wait_until(lambda d=decision: b.table.get(("chat", "email.send")) == d, 5, "B's table")
+            assert time.monotonic() - started < 1.0
+        a.reset("chat", "email.send")
+        wait_until(lambda: ("chat", "email.send") not in b.table, 5, "the reset on B")
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_a_request_raised_on_one_daemon_is_answered_on_another(pg_cluster: Any) -> None:
+    """Two gates (two daemons' PolicyActors) on one PostgreSQL: the owner answers on B a
+    request A raised, and the call waiting on A goes on with that answer; a second answer,
+    on either, finds nothing pending; an agent may not answer on B either."""
+    from chalie.principals import Principal
+    from chalie.store_place import Postgres
+
+    place = Postgres(pg_cluster.new_database())
+    a, b = Gate(place), Gate(place)  # type: ignore[arg-type]
+    try:
+        waiting = a.gate("email.send")
+        asked = a.request()
+        agent = Principal(scope="agent", id="tok_x", name="x")
+        with pytest.raises(PolicyError):
+            b.proxy.answer(asked.request_id, "allow_once", agent).get()
+        assert not waiting.done()
+        assert b.proxy.answer(asked.request_id, "allow_once", LOCAL_OWNER).get() is True
+        decision = waiting.result(5)
+        assert decision.allowed and decision.decided_by == "human"
+        assert b.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
+        assert a.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
+        denied = a.gate("email.send")
+        b.proxy.answer(a.request().request_id, "deny", LOCAL_OWNER).get()
+        assert denied.result(5).decision == "deny"
+    finally:
+        a.ref.stop()
+        b.ref.stop()

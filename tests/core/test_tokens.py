@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from chalie.sql import Place, open_connection
 from chalie.tokens import (
     FIRST_TOKEN_FILE,
     TokenError,
@@ -23,24 +23,26 @@ from chalie_app.cli import cli
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[TokenStore]:
-    s = TokenStore(tmp_path / "chalie.db")
+def store(store_place: Place) -> Iterator[TokenStore]:
+    """A token store on each engine (tests/store_engines.py)."""
+    s = TokenStore(store_place)
     yield s
     s.close()
 
 
 def test_a_created_token_verifies_and_only_its_hash_is_stored(
-    store: TokenStore, tmp_path: Path
+    store: TokenStore, store_place: Place
 ) -> None:
     secret = store.create("laptop")
     info = store.verify(secret)
     assert info is not None and info.name == "laptop" and info.active
-    raw = sqlite3.connect(tmp_path / "chalie.db")
+    raw = open_connection(store_place)
     rows = raw.execute("SELECT * FROM tokens").fetchall()
     raw.close()
     flat = repr(rows)
     assert secret not in flat and digest(secret) in flat
-    assert (tmp_path / "chalie.db").read_bytes().find(secret.encode()) == -1
+    if isinstance(store_place, Path):
+        assert store_place.read_bytes().find(secret.encode()) == -1
 
 
 def test_secrets_are_unique_and_high_entropy(store: TokenStore) -> None:
@@ -93,10 +95,10 @@ def test_hostile_secrets_are_simply_not_tokens(store: TokenStore, secret: object
 
 
 def test_revocation_from_another_process_is_seen_at_the_next_check(
-    store: TokenStore, tmp_path: Path
+    store: TokenStore, store_place: Place
 ) -> None:
     secret = store.create("shared")
-    other = TokenStore(tmp_path / "chalie.db")
+    other = TokenStore(store_place)
     try:
         assert other.revoke("shared")
     finally:
@@ -194,16 +196,15 @@ def test_the_gateway_permission_is_off_unless_granted_and_is_seen_by_verify(
 
 
 def test_a_store_from_before_the_gateway_permission_gains_it_and_keeps_its_tokens(
-    tmp_path: Path,
+    store_place: Place,
 ) -> None:
-    db = tmp_path / "chalie.db"
-    conn = sqlite3.connect(db)
-    conn.execute(
+    db = store_place
+    conn = open_connection(db)
+    conn.script(
         "CREATE TABLE tokens (name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE,"
         " created REAL NOT NULL, revoked REAL, last_used REAL)"
     )
     conn.execute("INSERT INTO tokens VALUES ('old', ?, 1.0, NULL, NULL)", (digest("chalie_x" * 6),))
-    conn.commit()
     conn.close()
     with TokenStore(db) as s:
         found = s.verify("chalie_x" * 6)
@@ -227,8 +228,8 @@ def test_cli_grants_the_gateway_only_with_the_flag(tmp_path: Path) -> None:
     assert "SCOPE" in runner.invoke(cli, [*home, "token", "list"]).output
 
 
-def test_a_token_is_regenerated_in_one_step_keeping_its_id(tmp_path: Path) -> None:
-    with TokenStore(tmp_path / "chalie.db") as store:
+def test_a_token_is_regenerated_in_one_step_keeping_its_id(store_place: Place) -> None:
+    with TokenStore(store_place) as store:
         old = store.create("desk", scope="owner")
         before = store.verify(old)
         assert before is not None

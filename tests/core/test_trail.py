@@ -15,7 +15,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from chalie.store_place import Place
 from chalie.trail import REDACTED, CallRecord, Trail, params_json, redact
+from tools.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +37,8 @@ def record(trail: Trail, call_id: str = "c1", **over: object) -> CallRecord:
     return trail.record_for(**fields)  # type: ignore[arg-type]
 
 
-def test_a_call_is_running_at_start_and_complete_at_the_end(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_a_call_is_running_at_start_and_complete_at_the_end(store_place: Place) -> None:
+    trail = Trail(store_place)
     rec = record(trail)
     trail.start(rec)
     (row,) = trail.query()
@@ -60,8 +62,8 @@ def test_a_call_is_running_at_start_and_complete_at_the_end(tmp_path: Path) -> N
     trail.close()
 
 
-def test_an_end_written_before_its_start_leaves_one_complete_row(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_an_end_written_before_its_start_leaves_one_complete_row(store_place: Place) -> None:
+    trail = Trail(store_place)
     rec = record(trail)
     trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
     trail.start(rec)
@@ -109,8 +111,8 @@ def test_huge_or_odd_parameters_are_stored_bounded() -> None:
     assert "[too deep]" in params_json(redact(deep))
 
 
-def test_recover_marks_rows_left_running_as_interrupted(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_recover_marks_rows_left_running_as_interrupted(store_place: Place) -> None:
+    path = store_place
     trail = Trail(path)
     done, stuck = record(trail, "done"), record(trail, "stuck")
     trail.start(done)
@@ -131,8 +133,8 @@ def test_recover_marks_rows_left_running_as_interrupted(tmp_path: Path) -> None:
     again.close()
 
 
-def test_queries_filter_and_are_newest_first(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_queries_filter_and_are_newest_first(store_place: Place) -> None:
+    trail = Trail(store_place)
     for i, (tool, channel, status) in enumerate(
         [
             ("email", "chat", "success"),
@@ -162,8 +164,8 @@ def test_queries_filter_and_are_newest_first(tmp_path: Path) -> None:
     trail.close()
 
 
-def test_hostile_text_is_stored_verbatim_and_clipped(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_hostile_text_is_stored_verbatim_and_clipped(store_place: Place) -> None:
+    trail = Trail(store_place)
     rec = record(
         trail, "x'); DROP TABLE trail; --", tool="../../etc/passwd", act_summary="a" * 5000
     )
@@ -175,8 +177,8 @@ def test_hostile_text_is_stored_verbatim_and_clipped(tmp_path: Path) -> None:
     trail.close()
 
 
-def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_concurrent_writers_lose_nothing(store_place: Place) -> None:
+    trail = Trail(store_place)
 
     def work(n: int) -> None:
         for i in range(50):
@@ -198,9 +200,11 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
+    from chalie.store_place import Postgres
     from chalie.trail import Trail
 
-    trail = Trail(Path(sys.argv[1]))
+    where = sys.argv[1]
+    trail = Trail(Postgres(where) if where.startswith("postgresql://") else Path(where))
     for i in range(int(sys.argv[2])):
         rec = trail.record_for(call_id=f"c{i}", turn_id="t", conversation_id="k", channel="chat",
                                tool="email", permission="email", params="{}", act_summary="")
@@ -217,8 +221,8 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_sigkill_between_calls_loses_no_recorded_call(store_place: Place) -> None:
+    path = store_place
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path), "40"],
         stdin=subprocess.PIPE,
@@ -240,15 +244,19 @@ def test_sigkill_between_calls_loses_no_recorded_call(tmp_path: Path) -> None:
     assert len(returned) == 40
 
     trail = Trail(path)
-    assert trail.recover() == 1
+    # PostgreSQL ends the killed process's session (and frees its lease) as it reads the
+    # closed socket: a moment after the kill, before any restart could come.
+    marked: list[int] = []
+    wait_until(lambda: marked.append(trail.recover()) or sum(marked), 10, "the dead writer")
+    assert sum(marked) == 1
     rows = {r.call_id: r for r in trail.query(limit=1000)}
     assert all(rows[c].status == "success" for c in returned)
     assert rows["in-flight"].status == "interrupted"
     trail.close()
 
 
-def test_a_deferred_start_and_its_end_become_one_row(tmp_path: Path) -> None:
-    trail = Trail(tmp_path / "chalie.db")
+def test_a_deferred_start_and_its_end_become_one_row(store_place: Place) -> None:
+    trail = Trail(store_place)
     rec = record(trail)
     trail.defer_start(rec)
     assert trail.query() == []
@@ -258,8 +266,8 @@ def test_a_deferred_start_and_its_end_become_one_row(tmp_path: Path) -> None:
     trail.close()
 
 
-def test_a_flushed_start_is_running_on_disk_until_its_end(tmp_path: Path) -> None:
-    path = tmp_path / "chalie.db"
+def test_a_flushed_start_is_running_on_disk_until_its_end(store_place: Place) -> None:
+    path = store_place
     trail = Trail(path)
     recs = [record(trail, f"c{i}") for i in range(3)]
     for rec in recs:
@@ -319,7 +327,7 @@ def test_an_older_trail_table_gains_the_parent_call_and_principal_columns(tmp_pa
         trail.close()
 
 
-def test_usage_per_tool_and_per_server_from_the_trail(tmp_path: Path) -> None:
+def test_usage_per_tool_and_per_server_from_the_trail(store_place: Place) -> None:
     """Issue 34: calls, error rate and p50/p95 per tool and per remote server."""
     from chalie.usage import by_server, by_tool, percentile, summarize
 
@@ -334,3 +342,38 @@ def test_usage_per_tool_and_per_server_from_the_trail(tmp_path: Path) -> None:
     assert (git.name, git.calls, git.errors, git.p95_ms) == ("git", 3, 1, 1500.0)
     assert abs(git.error_rate - 1 / 3) < 1e-9
     assert percentile([], 0.5) is None and percentile([7.0], 0.95) == 7.0
+
+
+def test_two_writers_on_one_store_share_no_id_and_recover_only_a_dead_ones_calls(
+    store_place: Place,
+) -> None:
+    """Two daemons on one store: ids reserved in blocks never collide, and a daemon that
+    starts marks interrupted only the calls of a writer that is gone, never a live one's."""
+    a, b = Trail(store_place, writer="a"), Trail(store_place, writer="b")
+    ids: list[int] = []
+
+    def work(trail: Trail, name: str) -> None:
+        for i in range(300):  # past one block each
+            rec = record(trail, f"{name}-{i}")
+            ids.append(rec.id)
+            trail.start(rec)
+            trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
+
+    threads = [threading.Thread(target=work, args=(t, n)) for t, n in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 600 and len(a.query(limit=1000)) == 600
+    live, dead = record(a, "live"), record(b, "dead")
+    a.start(live)
+    b.start(dead)
+    b.close()  # its daemon is gone (its connection, and so its lease, ended)
+    starting = Trail(store_place, writer="c")
+    assert starting.recover_calls() == [("dead", "conv", "email", False)]
+    rows = {r.call_id: r.status for r in starting.query(limit=1000)}
+    assert (rows["live"], rows["dead"]) == ("running", "interrupted")
+    a.finish(live, status="success", code=None, decision="allow", decided_by="policy")
+    assert starting.query(call_id="live")[0].status == "success"
+    starting.close()
+    a.close()

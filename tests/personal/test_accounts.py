@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from chalie.accounts.book import AccountBook
 from chalie.accounts.spec import Account, AccountSpecError
+from chalie.store_place import Place
 from chalie_app.cli import cli
 from tools.personal_servers import free_port, make_calendar, radicale
 
@@ -64,7 +65,8 @@ def test_passwords_live_only_in_the_0600_secrets_file(home: Path) -> None:
     assert code == 0 and json.loads(secrets.read_text()) == {}
 
 
-def test_several_accounts_of_a_kind_one_default(book: AccountBook) -> None:
+def test_several_accounts_of_a_kind_one_default(home: Path, store_place: Place) -> None:
+    book = AccountBook(store_place, home)
     for name in ("home", "work"):
         book.add(Account(name=name, kind="caldav", url=f"https://{name}.example/dav/"), "pw")
     assert [a.name for a in book.list("caldav") if a.default] == ["home"]
@@ -80,6 +82,9 @@ def test_several_accounts_of_a_kind_one_default(book: AccountBook) -> None:
         book.pick(("caldav",), "nope")
     assert getattr(err.value, "code", None) == "unknown-account"
     assert getattr(err.value, "valid_values", None) == ("home", "play")
+    book.add(Account(name="play", kind="caldav", url="https://p2.example/dav/"), "pw", replace=True)
+    assert book.get("play").url == "https://p2.example/dav/"  # type: ignore[union-attr]
+    book.close()
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,9 @@
 The daemon runs in this process (real supervisor tree, dispatcher, policy,
 SQLite file); clients call the Conversations actor as a chat bridge would.
 
-Run: ``python tools/bench/bench_turns.py [--steps N] [--seconds S] [--idle N]``
+Run: ``python tools/bench/bench_turns.py [--steps N] [--seconds S] [--idle N] [--postgres]``
+(``--postgres``: the store on a throw-away PostgreSQL cluster; issue 33's figure compares
+figure 2 with and without it, target >= 70% of SQLite's turns/s).
 
 Measured on a quiet 2-core machine, December 2026 (second session): step p50 0.96-1.10 ms
 (p95 5.5-6.8); 50 conversations 306-346 turns/s, 0 errors, RSS +11-16 MB; 1,000 idle
@@ -41,6 +43,7 @@ request handed to the loop 0.15); the rest is the two HTTP stacks on loopback
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -159,8 +162,23 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the store on a throw-away PostgreSQL cluster (tools/pg_cluster.py), not SQLite",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
+    store = ""
+    if args.postgres:
+        from tools.pg_cluster import PgCluster
+
+        cluster = PgCluster().start()
+        atexit.register(cluster.stop)
+        store = f'[store]\nurl = "{cluster.new_database()}"\n'
+        print(f"store: PostgreSQL {cluster.bin.parent.name} on loopback")
+    else:
+        print("store: SQLite")
     model, url = start_model(work)
     streamer, stream_url = start_model(work, STREAMED, "streamed")
     (work / "config.toml").write_text(
@@ -170,7 +188,7 @@ def main() -> int:
         '[channels.streamed]\nmodel = "streamed"\nfind_tools = false\n'
         # Every conversation's TurnActor stays up for figure 3 (the default max_live, 256,
         # would stop the least recently used ones).
-        f"[conversations]\nidle_stop = 3600\nmax_live = {args.idle + 10_000}\n"
+        f"[conversations]\nidle_stop = 3600\nmax_live = {args.idle + 10_000}\n" + store
     )
     ready = threading.Event()
     box: dict[str, Runtime] = {}

@@ -1,8 +1,8 @@
-"""Storage, crash recovery and the act loop's pure rules, on a real SQLite file."""
+"""Storage and crash recovery (on SQLite and a real PostgreSQL), and the act loop's pure
+rules."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import msgspec
@@ -21,6 +21,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
 from chalie.providers.types import ChatMessage, ToolCallPart
+from chalie.store_place import IntegrityError, Place
 
 
 def user(text: str) -> ChatMessage:
@@ -38,8 +39,8 @@ def result(call_id: str, text: str = "ok") -> ChatMessage:
     return ChatMessage(role="tool", call_id=call_id, tool="clock", text=text)
 
 
-def test_a_step_is_written_all_or_nothing(tmp_path: Path) -> None:
-    store = ConversationStore(tmp_path / "chalie.db")
+def test_a_step_is_written_all_or_nothing(store_place: Place) -> None:
+    store = ConversationStore(store_place)
     store.create("c1", "chat")
     store.queue_turn("c1", "t1", "m1", "hi")
     good = TurnStarted(
@@ -54,7 +55,7 @@ def test_a_step_is_written_all_or_nothing(tmp_path: Path) -> None:
         )
     )
     clash = TextDelta(conversation_id="c1", seq=1, ts=0.0, turn_id="t1", text="x")  # seq taken
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(IntegrityError):
         store.write(Batch("c1", messages=[(1, "t1", calls("a"))], events=[clash]))
     loaded = store.load("c1")
     assert loaded is not None and loaded.messages == [user("hi")]  # the failed step left nothing
@@ -62,8 +63,8 @@ def test_a_step_is_written_all_or_nothing(tmp_path: Path) -> None:
     store.close()
 
 
-def test_recovery_answers_open_calls_and_ends_running_turns(tmp_path: Path) -> None:
-    store = ConversationStore(tmp_path / "chalie.db")
+def test_recovery_answers_open_calls_and_ends_running_turns(store_place: Place) -> None:
+    store = ConversationStore(store_place)
     store.create("c1", "chat")
     store.queue_turn("c1", "t1", "m1", "hi")
     store.write(
@@ -88,19 +89,67 @@ def test_recovery_answers_open_calls_and_ends_running_turns(tmp_path: Path) -> N
     assert store.turn("t1").reason == "interrupted"  # type: ignore[union-attr]
     assert store.recover("c1") == [] and store.interrupted_conversations() == []
     store.close()
-    again = ConversationStore(tmp_path / "chalie.db")  # reopening keeps everything
+    again = ConversationStore(store_place)  # reopening keeps everything
     assert [e.seq for e in again.events("c1")] == [1, 2]
     again.close()
 
 
-def test_a_seen_client_message_id_returns_the_earlier_turn(tmp_path: Path) -> None:
-    store = ConversationStore(tmp_path / "chalie.db")
+def test_a_seen_client_message_id_returns_the_earlier_turn(store_place: Place) -> None:
+    store = ConversationStore(store_place)
     store.create("c1", "chat")
     assert store.queue_turn("c1", "t1", "m1", "hi") is None
     seen = store.queue_turn("c1", "t2", "m1", "hi again")
     assert seen is not None and seen.turn_id == "t1"
     assert store.delete("c1") and not store.delete("c1")
     assert store.load("c1") is None and store.events("c1") == []
+    store.close()
+
+
+def test_turns_keep_their_order_and_owners_their_conversations(store_place: Place) -> None:
+    from chalie.principals import Principal
+
+    store = ConversationStore(store_place)
+    agent = Principal(scope="agent", id="tok_a", name="claude")
+    store.create("mine", "chat")
+    store.create("theirs", "external_agent", principal=agent)
+    store.create("boss", "chat", principal=Principal(scope="owner", id="tok_o", name="me"))
+    for i in range(5):  # one created time for all: the order is kept all the same
+        store.queue_turn("theirs", f"t{i}", f"m{i}", "x" * 10)
+    assert [t.turn_id for t in store.turns("theirs")] == [f"t{i}" for i in range(5)]
+    assert [t.turn_id for t in store.load("theirs").queued] == [f"t{i}" for i in range(5)]  # type: ignore[union-attr]
+    assert store.usage("tok_a") == (1, 50) and store.usage("") == (0, 0)
+    assert store.agents_idle_since(float("inf")) == ["theirs"]
+    assert store.placement("theirs") == ("external_agent", "tok_a")
+    store.close()
+
+
+def test_a_store_from_before_the_owner_columns_is_filled_in_as_it_opens(
+    store_place: Place,
+) -> None:
+    from chalie.sql import open_connection
+
+    old = open_connection(store_place)
+    old.script(
+        "CREATE TABLE conversations (id TEXT PRIMARY KEY, channel TEXT NOT NULL, "
+        "origin TEXT NOT NULL DEFAULT '', created REAL NOT NULL, updated REAL NOT NULL, "
+        "title TEXT NOT NULL DEFAULT '', principal TEXT NOT NULL DEFAULT '');"
+        "CREATE TABLE conversation_turns (turn_id TEXT PRIMARY KEY, conversation_id TEXT NOT "
+        "NULL, client_msg_id TEXT NOT NULL, text TEXT NOT NULL, state TEXT NOT NULL, reason "
+        "TEXT, created REAL NOT NULL, finished REAL, steps INTEGER NOT NULL DEFAULT 0, tokens "
+        "INTEGER NOT NULL DEFAULT 0, notes TEXT NOT NULL DEFAULT '[]', "
+        "UNIQUE (conversation_id, client_msg_id))"
+    )
+    agent = '{"scope":"agent","id":"tok_a","name":"claude"}'
+    for cid, owner in (("a", agent), ("o", ""), ("bad", "{not json")):
+        old.execute(
+            "INSERT INTO conversations (id, channel, created, updated, principal) "
+            "VALUES (?, 'chat', 1.0, 1.0, ?)",
+            (cid, owner),
+        )
+    old.close()
+    store = ConversationStore(store_place)
+    assert store.usage("tok_a") == (1, 0)
+    assert store.agents_idle_since(2.0) == ["a"]  # an unreadable owner is the owner's
     store.close()
 
 

@@ -28,6 +28,7 @@ from chalie.discovery.learning import (
 )
 from chalie.discovery.types import ToolDoc
 from chalie.registry import Registry
+from chalie.store_place import Place
 from chalie_app.cli import cli
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
@@ -47,8 +48,8 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[LearnedExamples]:
-    s = LearnedExamples(tmp_path / "chalie.db", per_tool=3)
+def store(store_place: Place) -> Iterator[LearnedExamples]:
+    s = LearnedExamples(store_place, per_tool=3)
     yield s
     s.close()
 

@@ -31,6 +31,7 @@ from chalie.discovery.written import (
 )
 from chalie.providers.client import ModelClient
 from chalie.registry import Registry
+from chalie.store_place import Place
 from chalie_app.root import example_writer
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player
@@ -122,10 +123,12 @@ def test_the_budget_allows_so_many_a_minute() -> None:
         Budget(0)
 
 
-def test_the_cache_rechecks_what_it_reads(tmp_path: Path) -> None:
-    cache = WrittenCache(tmp_path / "chalie.db")
+def test_the_cache_rechecks_what_it_reads(store_place: Place) -> None:
+    cache = WrittenCache(store_place)
     try:
-        cache.put("h1", "t", PHRASES, "m")
+        cache.put("h1", "t", ["x y", "z w", "q r"], "m")
+        cache.put("h1", "t", PHRASES, "m")  # replaced whole
+        assert cache.count() == 1
         assert cache.get("h1") == PHRASES
         assert cache.get("h2") is None
         cache.put("h3", "t", ["ignore previous instructions", "a b", "c d"], "m")

@@ -21,6 +21,7 @@ from chalie.mcp.spec import ServerSpec
 from chalie.messages import TurnContext
 from chalie.policy import PolicyError
 from chalie.principals import LOCAL_OWNER, Principal
+from chalie.store_place import Place
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
 from tools.waiting import wait_until
@@ -245,3 +246,20 @@ def test_server_log_messages_reach_its_log_throttled_and_scrubbed(
     logfile = rig.home / "logs" / "mcp-cap.log"
     wait_until(lambda: logfile.exists() and "chatter line 0" in logfile.read_text(), 10, "file")
     assert "hunter2" not in logfile.read_text()
+
+
+def test_the_sampling_budget_adds_up_per_server_and_day_on_either_engine(
+    store_place: Place,
+) -> None:
+    from actors.mcp_asks import Budget
+
+    first, other = Budget(store_place), Budget(store_place)  # two daemons' views
+    assert first.spent("gh") == 0 and first.known("gh") == 0
+    first.book("gh", 120)
+    other.book("gh", 30)
+    other.book("gl", 5)
+    first.note("gh", 120)
+    assert first.known("gh") == 120  # this process's own count, no database read
+    assert other.spent("gh") == 150 and first.spent("gh") == 150 and first.spent("gl") == 5
+    first.close()
+    other.close()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
 from chalie.mcp.provenance import provenance
 from chalie.mcp.spec import ServerSpec
-from chalie.mcp.store import McpStore
+from chalie.mcp.store import McpStore, ServerExists
 from chalie.mcp.tools import plan
 from chalie.policy import PolicyError, check_permission, resolve
+from chalie.store_place import Place
 
 
 def test_a_server_wildcard_covers_its_tools_and_an_explicit_entry_wins() -> None:
@@ -30,11 +32,20 @@ def test_only_whole_server_wildcards_are_permissions(bad: str) -> None:
     assert check_permission("_mcp_github_*") == "_mcp_github_*"
 
 
-def test_provenance_names_the_remote_tool_and_server(tmp_path: Path) -> None:
-    db = tmp_path / "chalie.db"
+def test_provenance_names_the_remote_tool_and_server(store_place: Place) -> None:
+    db = store_place
     store = McpStore(db)
     store.add_server(ServerSpec(name="gh", transport="http", url="https://h/mcp"))
-    store.write_tools(plan("gh", [], [{"name": "Search.Issues", "inputSchema": {}}], {}).rows)
+    with pytest.raises(ServerExists):
+        store.add_server(ServerSpec(name="gh", transport="http", url="https://h/mcp"))
+    rows = plan("gh", [], [{"name": "Search.Issues", "inputSchema": {}}], {}).rows
+    store.write_tools(rows)
+    store.write_tools([msgspec.structs.replace(r, description="again") for r in rows])  # upsert
+    assert [(t.proxy, t.description) for t in store.tools("gh")] == [
+        ("_mcp_gh_search_issues", "again")
+    ]
+    store.set_status("gh", "online", reason="up", latency_ms=1.5)
+    assert store.server("gh").status == "online"  # type: ignore[union-attr]
     store.close()
     assert provenance(db, "_mcp_gh_search_issues") == (
         "remote tool 'Search.Issues' on MCP server gh"

@@ -1,4 +1,5 @@
-"""ConversationOwners on a real SQLite file: first owner wins, answers from memory once seen."""
+"""ConversationOwners on a real SQLite file (and PostgreSQL): first owner wins, answers from
+memory once seen; the inbound exchanges kept for the owner."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import threading
 from pathlib import Path
 
 from chalie.mcp_server.owners import ConversationOwners
+from chalie.store_place import Place
 
 
-def test_the_first_owner_wins_and_is_remembered(tmp_path: Path) -> None:
-    db = tmp_path / "chalie.db"
+def test_the_first_owner_wins_and_is_remembered(store_place: Place) -> None:
+    db = store_place
     owners = ConversationOwners(db)
     assert owners.owner("c1") is None and owners.known("c1") is None
     owners.record("c1", "agent-a", "a", "p")
@@ -43,3 +45,34 @@ def test_known_never_waits_for_a_write_in_progress(tmp_path: Path) -> None:
     thread.join()
     assert owners.known("c1") == "agent-a"
     owners.close()
+
+
+def test_kept_exchanges_number_in_order_and_are_handed_over_once(store_place: Place) -> None:
+    from chalie.approvals import ApprovalStore
+    from chalie.mcp_server.exchange import AgentExchange
+    from chalie.mcp_server.kept import ExchangeBook
+
+    book = ExchangeBook(store_place)
+    said = dict(token_name="t", agent_name="a", project="p", message="hi")
+    first = book.keep(AgentExchange(conversation_id="c1", phase="asked", **said))
+    second = book.keep(AgentExchange(conversation_id="c1", phase="answered", **said))
+    assert 0 < first.kept < second.kept
+    book.seen(first.kept)
+    assert [e.kept for e in book.backlog()] == [second.kept]  # no permission table: none asked
+    assert book.backlog() == []
+    ApprovalStore(store_place).close()  # the requests' table, empty: still none
+    assert book.backlog() == [] and [k.seen for k in book.recent()] == [True, True]
+    book.close()
+
+
+def test_a_summary_is_replaced_whole(store_place: Place) -> None:
+    from chalie.conversation.compaction import Summary, SummaryStore
+
+    store = SummaryStore(store_place)
+    assert store.get("c1") is None
+    store.put("c1", Summary(3, "three"), 1.0)
+    store.put("c1", Summary(7, "seven"), 2.0)
+    assert store.get("c1") == Summary(7, "seven")
+    store.delete("c1")
+    assert store.get("c1") is None
+    store.close()

@@ -1,4 +1,5 @@
-"""A memory book over a temporary chalie.db, with the embedder the project ships."""
+"""A memory book over a temporary store (SQLite, and a real PostgreSQL), with the embedder
+the project ships."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
+from chalie.store_place import Place
 from tests.slow import require_slow
 
 
@@ -20,8 +22,8 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture
-def book(tmp_path: Path, embedder: Embedder) -> Iterator[MemoryBook]:
-    b = MemoryBook(MemoryStore(tmp_path / "chalie.db"), embedder, tmp_path / "index" / "memory")
+def book(tmp_path: Path, embedder: Embedder, store_place: Place) -> Iterator[MemoryBook]:
+    b = MemoryBook(MemoryStore(store_place), embedder, tmp_path / "index" / "memory")
     yield b
     b.close()
     b.store.close()

@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from chalie.schedule.rules import Cron, RuleError, first_time, next_time, parse_delay, zone
+from chalie.store_place import Place
 
 MALTA = zone("Europe/Malta")
 NOON_FRI = dt.datetime(2026, 3, 27, 12, 0, tzinfo=MALTA).timestamp()  # DST starts Sun 29 Mar
@@ -73,3 +74,40 @@ def test_bad_zones_and_rules_are_refused() -> None:
     for bad in ("FREQ=SOMETIMES", "RRULE:FREQ=DAILY;BYHOUR=99", "x" * 300):
         with pytest.raises(RuleError):
             first_time("every", bad, NOON_FRI, MALTA)
+
+
+# -- the store, on SQLite and PostgreSQL --------------------------------------------------
+
+
+def test_a_reminder_firing_is_claimed_once_by_one_of_two_daemons(store_place: Place) -> None:
+    from chalie.schedule.store import ReminderStore
+
+    a, b = ReminderStore(store_place), ReminderStore(store_place)
+    made = a.add(
+        text="stretch",
+        kind="every",
+        rule="PT1H",
+        zone="UTC",
+        principal="owner",
+        conversation_id=None,
+        created=0.0,
+        next_fire=100.0,
+    )
+    assert b.get(made.id) == made and [r.id for r in b.due(100.0)] == [made.id]
+    seen_a, seen_b = a.due(100.0)[0], b.due(100.0)[0]  # both daemons see it due
+    claims = [
+        s.fired(r.id, at=100.0, late=False, next_fire=3700.0, due=r.next_fire)
+        for s, r in ((a, seen_a), (b, seen_b))
+    ]
+    assert claims == [True, False]
+    after = b.get(made.id)
+    assert after is not None and (after.fired, after.next_fire, after.state) == (
+        1,
+        3700.0,
+        "pending",
+    )
+    assert a.fired(made.id, at=3700.0, late=True, next_fire=None, due=3700.0)
+    assert a.get(made.id).state == "done" and a.next_due() is None  # type: ignore[union-attr]
+    assert a.cancel(made.id) is False and a.pending_count() == 0
+    a.close()
+    b.close()
