@@ -312,6 +312,8 @@ def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committ
     assert target.id not in [h.memory.id for h in book.recall([OWNER], query="qx77841")]
 
 
+# SQLite's write-ahead log only: PostgreSQL checkpoints on its own.
+@pytest.mark.parametrize("store_place", ["sqlite"], indirect=True)
 def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) -> None:
     import sqlite3
 
@@ -319,8 +321,7 @@ def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) 
     from tools.waiting import wait_until
 
     conn = book.store._conn
-    if not isinstance(conn, SqliteConnection):
-        pytest.skip("SQLite's write-ahead log: PostgreSQL checkpoints on its own")
+    assert isinstance(conn, SqliteConnection)
     assert conn.raw.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     done: list[int] = []
     index = book.index()
