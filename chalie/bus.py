@@ -19,26 +19,15 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from chalie.conversation.events import (
-    BackgroundResult,
-    ConversationEvent,
-    PermissionRequest,
-    ToolProgress,
-)
-from chalie.mcp_server.exchange import AgentExchange
-from chalie.messages import RequestSettled
+import msgspec
 
 log = logging.getLogger("chalie.bus")
 
-# A conversation's numbered events (chalie.conversation.events) travel on the same bus.
-Event = (
-    PermissionRequest
-    | RequestSettled
-    | BackgroundResult
-    | ConversationEvent
-    | ToolProgress
-    | AgentExchange
-)
+# What travels on the bus: any message a publisher hands it (a permission request, a
+# settled request, a conversation's numbered events, a background result, an agent's
+# exchange...). The bus knows none of those features: a subscriber narrows with
+# ``isinstance`` or asks for ``kinds`` when it subscribes.
+Event = msgspec.Struct
 # The key every human-facing client (a chat session) subscribes to: what a person
 # at a screen should see whatever conversation they have open.
 HUMANS: Final = "*humans*"
