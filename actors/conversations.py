@@ -67,7 +67,6 @@ from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
 from chalie.conversation.quota import check_room, free_bytes
 from chalie.conversation.requests import (
-    Accepted,
     ConversationError,
     SendMessage,
     check_id,
@@ -75,7 +74,7 @@ from chalie.conversation.requests import (
 )
 from chalie.conversation.store import ConversationInfo, ConversationStore, TurnRow
 from chalie.memory import briefing
-from chalie.messages import ANSWERS, TurnContext
+from chalie.messages import ANSWERS, Accepted, TurnContext
 from chalie.outbox import Outbox
 from chalie.principals import Principal, may_answer
 from chalie.supervision import OnDemand

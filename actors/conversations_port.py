@@ -27,7 +27,8 @@ from actors.conversations import Conversations
 from chalie.bus import HUMANS, EventBus
 from chalie.conversation.events import ConversationEvent, Event
 from chalie.conversation.port import Closeable, ConversationsUnavailable
-from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.messages import Accepted
 from chalie.policy import PolicyError
 from chalie.principals import Principal
 

@@ -96,9 +96,8 @@ from chalie.config import WorkersConfig
 from chalie.conversation.events import BackgroundResult
 from chalie.execution import Executor, Job
 from chalie.faults import FAULTS
-from chalie.messages import CancelTurn, ToolCall, ToolOutcome, TurnContext
+from chalie.messages import CancelTurn, GateDecision, ToolCall, ToolOutcome, TurnContext
 from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS, Outbox, check_limits
-from chalie.policy import GateDecision
 from chalie.principals import principal_id
 from chalie.registry import Entry
 from chalie.result import ToolResult

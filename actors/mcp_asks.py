@@ -69,8 +69,7 @@ from chalie.mcp.peer import (
     model_request,
     sampling_prompt,
 )
-from chalie.messages import TurnContext
-from chalie.policy import GateDecision
+from chalie.messages import GateDecision, TurnContext
 from chalie.sql import open_connection
 from chalie.store_place import Place
 

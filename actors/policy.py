@@ -54,8 +54,15 @@ from chalie.approvals import SETTLED, ApprovalStore
 from chalie.bus import EventBus
 from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.dispatch import render_outcome
-from chalie.messages import Decision, RequestSettled, Settlement, ToolCall, TurnContext
-from chalie.policy import GateDecision, PolicyError, PolicyRow, PolicyStore
+from chalie.messages import (
+    Decision,
+    GateDecision,
+    RequestSettled,
+    Settlement,
+    ToolCall,
+    TurnContext,
+)
+from chalie.policy import PolicyError, PolicyRow, PolicyStore
 from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
 from chalie.sql import Follower, follow

@@ -61,11 +61,10 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.requests import Accepted
 from chalie.conversation.store import FAILED_LINE, ConversationStore
 from chalie.conversation.stream import answer
 from chalie.delegate import parent_of
-from chalie.messages import RequestSettled, ToolOutcome, TurnContext
+from chalie.messages import Accepted, RequestSettled, ToolOutcome, TurnContext
 from chalie.outbox import Outbox
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ModelResponse, ProviderError

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalie.conversation.events import BackgroundResult
-from chalie.conversation.requests import Accepted
-from chalie.messages import Busy, ToolCall, ToolOutcome, TurnContext
-from chalie.policy import GateDecision
+from chalie.messages import Accepted, Busy, GateDecision, ToolCall, ToolOutcome, TurnContext
 from chalie.result import ToolResult
 
 # -- DispatcherActor --

@@ -31,7 +31,6 @@ import msgspec.inspect as mi
 from chalie.home import ABILITIES_ENV_VAR, ENV_VAR, Home
 from chalie.loopback import HOST, is_loopback
 from chalie.messages import Channel
-from chalie.outbox import DEFAULT_MAX_AGE, DEFAULT_MAX_ROWS
 from chalie.ssrf import AllowEntry
 from chalie.store_place import Place, check_url, place_for
 
@@ -373,13 +372,18 @@ class DiscoveryConfig(Section, frozen=True):
     write_budget_per_minute: Annotated[int, msgspec.Meta(ge=1, le=600)] = 10
 
 
+# The outbox's limits (chalie.outbox reads its defaults here).
+OUTBOX_MAX_AGE: Final = 7 * 24 * 3600.0
+OUTBOX_MAX_ROWS: Final = 10_000
+
+
 class OutboxConfig(Section, frozen=True):
     """``[outbox]``: background results kept until their conversation acknowledges them."""
 
     # Seconds an undelivered result is kept (1 minute to 90 days).
-    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = DEFAULT_MAX_AGE
+    max_age: Annotated[float, msgspec.Meta(ge=60.0, le=90 * 86400.0)] = OUTBOX_MAX_AGE
     # Undelivered results kept at most; past it the oldest are dropped first.
-    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = DEFAULT_MAX_ROWS
+    max_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = OUTBOX_MAX_ROWS
 
 
 # -- [web]: fetching, reading, searching and browsing for the web delegates ------------

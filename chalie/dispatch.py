@@ -51,10 +51,11 @@ from chalie.messages import (
     CHANNELS,
     INITIATORS,
     TOOL_SCOPES,
+    GateDecision,
     ToolCall,
     TurnContext,
 )
-from chalie.policy import GateDecision, permission_for
+from chalie.policy import permission_for
 from chalie.registry import Entry
 from chalie.result import MAX_RICH_BYTES, Scalar, ToolResult
 from chalie.tool_names import FRAMEWORK_FIELDS

@@ -207,6 +207,38 @@ class ControlReply(Message, tag="control_reply", kw_only=True, frozen=True):
     error: str | None = None
 
 
+# -- In-process answers (not on a wire): the gate's decision, a submitted message's --
+
+
+class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """The gate's answer for one call. ``code``/``message``/``hint`` describe a deny."""
+
+    decision: Literal["allow", "deny"]
+    decided_by: DecidedBy
+    code: str | None = None
+    message: str = ""
+    hint: str = ""
+    # The owner's answer to a form (GateAsk.form), checked against it; only when allowed.
+    content: dict[str, Any] | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == "allow"
+
+
+class Accepted(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a SendMessage (chalie.conversation.requests): the message is stored.
+
+    ``queued``: it waits behind a running turn; ``duplicate``: the client id was seen
+    before and nothing new started (``turn_id`` is the earlier turn).
+    """
+
+    conversation_id: str
+    turn_id: str | None
+    queued: bool
+    duplicate: bool
+
+
 AnyMessage = (
     TurnContext
     | ToolCall

@@ -27,14 +27,15 @@ from typing import Final
 
 import msgspec
 
+from chalie.config import OUTBOX_MAX_AGE, OUTBOX_MAX_ROWS
 from chalie.conversation.events import BackgroundResult
 from chalie.sql import open_connection
 from chalie.store_place import Place
 
 log = logging.getLogger("chalie.outbox")
 
-DEFAULT_MAX_AGE: Final = 7 * 24 * 3600.0
-DEFAULT_MAX_ROWS: Final = 10_000
+DEFAULT_MAX_AGE: Final = OUTBOX_MAX_AGE
+DEFAULT_MAX_ROWS: Final = OUTBOX_MAX_ROWS
 MAX_PENDING: Final = 1000
 MAX_ACK: Final = 10_000
 PRUNE_EVERY: Final = 100

@@ -35,7 +35,7 @@ import msgspec
 from chalie.display import NAME_CHARS, one_line, param_lines, reach_line
 from chalie.forms import BadAnswer, check_answer
 from chalie.mcp.names import SERVER_WILDCARD, server_of, server_wildcard
-from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision
+from chalie.messages import ANSWERS, CHANNELS, DECISIONS, Channel, DecidedBy, Decision, GateDecision
 from chalie.principals import Principal
 from chalie.sql import follow, open_connection
 from chalie.store_place import Place
@@ -59,22 +59,6 @@ class PolicyError(ValueError):
     def __init__(self, message: str, *, code: str = "invalid-arguments") -> None:
         super().__init__(message)
         self.code = code
-
-
-class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
-    """The gate's answer for one call. ``code``/``message``/``hint`` describe a deny."""
-
-    decision: Literal["allow", "deny"]
-    decided_by: DecidedBy
-    code: str | None = None
-    message: str = ""
-    hint: str = ""
-    # The owner's answer to a form (GateAsk.form), checked against it; only when allowed.
-    content: dict[str, Any] | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision == "allow"
 
 
 class PolicyRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -454,7 +438,6 @@ class PolicyStore:
 __all__ = [
     "ANSWERS",
     "DECISIONS",
-    "GateDecision",
     "PolicyError",
     "PolicyRow",
     "PolicyStore",

@@ -46,7 +46,8 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.messages import Accepted
 from chalie.principals import Principal, may_answer
 
 __all__ = ["Accepted", "ConversationsDouble", "DoublePort", "SendMessage"]

@@ -16,7 +16,8 @@ from actors.child_ref import ChildRef
 from actors.conversations import Conversations
 from chalie.config import Config
 from chalie.conversation.events import TurnFinished
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import SendMessage
+from chalie.messages import Accepted
 from chalie.tokens import FIRST_TOKEN_FILE
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script

@@ -34,7 +34,8 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.port import ConversationsPort
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import SendMessage
+from chalie.messages import Accepted
 
 BACKFILL_LIMIT: Final = 1_000
 

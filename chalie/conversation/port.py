@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from chalie.conversation.events import Event
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import SendMessage
+from chalie.messages import Accepted
 from chalie.principals import Principal
 
 

@@ -43,16 +43,6 @@ class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     traceparent: Annotated[str, msgspec.Meta(max_length=64)] = ""
 
 
-class Accepted(msgspec.Struct, frozen=True, kw_only=True):
-    """The message is stored. ``queued``: it waits behind a running turn; ``duplicate``: the
-    client id was seen before and nothing new started (``turn_id`` is the earlier turn)."""
-
-    conversation_id: str
-    turn_id: str | None
-    queued: bool
-    duplicate: bool
-
-
 class ConversationError(ValueError):
     """A request the conversations refuse; ``code`` is listed in chalie/errors.py."""
 

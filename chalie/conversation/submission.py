@@ -29,7 +29,8 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from chalie.actor_messages import StartTurn
-from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.messages import Accepted
 from chalie.principals import LOCAL_OWNER, Principal, may_see
 
 # A new conversation's title: the first words of its first message.

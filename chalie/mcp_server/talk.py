@@ -49,7 +49,7 @@ from chalie.conversation.events import (
 )
 from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
 from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
-from chalie.conversation.requests import Accepted, ConversationError, SendMessage
+from chalie.conversation.requests import ConversationError, SendMessage
 from chalie.display import one_line
 from chalie.mcp_server.exchange import AgentExchange, HumansPort
 from chalie.mcp_server.gate import CALLER_KEY, Caller
@@ -57,6 +57,7 @@ from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.rich import blocks
 from chalie.mcp_server.turns import CHANNEL, origin
 from chalie.mcp_server.validation import InvalidArguments, TalkRequest, call_signature, check
+from chalie.messages import Accepted
 
 log = logging.getLogger("chalie.mcp_server")
 

@@ -14,8 +14,8 @@ from chalie import dispatch as steps
 from chalie.ability import Ability
 from chalie.broker_state import to_tool_result
 from chalie.envelope import parse
-from chalie.messages import ToolCall, TurnContext, WorkerResult
-from chalie.policy import GateDecision, PolicyError
+from chalie.messages import GateDecision, ToolCall, TurnContext, WorkerResult
+from chalie.policy import PolicyError
 from chalie.registry import Registry
 from chalie.result import ToolResult
 

@@ -19,8 +19,8 @@ from actors.policy import PolicyActor
 from chalie import policy as rules
 from chalie.bus import EventBus
 from chalie.conversation.events import PermissionRequest
-from chalie.messages import RequestSettled, ToolCall, TurnContext, decode, encode
-from chalie.policy import GateDecision, PolicyError, PolicyStore
+from chalie.messages import GateDecision, RequestSettled, ToolCall, TurnContext, decode, encode
+from chalie.policy import PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
 from chalie.store_place import Place
 from tools.waiting import wait_until

@@ -489,7 +489,7 @@ class _InstantPort:
         self.clients: dict[str, str] = {}
 
     async def send(self, msg: Any) -> Any:
-        from chalie.conversation.requests import Accepted
+        from chalie.messages import Accepted
 
         self.n += 1
         self.clients[f"c{self.n}"] = msg.client_msg_id

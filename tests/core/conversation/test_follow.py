@@ -15,7 +15,8 @@ from chalie.conversation.events import (
     TurnStarted,
 )
 from chalie.conversation.follow import TurnFollower, follow_turn
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import SendMessage
+from chalie.messages import Accepted
 
 
 def started(seq: int, turn: str, client: str) -> TurnStarted:

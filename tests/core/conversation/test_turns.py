@@ -22,7 +22,8 @@ from chalie.conversation.events import (
     ToolStarted,
     TurnStarted,
 )
-from chalie.conversation.requests import Accepted, ConversationError
+from chalie.conversation.requests import ConversationError
+from chalie.messages import Accepted
 from chalie.principals import LOCAL_OWNER
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
 from tools.waiting import wait_until

@@ -18,9 +18,10 @@ import pytest
 from actors.conversations import Conversations
 from chalie.conversation.background import follow_up_text
 from chalie.conversation.events import BackgroundResult
-from chalie.conversation.requests import Accepted, SendMessage
+from chalie.conversation.requests import SendMessage
 from chalie.memory.reflection import reflection_request, transcript
 from chalie.memory.whose import AGENT_PREFIX, OWNER
+from chalie.messages import Accepted
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.schedule.clock import ManualClock
