@@ -162,9 +162,9 @@ class Email(Ability):
     def _mailbox(self, rt: PersonalRuntime, name: str | None) -> mail.Mailbox:
         from chalie.personal import mail
 
-        account = rt.book.pick(("imap",), name)
+        account = rt.accounts.pick(("imap",), name)
         return mail.Mailbox(
-            rt.book.credentials(account), rt.settings.timeout, rt.settings.max_message_bytes
+            rt.accounts.credentials(account), rt.settings.timeout, rt.settings.max_message_bytes
         )
 
     def _run(self, rt: PersonalRuntime, p: EmailParams) -> ToolResult:
@@ -285,7 +285,7 @@ class Email(Ability):
         from chalie.personal import mail
 
         smtp = _smtp_account(rt, name)
-        accepted = mail.send(rt.book.credentials(smtp), msg, rt.settings.timeout)
+        accepted = mail.send(rt.accounts.credentials(smtp), msg, rt.settings.timeout)
         body: dict[str, Any] = {
             "sent": True,
             "to": accepted,
@@ -293,9 +293,9 @@ class Email(Ability):
             "message_id": str(msg.get("Message-ID", "")),
         }
         try:  # a copy in Sent, when there is an IMAP account to keep it in
-            imap = rt.book.pick(("imap",), None)
+            imap = rt.accounts.pick(("imap",), None)
             with mail.Mailbox(
-                rt.book.credentials(imap), rt.settings.timeout, rt.settings.max_message_bytes
+                rt.accounts.credentials(imap), rt.settings.timeout, rt.settings.max_message_bytes
             ) as box:
                 folder = box.special(mail.SENT_FLAG, "Sent")
                 box.append(folder, msg, [b"\\Seen"])
@@ -308,14 +308,14 @@ class Email(Ability):
 
 def _smtp_account(rt: PersonalRuntime, name: str | None) -> Account:
     if name:
-        named = rt.book.get(name)
+        named = rt.accounts.get(name)
         if named is not None and named.kind == "smtp":
             return named
-    return rt.book.pick(("smtp",), None)
+    return rt.accounts.pick(("smtp",), None)
 
 
 def _sender(rt: PersonalRuntime, account: Account) -> str:
-    for a in (account, *rt.book.list("smtp"), *rt.book.list("imap")):
+    for a in (account, *rt.accounts.list("smtp"), *rt.accounts.list("imap")):
         if a.address:
             return a.address
     if "@" in account.username:

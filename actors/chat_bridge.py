@@ -33,7 +33,7 @@ from chalie.chat.websocket import WebSocketBridge
 from chalie.chat.zmq_transport import ZmqBridge
 from chalie.config import ChatConfig
 from chalie.mcp_server.exchange import AgentExchange
-from chalie.mcp_server.kept import ExchangeBook
+from chalie.mcp_server.kept import KeptExchanges
 from chalie.store_place import Place
 from chalie.tokens import TokenInfo, TokenStore, ensure_first_token
 
@@ -70,7 +70,7 @@ class ChatBridge(ServingActor):
         self._db_path = db_path
         self._loop = loop
         self._port = ActorConversations(conversations, events, backlog=self._unseen)
-        self._kept: ExchangeBook | None = None
+        self._kept: KeptExchanges | None = None
         self._tokens: TokenStore | None = None
         self._ws: WebSocketBridge | None = None
         self._zmq: ZmqBridge | None = None
@@ -78,7 +78,7 @@ class ChatBridge(ServingActor):
 
     def on_start(self) -> None:
         self._tokens = TokenStore(self._db_path)
-        self._kept = ExchangeBook(self._db_path)
+        self._kept = KeptExchanges(self._db_path)
         written = ensure_first_token(self._tokens, self._home)
         if written is not None:
             log.warning(

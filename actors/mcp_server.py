@@ -38,7 +38,7 @@ from chalie.mcp_server.app import McpHttpServer, PortInUse, RemoteBindRefused
 from chalie.mcp_server.exchange import AgentExchange, HumansPort
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.gateway import Gateway, ToolsPort
-from chalie.mcp_server.kept import ExchangeBook
+from chalie.mcp_server.kept import KeptExchanges
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.messages import ToolCall, ToolOutcome
@@ -73,7 +73,7 @@ class BusHumans:
     """The people at a screen: every chat session subscribes to the bus's HUMANS key.
     Each exchange is kept first (``book``), and seen once an owner client received it."""
 
-    def __init__(self, bus: EventBus, book: ExchangeBook | None = None) -> None:
+    def __init__(self, bus: EventBus, book: KeptExchanges | None = None) -> None:
         self._bus = bus
         self._book = book
 
@@ -214,7 +214,7 @@ def start_for(
     and (for gateway mode) the dispatcher's tools."""
     port = ActorConversations(conversations, events)
     store = TokenStore(db_path)
-    book = ExchangeBook(db_path)
+    book = KeptExchanges(db_path)
     return McpServerActor.start(
         config,
         loop,

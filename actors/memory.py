@@ -1,15 +1,17 @@
-"""MemoryKeeper: the supervised owner of the memory book's lifecycle.
+"""MemoryKeeper: the supervised owner of the memory book's index lifecycle.
 
 Lifecycle, in order:
 
-1. ``on_start`` hands the book to the abilities (``Services.memory``, a
-   :class:`chalie.memory.turns.TurnMemory`); nothing is loaded until the
-   first memory call (the index opens, or is rebuilt from chalie.db).
+1. The composition root hands the book to the abilities once, before the tree
+   starts (``Services.memory``, a :class:`chalie.memory.turns.TurnMemory`:
+   ``chalie_app/memory_part.py``); nothing is loaded until the first memory
+   call (the index opens, or is rebuilt from chalie.db).
 2. Calls go straight to the thread-safe book from the dispatcher's inline
    threads and the control socket's handlers; this actor's mailbox carries
-   none of them.
-3. ``on_stop`` withdraws the book from the abilities and saves the index with
-   the generation it reflects, so the next start opens it without a rebuild.
+   none of them, so a restart of this actor interrupts none.
+3. ``on_stop`` saves the index with the generation it reflects, so the next
+   start opens it without a rebuild (a call after that opens the saved index
+   again; what it writes is in the table, and a stale index is rebuilt).
 """
 
 from __future__ import annotations
@@ -19,41 +21,20 @@ from typing import Any
 
 from actors.actor import SupervisedActor
 from chalie.memory.book import MemoryBook
-from chalie.memory.turns import TurnMemory
-from chalie.services import Services
-from chalie.store_place import Place
 
 log = logging.getLogger("chalie.memory")
 
 
 class MemoryKeeper(SupervisedActor):
-    def __init__(
-        self,
-        book: MemoryBook,
-        services: Services,
-        db_path: Place,
-        owner_readers: Any = (),
-        zone: str | None = None,
-    ) -> None:
+    def __init__(self, book: MemoryBook) -> None:
         super().__init__()
         self._book = book
-        self._services = services
-        self._desk = TurnMemory(book, db_path, owner_readers=owner_readers, zone=zone)
-
-    def on_start(self) -> None:
-        self._services.memory = self._desk
 
     def on_end(self) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if self._services.memory is self._desk:
-            self._services.memory = None
         try:
             self._book.close()
         except Exception:
             log.exception("saving the memory index failed; it is rebuilt at the next start")
-        self._desk.close()
 
     def status(self) -> dict[str, Any]:
         return self._book.status()

@@ -171,7 +171,7 @@ class Broker:
         max_frame: int = MAX_FRAME,
         max_pending: int = MAX_PENDING,
     ) -> None:
-        self.book = BrokerState(
+        self.state = BrokerState(
             workers,
             spares=spares,
             heartbeat=heartbeat,
@@ -381,7 +381,7 @@ class Broker:
     def _submit(
         self, job: WorkerJob, timeout: float, future: WorkerFuture, frame: bytes, now: float
     ) -> None:
-        refused = self.book.submit(job, timeout, future, now, frame)
+        refused = self.state.submit(job, timeout, future, now, frame)
         if refused == "duplicate":
             _resolve(
                 future,
@@ -404,13 +404,13 @@ class Broker:
             )
 
     def _status(self) -> dict[str, Any]:
-        status = self.book.status()
+        status = self.state.status()
         status["endpoint"] = self.endpoint
         status["running_pool"] = True
         return status
 
     def _cancel(self, job_id: str) -> None:
-        job, worker = self.book.cancel(job_id)
+        job, worker = self.state.cancel(job_id)
         if job is None:
             return
         _resolve(
@@ -429,7 +429,7 @@ class Broker:
     def _receive(self, budget: int) -> None:
         """Handle at most ``budget`` waiting frames; the poller reports the rest next turn."""
         router = self._router
-        workers = self.book.workers
+        workers = self.state.workers
         size_left = BYTES_PER_TURN
         for _ in range(budget):
             # Asked first: a recv on an empty socket raises, and an exception costs more.
@@ -472,25 +472,25 @@ class Broker:
         if control:
             if not isinstance(msg, Heartbeat):
                 self.drops.drop(identity, f"unexpected {type(msg).__name__} on a control socket")
-            elif not self.book.heard(identity[: -len(CONTROL)], now):
+            elif not self.state.heard(identity[: -len(CONTROL)], now):
                 self.drops.drop(identity, "heartbeat from an unknown worker")
         elif isinstance(msg, WorkerResult):
-            job = self.book.on_result(identity, msg.job_id)
+            job = self.state.on_result(identity, msg.job_id)
             if job is None:
                 self.drops.drop(identity, f"result for a job it does not run ({msg.job_id!r})")
                 return
-            self.book.heard(identity, now)
+            self.state.heard(identity, now)
             # Answered at the end of this turn, once the next jobs are on their way: the
             # answer wakes its caller, which then wants the GIL this thread holds.
             self._answers.append((job.future, msg))
         elif isinstance(msg, WorkerReady):
-            if not self.book.on_ready(identity, msg.pid, now, msg.proof):
+            if not self.state.on_ready(identity, msg.pid, now, msg.proof):
                 self.drops.drop(
                     identity, f"ready from an unexpected worker or without proof (pid {msg.pid})"
                 )
                 # A process that holds a starting worker's identity without its
                 # secret keeps the real one out: give the slot a fresh identity.
-                worker = self.book.workers.get(identity)
+                worker = self.state.workers.get(identity)
                 if worker is not None and worker.state == "starting":
                     self._kill(identity)
         else:
@@ -498,25 +498,25 @@ class Broker:
 
     def _dispatch(self) -> None:
         router = self._router
-        for job, worker in self.book.assignments():
+        for job, worker in self.state.assignments():
             try:
                 router.send(worker.identity, _NOBLOCK | _SNDMORE)
                 router.send(job.frame, _NOBLOCK)
             except zmq.ZMQError as exc:
                 log.error("cannot reach worker pid %d (%s); replacing it", worker.pid, exc)
-                self.book.requeue(job, worker)
+                self.state.requeue(job, worker)
                 self._kill(worker.identity)
 
     def _beat(self) -> None:
         frame = encode(Heartbeat())
-        for worker in list(self.book.workers.values()):
+        for worker in list(self.state.workers.values()):
             try:
                 self._router.send_multipart([worker.identity + CONTROL, frame], zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass  # not connected yet, or gone: its pidfd or its silence will tell
 
     def _expire(self, now: float) -> None:
-        expired = self.book.expire(now)
+        expired = self.state.expire(now)
         for job in expired.queued:
             _resolve(job.future, self._timeout(job, "no worker took it in time"))
         for job, worker in expired.running:
@@ -545,7 +545,7 @@ class Broker:
         )
 
     def _kill(self, identity: bytes) -> None:
-        self.book.remove_worker(identity, time.monotonic())
+        self.state.remove_worker(identity, time.monotonic())
         for proc in self._procs.values():
             if proc.identity == identity:
                 proc.kill()
@@ -556,7 +556,7 @@ class Broker:
             return
         self.poller.unregister(pidfd)
         code = proc.reap()
-        job = self.book.remove_worker(proc.identity, time.monotonic())
+        job = self.state.remove_worker(proc.identity, time.monotonic())
         if job is not None:
             log.error(
                 "worker pid %d died (exit %d) running %s", proc.popen.pid, code, job.job.job_id
@@ -567,7 +567,7 @@ class Broker:
         self._spawn_due(time.monotonic())
 
     def _spawn_due(self, now: float) -> None:
-        for slot in self.book.slots_to_spawn(now):
+        for slot in self.state.slots_to_spawn(now):
             self._spawn(slot, now)
 
     def _spawn(self, slot: int, now: float) -> None:
@@ -602,8 +602,8 @@ class Broker:
             )
         except OSError as exc:
             log.error("cannot start a worker process: %s", exc)
-            self.book.add_worker(identity.encode(), slot, -1, now, secret=b"")
-            self.book.remove_worker(identity.encode(), now)
+            self.state.add_worker(identity.encode(), slot, -1, now, secret=b"")
+            self.state.remove_worker(identity.encode(), now)
             return
         stdin = popen.stdin
         assert stdin is not None  # stdin=PIPE
@@ -616,7 +616,7 @@ class Broker:
         proc = _Process(popen, identity.encode())
         self._procs[proc.pidfd] = proc
         self.poller.register(proc.pidfd, zmq.POLLIN)
-        self.book.add_worker(identity.encode(), slot, popen.pid, now, secret=secret)
+        self.state.add_worker(identity.encode(), slot, popen.pid, now, secret=secret)
         log.info("started worker pid %d for slot %d", popen.pid, slot)
 
     def _shutdown(self) -> None:
@@ -633,10 +633,10 @@ class Broker:
             elif command[0] == "status":
                 command[1].set_result(dict(_NOT_RUNNING))
         self._answer()  # results received in the turn that ended the loop
-        for job in self.book.drain():
+        for job in self.state.drain():
             _resolve(job.future, _stopped(job.job.job_id))
         bye = encode(WorkerShutdown())
-        for worker in list(self.book.workers.values()):
+        for worker in list(self.state.workers.values()):
             try:
                 self._router.send_multipart([worker.identity + CONTROL, bye], zmq.NOBLOCK)
             except zmq.ZMQError:

@@ -32,7 +32,7 @@ from actors.host import Host
 from actors.mcp_connections import McpConnections
 from actors.policy import PolicyActor
 from chalie import control
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.brain import api
 from chalie.brain.access import DashboardSessions
 from chalie.brain.operations import ApiProblem
@@ -313,9 +313,9 @@ class RuntimeBackend:
 
     def agent_exchanges(self, _path: Any, args: api.ExchangeQuery) -> list[api.ExchangeRow]:
         from chalie.mcp_server.exchange import summary
-        from chalie.mcp_server.kept import ExchangeBook
+        from chalie.mcp_server.kept import KeptExchanges
 
-        book = ExchangeBook(self._host.db_path)
+        book = KeptExchanges(self._host.db_path)
         try:
             kept = book.recent(args.limit)
         finally:
@@ -683,7 +683,7 @@ class RuntimeBackend:
     # -- accounts ---------------------------------------------------------------------
     def accounts(self, _path: Any, _args: api.Empty) -> list[api.AccountRow]:
         """The accounts as :meth:`Account.shown` shows them; the secrets file is never read."""
-        book = AccountBook(self._host.db_path, self._host.config.home)
+        book = AccountStore(self._host.db_path, self._host.config.home)
         try:
             found = book.list()
         finally:

@@ -1,4 +1,4 @@
-"""The memory part of the tree: the MemoryKeeper's child spec and the memory commands.
+"""The memory part of the tree: the abilities' memory, the MemoryKeeper's child spec, the commands.
 
 :func:`memory_parts` builds what ``child_specs`` adds for memory: one child
 spec and the control routes, over one book per daemon. The embedder is the
@@ -14,6 +14,7 @@ from chalie.home import memory_index_dir
 from chalie.memory.book import MemoryBook
 from chalie.memory.commands import MemoryCommands
 from chalie.memory.store import MemoryStore
+from chalie.memory.turns import TurnMemory
 from chalie.routing import Route
 from chalie.supervision import ChildSpec
 
@@ -52,15 +53,13 @@ def memory_parts(rt: Runtime, embedder: Embedder | None) -> tuple[ChildSpec, lis
     # _OnFirstUse has the Embedder's members as read-only properties (loaded when read).
     used = embedder if embedder is not None else cast(Embedder, _OnFirstUse(cfg.embedder.options()))
     book = MemoryBook(MemoryStore(rt.db_path), used, memory_index_dir(cfg.home))
+    # The abilities' way in, filled here once: the keeper only saves the book's index.
+    rt.services.memory = TurnMemory(
+        book, rt.db_path, owner_readers=cfg.memory.agents_may_recall, zone=cfg.accounts.zone
+    )
     spec = ChildSpec(
         "memory",
-        lambda: MemoryKeeper.start(
-            book,
-            rt.services,
-            rt.db_path,
-            owner_readers=cfg.memory.agents_may_recall,
-            zone=cfg.accounts.zone,
-        ),
+        lambda: MemoryKeeper.start(book),
         shutdown=30.0,
     )
     return spec, MemoryCommands(book).routes()

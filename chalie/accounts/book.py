@@ -5,7 +5,7 @@ password never touches the table: it goes to the secrets file the MCP
 connections use (:class:`chalie.mcp.secrets.SecretFile`), under the id
 ``account:<name>.password`` (a colon no MCP server slug can hold, so the two
 never collide). One account a kind is the default: the first one added, or
-the one :meth:`AccountBook.set_default` names.
+the one :meth:`AccountStore.set_default` names.
 
 Several processes may open the file (the daemon, the CLI); SQLite's WAL and
 busy timeout serialise them; within a process one lock guards the connection.
@@ -54,7 +54,7 @@ class Credentials(msgspec.Struct, frozen=True):
         return f"Credentials({self.account.name!r}, password=<hidden>)"
 
 
-class AccountBook(Store):
+class AccountStore(Store):
     """The table and the secrets file, for any thread of one process."""
 
     def __init__(self, db_path: Place, home: Path) -> None:
@@ -210,4 +210,4 @@ class AccountBook(Store):
         return True
 
 
-__all__ = ["KINDS", "AccountBook", "Credentials", "secret_id"]
+__all__ = ["KINDS", "AccountStore", "Credentials", "secret_id"]

@@ -18,7 +18,7 @@ from chalie.personal.runtime import PersonalRuntime
 
 
 def probe(rt: PersonalRuntime, account: Account) -> dict[str, Any]:
-    creds = rt.book.credentials(account)
+    creds = rt.accounts.credentials(account)
     found: dict[str, Any] = {"account": account.name, "kind": account.kind, "ok": True}
     if account.kind in ("caldav", "carddav"):
         with rt.http(creds) as http:

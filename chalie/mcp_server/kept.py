@@ -1,13 +1,13 @@
 """Kept ``loop_in_human`` exchanges: what agents asked Chalie, for owners who were not there.
 
 Every :class:`~chalie.mcp_server.exchange.AgentExchange` surfaced to the people is
-first written here (:meth:`ExchangeBook.keep`), numbered (its ``kept`` id), then
+first written here (:meth:`KeptExchanges.keep`), numbered (its ``kept`` id), then
 published to the owners connected at that moment. One an owner client received is
 ``seen``. Lifecycle of an exchange, in order:
 
 1. kept, unseen;
 2. seen: published while an owner client was connected, or handed to the first owner
-   client that connects later (:meth:`ExchangeBook.backlog`, what a chat session gets
+   client that connects later (:meth:`KeptExchanges.backlog`, what a chat session gets
    first). A ``permission`` exchange is handed to every owner client that connects while
    its request is pending (``permission_requests``, chalie.approvals), seen or not: an
    owner who connects later answers it there; once its request has ended it is not;
@@ -57,7 +57,7 @@ class Kept(msgspec.Struct, frozen=True, kw_only=True):
     seen: bool
 
 
-class ExchangeBook(Store):
+class KeptExchanges(Store):
     """The ``agent_exchanges`` table; one connection, safe from any thread."""
 
     def __init__(self, path: Place) -> None:

@@ -122,7 +122,7 @@ def _collection_objects(
 def _ics_objects(rt: PersonalRuntime, account: Account) -> CollectionState:
     key = (account.name, account.url)
     cached = rt.calendars.get(key)
-    creds = rt.book.credentials(account)
+    creds = rt.accounts.credentials(account)
     with rt.http(creds) as http:
         headers = {"If-None-Match": cached[0]} if cached is not None and cached[0] else {}
         resp = http.request("GET", account.url, headers=headers, ok=(200, 304))
@@ -150,11 +150,11 @@ def window(
 ) -> Window:
     """Every occurrence in [lo, hi) of the named account, or of every calendar account."""
     if account_name:
-        accounts = [rt.book.pick(READ_KINDS, account_name)]
+        accounts = [rt.accounts.pick(READ_KINDS, account_name)]
     else:
-        accounts = [a for k in READ_KINDS for a in rt.book.list(k)]
+        accounts = [a for k in READ_KINDS for a in rt.accounts.list(k)]
         if not accounts:
-            rt.book.pick(READ_KINDS, None)  # raises unknown-account with the set-up hint
+            rt.accounts.pick(READ_KINDS, None)  # raises unknown-account with the set-up hint
     states: list[CollectionState] = []
     sweep = AccountSweep(named=bool(account_name))
     for account in accounts:
@@ -205,7 +205,7 @@ def window(
 
 def _writable(rt: PersonalRuntime, account_name: str | None) -> Account:
     if account_name:
-        named = rt.book.get(account_name)
+        named = rt.accounts.get(account_name)
         if named is not None and named.read_only:
             raise AccountFailure(
                 "read-only-account",
@@ -213,7 +213,7 @@ def _writable(rt: PersonalRuntime, account_name: str | None) -> Account:
                 account=account_name,
                 param="account",
             )
-    return rt.book.pick(("caldav",), account_name)
+    return rt.accounts.pick(("caldav",), account_name)
 
 
 def _target(

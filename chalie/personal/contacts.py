@@ -109,10 +109,12 @@ def all_cards(
 ) -> tuple[list[Card], list[dict[str, str]], list[dict[str, str]]]:
     """(cards, skipped, unavailable) across the named account or every CardDAV account."""
     accounts = (
-        [rt.book.pick(("carddav",), account_name)] if account_name else rt.book.list("carddav")
+        [rt.accounts.pick(("carddav",), account_name)]
+        if account_name
+        else rt.accounts.list("carddav")
     )
     if not accounts:
-        rt.book.pick(("carddav",), None)
+        rt.accounts.pick(("carddav",), None)
     cards: list[Card] = []
     skipped: list[dict[str, str]] = []
     sweep = AccountSweep(named=bool(account_name))
@@ -168,7 +170,7 @@ def create(
     org: str,
     note: str,
 ) -> dict[str, Any]:
-    account = rt.book.pick(("carddav",), account_name)
+    account = rt.accounts.pick(("carddav",), account_name)
     with rt.dav_session(account) as dav:
         colls = rt.collections(dav, account, "addressbook")
         target = next((c for c in colls if book_name in (None, c.name, c.href)), None)
@@ -199,7 +201,7 @@ def update(
     org: str | None,
     note: str | None,
 ) -> dict[str, Any]:
-    account = rt.book.pick(("carddav",), account_name)
+    account = rt.accounts.pick(("carddav",), account_name)
     with rt.dav_session(account) as dav:
         href = check_href(card_id, rt.collections(dav, account, "addressbook"), account.name)
         current = dav.get(href)

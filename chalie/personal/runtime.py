@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
-from chalie.accounts.book import AccountBook, Credentials
+from chalie.accounts.book import AccountStore, Credentials
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
 from chalie.home import personal_cache_file
@@ -93,7 +93,7 @@ def settings_from(config: Any) -> PersonalSettings:
 
 @dataclass
 class PersonalRuntime:
-    book: AccountBook
+    accounts: AccountStore
     settings: PersonalSettings = PersonalSettings()
     calendars: CollectionCache[Any] = field(default_factory=CollectionCache)
     addressbooks: CollectionCache[Any] = field(default_factory=CollectionCache)
@@ -105,13 +105,13 @@ class PersonalRuntime:
     @classmethod
     def open(cls, db_path: Place, home: Path, settings: PersonalSettings) -> PersonalRuntime:
         return cls(
-            AccountBook(db_path, home), settings, store=CalendarStore(personal_cache_file(home))
+            AccountStore(db_path, home), settings, store=CalendarStore(personal_cache_file(home))
         )
 
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
-        self.book.close()
+        self.accounts.close()
 
     def http(self, creds: Credentials) -> HttpClient:
         a = creds.account
@@ -126,7 +126,7 @@ class PersonalRuntime:
     def dav_session(self, account: Account) -> Iterator[DavClient]:
         """A DAV client on the account's server with its stored credentials; its HTTP
         connection closes when the block ends."""
-        creds = self.book.credentials(account)
+        creds = self.accounts.credentials(account)
         with self.http(creds) as http:
             yield self.dav(creds, http)
 

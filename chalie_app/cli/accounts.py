@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, SECURITIES, Account, AccountSpecError
 from chalie.loopback import is_loopback
@@ -24,9 +24,9 @@ from chalie_app.cli.daemon import fail
 from chalie_app.cli.group import Ctx, cli
 
 
-def _book(obj: Ctx) -> AccountBook:
+def _book(obj: Ctx) -> AccountStore:
     obj.layout.create()
-    return AccountBook(obj.store, obj.home)
+    return AccountStore(obj.store, obj.home)
 
 
 def _password(kind: str, from_stdin: bool, none: bool) -> str | None:

@@ -22,14 +22,14 @@ def open_every_store(place: Any, home: Path) -> None:
     """Open (and close) every durable store on ``place``, so each made or migrated its
     tables. The token store comes first: the MCP owners' migration reads it."""
     from actors.mcp_asks import Budget
-    from chalie.accounts.book import AccountBook
+    from chalie.accounts.book import AccountStore
     from chalie.approvals import ApprovalStore
     from chalie.conversation.compaction import SummaryStore
     from chalie.conversation.store import ConversationStore
     from chalie.discovery.learning import LearnedExamples
     from chalie.discovery.written import WrittenCache
     from chalie.mcp.store import McpStore
-    from chalie.mcp_server.kept import ExchangeBook
+    from chalie.mcp_server.kept import KeptExchanges
     from chalie.mcp_server.owners import ConversationOwners
     from chalie.memory.reflection import ReflectionLedger
     from chalie.memory.store import MemoryStore
@@ -49,14 +49,14 @@ def open_every_store(place: Any, home: Path) -> None:
         Outbox(place),
         McpStore(place),
         ConversationOwners(place),
-        ExchangeBook(place),
+        KeptExchanges(place),
         Budget(place),
         ReminderStore(place),
         MemoryStore(place),
         ReflectionLedger(place),
         LearnedExamples(place),
         WrittenCache(place),
-        AccountBook(place, home),
+        AccountStore(place, home),
     ]
     for store in stores:
         store.close()

@@ -122,9 +122,9 @@ def token_exchanges(obj: Ctx, conversation: str | None, limit: int, as_json: boo
     (kept for the owner, whether or not anybody was connected; "new": no owner client
     has received it yet). A pending approval is answered with `chalie policy answer`."""
     from chalie.mcp_server.exchange import summary
-    from chalie.mcp_server.kept import ExchangeBook
+    from chalie.mcp_server.kept import KeptExchanges
 
-    book = ExchangeBook(obj.store)
+    book = KeptExchanges(obj.store)
     try:
         kept = book.recent(limit, conversation)
     finally:

@@ -456,7 +456,7 @@ def test_a_live_workers_malformed_frames_are_dropped_with_a_log_line(
     broker = Broker(tmp_path, 1, spares=0)
     try:
         me = b"w0-live"
-        add(broker.book, me, 0, 4242, 0.0)
+        add(broker.state, me, 0, 4242, 0.0)
         sent: list[tuple[list[bytes], bool]] = [
             ([me, b"\x00\xffgarbage"], False),
             ([me, DEEP_FRAME], False),
@@ -479,8 +479,8 @@ def test_a_live_workers_malformed_frames_are_dropped_with_a_log_line(
         # worker, so the slot starts over with a fresh identity.
         broker.on_frames([me, encode(WorkerReady(worker_id="w0-live", pid=4242))], False, 0.2)
         assert "without proof" in caplog.text
-        assert me not in broker.book.workers
-        assert broker.book.slots_to_spawn(time.monotonic() + 5) == [0]
+        assert me not in broker.state.workers
+        assert broker.state.slots_to_spawn(time.monotonic() + 5) == [0]
     finally:
         broker._shutdown()
 
@@ -540,7 +540,7 @@ def test_a_workers_identity_and_secret_are_on_neither_its_command_line_nor_its_e
 ) -> None:
     broker = handle._broker
     assert broker is not None
-    workers = list(broker.book.workers.values())
+    workers = list(broker.state.workers.values())
     assert workers
     for worker in workers:
         seen = Path(f"/proc/{worker.pid}/cmdline").read_bytes()

@@ -1,4 +1,4 @@
-"""Fixtures for the personal abilities: a home with an account book, real servers on loopback."""
+"""Fixtures for the personal abilities: a home with an account store, real servers on loopback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def book(home: Path) -> Iterator[AccountBook]:
-    b = AccountBook(home / "chalie.db", home)
+def book(home: Path) -> Iterator[AccountStore]:
+    b = AccountStore(home / "chalie.db", home)
     yield b
     b.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account, AccountSpecError
 from chalie.store_place import Place
 from chalie_app.cli import cli
@@ -66,7 +66,7 @@ def test_passwords_live_only_in_the_0600_secrets_file(home: Path) -> None:
 
 
 def test_several_accounts_of_a_kind_one_default(home: Path, store_place: Place) -> None:
-    book = AccountBook(store_place, home)
+    book = AccountStore(store_place, home)
     for name in ("home", "work"):
         book.add(Account(name=name, kind="caldav", url=f"https://{name}.example/dav/"), "pw")
     assert [a.name for a in book.list("caldav") if a.default] == ["home"]
@@ -99,7 +99,7 @@ def test_several_accounts_of_a_kind_one_default(home: Path, store_place: Place) 
     ],
 )
 def test_malformed_accounts_are_refused_naming_the_field(
-    book: AccountBook, account: Account
+    book: AccountStore, account: Account
 ) -> None:
     with pytest.raises(AccountSpecError):
         book.add(account, "pw")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from abilities.calendar import Calendar, CalendarParams
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
 from chalie.personal import calendar as ical
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
@@ -83,7 +83,7 @@ def server() -> Iterator[Radicale]:
 
 
 def tool(
-    book: AccountBook, server: Radicale, password: str = "secret", name: str = "work"
+    book: AccountStore, server: Radicale, password: str = "secret", name: str = "work"
 ) -> Calendar:
     if book.get(name) is None:
         book.add(
@@ -121,7 +121,7 @@ def events(result: ToolResult) -> dict[str, Any]:
     return data
 
 
-def test_recurrences_expand_across_the_dst_change(book: AccountBook, server: Radicale) -> None:
+def test_recurrences_expand_across_the_dst_change(book: AccountStore, server: Radicale) -> None:
     got = events(tool(book, server).run(CalendarParams(start="2025-03-01", end="2025-04-30")))
     standup = [(e["start"], e["end"]) for e in got["events"] if e["title"] == "Standup"]
     # 09:00 in Berlin is 08:00Z before 30 March, 07:00Z after
@@ -137,7 +137,7 @@ def test_recurrences_expand_across_the_dst_change(book: AccountBook, server: Rad
     assert [e["start"] for e in in_berlin["events"]] == ["2025-04-03T09:00+02:00"]
 
 
-def test_all_day_and_another_zone(book: AccountBook, server: Radicale) -> None:
+def test_all_day_and_another_zone(book: AccountStore, server: Radicale) -> None:
     got = events(
         tool(book, server).run(
             CalendarParams(start="2025-03-31", end="2025-04-02", zone="Europe/Malta")
@@ -154,7 +154,7 @@ def test_all_day_and_another_zone(book: AccountBook, server: Radicale) -> None:
     assert ny["location"] == "Zoom"
 
 
-def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Radicale) -> None:
+def test_free_busy_merges_events_into_busy_blocks(book: AccountStore, server: Radicale) -> None:
     result = tool(book, server).run(
         CalendarParams(
             action="free_busy",
@@ -172,7 +172,7 @@ def test_free_busy_merges_events_into_busy_blocks(book: AccountBook, server: Rad
     ]
 
 
-def test_an_end_equal_to_the_start_is_read_as_no_end(book: AccountBook, server: Radicale) -> None:
+def test_an_end_equal_to_the_start_is_read_as_no_end(book: AccountStore, server: Radicale) -> None:
     # What the real 1.5B model sent for "a meeting with Bob tomorrow at 10am".
     cal = tool(book, server)
     created_id(
@@ -192,7 +192,7 @@ def test_an_end_equal_to_the_start_is_read_as_no_end(book: AccountBook, server: 
     ]
 
 
-def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) -> None:
+def test_create_update_delete_round_trip(book: AccountStore, server: Radicale) -> None:
     cal = tool(book, server)
     event_id = created_id(
         cal.run(
@@ -254,7 +254,7 @@ def test_create_update_delete_round_trip(book: AccountBook, server: Radicale) ->
 
 
 def test_a_calendar_name_that_is_not_there_reads_the_only_calendar(
-    book: AccountBook, server: Radicale
+    book: AccountStore, server: Radicale
 ) -> None:
     cal = tool(book, server)
     assert events(cal.run(CalendarParams(start="2025-04-03", calendar="Work")))["count"] == 1
@@ -266,7 +266,7 @@ def test_a_calendar_name_that_is_not_there_reads_the_only_calendar(
 
 
 def test_a_change_on_the_server_refetches_only_that_object(
-    book: AccountBook, server: Radicale
+    book: AccountStore, server: Radicale
 ) -> None:
     rt = PersonalRuntime(book, PersonalSettings())
     book.add(Account(name="work", kind="caldav", url=server.url + "/", username="alice"), "secret")
@@ -296,7 +296,7 @@ def test_a_change_on_the_server_refetches_only_that_object(
     put_object(server, "alice", "/alice/work/ny.ics", NEW_YORK, "text/calendar")
 
 
-def test_one_occurrence_of_a_series_can_be_deleted(book: AccountBook, server: Radicale) -> None:
+def test_one_occurrence_of_a_series_can_be_deleted(book: AccountStore, server: Radicale) -> None:
     cal = tool(book, server)
     event_id = weekly_series(cal, "Piano")
     shown = events(cal.run(CalendarParams(start="2025-03-20", end="2025-04-10")))
@@ -321,7 +321,7 @@ def test_one_occurrence_of_a_series_can_be_deleted(book: AccountBook, server: Ra
 
 
 def test_one_occurrence_of_a_series_can_be_changed_and_then_deleted(
-    book: AccountBook, server: Radicale
+    book: AccountStore, server: Radicale
 ) -> None:
     cal = tool(book, server)
     event_id = weekly_series(cal, "Choir")
@@ -419,7 +419,9 @@ def test_permissions_come_from_the_action() -> None:
     assert cal.classify({"action": "delete_event", "id": "x"}) == "delete_event"
 
 
-def test_wrong_password_and_unreachable_are_structured(book: AccountBook, server: Radicale) -> None:
+def test_wrong_password_and_unreachable_are_structured(
+    book: AccountStore, server: Radicale
+) -> None:
     bad = tool(book, server, password="wrong", name="bad").run(CalendarParams(account="bad"))
     assert bad.code == "auth-failed" and bad.meta["account"] == "bad"
     book.add(Account(name="dead", kind="caldav", url="http://127.0.0.1:9/"), None)
@@ -435,7 +437,7 @@ def test_wrong_password_and_unreachable_are_structured(book: AccountBook, server
 
 
 def test_an_ics_subscription_is_read_only_and_survives_a_malformed_vevent(
-    book: AccountBook,
+    book: AccountStore,
 ) -> None:
     broken = MALFORMED.split("BEGIN:VEVENT", 1)[1].split("END:VCALENDAR")[0]
     feed = ALL_DAY.replace("Freedom Day", "Feed holiday").replace(

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from abilities.calendar import Calendar, CalendarParams
-from chalie.accounts.book import AccountBook, Credentials
+from chalie.accounts.book import AccountStore, Credentials
 from chalie.accounts.spec import Account
 from chalie.home import personal_cache_file
 from chalie.personal.calstore import CalendarStore
@@ -69,7 +69,7 @@ class Counted(PersonalRuntime):
         return client
 
 
-def runtime(book: AccountBook, home: Path) -> Counted:
+def runtime(book: AccountStore, home: Path) -> Counted:
     rt = Counted(book, PersonalSettings(), store=CalendarStore(personal_cache_file(home)))
     rt.sent = []
     return rt
@@ -84,7 +84,7 @@ def titles(rt: PersonalRuntime) -> list[str]:
 
 
 def test_a_restarted_runtime_answers_from_the_cache_file_after_one_propfind(
-    book: AccountBook, home: Path, server: Radicale
+    book: AccountStore, home: Path, server: Radicale
 ) -> None:
     book.add(Account(name="work", kind="caldav", url=server.url + "/", username="alice"), "secret")
     first = runtime(book, home)
@@ -119,7 +119,7 @@ def test_a_restarted_runtime_answers_from_the_cache_file_after_one_propfind(
 
 
 def test_an_expired_token_and_an_account_pointed_elsewhere_start_over(
-    book: AccountBook, home: Path, server: Radicale
+    book: AccountStore, home: Path, server: Radicale
 ) -> None:
     book.add(Account(name="work", kind="caldav", url=server.url + "/", username="alice"), "secret")
     rt = runtime(book, home)
@@ -155,7 +155,7 @@ def test_an_expired_token_and_an_account_pointed_elsewhere_start_over(
         rt.store.close()  # type: ignore[union-attr]
 
 
-def test_a_broken_cache_file_is_set_aside(book: AccountBook, home: Path, server: Radicale) -> None:
+def test_a_broken_cache_file_is_set_aside(book: AccountStore, home: Path, server: Radicale) -> None:
     path = personal_cache_file(home)
     path.parent.mkdir(mode=0o700)
     path.write_bytes(b"not a database at all" * 100)
@@ -167,7 +167,7 @@ def test_a_broken_cache_file_is_set_aside(book: AccountBook, home: Path, server:
 
 
 def test_a_sync_answer_naming_objects_outside_the_calendar_is_not_believed(
-    book: AccountBook, home: Path
+    book: AccountStore, home: Path
 ) -> None:
     ns = 'xmlns:D="DAV:" xmlns:C="urn:ietf:params:xml:ns:caldav" xmlns:CS="http://calendarserver.org/ns/"'
 

@@ -10,7 +10,7 @@ import pytest
 import vobject
 
 from abilities.contacts import Contacts, ContactsParams
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.result import ToolResult
@@ -49,7 +49,7 @@ def server() -> Iterator[Radicale]:
         yield srv
 
 
-def tool(book: AccountBook, server: Radicale) -> Contacts:
+def tool(book: AccountStore, server: Radicale) -> Contacts:
     if book.get("people") is None:
         book.add(
             Account(name="people", kind="carddav", url=server.url + "/", username="alice"), "secret"
@@ -64,7 +64,7 @@ def body(result: ToolResult) -> dict[str, Any]:
     return data
 
 
-def test_search_by_name_email_and_phone(book: AccountBook, server: Radicale) -> None:
+def test_search_by_name_email_and_phone(book: AccountStore, server: Radicale) -> None:
     c = tool(book, server)
     assert [x["name"] for x in body(c.run(ContactsParams(query="sam")))["contacts"]] == ["Sam Lee"]
     by_mail = body(c.run(ContactsParams(query="example.org")))["contacts"]
@@ -76,7 +76,7 @@ def test_search_by_name_email_and_phone(book: AccountBook, server: Radicale) -> 
     assert body(c.run(ContactsParams(query="nobody-like-this")))["total"] == 0
 
 
-def test_create_and_update_a_contact(book: AccountBook, server: Radicale) -> None:
+def test_create_and_update_a_contact(book: AccountStore, server: Radicale) -> None:
     c = tool(book, server)
     made = c.run(ContactsParams(action="create", name="Anna Borg", emails=["anna@example.com"]))
     assert made.ok, made.body
@@ -92,7 +92,7 @@ def test_create_and_update_a_contact(book: AccountBook, server: Radicale) -> Non
     assert c.classify({"action": "update", "id": "x"}) == "update"
 
 
-def test_wrong_password_is_auth_failed(book: AccountBook, server: Radicale) -> None:
+def test_wrong_password_is_auth_failed(book: AccountStore, server: Radicale) -> None:
     book.add(
         Account(name="people", kind="carddav", url=server.url + "/", username="alice"), "wrong"
     )

@@ -13,7 +13,7 @@ from typing import Literal
 import pytest
 
 from abilities.email import Email, EmailParams
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
@@ -72,12 +72,12 @@ def loopback(name: str, kind: Literal["imap", "smtp"], port: int, address: str =
     )
 
 
-def email_tool(book: AccountBook, timeout: float = 10) -> Email:
+def email_tool(book: AccountStore, timeout: float = 10) -> Email:
     return Email(None, Services(personal=PersonalRuntime(book, PersonalSettings(timeout=timeout))))
 
 
 def tool(
-    book: AccountBook, imap: Dovecot, out: Smtp | None = None, password: str = "secret"
+    book: AccountStore, imap: Dovecot, out: Smtp | None = None, password: str = "secret"
 ) -> Email:
     if book.get("mail") is None:
         book.add(loopback("mail", "imap", imap.port, "alice@example.com"), password)
@@ -93,7 +93,7 @@ def body_of(result: object) -> dict[str, object]:
     return data
 
 
-def test_search_by_sender_subject_and_unread(book: AccountBook, imap: Dovecot) -> None:
+def test_search_by_sender_subject_and_unread(book: AccountStore, imap: Dovecot) -> None:
     imap.deliver("alice", message("Invoice 4411 for November", "Billing <billing@shop.example>"))
     imap.deliver("alice", message("Lunch on Friday?"))
     imap.deliver("alice", message("Agenda for Monday", body="1. budget 2. hiring"))
@@ -117,7 +117,7 @@ def test_search_by_sender_subject_and_unread(book: AccountBook, imap: Dovecot) -
 
 
 def test_a_sent_message_is_received_and_read_back_over_imap(
-    book: AccountBook, imap: Dovecot, outgoing: Smtp
+    book: AccountStore, imap: Dovecot, outgoing: Smtp
 ) -> None:
     e = tool(book, imap, outgoing)
     sent = e.run(
@@ -174,7 +174,7 @@ def test_send_is_its_own_sensitive_permission_showing_recipients_subject_body() 
 
 
 def test_header_injection_in_a_subject_is_refused_and_nothing_is_sent(
-    book: AccountBook, imap: Dovecot, outgoing: Smtp
+    book: AccountStore, imap: Dovecot, outgoing: Smtp
 ) -> None:
     e = tool(book, imap, outgoing)
     before = len(outgoing.received)
@@ -193,7 +193,7 @@ def test_header_injection_in_a_subject_is_refused_and_nothing_is_sent(
 
 
 def test_a_20_mb_attachment_is_listed_extracted_and_handed_over(
-    book: AccountBook, imap: Dovecot
+    book: AccountStore, imap: Dovecot
 ) -> None:
     msg = addressed("Big scan", "Sam <sam@example.com>")
     msg.set_content("<p>See the <b>attached</b> scan.</p>", subtype="html")
@@ -220,20 +220,20 @@ def test_a_20_mb_attachment_is_listed_extracted_and_handed_over(
     assert len(result.body) < 10_000  # the file's bytes never reach the model
 
 
-def test_wrong_password_is_auth_failed(book: AccountBook, imap: Dovecot) -> None:
+def test_wrong_password_is_auth_failed(book: AccountStore, imap: Dovecot) -> None:
     e = tool(book, imap, password="wrong")
     result = e.run(EmailParams(action="search"))
     assert result.code == "auth-failed" and result.meta["account"] == "mail"
     assert "wrong" not in result.body and "Traceback" not in result.body
 
 
-def test_nobody_listening_is_account_unreachable(book: AccountBook) -> None:
+def test_nobody_listening_is_account_unreachable(book: AccountStore) -> None:
     book.add(loopback("gone", "imap", free_port()), "pw")
     result = email_tool(book, timeout=5).run(EmailParams(action="search"))
     assert result.code == "account-unreachable" and result.meta["account"] == "gone"
 
 
-def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None:
+def test_a_server_that_drops_the_connection_mid_fetch(book: AccountStore) -> None:
     """A fake IMAP server that logs in, then hangs up halfway through a literal."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -279,7 +279,7 @@ def test_a_server_that_drops_the_connection_mid_fetch(book: AccountBook) -> None
 
 
 def test_hostile_search_terms_and_ids_are_structured_errors(
-    book: AccountBook, imap: Dovecot
+    book: AccountStore, imap: Dovecot
 ) -> None:
     e = tool(book, imap)
     injected = e.run(EmailParams(action="search", subject='x" OR ALL\r\nA1 DELETE INBOX'))
@@ -294,7 +294,7 @@ def test_hostile_search_terms_and_ids_are_structured_errors(
 
 
 def test_accounts_test_reports_folders_and_smtp_and_a_wrong_smtp_password(
-    book: AccountBook, imap: Dovecot, outgoing: Smtp
+    book: AccountStore, imap: Dovecot, outgoing: Smtp
 ) -> None:
     from chalie.accounts.probe import probe
 
@@ -314,7 +314,7 @@ def test_accounts_test_reports_folders_and_smtp_and_a_wrong_smtp_password(
 
 
 def test_a_pdf_attachment_has_its_text_extracted_as_untrusted_content(
-    book: AccountBook, imap: Dovecot
+    book: AccountStore, imap: Dovecot
 ) -> None:
     msg = addressed("Invoice PDF", "Sam <sam@example.com>")
     msg.set_content("The invoice is attached.")

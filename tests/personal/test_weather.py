@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from abilities.weather import Weather, WeatherParams
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from tests.personal import open_meteo
@@ -21,7 +21,7 @@ def meteo() -> Iterator[Http]:
         yield srv
 
 
-def weather(book: AccountBook, forecast_url: str, geocoding_url: str) -> Weather:
+def weather(book: AccountStore, forecast_url: str, geocoding_url: str) -> Weather:
     rt = PersonalRuntime(
         book,
         PersonalSettings(forecast_url=forecast_url, geocoding_url=geocoding_url, weather_timeout=5),
@@ -29,7 +29,7 @@ def weather(book: AccountBook, forecast_url: str, geocoding_url: str) -> Weather
     return Weather(None, Services(personal=rt))
 
 
-def test_current_weather_by_place_has_the_seeds_body(book: AccountBook, meteo: Http) -> None:
+def test_current_weather_by_place_has_the_seeds_body(book: AccountStore, meteo: Http) -> None:
     w = weather(book, f"{meteo.url}/v1/forecast", f"{meteo.url}/v1/search")
     result = w.run(WeatherParams(place="Valletta"))
     assert result.ok, result.body
@@ -44,7 +44,7 @@ def test_current_weather_by_place_has_the_seeds_body(book: AccountBook, meteo: H
     assert "latitude=35.8997" in meteo.hits[1] and "timezone=Europe%2FMalta" in meteo.hits[1]
 
 
-def test_forecast_by_coordinates_in_imperial_units(book: AccountBook, meteo: Http) -> None:
+def test_forecast_by_coordinates_in_imperial_units(book: AccountStore, meteo: Http) -> None:
     w = weather(book, f"{meteo.url}/v1/forecast", f"{meteo.url}/v1/search")
     result = w.run(
         WeatherParams(action="forecast", latitude=64.1, longitude=-21.9, days=3, units="imperial")
@@ -66,7 +66,7 @@ def test_forecast_by_coordinates_in_imperial_units(book: AccountBook, meteo: Htt
     }
 
 
-def test_unknown_place_and_missing_inputs_are_structured(book: AccountBook, meteo: Http) -> None:
+def test_unknown_place_and_missing_inputs_are_structured(book: AccountStore, meteo: Http) -> None:
     w = weather(book, f"{meteo.url}/v1/forecast", f"{meteo.url}/v1/search")
     nowhere = w.run(WeatherParams(place="Atlantis-under-the-sea"))
     assert nowhere.code == "unknown-place" and nowhere.hint
@@ -75,7 +75,7 @@ def test_unknown_place_and_missing_inputs_are_structured(book: AccountBook, mete
 
 
 def test_an_unreachable_or_broken_service_is_service_unreachable(
-    book: AccountBook, meteo: Http
+    book: AccountStore, meteo: Http
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     for forecast_url in (

@@ -59,7 +59,7 @@ from abilities.calendar import Calendar
 from abilities.email import Email
 from actors.dispatcher import DispatcherActor, submit
 from actors.policy import PolicyActor
-from chalie.accounts.book import AccountBook
+from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
 from chalie.bus import EventBus
 from chalie.messages import ToolCall, TurnContext
@@ -167,7 +167,7 @@ def bench_calendar(n: int) -> None:
                     n,
                 )
             )
-        book = AccountBook(home / "chalie.db", home)
+        book = AccountStore(home / "chalie.db", home)
         book.add(Account(name="work", kind="caldav", url=srv.url + "/", username="alice"), "secret")
         book.close()
         args = {"action": "list", "start": "2025-03-01", "end": "2025-03-31"}
@@ -245,7 +245,7 @@ def bench_email(n: int) -> None:
                     seed.multiappend("INBOX", batch)
                     batch = []
         seeded = time.perf_counter() - t
-        book = AccountBook(home / "chalie.db", home)
+        book = AccountStore(home / "chalie.db", home)
         book.add(
             Account(
                 name="mail",

@@ -87,9 +87,9 @@ def test_a_sqlite_home_is_copied_into_postgresql_and_reads_back_there(
     assert sorted(r.call_id for r in book.query()) == ["k0", "k1", "k2"]
     assert book.reserve() > max(r.id for r in book.query())  # new ids continue past them
     book.close()
-    from chalie.accounts.book import AccountBook
+    from chalie.accounts.book import AccountStore
 
-    accounts = AccountBook(place, home)
+    accounts = AccountStore(place, home)
     assert accounts.get("home").url == "https://cal.example/home.ics"  # type: ignore[union-attr]
     accounts.close()
     later = ReminderStore(place)

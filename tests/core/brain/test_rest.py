@@ -966,11 +966,11 @@ def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> Non
 
 
 def test_accounts_are_listed_without_any_secret(d: BrainDaemon) -> None:
-    from chalie.accounts.book import AccountBook
+    from chalie.accounts.book import AccountStore
     from chalie.accounts.spec import Account
 
     password = "s3cret-Pa55word-never-shown"
-    book = AccountBook(d.rt.db_path, d.home)
+    book = AccountStore(d.rt.db_path, d.home)
     try:
         book.add(
             Account(
@@ -1024,7 +1024,7 @@ def test_accounts_are_listed_without_any_secret(d: BrainDaemon) -> None:
             assert _sign_in(d, c, agent.secret).status_code == 403
             assert c.get("/brain/accounts").status_code == 303
     finally:
-        book = AccountBook(d.rt.db_path, d.home)
+        book = AccountStore(d.rt.db_path, d.home)
         try:
             for name in ("work-mail", "cal", "holidays"):
                 book.remove(name)

@@ -50,9 +50,9 @@ def test_known_never_waits_for_a_write_in_progress(tmp_path: Path) -> None:
 def test_kept_exchanges_number_in_order_and_are_handed_over_once(store_place: Place) -> None:
     from chalie.approvals import ApprovalStore
     from chalie.mcp_server.exchange import AgentExchange
-    from chalie.mcp_server.kept import ExchangeBook
+    from chalie.mcp_server.kept import KeptExchanges
 
-    book = ExchangeBook(store_place)
+    book = KeptExchanges(store_place)
     said = dict(token_name="t", agent_name="a", project="p", message="hi")
     first = book.keep(AgentExchange(conversation_id="c1", phase="asked", **said))
     second = book.keep(AgentExchange(conversation_id="c1", phase="answered", **said))
