@@ -18,7 +18,7 @@ from typing import Final
 
 import pytest
 
-from tests import slow
+from tests import bytecode, slow  # noqa: F401 (bytecode: first of ours, so the rest is cached)
 from tests.store_engines import pg_cluster, store_place  # noqa: F401 (fixtures)
 from tools.processes import signal_state
 
