@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 from types import TracebackType
 
-from tools.personal_servers import free_port
+from tools.personal_servers import free_port, stop
 from tools.waiting import wait_until
 
 BINARY = "haproxy"
@@ -107,11 +107,5 @@ class Haproxy:
         _tb: TracebackType | None,
     ) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if proc is not None:
+            stop(proc)
