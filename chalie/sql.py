@@ -74,6 +74,27 @@ class Cursor(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
+class Writes(Protocol):
+    """Statements whose results are not read (what :meth:`Connection.pipelined` gives)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> object: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class _Kept:
+    """The statements of a PostgreSQL :meth:`Connection.pipelined` block, kept to be sent."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.statements.append((sql, tuple(params)))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.statements.extend((sql, tuple(row)) for row in rows)
+
+
 class Connection(Protocol):
     """One connection to the store; callers serialise its use (a lock per store)."""
 
@@ -132,6 +153,12 @@ class Connection(Protocol):
 
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
+    def pipelined(self) -> AbstractContextManager[Writes]:
+        """A transaction of writes whose results are not read: on PostgreSQL the statements
+        are kept and sent as the block ends, together, committed whole or not at all in one
+        round trip (an error is raised there); on SQLite a :meth:`transaction`."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -157,21 +184,117 @@ class Store:
     """A store's one connection to its place (either engine), for any thread of this
     process: a lock serialises it, and the store's tables are made when it opens
     (``schema``: ``CREATE ... IF NOT EXISTS``). A store that another process may be opening
-    for the first time at the same moment passes ``racing``."""
+    for the first time at the same moment passes ``racing``.
 
-    def __init__(self, place: Place, schema: str, *, racing: bool = False) -> None:
+    A store that many threads use at once (the conversations: every TurnActor writes its
+    steps) passes ``pool``: on PostgreSQL its operations (:meth:`_connection`,
+    :meth:`_transaction`, :meth:`_pipelined`) then run on up to ``pool`` connections of its
+    own at once instead of waiting for the one lock (one thread a connection at a time;
+    what two threads may do at once is what two daemons on the store may do at once, which
+    every store allows). On SQLite they stay on the one connection under the lock (one
+    writer a file: a second connection would only wait for it)."""
+
+    def __init__(self, place: Place, schema: str, *, racing: bool = False, pool: int = 1) -> None:
         self.place = place
         self._conn: Connection = open_connection(place, racing=racing)
         self._lock = threading.Lock()
+        self._pool = (
+            ConnectionPool(place, pool) if pool > 1 and isinstance(place, Postgres) else None
+        )
         with self._lock:
             self._conn.script(schema)
 
     def _add_columns(self, table: str, later: Mapping[str, str]) -> None:
         add_columns(self._conn, table, later)
 
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A connection for one operation, this thread's alone until the block ends: one
+        of the pool's, or the store's one under its lock."""
+        if self._pool is None:
+            with self._lock:
+                yield self._conn
+        else:
+            with self._pool.borrow() as conn:
+                yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _pipelined(self) -> Iterator[Writes]:
+        """:meth:`Connection.pipelined` on a connection of :meth:`_connection`."""
+        with self._connection() as conn, conn.pipelined() as writes:
+            yield writes
+
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         with self._lock:
             self._conn.close()
+
+
+class ConnectionPool:
+    """Up to ``size`` PostgreSQL connections to one place, each lent to one thread at a time
+    (:meth:`borrow`); made when first needed, a broken one mends itself at its next use
+    (:class:`PostgresConnection`). A thread that finds all lent waits for one back."""
+
+    def __init__(self, place: Postgres, size: int) -> None:
+        if size < 1:
+            raise ValueError("a pool holds at least one connection")
+        self.place = place
+        self.size = size
+        self._idle: list[PostgresConnection] = []
+        self._made = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def borrow(self) -> Iterator[Connection]:
+        conn = self._take()
+        try:
+            yield conn
+        finally:
+            with self._cond:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+                self._cond.notify()
+
+    def _take(self) -> PostgresConnection:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StoreUnavailable("the store is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._made < self.size:
+                    self._made += 1
+                    break
+                self._cond.wait()
+        try:
+            return PostgresConnection(self.place)
+        except BaseException:
+            with self._cond:
+                self._made -= 1
+                self._cond.notify()
+            raise
+
+    def lent(self) -> int:
+        """How many connections are lent now."""
+        with self._cond:
+            return self._made - len(self._idle)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for conn in idle:
+            conn.close()
 
 
 class Follower:
@@ -328,6 +451,9 @@ class SqliteConnection:
             raise IntegrityError(str(exc)) from exc
         except sqlite3.Error as exc:
             raise StoreError(str(exc)) from exc
+
+    def pipelined(self) -> AbstractContextManager[Writes]:
+        return self.transaction()
 
     def close(self) -> None:
         with _LEASES_LOCK:
@@ -519,6 +645,22 @@ class PostgresConnection:
             finally:
                 self._in_transaction = False
 
+    @contextmanager
+    def pipelined(self) -> Iterator[Writes]:
+        # The statements are kept, then sent as ONE simple query (their parameters bound
+        # here by psycopg's client-side binding): PostgreSQL runs the statements of one
+        # query as one transaction, all or none, answered in one round trip.
+        kept = _Kept()
+        yield kept
+        if not kept.statements:
+            return
+        with self._guard:
+            binder = self._pg.ClientCursor(self.raw)
+            text = ";\n".join(
+                binder.mogrify(_placeholders(sql), params) for sql, params in kept.statements
+            )
+            self._run(text, None)
+
     def close(self) -> None:
         with self._guard:
             self.raw.close()
@@ -593,6 +735,7 @@ def _one_line(exc: BaseException) -> str:
 
 __all__ = [
     "Connection",
+    "ConnectionPool",
     "Cursor",
     "Engine",
     "Follower",
@@ -603,6 +746,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Writes",
     "add_columns",
     "follow",
     "open_connection",
