@@ -578,6 +578,7 @@ class DispatcherActor(SupervisedActor):
         try:
             assert self._trail is not None
             _, wait = self._trail.flush_starts(START_ROW_DELAY)
+            self._trail.settle()
             if wait is not None:
                 self._flush_timer = self._timers.add(wait, FlushTrail())
         except Exception:
@@ -822,7 +823,12 @@ class DispatcherActor(SupervisedActor):
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
-            if self._flush_timer is not None and not self._trail.deferred():
+            if self._trail.unsettled():
+                # its end was sent, its commit not confirmed yet (PostgreSQL): the flush
+                # reads the store's answer if no other write comes first
+                if self._flush_timer is None:
+                    self._flush_timer = self._timers.add(START_ROW_DELAY, FlushTrail())
+            elif self._flush_timer is not None and not self._trail.deferred():
                 # the calls that were held ended as whole rows: nothing left to flush
                 self._timers.cancel(self._flush_timer)
                 self._flush_timer = None

@@ -159,6 +159,22 @@ class Connection(Protocol):
         round trip (an error is raised there); on SQLite a :meth:`transaction`."""
         ...
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        """One statement, committed on its own, without waiting for its answer: on
+        PostgreSQL it is written whole to the server's socket and the caller goes on (the
+        server runs and commits it even if this process dies next); its answer is read by
+        :meth:`confirm`, which every later use of this connection calls first. On SQLite
+        it is :meth:`execute` (committed on return). Only for a statement the caller can
+        run again when it is not confirmed (:meth:`confirm` raises). True when an answer
+        is still to be read."""
+        ...
+
+    def confirm(self) -> None:
+        """Read the answer of the statement :meth:`send` sent, if any: returns when it was
+        committed, raises :class:`StoreError` (or a subclass) when it was not or when the
+        connection was lost before its answer came (then its fate is not known)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -455,6 +471,13 @@ class SqliteConnection:
     def pipelined(self) -> AbstractContextManager[Writes]:
         return self.transaction()
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        self.execute(sql, params)
+        return False
+
+    def confirm(self) -> None:
+        pass
+
     def close(self) -> None:
         with _LEASES_LOCK:
             held = _LEASES.get(self.place, {})
@@ -496,6 +519,9 @@ class PostgresConnection:
         self._in_transaction = False
         self._guard = threading.RLock()
         self._leases: set[str] = set()
+        self._piped = False  # in libpq's pipeline mode (send()) until confirm()
+        self._inflight = 0  # statements sent whose answer is not read yet
+        self._failure: StoreError | None = None  # the first sent one that failed
         self.raw: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -524,9 +550,84 @@ class PostgresConnection:
                 self._leases.discard(name)
                 raise StoreUnavailable(f"PostgreSQL: the lease {name!r} was lost with its session")
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        # libpq's pipeline mode: each statement is sent with its own Sync (so it commits on
+        # its own, and one failing does not abort the next) and several may be in flight;
+        # their answers are read as they come (_read) and all of them by confirm().
+        pg, generators = self._pg, self._generators()
+        with self._guard:
+            pgconn = self.raw.pgconn
+            if not self._piped:
+                if self.raw.broken:
+                    self._reconnect()
+                    pgconn = self.raw.pgconn
+                pgconn.enter_pipeline_mode()
+                self._piped = True
+            text = self._pg.ClientCursor(self.raw).mogrify(_placeholders(sql), tuple(params))
+            try:
+                self._read(block=False)
+                pgconn.send_query_params(text.encode(), None)
+                pgconn.pipeline_sync()
+                self._inflight += 1
+                self.raw.wait(generators.send(pgconn))  # written whole to the socket
+            except pg.Error as exc:
+                self._lost(exc)
+                raise StoreUnavailable(f"PostgreSQL: {_one_line(exc)}") from exc
+            return True
+
+    def confirm(self) -> None:
+        with self._guard:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        if not self._piped:
+            return
+        try:
+            self._read(block=True)
+            self.raw.pgconn.exit_pipeline_mode()
+        except self._pg.Error as exc:
+            self._lost(exc)
+        self._piped = False
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _read(self, *, block: bool) -> None:
+        """Read the answers of sent statements: all of them, or those already here."""
+        pg, pgconn = self._pg, self.raw.pgconn
+        fetch = self._generators().fetch
+        while self._inflight:
+            if block:
+                result = self.raw.wait(fetch(pgconn))
+            else:
+                pgconn.consume_input()
+                if pgconn.is_busy():
+                    return
+                result = pgconn.get_result()
+            if result is None:
+                continue
+            if result.status == pg.pq.ExecStatus.PIPELINE_SYNC:
+                self._inflight -= 1
+            elif result.status == pg.pq.ExecStatus.FATAL_ERROR and self._failure is None:
+                error = pg.errors.error_from_result(result, encoding=self.raw.info.encoding)
+                kind = IntegrityError if isinstance(error, pg.IntegrityError) else StoreError
+                self._failure = kind(_one_line(error))
+
+    def _lost(self, exc: BaseException) -> None:
+        """The connection failed with statements in flight: their fate is not known."""
+        self._inflight = 0
+        if self._failure is None:
+            self._failure = StoreUnavailable(f"PostgreSQL: {_one_line(exc)}")
+
+    def _generators(self) -> Any:
+        import psycopg.generators
+
+        return psycopg.generators
+
     def _run(self, sql: str, params: Sequence[Any] | None) -> Any:
         pg = self._pg
         with self._guard:
+            self._confirm()
             if self.raw.broken and not self._in_transaction:
                 self._reconnect()
             try:
@@ -549,6 +650,7 @@ class PostgresConnection:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         pg = self._pg
         with self._guard:
+            self._confirm()
             try:
                 with self.raw.cursor() as cur:
                     cur.executemany(_placeholders(sql), [tuple(r) for r in rows])
@@ -631,6 +733,7 @@ class PostgresConnection:
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self._guard:
+            self._confirm()
             if self.raw.broken:
                 self._reconnect()
             pg = self._pg
@@ -663,7 +766,10 @@ class PostgresConnection:
 
     def close(self) -> None:
         with self._guard:
-            self.raw.close()
+            try:
+                self._confirm()
+            finally:
+                self.raw.close()
 
 
 _SQLITE_ONLY: Final = re.compile(r"\bINSERT\s+OR\b|\bPRAGMA\b|\bBEGIN\s+IMMEDIATE\b|\bGLOB\b", re.I)

@@ -1,12 +1,21 @@
 """A store's connections on either engine (chalie.sql): a pipelined write (one round trip on
 PostgreSQL) committed whole or not at all, with every value as it was given; a store with a
 pool running several threads' operations at once on PostgreSQL, mending a connection the
-server dropped; the conversation store's step writes from many threads at once."""
+server dropped; the conversation store's step writes from many threads at once; statements
+sent without waiting (the trail's ends on the dispatcher's hot path): each commits on its
+own, a failure comes at confirm, an end the server never got is written again, and a call
+replied to is recorded though its daemon dies right after."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +23,11 @@ from chalie.conversation.events import TextDelta
 from chalie.conversation.store import Batch, ConversationStore
 from chalie.sql import Connection, ConnectionPool, Store, open_connection
 from chalie.store_place import IntegrityError, Place, Postgres, StoreUnavailable
+from chalie.trail import Trail
 from tools.pg_cluster import PgCluster
 from tools.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -200,3 +212,119 @@ def test_step_writes_of_many_conversations_at_once_all_land_in_order(
     for cid in ids:
         assert [e.seq for e in store.events(cid, 0, 100)] == list(range(1, 26))
     store.close()
+
+
+def test_sent_statements_commit_each_on_its_own_and_a_failure_comes_at_confirm(
+    conn: Connection,
+) -> None:
+    conn.execute("INSERT INTO notes (name) VALUES (?)", ("taken",))
+    conn.send("INSERT INTO notes (name, body) VALUES (?, ?)", ("one", b"\x00'"))
+    conn.send("INSERT INTO notes (name) VALUES (?)", ("two",))
+    if isinstance(conn.place, Postgres):
+        conn.send("INSERT INTO notes (name) VALUES (?)", ("taken",))  # refused by the server
+        conn.send("INSERT INTO notes (name) VALUES (?)", ("three",))  # its own commit
+        with pytest.raises(IntegrityError):
+            conn.confirm()
+    else:  # SQLite runs it as it is sent
+        with pytest.raises(IntegrityError):
+            conn.send("INSERT INTO notes (name) VALUES (?)", ("taken",))
+        conn.send("INSERT INTO notes (name) VALUES (?)", ("three",))
+    conn.confirm()  # nothing left to confirm
+    rows = conn.execute("SELECT name, body FROM notes ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["taken", "one", "two", "three"]
+    assert bytes(rows[1][1]) == b"\x00'"
+
+
+@pytest.mark.slow
+def test_a_trail_end_the_server_never_got_is_written_again_once(
+    pg_cluster: PgCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # PostgreSQL's alone (on SQLite an end is committed before finish returns).
+    place = Postgres(pg_cluster.new_database())
+    trail = Trail(place)
+    first = trail.record_for(
+        call_id="c1", turn_id="t", conversation_id="k", channel="chat", tool="email",
+        permission="email", params="{}", act_summary="",
+    )  # fmt: skip
+    trail.finish(
+        first, status="success", code=None, decision="allow", decided_by="p", started=False
+    )
+    trail.settle()
+    admin = open_connection(place)
+    pid = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()"
+    ).fetchone()[0]
+    admin.execute("SELECT pg_terminate_backend(?)", (pid,))
+    wait_until(
+        lambda: (
+            not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ?", (pid,)).fetchall()
+        ),
+        timeout=10,
+        what="the trail's session ended",
+    )
+    # Sent on the dropped session: no server ran it. The settle finds it unconfirmed and
+    # writes it again on a new session; the first end, already committed, stays one row.
+    second = trail.record_for(
+        call_id="c2", turn_id="t", conversation_id="k", channel="chat", tool="email",
+        permission="email", params="{}", act_summary="",
+    )  # fmt: skip
+    try:
+        trail.finish(
+            second, status="success", code=None, decision="allow", decided_by="p", started=False
+        )
+    except StoreUnavailable:
+        pass  # the drop was seen as it was sent: kept, written again at the settle
+    assert trail.unsettled()
+    with caplog.at_level("WARNING", logger="chalie.trail"):
+        trail.settle()
+    assert "not confirmed" in caplog.text
+    assert not trail.unsettled()
+    rows = admin.execute("SELECT call_id, status FROM trail ORDER BY id").fetchall()
+    assert [tuple(r) for r in rows] == [("c1", "success"), ("c2", "success")]
+    admin.close()
+    trail.close()
+
+
+KILLED_AFTER_REPLIES = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from chalie.store_place import Postgres
+    from chalie.trail import Trail
+
+    where = sys.argv[1]
+    trail = Trail(Postgres(where) if where.startswith("postgresql://") else Path(where))
+    for i in range(int(sys.argv[2])):
+        rec = trail.record_for(call_id=f"c{i}", turn_id="t", conversation_id="k", channel="chat",
+                               tool="email", permission="email", params="{}", act_summary="")
+        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy",
+                     started=False)
+        print(f"replied c{i}", flush=True)  # what the dispatcher does next: reply
+    os.kill(os.getpid(), signal.SIGKILL)  # dies before any settle reads an answer
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_call_replied_to_is_recorded_though_the_daemon_dies_right_after(
+    store_place: Place,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_REPLIES, str(store_place), "50"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    replied = [line.split()[1] for line in done.stdout.splitlines()]
+    assert len(replied) == 50
+    reader = Trail(store_place)
+    # The server runs what was written to its socket though the writer is gone.
+    wait_until(lambda: len(reader.query(limit=100)) == 50, timeout=10, what="every replied call")
+    assert {r.call_id: r.status for r in reader.query(limit=100)} == dict.fromkeys(
+        replied, "success"
+    )
+    reader.close()

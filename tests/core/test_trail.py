@@ -276,6 +276,7 @@ def test_a_flushed_start_is_running_on_disk_until_its_end(store_place: Place) ->
     reader = Trail(path)
     assert {r.status for r in reader.query()} == {"running"}
     trail.finish(recs[0], status="error", code="cancelled", decision="allow", decided_by="policy")
+    trail.settle()  # on PostgreSQL the end was sent without waiting: settled, any reader sees it
     assert sorted(r.status for r in reader.query()) == ["error", "running", "running"]
     assert len(reader.query()) == 3
     reader.close()
@@ -364,6 +365,7 @@ def test_two_writers_on_one_store_share_no_id_and_recover_only_a_dead_ones_calls
         t.start()
     for t in threads:
         t.join()
+    b.settle()  # its last ends confirmed: every reader sees them (a's query settles a's)
     assert len(set(ids)) == 600 and len(a.query(limit=1000)) == 600
     live, dead = record(a, "live"), record(b, "dead")
     a.start(live)
@@ -374,6 +376,7 @@ def test_two_writers_on_one_store_share_no_id_and_recover_only_a_dead_ones_calls
     rows = {r.call_id: r.status for r in starting.query(limit=1000)}
     assert (rows["live"], rows["dead"]) == ("running", "interrupted")
     a.finish(live, status="success", code=None, decision="allow", decided_by="policy")
+    a.settle()
     assert starting.query(call_id="live")[0].status == "success"
     starting.close()
     a.close()
