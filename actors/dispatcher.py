@@ -578,7 +578,8 @@ class DispatcherActor(SupervisedActor):
         try:
             assert self._trail is not None
             _, wait = self._trail.flush_starts(START_ROW_DELAY)
-            self._trail.settle()
+            if not self._trail.settle(wait=False):  # answers on their way: look again
+                wait = START_ROW_DELAY if wait is None else min(wait, START_ROW_DELAY)
             if wait is not None:
                 self._flush_timer = self._timers.add(wait, FlushTrail())
         except Exception:

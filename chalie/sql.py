@@ -59,6 +59,8 @@ INSTALL_HINT: Final = "pip install 'chalie[postgres]'"
 # Two processes creating one schema at once race in PostgreSQL's catalog (a unique
 # violation on pg_type); every schema script takes this transaction-level advisory lock.
 _SCHEMA_LOCK: Final = 0x63_68_61_6C_69_65  # "chalie"
+# The sessions Connection.send uses on PostgreSQL at most (one statement in flight each).
+SEND_LANES: Final = 4
 
 
 class Cursor(Protocol):
@@ -165,14 +167,16 @@ class Connection(Protocol):
         server runs and commits it even if this process dies next); its answer is read by
         :meth:`confirm`, which every later use of this connection calls first. On SQLite
         it is :meth:`execute` (committed on return). Only for a statement the caller can
-        run again when it is not confirmed (:meth:`confirm` raises). True when an answer
-        is still to be read."""
+        run again when it is not confirmed (:meth:`confirm` raises), and independent of
+        the others sent before it is confirmed: on PostgreSQL they go on several sessions
+        and may commit in any order. True when an answer is still to be read."""
         ...
 
-    def confirm(self) -> None:
-        """Read the answer of the statement :meth:`send` sent, if any: returns when it was
-        committed, raises :class:`StoreError` (or a subclass) when it was not or when the
-        connection was lost before its answer came (then its fate is not known)."""
+    def confirm(self, *, wait: bool = True) -> bool:
+        """Read the answers of the statements :meth:`send` sent: True when every one is
+        committed; raises :class:`StoreError` (or a subclass) when one was not or when the
+        connection was lost before its answer came (then its fate is not known). With
+        ``wait=False`` only the answers already here are read: False while some are not."""
         ...
 
     def close(self) -> None: ...
@@ -475,8 +479,8 @@ class SqliteConnection:
         self.execute(sql, params)
         return False
 
-    def confirm(self) -> None:
-        pass
+    def confirm(self, *, wait: bool = True) -> bool:
+        return True
 
     def close(self) -> None:
         with _LEASES_LOCK:
@@ -522,6 +526,11 @@ class PostgresConnection:
         self._piped = False  # in libpq's pipeline mode (send()) until confirm()
         self._inflight = 0  # statements sent whose answer is not read yet
         self._failure: StoreError | None = None  # the first sent one that failed
+        self._lanes: list[PostgresConnection] = []  # more sessions for send()
+        self._next_lane = 0
+        self._opening: threading.Thread | None = None
+        self._prepared: dict[bytes, bytes] = {}  # send()'s statements prepared, by name
+        self._prepare_seq = 0
         self.raw: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -542,6 +551,7 @@ class PostgresConnection:
         """A new session for a broken one; its leases are taken again, or it fails (another
         process may hold one now: going on would break what the lease guarded)."""
         self.raw = self._connect()
+        self._prepared.clear()
         for name in sorted(self._leases):
             got = self.raw.execute(
                 "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)
@@ -551,46 +561,125 @@ class PostgresConnection:
                 raise StoreUnavailable(f"PostgreSQL: the lease {name!r} was lost with its session")
 
     def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
-        # libpq's pipeline mode: each statement is sent with its own Sync (so it commits on
-        # its own, and one failing does not abort the next) and several may be in flight;
-        # their answers are read as they come (_read) and all of them by confirm().
-        pg, generators = self._pg, self._generators()
+        # libpq's pipeline mode: the statement goes with its own Sync (it commits on its
+        # own) and the caller does not wait for its answer. At most ONE is in flight on a
+        # session: a server whose client is gone ends the session at its first failed
+        # answer, and what it had received but not run yet would be lost; the one statement
+        # it has, it runs whole. So sends go out on up to SEND_LANES sessions (this one and
+        # others opened when needed), each time on one whose answer has come; when none
+        # has, the caller waits for one.
         with self._guard:
-            pgconn = self.raw.pgconn
-            if not self._piped:
-                if self.raw.broken:
-                    self._reconnect()
-                    pgconn = self.raw.pgconn
-                pgconn.enter_pipeline_mode()
-                self._piped = True
-            text = self._pg.ClientCursor(self.raw).mogrify(_placeholders(sql), tuple(params))
-            try:
-                self._read(block=False)
-                pgconn.send_query_params(text.encode(), None)
-                pgconn.pipeline_sync()
-                self._inflight += 1
-                self.raw.wait(generators.send(pgconn))  # written whole to the socket
-            except pg.Error as exc:
-                self._lost(exc)
-                raise StoreUnavailable(f"PostgreSQL: {_one_line(exc)}") from exc
+            lane = self._free_lane()
+            with lane._guard:
+                lane._send_one(sql, params)
             return True
 
-    def confirm(self) -> None:
-        with self._guard:
-            self._confirm()
+    def _free_lane(self) -> PostgresConnection:
+        if self._opening is None:  # the other sessions are opened off the caller's thread
+            self._opening = threading.Thread(
+                target=self._open_lanes, name="store-send-lanes", daemon=True
+            )
+            self._opening.start()
+        lanes = [self, *self._lanes]
+        for lane in lanes:
+            if lane._answered():
+                return lane
+        self._next_lane = (self._next_lane + 1) % len(lanes)
+        return lanes[self._next_lane]  # its _send_one waits for its answer
 
-    def _confirm(self) -> None:
-        if not self._piped:
-            return
+    def _open_lanes(self) -> None:
+        for _ in range(SEND_LANES - 1):
+            try:
+                lane = PostgresConnection(self.place)  # type: ignore[arg-type]
+            except StoreError:
+                return  # sends go on the sessions there are
+            with self._guard:
+                if self.raw.closed:
+                    lane.close()
+                    return
+                self._lanes.append(lane)
+
+    def _answered(self) -> bool:
+        """Whether nothing this session sent is still unanswered (reads what has come)."""
+        if not self._inflight:
+            return True
         try:
-            self._read(block=True)
-            self.raw.pgconn.exit_pipeline_mode()
+            self._read(block=False)
         except self._pg.Error as exc:
             self._lost(exc)
-        self._piped = False
-        failure, self._failure = self._failure, None
+        return not self._inflight
+
+    def _send_one(self, sql: str, params: Sequence[Any]) -> None:
+        pg, generators = self._pg, self._generators()
+        self._begin_pipeline()
+        pgconn = self.raw.pgconn
+        values = _text_values(params)
+        try:
+            self._read(block=True)  # the one before on this session, if any
+            if values is None:  # a value of another type: bound here by psycopg
+                binder = self._pg.ClientCursor(self.raw)
+                text = binder.mogrify(_placeholders(sql), tuple(params))
+                pgconn.send_query_params(text.encode(), None)
+            else:  # bound by the server, each value as text (its type from the column),
+                # the statement prepared once a session (parsed and planned once)
+                statement = _numbered(sql)
+                name = self._prepared.get(statement)
+                if name is None:
+                    self._prepare_seq += 1  # never a name this session may still hold
+                    name = f"chalie_send_{self._prepare_seq}".encode()
+                    pgconn.send_prepare(name, statement, None)
+                    self._prepared[statement] = name
+                pgconn.send_query_prepared(name, values)
+            pgconn.pipeline_sync()
+            self._inflight += 1
+            if pgconn.flush():  # not all written at once: wait until the socket takes it
+                self.raw.wait(generators.send(pgconn))
+        except pg.Error as exc:
+            self._lost(exc)
+            raise StoreUnavailable(f"PostgreSQL: {_one_line(exc)}") from exc
+
+    def confirm(self, *, wait: bool = True) -> bool:
+        with self._guard:
+            return self._confirm(wait=wait)
+
+    def _confirm(self, *, wait: bool = True) -> bool:
+        """:meth:`confirm` on this session and every lane of :meth:`send`."""
+        done, failure = True, None
+        for lane in [self, *self._lanes]:
+            try:
+                with lane._guard:
+                    done = lane._confirm_own(wait=wait) and done
+            except StoreError as exc:
+                failure = failure or exc
         if failure is not None:
             raise failure
+        return done
+
+    def _confirm_own(self, *, wait: bool) -> bool:
+        if not self._piped:
+            return True
+        try:
+            self._read(block=wait)
+            if self._inflight and self._failure is None:
+                return False  # not waiting: some answers are still on their way
+            if not self._inflight:
+                self.raw.pgconn.exit_pipeline_mode()
+                self._piped = False
+        except self._pg.Error as exc:
+            self._lost(exc)
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            self._prepared.clear()  # a PREPARE may have failed with it: made again
+            if type(failure) is StoreError and self.raw.broken:  # the server ended the session
+                failure = StoreUnavailable(f"PostgreSQL: {failure}")
+            if self._inflight and not self.raw.broken:  # read (and dropped) before next use
+                self._read(block=True)
+            self._inflight = 0
+            with contextlib.suppress(self._pg.Error):
+                self.raw.pgconn.exit_pipeline_mode()
+            self._piped = False
+            raise failure
+        return True
 
     def _read(self, *, block: bool) -> None:
         """Read the answers of sent statements: all of them, or those already here."""
@@ -750,25 +839,52 @@ class PostgresConnection:
 
     @contextmanager
     def pipelined(self) -> Iterator[Writes]:
-        # The statements are kept, then sent as ONE simple query (their parameters bound
-        # here by psycopg's client-side binding): PostgreSQL runs the statements of one
-        # query as one transaction, all or none, answered in one round trip.
+        # The statements are kept, then sent together up to one Sync (libpq's pipeline
+        # mode, no BEGIN): PostgreSQL runs the statements before a Sync as one implicit
+        # transaction, all or none, answered in one round trip. Each value is bound by the
+        # server as text; a statement with a value of another type (bytes) makes the whole
+        # block go as one simple query bound here (psycopg's client-side binding), which
+        # the server also runs as one transaction.
         kept = _Kept()
         yield kept
         if not kept.statements:
             return
+        bound = [(sql, _text_values(params)) for sql, params in kept.statements]
         with self._guard:
-            binder = self._pg.ClientCursor(self.raw)
-            text = ";\n".join(
-                binder.mogrify(_placeholders(sql), params) for sql, params in kept.statements
-            )
-            self._run(text, None)
+            self._confirm()  # what send() sent is answered first (its failure raised)
+            if any(values is None for _, values in bound):
+                binder = self._pg.ClientCursor(self.raw)
+                text = ";\n".join(
+                    binder.mogrify(_placeholders(sql), params) for sql, params in kept.statements
+                )
+                self._run(text, None)
+                return
+            self._begin_pipeline()
+            pgconn = self.raw.pgconn
+            try:
+                for sql, values in bound:
+                    pgconn.send_query_params(_numbered(sql), values)
+                pgconn.pipeline_sync()
+                self._inflight += 1
+                self.raw.wait(self._generators().send(pgconn))
+            except self._pg.Error as exc:
+                self._lost(exc)
+            self._confirm()
+
+    def _begin_pipeline(self) -> None:
+        if not self._piped:
+            if self.raw.broken:
+                self._reconnect()
+            self.raw.pgconn.enter_pipeline_mode()
+            self._piped = True
 
     def close(self) -> None:
         with self._guard:
             try:
                 self._confirm()
             finally:
+                for lane in self._lanes:
+                    lane.raw.close()
                 self.raw.close()
 
 
@@ -783,6 +899,47 @@ def _portable(sql: str) -> str:
     if _SQLITE_ONLY.search(sql):
         raise ValueError(f"SQLite-only syntax in a store statement: {sql[:120]!r}")
     return sql
+
+
+def _text_values(params: Sequence[Any]) -> list[bytes | None] | None:
+    """The parameters as PostgreSQL's text input, when each is text, a number or None."""
+    out: list[bytes | None] = []
+    for value in params:
+        kind = type(value)
+        if value is None:
+            out.append(None)
+        elif kind is str:
+            if "\x00" in value:
+                return None  # the server refuses it as text: let psycopg say so
+            out.append(value.encode())
+        elif kind is int:
+            out.append(str(value).encode())
+        elif kind is float:
+            out.append(repr(value).encode())  # shortest text that reads back exactly
+        else:
+            return None
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _numbered(sql: str) -> bytes:
+    """``?`` → ``$1``, ``$2``, ... outside quoted text (libpq's own placeholders)."""
+    _portable(sql)
+    out: list[str] = []
+    quote = ""
+    n = 0
+    for ch in sql:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "?":
+            n += 1
+            out.append(f"${n}")
+            continue
+        out.append(ch)
+    return "".join(out).encode()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -281,27 +281,29 @@ class Trail:
             finally:
                 self._conn.close()
 
-    def settle(self) -> None:
+    def settle(self, *, wait: bool = True) -> bool:
         """Make sure the calls' ends that :meth:`finish` sent are committed: read the
         store's answers, and write them again, in order, if a commit is not confirmed
         (raises :class:`~chalie.store_place.StoreError` when that fails too: tried again
-        at the next write)."""
+        at the next write). ``wait=False``: only the answers already here are read; False
+        while some are still on their way (the dispatcher's thread never waits for them)."""
         with self._lock:
-            self._settle()
+            return self._settle(wait=wait)
 
     def unsettled(self) -> bool:
         """Whether ends were sent whose commit is not confirmed yet (:meth:`settle`)."""
         with self._lock:
             return bool(self._sent)
 
-    def _settle(self) -> None:
+    def _settle(self, *, wait: bool = True) -> bool:
         if not self._sent:
-            return
+            return True
         if not self._resend:
             try:
-                self._conn.confirm()
+                if not self._conn.confirm(wait=wait):
+                    return False
                 self._sent.clear()
-                return
+                return True
             except StoreError as exc:
                 self._resend = True
                 log.warning(
@@ -314,6 +316,7 @@ class Trail:
                 self._conn.execute(sql, values)
         self._sent.clear()
         self._resend = False
+        return True
 
     def recover(self) -> int:
         """Mark calls a dead daemon left running as ``interrupted``; returns how many.

@@ -230,9 +230,18 @@ def test_sent_statements_commit_each_on_its_own_and_a_failure_comes_at_confirm(
             conn.send("INSERT INTO notes (name) VALUES (?)", ("taken",))
         conn.send("INSERT INTO notes (name) VALUES (?)", ("three",))
     conn.confirm()  # nothing left to confirm
-    rows = conn.execute("SELECT name, body FROM notes ORDER BY id").fetchall()
-    assert [r[0] for r in rows] == ["taken", "one", "two", "three"]
-    assert bytes(rows[1][1]) == b"\x00'"
+    # Each commits on its own (in any order: sent statements are independent ones).
+    rows = dict(conn.execute("SELECT name, body FROM notes").fetchall())
+    assert sorted(rows) == ["one", "taken", "three", "two"]
+    assert bytes(rows["one"]) == b"\x00'"
+    # Every value as given, bound by the server (text, numbers, None) or here (bytes).
+    conn.execute("DELETE FROM notes")
+    for row in AWKWARD:
+        conn.send("INSERT INTO notes (name, at, big, body) VALUES (?, ?, ?, ?)", row)
+    assert conn.confirm()
+    got = conn.execute("SELECT name, at, big, body FROM notes").fetchall()
+    as_given = {(r[0], r[1], r[2], None if r[3] is None else bytes(r[3])) for r in got}
+    assert as_given == set(AWKWARD)
 
 
 @pytest.mark.slow
@@ -311,7 +320,7 @@ def test_a_call_replied_to_is_recorded_though_the_daemon_dies_right_after(
     store_place: Place,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_REPLIES, str(store_place), "50"],
+        [sys.executable, "-c", KILLED_AFTER_REPLIES, str(store_place), "200"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -320,11 +329,11 @@ def test_a_call_replied_to_is_recorded_though_the_daemon_dies_right_after(
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
     replied = [line.split()[1] for line in done.stdout.splitlines()]
-    assert len(replied) == 50
+    assert len(replied) == 200
     reader = Trail(store_place)
     # The server runs what was written to its socket though the writer is gone.
-    wait_until(lambda: len(reader.query(limit=100)) == 50, timeout=10, what="every replied call")
-    assert {r.call_id: r.status for r in reader.query(limit=100)} == dict.fromkeys(
+    wait_until(lambda: len(reader.query(limit=500)) == 200, timeout=10, what="every replied call")
+    assert {r.call_id: r.status for r in reader.query(limit=500)} == dict.fromkeys(
         replied, "success"
     )
     reader.close()
