@@ -246,7 +246,9 @@ class Trail:
     end can be written from two threads in either order: :meth:`start`
     writes the ``running`` row, :meth:`finish` completes it, and if the end
     comes first it writes the whole row itself and the late start is
-    skipped. Either way the end is committed before :meth:`finish` returns.
+    skipped. Either way the end is committed before :meth:`finish` returns on
+    SQLite; on PostgreSQL it is sent whole to a session that will run it, and
+    confirmed (or written again) at :meth:`settle` (docs/store.rst, the hot path).
     """
 
     def __init__(self, place: Place, *, writer: str | None = None) -> None:
