@@ -5,56 +5,44 @@ comes (its settle timer), so nothing stays unconfirmed."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie.bus import EventBus
-from chalie.messages import ToolCall, TurnContext
-from chalie.registry import Registry
-from chalie.services import Services
+from actors.dispatcher import submit
 from chalie.store_place import Place, Postgres
 from chalie.trail import Trail
-from tools.bench.bench_dispatch import QuickNoop
+from tools.bench.bench_store import dispatcher_on
 from tools.waiting import wait_until
 
 
 def test_calls_replied_to_are_recorded_and_confirmed_without_another_call(
     store_place: Place, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    confirmed: list[Trail] = []  # trails whose dispatcher confirmed all it sent, unasked
+    settling: list[Trail] = []  # the trail its dispatcher settles unasked (its timer)
     settle = Trail.settle
 
     def watched(self: Trail, *, wait: bool = True) -> bool:
-        done = settle(self, wait=wait)
-        if done and not wait:
-            confirmed.append(self)
-        return done
+        if not wait:
+            settling.append(self)
+        return settle(self, wait=wait)
 
     monkeypatch.setattr(Trail, "settle", watched)
-    registry = Registry()
-    registry.add(QuickNoop, source="test")
-    bus = EventBus()
-    policy = PolicyActor.start(store_place, bus)
-    policy.proxy().set("chat", "quick_noop", "allow").get()
-    dispatcher = DispatcherActor.start(registry, Services(), store_place, policy, None, bus)
+    dispatcher, policy, warm = dispatcher_on(store_place)  # 500 calls "c0" to warm up
     try:
-        ctx = TurnContext(
-            conversation_id="k", turn_id="t", channel="chat", injected=("quick_noop",)
-        )
-        for i in range(30):
-            call = ToolCall(
-                call_id=f"c{i}", tool="quick_noop", arguments={"act_summary": "x"}, context=ctx
-            )
+        for i in range(1, 31):
+            call = msgspec.structs.replace(warm, call_id=f"c{i}")
             assert submit(dispatcher, call).result(10).status == "success"
         if isinstance(store_place, Postgres):
             # No other call comes: the dispatcher confirms what it sent on its own.
-            wait_until(lambda: confirmed, timeout=10, what="the rows confirmed")
-            assert not confirmed[-1].unsettled()
+            wait_until(
+                lambda: settling and not settling[-1].unsettled(),
+                timeout=10,
+                what="the rows confirmed",
+            )
         reader = Trail(store_place)
-        rows = {r.call_id: r.status for r in reader.query(limit=100)}
+        rows = {r.call_id: r.status for r in reader.query(limit=1000)}
         reader.close()
-        assert rows == {f"c{i}": "success" for i in range(30)}
+        assert len(rows) == 31 and set(rows.values()) == {"success"}
     finally:
         dispatcher.stop()
         policy.stop()

@@ -3,16 +3,11 @@ PostgreSQL) committed whole or not at all, with every value as it was given; a s
 pool running several threads' operations at once on PostgreSQL, mending a connection the
 server dropped; the conversation store's step writes from many threads at once; statements
 sent without waiting (the trail's ends on the dispatcher's hot path): each commits on its
-own, a failure comes at confirm, an end the server never got is written again, and a call
-replied to is recorded though its daemon dies right after."""
+own, a failure comes at confirm, an end the server never got is written again (a call
+replied to and its daemon killed right after: tests/core/test_trail.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +19,7 @@ from chalie.conversation.store import Batch, ConversationStore
 from chalie.sql import Connection, ConnectionPool, Store, open_connection
 from chalie.store_place import IntegrityError, Place, Postgres, StoreUnavailable
 from chalie.trail import Trail
+from tests.store_engines import opened
 from tools.pg_cluster import PgCluster
 from tools.waiting import wait_until
 
@@ -51,10 +47,8 @@ AWKWARD = [
 
 @pytest.fixture
 def conn(store_place: Place) -> Iterator[Connection]:
-    c = open_connection(store_place)
-    c.script(SCHEMA)
-    yield c
-    c.close()
+    with opened(store_place, SCHEMA) as c:
+        yield c
 
 
 def test_a_pipelined_write_keeps_every_value_as_given(conn: Connection) -> None:
@@ -293,47 +287,3 @@ def test_a_trail_end_the_server_never_got_is_written_again_once(
     assert [tuple(r) for r in rows] == [("c1", "success"), ("c2", "success")]
     admin.close()
     trail.close()
-
-
-KILLED_AFTER_REPLIES = textwrap.dedent(
-    """
-    import os, signal, sys
-    from pathlib import Path
-    from chalie.store_place import Postgres
-    from chalie.trail import Trail
-
-    where = sys.argv[1]
-    trail = Trail(Postgres(where) if where.startswith("postgresql://") else Path(where))
-    for i in range(int(sys.argv[2])):
-        rec = trail.record_for(call_id=f"c{i}", turn_id="t", conversation_id="k", channel="chat",
-                               tool="email", permission="email", params="{}", act_summary="")
-        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy",
-                     started=False)
-        print(f"replied c{i}", flush=True)  # what the dispatcher does next: reply
-    os.kill(os.getpid(), signal.SIGKILL)  # dies before any settle reads an answer
-    """
-)
-
-
-@pytest.mark.slow
-def test_a_call_replied_to_is_recorded_though_the_daemon_dies_right_after(
-    store_place: Place,
-) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_REPLIES, str(store_place), "200"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    replied = [line.split()[1] for line in done.stdout.splitlines()]
-    assert len(replied) == 200
-    reader = Trail(store_place)
-    # The server runs what was written to its socket though the writer is gone.
-    wait_until(lambda: len(reader.query(limit=500)) == 200, timeout=10, what="every replied call")
-    assert {r.call_id: r.status for r in reader.query(limit=500)} == dict.fromkeys(
-        replied, "success"
-    )
-    reader.close()

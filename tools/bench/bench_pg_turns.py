@@ -199,12 +199,7 @@ def pair(cluster: PgCluster, rounds: int, seconds: float, cores: list[int]) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--cores", default="4,8,16")
-    parser.add_argument("--skip-single", action="store_true")
-    args = parser.parse_args()
+    args = _arguments()
     cores = [int(x) for x in args.cores.split(",") if x]
     started = time.monotonic()
     with PgCluster() as cluster:
@@ -213,6 +208,15 @@ def main() -> None:
             single(cluster, args.rounds, args.seconds)
         pair(cluster, args.rounds, args.seconds, cores)
     print(f"(took {time.monotonic() - started:.0f} s; load average at the end {load()})")
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each figure")
+    parser.add_argument("--seconds", type=float, default=10.0, help="one run's length")
+    parser.add_argument("--cores", default="4,8,16", help="core counts to project to")
+    parser.add_argument("--skip-single", action="store_true", help="figure 2 alone")
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
