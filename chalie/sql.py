@@ -685,6 +685,7 @@ class PostgresConnection:
         """Read the answers of sent statements: all of them, or those already here."""
         pg, pgconn = self._pg, self.raw.pgconn
         fetch = self._generators().fetch
+        ends = 0  # answers' ends in a row: a second one means libpq has nothing more
         while self._inflight:
             if block:
                 result = self.raw.wait(fetch(pgconn))
@@ -694,7 +695,11 @@ class PostgresConnection:
                     return
                 result = pgconn.get_result()
             if result is None:
+                ends += 1
+                if ends > 1:  # answers owed that will not come (the session is gone)
+                    self._lost(ConnectionError("the answers stopped"))
                 continue
+            ends = 0
             if result.status == pg.pq.ExecStatus.PIPELINE_SYNC:
                 self._inflight -= 1
             elif result.status == pg.pq.ExecStatus.FATAL_ERROR and self._failure is None:
