@@ -87,6 +87,7 @@ from chalie.actor_messages import (
     GateAnswered,
     GateAsk,
     RecordAsk,
+    SettleTrail,
     Suggested,
     Withdraw,
 )
@@ -115,6 +116,10 @@ log = logging.getLogger("chalie.dispatch")
 MAX_SUGGESTING: Final = 64
 # How long a call may run before its ``running`` trail row must be on disk.
 START_ROW_DELAY: Final = 0.002
+# How soon, when no other trail write comes, the store's answers to the ends sent without
+# waiting (PostgreSQL) are read: a row not confirmed is written again then.
+SETTLE_DELAY: Final = 0.02
+SETTLE_RETRY: Final = 1.0  # after a failure to write them again (the store is away)
 
 
 class _Call(msgspec.Struct, eq=False):
@@ -254,6 +259,7 @@ class DispatcherActor(SupervisedActor):
         self._views = ViewCache()
         self._timers: TimerInbox = self.timers  # deadlines and the trail flush, on this thread
         self._flush_timer: int | None = None  # the pending FlushTrail, if any
+        self._settle_timer: int | None = None  # the pending SettleTrail, if any
         # Unknown tool names are looked up in discovery on this one thread (it blocks).
         self._suggester: ThreadPoolExecutor | None = None
         self._suggesting = 0
@@ -337,6 +343,18 @@ class DispatcherActor(SupervisedActor):
 
     def _on_flush(self, message: FlushTrail) -> None:
         self._flush_starts()
+
+    def _on_settle(self, message: SettleTrail) -> None:
+        """Read the answers to the trail's ends sent without waiting; look again later
+        while some are on their way (this thread never waits for them)."""
+        self._settle_timer = None
+        try:
+            assert self._trail is not None
+            if not self._trail.settle(wait=False):
+                self._settle_timer = self._timers.add(SETTLE_DELAY, SettleTrail())
+        except Exception:  # the store is away: the rows are kept, tried again in a while
+            log.exception("confirming the trail's rows failed")
+            self._settle_timer = self._timers.add(SETTLE_RETRY, SettleTrail())
 
     def _on_record_ask(self, message: RecordAsk) -> None:
         """A server's sampling or elicitation request as the gate decided it (one row)."""
@@ -821,6 +839,10 @@ class DispatcherActor(SupervisedActor):
                 decision=gate.decision if gate else None,
                 decided_by=gate.decided_by if gate else None,
             )
+            if self._settle_timer is None and self._trail.unsettled():
+                # its end was sent, its commit not confirmed yet (PostgreSQL): read the
+                # store's answer then if no other write comes first
+                self._settle_timer = self._timers.add(SETTLE_DELAY, SettleTrail())
             if self._flush_timer is not None and not self._trail.deferred():
                 # the calls that were held ended as whole rows: nothing left to flush
                 self._timers.cancel(self._flush_timer)
@@ -878,6 +900,7 @@ _HANDLERS: Final[dict[type, Callable[[DispatcherActor, Any], Any]]] = {
     GateAnswered: DispatcherActor._on_gate_answered,
     Deadline: DispatcherActor._on_deadline,
     FlushTrail: DispatcherActor._on_flush,
+    SettleTrail: DispatcherActor._on_settle,
     RecordAsk: DispatcherActor._on_record_ask,
     ToolCall: DispatcherActor._on_tool_call,
     Suggested: DispatcherActor._on_suggested,

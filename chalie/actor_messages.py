@@ -64,6 +64,11 @@ class FlushTrail:
 
 
 @dataclass(frozen=True, slots=True)
+class SettleTrail:
+    """DispatcherActor: read the store's answers to the trail rows sent (PostgreSQL)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RecordAsk:
     """DispatcherActor: put a connected server's request (sampling, elicitation), as the gate
     decided it, on the action trail: one whole row, through the trail's one writer."""

@@ -59,6 +59,8 @@ INSTALL_HINT: Final = "pip install 'chalie[postgres]'"
 # Two processes creating one schema at once race in PostgreSQL's catalog (a unique
 # violation on pg_type); every schema script takes this transaction-level advisory lock.
 _SCHEMA_LOCK: Final = 0x63_68_61_6C_69_65  # "chalie"
+# The sessions Connection.send uses on PostgreSQL at most (one statement in flight each).
+SEND_LANES: Final = 4
 
 
 class Cursor(Protocol):
@@ -72,6 +74,27 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
     def __iter__(self) -> Iterator[Any]: ...
+
+
+class Writes(Protocol):
+    """Statements whose results are not read (what :meth:`Connection.pipelined` gives)."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> object: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+
+class _Kept:
+    """The statements of a PostgreSQL :meth:`Connection.pipelined` block, kept to be sent."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.statements.append((sql, tuple(params)))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.statements.extend((sql, tuple(row)) for row in rows)
 
 
 class Connection(Protocol):
@@ -132,6 +155,30 @@ class Connection(Protocol):
 
     def transaction(self) -> AbstractContextManager[Connection]: ...
 
+    def pipelined(self) -> AbstractContextManager[Writes]:
+        """A transaction of writes whose results are not read: on PostgreSQL the statements
+        are kept and sent as the block ends, together, committed whole or not at all in one
+        round trip (an error is raised there); on SQLite a :meth:`transaction`."""
+        ...
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        """One statement, committed on its own, without waiting for its answer: on
+        PostgreSQL it is written whole to the server's socket and the caller goes on (the
+        server runs and commits it even if this process dies next); its answer is read by
+        :meth:`confirm`, which every later use of this connection calls first. On SQLite
+        it is :meth:`execute` (committed on return). Only for a statement the caller can
+        run again when it is not confirmed (:meth:`confirm` raises), and independent of
+        the others sent before it is confirmed: on PostgreSQL they go on several sessions
+        and may commit in any order. True when an answer is still to be read."""
+        ...
+
+    def confirm(self, *, wait: bool = True) -> bool:
+        """Read the answers of the statements :meth:`send` sent: True when every one is
+        committed; raises :class:`StoreError` (or a subclass) when one was not or when the
+        connection was lost before its answer came (then its fate is not known). With
+        ``wait=False`` only the answers already here are read: False while some are not."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -157,21 +204,117 @@ class Store:
     """A store's one connection to its place (either engine), for any thread of this
     process: a lock serialises it, and the store's tables are made when it opens
     (``schema``: ``CREATE ... IF NOT EXISTS``). A store that another process may be opening
-    for the first time at the same moment passes ``racing``."""
+    for the first time at the same moment passes ``racing``.
 
-    def __init__(self, place: Place, schema: str, *, racing: bool = False) -> None:
+    A store that many threads use at once (the conversations: every TurnActor writes its
+    steps) passes ``pool``: on PostgreSQL its operations (:meth:`_connection`,
+    :meth:`_transaction`, :meth:`_pipelined`) then run on up to ``pool`` connections of its
+    own at once instead of waiting for the one lock (one thread a connection at a time;
+    what two threads may do at once is what two daemons on the store may do at once, which
+    every store allows). On SQLite they stay on the one connection under the lock (one
+    writer a file: a second connection would only wait for it)."""
+
+    def __init__(self, place: Place, schema: str, *, racing: bool = False, pool: int = 1) -> None:
         self.place = place
         self._conn: Connection = open_connection(place, racing=racing)
         self._lock = threading.Lock()
+        self._pool = (
+            ConnectionPool(place, pool) if pool > 1 and isinstance(place, Postgres) else None
+        )
         with self._lock:
             self._conn.script(schema)
 
     def _add_columns(self, table: str, later: Mapping[str, str]) -> None:
         add_columns(self._conn, table, later)
 
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A connection for one operation, this thread's alone until the block ends: one
+        of the pool's, or the store's one under its lock."""
+        if self._pool is None:
+            with self._lock:
+                yield self._conn
+        else:
+            with self._pool.borrow() as conn:
+                yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._connection() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _pipelined(self) -> Iterator[Writes]:
+        """:meth:`Connection.pipelined` on a connection of :meth:`_connection`."""
+        with self._connection() as conn, conn.pipelined() as writes:
+            yield writes
+
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         with self._lock:
             self._conn.close()
+
+
+class ConnectionPool:
+    """Up to ``size`` PostgreSQL connections to one place, each lent to one thread at a time
+    (:meth:`borrow`); made when first needed, a broken one mends itself at its next use
+    (:class:`PostgresConnection`). A thread that finds all lent waits for one back."""
+
+    def __init__(self, place: Postgres, size: int) -> None:
+        if size < 1:
+            raise ValueError("a pool holds at least one connection")
+        self.place = place
+        self.size = size
+        self._idle: list[PostgresConnection] = []
+        self._made = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def borrow(self) -> Iterator[Connection]:
+        conn = self._take()
+        try:
+            yield conn
+        finally:
+            with self._cond:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+                self._cond.notify()
+
+    def _take(self) -> PostgresConnection:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StoreUnavailable("the store is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._made < self.size:
+                    self._made += 1
+                    break
+                self._cond.wait()
+        try:
+            return PostgresConnection(self.place)
+        except BaseException:
+            with self._cond:
+                self._made -= 1
+                self._cond.notify()
+            raise
+
+    def lent(self) -> int:
+        """How many connections are lent now."""
+        with self._cond:
+            return self._made - len(self._idle)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._cond.notify_all()
+        for conn in idle:
+            conn.close()
 
 
 class Follower:
@@ -329,6 +472,16 @@ class SqliteConnection:
         except sqlite3.Error as exc:
             raise StoreError(str(exc)) from exc
 
+    def pipelined(self) -> AbstractContextManager[Writes]:
+        return self.transaction()
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        self.execute(sql, params)
+        return False
+
+    def confirm(self, *, wait: bool = True) -> bool:
+        return True
+
     def close(self) -> None:
         with _LEASES_LOCK:
             held = _LEASES.get(self.place, {})
@@ -370,6 +523,14 @@ class PostgresConnection:
         self._in_transaction = False
         self._guard = threading.RLock()
         self._leases: set[str] = set()
+        self._piped = False  # in libpq's pipeline mode (send()) until confirm()
+        self._inflight = 0  # statements sent whose answer is not read yet
+        self._failure: StoreError | None = None  # the first sent one that failed
+        self._lanes: list[PostgresConnection] = []  # more sessions for send()
+        self._next_lane = 0
+        self._opening: threading.Thread | None = None
+        self._prepared: dict[bytes, bytes] = {}  # send()'s statements prepared, by name
+        self._prepare_seq = 0
         self.raw: psycopg.Connection[Any] = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -390,6 +551,7 @@ class PostgresConnection:
         """A new session for a broken one; its leases are taken again, or it fails (another
         process may hold one now: going on would break what the lease guarded)."""
         self.raw = self._connect()
+        self._prepared.clear()
         for name in sorted(self._leases):
             got = self.raw.execute(
                 "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)
@@ -398,9 +560,168 @@ class PostgresConnection:
                 self._leases.discard(name)
                 raise StoreUnavailable(f"PostgreSQL: the lease {name!r} was lost with its session")
 
+    def send(self, sql: str, params: Sequence[Any] = ()) -> bool:
+        # libpq's pipeline mode: the statement goes with its own Sync (it commits on its
+        # own) and the caller does not wait for its answer. At most ONE is in flight on a
+        # session: a server whose client is gone ends the session at its first failed
+        # answer, and what it had received but not run yet would be lost; the one statement
+        # it has, it runs whole. So sends go out on up to SEND_LANES sessions (this one and
+        # others opened when needed), each time on one whose answer has come; when none
+        # has, the caller waits for one.
+        with self._guard:
+            lane = self._free_lane()
+            with lane._guard:
+                lane._send_one(sql, params)
+            return True
+
+    def _free_lane(self) -> PostgresConnection:
+        if self._opening is None:  # the other sessions are opened off the caller's thread
+            self._opening = threading.Thread(
+                target=self._open_lanes, name="store-send-lanes", daemon=True
+            )
+            self._opening.start()
+        lanes = [self, *self._lanes]
+        for lane in lanes:
+            if lane._answered():
+                return lane
+        self._next_lane = (self._next_lane + 1) % len(lanes)
+        return lanes[self._next_lane]  # its _send_one waits for its answer
+
+    def _open_lanes(self) -> None:
+        for _ in range(SEND_LANES - 1):
+            try:
+                lane = PostgresConnection(self.place)  # type: ignore[arg-type]
+            except StoreError:
+                return  # sends go on the sessions there are
+            with self._guard:
+                if self.raw.closed:
+                    lane.close()
+                    return
+                self._lanes.append(lane)
+
+    def _answered(self) -> bool:
+        """Whether nothing this session sent is still unanswered (reads what has come)."""
+        if not self._inflight:
+            return True
+        try:
+            self._read(block=False)
+        except self._pg.Error as exc:
+            self._lost(exc)
+        return not self._inflight
+
+    def _send_one(self, sql: str, params: Sequence[Any]) -> None:
+        pg, generators = self._pg, self._generators()
+        self._begin_pipeline()
+        pgconn = self.raw.pgconn
+        values = _text_values(params)
+        try:
+            self._read(block=True)  # the one before on this session, if any
+            if values is None:  # a value of another type: bound here by psycopg
+                binder = self._pg.ClientCursor(self.raw)
+                text = binder.mogrify(_placeholders(sql), tuple(params))
+                pgconn.send_query_params(text.encode(), None)
+            else:  # bound by the server, each value as text (its type from the column),
+                # the statement prepared once a session (parsed and planned once)
+                statement = _numbered(sql)
+                name = self._prepared.get(statement)
+                if name is None:
+                    self._prepare_seq += 1  # never a name this session may still hold
+                    name = f"chalie_send_{self._prepare_seq}".encode()
+                    pgconn.send_prepare(name, statement, None)
+                    self._prepared[statement] = name
+                pgconn.send_query_prepared(name, values)
+            pgconn.pipeline_sync()
+            self._inflight += 1
+            if pgconn.flush():  # not all written at once: wait until the socket takes it
+                self.raw.wait(generators.send(pgconn))
+        except pg.Error as exc:
+            self._lost(exc)
+            raise StoreUnavailable(f"PostgreSQL: {_one_line(exc)}") from exc
+
+    def confirm(self, *, wait: bool = True) -> bool:
+        with self._guard:
+            return self._confirm(wait=wait)
+
+    def _confirm(self, *, wait: bool = True) -> bool:
+        """:meth:`confirm` on this session and every lane of :meth:`send`."""
+        done, failure = True, None
+        for lane in [self, *self._lanes]:
+            try:
+                with lane._guard:
+                    done = lane._confirm_own(wait=wait) and done
+            except StoreError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return done
+
+    def _confirm_own(self, *, wait: bool) -> bool:
+        if not self._piped:
+            return True
+        try:
+            self._read(block=wait)
+            if self._inflight and self._failure is None:
+                return False  # not waiting: some answers are still on their way
+            if not self._inflight:
+                self.raw.pgconn.exit_pipeline_mode()
+                self._piped = False
+        except self._pg.Error as exc:
+            self._lost(exc)
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            self._prepared.clear()  # a PREPARE may have failed with it: made again
+            if type(failure) is StoreError and self.raw.broken:  # the server ended the session
+                failure = StoreUnavailable(f"PostgreSQL: {failure}")
+            if self._inflight and not self.raw.broken:  # read (and dropped) before next use
+                self._read(block=True)
+            self._inflight = 0
+            with contextlib.suppress(self._pg.Error):
+                self.raw.pgconn.exit_pipeline_mode()
+            self._piped = False
+            raise failure
+        return True
+
+    def _read(self, *, block: bool) -> None:
+        """Read the answers of sent statements: all of them, or those already here."""
+        pg, pgconn = self._pg, self.raw.pgconn
+        fetch = self._generators().fetch
+        ends = 0  # answers' ends in a row: a second one means libpq has nothing more
+        while self._inflight:
+            if block:
+                result = self.raw.wait(fetch(pgconn))
+            else:
+                pgconn.consume_input()
+                if pgconn.is_busy():
+                    return
+                result = pgconn.get_result()
+            if result is None:
+                ends += 1
+                if ends > 1:  # answers owed that will not come (the session is gone)
+                    self._lost(ConnectionError("the answers stopped"))
+                continue
+            ends = 0
+            if result.status == pg.pq.ExecStatus.PIPELINE_SYNC:
+                self._inflight -= 1
+            elif result.status == pg.pq.ExecStatus.FATAL_ERROR and self._failure is None:
+                error = pg.errors.error_from_result(result, encoding=self.raw.info.encoding)
+                kind = IntegrityError if isinstance(error, pg.IntegrityError) else StoreError
+                self._failure = kind(_one_line(error))
+
+    def _lost(self, exc: BaseException) -> None:
+        """The connection failed with statements in flight: their fate is not known."""
+        self._inflight = 0
+        if self._failure is None:
+            self._failure = StoreUnavailable(f"PostgreSQL: {_one_line(exc)}")
+
+    def _generators(self) -> Any:
+        import psycopg.generators
+
+        return psycopg.generators
+
     def _run(self, sql: str, params: Sequence[Any] | None) -> Any:
         pg = self._pg
         with self._guard:
+            self._confirm()
             if self.raw.broken and not self._in_transaction:
                 self._reconnect()
             try:
@@ -423,6 +744,7 @@ class PostgresConnection:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         pg = self._pg
         with self._guard:
+            self._confirm()
             try:
                 with self.raw.cursor() as cur:
                     cur.executemany(_placeholders(sql), [tuple(r) for r in rows])
@@ -505,6 +827,7 @@ class PostgresConnection:
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self._guard:
+            self._confirm()
             if self.raw.broken:
                 self._reconnect()
             pg = self._pg
@@ -519,9 +842,55 @@ class PostgresConnection:
             finally:
                 self._in_transaction = False
 
+    @contextmanager
+    def pipelined(self) -> Iterator[Writes]:
+        # The statements are kept, then sent together up to one Sync (libpq's pipeline
+        # mode, no BEGIN): PostgreSQL runs the statements before a Sync as one implicit
+        # transaction, all or none, answered in one round trip. Each value is bound by the
+        # server as text; a statement with a value of another type (bytes) makes the whole
+        # block go as one simple query bound here (psycopg's client-side binding), which
+        # the server also runs as one transaction.
+        kept = _Kept()
+        yield kept
+        if not kept.statements:
+            return
+        bound = [(sql, _text_values(params)) for sql, params in kept.statements]
+        with self._guard:
+            self._confirm()  # what send() sent is answered first (its failure raised)
+            if any(values is None for _, values in bound):
+                binder = self._pg.ClientCursor(self.raw)
+                text = ";\n".join(
+                    binder.mogrify(_placeholders(sql), params) for sql, params in kept.statements
+                )
+                self._run(text, None)
+                return
+            self._begin_pipeline()
+            pgconn = self.raw.pgconn
+            try:
+                for sql, values in bound:
+                    pgconn.send_query_params(_numbered(sql), values)
+                pgconn.pipeline_sync()
+                self._inflight += 1
+                self.raw.wait(self._generators().send(pgconn))
+            except self._pg.Error as exc:
+                self._lost(exc)
+            self._confirm()
+
+    def _begin_pipeline(self) -> None:
+        if not self._piped:
+            if self.raw.broken:
+                self._reconnect()
+            self.raw.pgconn.enter_pipeline_mode()
+            self._piped = True
+
     def close(self) -> None:
         with self._guard:
-            self.raw.close()
+            try:
+                self._confirm()
+            finally:
+                for lane in self._lanes:
+                    lane.raw.close()
+                self.raw.close()
 
 
 _SQLITE_ONLY: Final = re.compile(r"\bINSERT\s+OR\b|\bPRAGMA\b|\bBEGIN\s+IMMEDIATE\b|\bGLOB\b", re.I)
@@ -535,6 +904,47 @@ def _portable(sql: str) -> str:
     if _SQLITE_ONLY.search(sql):
         raise ValueError(f"SQLite-only syntax in a store statement: {sql[:120]!r}")
     return sql
+
+
+def _text_values(params: Sequence[Any]) -> list[bytes | None] | None:
+    """The parameters as PostgreSQL's text input, when each is text, a number or None."""
+    out: list[bytes | None] = []
+    for value in params:
+        kind = type(value)
+        if value is None:
+            out.append(None)
+        elif kind is str:
+            if "\x00" in value:
+                return None  # the server refuses it as text: let psycopg say so
+            out.append(value.encode())
+        elif kind is int:
+            out.append(str(value).encode())
+        elif kind is float:
+            out.append(repr(value).encode())  # shortest text that reads back exactly
+        else:
+            return None
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _numbered(sql: str) -> bytes:
+    """``?`` → ``$1``, ``$2``, ... outside quoted text (libpq's own placeholders)."""
+    _portable(sql)
+    out: list[str] = []
+    quote = ""
+    n = 0
+    for ch in sql:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "?":
+            n += 1
+            out.append(f"${n}")
+            continue
+        out.append(ch)
+    return "".join(out).encode()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -593,6 +1003,7 @@ def _one_line(exc: BaseException) -> str:
 
 __all__ = [
     "Connection",
+    "ConnectionPool",
     "Cursor",
     "Engine",
     "Follower",
@@ -603,6 +1014,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Writes",
     "add_columns",
     "follow",
     "open_connection",

@@ -22,6 +22,7 @@ a daemon that starts never touches the calls another live daemon is running.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -35,7 +36,7 @@ import msgspec
 from chalie.messages import TRAIL_STATUSES, TrailStatus
 from chalie.messages import Status as CallStatus
 from chalie.sql import add_columns, open_connection
-from chalie.store_place import Place
+from chalie.store_place import Place, StoreError
 
 REDACTED: Final = "[redacted]"
 # Keys that name a secret are redacted at any depth, declared or not.
@@ -92,6 +93,8 @@ _ADDED: Final = {
 # Row ids a writer reserves at a time (one statement each block).
 ID_BLOCK: Final = 256
 LEASE_PREFIX: Final = "trail-writer:"
+
+log = logging.getLogger("chalie.trail")
 
 _json = msgspec.json.Encoder()
 
@@ -219,6 +222,9 @@ _INSERT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+# A finished call's row as :meth:`Trail.finish` sends it (Connection.send): written again
+# when its commit is not confirmed, so writing it twice keeps one row.
+_INSERT_AGAIN: Final = _INSERT + " ON CONFLICT (id) DO NOTHING"
 
 _WRITER: dict[int, str] = {}
 
@@ -240,7 +246,9 @@ class Trail:
     end can be written from two threads in either order: :meth:`start`
     writes the ``running`` row, :meth:`finish` completes it, and if the end
     comes first it writes the whole row itself and the late start is
-    skipped. Either way the end is committed before :meth:`finish` returns.
+    skipped. Either way the end is committed before :meth:`finish` returns on
+    SQLite; on PostgreSQL it is sent whole to a session that will run it, and
+    confirmed (or written again) at :meth:`settle` (docs/store.rst, the hot path).
     """
 
     def __init__(self, place: Place, *, writer: str | None = None) -> None:
@@ -263,10 +271,54 @@ class Trail:
         self._ended_first: set[int] = set()
         # Deferred starts in the order they came, each with its monotonic time.
         self._deferred: dict[int, tuple[float, CallRecord]] = {}
+        # Ends sent without waiting for their commit (finish), in order, until confirmed;
+        # and whether they must be written again (a commit was not confirmed).
+        self._sent: list[tuple[str, tuple[Any, ...]]] = []
+        self._resend = False
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            try:
+                self._settle()
+            finally:
+                self._conn.close()
+
+    def settle(self, *, wait: bool = True) -> bool:
+        """Make sure the calls' ends that :meth:`finish` sent are committed: read the
+        store's answers, and write them again, in order, if a commit is not confirmed
+        (raises :class:`~chalie.store_place.StoreError` when that fails too: tried again
+        at the next write). ``wait=False``: only the answers already here are read; False
+        while some are still on their way (the dispatcher's thread never waits for them)."""
+        with self._lock:
+            return self._settle(wait=wait)
+
+    def unsettled(self) -> bool:
+        """Whether ends were sent whose commit is not confirmed yet (:meth:`settle`)."""
+        with self._lock:
+            return bool(self._sent)
+
+    def _settle(self, *, wait: bool = True) -> bool:
+        if not self._sent:
+            return True
+        if not self._resend:
+            try:
+                if not self._conn.confirm(wait=wait):
+                    return False
+                self._sent.clear()
+                return True
+            except StoreError as exc:
+                self._resend = True
+                log.warning(
+                    "the commit of %d trail rows was not confirmed (%s): writing them again",
+                    len(self._sent),
+                    exc,
+                )
+        with self._conn.transaction():  # each is idempotent: a row committed stays one row
+            for sql, values in self._sent:
+                self._conn.execute(sql, values)
+        self._sent.clear()
+        self._resend = False
+        return True
 
     def recover(self) -> int:
         """Mark calls a dead daemon left running as ``interrupted``; returns how many.
@@ -280,6 +332,7 @@ class Trail:
         """:meth:`recover`, returning each call marked: (call id, conversation id, tool,
         whether it ran in the background: its conversation still waits for its result)."""
         with self._lock:
+            self._settle()
             writers = [
                 str(r[0])
                 for r in self._conn.execute(
@@ -307,6 +360,7 @@ class Trail:
             found = next(self._ids, None)
             if found is None:
                 with self._lock:
+                    self._settle()
                     row = self._conn.execute(
                         "UPDATE id_blocks SET next = next + ? WHERE name = 'trail' RETURNING next",
                         (ID_BLOCK,),
@@ -358,35 +412,51 @@ class Trail:
         decision: str | None,
         decided_by: str | None,
         ended_at: float | None,
+        *,
+        send: bool = False,
     ) -> None:
         if not self._leased:
             self._leased = True
             self._conn.lease(LEASE_PREFIX + self.writer)  # False: another of ours holds it
-        self._conn.execute(
-            _INSERT,
-            (
-                rec.id,
-                rec.call_id,
-                rec.turn_id,
-                rec.conversation_id,
-                rec.channel,
-                rec.tool,
-                rec.permission,
-                decision,
-                decided_by,
-                rec.params,
-                status,
-                code,
-                rec.act_summary,
-                int(rec.background),
-                rec.started_at,
-                ended_at,
-                rec.healed,
-                rec.parent_call_id,
-                rec.principal,
-                self.writer,
-            ),
+        values = (
+            rec.id,
+            rec.call_id,
+            rec.turn_id,
+            rec.conversation_id,
+            rec.channel,
+            rec.tool,
+            rec.permission,
+            decision,
+            decided_by,
+            rec.params,
+            status,
+            code,
+            rec.act_summary,
+            int(rec.background),
+            rec.started_at,
+            ended_at,
+            rec.healed,
+            rec.parent_call_id,
+            rec.principal,
+            self.writer,
         )
+        if send:
+            self._send(_INSERT_AGAIN, values)
+        else:
+            self._conn.execute(_INSERT, values)
+
+    def _send(self, sql: str, values: tuple[Any, ...]) -> None:
+        if self._resend:  # an earlier one must be written again first: this one too
+            self._sent.append((sql, values))
+            self._settle()
+            return
+        try:
+            if self._conn.send(sql, values):
+                self._sent.append((sql, values))
+        except StoreError:
+            self._sent.append((sql, values))
+            self._resend = True  # not sent whole: written again at the next settle
+            raise
 
     def start(self, rec: CallRecord) -> None:
         """Write the ``running`` row, unless the call already ended (then its row is complete)."""
@@ -394,6 +464,7 @@ class Trail:
             if rec.id in self._ended_first:
                 self._ended_first.discard(rec.id)
                 return
+            self._settle()
             self._insert(rec, "running", None, None, None, None)
             self._running.add(rec.id)
 
@@ -431,6 +502,7 @@ class Trail:
                 del self._deferred[rid]
                 recs.append(rec)
             if recs:
+                self._settle()
                 with self._conn.transaction():
                     for rec in recs:
                         self._insert(rec, "running", None, None, None, None)
@@ -452,19 +524,27 @@ class Trail:
         decided_by: str | None,
         started: bool = True,
     ) -> None:
-        """Complete the call's row (committed on return). ``started=False``: no start will come."""
+        """Complete the call's row. ``started=False``: no start will come.
+
+        On SQLite the row is committed on return. On PostgreSQL it is sent whole to the
+        server, which commits it on its own, without waiting for the answer
+        (:meth:`Connection.send`: the caller does not pay the round trip; several may be
+        in flight). The answers are read as they come and all of them at :meth:`settle`
+        (the dispatcher's flush, within ms, or any other use of the trail); rows whose
+        commit is not confirmed are written again then, in order.
+        """
         now = time.time()
         with self._lock:
             if rec.id in self._running:
                 self._running.discard(rec.id)
-                self._conn.execute(
+                self._send(
                     "UPDATE trail SET status = ?, code = ?, decision = ?, decided_by = ?, "
                     "ended_at = ? WHERE id = ?",
                     (status, code, decision, decided_by, now, rec.id),
                 )
                 return
             deferred = self._deferred.pop(rec.id, None) is not None
-            self._insert(rec, status, code, decision, decided_by, now)
+            self._insert(rec, status, code, decision, decided_by, now, send=True)
             if started and not deferred:
                 self._ended_first.add(rec.id)
 
@@ -473,6 +553,7 @@ class Trail:
         None while it runs); what :func:`chalie.usage.summarize` reads. A scan of the
         window's rows: no index slows the dispatcher's inserts for it."""
         with self._lock:
+            self._settle()
             found = self._conn.execute(
                 "SELECT tool, status, ended_at - started_at FROM trail WHERE started_at >= ?",
                 (float(since),),
@@ -539,6 +620,7 @@ class Trail:
             args.append(before)
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         with self._lock:
+            self._settle()
             rows = self._conn.execute(
                 f"SELECT {', '.join(_COLUMNS)} FROM trail {where}ORDER BY id DESC LIMIT ?",
                 (*args, limit),

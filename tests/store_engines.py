@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from chalie.sql import Connection, open_connection
 from chalie.store_place import Place, Postgres
 from tools.pg_cluster import PgCluster, bin_dir
 
@@ -45,3 +47,14 @@ def store_place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
         return tmp_path / "chalie.db"
     cluster: PgCluster = request.getfixturevalue("pg_cluster")
     return Postgres(cluster.new_database())
+
+
+@contextmanager
+def opened(place: Place, schema: str) -> Iterator[Connection]:
+    """A connection to ``place`` with ``schema`` made, closed after."""
+    conn = open_connection(place)
+    try:
+        conn.script(schema)
+        yield conn
+    finally:
+        conn.close()

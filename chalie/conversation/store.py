@@ -19,8 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -39,7 +38,7 @@ from chalie.envelope import render
 from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
-from chalie.sql import Connection, Store
+from chalie.sql import Store, Writes
 from chalie.store_place import Place
 
 TurnState = Literal["queued", "running", "done"]
@@ -194,11 +193,17 @@ def interrupted_envelope(tool: str) -> str:
     )
 
 
+# On PostgreSQL, the connections the conversation store uses at once (every TurnActor
+# writes its steps through it; with one, the turns of all conversations waited in line for
+# each other's round trips). SQLite keeps its one connection (one writer a file).
+POOL: Final = 4
+
+
 class ConversationStore(Store):
     """The conversation tables of the store, safe from any thread."""
 
     def __init__(self, place: Place) -> None:
-        super().__init__(place, _SCHEMA)
+        super().__init__(place, _SCHEMA, pool=POOL)
         with self._lock:
             for table, later in _LATER_COLUMNS.items():
                 self._add_columns(table, later)
@@ -218,11 +223,6 @@ class ConversationStore(Store):
                 ("" if owner is None else owner.id, scope, conversation_id),
             )
 
-    @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        with self._lock, self._conn.transaction() as conn:
-            yield conn
-
     # -- conversations ------------------------------------------------------------------
     def create(
         self,
@@ -235,7 +235,7 @@ class ConversationStore(Store):
         now = time.time()
         owner = "" if principal is None else msgspec.json.encode(principal).decode()
         who, scope = ("", "") if principal is None else (principal.id, principal.scope)
-        with self._tx() as c:
+        with self._transaction() as c:
             c.execute(
                 "INSERT INTO conversations (id, channel, origin, created, updated, title, "
                 "principal, principal_id, principal_scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -246,8 +246,8 @@ class ConversationStore(Store):
         """(conversations, bytes) one principal keeps: the bytes of their messages, events
         and turn texts (what a quota counts, chalie.conversation.quota)."""
         mine = "SELECT id FROM conversations WHERE principal != '' AND principal_id = ?"
-        with self._lock:
-            row = self._conn.execute(
+        with self._connection() as c:
+            row = c.execute(
                 f"SELECT (SELECT COUNT(*) FROM ({mine}) AS mine), "
                 "(SELECT COALESCE(SUM(length(body)), 0) FROM conversation_messages "
                 f"WHERE conversation_id IN ({mine})) + "
@@ -262,8 +262,8 @@ class ConversationStore(Store):
     def agents_idle_since(self, before: float, limit: int = 1000) -> builtins.list[str]:
         """Conversations of agent tokens (any principal but an owner) with no message
         since ``before``, oldest first (what a retention setting prunes)."""
-        with self._lock:
-            rows = self._conn.execute(
+        with self._connection() as c:
+            rows = c.execute(
                 "SELECT id FROM conversations WHERE updated < ? AND principal != '' "
                 "AND principal_scope != 'owner' ORDER BY updated LIMIT ?",
                 (before, limit),
@@ -277,8 +277,8 @@ class ConversationStore(Store):
 
     def placement(self, conversation_id: str) -> tuple[str, str] | None:
         """The conversation's channel and its owning principal's id ('' for the owner)."""
-        with self._lock:
-            row = self._conn.execute(
+        with self._connection() as c:
+            row = c.execute(
                 "SELECT channel, principal FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
         if row is None:
@@ -287,8 +287,8 @@ class ConversationStore(Store):
         return str(row[0]), "" if owner is None or owner.is_owner else owner.id
 
     def info(self, conversation_id: str) -> ConversationInfo | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._connection() as c:
+            row = c.execute(
                 "SELECT id, channel, origin, created, updated, title, "
                 "(SELECT COUNT(*) FROM conversation_messages m WHERE m.conversation_id = c.id), "
                 "(SELECT COALESCE(MAX(seq), 0) FROM conversation_events e "
@@ -299,8 +299,8 @@ class ConversationStore(Store):
         return _info(row) if row else None
 
     def list(self, limit: int = 100) -> builtins.list[ConversationInfo]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._connection() as c:
+            rows = c.execute(
                 "SELECT id, channel, origin, created, updated, title, "
                 "(SELECT COUNT(*) FROM conversation_messages m WHERE m.conversation_id = c.id), "
                 "(SELECT COALESCE(MAX(seq), 0) FROM conversation_events e "
@@ -311,7 +311,7 @@ class ConversationStore(Store):
         return [_info(r) for r in rows]
 
     def delete(self, conversation_id: str) -> bool:
-        with self._tx() as c:
+        with self._transaction() as c:
             gone = c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount
             for table in ("conversation_messages", "conversation_events", "conversation_turns"):
                 c.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
@@ -321,12 +321,12 @@ class ConversationStore(Store):
         info = self.info(conversation_id)
         if info is None:
             return None
-        with self._lock:
-            bodies = self._conn.execute(
+        with self._connection() as c:
+            bodies = c.execute(
                 "SELECT body FROM conversation_messages WHERE conversation_id = ? ORDER BY idx",
                 (conversation_id,),
             ).fetchall()
-            queued = self._conn.execute(
+            queued = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns "
                 "WHERE conversation_id = ? AND state = 'queued' ORDER BY created, n",
                 (conversation_id,),
@@ -342,7 +342,7 @@ class ConversationStore(Store):
         self, conversation_id: str, turn_id: str, client_msg_id: str, text: str
     ) -> TurnRow | None:
         """Record an accepted message; returns the existing turn when the client id was seen."""
-        with self._tx() as c:
+        with self._transaction() as c:
             row = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns "
                 "WHERE conversation_id = ? AND client_msg_id = ?",
@@ -363,15 +363,15 @@ class ConversationStore(Store):
         return None
 
     def turn(self, turn_id: str) -> TurnRow | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._connection() as c:
+            row = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns WHERE turn_id = ?", (turn_id,)
             ).fetchone()
         return _turn(row) if row else None
 
     def turns(self, conversation_id: str) -> builtins.list[TurnRow]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._connection() as c:
+            rows = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns WHERE conversation_id = ? "
                 "ORDER BY created, n",
                 (conversation_id,),
@@ -380,10 +380,10 @@ class ConversationStore(Store):
 
     # -- the step write -----------------------------------------------------------------
     def write(self, batch: Batch) -> None:
-        with self._tx() as c:
+        with self._pipelined() as c:
             self._write(c, batch)
 
-    def _write(self, c: Connection, batch: Batch) -> None:
+    def _write(self, c: Writes, batch: Batch) -> None:
         cid = batch.conversation_id
         if batch.messages:
             c.executemany(
@@ -426,8 +426,8 @@ class ConversationStore(Store):
         self, conversation_id: str, after_seq: int = 0, limit: int = 200
     ) -> builtins.list[Event]:
         limit = max(1, min(int(limit), MAX_EVENTS_PAGE))
-        with self._lock:
-            rows = self._conn.execute(
+        with self._connection() as c:
+            rows = c.execute(
                 "SELECT body FROM conversation_events WHERE conversation_id = ? AND seq > ? "
                 "ORDER BY seq LIMIT ?",
                 (conversation_id, max(0, int(after_seq)), limit),
@@ -435,8 +435,8 @@ class ConversationStore(Store):
         return [decode_event(b) for (b,) in rows]
 
     def last_seq(self, conversation_id: str) -> int:
-        with self._lock:
-            row = self._conn.execute(
+        with self._connection() as c:
+            row = c.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM conversation_events WHERE conversation_id = ?",
                 (conversation_id,),
             ).fetchone()
@@ -445,8 +445,8 @@ class ConversationStore(Store):
     # -- recovery -------------------------------------------------------------------------
     def interrupted_conversations(self) -> builtins.list[str]:
         """Conversations with a turn left running (the daemon or its actor died mid-turn)."""
-        with self._lock:
-            rows = self._conn.execute(
+        with self._connection() as c:
+            rows = c.execute(
                 "SELECT DISTINCT conversation_id FROM conversation_turns WHERE state = 'running'"
             ).fetchall()
         return [r[0] for r in rows]
@@ -465,8 +465,8 @@ class ConversationStore(Store):
         after an ``error`` event (code, message) when one is given.
         """
         written: builtins.list[Event] = []
-        with self._lock:
-            left_running = self._conn.execute(
+        with self._connection() as c:
+            left_running = c.execute(
                 "SELECT 1 FROM conversation_turns WHERE conversation_id = ? AND state = 'running' "
                 "LIMIT 1",
                 (conversation_id,),
@@ -474,7 +474,7 @@ class ConversationStore(Store):
         if left_running is None:
             # A turn closes its calls in the same write that ends it: nothing is open.
             return written
-        with self._tx() as c:
+        with self._transaction() as c:
             running = c.execute(
                 "SELECT turn_id FROM conversation_turns "
                 "WHERE conversation_id = ? AND state = 'running' ORDER BY created, n",

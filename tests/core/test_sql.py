@@ -27,6 +27,7 @@ from chalie.store_place import (
     sqlite_file,
 )
 from chalie_app.cli import cli
+from tests.store_engines import opened
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS things (
@@ -43,10 +44,8 @@ CREATE INDEX IF NOT EXISTS things_at ON things (at);
 
 @pytest.fixture
 def conn(store_place: Place) -> Iterator[Connection]:
-    c = open_connection(store_place)
-    c.script(SCHEMA)
-    yield c
-    c.close()
+    with opened(store_place, SCHEMA) as c:
+        yield c
 
 
 def test_one_dialect_runs_alike_on_both_engines(conn: Connection) -> None:

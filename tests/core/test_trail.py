@@ -196,21 +196,28 @@ def test_concurrent_writers_lose_nothing(store_place: Place) -> None:
     trail.close()
 
 
+# argv: the place, how many calls, and "right-after" to die (SIGKILL) as the last call is
+# replied to, before any settle read the store's answers (its calls are whole rows, ended
+# at once as an immediate call's); else a call is left running and stdin awaited.
 CHILD = textwrap.dedent(
     """
-    import sys
+    import os, signal, sys
     from pathlib import Path
     from chalie.store_place import Postgres
     from chalie.trail import Trail
 
-    where = sys.argv[1]
+    where, right_after = sys.argv[1], sys.argv[3:] == ["right-after"]
     trail = Trail(Postgres(where) if where.startswith("postgresql://") else Path(where))
     for i in range(int(sys.argv[2])):
         rec = trail.record_for(call_id=f"c{i}", turn_id="t", conversation_id="k", channel="chat",
                                tool="email", permission="email", params="{}", act_summary="")
-        trail.start(rec)
-        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy")
-        print(f"returned c{i}", flush=True)
+        if not right_after:
+            trail.start(rec)
+        trail.finish(rec, status="success", code=None, decision="allow", decided_by="policy",
+                     started=not right_after)
+        print(f"returned c{i}", flush=True)  # what the dispatcher does next: reply
+    if right_after:
+        os.kill(os.getpid(), signal.SIGKILL)
     rec = trail.record_for(call_id="in-flight", turn_id="t", conversation_id="k", channel="chat",
                            tool="email", permission="email", params="{}", act_summary="")
     trail.start(rec)
@@ -276,6 +283,7 @@ def test_a_flushed_start_is_running_on_disk_until_its_end(store_place: Place) ->
     reader = Trail(path)
     assert {r.status for r in reader.query()} == {"running"}
     trail.finish(recs[0], status="error", code="cancelled", decision="allow", decided_by="policy")
+    trail.settle()  # on PostgreSQL the end was sent without waiting: settled, any reader sees it
     assert sorted(r.status for r in reader.query()) == ["error", "running", "running"]
     assert len(reader.query()) == 3
     reader.close()
@@ -364,6 +372,7 @@ def test_two_writers_on_one_store_share_no_id_and_recover_only_a_dead_ones_calls
         t.start()
     for t in threads:
         t.join()
+    b.settle()  # its last ends confirmed: every reader sees them (a's query settles a's)
     assert len(set(ids)) == 600 and len(a.query(limit=1000)) == 600
     live, dead = record(a, "live"), record(b, "dead")
     a.start(live)
@@ -374,6 +383,31 @@ def test_two_writers_on_one_store_share_no_id_and_recover_only_a_dead_ones_calls
     rows = {r.call_id: r.status for r in starting.query(limit=1000)}
     assert (rows["live"], rows["dead"]) == ("running", "interrupted")
     a.finish(live, status="success", code=None, decision="allow", decided_by="policy")
+    a.settle()
     assert starting.query(call_id="live")[0].status == "success"
     starting.close()
     a.close()
+
+
+@pytest.mark.slow
+def test_a_call_replied_to_is_recorded_though_the_daemon_dies_right_after(
+    store_place: Place,
+) -> None:
+    """On PostgreSQL an end is sent without waiting for its commit (docs/store.rst, the hot
+    path): the server runs what it was sent though the writer died right after replying."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(store_place), "200", "right-after"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    replied = [line.split()[1] for line in done.stdout.splitlines()]
+    assert len(replied) == 200
+    reader = Trail(store_place)
+    wait_until(lambda: len(reader.query(limit=500)) == 200, timeout=10, what="every replied call")
+    rows = {r.call_id: r.status for r in reader.query(limit=500)}
+    assert rows == dict.fromkeys(replied, "success")
+    reader.close()

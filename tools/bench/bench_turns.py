@@ -156,6 +156,25 @@ class Turns:
         return cid, box[0]
 
 
+def step_overhead(turns: Turns, http: httpx2.Client, n: int) -> None:
+    """Figure 1: from the model's answer to the next model request, model time excluded."""
+    before = http.get("/_timings").json()
+    n0 = len(before["received"])
+    for _ in range(n):
+        turns.run("what is six times seven")
+    t = http.get("/_timings").json()
+    rec, ans = t["received"][n0:], t["answered"][n0:]
+    steps = [(rec[i + 1] - ans[i]) * 1000 for i in range(0, len(rec) - 1, 2)]
+    steps.sort()
+    p50 = statistics.median(steps)
+    p95 = steps[int(len(steps) * 0.95)]
+    print(
+        f"act-loop step overhead (model time excluded), n={len(steps)}: "
+        f"p50 {p50:.2f} ms  p95 {p95:.2f} ms   floor p50 <= 2 ms  "
+        f"{'OK' if p50 <= 2 else 'OVER'}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=300)
@@ -167,10 +186,30 @@ def main() -> int:
         action="store_true",
         help="the store on a throw-away PostgreSQL cluster (tools/pg_cluster.py), not SQLite",
     )
+    parser.add_argument(
+        "--store-url",
+        default="",
+        help="the store on this PostgreSQL database (several daemons on one store: "
+        "tools/bench/bench_pg_turns.py)",
+    )
+    parser.add_argument(
+        "--wait-go",
+        action="store_true",
+        help="before figure 2, print 'ready' and wait for a line on stdin (several daemons "
+        "started together: tools/bench/bench_pg_turns.py)",
+    )
+    parser.add_argument(
+        "--only-concurrent",
+        action="store_true",
+        help="figure 2 alone (after the warm-up); figures 1, 3 and 4 are skipped",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bt-", dir="/tmp"))
     store = ""
-    if args.postgres:
+    if args.store_url:
+        store = f'[store]\nurl = "{args.store_url}"\n'
+        print("store: PostgreSQL (given)")
+    elif args.postgres:
         from tools.pg_cluster import PgCluster
 
         cluster = PgCluster().start()
@@ -213,23 +252,13 @@ def main() -> int:
         # -- 1. one act-loop step --------------------------------------------------------
         for _ in range(20):
             turns.run("warm up")
-        before = http.get("/_timings").json()
-        n0 = len(before["received"])
-        for _ in range(args.steps):
-            turns.run("what is six times seven")
-        t = http.get("/_timings").json()
-        rec, ans = t["received"][n0:], t["answered"][n0:]
-        steps = [(rec[i + 1] - ans[i]) * 1000 for i in range(0, len(rec) - 1, 2)]
-        steps.sort()
-        p50 = statistics.median(steps)
-        p95 = steps[int(len(steps) * 0.95)]
-        print(
-            f"act-loop step overhead (model time excluded), n={len(steps)}: "
-            f"p50 {p50:.2f} ms  p95 {p95:.2f} ms   floor p50 <= 2 ms  "
-            f"{'OK' if p50 <= 2 else 'OVER'}"
-        )
+        if not args.only_concurrent:
+            step_overhead(turns, http, args.steps)
 
         # -- 2. concurrent conversations -----------------------------------------------------
+        if args.wait_go:
+            print("ready", flush=True)
+            sys.stdin.readline()
         rss0 = rss_mb()
         stop_at = time.monotonic() + args.seconds
         counts = {"ok": 0, "errors": 0}
@@ -248,13 +277,14 @@ def main() -> int:
                 if cid is not None and len(counts) and counts["ok"] % 97 == 0:
                     cid = None  # now and then a fresh conversation
 
-        started = time.monotonic()
+        started, cpu0 = time.monotonic(), time.process_time()
         drivers = [threading.Thread(target=driver) for _ in range(args.concurrency)]
         for d in drivers:
             d.start()
         for d in drivers:
             d.join()
         elapsed = time.monotonic() - started
+        cpu = time.process_time() - cpu0
         rate = counts["ok"] / elapsed
         print(
             f"{args.concurrency} concurrent conversations: {counts['ok']} turns in "
@@ -262,6 +292,11 @@ def main() -> int:
             f"RSS {rss0:.0f} -> {rss_mb():.0f} MB   floor >= 100 turns/s, 0 errors  "
             f"{'OK' if rate >= 100 and counts['errors'] == 0 else 'UNDER'}"
         )
+        # This process's CPU a turn (the daemon's, the clients' threads included; the
+        # model server runs in its own process): what bench_pg_turns.py projects from.
+        print(f"  process cpu {cpu / max(counts['ok'], 1) * 1000:.2f} ms a turn")
+        if args.only_concurrent:
+            return 0
 
         # -- 3. idle conversations ---------------------------------------------------------
         live0 = rt.child("conversations", Conversations).call(Conversations.live)
