@@ -45,6 +45,7 @@ from chalie.actor_messages import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
+    HandOff,
     StartTurn,
     TurnActorIdle,
 )
@@ -216,6 +217,7 @@ class TurnActor(SupervisedActor):
         self._model: concurrent.futures.Future[Any] | None = None  # the outstanding request
         self._timers: dict[core.Timer, int] = {}
         self._requests: Subscription | None = None
+        self._handing_off = False  # another daemon waits: idle as soon as turns are done
 
     # -- lifecycle ------------------------------------------------------------------
     def on_start(self) -> None:
@@ -381,6 +383,10 @@ class TurnActor(SupervisedActor):
     def _evict(self, _message: EvictIfIdle) -> None:
         self._on(core.Evict())
 
+    def _hand_off(self, _message: HandOff) -> None:
+        self._handing_off = True
+        self._on(core.Evict())
+
     def _crash(self, _message: _Crash) -> None:
         raise RuntimeError("crash requested")
 
@@ -490,6 +496,8 @@ class TurnActor(SupervisedActor):
 
     def _ended(self, effect: core.Ended) -> None:
         self._deps.tools.forget(effect.turn_id)
+        if self._handing_off:  # idle once this turn's effects are done and none is queued
+            tell_quietly(self.actor_ref, core.Evict())
         state = self._state
         channel = state.channel if state is not None else None
         try:
@@ -574,6 +582,7 @@ _RECEIVE: dict[type, Callable[[TurnActor, Any], Any]] = {
     _Heard: TurnActor._heard,
     DeliverBackground: TurnActor._deliver,
     EvictIfIdle: TurnActor._evict,
+    HandOff: TurnActor._hand_off,
     _Crash: TurnActor._crash,
 }
 
