@@ -189,3 +189,27 @@ def test_kill_9_of_a_mid_turn_and_the_conversation_goes_on_on_b(pair: Pair) -> N
     texts = [m.get("text") for m in after["messages"]]
     assert texts[0] == "hang please"  # the user's message A had taken is kept
     assert texts[-2:] == ["after the crash", "echo: after the crash"]
+
+
+def test_a_permission_request_raised_on_a_is_listed_and_answered_on_bs_cli(pair: Pair) -> None:
+    """``chalie policy pending`` on B lists A's request; ``policy answer`` on B answers it,
+    and the call that waits on A resumes there (A's turn goes on to its end); B never
+    adopts it (no second run of the call)."""
+    a, b = pair.a, pair.b
+    chat, cid = start_on(a, "clock please", until="permission_request")
+    try:
+        listed = json.loads(b.cli_process("policy", "pending", "--json").stdout)
+        assert [(r["conversation_id"], r["permission"]) for r in listed] == [(cid, "clock.now")]
+        rid = listed[0]["request_id"]
+        done = b.cli_process("policy", "answer", rid, "once")
+        assert done.returncode == 0, done.stderr
+        turn_id = shown(a, cid)["turns"][0]["turn_id"]
+        end = finished(chat, turn_id)
+    finally:
+        chat.close()
+    assert end["reason"] == "final" and end["text"] == "the clock answered", end
+    assert json.loads(a.cli_process("policy", "pending", "--json").stdout) == []
+    assert json.loads(b.cli_process("policy", "pending", "--json").stdout) == []
+    # The clock ran once, on A (its trail row), not again on B.
+    rows = json.loads(b.cli_process("trail", "--json").stdout)
+    assert [r["tool"] for r in rows].count("clock") == 1
