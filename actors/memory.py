@@ -21,6 +21,7 @@ from actors.actor import SupervisedActor
 from chalie.memory.book import MemoryBook
 from chalie.memory.turns import TurnMemory
 from chalie.services import Services
+from chalie.sql import Follower
 from chalie.store_place import Place
 
 log = logging.getLogger("chalie.memory")
@@ -39,14 +40,20 @@ class MemoryKeeper(SupervisedActor):
         self._book = book
         self._services = services
         self._desk = TurnMemory(book, db_path, owner_readers=owner_readers, zone=zone)
+        self._following: Follower | None = None
 
     def on_start(self) -> None:
+        # On a shared store the index follows the other daemons' writes while this runs.
+        self._following = self._book.follow()
         self._services.memory = self._desk
 
     def on_end(self) -> None:
         self._close()
 
     def _close(self) -> None:
+        if self._following is not None:
+            self._following.close()
+            self._following = None
         if self._services.memory is self._desk:
             self._services.memory = None
         try:
