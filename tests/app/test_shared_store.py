@@ -127,6 +127,23 @@ def test_an_mcp_server_added_on_a_is_connected_on_b(
 
     wait_until(echoed_on_b, 60, "B's connection to the server A added")
 
+    # Each daemon its own connection, its own status of it: A lists its own and B's.
+    def listed_on(d: DaemonProcess) -> dict[str, Any]:
+        rows = json.loads(chalie(d.home, "mcp", "list", "--json").stdout)
+        found: dict[str, Any] = next(r for r in rows if r["name"] == "fx")
+        return found
+
+    def both_online() -> bool:
+        row = listed_on(a)
+        return row["status"] == "online" and [d["status"] for d in row.get("daemons", [])] == [
+            "online"
+        ]
+
+    wait_until(both_online, 30, "A's and B's statuses of their connections")
+    (b_seen,) = listed_on(a)["daemons"]
+    (a_seen,) = listed_on(b)["daemons"]
+    assert b_seen["daemon"].endswith(str(b.home)) and a_seen["daemon"].endswith(str(a.home))
+
 
 def _recalled(d: DaemonProcess, query: str) -> list[str]:
     done = chalie(d.home, "memory", "search", query, "--json")
