@@ -92,6 +92,22 @@ class ServerExists(ValueError):
     pass
 
 
+# A connection's status columns, in mcp_servers' and mcp_status' order.
+_STATUS_FIELDS: Final = (
+    "status",
+    "status_since",
+    "status_reason",
+    "last_heartbeat",
+    "protocol",
+    "latency_ms",
+    "last_error",
+)
+
+
+def _status(values: Iterable[Any]) -> dict[str, Any]:
+    return dict(zip(_STATUS_FIELDS, values, strict=True))
+
+
 def daemon_id(home: Path) -> str:
     """A daemon's name in ``mcp_status``: its host and its home (the same across its
     restarts, another for each daemon on a shared store)."""
@@ -146,18 +162,8 @@ class McpStore(Store):
 
     @staticmethod
     def _server(row: Any) -> ServerRow:
-        spec, created, status, since, reason, beat, proto, latency, error = row
-        return ServerRow(
-            spec=decode_spec(spec),
-            created_at=created,
-            status=status,
-            status_since=since,
-            status_reason=reason,
-            last_heartbeat=beat,
-            protocol=proto,
-            latency_ms=latency,
-            last_error=error,
-        )
+        spec, created, *status = row
+        return ServerRow(spec=decode_spec(spec), created_at=created, **_status(status))
 
     def servers(self) -> list[ServerRow]:
         return self._servers(None)
@@ -196,18 +202,7 @@ class McpStore(Store):
         )
         if own is None:  # not connected from here yet
             return msgspec.structs.replace(row, daemons=others)
-        _, _, status, since, reason, beat, proto, latency, error = own
-        return msgspec.structs.replace(
-            row,
-            status=status,
-            status_since=since,
-            status_reason=reason,
-            last_heartbeat=beat,
-            protocol=proto,
-            latency_ms=latency,
-            last_error=error,
-            daemons=others,
-        )
+        return msgspec.structs.replace(row, **_status(own[2:]), daemons=others)
 
     def add_server(self, spec: ServerSpec, *, replace: bool = False) -> None:
         now = time.time()

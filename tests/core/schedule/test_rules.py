@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -113,6 +114,19 @@ def test_a_reminder_firing_is_claimed_once_by_one_of_two_daemons(store_place: Pl
     b.close()
 
 
+def _one_shot(store: Any, text: str, at: float) -> Any:
+    return store.add(
+        text=text,
+        kind="at",
+        rule="x",
+        zone="UTC",
+        principal="owner",
+        conversation_id=None,
+        created=0.0,
+        next_fire=at,
+    )
+
+
 def test_a_firing_whose_claimant_died_is_taken_over_once(store_place: Place) -> None:
     """A scheduler's claim lasts until it delivers; its store closing is what a kill -9 does
     to its session: the claim is an orphan, and exactly one other scheduler takes it over."""
@@ -120,30 +134,12 @@ def test_a_firing_whose_claimant_died_is_taken_over_once(store_place: Place) -> 
 
     a = ReminderStore(store_place, claimant="a")
     b, c = ReminderStore(store_place, claimant="b"), ReminderStore(store_place, claimant="c")
-    made = a.add(
-        text="call mum",
-        kind="at",
-        rule="x",
-        zone="UTC",
-        principal="owner",
-        conversation_id=None,
-        created=0.0,
-        next_fire=100.0,
-    )
+    made = _one_shot(a, "call mum", 100.0)
     assert a.fired(made.id, at=100.0, late=False, next_fire=None, due=100.0)
     assert b.orphaned() == ([], {"a"})  # a lives: its firing is its own
     a.delivered(made.id)
     assert b.orphaned() == ([], set())  # delivered: nothing claimed
-    other = a.add(
-        text="water the plants",
-        kind="at",
-        rule="x",
-        zone="UTC",
-        principal="owner",
-        conversation_id=None,
-        created=0.0,
-        next_fire=200.0,
-    )
+    other = _one_shot(a, "water the plants", 200.0)
     assert a.fired(other.id, at=200.0, late=False, next_fire=None, due=200.0)
     a.close()  # dies before delivering
     (orphan, claimant), *_ = b.orphaned()[0]
