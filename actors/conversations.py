@@ -195,6 +195,9 @@ class Conversations(Supervisor):
         self._sub: Subscription | None = None
         self._deps: TurnDeps | None = None
         self._leases: ConversationLeases | None = None
+        # Messages taken here while another daemon held their conversation: cid -> turn id ->
+        # (human_present, park_asks), for the TurnActor that runs them from the store.
+        self._waiting_asks: dict[str, dict[str, tuple[bool, bool]]] = {}
         self._wanted: Follower | None = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -351,6 +354,8 @@ class Conversations(Supervisor):
         if got is None:
             # Its turns run on another daemon now: the message waits in the store, queued,
             # and this daemon takes the conversation over once that one lets go of it.
+            asks = (msg.human_present is True, msg.park_asks is True)
+            self._waiting_asks.setdefault(cid, {})[turn_id] = asks
             self._want(cid)
             taken: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
             taken.set_result(submission.decided(cid, turn_id, True))
@@ -516,7 +521,13 @@ class Conversations(Supervisor):
         deps = self._deps
         assert deps is not None
         live = self._live.get(cid)
-        return TurnActor.start(cid, deps, self.actor_ref, live.send_no if live else 0)
+        return TurnActor.start(
+            cid,
+            deps,
+            self.actor_ref,
+            live.send_no if live else 0,
+            asks=self._waiting_asks.pop(cid, None),
+        )
 
     def child_forgotten(self, id: str) -> None:
         self._live.pop(id, None)

@@ -206,9 +206,13 @@ class TurnActor(SupervisedActor):
         deps: TurnDeps,
         parent: pykka.ActorRef[Any] | None = None,
         send_no: int = 0,
+        asks: Mapping[str, tuple[bool, bool]] | None = None,
     ) -> None:
         super().__init__()
         self.conversation_id = conversation_id
+        # Queued turns' (human_present, park_asks) known to the parent (a message it took
+        # while another daemon held the conversation); any other queued turn has neither.
+        self._asks = dict(asks or {})
         self._deps = deps
         self._parent = parent
         self._send_no = send_no
@@ -254,7 +258,13 @@ class TurnActor(SupervisedActor):
             messages=loaded.messages,
             seq=loaded.info.last_seq,
             queued=[
-                core.Start(turn_id=r.turn_id, client_msg_id=r.client_msg_id, text=r.text)
+                core.Start(
+                    turn_id=r.turn_id,
+                    client_msg_id=r.client_msg_id,
+                    text=r.text,
+                    human_present=self._asks.get(r.turn_id, (False, False))[0],
+                    park_asks=self._asks.get(r.turn_id, (False, False))[1],
+                )
                 for r in loaded.queued
             ],
             zone=deps.settings.zone,

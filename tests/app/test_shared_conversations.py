@@ -213,3 +213,32 @@ def test_a_permission_request_raised_on_a_is_listed_and_answered_on_bs_cli(pair:
     # The clock ran once, on A (its trail row), not again on B.
     rows = json.loads(b.cli_process("trail", "--json").stdout)
     assert [r["tool"] for r in rows].count("clock") == 1
+
+
+def test_a_chat_message_queued_on_b_behind_as_turn_still_asks_its_human(pair: Pair) -> None:
+    """The turn B runs once A hands the conversation over asks the person chatting on B
+    (a permission request on B's chat), and B's answer lets it finish."""
+    a, b = pair.a, pair.b
+    chat, cid = start_on(a, "clock please", until="permission_request")
+    try:
+        on_b, second = send_on(b, cid, "clock please, from B", "m2")
+        wait_until(
+            lambda: [t["state"] for t in shown(a, cid)["turns"]] == ["running", "queued"],
+            30,
+            "B's message queued behind A's turn",
+        )
+        (first,) = json.loads(a.cli_process("policy", "pending", "--json").stdout)
+        assert a.cli_process("policy", "answer", first["request_id"], "once").returncode == 0
+        while True:  # B runs its turn once A hands over: it asks the human on B's chat
+            frame = on_b.receive(60)
+            assert frame is not None, "B's turn asked nobody"
+            assert frame["type"] != "turn_finished", frame  # ended without asking
+            if frame["type"] == "permission_request":
+                break
+        assert frame["conversation_id"] == cid
+        assert b.cli_process("policy", "answer", frame["request_id"], "once").returncode == 0
+        end = finished(on_b, second)
+        on_b.close()
+    finally:
+        chat.close()
+    assert end["reason"] == "final" and end["text"] == "the clock answered", end
