@@ -105,17 +105,13 @@ class _FollowUp:
 
 
 @dataclass(frozen=True)
-class _Wanted:
-    """Another daemon on the shared store waits for this conversation (its lease)."""
+class _Lease:
+    """News of a conversation's lease on a shared store: another daemon waits for it
+    (``wanted``: hand it over when its turns are done), or it is free for a message that
+    waits here (``free``: take it, run the turns)."""
 
     conversation_id: str
-
-
-@dataclass(frozen=True)
-class _LeaseFree:
-    """The lease of a conversation whose message waits here is free: take it, run the turns."""
-
-    conversation_id: str
+    news: str  # "wanted" or "free"
 
 
 @dataclass(frozen=True)
@@ -213,7 +209,7 @@ class Conversations(Supervisor):
         self._prune()
         leases = self._leases = ConversationLeases(rt.db_path)
         ref = self.actor_ref
-        self._wanted = leases.follow(lambda cid: tell_quietly(ref, _Wanted(cid)))
+        self._wanted = leases.follow(lambda cid: tell_quietly(ref, _Lease(cid, "wanted")))
         for cid in store.interrupted_conversations():
             if not leases.hold(cid):
                 continue  # its turn runs on another daemon on the shared store
@@ -545,7 +541,7 @@ class Conversations(Supervisor):
     def _want(self, cid: str) -> None:
         leases, ref = self._leases, self.actor_ref
         if leases is not None:
-            leases.want(cid, lambda: tell_quietly(ref, _LeaseFree(cid)))
+            leases.want(cid, lambda: tell_quietly(ref, _Lease(cid, "free")))
 
     def _lease_free(self, cid: str) -> None:
         """The conversation's lease was let go of elsewhere: its TurnActor starts here and
@@ -606,9 +602,9 @@ class Conversations(Supervisor):
             self._follow_up(message)
         elif isinstance(message, _Route):
             self._route(message.event)
-        elif isinstance(message, _Wanted):
+        elif isinstance(message, _Lease) and message.news == "wanted":
             self._wanted_here(message.conversation_id)
-        elif isinstance(message, _LeaseFree):
+        elif isinstance(message, _Lease):
             self._lease_free(message.conversation_id)
         elif isinstance(message, TurnActorIdle):
             cid = message.conversation_id

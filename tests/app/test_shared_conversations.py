@@ -126,6 +126,22 @@ def start_on(d: DaemonProcess, text: str, *, until: str) -> tuple[ChatClient, st
             return chat, cid
 
 
+def queued_behind(a: DaemonProcess, cid: str) -> None:
+    """Wait until the message sent to B is stored queued behind A's running turn."""
+    wait_until(
+        lambda: [t["state"] for t in shown(a, cid)["turns"]] == ["running", "queued"],
+        30,
+        "B's message queued behind A's turn",
+    )
+
+
+def answer_as_request(a: DaemonProcess, cid: str) -> None:
+    """Allow, on A, the one request A's turn of ``cid`` waits for."""
+    (pending,) = json.loads(a.cli_process("policy", "pending", "--json").stdout)
+    assert pending["conversation_id"] == cid
+    assert a.cli_process("policy", "answer", pending["request_id"], "once").returncode == 0
+
+
 def turn_ended_in_log(d: DaemonProcess, cid: str) -> int:
     return d.log().count(f"turn ended: conversation={cid}")
 
@@ -138,19 +154,10 @@ def test_a_message_on_b_waits_for_as_running_turn_then_b_runs_it_with_the_histor
     try:
         # A's turn waits for the owner (mid-turn). B gets the next message of the conversation.
         on_b, second = send_on(b, cid, "second message", "m2")
-
-        states: list[str] = []
-
-        def queued_on_b() -> bool:
-            states[:] = [t["state"] for t in shown(a, cid)["turns"]]
-            return states == ["running", "queued"]
-
-        wait_until(queued_on_b, 30, "B stores its message as a queued turn")
+        queued_behind(a, cid)
         assert on_b.receive(0.5) is None  # B does not start it while A's turn runs
-        rid = shown(a, cid)  # the request A's turn waits for
-        (pending,) = json.loads(a.cli_process("policy", "pending", "--json").stdout)
-        assert pending["conversation_id"] == cid
-        assert a.cli_process("policy", "answer", pending["request_id"], "once").returncode == 0
+        rid = shown(a, cid)
+        answer_as_request(a, cid)
         got = finished(on_b, second)
         on_b.close()
     finally:
@@ -222,13 +229,8 @@ def test_a_chat_message_queued_on_b_behind_as_turn_still_asks_its_human(pair: Pa
     chat, cid = start_on(a, "clock please", until="permission_request")
     try:
         on_b, second = send_on(b, cid, "clock please, from B", "m2")
-        wait_until(
-            lambda: [t["state"] for t in shown(a, cid)["turns"]] == ["running", "queued"],
-            30,
-            "B's message queued behind A's turn",
-        )
-        (first,) = json.loads(a.cli_process("policy", "pending", "--json").stdout)
-        assert a.cli_process("policy", "answer", first["request_id"], "once").returncode == 0
+        queued_behind(a, cid)
+        answer_as_request(a, cid)
         while True:  # B runs its turn once A hands over: it asks the human on B's chat
             frame = on_b.receive(60)
             assert frame is not None, "B's turn asked nobody"
