@@ -58,6 +58,7 @@ from chalie.actor_messages import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
+    HandOff,
     TurnActorIdle,
 )
 from chalie.bus import Subscription
@@ -65,6 +66,7 @@ from chalie.conversation import background, submission
 from chalie.conversation.channels import Channel, resolve_channels
 from chalie.conversation.compaction import SummaryStore
 from chalie.conversation.events import BackgroundResult, Event
+from chalie.conversation.leases import ConversationLeases
 from chalie.conversation.quota import check_room, free_bytes
 from chalie.conversation.requests import (
     ConversationError,
@@ -77,6 +79,7 @@ from chalie.memory import briefing
 from chalie.messages import ANSWERS, Accepted, TurnContext
 from chalie.outbox import Outbox
 from chalie.principals import Principal, may_answer
+from chalie.sql import Follower
 from chalie.supervision import OnDemand
 
 log = logging.getLogger("chalie.conversations")
@@ -98,6 +101,16 @@ class _FollowUp:
 
     conversation_id: str
     result: BackgroundResult
+
+
+@dataclass(frozen=True)
+class _Lease:
+    """News of a conversation's lease on a shared store: another daemon waits for it
+    (``wanted``: hand it over when its turns are done), or it is free for a message that
+    waits here (``free``: take it, run the turns)."""
+
+    conversation_id: str
+    news: str  # "wanted" or "free"
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,11 @@ class Conversations(Supervisor):
         self._summaries: SummaryStore | None = None
         self._sub: Subscription | None = None
         self._deps: TurnDeps | None = None
+        self._leases: ConversationLeases | None = None
+        # Messages taken here while another daemon held their conversation: cid -> turn id ->
+        # (human_present, park_asks), for the TurnActor that runs them from the store.
+        self._waiting_asks: dict[str, dict[str, tuple[bool, bool]]] = {}
+        self._wanted: Follower | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def on_start(self) -> None:
@@ -188,8 +206,17 @@ class Conversations(Supervisor):
         )
         self._outbox = outbox
         self._prune()
+        leases = self._leases = ConversationLeases(rt.db_path)
+        ref = self.actor_ref
+        self._wanted = leases.follow(lambda cid: tell_quietly(ref, _Lease(cid, "wanted")))
         for cid in store.interrupted_conversations():
-            for event in store.recover(cid):
+            if not leases.hold(cid):
+                continue  # its turn runs on another daemon on the shared store
+            try:
+                recovered = store.recover(cid)
+            finally:
+                leases.drop(cid)
+            for event in recovered:
                 rt.events.publish(cid, event)
             log.warning(
                 "a turn left running at the last stop ended interrupted",
@@ -209,7 +236,6 @@ class Conversations(Supervisor):
             ),
             hooks=_Hooks(rt, self.actor_ref),
         )
-        ref = self.actor_ref
 
         def route(event: Any) -> None:
             if not event.recorded:  # a TurnActor's record of one is already delivered
@@ -242,9 +268,15 @@ class Conversations(Supervisor):
         if self._sub is not None:
             self._sub.close()
             self._sub = None
+        if self._wanted is not None:
+            self._wanted.close()
+            self._wanted = None
         # The TurnActors first: a stopping one still writes its turn's end.
         self.stop_children()
         self._live = OrderedDict()
+        if self._leases is not None:  # after the TurnActors' last writes: lets go of all
+            self._leases.close()
+            self._leases = None
         self._models.close()
         if self._store is not None:
             self._store.close()
@@ -313,8 +345,18 @@ class Conversations(Supervisor):
         seen = store.queue_turn(cid, turn_id, client_msg_id, msg.text)
         if seen is not None:
             return submission.duplicate(cid, seen.turn_id)
+        got = self._actor(cid)
+        if got is None:
+            # Its turns run on another daemon now: the message waits in the store, queued,
+            # and this daemon takes the conversation over once that one lets go of it.
+            asks = (msg.human_present is True, msg.park_asks is True)
+            self._waiting_asks.setdefault(cid, {})[turn_id] = asks
+            self._want(cid)
+            taken: concurrent.futures.Future[Accepted] = concurrent.futures.Future()
+            taken.set_result(submission.decided(cid, turn_id, True))
+            return taken
         self._send_no += 1
-        live, ref = self._actor(cid)
+        live, ref = got
         live.send_no = self._send_no
         start, taken = submission.start(msg, turn_id, client_msg_id, self._send_no)
         # The TurnActor answers ``taken`` once it has decided (before the turn's first
@@ -400,6 +442,7 @@ class Conversations(Supervisor):
 
         def stopped() -> None:  # on this actor's thread
             self._channel_of.pop(conversation_id, None)
+            self._let_go(conversation_id)
             try:
                 out.set_result(self.store.delete(conversation_id))
             except Exception as exc:
@@ -445,10 +488,13 @@ class Conversations(Supervisor):
             self._channel_of.popitem(last=False)
 
     # -- children ---------------------------------------------------------------------------
-    def _actor(self, cid: str) -> tuple[_Live, pykka.ActorRef[TurnActor]]:
-        """The conversation's TurnActor, started now if it is not running."""
+    def _actor(self, cid: str) -> tuple[_Live, pykka.ActorRef[TurnActor]] | None:
+        """The conversation's TurnActor, started now if it is not running; None when another
+        daemon on the shared store holds the conversation's lease (runs its turns)."""
         live = self._live.get(cid)
         if live is None:
+            if not self.has_child(cid) and not self._hold(cid):
+                return None
             live = self._live[cid] = _Live()
         self._live.move_to_end(cid)
         live.evicting = False
@@ -470,10 +516,49 @@ class Conversations(Supervisor):
         deps = self._deps
         assert deps is not None
         live = self._live.get(cid)
-        return TurnActor.start(cid, deps, self.actor_ref, live.send_no if live else 0)
+        return TurnActor.start(
+            cid,
+            deps,
+            self.actor_ref,
+            live.send_no if live else 0,
+            asks=self._waiting_asks.pop(cid, None),
+        )
 
     def child_forgotten(self, id: str) -> None:
         self._live.pop(id, None)
+        self._let_go(id)
+
+    # -- the conversations' leases (chalie.conversation.leases) -------------------------------
+    def _hold(self, cid: str) -> bool:
+        return self._leases is not None and self._leases.hold(cid)
+
+    def _let_go(self, cid: str) -> None:
+        """The conversation's TurnActor has stopped: its lease goes, unless a new one runs."""
+        if self._leases is not None and cid not in self._live and not self.has_child(cid):
+            self._leases.drop(cid)
+
+    def _want(self, cid: str) -> None:
+        leases, ref = self._leases, self.actor_ref
+        if leases is not None:
+            leases.want(cid, lambda: tell_quietly(ref, _Lease(cid, "free")))
+
+    def _lease_free(self, cid: str) -> None:
+        """The conversation's lease was let go of elsewhere: its TurnActor starts here and
+        runs the turns waiting in the store (or this daemon waits again)."""
+        if self._store is None or cid in self._live or self._known_channel(cid) is None:
+            return
+        try:
+            if self._actor(cid) is None:
+                self._want(cid)  # taken again meanwhile
+        except ConversationError:
+            log.warning(
+                "a conversation handed over could not start", extra={"conversation_id": cid}
+            )
+
+    def _wanted_here(self, cid: str) -> None:
+        ref = self.child(cid) if cid in self._live else None
+        if ref is not None:
+            tell_quietly(ref, HandOff())
 
     def _evict(self) -> None:
         """Over max_live: ask the least recently used to stop if idle (a busy one stays)."""
@@ -516,6 +601,10 @@ class Conversations(Supervisor):
             self._follow_up(message)
         elif isinstance(message, _Route):
             self._route(message.event)
+        elif isinstance(message, _Lease) and message.news == "wanted":
+            self._wanted_here(message.conversation_id)
+        elif isinstance(message, _Lease):
+            self._lease_free(message.conversation_id)
         elif isinstance(message, TurnActorIdle):
             cid = message.conversation_id
             live = self._live.get(cid)
@@ -527,7 +616,7 @@ class Conversations(Supervisor):
                 and live.send_no <= message.send_no
             ):
                 del self._live[cid]
-                self.dismiss_child(cid)
+                self.dismiss_child(cid, then=lambda: self._let_go(cid))
         else:
             return super().on_receive(message)
         return None
@@ -563,10 +652,11 @@ class Conversations(Supervisor):
         if self._store is None or self._known_channel(cid) is None:
             return None  # a call made outside any conversation (the CLI's tools call)
         try:
-            _, ref = self._actor(cid)
+            got = self._actor(cid)
         except ConversationError:
             return None  # kept in the outbox: the conversation's next actor takes it
-        return ref
+        # None: leased by another daemon; kept in the outbox for the next actor too.
+        return None if got is None else got[1]
 
 
 def _settle_bool(out: concurrent.futures.Future[bool], done: Any) -> None:

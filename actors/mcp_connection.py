@@ -54,7 +54,7 @@ from chalie.mcp.secrets import MissingSecret, SecretFile, resolve
 from chalie.mcp.server_log import ServerLog, log_path
 from chalie.mcp.session import ConnectFailure, McpSession, SessionInfo, describe, task_support
 from chalie.mcp.spec import ServerSpec
-from chalie.mcp.store import McpStore, Status
+from chalie.mcp.store import McpStore, Status, daemon_id
 from chalie.mcp.tools import ToolRow, plan
 
 log = logging.getLogger("chalie.mcp")
@@ -177,7 +177,7 @@ class McpConnectionActor(SupervisedActor):
 
     # -- lifecycle ---------------------------------------------------------------------
     def on_start(self) -> None:
-        self._store = McpStore(self._deps.db_path)
+        self._store = McpStore(self._deps.db_path, daemon=daemon_id(self._deps.home))
         self._load_rows()
         if self._deps.errlog_dir is not None:
             # Bounded and rotated: a server's stderr cannot fill the disk (chalie.mcp.server_log).

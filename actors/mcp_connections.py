@@ -27,7 +27,7 @@ from chalie.mcp.connection_view import ConnectionView
 from chalie.mcp.names import server_of
 from chalie.mcp.proxy import Installed, install, uninstall
 from chalie.mcp.spec import ServerSpec
-from chalie.mcp.store import CHANGED, McpStore
+from chalie.mcp.store import CHANGED, McpStore, daemon_id
 from chalie.sql import Follower, follow
 from chalie.supervision import ChildSpec
 
@@ -53,7 +53,7 @@ class McpConnections(Supervisor):
 
     def on_start(self) -> None:
         super().on_start()
-        self._store = McpStore(self._deps.db_path)
+        self._store = McpStore(self._deps.db_path, daemon=daemon_id(self._deps.home))
         me = self.actor_ref
 
         def changed(_payload: str) -> None:  # an operator's change, on any daemon

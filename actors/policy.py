@@ -67,6 +67,7 @@ from chalie.principals import Principal, may_answer
 from chalie.result import ToolResult
 from chalie.sql import Follower, follow
 from chalie.store_place import Place
+from chalie.trail import process_writer
 
 __all__ = ["GateAsk", "PolicyActor", "PolicyView", "ViewCache", "ViewRequest", "Withdraw"]
 
@@ -145,11 +146,14 @@ class PolicyActor(SupervisedActor):
         *,
         approval_expiry: float = 300.0,
         resume: Callable[[ToolCall], None] | None = None,
+        gate_id: str | None = None,
     ) -> None:
         """``resume``: hands a stored call to the dispatcher (a tell), to run it on the
         owner's answer after a restart (chalie.approvals); None: such calls end with a
-        result that says the answer was recorded."""
+        result that says the answer was recorded. ``gate_id``: whose requests this gate
+        raises on a shared store (default: this process's; tests play two daemons)."""
         super().__init__()
+        self._gate_id = gate_id or process_writer()
         self._resume = resume
         if not isinstance(approval_expiry, int | float) or approval_expiry <= 0:
             raise ValueError("approval_expiry must be a positive number of seconds")
@@ -165,7 +169,7 @@ class PolicyActor(SupervisedActor):
     def on_start(self) -> None:
         self._store = PolicyStore(self._db_path)
         self._view = PolicyView(self._store)
-        self._approvals = ApprovalStore(self._db_path)
+        self._approvals = ApprovalStore(self._db_path, gate=self._gate_id)
         me = self.actor_ref
 
         def settled(request_id: str) -> None:
@@ -518,8 +522,12 @@ class PolicyActor(SupervisedActor):
             # Raised by another daemon on the shared store: answered here, it is settled in
             # the store, and the daemon whose call waits hears of it (_settled_elsewhere).
             stored = self._approvals.request(request_id)
-            if stored is not None and stored.form is None:  # a form's content stays local
-                found = _Pending(stored, Future(), -1, waiting=False, elsewhere=True)
+            if stored is not None and self._approvals.raised_live_elsewhere(request_id):
+                if stored.form is None:  # a form's content stays local
+                    found = _Pending(stored, Future(), -1, waiting=False, elsewhere=True)
+            elif stored is not None:
+                # Its gate is gone (a daemon that stopped or died): answered as left open.
+                found = _Pending(stored, Future(), -1, waiting=False)
         if found is None:
             return False
         if not may_answer(by, found.request.principal):
@@ -633,4 +641,11 @@ class PolicyActor(SupervisedActor):
         return self.store.reset(channel, permission)
 
     def pending(self) -> builtins.list[PermissionRequest]:
-        return [p.request for p in self._pending.values()]
+        """The requests this gate holds, then the others pending on a shared store: raised
+        by another live daemon (answered here, its call resumes there) or left open by one
+        that is gone (answered here as left open)."""
+        own = [p.request for p in self._pending.values()]
+        if self._approvals is None:
+            return own
+        seen = {r.request_id for r in own}
+        return own + [r for r in self._approvals.still_pending() if r.request_id not in seen]

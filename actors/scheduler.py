@@ -10,8 +10,9 @@ Lifecycle, in order:
 1. ``on_start`` opens the table and arms the timer. A reminder whose time
    passed while the daemon was down is due at once; it fires marked late.
 2. On a wake it fires every due reminder: the firing is recorded first
-   (the next time of a recurring one, or ``done``), so a kill during its
-   turn never fires it twice; then a turn starts with the reminder's text, as
+   (the next time of a recurring one, or ``done``) and claimed by this scheduler
+   (a compare-and-set: one daemon of several on a shared store fires it); then a
+   turn starts with the reminder's text, as
    whoever set it: the owner's on the ``subconscious`` channel; an agent's on
    ``external_agent`` as that agent's token (its memory key, its gate, its
    trail id), framed as set by that agent, its text marked untrusted
@@ -19,7 +20,12 @@ Lifecycle, in order:
    cancelled instead. Either way no human is there: asks become denials.
 3. When that turn ends, its answer goes to the owner's chat conversation as
    a background result (stored in the outbox first, so a client that is
-   offline gets it on resume), and is kept as the reminder's last answer.
+   offline gets it on resume), and is kept as the reminder's last answer; the
+   claim ends. A firing whose claimant died first (a kill -9 mid-turn, on this
+   daemon's last run or on another daemon) is taken over and fired again at the
+   next wake (chalie.schedule.store); a wait on a live claimant's lease wakes
+   this scheduler the moment that claimant dies. A reminder added on another
+   daemon wakes it too (a notice on a shared store).
 4. ``add``/``cancel`` re-arm the timer. The clock is injectable: a test's
    clock jumps and wakes the actor, so nothing sleeps.
 """
@@ -31,6 +37,8 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import logging
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -64,9 +72,17 @@ from chalie.schedule.rules import (
     shortest_gap,
     zone,
 )
-from chalie.schedule.store import MAX_TEXT, Reminder, ReminderStore, Shown
+from chalie.schedule.store import ADDED, CLAIM_LEASE, MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
-from chalie.sql import Connection, StoreError, open_connection
+from chalie.sql import (
+    Connection,
+    Follower,
+    LeaseWait,
+    StoreError,
+    follow,
+    open_connection,
+    wait_for_lease,
+)
 from chalie.store_place import Place
 from chalie.tokens import TokenStore
 
@@ -88,6 +104,13 @@ AGENT_CHANNEL: Final = "external_agent"
 
 class _Wake:
     """The timer's message: look for due reminders."""
+
+
+@dataclass(frozen=True)
+class _Gone:
+    """A claimant waited on (another daemon's scheduler) is gone: its firings are orphans."""
+
+    claimant: str
 
 
 @dataclass(frozen=True)
@@ -188,6 +211,9 @@ class Scheduler(SupervisedActor):
         self._timer: int | None = None
         self._started = 0.0
         self._following = 0  # reminder turns started, not yet answered
+        self._claimant = uuid.uuid4().hex[:16]  # this run's claims (chalie.schedule.store)
+        self._added: Follower | None = None
+        self._claimants: dict[str, LeaseWait] = {}  # live claimants elsewhere, waited on
         self.fires = 0
         self.wakes = 0
 
@@ -203,7 +229,7 @@ class Scheduler(SupervisedActor):
 
     # -- lifecycle ---------------------------------------------------------------------
     def on_start(self) -> None:
-        self._store = ReminderStore(self._db_path)
+        self._store = ReminderStore(self._db_path, claimant=self._claimant)
         self._tokens = TokenStore(self._db_path)
         self._outbox = (
             Outbox(self._db_path)
@@ -218,12 +244,19 @@ class Scheduler(SupervisedActor):
         self._started = self._clock.now()
         me = self.actor_ref
         self._clock.on_jump(lambda: _tell(me, _Wake()))
+        self._added = follow(self._db_path, ADDED, lambda _payload: _tell(me, _Wake()))
         self._arm()
 
     def on_end(self) -> None:
         self._close()
 
     def _close(self) -> None:
+        if self._added is not None:
+            self._added.close()
+            self._added = None
+        waits, self._claimants = list(self._claimants.values()), {}
+        for wait in waits:
+            wait.close()
         model, self._model = self._model, None
         if model is not None:
             with contextlib.suppress(Exception):
@@ -250,12 +283,16 @@ class Scheduler(SupervisedActor):
             self.wakes += 1
             if self._enabled:
                 self._fire_due()
+                self._take_over()  # after: a firing another claimed meanwhile is waited on
             self._reflect_if_due()
             self._arm()
             return None
         if isinstance(message, _Answered):
             self._deliver(message)
             return None
+        if isinstance(message, _Gone):
+            self._claimants.pop(message.claimant, None)
+            return self.on_receive(_Wake())
         if isinstance(message, _Reflected):
             self._reflected(message)
             return None
@@ -291,6 +328,37 @@ class Scheduler(SupervisedActor):
         if self._store.due(now, 1):
             _tell(self.actor_ref, _Wake())  # more than one batch was due
 
+    def _take_over(self) -> None:
+        """Fire again the firings whose claimant died before delivering their answer, and
+        wait (no polling) on the leases of the claimants that live, to be woken when one
+        dies."""
+        assert self._store is not None
+        gone, live = self._store.orphaned()
+        now = self._clock.now()
+        for reminder, claimant in gone:
+            if not self._store.reclaim(reminder.id, claimant):
+                continue  # another scheduler took it over
+            log.warning(
+                "a reminder fired by a scheduler that stopped before answering fires again",
+                extra={"reminder": reminder.id},
+            )
+            self.fires += 1
+            due = reminder.last_fired or now
+            self._start_turn(reminder, due, True, firing=reminder.fired)
+        for claimant in live - set(self._claimants):
+            self._claimants[claimant] = wait_for_lease(
+                self._db_path, CLAIM_LEASE + claimant, self._gone(claimant)
+            )
+
+    def _gone(self, claimant: str) -> Callable[[], None]:
+        """What a wait on a live claimant's lease calls when it is free: look again."""
+        me = self.actor_ref
+
+        def gone() -> None:  # on the wait's thread
+            _tell(me, _Gone(claimant))
+
+        return gone
+
     def _turn_allowed(self, now: float) -> bool:
         """Whether one more reminder turn fits today's budget (counted if it does)."""
         day = utc_day(now)
@@ -313,13 +381,17 @@ class Scheduler(SupervisedActor):
             return False
         return found.principal()
 
-    def _start_turn(self, reminder: Reminder, due: float, late: bool) -> None:
-        """The reminder's turn, through the conversations port, followed to its end on the loop."""
+    def _start_turn(
+        self, reminder: Reminder, due: float, late: bool, *, firing: int | None = None
+    ) -> None:
+        """The reminder's turn, through the conversations port, followed to its end on the
+        loop. ``firing``: which firing it is (default: the one after the row's)."""
         rid, me = reminder.id, self.actor_ref
         who = self._setter(reminder)
         if who is False:
             assert self._store is not None
             self._store.cancel(rid)
+            self._store.delivered(rid)
             log.warning(
                 "an agent's reminder was cancelled: its token is revoked or gone",
                 extra={"reminder": rid, "principal": reminder.principal},
@@ -330,7 +402,7 @@ class Scheduler(SupervisedActor):
             conversation_id=None,
             channel=CHANNEL if agent is None else AGENT_CHANNEL,
             text=framed(reminder, due, late, agent),
-            client_msg_id=f"reminder-{rid}-{reminder.fired + 1}",
+            client_msg_id=f"reminder-{rid}-{reminder.fired + 1 if firing is None else firing}",
             origin=ORIGIN,
             principal=agent,
         )
@@ -365,6 +437,7 @@ class Scheduler(SupervisedActor):
         self._store.answered(reminder.id, answered.text)
         target = self._chat_conversation(reminder)
         if target is None:
+            self._store.delivered(reminder.id)
             log.info(
                 "a reminder's answer has no chat conversation to go to",
                 extra={"reminder": reminder.id},
@@ -385,6 +458,7 @@ class Scheduler(SupervisedActor):
             status="success",
         )
         result = self._outbox.put(result)
+        self._store.delivered(reminder.id)  # kept in the outbox: the firing is done
         self._events.publish(target, result)
 
     def _chat_conversation(self, reminder: Reminder) -> str | None:

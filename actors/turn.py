@@ -45,6 +45,7 @@ from chalie.actor_messages import (
     CancelRunningTurn,
     DeliverBackground,
     EvictIfIdle,
+    HandOff,
     StartTurn,
     TurnActorIdle,
 )
@@ -204,9 +205,13 @@ class TurnActor(SupervisedActor):
         deps: TurnDeps,
         parent: pykka.ActorRef[Any] | None = None,
         send_no: int = 0,
+        asks: Mapping[str, tuple[bool, bool]] | None = None,
     ) -> None:
         super().__init__()
         self.conversation_id = conversation_id
+        # Queued turns' (human_present, park_asks) known to the parent (a message it took
+        # while another daemon held the conversation); any other queued turn has neither.
+        self._asks = dict(asks or {})
         self._deps = deps
         self._parent = parent
         self._send_no = send_no
@@ -215,6 +220,7 @@ class TurnActor(SupervisedActor):
         self._model: concurrent.futures.Future[Any] | None = None  # the outstanding request
         self._timers: dict[core.Timer, int] = {}
         self._requests: Subscription | None = None
+        self._handing_off = False  # another daemon waits: idle as soon as turns are done
 
     # -- lifecycle ------------------------------------------------------------------
     def on_start(self) -> None:
@@ -251,7 +257,13 @@ class TurnActor(SupervisedActor):
             messages=loaded.messages,
             seq=loaded.info.last_seq,
             queued=[
-                core.Start(turn_id=r.turn_id, client_msg_id=r.client_msg_id, text=r.text)
+                core.Start(
+                    turn_id=r.turn_id,
+                    client_msg_id=r.client_msg_id,
+                    text=r.text,
+                    human_present=self._asks.get(r.turn_id, (False, False))[0],
+                    park_asks=self._asks.get(r.turn_id, (False, False))[1],
+                )
                 for r in loaded.queued
             ],
             zone=deps.settings.zone,
@@ -380,6 +392,10 @@ class TurnActor(SupervisedActor):
     def _evict(self, _message: EvictIfIdle) -> None:
         self._on(core.Evict())
 
+    def _hand_off(self, _message: HandOff) -> None:
+        self._handing_off = True
+        self._on(core.Evict())
+
     def _crash(self, _message: _Crash) -> None:
         raise RuntimeError("crash requested")
 
@@ -489,6 +505,8 @@ class TurnActor(SupervisedActor):
 
     def _ended(self, effect: core.Ended) -> None:
         self._deps.tools.forget(effect.turn_id)
+        if self._handing_off:  # idle once this turn's effects are done and none is queued
+            tell_quietly(self.actor_ref, core.Evict())
         state = self._state
         channel = state.channel if state is not None else None
         try:
@@ -573,6 +591,7 @@ _RECEIVE: dict[type, Callable[[TurnActor, Any], Any]] = {
     _Heard: TurnActor._heard,
     DeliverBackground: TurnActor._deliver,
     EvictIfIdle: TurnActor._evict,
+    HandOff: TurnActor._hand_off,
     _Crash: TurnActor._crash,
 }
 

@@ -202,6 +202,12 @@ class EvictIfIdle:
 
 
 @dataclass(frozen=True, slots=True)
+class HandOff:
+    """TurnActor, from its parent: another daemon on the shared store waits for this
+    conversation; report idle as soon as no turn runs or waits (now, or when they end)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeliverBackground:
     """TurnActor: the final envelope of one of its conversation's background calls."""
 

@@ -16,6 +16,13 @@ stored call back to the dispatcher as a background call whose gate is that answe
 conversation as a background result. A call that was not stored, or one the owner
 denies, ends with a background result that says so.
 
+Several daemons on one store: each request names the gate that raised it (``raised_by``,
+one id a daemon process), and that gate holds a lease of that name
+(:meth:`chalie.sql.Connection.lease`) while it runs. Another daemon lists a live gate's
+requests and answers them (the raising gate hears of it and its call resumes there,
+:data:`SETTLED`), but never adopts them as left open; the requests of a gate that is gone
+are left open for whichever daemon answers them.
+
 An answer covers exactly the call the owner saw (:func:`call_binding`: the tool, the
 permission, the call's validated arguments and its reach, as one digest stored with the
 request). A parked request's ``allow_once`` is taken only by a call with the same digest
@@ -63,7 +70,11 @@ _LATER_COLUMNS: Final = {
     # call_binding() of the call the owner was asked about (NULL: a row from before; no
     # call matches it, so an answer to it is never taken by a call)
     "binding": "ALTER TABLE permission_requests ADD COLUMN binding TEXT",
+    # the gate (a daemon process, chalie.trail.process_writer) that raised it; NULL: before
+    "raised_by": "ALTER TABLE permission_requests ADD COLUMN raised_by TEXT",
 }
+# A gate's lease, held while it runs: its requests are not left open.
+GATE_LEASE: Final = "approvals-gate:"
 RESUMABLE: Final = ("allow_once", "allow_always")
 # The notice a settled request sends to every daemon on a shared store (chalie.sql.follow).
 SETTLED: Final = "chalie_approvals"
@@ -126,10 +137,15 @@ def _read(body: bytes) -> PermissionRequest:
 class ApprovalStore(Store):
     """The ``permission_requests`` table; one connection, safe from any thread."""
 
-    def __init__(self, path: Place) -> None:
+    def __init__(self, path: Place, *, gate: str | None = None) -> None:
+        """``gate``: the id of the gate that raises requests through this store (it holds
+        that gate's lease); None for a store that only reads and answers."""
         super().__init__(path, _SCHEMA)
+        self.gate = gate
         with self._lock:
             self._add_columns("permission_requests", _LATER_COLUMNS)
+            if gate is not None:
+                self._conn.lease(GATE_LEASE + gate)  # False: another of ours holds it
 
     def put(
         self,
@@ -145,12 +161,14 @@ class ApprovalStore(Store):
         with self._lock:
             self._conn.execute(
                 "INSERT INTO permission_requests (request_id, conversation_id, "
-                "permission, body, created, expires_at, state, parked, call, binding) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO UPDATE SET "
+                "permission, body, created, expires_at, state, parked, call, binding, raised_by) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (request_id) DO UPDATE SET "
                 "conversation_id = excluded.conversation_id, permission = excluded.permission, "
                 "body = excluded.body, created = excluded.created, "
                 "expires_at = excluded.expires_at, state = excluded.state, "
                 "parked = excluded.parked, call = excluded.call, binding = excluded.binding, "
+                "raised_by = excluded.raised_by, "
                 "answered_by = NULL, settled_at = NULL, used = 0, delivered = 0",
                 (
                     request.request_id,
@@ -163,6 +181,7 @@ class ApprovalStore(Store):
                     1 if parked else 0,
                     call,
                     binding,
+                    self.gate,
                 ),
             )
 
@@ -259,16 +278,39 @@ class ApprovalStore(Store):
         return cur.rowcount == 1
 
     def left_open(self) -> list[PermissionRequest]:
-        """Requests still pending (a previous run's, at start), oldest first."""
+        """Requests still pending that no other live gate holds (a previous run's, at
+        start: this gate's own, or a gate's that is gone), oldest first."""
+        return [r for r, live in self._open() if not live]
+
+    def still_pending(self) -> list[PermissionRequest]:
+        """Every request still pending on the store, whichever gate raised it, oldest first."""
+        return [r for r, _live in self._open()]
+
+    def raised_live_elsewhere(self, request_id: str) -> bool:
+        """Whether the request was raised by another gate that still runs (its call waits
+        there)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT raised_by FROM permission_requests WHERE request_id = ?", (request_id,)
+            ).fetchone()
+            return self._live_elsewhere(row[0] if row else None)
+
+    def _live_elsewhere(self, gate: str | None) -> bool:
+        # under self._lock
+        return gate is not None and gate != self.gate and self._conn.leased(GATE_LEASE + gate)
+
+    def _open(self) -> list[tuple[PermissionRequest, bool]]:
+        """Pending requests, oldest first, each with whether another live gate raised it."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT body FROM permission_requests WHERE state = ? ORDER BY created",
+                "SELECT body, raised_by FROM permission_requests WHERE state = ? ORDER BY created",
                 (PENDING,),
             ).fetchall()
+            live = {gate: self._live_elsewhere(gate) for gate in {r[1] for r in rows}}
         found = []
-        for (body,) in rows:
+        for body, gate in rows:
             try:
-                found.append(_read(body))
+                found.append((_read(body), live[gate]))
             except msgspec.DecodeError:
                 continue  # unreadable: it can be neither shown nor answered
         return found

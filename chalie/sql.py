@@ -120,6 +120,10 @@ class Connection(Protocol):
         """Whether a live connection (this one included) holds the lease ``name``."""
         ...
 
+    def release(self, name: str) -> None:
+        """Let go of the lease ``name`` (nothing when this connection does not hold it)."""
+        ...
+
     def tables(self) -> set[str]:
         """The store's tables (SQLite's own excluded)."""
         ...
@@ -437,6 +441,13 @@ class SqliteConnection:
         with _LEASES_LOCK:
             return name in _LEASES.get(self.place, {})
 
+    def release(self, name: str) -> None:
+        with _LEASES_LOCK:
+            held = _LEASES.get(self.place, {})
+            if held.get(name) is self:
+                del held[name]
+                _LEASES_FREED.notify_all()
+
     def tables(self) -> set[str]:
         rows = self.raw.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
@@ -487,12 +498,14 @@ class SqliteConnection:
             held = _LEASES.get(self.place, {})
             for name in [n for n, owner in held.items() if owner is self]:
                 del held[name]
+            _LEASES_FREED.notify_all()
         self.raw.close()
 
 
 # SQLite leases: place → lease name → the connection holding it (in this process).
 _LEASES: dict[Place, dict[str, SqliteConnection]] = {}
 _LEASES_LOCK = threading.Lock()
+_LEASES_FREED = threading.Condition(_LEASES_LOCK)
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------
@@ -824,6 +837,12 @@ class PostgresConnection:
                 self.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
             return not free
 
+    def release(self, name: str) -> None:
+        with self._guard:
+            if name in self._leases:
+                self._leases.discard(name)
+                self.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (name,))
+
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self._guard:
@@ -1020,3 +1039,73 @@ __all__ = [
     "open_connection",
     "postgres_ddl",
 ]
+
+
+# -- waiting for a lease ---------------------------------------------------------------------
+
+# How long a PostgreSQL lease wait blocks before it looks whether it was closed meanwhile.
+_LEASE_WAIT_SLICE: Final = "2s"
+
+
+class LeaseWait:
+    """What :func:`wait_for_lease` returns: ``close()`` stops waiting (``then`` is not called)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+
+    def close(self) -> None:
+        self._stop.set()
+        with _LEASES_LOCK:
+            _LEASES_FREED.notify_all()
+
+
+def wait_for_lease(place: Place, name: str, then: Callable[[], None]) -> LeaseWait:
+    """Call ``then()``, on a thread of its own, once the lease ``name`` is free: its holder
+    let go of it, or died (its session ended). Nothing polls: on PostgreSQL a session of
+    its own blocks on the advisory lock (the server wakes it when the holder lets go), on
+    SQLite (leases of this process) a condition. ``then`` is a hint, not the lease: another
+    may take it before the caller does (the caller takes it, or waits again). A lost
+    server also calls ``then`` (the holder's session may have gone with it)."""
+    wait = LeaseWait()
+
+    def tell() -> None:
+        if not wait._stop.is_set():
+            try:
+                then()
+            except Exception:
+                log.exception("a freed lease was not handled")
+
+    def on_postgres(server: Postgres) -> None:
+        pg = _psycopg()
+        try:
+            conn = PostgresConnection(server)
+        except StoreError:
+            tell()
+            return
+        try:
+            conn.raw.execute(f"SET lock_timeout = '{_LEASE_WAIT_SLICE}'".encode())
+            while not wait._stop.is_set():
+                try:
+                    conn.raw.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (name,))
+                except pg.errors.LockNotAvailable:
+                    continue  # still held: wait on (the slice only lets close() be seen)
+                conn.raw.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (name,))
+                break
+        except pg.Error:
+            pass  # the server went away: the holder's session may have gone too
+        finally:
+            conn.close()
+        tell()
+
+    def on_sqlite() -> None:
+        with _LEASES_LOCK:
+            while not wait._stop.is_set() and name in _LEASES.get(place, {}):
+                _LEASES_FREED.wait()
+        tell()
+
+    name_of = f"lease-wait-{name}"[:60]
+    if isinstance(place, Postgres):
+        threading.Thread(target=on_postgres, args=(place,), name=name_of, daemon=True).start()
+    else:
+        threading.Thread(target=on_sqlite, name=name_of, daemon=True).start()
+    return wait

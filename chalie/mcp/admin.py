@@ -19,7 +19,7 @@ from chalie.mcp import server_log
 from chalie.mcp.importing import ImportFileError, parse_servers
 from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
-from chalie.mcp.store import McpStore, ServerExists, ServerRow
+from chalie.mcp.store import McpStore, ServerExists, ServerRow, daemon_id
 from chalie.mcp.tools import ToolRow, approve
 from chalie.store_place import Place
 
@@ -59,6 +59,17 @@ def server_view(row: ServerRow, tools: list[ToolRow]) -> dict[str, Any]:
         "last_error": row.last_error,
         "tools": sum(1 for t in tools if t.state == "active"),
         "quarantined": sum(1 for t in tools if t.state == "quarantined"),
+        # The other daemons on a shared store: each its own connection, its own status.
+        **(
+            {
+                "daemons": [
+                    {"daemon": d.daemon, "status": d.status, "since": d.status_since}
+                    for d in row.daemons
+                ]
+            }
+            if row.daemons
+            else {}
+        ),
     }
 
 
@@ -68,7 +79,7 @@ class McpAdmin:
     def __init__(
         self, db_path: Place, home: Path, *, on_change: Callable[[], None] | None = None
     ) -> None:
-        self.store = McpStore(db_path)
+        self.store = McpStore(db_path, daemon=daemon_id(home))
         self.secrets = SecretFile(home)
         self.logs_dir = home / "logs"
         self._on_change = on_change or (lambda: None)

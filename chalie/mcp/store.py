@@ -11,12 +11,20 @@ server is offline), the pinned definition hash, the state
 
 Several processes may open the file (the daemon, the CLI); SQLite's WAL and
 busy timeout serialise them; within a process one lock guards the connection.
+
+Several daemons on one store each keep their own connection to a server, so each has its
+own status of it: ``mcp_status`` holds one row per (server, daemon) (:func:`daemon_id`:
+the host and the daemon's home). A store opened for a daemon reads that daemon's status
+(the shared columns of ``mcp_servers`` hold the last status any daemon wrote, for readers
+that name no daemon) and lists the other daemons' beside it (:attr:`ServerRow.daemons`).
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
@@ -57,6 +65,18 @@ CREATE TABLE IF NOT EXISTS mcp_tools (
     problem     TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (server, remote)
 );
+CREATE TABLE IF NOT EXISTS mcp_status (
+    server         TEXT NOT NULL,
+    daemon         TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    status_since   REAL,
+    status_reason  TEXT NOT NULL DEFAULT '',
+    last_heartbeat REAL,
+    protocol       TEXT NOT NULL DEFAULT '',
+    latency_ms     REAL,
+    last_error     TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (server, daemon)
+);
 """
 
 _json = msgspec.json.Encoder()
@@ -72,6 +92,37 @@ class ServerExists(ValueError):
     pass
 
 
+# A connection's status columns, in mcp_servers' and mcp_status' order.
+_STATUS_FIELDS: Final = (
+    "status",
+    "status_since",
+    "status_reason",
+    "last_heartbeat",
+    "protocol",
+    "latency_ms",
+    "last_error",
+)
+
+
+def _status(values: Iterable[Any]) -> dict[str, Any]:
+    return dict(zip(_STATUS_FIELDS, values, strict=True))
+
+
+def daemon_id(home: Path) -> str:
+    """A daemon's name in ``mcp_status``: its host and its home (the same across its
+    restarts, another for each daemon on a shared store)."""
+    return f"{socket.gethostname()}:{Path(home).resolve()}"
+
+
+class DaemonStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One daemon's status of its own connection to a server."""
+
+    daemon: str
+    status: str
+    status_since: float | None = None
+    status_reason: str = ""
+
+
 class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
     spec: ServerSpec
     created_at: float
@@ -82,6 +133,8 @@ class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
     protocol: str = ""
     latency_ms: float | None = None
     last_error: str = ""
+    # The other daemons' statuses of their connections to it (a store opened for a daemon).
+    daemons: tuple[DaemonStatus, ...] = ()
 
     @property
     def name(self) -> str:
@@ -91,8 +144,11 @@ class ServerRow(msgspec.Struct, frozen=True, kw_only=True):
 class McpStore(Store):
     """The two tables, for any thread of one process (one lock around the connection)."""
 
-    def __init__(self, path: Place) -> None:
+    def __init__(self, path: Place, *, daemon: str | None = None) -> None:
+        """``daemon``: whose connection statuses this store writes and reads
+        (:func:`daemon_id`); None: the last status any daemon wrote."""
         super().__init__(path, _SCHEMA, racing=True)
+        self.daemon = daemon
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
         with self._lock:
@@ -106,28 +162,47 @@ class McpStore(Store):
 
     @staticmethod
     def _server(row: Any) -> ServerRow:
-        spec, created, status, since, reason, beat, proto, latency, error = row
-        return ServerRow(
-            spec=decode_spec(spec),
-            created_at=created,
-            status=status,
-            status_since=since,
-            status_reason=reason,
-            last_heartbeat=beat,
-            protocol=proto,
-            latency_ms=latency,
-            last_error=error,
-        )
+        spec, created, *status = row
+        return ServerRow(spec=decode_spec(spec), created_at=created, **_status(status))
 
     def servers(self) -> list[ServerRow]:
-        return [
-            self._server(r)
-            for r in self._rows(f"SELECT {self._SERVER_COLS} FROM mcp_servers ORDER BY name")
-        ]
+        return self._servers(None)
 
     def server(self, name: str) -> ServerRow | None:
-        found = self._rows(f"SELECT {self._SERVER_COLS} FROM mcp_servers WHERE name = ?", (name,))
-        return self._server(found[0]) if found else None
+        found = self._servers(name)
+        return found[0] if found else None
+
+    def _servers(self, name: str | None) -> list[ServerRow]:
+        where, args = ("", ()) if name is None else (" WHERE name = ?", (name,))
+        rows = [
+            self._server(r)
+            for r in self._rows(
+                f"SELECT {self._SERVER_COLS} FROM mcp_servers{where} ORDER BY name", args
+            )
+        ]
+        if self.daemon is None or not rows:
+            return rows
+        status_where = "" if name is None else " WHERE server = ?"
+        per: dict[str, list[tuple[Any, ...]]] = {}
+        for r in self._rows(
+            "SELECT server, daemon, status, status_since, status_reason, last_heartbeat, "
+            f"protocol, latency_ms, last_error FROM mcp_status{status_where} ORDER BY daemon",
+            args,
+        ):
+            per.setdefault(r[0], []).append(tuple(r))
+        return [self._overlay(row, per.get(row.name, [])) for row in rows]
+
+    def _overlay(self, row: ServerRow, statuses: list[tuple[Any, ...]]) -> ServerRow:
+        """The row as this daemon sees it: its own status, the others' beside it."""
+        own = next((s for s in statuses if s[1] == self.daemon), None)
+        others = tuple(
+            DaemonStatus(daemon=s[1], status=s[2], status_since=s[3], status_reason=s[4])
+            for s in statuses
+            if s[1] != self.daemon
+        )
+        if own is None:  # not connected from here yet
+            return msgspec.structs.replace(row, daemons=others)
+        return msgspec.structs.replace(row, **_status(own[2:]), daemons=others)
 
     def add_server(self, spec: ServerSpec, *, replace: bool = False) -> None:
         now = time.time()
@@ -181,6 +256,7 @@ class McpStore(Store):
         with self._lock, self._conn.transaction() as tx:
             cur = tx.execute("DELETE FROM mcp_servers WHERE name = ?", (name,))
             tx.execute("DELETE FROM mcp_tools WHERE server = ?", (name,))
+            tx.execute("DELETE FROM mcp_status WHERE server = ?", (name,))
             return cur.rowcount > 0
 
     def set_status(
@@ -211,6 +287,20 @@ class McpStore(Store):
             self._conn.execute(
                 f"UPDATE mcp_servers SET {', '.join(sets)} WHERE name = ?", (*args, name)
             )
+            if self.daemon is not None:
+                self._set_own_status(name, sets, args)
+
+    def _set_own_status(self, name: str, sets: list[str], args: list[Any]) -> None:
+        """This daemon's row of ``mcp_status`` (under the lock): the same columns."""
+        columns = [s.split(" = ")[0] for s in sets]
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
+        self._conn.execute(
+            f"INSERT INTO mcp_status (server, daemon, {', '.join(columns)}) "
+            f"SELECT ?, ?, {', '.join('?' * len(columns))} "
+            "WHERE EXISTS (SELECT 1 FROM mcp_servers WHERE name = ?) "
+            f"ON CONFLICT (server, daemon) DO UPDATE SET {updates}",
+            (name, self.daemon, *args, name),
+        )
 
     # -- tools -------------------------------------------------------------------
     _TOOL_COLS: Final = (

@@ -15,6 +15,12 @@ Lifecycle, in order:
    is recallable as soon as ``store`` returns.
 4. ``close()`` saves the graphs with the generation they reflect.
 
+Several daemons on one store: :meth:`MemoryBook.follow` keeps the open index in step
+with the other daemons' writes while this one runs (their notices name the memories
+changed, :data:`chalie.memory.store.CHANGED`; each is read back from the table and
+indexed again, or unindexed), so a memory stored on one daemon is recalled on every
+other.
+
 Recall is hybrid: the semantic neighbours (HNSW, cosine), the keyword hits
 (Tantivy, BM25) and the rare-word hits of the query are fused and lifted
 (:mod:`chalie.memory.fusion`), then the place, time, people and kind filters
@@ -52,8 +58,9 @@ from chalie.memory.records import (
     Provenance,
     Recalled,
 )
-from chalie.memory.store import MemoryStore
+from chalie.memory.store import CHANGED, MemoryStore
 from chalie.memory.whose import OWNER, is_agent
+from chalie.sql import Follower, follow
 
 log = logging.getLogger("chalie.memory")
 
@@ -293,6 +300,40 @@ class MemoryBook:
         for memory, vector in zip(memories, rows, strict=True):
             self.store.replace(memory, self.embedder.model_id, vector)
             yield memory, vector
+
+    def follow(self) -> Follower:
+        """Follow the other daemons' changes of the shared table (nothing to follow on
+        SQLite); ``close()`` the follower before the book."""
+        return follow(self.store.place, CHANGED, self._changed_elsewhere)
+
+    def _changed_elsewhere(self, payload: str) -> None:
+        """A notice (on the follower's thread): the memories it names are indexed as the
+        table has them now; all of them on a lost connection's resync ("") or "*"."""
+        writer, _, named = payload.partition(":")
+        if writer == self.store.writer:
+            return  # this book's own write: indexed as it was made
+        with self._lock:
+            index = self._index
+            if index is None:
+                return  # opened later, from the table as it is then
+            if named in ("", "*"):
+                self._index = None  # the next call rebuilds it from the table
+                index.close()
+                index.invalidate()
+                return
+            for memory_id in {int(i) for i in named.split(",") if i.isdigit()}:
+                self._index_again(index, memory_id)
+
+    def _index_again(self, index: MemoryIndex, memory_id: int) -> None:
+        """Index one memory as the table has it (another daemon changed it)."""
+        memory = self.store.get(memory_id)
+        index.remove_id(memory_id)  # also from another principal's graph (a promotion)
+        if memory is None or memory.forgotten is not None:
+            return
+        vector = self.store.vector(memory_id, self.embedder.model_id, self.embedder.dim)
+        if vector is None:  # written with another embedding model
+            vector = self._vector(memory.text)
+        index.add([(memory, vector)])
 
     def close(self) -> None:
         """Save the index and let it go (the next call opens the saved one again)."""

@@ -490,6 +490,20 @@ class MemoryIndex:
         self._write_text(chunk, fresh=True)
         return len(chunk)
 
+    def remove_id(self, memory_id: int) -> None:
+        """Unindex a memory by its id alone, from whichever principal's graph holds it (one
+        gone from the table, or moved to another principal)."""
+        with self._lock:
+            for graph in self._graphs.values():
+                if graph.contains(memory_id):
+                    graph.remove(memory_id)
+            for fresh in self._fresh.values():
+                fresh.drop(memory_id)
+            self._tail.pop(memory_id, None)
+            self._pending_text.pop(memory_id, None)
+            self._gone.add(memory_id)
+        self._wake_committer()
+
     def remove(self, memory: Memory) -> None:
         with self._lock:
             graph = self._graphs.get(memory.principal)

@@ -4,11 +4,17 @@ The vector (float16, the embedder's model id beside it) is kept so the
 indexes can be rebuilt without embedding everything again. ``generation``
 in ``memory_meta`` is bumped in the same transaction as every change: an
 index saved at generation N is current only while the table is at N.
+
+Several daemons on one store: every change also sends a notice (:data:`CHANGED`, sent
+when its transaction commits) naming the store that wrote it and the memories it changed,
+so each daemon's own indexes follow the shared table while it runs
+(:meth:`chalie.memory.book.MemoryBook.follow`).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
@@ -18,6 +24,11 @@ import numpy as np
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
 from chalie.sql import Connection, Store, open_connection
 from chalie.store_place import Place
+
+# The notice of a change: "<writer>:<id>,<id>..." (":*" when too many to name: all of them).
+CHANGED: Final = "chalie_memories"
+# PostgreSQL's notice payloads stop short of 8000 bytes.
+_NAMED_IDS: Final = 500
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -132,6 +143,8 @@ class MemoryStore(Store):
             self._conn.defer_checkpoints()
         self._spare: Connection | None = None
         self._spare_lock = threading.Lock()
+        # Who wrote a change (its notice): a daemon's book skips its own.
+        self.writer = secrets.token_hex(8)
 
     def close(self) -> None:
         super().close()
@@ -156,11 +169,15 @@ class MemoryStore(Store):
             ).fetchone()
         return int(row[0]) if row else 0
 
-    def _bump(self) -> None:
+    def _bump(self, ids: Sequence[int] = ()) -> None:
+        """A change (in the caller's transaction): the generation moves on, and every daemon
+        following the table hears which memories changed once it commits."""
         self._conn.execute(
             "INSERT INTO memory_meta (key, value) VALUES ('generation', '1') ON CONFLICT(key) "
             "DO UPDATE SET value = CAST(CAST(memory_meta.value AS BIGINT) + 1 AS TEXT)"
         )
+        named = ",".join(str(i) for i in ids) if 0 < len(ids) <= _NAMED_IDS else "*"
+        self._conn.notify(CHANGED, f"{self.writer}:{named}")
 
     # -- writes -----------------------------------------------------------------------
     def insert(self, memory: Memory, model_id: str, vector: np.ndarray[Any, Any]) -> int:
@@ -195,7 +212,7 @@ class MemoryStore(Store):
             self._conn.execute(
                 "UPDATE memory_meta SET value = ? WHERE key = 'last_id'", (str(new_id),)
             )
-            self._bump()
+            self._bump((new_id,))
             return new_id
 
     def replace(
@@ -216,14 +233,14 @@ class MemoryStore(Store):
         with self._lock, self._conn.transaction():
             cur = self._conn.execute(f"UPDATE memories SET {sets} WHERE id = ?", (*args, memory.id))
             if cur.rowcount:
-                self._bump()
+                self._bump((memory.id,))
         return cur.rowcount > 0
 
-    def _set(self, sql: str, args: Sequence[Any]) -> bool:
+    def _set(self, sql: str, args: Sequence[Any], memory_id: int) -> bool:
         with self._lock, self._conn.transaction():
             cur = self._conn.execute(sql, args)
             if cur.rowcount:
-                self._bump()
+                self._bump((memory_id,))
         return cur.rowcount > 0
 
     def forget(self, memory_id: int, at: float, after: Sequence[str] = ()) -> bool:
@@ -232,6 +249,7 @@ class MemoryStore(Store):
         return self._set(
             f"UPDATE memories SET forgotten = ?, forgotten_after = ? WHERE id = ? AND {LIVE}",
             (at, json.dumps(list(after)), memory_id),
+            memory_id,
         )
 
     def restore(self, memory_id: int) -> bool:
@@ -239,11 +257,14 @@ class MemoryStore(Store):
             "UPDATE memories SET forgotten = NULL, forgotten_after = '[]' "
             "WHERE id = ? AND forgotten IS NOT NULL",
             (memory_id,),
+            memory_id,
         )
 
     def supersede(self, memory_id: int, by: int) -> bool:
         """Mark a memory as no longer true: ``by`` (a newer memory) replaced it."""
-        return self._set("UPDATE memories SET superseded_by = ? WHERE id = ?", (by, memory_id))
+        return self._set(
+            "UPDATE memories SET superseded_by = ? WHERE id = ?", (by, memory_id), memory_id
+        )
 
     def purge(self, before: float) -> list[int]:
         """Remove for good the memories forgotten before ``before``; their ids."""
@@ -258,11 +279,11 @@ class MemoryStore(Store):
                     f"({','.join('?' * len(rows))})",
                     [int(r[0]) for r in rows],
                 )
-                self._bump()
+                self._bump([int(r[0]) for r in rows])
         return [int(r[0]) for r in rows]
 
     def delete(self, memory_id: int) -> bool:
-        return self._set("DELETE FROM memories WHERE id = ?", (memory_id,))
+        return self._set("DELETE FROM memories WHERE id = ?", (memory_id,), memory_id)
 
     # -- reads ------------------------------------------------------------------------
     def get(self, memory_id: int) -> Memory | None:

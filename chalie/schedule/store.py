@@ -2,8 +2,17 @@
 
 A pending reminder's ``next_fire`` is the UTC epoch second it is due. Firing
 one is two writes: :meth:`ReminderStore.fired` records the firing (and the
-next time, or ``done``) in one transaction before its turn starts, so a kill
-during the turn never fires it twice; the answer is recorded afterwards.
+next time, or ``done``) in one statement before its turn starts, so it is fired
+once however many daemons share the store; the answer is recorded afterwards.
+
+A firing is *claimed* until its answer is delivered: the row names the claimant (a
+daemon's scheduler, one random id a run) and the claimant holds a lease of that name
+(:meth:`chalie.sql.Connection.lease`, gone with its session). A claimant that dies
+before delivering (a kill -9 mid-turn) leaves a claim whose lease is free:
+:meth:`ReminderStore.orphaned` finds it and :meth:`ReminderStore.reclaim` takes it over,
+once, for another scheduler (on another daemon, or this one's next run) to fire it
+again. Nothing is lost; a firing whose answer was being delivered when its claimant died
+may be told twice.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from chalie.schedule.rules import RuleKind
-from chalie.sql import Store
+from chalie.sql import Store, add_columns
 from chalie.store_place import Place
 
 State = Literal["pending", "done", "cancelled"]
@@ -40,6 +49,12 @@ CREATE TABLE IF NOT EXISTS reminders (
 );
 CREATE INDEX IF NOT EXISTS reminders_due ON reminders (next_fire) WHERE state = 'pending';
 """
+# Who claimed the last firing and has not delivered its answer yet (NULL: nobody).
+_LATER_COLUMNS: Final = {"claimed_by": "ALTER TABLE reminders ADD COLUMN claimed_by TEXT"}
+# The notice a new reminder sends every daemon on a shared store (their schedulers re-arm).
+ADDED: Final = "chalie_reminders"
+# A claimant's lease: held by its store's connection for as long as it runs.
+CLAIM_LEASE: Final = "reminders-claimant:"
 _COLUMNS: Final = (
     "id, text, kind, rule, zone, principal, conversation_id, created, next_fire, state, "
     "fired, last_fired, last_late, last_answer"
@@ -85,8 +100,15 @@ def _row(r: Any) -> Reminder:
 class ReminderStore(Store):
     """One connection, any thread (a lock serialises it)."""
 
-    def __init__(self, db_path: Place) -> None:
+    def __init__(self, db_path: Place, *, claimant: str | None = None) -> None:
+        """``claimant``: this scheduler's id (one a run), whose lease the store holds;
+        None for a store that never fires (the CLI's, a copy's)."""
         super().__init__(db_path, _SCHEMA)
+        self.claimant = claimant
+        with self._lock:
+            add_columns(self._conn, "reminders", _LATER_COLUMNS)
+            if claimant is not None and not self._conn.lease(CLAIM_LEASE + claimant):
+                raise RuntimeError(f"the reminders claimant {claimant!r} is taken")
 
     def add(
         self,
@@ -107,6 +129,7 @@ class ReminderStore(Store):
                 f"RETURNING {_COLUMNS}",
                 (text, kind, rule, zone, principal, conversation_id, created, next_fire),
             ).fetchone()
+            self._conn.notify(ADDED)
         return _row(row)
 
     def add_many(self, rows: list[tuple[str, str, str, str, str, float, float]]) -> None:
@@ -192,8 +215,50 @@ class ReminderStore(Store):
         with self._lock:
             cur = self._conn.execute(
                 "UPDATE reminders SET fired = fired + 1, last_fired = ?, last_late = ?, "
-                f"next_fire = ?, state = ? WHERE id = ? AND state = 'pending'{same}",
-                (at, int(late), next_fire, state, reminder_id, *(() if due is None else (due,))),
+                "next_fire = ?, state = ?, claimed_by = ? "
+                f"WHERE id = ? AND state = 'pending'{same}",
+                (
+                    at,
+                    int(late),
+                    next_fire,
+                    state,
+                    self.claimant,
+                    reminder_id,
+                    *(() if due is None else (due,)),
+                ),
+            )
+        return cur.rowcount == 1
+
+    def delivered(self, reminder_id: int) -> None:
+        """This claimant's firing of the reminder is delivered (or will never be): unclaimed."""
+        with self._lock:
+            self._conn.execute(
+                "UPDATE reminders SET claimed_by = NULL WHERE id = ? AND claimed_by = ?",
+                (reminder_id, self.claimant),
+            )
+
+    def orphaned(self) -> tuple[list[tuple[Reminder, str]], set[str]]:
+        """Firings claimed by a claimant that is gone (its lease free), each with that
+        claimant; and the live claimants of other firings (another daemon's scheduler)."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS}, claimed_by FROM reminders WHERE claimed_by IS NOT NULL "
+                "AND claimed_by != ? AND state != 'cancelled' ORDER BY last_fired, id",
+                (self.claimant or "",),
+            ).fetchall()
+            live: dict[str, bool] = {}
+            for r in rows:
+                if r[-1] not in live:
+                    live[r[-1]] = self._conn.leased(CLAIM_LEASE + r[-1])
+        gone = [(_row(r), str(r[-1])) for r in rows if not live[r[-1]]]
+        return gone, {c for c, alive in live.items() if alive}
+
+    def reclaim(self, reminder_id: int, claimant: str) -> bool:
+        """Take over ``claimant``'s firing of the reminder; True for the one that got it."""
+        with self._lock:
+            cur = self._conn.execute(
+                "UPDATE reminders SET claimed_by = ? WHERE id = ? AND claimed_by = ?",
+                (self.claimant, reminder_id, claimant),
             )
         return cur.rowcount == 1
 

@@ -126,3 +126,52 @@ def test_an_mcp_server_added_on_a_is_connected_on_b(
         return out.returncode == 0 and "hello from B" in out.stdout
 
     wait_until(echoed_on_b, 60, "B's connection to the server A added")
+
+    # Each daemon its own connection, its own status of it: A lists its own and B's.
+    def listed_on(d: DaemonProcess) -> dict[str, Any]:
+        rows = json.loads(chalie(d.home, "mcp", "list", "--json").stdout)
+        found: dict[str, Any] = next(r for r in rows if r["name"] == "fx")
+        return found
+
+    def both_online() -> bool:
+        row = listed_on(a)
+        return row["status"] == "online" and [d["status"] for d in row.get("daemons", [])] == [
+            "online"
+        ]
+
+    wait_until(both_online, 30, "A's and B's statuses of their connections")
+    (b_seen,) = listed_on(a)["daemons"]
+    (a_seen,) = listed_on(b)["daemons"]
+    assert b_seen["daemon"].endswith(str(b.home)) and a_seen["daemon"].endswith(str(a.home))
+
+
+def _recalled(d: DaemonProcess, query: str) -> list[str]:
+    done = chalie(d.home, "memory", "search", query, "--json")
+    assert done.returncode == 0, done.stderr
+    return [m["text"] for m in json.loads(done.stdout)]
+
+
+def test_a_memory_stored_on_a_is_recalled_on_b_while_both_run(
+    pair: tuple[DaemonProcess, DaemonProcess],
+) -> None:
+    """B's index is open before A stores (a search opened it): B recalls A's memory because
+    its index follows the shared table (NOTIFY), not because it was rebuilt at a start."""
+    a, b = pair
+    assert _recalled(b, "bicycle lock code") == []
+    stored = subprocess.run(
+        [sys.executable, "-m", "chalie", "--home", str(a.home), "memory", "import", "-"],
+        input='{"text": "the bicycle lock code is 4711"}\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert stored.returncode == 0 and "stored 1" in stored.stdout, stored.stdout + stored.stderr
+    wait_until(
+        lambda: _recalled(b, "bicycle lock code") == ["the bicycle lock code is 4711"],
+        10,
+        "B recalls the memory A stored",
+    )
+    (memory_id,) = [m["id"] for m in json.loads(chalie(b.home, "memory", "list", "--json").stdout)]
+    assert chalie(a.home, "memory", "forget", str(memory_id)).returncode == 0
+    wait_until(lambda: _recalled(b, "bicycle lock code") == [], 10, "B forgets it too")

@@ -18,7 +18,7 @@ import pytest
 from actors.policy import PolicyActor
 from chalie import policy as rules
 from chalie.bus import EventBus
-from chalie.conversation.events import PermissionRequest
+from chalie.conversation.events import BackgroundResult, PermissionRequest
 from chalie.messages import GateDecision, RequestSettled, ToolCall, TurnContext, decode, encode
 from chalie.policy import PolicyError, PolicyStore
 from chalie.principals import LOCAL_OWNER
@@ -180,10 +180,10 @@ def test_internal_entries_are_hidden_from_the_list_unless_asked(store_place: Pla
 class Gate:
     """A started PolicyActor with its event bus and a subscriber queue for all conversations."""
 
-    def __init__(self, path: Place, expiry: float = 300.0) -> None:
+    def __init__(self, path: Place, expiry: float = 300.0, gate_id: str | None = None) -> None:
         self.bus = EventBus()
         self.events = self.bus.subscribe_queue(None)
-        self.ref = PolicyActor.start(path, self.bus, approval_expiry=expiry)
+        self.ref = PolicyActor.start(path, self.bus, approval_expiry=expiry, gate_id=gate_id)
         self.proxy = self.ref.proxy()
 
     def gate(
@@ -512,10 +512,13 @@ def test_a_request_raised_on_one_daemon_is_answered_on_another(pg_cluster: Any) 
     from chalie.store_place import Postgres
 
     place = Postgres(pg_cluster.new_database())
-    a, b = Gate(place), Gate(place)  # type: ignore[arg-type]
+    a = Gate(place, gate_id="a")  # type: ignore[arg-type]
     try:
         waiting = a.gate("email.send")
         asked = a.request()
+        # B starts while A's request waits: B lists it (A's), and does not adopt it.
+        b = Gate(place, gate_id="b")  # type: ignore[arg-type]
+        assert [r.request_id for r in b.proxy.pending().get()] == [asked.request_id]
         agent = Principal(scope="agent", id="tok_x", name="x")
         with pytest.raises(PolicyError):
             b.proxy.answer(asked.request_id, "allow_once", agent).get()
@@ -523,11 +526,26 @@ def test_a_request_raised_on_one_daemon_is_answered_on_another(pg_cluster: Any) 
         assert b.proxy.answer(asked.request_id, "allow_once", LOCAL_OWNER).get() is True
         decision = waiting.result(5)
         assert decision.allowed and decision.decided_by == "human"
+        # B answered a live gate's request: the call goes on on A, B runs nothing itself.
+        heard_on_b = []
+        while not b.events.queue.empty():
+            heard_on_b.append(b.events.queue.get())
+        assert not any(isinstance(e, BackgroundResult) for e in heard_on_b), heard_on_b
         assert b.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
         assert a.proxy.answer(asked.request_id, "deny", LOCAL_OWNER).get() is False
         denied = a.gate("email.send")
         b.proxy.answer(a.request().request_id, "deny", LOCAL_OWNER).get()
         assert denied.result(5).decision == "deny"
+        assert b.proxy.pending().get() == [] and a.proxy.pending().get() == []
+        # A request of a gate that is gone (its daemon stopped) is answered on B as left open.
+        a.gate("email.send")
+        left = a.request()
+        a.ref.stop()
+        assert [r.request_id for r in b.proxy.pending().get()] == [left.request_id]
+        c = Gate(place, gate_id="c")  # type: ignore[arg-type]
+        assert [r.request_id for r in c.proxy.pending().get()] == [left.request_id]
+        assert b.proxy.answer(left.request_id, "deny", LOCAL_OWNER).get() is True
+        c.ref.stop()
     finally:
         a.ref.stop()
         b.ref.stop()

@@ -647,6 +647,33 @@ def test_a_start_that_comes_after_its_stored_turn_ran_runs_nothing(h: Harness) -
         ref.stop()
 
 
+def test_a_stored_turn_keeps_the_asks_its_parent_took_it_with(h: Harness) -> None:
+    """A message taken while another daemon held its conversation waits in the store; the
+    TurnActor that runs it from there is told who answers its asks (the sender's
+    human_present / park_asks), which the store does not keep."""
+    h.script({"on_user": {"hang": True}})
+    deps = h.conversations.ask(ProxyGetAttr(attr_path=("_deps",)), timeout=10)
+    assert isinstance(deps, TurnDeps)
+    running = []
+    for n, asks in enumerate(({"t_x0": (True, True)}, None)):
+        cid = new_id("c")
+        deps.storage.store.create(cid, "bg-openai")
+        deps.storage.store.queue_turn(cid, f"t_x{n}", f"m_x{n}", f"stored {n}")
+        ref = TurnActor.start(cid, deps, asks=asks)
+        try:
+            wait_until(
+                lambda n=n: any(
+                    r["body"]["messages"][-1]["content"] == f"stored {n}" for r in h.server.requests
+                ),
+                what="the stored turn running",
+            )
+            state = ref.ask(ProxyGetAttr(attr_path=("_state",)), timeout=10)
+            running.append((state.turn.turn_id, state.turn.human_present, state.turn.park_asks))
+        finally:
+            ref.stop()
+    assert running == [("t_x0", True, True), ("t_x1", False, False)]
+
+
 def test_a_fast_stream_reaches_followers_as_a_few_joined_deltas_in_order(h: Harness) -> None:
     text = "one two three four five six seven eight nine ten " * 4
     h.script({"on_user": {"text": text, "chunk": 1}})  # a delta per character

@@ -122,3 +122,33 @@ def test_the_approval_prompt_shows_provenance(tmp_path: Path) -> None:
     }
     shown = "\n".join(render(request))
     assert "remote tool 'Search.Issues' on MCP server gh" in shown
+
+
+def test_each_daemon_keeps_its_own_status_of_a_server_on_one_store(store_place: Place) -> None:
+    """Two daemons' stores (each its own connection to the server): each reads its own
+    status, and lists the other's beside it; a store naming no daemon reads the last one."""
+    a, b = McpStore(store_place, daemon="host:/a"), McpStore(store_place, daemon="host:/b")
+    plain = McpStore(store_place)
+    try:
+        a.add_server(ServerSpec(name="gh", transport="http", url="https://example.com/mcp"))
+        a.set_status("gh", "online", reason="", since=10.0, protocol="2025-06-18")
+        b.set_status("gh", "offline", reason="connection refused", since=20.0)
+        seen_a, seen_b = a.server("gh"), b.server("gh")
+        assert seen_a is not None and seen_b is not None
+        assert (seen_a.status, seen_a.status_since, seen_a.protocol) == (
+            "online",
+            10.0,
+            "2025-06-18",
+        )
+        assert (seen_b.status, seen_b.status_reason) == ("offline", "connection refused")
+        assert [(d.daemon, d.status) for d in seen_a.daemons] == [("host:/b", "offline")]
+        assert [(d.daemon, d.status) for d in b.servers()[0].daemons] == [("host:/a", "online")]
+        assert plain.server("gh").status == "offline"  # type: ignore[union-attr]  # B's, last
+        a.set_status("gh", "offline", reason="heartbeat missed")  # since kept when not given
+        assert a.server("gh").status_since == 10.0  # type: ignore[union-attr]
+        assert a.remove_server("gh") and b.server("gh") is None
+        b.set_status("gh", "online")  # a connection's last word on a removed server: no row
+        assert b.server("gh") is None
+    finally:
+        for s in (a, b, plain):
+            s.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -83,16 +84,7 @@ def test_a_reminder_firing_is_claimed_once_by_one_of_two_daemons(store_place: Pl
     from chalie.schedule.store import ReminderStore
 
     a, b = ReminderStore(store_place), ReminderStore(store_place)
-    made = a.add(
-        text="stretch",
-        kind="every",
-        rule="PT1H",
-        zone="UTC",
-        principal="owner",
-        conversation_id=None,
-        created=0.0,
-        next_fire=100.0,
-    )
+    made = _reminder(a, "stretch", 100.0, kind="every", rule="PT1H")
     assert b.get(made.id) == made and [r.id for r in b.due(100.0)] == [made.id]
     seen_a, seen_b = a.due(100.0)[0], b.due(100.0)[0]  # both daemons see it due
     claims = [
@@ -111,3 +103,46 @@ def test_a_reminder_firing_is_claimed_once_by_one_of_two_daemons(store_place: Pl
     assert a.cancel(made.id) is False and a.pending_count() == 0
     a.close()
     b.close()
+
+
+def _reminder(store: Any, text: str, at: float, *, kind: str = "at", rule: str = "x") -> Any:
+    return store.add(
+        text=text,
+        kind=kind,
+        rule=rule,
+        zone="UTC",
+        principal="owner",
+        conversation_id=None,
+        created=0.0,
+        next_fire=at,
+    )
+
+
+def test_a_firing_whose_claimant_died_is_taken_over_once(store_place: Place) -> None:
+    """A scheduler's claim lasts until it delivers; its store closing is what a kill -9 does
+    to its session: the claim is an orphan, and exactly one other scheduler takes it over."""
+    from chalie.schedule.store import ReminderStore
+
+    a = ReminderStore(store_place, claimant="a")
+    b, c = ReminderStore(store_place, claimant="b"), ReminderStore(store_place, claimant="c")
+    made = _reminder(a, "call mum", 100.0)
+    assert a.fired(made.id, at=100.0, late=False, next_fire=None, due=100.0)
+    assert b.orphaned() == ([], {"a"})  # a lives: its firing is its own
+    a.delivered(made.id)
+    assert b.orphaned() == ([], set())  # delivered: nothing claimed
+    other = _reminder(a, "water the plants", 200.0)
+    assert a.fired(other.id, at=200.0, late=False, next_fire=None, due=200.0)
+    a.close()  # dies before delivering
+    (orphan, claimant), *_ = b.orphaned()[0]
+    assert (orphan.id, orphan.text, orphan.fired, claimant) == (
+        other.id,
+        "water the plants",
+        1,
+        "a",
+    )
+    assert c.orphaned()[0] and [b.reclaim(other.id, "a"), c.reclaim(other.id, "a")] == [True, False]
+    assert c.orphaned() == ([], {"b"})  # now b's, alive
+    b.delivered(other.id)
+    assert c.orphaned() == ([], set())
+    b.close()
+    c.close()
