@@ -71,6 +71,8 @@ def test_no_test_imports_a_conftest() -> None:
     """A conftest holds fixtures and hooks; a helper lives in a module named for it."""
     bad = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "conftest" not in path.read_text():
+            continue  # a file that never names one imports none (no parse needed)
         for module in imported_modules(path):
             if module.split(".")[-1] == "conftest":
                 bad.append(f"{path.relative_to(ROOT).as_posix()} imports {module}")
