@@ -315,7 +315,7 @@ class Calculator(Ability):
         "equation": "expression",
     }
     timeout = 5.0
-    # Pure and bounded: run on the dispatcher's thread (actors/executors/immediate.py).
+    # Pure and bounded: run on the dispatcher's thread (actors/calls/executors/immediate.py).
     isolation = "immediate"
 
     def run(self, params: CalculatorParams) -> ToolResult:

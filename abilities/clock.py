@@ -279,7 +279,7 @@ class Clock(Ability):
         "datetime": "time",
     }
     timeout = 5.0
-    # Pure and bounded: run on the dispatcher's thread (actors/executors/immediate.py).
+    # Pure and bounded: run on the dispatcher's thread (actors/calls/executors/immediate.py).
     isolation = "immediate"
 
     def run(self, params: ClockParams) -> ToolResult:

@@ -8,8 +8,8 @@ import msgspec
 
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
+from chalie.calls.untrusted import success as untrusted_success
 from chalie.result import ToolResult
-from chalie.untrusted import success as untrusted_success
 
 if TYPE_CHECKING:
     from chalie.personal.runtime import PersonalRuntime

@@ -21,9 +21,9 @@ import msgspec
 from chalie.ability import Ability
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
-from chalie.display import one_line
+from chalie.calls.untrusted import success as untrusted_success
+from chalie.gate.display import one_line
 from chalie.result import MAX_RICH_BYTES, ToolResult
-from chalie.untrusted import success as untrusted_success
 
 if TYPE_CHECKING:
     from chalie.personal import mail

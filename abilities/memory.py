@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
-from chalie import untrusted
 from chalie.ability import Ability
+from chalie.calls import untrusted
 from chalie.memory import when
 from chalie.memory.fusion import within_budget
 from chalie.memory.records import Draft, Kind, Memory, Names, Provenance, Text

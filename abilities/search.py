@@ -11,7 +11,7 @@ from typing import Annotated
 
 import msgspec
 
-import chalie.untrusted as untrusted
+import chalie.calls.untrusted as untrusted
 from chalie.ability import Ability
 from chalie.result import ToolResult
 from chalie.web import results

@@ -1,13 +1,13 @@
 """web_browse: work through web pages (follow links, fill a search box, read JS-rendered pages).
 
 Discoverable on chat. The work runs as one sub-turn on the ``web-browse``
-channel (chalie.delegate_ability), whose only tools are the raw ``browser``,
+channel (chalie.calls.delegate_ability), whose only tools are the raw ``browser``,
 ``web_fetch`` and ``read``.
 """
 
 from __future__ import annotations
 
-from chalie.delegate_ability import DelegateAbility
+from chalie.calls.delegate_ability import DelegateAbility
 
 
 class WebBrowse(DelegateAbility):

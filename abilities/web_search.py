@@ -1,13 +1,13 @@
 """web_search: "find out X" on the web, by a delegate that searches, reads and answers with sources.
 
 Discoverable on chat. The work runs as one sub-turn on the ``web-search``
-channel (chalie.delegate_ability), whose only tools are the raw ``search``,
+channel (chalie.calls.delegate_ability), whose only tools are the raw ``search``,
 ``web_fetch`` and ``read``.
 """
 
 from __future__ import annotations
 
-from chalie.delegate_ability import DelegateAbility
+from chalie.calls.delegate_ability import DelegateAbility
 
 
 class WebSearch(DelegateAbility):

@@ -23,7 +23,7 @@ import pykka
 
 from actors.future import CallbackFuture
 from actors.timers import TimerInbox
-from chalie.actor_messages import ChildExit
+from chalie.wire.actor_messages import ChildExit
 
 log = logging.getLogger("chalie.supervisor")
 

@@ -15,7 +15,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar
 import pykka
 
 from actors.future import CallbackFuture
-from chalie.faults import FAULTS
+from chalie.calls.faults import FAULTS
 from chalie.result import ToolResult
 
 A = TypeVar("A", bound=pykka.Actor)

@@ -49,8 +49,6 @@ import pykka
 from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
 from actors.example_writer import Deliver, ExampleWriter
-from chalie import heap
-from chalie.config import DiscoveryConfig
 from chalie.discovery.cascade import DEFAULT_K, FindResult
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST, DiscoveryEngine, Progress, registry_docs
@@ -59,9 +57,11 @@ from chalie.discovery.skills import Skill, SkillLibrary
 from chalie.discovery.state import IndexState
 from chalie.discovery.types import IndexBuilding, IndexCorruptError, ToolDoc
 from chalie.discovery.written import WRITTEN_SOURCE, check_phrases
-from chalie.home import index_dirs as index_dirs  # the layout's rule, re-exported
+from chalie.process import heap
+from chalie.process.config import DiscoveryConfig
+from chalie.process.home import index_dirs as index_dirs  # the layout's rule, re-exported
 from chalie.services import DiscoveryService
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 log = logging.getLogger("chalie.discovery")
 
@@ -408,7 +408,8 @@ class DiscoveryActor(SupervisedActor):
             self._state.indexing(len(self._waiting))
             self._next_batch()
             if not self._waiting and not self._embedding:
-                heap.trim()  # a big update drained: its free memory goes back (chalie/heap.py)
+                # a big update drained: its free memory goes back (chalie/process/heap.py)
+                heap.trim()
 
     def _put(self, docs: list[ToolDoc], embedded: dict[str, Any] | None) -> None:
         engine = self._engine("tools")
@@ -779,7 +780,7 @@ def example_view(example: Example) -> dict[str, Any]:
 
 
 def examples_command(handle: DiscoveryService, args: Any) -> dict[str, Any]:
-    """The ``discovery.examples`` control command (chalie.control.DiscoveryExamplesArgs)."""
+    """The ``discovery.examples`` control command (chalie.process.control.DiscoveryExamplesArgs)."""
     if args.action == "list":
         return {"examples": [example_view(e) for e in handle.examples(args.tool)]}
     if args.action == "forget":

@@ -15,12 +15,12 @@ import pykka
 
 from actors.child_ref import ChildRef
 from actors.loop import EventLoopThread
-from chalie.bus import EventBus
-from chalie.config import Config
-from chalie.messages import ToolCall, ToolOutcome
-from chalie.registry import Registry
+from chalie.calls.registry import Registry
+from chalie.process.config import Config
 from chalie.services import Services
-from chalie.store_place import Place
+from chalie.store.store_place import Place
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, ToolOutcome
 
 if TYPE_CHECKING:
     from chalie.conversation.catalogue import ToolCatalogue

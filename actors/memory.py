@@ -23,7 +23,7 @@ from typing import Any
 
 from actors.actor import SupervisedActor
 from chalie.memory.book import MemoryBook
-from chalie.sql import Follower
+from chalie.store.sql import Follower
 
 log = logging.getLogger("chalie.memory")
 

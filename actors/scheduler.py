@@ -46,20 +46,18 @@ import pykka
 
 from actors.actor import SupervisedActor
 from actors.timers import TimerInbox
-from chalie import untrusted
-from chalie.bus import EventBus
-from chalie.conversation.events import BackgroundResult
+from chalie.calls import untrusted
+from chalie.calls.envelope import render
+from chalie.calls.outbox import Outbox
 from chalie.conversation.follow import TurnOutcome, follow_turn
 from chalie.conversation.port import ConversationsPort
 from chalie.conversation.requests import SendMessage
 from chalie.conversation.store import ConversationStore
-from chalie.envelope import render
+from chalie.gate.tokens import TokenStore
 from chalie.memory.book import MemoryRequestError
 from chalie.memory.records import Provenance
 from chalie.memory.reflection import ReflectionLedger, parse_memories, reflection_request, utc_day
 from chalie.memory.whose import UNKNOWN_AGENT, agent_name, is_agent, principal_of
-from chalie.outbox import Outbox
-from chalie.principals import Principal
 from chalie.providers.client import ModelClient
 from chalie.result import ToolResult
 from chalie.schedule.clock import Clock, WallClock
@@ -74,7 +72,7 @@ from chalie.schedule.rules import (
 )
 from chalie.schedule.store import ADDED, CLAIM_LEASE, MAX_TEXT, Reminder, ReminderStore, Shown
 from chalie.services import LoopService
-from chalie.sql import (
+from chalie.store.sql import (
     Connection,
     Follower,
     LeaseWait,
@@ -83,8 +81,10 @@ from chalie.sql import (
     open_connection,
     wait_for_lease,
 )
-from chalie.store_place import Place
-from chalie.tokens import TokenStore
+from chalie.store.store_place import Place
+from chalie.wire.bus import EventBus
+from chalie.wire.events import BackgroundResult
+from chalie.wire.principals import Principal
 
 log = logging.getLogger("chalie.scheduler")
 
@@ -129,7 +129,7 @@ class Reflection:
 
     idle: float
     tokens_per_day: int
-    model: Any  # chalie.config.ModelConfig of [models.default]
+    model: Any  # chalie.process.config.ModelConfig of [models.default]
     services: Any  # chalie.services.Services (its memory)
 
 
@@ -154,7 +154,7 @@ class _Answered:
 
 def framed(reminder: Reminder, due: float, late: bool, agent: Principal | None = None) -> str:
     """The reminder turn's user message. ``agent``: the agent token that set it, whose text
-    is data written by others (chalie.untrusted), never the person's request."""
+    is data written by others (chalie.calls.untrusted), never the person's request."""
     tz = zone(reminder.zone)
     when = dt.datetime.fromtimestamp(due, tz).strftime("%Y-%m-%d %H:%M %Z")
     lateness = " It is late: Chalie was not running when it was due." if late else ""

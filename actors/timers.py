@@ -20,7 +20,7 @@ owns (:meth:`TimerInbox.watch`: a ``zmq.Poller`` and how long it may wait):
 ``get`` then blocks in that poller, with an eventfd in it that ``put``
 writes only while the owner sleeps there, and a socket that becomes
 readable comes out of ``get`` as a :class:`Ready` message. The dispatcher
-hosts the worker broker this way (:class:`actors.worker_pool.HostedPool`),
+hosts the worker broker this way (:class:`actors.workers.worker_pool.HostedPool`),
 so a worker's result is read on the thread that handles it.
 """
 

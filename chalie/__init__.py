@@ -2,7 +2,7 @@
 
 ``from chalie import Ability, ToolResult`` works as always; the two are imported on
 first use, so a module that needs neither (every ``chalie`` CLI command starts by
-importing ``chalie.config``) does not pay for the ability contract's JSON Schema
+importing ``chalie.process.config``) does not pay for the ability contract's JSON Schema
 validator.
 """
 

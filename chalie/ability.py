@@ -25,10 +25,10 @@ from typing import Any, ClassVar, Final
 
 import msgspec
 
-from chalie.messages import ISOLATIONS, Isolation, TurnContext
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
+from chalie.wire.messages import ISOLATIONS, Isolation, TurnContext
+from chalie.wire.tool_names import ACT_SUMMARY_DESCRIPTION, FRAMEWORK_FIELDS, NAME_MAX, NAME_PATTERN
 
 MIN_EXAMPLES: Final = 6
 MAX_EXAMPLES: Final = 8
@@ -195,7 +195,7 @@ class Ability(metaclass=AbilityMeta):
     # Framework-made proxies (remote MCP tools) carry no examples of their own.
     proxy: ClassVar[bool] = False
     # Other names a model uses for a parameter (alias -> parameter), read as that
-    # parameter when the real name is absent (chalie.healing). Declared here only.
+    # parameter when the real name is absent (chalie.calls.healing). Declared here only.
     aliases: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
@@ -254,7 +254,7 @@ class Ability(metaclass=AbilityMeta):
         The one place an ability declares a **sensitive** action: one that runs
         a command, sends mail, deletes, or changes what Chalie connects to. A
         call with a reach is never covered by a tool-level ``allow``, only by a
-        setting on its own ``tool.action`` (:func:`chalie.policy.resolve`), and
+        setting on its own ``tool.action`` (:func:`chalie.gate.policy.resolve`), and
         its permission prompt shows the line (the exact command line and
         environment names; for mail the recipients, subject and body). The
         default: nothing beyond Chalie.

@@ -372,7 +372,7 @@ ERROR_CODES: Final[tuple[ErrorCode, ...]] = (
         "forbidden",
         "The caller's principal may not do this.",
         "An agent token on the chat WebSocket, or anyone but the owner answering a "
-        "permission request (chalie.principals).",
+        "permission request (chalie.wire.principals).",
     ),
     ErrorCode(
         "no-query-or-location",

@@ -14,14 +14,14 @@ from typing import Any, Final, NoReturn, final
 import msgspec
 
 from chalie.errors import is_valid_code
-from chalie.messages import Status
+from chalie.wire.messages import Status
 
 Scalar = str | int | float | bool | None
 META_KEY: Final = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # Keys the envelope itself writes into the opening tag.
 RESERVED_META: Final = frozenset({"status", "code"})
 # A result's rich payload (an image, a file) reaches a client up to this size, packed
-# (chalie.dispatch.carried_rich); a larger one makes the call non-canonical-result.
+# (chalie.calls.dispatch.carried_rich); a larger one makes the call non-canonical-result.
 MAX_RICH_BYTES: Final = 4 << 20
 
 _json = msgspec.json.Encoder()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from chalie.delegate import DelegatePort
+    from chalie.calls.delegate import DelegatePort
     from chalie.discovery.cascade import FindResult
     from chalie.discovery.learning import Example
     from chalie.discovery.skills import Skill

@@ -26,27 +26,27 @@ import pykka
 
 import chalie
 from actors.child_ref import ChildRef, ChildUnavailable
-from actors.conversations import Conversations
-from actors.conversations_port import ActorConversations
+from actors.conversation.conversations import Conversations
+from actors.conversation.port import ActorConversations
+from actors.gate.policy import PolicyActor
 from actors.host import Host
-from actors.mcp_connections import McpConnections
-from actors.policy import PolicyActor
-from chalie import control
-from chalie.accounts.book import AccountStore
+from actors.mcp.connections import McpConnections
+from chalie.accounts.store import AccountStore
 from chalie.brain import api
 from chalie.brain.access import DashboardSessions
 from chalie.brain.operations import ApiProblem
-from chalie.bus import EventBus
-from chalie.config import ChatConfig, Config, ConfigError
-from chalie.control import NoArgs
+from chalie.calls.trail import Trail, TrailRow
+from chalie.gate.policy import PolicyError
+from chalie.gate.tokens import TokenError, TokenInfo, TokenStore
 from chalie.memory.whose import AGENT_PREFIX, OWNER, is_agent
-from chalie.messages import CHANNELS, ControlReply, ToolCall
-from chalie.policy import PolicyError
-from chalie.principals import LOCAL_ID, Principal
-from chalie.routing import Route
-from chalie.sql import open_connection
-from chalie.tokens import TokenError, TokenInfo, TokenStore
-from chalie.trail import Trail, TrailRow
+from chalie.process import control
+from chalie.process.config import ChatConfig, Config, ConfigError
+from chalie.process.control import NoArgs
+from chalie.process.routing import Route
+from chalie.store.sql import open_connection
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import CHANNELS, ControlReply, ToolCall
+from chalie.wire.principals import LOCAL_ID, Principal
 
 A = TypeVar("A", bound=pykka.Actor)
 V = TypeVar("V", bound=msgspec.Struct)
@@ -408,7 +408,7 @@ class RuntimeBackend:
 
     def mcp_server_change(self, _path: Any, args: api.McpServerChange) -> api.McpServerView:
         """Write the change to config.toml, then restart the MCP server's actor with it."""
-        from chalie import config_file
+        from chalie.process import config_file
 
         values = {
             k: getattr(args, k)
@@ -489,8 +489,8 @@ class RuntimeBackend:
         """Call a tool as ``who`` (the owner) on the chat channel, through the gate and the
         dispatcher as every call goes; the answer once it ends, or ``waiting`` while the
         gate asks (the request is in Approvals, the result will be on the trail)."""
-        from chalie.messages import TurnContext
-        from chalie.typed_text import TypedTextError, typed
+        from chalie.calls.typed_text import TypedTextError, typed
+        from chalie.wire.messages import TurnContext
 
         entry = self._host.registry.get(path.name)
         if entry is None or entry.cls.internal:
@@ -628,7 +628,7 @@ class RuntimeBackend:
             )
 
     def usage(self, _path: Any, args: api.UsageQuery) -> api.UsageView:
-        from chalie import usage
+        from chalie.calls import usage
 
         since = time.time() - usage.WINDOWS[args.window]
         rows = self._book().ended_since(since)
@@ -881,7 +881,7 @@ class RuntimeBackend:
 
 def _bindable(config: Config) -> None:
     """The MCP server's own rule, checked before anything is written."""
-    from chalie.loopback import is_loopback
+    from chalie.net.loopback import is_loopback
 
     cfg = config.mcp_server
     if not is_loopback(cfg.host) and not cfg.allow_remote:
@@ -950,7 +950,7 @@ def link_url(address: str | None, code: str) -> str | None:
 def brain_routes(host: Host, sessions: DashboardSessions) -> list[Route[Any]]:
     """The control commands of the Brain: ``brain.link`` (``chalie brain open``) and
     ``brain.sign_out`` (``chalie brain sign-out``)."""
-    from actors.chat_bridge import ChatBridge
+    from actors.conversation.chat_bridge import ChatBridge
 
     def link(_args: NoArgs) -> ControlReply:
         try:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from actors.calls.dispatcher import DispatcherActor
 from actors.directory import Directory
-from actors.dispatcher import DispatcherActor
-from actors.mcp_connections import McpConnections, McpHandle
-from actors.mcp_deps import McpDeps, preload
-from actors.policy import PolicyActor
-from chalie.supervision import ChildSpec
+from actors.gate.policy import PolicyActor
+from actors.mcp.connections import McpConnections, McpHandle
+from actors.mcp.deps import McpDeps, preload
+from chalie.process.supervision import ChildSpec
 
 
 class McpWiring:
@@ -24,7 +24,7 @@ class McpWiring:
     """
 
     def __init__(self, rt: Any) -> None:
-        from actors.mcp_asks import ServerAsks
+        from actors.mcp.asks import ServerAsks
         from chalie.mcp.admin import McpAdmin
 
         self.directory = Directory()

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from chalie.discovery.embedder import Embedder, load_embedder
-from chalie.home import memory_index_dir
 from chalie.memory.book import MemoryBook
 from chalie.memory.commands import MemoryCommands
 from chalie.memory.store import MemoryStore
 from chalie.memory.turns import TurnMemory
-from chalie.routing import Route
-from chalie.supervision import ChildSpec
+from chalie.process.home import memory_index_dir
+from chalie.process.routing import Route
+from chalie.process.supervision import ChildSpec
 
 if TYPE_CHECKING:
     from actors.host import Host as Runtime  # what the root's Runtime has

@@ -18,12 +18,12 @@ Start-up, in order (:func:`run`):
    them in reverse order, so the control endpoint closes first and the workers
    are reaped when the dispatcher stops, after its last call.
 4. Write the pid file, tell the terminal where things are and whether each
-   model answers (:mod:`chalie.startup`, on a thread: the probes never delay
+   model answers (:mod:`chalie.process.startup`, on a thread: the probes never delay
    the start), and wait for a stop: SIGINT or SIGTERM, ``chalie stop``, or an
    escalation from the root supervisor (restart intensity exceeded).
 5. Stop the tree, then the loop thread; remove the pid file; drop the lock.
 
-Exit codes are :mod:`chalie.daemon`'s.
+Exit codes are :mod:`chalie.process.daemon`'s.
 """
 
 from __future__ import annotations
@@ -45,17 +45,17 @@ import pykka
 
 import chalie
 from actors.child_ref import ChildRef
-from actors.control import ControlActor
 from actors.directory import Directory
 from actors.loop import EventLoopThread
-from actors.supervisor import Supervisor
-from chalie import control, telemetry
-from chalie.admission import raise_descriptor_limit
+from actors.process.control import ControlActor
+from actors.process.supervisor import Supervisor
 from chalie.brain.access import DashboardSessions
-from chalie.bus import EventBus
-from chalie.config import Config
+from chalie.calls.registry import DuplicateAbilityError, Registry
 from chalie.conversation.catalogue import ToolCatalogue
-from chalie.daemon import (
+from chalie.net.admission import raise_descriptor_limit
+from chalie.process import control, telemetry
+from chalie.process.config import Config
+from chalie.process.daemon import (
     EXIT_ALREADY_RUNNING,
     EXIT_ESCALATED,
     EXIT_OK,
@@ -66,18 +66,18 @@ from chalie.daemon import (
     remove_pid_file,
     write_pid_file,
 )
-from chalie.home import Home, HomeError
-from chalie.messages import ToolCall, ToolOutcome
-from chalie.registry import DuplicateAbilityError, Registry
+from chalie.process.home import Home, HomeError
+from chalie.process.supervision import ChildSpec, OnDemand
 from chalie.services import Services
-from chalie.store_place import Place, StoreUnavailable, check_ported
-from chalie.supervision import ChildSpec, OnDemand
+from chalie.store.store_place import Place, StoreUnavailable, check_ported
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, ToolOutcome
 
 if TYPE_CHECKING:
     from actors.discovery import WriterFactory
     from chalie.web.kit import WebKit
 
-log = logging.getLogger("chalie.daemon")
+log = logging.getLogger("chalie.process.daemon")
 
 A = TypeVar("A", bound=pykka.Actor)
 
@@ -112,7 +112,7 @@ class Runtime:
 
     def dispatch(self, call: ToolCall) -> Future[ToolOutcome]:
         """Hand one call to the dispatcher; the future never raises (the seam DirectCalls uses)."""
-        from actors.dispatcher import DispatcherActor, submit
+        from actors.calls.dispatcher import DispatcherActor, submit
 
         return submit(self.child("dispatcher", DispatcherActor).current(), call)
 
@@ -141,7 +141,7 @@ class Runtime:
                 tree = self.supervisor.proxy().status().get(timeout=5)
         workers: Any = None
         with contextlib.suppress(Exception):
-            from actors.dispatcher import DispatcherActor
+            from actors.calls.dispatcher import DispatcherActor
 
             workers = (
                 self.child("dispatcher", DispatcherActor)
@@ -150,12 +150,12 @@ class Runtime:
             )
         chat: Any = None
         with contextlib.suppress(Exception):
-            from actors.chat_bridge import ChatBridge
+            from actors.conversation.chat_bridge import ChatBridge
 
             chat = self.child("chat", ChatBridge).within(5).call(ChatBridge.addresses)
         mcp_server: Any = None
         with contextlib.suppress(Exception):
-            from actors.mcp_server import McpServerActor
+            from actors.mcp.server import McpServerActor
 
             mcp_server = (
                 self.child("mcp_server", McpServerActor).within(5).call(McpServerActor.status)
@@ -194,7 +194,7 @@ class Parts:
     anything: children find each other later, through ChildRefs.
     """
 
-    workers: Any  # actors.worker_pool.WorkerPoolHandle (its pool hosted by the dispatcher)
+    workers: Any  # actors.workers.worker_pool.WorkerPoolHandle (its pool hosted by the dispatcher)
     embedder: Any  # chalie.discovery.lazy_embedder.LazyEmbedder
     discovery: Any  # actors.discovery.DiscoveryHandle
     mcp: Any  # chalie_app.mcp_wiring.McpWiring
@@ -204,7 +204,7 @@ class Parts:
     @classmethod
     def build(cls, rt: Runtime) -> Parts:
         from actors.discovery import DiscoveryActor, DiscoveryHandle
-        from actors.worker_pool import WorkerPoolHandle
+        from actors.workers.worker_pool import WorkerPoolHandle
         from chalie.discovery.lazy_embedder import LazyEmbedder
         from chalie_app.mcp_wiring import McpWiring
 
@@ -234,9 +234,9 @@ class Parts:
 def _policy(rt: Runtime, parts: Parts) -> ChildSpec:
     from concurrent.futures import Future
 
-    from actors.dispatcher import DispatcherActor
-    from actors.policy import PolicyActor
-    from chalie.actor_messages import Dispatch
+    from actors.calls.dispatcher import DispatcherActor
+    from actors.gate.policy import PolicyActor
+    from chalie.wire.actor_messages import Dispatch
 
     expiry = rt.config.approval_expiry
 
@@ -272,9 +272,9 @@ def _discovery(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _dispatcher(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.dispatcher import DispatcherActor
-    from actors.policy import PolicyActor
-    from actors.worker_pool import HostedPool
+    from actors.calls.dispatcher import DispatcherActor
+    from actors.gate.policy import PolicyActor
+    from actors.workers.worker_pool import HostedPool
 
     cfg = rt.config
     workers = cfg.worker_settings
@@ -327,14 +327,14 @@ def _scheduler(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _conversations(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.conversations import Conversations
+    from actors.conversation.conversations import Conversations
 
     return ChildSpec("conversations", lambda: Conversations.start(rt, TURNS), shutdown=15.0)
 
 
 def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
-    from actors.chat_bridge import ChatBridge
-    from actors.conversations import Conversations
+    from actors.conversation.chat_bridge import ChatBridge
+    from actors.conversation.conversations import Conversations
     from chalie_app.brain_backend import brain_factory
 
     cfg = rt.config
@@ -352,9 +352,9 @@ def _chat(rt: Runtime, parts: Parts) -> ChildSpec | None:
 
 
 def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors import mcp_server
-    from actors.conversations import Conversations
-    from actors.dispatcher import DispatcherActor, DispatcherClient
+    from actors.calls.dispatcher import DispatcherActor, DispatcherClient
+    from actors.conversation.conversations import Conversations
+    from actors.mcp import server as mcp_server
 
     return ChildSpec(
         "mcp_server",
@@ -374,7 +374,7 @@ def _mcp_server(rt: Runtime, parts: Parts) -> ChildSpec:
 
 
 def _control(rt: Runtime, parts: Parts) -> ChildSpec:
-    from actors.conversation_commands import ConversationCommands
+    from actors.conversation.commands import ConversationCommands
     from chalie_app.brain_backend import brain_routes
 
     cfg = rt.config
@@ -489,7 +489,7 @@ def _install_signals(stop: threading.Event) -> Callable[[], None]:
 
 def prepare(config: Config) -> tuple[Registry, Place]:
     """Start-up work before any thread runs: the registry and the trail's crash recovery."""
-    from chalie.trail import Trail
+    from chalie.calls.trail import Trail
 
     try:
         registry = Registry.collect(dropin=config.abilities_dir)
@@ -541,9 +541,9 @@ def deliver_interrupted(
     """
     if not background:
         return
-    from chalie.conversation.events import BackgroundResult
+    from chalie.calls.outbox import Outbox
     from chalie.conversation.store import interrupted_envelope
-    from chalie.outbox import Outbox
+    from chalie.wire.events import BackgroundResult
 
     outbox = Outbox(db_path, max_age=config.outbox.max_age, max_rows=config.outbox.max_rows)
     try:
@@ -578,7 +578,7 @@ def run(
     ``clock``: the scheduler's (None: the wall clock); tests pass one they move by hand.
     """
     home = config.home
-    # Room for every listener's share and a reserve (chalie.admission): a flood of
+    # Room for every listener's share and a reserve (chalie.net.admission): a flood of
     # connections must never leave ZeroMQ without a descriptor (libzmq aborts then).
     raise_descriptor_limit()
     try:
@@ -596,7 +596,7 @@ def run(
 
 def _secure_home(layout: Home) -> None:
     """Secret files made 0600 at every start, each loose one reported; a home other users
-    can read or enter is warned about (chalie.home.Home.secure)."""
+    can read or enter is warned about (chalie.process.home.Home.secure)."""
     fixed, home_mode = layout.secure()
     for path, mode in fixed:
         log.warning(
@@ -664,14 +664,14 @@ def _run_locked(
 
 
 def announce(rt: Runtime) -> None:
-    """Print the start-up lines (:mod:`chalie.startup`) on standard output, once."""
+    """Print the start-up lines (:mod:`chalie.process.startup`) on standard output, once."""
     import sys
 
-    from actors.chat_bridge import ChatBridge
-    from actors.mcp_server import McpServerActor
-    from chalie.config import ModelConfig
+    from actors.conversation.chat_bridge import ChatBridge
+    from actors.mcp.server import McpServerActor
+    from chalie.process.config import ModelConfig
+    from chalie.process.startup import Where, brain_url, startup_lines
     from chalie.providers.probe import probe_all
-    from chalie.startup import Where, brain_url, startup_lines
 
     cfg = rt.config
     deadline = time.monotonic() + 120
@@ -730,7 +730,7 @@ def _tree_up(rt: Runtime) -> bool:
 
 def _web_services(rt: Runtime) -> WebKit:
     """The web tools' shared parts and the delegate port, for abilities (services)."""
-    from actors.delegates import DelegateRunner
+    from actors.conversation.delegates import DelegateRunner
     from chalie.web.kit import WebKit
 
     web = WebKit(rt.config.web, home=rt.config.home)
@@ -744,7 +744,7 @@ def _web_services(rt: Runtime) -> WebKit:
 def _shutdown(rt: Runtime) -> None:
     """Stop the tree, each wait bounded. An actor stuck where it cannot hear its stop (a
     start-up step spinning in native code) is left behind, named in the log: the stop goes
-    on, and chalie.daemon.exit_process leaves without its thread."""
+    on, and chalie.process.daemon.exit_process leaves without its thread."""
     sup, rt.supervisor = rt.supervisor, None
     if sup is not None:
         try:

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import msgspec
 
 from actors.child_ref import ChildRef
-from chalie import control
-from chalie.control import Args
 from chalie.memory.whose import OWNER
-from chalie.messages import ControlReply
-from chalie.routing import Route
+from chalie.process import control
+from chalie.process.control import Args
+from chalie.process.routing import Route
+from chalie.process.supervision import ChildSpec
 from chalie.schedule.clock import Clock
 from chalie.schedule.port import ReminderError
 from chalie.schedule.rules import RuleKind
 from chalie.schedule.store import Reminder
-from chalie.supervision import ChildSpec
+from chalie.wire.messages import ControlReply
 
 CALL_TIMEOUT: Final = 10.0
 
@@ -109,8 +109,8 @@ class ReminderCommands:
 
 
 def scheduler_parts(rt: Runtime, clock: Clock | None) -> tuple[ChildSpec, list[Route[Any]]]:
-    from actors.conversations import Conversations
-    from actors.conversations_port import ActorConversations
+    from actors.conversation.conversations import Conversations
+    from actors.conversation.port import ActorConversations
     from actors.scheduler import Reflection, ReminderLimits, Scheduler
 
     cfg = rt.config

@@ -3,11 +3,11 @@
 :class:`ConversationsDouble` is a real actor (``actors.actor.Actor``, so its answers
 call back) with the Conversations actor's proxy methods (``submit``, ``cancel``,
 ``events``, ``answer``; each but ``events`` answering with a future, as the actor
-does), the conversations' own types (``chalie.conversation.events`` and
+does), the conversations' own types (``chalie.wire.events`` and
 ``requests``; events numbered per conversation from 1, stored before they are
 published on the EventBus), one running turn per conversation with the others
 queued, and ``client_msg_id`` deduplication. Clients reach it through the real
-port adapter (``actors/conversations_port.py``): the chat bridge builds its own,
+port adapter (``actors/conversation/port.py``): the chat bridge builds its own,
 and :class:`DoublePort` gives one to the inbound MCP server's tests.
 
 A turn is a play: a generator of steps, chosen by the test package (:func:`chat_play`,
@@ -32,10 +32,11 @@ import pykka
 
 from actors.actor import Actor
 from actors.child_ref import ChildRef
-from actors.conversations_port import ActorConversations
-from chalie.bus import EventBus
-from chalie.conversation.events import ConversationEvent as Event
-from chalie.conversation.events import (
+from actors.conversation.port import ActorConversations
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.wire.bus import EventBus
+from chalie.wire.events import ConversationEvent as Event
+from chalie.wire.events import (
     ErrorEvent,
     PermissionRequest,
     PermissionSettled,
@@ -46,9 +47,8 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.messages import Accepted
-from chalie.principals import Principal, may_answer
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import Principal, may_answer
 
 __all__ = ["Accepted", "ConversationsDouble", "DoublePort", "SendMessage"]
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from chalie import control
+from chalie.process import control
 from tests.slow import require_slow
 
 BUILDING = ("loading", "rebuilding")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from chalie.sql import Connection, open_connection
-from chalie.store_place import Place, Postgres
+from chalie.store.sql import Connection, open_connection
+from chalie.store.store_place import Place, Postgres
 from tools.pg_cluster import PgCluster, bin_dir
 
 ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)]

@@ -25,7 +25,7 @@ def test_every_config_key_is_documented_with_what_it_does() -> None:
     assert len(keys) > 50
     for key, _accepts, _default, note in keys:
         assert f"``{key}``" in text, key
-        assert note, f"{key} has no comment in chalie/config.py"
+        assert note, f"{key} has no comment in chalie/process/config.py"
 
 
 def test_every_error_code_is_documented_with_its_meaning() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from chalie.control import NoArgs, encode_request
-from chalie.messages import ControlReply
-from chalie.routing import Route, Router
-from tools.import_graph import imports_of
+from chalie.process.control import NoArgs, encode_request
+from chalie.process.routing import Route, Router
+from chalie.wire.messages import ControlReply
+from tools.import_graph import CORE_FOLDERS, UPWARD, imports_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +38,38 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
 
 def test_the_core_imports_no_actor_no_ability_and_no_composition_root() -> None:
     assert offenders("chalie", ("actors", "abilities", "chalie_app")) == []
+
+
+def upward_imports() -> set[tuple[str, str]]:
+    """Every import of a core module from a core folder higher in CORE_FOLDERS."""
+    found = set()
+    for path in sorted((ROOT / "chalie").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if len(parts) < 3:
+            continue  # the contract at chalie/'s top stands above every folder
+        if parts[-1] == "__init__":
+            parts.pop()
+        me = ".".join(parts)
+        for module in imported_modules(path):
+            target = module.split(".")
+            if target[0] != "chalie" or len(target) < 3 or target[1] == parts[1]:
+                continue
+            if CORE_FOLDERS.index(target[1]) > CORE_FOLDERS.index(parts[1]):
+                found.add((me, module))
+    return found
+
+
+def test_every_folder_of_the_core_has_its_place_in_the_order() -> None:
+    folders = {p.name for p in (ROOT / "chalie").iterdir() if p.is_dir() and p.name[0] != "_"}
+    assert folders == set(CORE_FOLDERS)
+    loose = {p.stem for p in (ROOT / "chalie").glob("*.py")}
+    assert loose == {"__init__", "__main__", "ability", "result", "services", "errors"}
+
+
+def test_the_cores_folders_import_only_the_folders_below_them() -> None:
+    """Bottom to top: net, store, wire, process, gate, calls, workers, ... brain; each
+    import running back up is listed with its reason, and a listed one still exists."""
+    assert upward_imports() == set(UPWARD)
 
 
 def test_the_actors_never_import_the_composition_root() -> None:

@@ -11,14 +11,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from actors.chat_bridge import ChatBridge
 from actors.child_ref import ChildRef
-from actors.conversations import Conversations
-from chalie.config import Config
-from chalie.conversation.events import TurnFinished
+from actors.conversation.chat_bridge import ChatBridge
+from actors.conversation.conversations import Conversations
 from chalie.conversation.requests import SendMessage
-from chalie.messages import Accepted
-from chalie.tokens import FIRST_TOKEN_FILE
+from chalie.gate.tokens import FIRST_TOKEN_FILE
+from chalie.process.config import Config
+from chalie.wire.events import TurnFinished
+from chalie.wire.messages import Accepted
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player

@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from actors.chat_bridge import ChatBridge
 from actors.child_ref import ChildRef
-from chalie.config import Config
+from actors.conversation.chat_bridge import ChatBridge
+from chalie.process.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime
 from tools.waiting import wait_until

@@ -1,7 +1,7 @@
 """Generate the parts of docs/ that restate the code: the configuration keys, the error codes.
 
 - docs/configuration.rst: every key of ``config.toml``, read from the config type
-  (``chalie.config.Config``): its place, what it accepts (the same words the config's
+  (``chalie.process.config.Config``): its place, what it accepts (the same words the config's
   own error messages use), its default, and the comment written beside the field.
 - docs/errors.rst: the error-code table, from the one table (``chalie.errors``).
 
@@ -26,8 +26,8 @@ import msgspec.inspect as mi
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chalie import config as cfg  # noqa: E402
 from chalie.errors import rst_rows  # noqa: E402
+from chalie.process import config as cfg  # noqa: E402
 
 BEGIN = ".. generated: begin"
 END = ".. generated: end"

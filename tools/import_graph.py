@@ -1,12 +1,14 @@
 """Draw the import graph of Chalie's packages, from the code, as an SVG picture.
 
-Each box is a component: a subpackage of ``chalie`` (``chalie.chat``, ``chalie.mcp``...),
-the core's other modules together (``chalie``), the actor bases (``actors.base``:
-actor, future, child_ref, directory, supervisor), every other actor module, the
-executors, the abilities, the CLI and the composition root. An arrow A -> B means some
-module of A imports some module of B (at any depth in the file). Rows are the layers,
-bottom to top: core, abilities, actors, app; every arrow points down or sideways,
-never up (``tests/test_layers.py`` checks the same rule on the modules).
+Each box is a component: a folder of ``chalie`` (``chalie.calls``, ``chalie.mcp``...),
+the public contract at its top (``chalie``: ability, result, services, errors), the
+actors' kit (``actors.base``: actor, future, child_ref, directory, timers, host, loop),
+each folder of actors, the executors, the abilities, the CLI and the composition root.
+An arrow A -> B means some module of A imports some module of B (at any depth in the
+file). Rows are the layers, bottom to top: core, abilities, actors, app; inside the
+core, its folders in their order (CORE_FOLDERS). Every arrow points down or sideways;
+one that runs up (red) is one of UPWARD (``tests/test_layers.py`` checks the same rules
+on the modules).
 
 Run: python3 tools/import_graph.py [--check]   (writes docs/import-graph.svg; --check
 fails when the committed picture is not the one the code gives)
@@ -27,29 +29,47 @@ OUT = ROOT / "docs" / "import-graph.svg"
 PACKAGES = ("chalie", "abilities", "actors", "chalie_app")
 LAYERS = {"chalie": 0, "abilities": 1, "actors": 2, "chalie_app": 3}
 LAYER_NAMES = ("core (chalie/)", "abilities/", "actors/", "app (chalie_app/)")
-# The actor modules, by the concept they serve (a box each).
-ACTOR_GROUPS = {
-    "actor": "base",
-    "future": "base",
-    "child_ref": "base",
-    "directory": "base",
-    "supervisor": "base",
-    "timers": "base",
-    "loop": "loop",
-    "serving": "loop",
-    "conversations": "conversations",
-    "conversation_commands": "conversations",
-    "conversations_port": "conversations",
-    "turn": "turn",
-    "mcp_connection": "mcp_connections",
-    "mcp_connections": "mcp_connections",
-    "mcp_deps": "mcp_connections",
-    "control": "control",
-    "control_commands": "control",
-    "control_server": "control",
-    "discovery": "discovery",
-    "example_writer": "discovery",
+# The core's folders, bottom to top: a folder's modules import the folders below it
+# and the public contract at chalie/'s top (ability, result, services, errors), never a
+# folder above it, but for the imports of UPWARD (tests/test_layers.py checks both).
+CORE_FOLDERS = (
+    "net",
+    "store",
+    "wire",
+    "process",
+    "gate",
+    "calls",
+    "workers",
+    "providers",
+    "schedule",
+    "discovery",
+    "mcp",
+    "accounts",
+    "personal",
+    "web",
+    "conversation",
+    "mcp_server",
+    "memory",
+    "chat",
+    "brain",
+)
+# The imports that run up the core's order, each with why it stays.
+UPWARD = {
+    ("chalie.process.startup", "chalie.providers.probe"): (
+        "what `chalie run` prints names the model servers it probed"
+    ),
+    ("chalie.process.telemetry", "chalie.providers.types"): (
+        "a model request's span reads the provider's response type"
+    ),
+    ("chalie.store.store_place", "chalie.mcp.secrets"): (
+        "the store's password may come from the 0600 secrets file (a function-level import)"
+    ),
 }
+# The actors' kit (the base every actor module builds on) stands at actors/'s top level
+# beside a few one-module features; every other actor module is in a folder named as the
+# core's folder it serves.
+ACTOR_KIT = frozenset({"actor", "future", "child_ref", "directory", "timers", "host", "loop"})
+ACTOR_GROUPS = {"example_writer": "discovery"}
 
 
 def component(module: str) -> str:
@@ -61,9 +81,7 @@ def component(module: str) -> str:
             return f"chalie.{parts[1]}"
         return "chalie"
     if top == "actors":
-        if len(parts) >= 2 and parts[1] == "executors":
-            return "actors.executors"
-        if len(parts) == 1:
+        if len(parts) == 1 or (len(parts) == 2 and parts[1] in ACTOR_KIT):
             return "actors.base"
         return f"actors.{ACTOR_GROUPS.get(parts[1], parts[1])}"
     if top == "chalie_app":
@@ -71,6 +89,12 @@ def component(module: str) -> str:
             return "chalie_app.cli"
         return "chalie_app"
     return top
+
+
+def core_rank(box: str) -> int:
+    """A core box's place in CORE_FOLDERS (the contract, ``chalie``, above them all)."""
+    name = box.split(".", 1)[1] if "." in box else ""
+    return CORE_FOLDERS.index(name) if name in CORE_FOLDERS else len(CORE_FOLDERS)
 
 
 @functools.cache
@@ -135,7 +159,12 @@ def draw(nodes: list[str], links: set[tuple[str, str]]) -> str:
 
     def depth(n: str, seen: frozenset[str] = frozenset()) -> int:
         if n not in level:
-            below = [b for a, b in links if a == n and layer_of[b] == layer_of[n] and b not in seen]
+            if layer_of[n] == LAYERS["chalie"]:
+                level[n] = core_rank(n)
+                return level[n]
+            below = sorted(
+                b for a, b in links if a == n and layer_of[b] == layer_of[n] and b not in seen
+            )
             level[n] = 1 + max((depth(b, seen | {n}) for b in below), default=-1)
         return level[n]
 
@@ -146,7 +175,9 @@ def draw(nodes: list[str], links: set[tuple[str, str]]) -> str:
         count = -(-len(members) // per_row)
         size = -(-len(members) // count)
         for i in range(count):
-            rows.append((layer, sorted(members[i * size : (i + 1) * size])))
+            part = members[i * size : (i + 1) * size]
+            # the core's folders keep their order along a row; other layers read by name
+            rows.append((layer, part if layer == LAYERS["chalie"] else sorted(part)))
     width = margin * 2 + label_w + per_row * (box_w + gap_x)
     height = margin * 2 + len(rows) * (box_h + gap_y)
     where: dict[str, tuple[float, float]] = {}
@@ -172,7 +203,9 @@ def draw(nodes: list[str], links: set[tuple[str, str]]) -> str:
         )
     for a, b in sorted(links):
         (xa, ya), (xb, yb) = where[a], where[b]
-        up = LAYERS[b.split(".")[0]] > LAYERS[a.split(".")[0]]
+        up = LAYERS[b.split(".")[0]] > LAYERS[a.split(".")[0]] or (
+            a.startswith("chalie.") and b.startswith("chalie.") and core_rank(b) > core_rank(a)
+        )
         colour = "#c00" if up else "#8a94a6"
         if ya == yb:  # within a row: a curve above the boxes
             x1, x2, y1 = xa + box_w / 2, xb + box_w / 2, ya

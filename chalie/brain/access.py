@@ -4,7 +4,7 @@ Everything here is pure state and rules, safe to call from any thread; the web l
 (:mod:`chalie.brain.web`) applies them to requests.
 
 - :func:`is_owner` is the one place that says whether a verified token is the owner's:
-  an active token whose scope is ``owner`` (:mod:`chalie.principals`).
+  an active token whose scope is ``owner`` (:mod:`chalie.wire.principals`).
 - A session is a random id in an HttpOnly, SameSite=Strict cookie; the book keeps only its
   sha256, the hash of the token it was opened with (so revoking the token ends it), its CSRF
   secret and when it expires.
@@ -29,9 +29,9 @@ from typing import Final
 
 import msgspec
 
-from chalie.loopback import host_names
-from chalie.principals import LOCAL_OWNER, Principal, may_chat
-from chalie.tokens import TokenInfo
+from chalie.gate.tokens import TokenInfo
+from chalie.net.loopback import host_names
+from chalie.wire.principals import LOCAL_OWNER, Principal, may_chat
 
 COOKIE: Final = "chalie_brain"
 PRE_COOKIE: Final = "chalie_brain_pre"  # the sign-in form's double-submit nonce

@@ -12,16 +12,16 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from chalie.calls.trail import TrailCall
 from chalie.conversation.requests import ID_PATTERN
 from chalie.conversation.store import ConversationSummary
 from chalie.discovery.cascade import MAX_ENTRIES, MAX_ENTRY_CHARS
-from chalie.mcp.names import SERVER_WILDCARD
+from chalie.gate.policy import PERMISSION
 from chalie.memory.records import Memory
-from chalie.messages import Answer, Channel, Id, TrailStatus
-from chalie.policy import PERMISSION
-from chalie.principals import Scope
 from chalie.schedule.store import Reminder, Shown
-from chalie.trail import TrailCall
+from chalie.wire.mcp_names import SERVER_WILDCARD
+from chalie.wire.messages import Answer, Channel, Id, TrailStatus
+from chalie.wire.principals import Scope
 
 Name = Annotated[
     str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -272,7 +272,7 @@ class ToolInfo(Reply):
 
 
 class ToolCallBody(Struct):
-    # The arguments; a string value is read as typed text (chalie.typed_text), as the
+    # The arguments; a string value is read as typed text (chalie.calls.typed_text), as the
     # CLI's key=value and a form's fields are.
     arguments: dict[str, Any] = {}
 
@@ -416,7 +416,7 @@ class TrailExportQuery(TrailFilter):
     format: Literal["jsonl", "csv"] = "jsonl"
 
 
-# The stored row's fields an operator is shown, declared once in chalie.trail (frozen there,
+# The stored row's fields an operator is shown, declared once in chalie.calls.trail (frozen there,
 # so not a Reply: a frozen struct cannot also derive from a mutable one).
 class TrailEntry(TrailCall, frozen=True):
     """One tool call on the action trail."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from chalie.brain import api
-from chalie.principals import Principal
+from chalie.wire.principals import Principal
 
 PREFIX: Final = "/api/v1"
 _PARAM: Final = re.compile(r"\{([a-z_]+)(?::[a-z]+)?\}")

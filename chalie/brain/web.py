@@ -44,8 +44,8 @@ from starlette.staticfiles import StaticFiles
 from chalie.brain import access, api
 from chalie.brain.openapi import document
 from chalie.brain.operations import BY_NAME, OPERATIONS, ApiProblem, Backend, Operation
-from chalie.principals import LOCAL_OWNER, Principal
-from chalie.tokens import TokenInfo, bearer
+from chalie.gate.tokens import TokenInfo, bearer
+from chalie.wire.principals import LOCAL_OWNER, Principal
 
 log = logging.getLogger("chalie.brain")
 

@@ -11,7 +11,7 @@ running turn), ``answer`` (a permission request, from any client), ``close``
 its ``pong`` is the last frame it gets). Each may carry an ``id``
 that the daemon echoes in its reply.
 
-Daemon → client: the conversation events (``chalie.conversation.events``,
+Daemon → client: the conversation events (``chalie.wire.events``,
 numbered per conversation by ``seq``), and the replies below
 (:data:`ServerReply`); ``rejected`` is the error frame, with a stable code
 from :mod:`chalie.errors`.
@@ -23,9 +23,9 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from chalie.frames import TooDeep, check_depth, check_json_depth
-from chalie.messages import Answer as PermissionAnswer
-from chalie.messages import Busy, Id
+from chalie.wire.frames import TooDeep, check_depth, check_json_depth
+from chalie.wire.messages import Answer as PermissionAnswer
+from chalie.wire.messages import Busy, Id
 
 PROTOCOL_VERSION: Final = 1
 MAX_TEXT_CHARS: Final = 100_000
@@ -211,7 +211,7 @@ class Codec:
                 )
             )
         try:
-            # The one depth rule (chalie.frames) first: msgspec would recurse into the frame
+            # The one depth rule (chalie.wire.frames) first: msgspec would recurse into the frame
             # and raise RecursionError, which ended the session.
             if self.format == "json":
                 check_json_depth(frame)

@@ -28,12 +28,12 @@ from typing import Any
 
 import msgspec
 
-from chalie.bus import HUMANS
 from chalie.chat import protocol as p
-from chalie.conversation.events import ToolProgress
 from chalie.conversation.port import Closeable, ConversationsPort, ConversationsUnavailable
 from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.principals import Principal
+from chalie.wire.bus import HUMANS
+from chalie.wire.events import ToolProgress
+from chalie.wire.principals import Principal
 
 log = logging.getLogger("chalie.chat")
 
@@ -68,7 +68,7 @@ class ChatSession:
         self._port = port
         self.codec = codec
         self.origin = origin
-        # Who this client is; a transport admits only an owner (chalie.principals.may_chat).
+        # Who this client is; a transport admits only an owner (chalie.wire.principals.may_chat).
         self.principal = principal
         self.outbox: asyncio.Queue[bytes] = asyncio.Queue(outbox_limit)
         self._max_open = max_open

@@ -5,7 +5,7 @@ with a ``rejected`` body: a browser ``Origin`` outside the allow-list → 403;
 no valid bearer token (``Authorization: Bearer ...``, the scheme in any
 case, or for browsers, which cannot set headers, the subprotocol
 ``chalie.bearer.<token>``, alone or beside ``chalie``) → 401; a valid token
-that is not an owner's (an agent's, :func:`chalie.principals.may_chat`) → 403
+that is not an owner's (an agent's, :func:`chalie.wire.principals.may_chat`) → 403
 ``forbidden``, logged with the token's id, never its secret; too many
 clients → 503. An admitted client gets a
 :class:`~chalie.chat.session.ChatSession`; one task reads its frames, one
@@ -28,16 +28,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from chalie.admission import Admission, connection_cap, guarded_protocol
-from chalie.asgi_server import Server
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
-from chalie.config import ChatConfig
 from chalie.conversation.port import ConversationsPort
-from chalie.listener import tcp_listener
-from chalie.loopback import is_loopback
-from chalie.principals import Principal, may_chat
-from chalie.tokens import TokenInfo, bearer
+from chalie.gate.tokens import TokenInfo, bearer
+from chalie.net.admission import Admission, connection_cap, guarded_protocol
+from chalie.net.asgi_server import Server
+from chalie.net.listener import tcp_listener
+from chalie.net.loopback import is_loopback
+from chalie.process.config import ChatConfig
+from chalie.wire.principals import Principal, may_chat
 
 log = logging.getLogger("chalie.chat.websocket")
 

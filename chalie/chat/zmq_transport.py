@@ -46,10 +46,10 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 
 from chalie.chat import protocol as p
 from chalie.chat.session import ChatSession
-from chalie.config import ChatConfig
 from chalie.conversation.port import ConversationsPort
-from chalie.principals import LOCAL_OWNER, Principal, may_chat
-from chalie.tokens import TokenInfo
+from chalie.gate.tokens import TokenInfo
+from chalie.process.config import ChatConfig
+from chalie.wire.principals import LOCAL_OWNER, Principal, may_chat
 
 log = logging.getLogger("chalie.chat.zmq")
 

@@ -1,6 +1,6 @@
 """The act loop's pure rules: the context budget, the guards, the checks on a model's tool calls.
 
-The TurnActor (actors/turn.py) sequences a turn; every decision it makes
+The TurnActor (actors/conversation/turn.py) sequences a turn; every decision it makes
 about what to send and when to stop is a function here, tested without actors.
 """
 
@@ -18,14 +18,14 @@ from typing import Any, Final
 
 import msgspec
 
+from chalie.calls.dispatch import envelope_name
+from chalie.calls.envelope import parse as parse_envelope
+from chalie.calls.envelope import render
 from chalie.conversation.channels import Channel
-from chalie.conversation.events import FinishReason
-from chalie.dispatch import envelope_name
-from chalie.envelope import parse as parse_envelope
-from chalie.envelope import render
 from chalie.providers.rescue import loads, rescue
 from chalie.providers.types import ChatMessage, ModelResponse, ToolCallPart
 from chalie.result import ToolResult
+from chalie.wire.events import FinishReason
 
 # A rough, tokenizer-free estimate: about four characters a token, plus framing.
 CHARS_PER_TOKEN: Final = 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from chalie.conversation.events import BackgroundResult
+from chalie.wire.events import BackgroundResult
 
 SELF_ANNOUNCED: Final = frozenset({"reminder"})
 ORIGIN: Final = "background"

@@ -3,7 +3,7 @@ injected into a turn, and the tooltip of a call about to start.
 
 One object, built once by the composition root (``chalie_app.root.Runtime.catalogue``)
 and read by every TurnActor (it is the :class:`chalie.conversation.turn.Catalogue`
-port) and by the inbound MCP server's gateway (``actors.mcp_server.DispatcherTools``).
+port) and by the inbound MCP server's gateway (``actors.mcp.server.DispatcherTools``).
 Reads only, never blocking: the registry is a dict under a lock and the injections are
 :class:`chalie.services.TurnTools`.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalie import healing
+from chalie.calls import healing
+from chalie.calls.registry import Registry
 from chalie.mcp.proxy import scoped_to
-from chalie.registry import Registry
 from chalie.services import TurnTools
-from chalie.tool_names import FRAMEWORK_FIELDS
+from chalie.wire.tool_names import FRAMEWORK_FIELDS
 
 # A name longer than this is no tool's (the registry is not asked).
 MAX_NAME = 200

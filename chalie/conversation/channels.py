@@ -2,7 +2,7 @@
 
 The shipped channels live in :data:`SHIPPED`; an operator changes one or
 adds one under ``[channels.NAME]`` in ``config.toml``
-(:class:`chalie.config.ChannelConfig`): a key left unset keeps the shipped
+(:class:`chalie.process.config.ChannelConfig`): a key left unset keeps the shipped
 value (or, for a new channel, the value of :class:`Channel`'s default).
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Final
 
-from chalie.config import ChannelConfig
-from chalie.mcp.names import is_proxy_name
-from chalie.messages import Channel as PolicyChannel
+from chalie.process.config import ChannelConfig
+from chalie.wire.mcp_names import is_proxy_name
+from chalie.wire.messages import Channel as PolicyChannel
 
 CHANNEL_NAME: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 META_NAMES: Final = re.compile(r"\bfind_(?:tools|skills)\b")

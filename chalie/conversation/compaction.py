@@ -1,6 +1,6 @@
 """Compaction: when a history no longer fits, its oldest turns become a summary the model wrote.
 
-The turn (``actors/turn.py``) asks :func:`needs_summary` after fitting the
+The turn (``actors/conversation/turn.py``) asks :func:`needs_summary` after fitting the
 history. When whole turns would be dropped, it asks the model for a summary
 of them (:func:`summary_request`) before the step, stores it
 (:class:`SummaryStore`: the summary and how many messages it stands for) and
@@ -19,8 +19,8 @@ from typing import Final
 
 from chalie.conversation.act import message_tokens
 from chalie.providers.types import ChatMessage, ModelRequest
-from chalie.sql import Connection, open_connection
-from chalie.store_place import Place
+from chalie.store.sql import Connection, open_connection
+from chalie.store.store_place import Place
 
 SUMMARY_HEAD: Final = "[summary of the earlier conversation, written when it grew too long]"
 SYSTEM: Final = (

@@ -26,16 +26,16 @@ from typing import Any, Final
 
 import msgspec
 
-from chalie.conversation.events import (
+from chalie.conversation.port import ConversationsPort
+from chalie.conversation.requests import SendMessage
+from chalie.wire.events import (
     ConversationEvent,
     ToolFinished,
     ToolProgress,
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.port import ConversationsPort
-from chalie.conversation.requests import SendMessage
-from chalie.messages import Accepted
+from chalie.wire.messages import Accepted
 
 BACKFILL_LIMIT: Final = 1_000
 

@@ -3,7 +3,7 @@
 Several daemons on one store may each get messages for one conversation. Only the
 daemon that holds the conversation's lease runs its turns: its TurnActor keeps the
 conversation in memory (the history, the next event number, the queue) and writes as
-its one writer. The lease is :meth:`chalie.sql.Connection.lease`: on PostgreSQL a
+its one writer. The lease is :meth:`chalie.store.sql.Connection.lease`: on PostgreSQL a
 session advisory lock, so it goes with the holder's session; a daemon killed mid-turn
 lets go of it at once, and the daemon that takes it next closes the turn it left
 (:meth:`~chalie.conversation.store.ConversationStore.recover`). On SQLite (one daemon a
@@ -12,7 +12,7 @@ file) it is always this daemon's, and nothing here changes what a daemon does.
 A message for a conversation leased elsewhere is stored as a queued turn, as behind a
 running turn on one daemon. The daemon that got it asks the holder to hand the
 conversation over once its turns are done (:data:`WANTED`, a notice every daemon
-follows) and waits for the lease (:func:`chalie.sql.wait_for_lease`, no polling); once
+follows) and waits for the lease (:func:`chalie.store.sql.wait_for_lease`, no polling); once
 it is free it takes it, and its TurnActor runs the queued turns from the store.
 """
 
@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from chalie.sql import Follower, LeaseWait, follow, open_connection, wait_for_lease
-from chalie.store_place import Place
+from chalie.store.sql import Follower, LeaseWait, follow, open_connection, wait_for_lease
+from chalie.store.store_place import Place
 
 # The notice "a daemon waits for this conversation" (payload: the conversation id).
 WANTED: Final = "chalie_conversation_wanted"

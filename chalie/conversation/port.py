@@ -2,13 +2,13 @@
 
 The chat bridges, the inbound MCP server and the control commands (``chalie ask``,
 ``chalie conversations ...``) all use this protocol, and the daemon has one adapter
-for it (``actors/conversations_port.py``, over the Conversations and Policy actors).
+for it (``actors/conversation/port.py``, over the Conversations and Policy actors).
 Every method is awaited on the daemon's event loop and never blocks it.
 
 Who may touch which conversation is checked behind that one adapter: a message
 carries its sender's principal (``SendMessage.principal``) and an answer its
 answerer's, and the Conversations and Policy actors apply the rules of
-:mod:`chalie.principals` to every client alike.
+:mod:`chalie.wire.principals` to every client alike.
 
 Errors: :class:`~chalie.conversation.requests.ConversationError` when the
 conversations refuse a request (its ``code`` is a stable error code), and
@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from chalie.conversation.events import Event
 from chalie.conversation.requests import SendMessage
-from chalie.messages import Accepted
-from chalie.principals import Principal
+from chalie.wire.events import Event
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import Principal
 
 
 class ConversationsUnavailable(RuntimeError):
@@ -55,7 +55,7 @@ class ConversationsPort(Protocol):
     ) -> bool:
         """``by``'s answer to a permission request; False when it is no longer pending.
 
-        Only the owner answers (:func:`chalie.principals.may_answer`): anyone else gets
+        Only the owner answers (:func:`chalie.wire.principals.may_answer`): anyone else gets
         ConversationError ``forbidden`` and the request stays pending. A request with a
         form is answered with ``content`` (its fields, checked against the form).
         """
@@ -65,5 +65,5 @@ class ConversationsPort(Protocol):
         """Live events of one conversation (or of a bus key such as ``HUMANS``);
         ``callback`` runs on the publisher's thread. A request or a result its owner
         published before the conversation recorded it is left out: the record follows
-        (:attr:`chalie.conversation.events.ConversationEvent.recorded`)."""
+        (:attr:`chalie.wire.events.ConversationEvent.recorded`)."""
         ...

@@ -1,7 +1,7 @@
 """What one caller may keep stored, and the free space every new message needs.
 
 One rule, checked by the Conversations actor before a message is stored
-(:meth:`actors.conversations.Conversations.submit`):
+(:meth:`actors.conversation.conversations.Conversations.submit`):
 
 1. The disk holding the data directory keeps ``conversations.min_free_bytes``
    free: below it every new message is refused (``disk-full``), the owner's
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from chalie.conversation.requests import ConversationError
-from chalie.principals import Principal
+from chalie.wire.principals import Principal
 
 # A message's text is stored three times: the message, its turn's row and its event.
 COPIES: Final = 3

@@ -12,9 +12,9 @@ from typing import Annotated, Final
 
 import msgspec
 
-from chalie.control import Args
-from chalie.messages import Busy, Id
-from chalie.principals import Principal
+from chalie.process.control import Args
+from chalie.wire.messages import Busy, Id
+from chalie.wire.principals import Principal
 
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CLIENT_ID_MAX: Final = 128
@@ -33,13 +33,13 @@ class SendMessage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # A person will answer this turn's asks although its channel has none (an inbound
     # agent's loop_in_human turn, chalie/mcp_server/talk.py); this turn only.
     human_present: bool = False
-    # Who sends it (chalie.principals); None: the local owner. A new conversation
+    # Who sends it (chalie.wire.principals); None: the local owner. A new conversation
     # belongs to it; an existing one accepts only its owner principal or the owner.
     principal: Principal | None = None
     # An inbound agent's turn with [mcp_server] park_asks: an ask that would be a deny
-    # becomes a request the owner answers later (chalie.approvals); this turn only.
+    # becomes a request the owner answers later (chalie.gate.approvals); this turn only.
     park_asks: bool = False
-    # The W3C trace context the turn continues (chalie.telemetry; '' or malformed: none).
+    # The W3C trace context the turn continues (chalie.process.telemetry; '' or malformed: none).
     traceparent: Annotated[str, msgspec.Meta(max_length=64)] = ""
 
 

@@ -8,7 +8,7 @@ or none of it. History invariants a provider relies on are restored by
 
 One connection, serialised by a lock: every TurnActor of the daemon shares
 it (SQLite takes one writer at a time anyway; WAL lets readers in). The tables live in
-the store (:mod:`chalie.sql`): the SQLite file, or a PostgreSQL database several daemons
+the store (:mod:`chalie.store.sql`): the SQLite file, or a PostgreSQL database several daemons
 share. A conversation's owner is kept as its JSON and, for the queries that select by it,
 as two plain columns (``principal_id``, ``principal_scope``: no JSON functions, which the
 two engines spell differently); queued turns keep their order in ``n``.
@@ -25,7 +25,13 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.conversation.events import (
+from chalie.calls.dispatch import envelope_name
+from chalie.calls.envelope import render
+from chalie.providers.types import ChatMessage
+from chalie.result import ToolResult
+from chalie.store.sql import Store, Writes
+from chalie.store.store_place import Place
+from chalie.wire.events import (
     ConversationEvent,
     ErrorEvent,
     Event,
@@ -33,13 +39,7 @@ from chalie.conversation.events import (
     decode_event,
     encode_event,
 )
-from chalie.dispatch import envelope_name
-from chalie.envelope import render
-from chalie.principals import Principal
-from chalie.providers.types import ChatMessage
-from chalie.result import ToolResult
-from chalie.sql import Store, Writes
-from chalie.store_place import Place
+from chalie.wire.principals import Principal
 
 TurnState = Literal["queued", "running", "done"]
 MAX_EVENTS_PAGE: Final = 1000

@@ -1,6 +1,7 @@
 """How a message is submitted to a conversation: the pure steps of ``Conversations.submit``.
 
-The Conversations actor sequences them (:meth:`actors.conversations.Conversations.submit`),
+The Conversations actor sequences them
+(:meth:`actors.conversation.conversations.Conversations.submit`),
 doing the I/O between them (the store's reads and writes, the TurnActor's start):
 
 1. :func:`chalie.conversation.requests.check_send`: a malformed, oversized or
@@ -28,10 +29,10 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from chalie.actor_messages import StartTurn
 from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.messages import Accepted
-from chalie.principals import LOCAL_OWNER, Principal, may_see
+from chalie.wire.actor_messages import StartTurn
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import LOCAL_OWNER, Principal, may_see
 
 # A new conversation's title: the first words of its first message.
 TITLE_CHARS: Final = 80

@@ -3,7 +3,7 @@
 :func:`on` is the whole state machine: ``on(state, message, now)`` updates the
 state and returns what must happen, in order, as effects. It does no I/O and
 keeps no clock, thread, future or bus of its own; the TurnActor
-(actors/turn.py) interprets the effects (a write, an event published, a model
+(actors/conversation/turn.py) interprets the effects (a write, an event published, a model
 request, a tool call dispatched, a timer armed) and feeds what comes back (a
 model's reply, a call's outcome, a timer) into :func:`on` again.
 
@@ -42,10 +42,14 @@ from typing import Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from chalie.config import ModelConfig
+from chalie.calls.dispatch import envelope_name
 from chalie.conversation import act, answers, background, compaction
 from chalie.conversation.channels import Channel
-from chalie.conversation.events import (
+from chalie.conversation.store import Batch, TurnUpdate
+from chalie.process.config import ModelConfig
+from chalie.providers import rescue
+from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
+from chalie.wire.events import (
     BackgroundResult,
     ConversationEvent,
     ErrorEvent,
@@ -59,12 +63,8 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.store import Batch, TurnUpdate
-from chalie.dispatch import envelope_name
-from chalie.messages import Busy, ToolCall, ToolOutcome, TurnContext
-from chalie.principals import Principal
-from chalie.providers import rescue
-from chalie.providers.types import ChatMessage, ModelRequest, ModelResponse, ProviderError
+from chalie.wire.messages import Busy, ToolCall, ToolOutcome, TurnContext
+from chalie.wire.principals import Principal
 
 CANCELLED_LINE: Final = "The turn was cancelled."
 STOPPED_LINE: Final = "The conversation was stopped during the turn."
@@ -113,7 +113,7 @@ class Catalogue(Protocol):
 
 
 class Start(msgspec.Struct, frozen=True, kw_only=True):
-    """Run (or queue) one user message as a turn (chalie.actor_messages.StartTurn, its
+    """Run (or queue) one user message as a turn (chalie.wire.actor_messages.StartTurn, its
     future aside)."""
 
     turn_id: str
@@ -426,7 +426,7 @@ class Conversation(msgspec.Struct, kw_only=True):
     idle_stop: float = 600.0
     max_queued: int = 16
     summaries: bool = False  # summaries of compacted histories are kept
-    parent_call: str = ""  # a delegate conversation's parent call (chalie.delegate)
+    parent_call: str = ""  # a delegate conversation's parent call (chalie.calls.delegate)
     principal: Principal | None = None  # whose conversation (None: the owner's)
     messages: list[ChatMessage] = msgspec.field(default_factory=list)
     sizes: list[int] = msgspec.field(default_factory=list)  # act.message_tokens, counted once

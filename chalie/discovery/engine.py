@@ -639,7 +639,7 @@ def _sweep(directory: Path, *, keep: str) -> None:
 
 
 def registry_docs(registry: Iterable[Any]) -> list[ToolDoc]:
-    """The discoverable abilities of a registry (``chalie.registry.Entry`` items) as ToolDocs.
+    """The discoverable abilities of a registry (``chalie.calls.registry.Entry`` items) as ToolDocs.
 
     A remote MCP proxy names its server in a ``mcp_server`` class attribute;
     its source then reads ``mcp:<server>``, which the exact rung uses to tell

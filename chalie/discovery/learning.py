@@ -27,11 +27,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from chalie.calls.trail import REDACTED, SECRET_KEY
 from chalie.discovery.cascade import MAX_ENTRY_CHARS
 from chalie.discovery.engine import DiscoveryEngine
-from chalie.sql import Store
-from chalie.store_place import Place
-from chalie.trail import REDACTED, SECRET_KEY
+from chalie.store.sql import Store
+from chalie.store.store_place import Place
 
 DEFAULT_PER_TOOL: Final = 20
 MAX_PER_TOOL: Final = 200

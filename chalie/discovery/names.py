@@ -25,7 +25,7 @@ from typing import Any, Final
 import tantivy
 
 from chalie.discovery.types import IndexCorruptError, ToolDoc
-from chalie.mcp.names import server_prefix
+from chalie.wire.mcp_names import server_prefix
 
 TRI_TOKENIZER: Final = "chalie_tri"
 # Trigram hits are only candidates; the gate runs on this many of them.

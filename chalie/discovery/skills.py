@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from chalie.discovery.types import ToolDoc
-from chalie.tool_names import NAME_MAX, NAME_PATTERN
+from chalie.wire.tool_names import NAME_MAX, NAME_PATTERN
 
 log = logging.getLogger("chalie.discovery.skills")
 

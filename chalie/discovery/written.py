@@ -31,8 +31,8 @@ from typing import Any, Final
 from chalie.discovery.learning import NEAR_IDENTICAL, overlap, word_key
 from chalie.discovery.learning import WRITTEN_SOURCE as WRITTEN_SOURCE
 from chalie.providers.types import ChatMessage, ModelRequest
-from chalie.sql import Store
-from chalie.store_place import Place
+from chalie.store.sql import Store
+from chalie.store.store_place import Place
 
 MIN_PHRASES: Final = 3
 MAX_PHRASES: Final = 10

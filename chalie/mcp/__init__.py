@@ -2,5 +2,5 @@
 
 Pure parts live here (names, connection specs and secrets, the store, the
 tool-list diff, result mapping, the proxy classes, the async session); the
-actors that own connections live in ``actors/mcp_connections.py``.
+actors that own connections live in ``actors/mcp/connections.py``.
 """

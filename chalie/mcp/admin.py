@@ -21,7 +21,7 @@ from chalie.mcp.secrets import MissingSecret, SecretFile, resolve, seal, shown
 from chalie.mcp.spec import ServerSpec, SpecError, check_spec
 from chalie.mcp.store import McpStore, ServerExists, ServerRow, daemon_id
 from chalie.mcp.tools import ToolRow, approve
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 
 class McpAdminError(ValueError):

@@ -4,14 +4,14 @@ A connected server that offers resources gets one proxy ability,
 ``_mcp_<server>__resources`` (actions ``list`` and ``read``); one that offers
 prompts gets ``_mcp_<server>__prompts`` (action ``get`` with the prompt's
 name and the arguments the model fills). The double underscore cannot come
-from a remote tool's name (:func:`chalie.mcp.names.tool_part` never makes
+from a remote tool's name (:func:`chalie.wire.mcp_names.tool_part` never makes
 one), so no remote tool can take these names. Both are proxies like the
 remote tools: the dispatcher gates them (``_mcp_<server>__resources.read``,
 then the proxy's own row, then the server's ``_mcp_<server>_*``), records
 them on the trail, and the MCP executor runs them over the server's session.
 
 What a server returns (resource contents, a prompt's messages) was written
-by others: it reaches the model as untrusted content (:mod:`chalie.untrusted`).
+by others: it reaches the model as untrusted content (:mod:`chalie.calls.untrusted`).
 A ``resource_link`` in a tool's result names the proxy that reads it.
 
 Each prompt is also a playbook (:func:`prompt_skill`) named
@@ -27,16 +27,16 @@ from typing import Any, ClassVar, Final
 
 from mcp import MCPError
 
-from chalie import untrusted
+from chalie.calls import untrusted
+from chalie.calls.registry import Registry
 from chalie.discovery.skills import Skill
 from chalie.mcp import results
-from chalie.mcp.names import PROMPTS, RESOURCES, extra_name, proxy_name
 from chalie.mcp.proxy import Installed, McpProxy, signature
 from chalie.mcp.results import content_parts
 from chalie.mcp.session import McpSession, NotConnected, describe
 from chalie.mcp.tools import clean_text
-from chalie.registry import Registry
 from chalie.result import ToolResult
+from chalie.wire.mcp_names import PROMPTS, RESOURCES, extra_name, proxy_name
 
 KINDS: Final = (RESOURCES, PROMPTS)
 MAX_URI: Final = 2048

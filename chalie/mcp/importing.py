@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from chalie.mcp.names import BadSlug, slugify
 from chalie.mcp.spec import ServerSpec, SpecError, Transport, check_spec
+from chalie.wire.mcp_names import BadSlug, slugify
 
 MAX_FILE_BYTES: Final = 1 << 20
 MAX_SERVERS: Final = 500

@@ -47,10 +47,10 @@ from mcp.shared.auth import (
 )
 from pydantic import ValidationError
 
-from chalie.loopback import HOST, NETS, is_loopback
 from chalie.mcp.secrets import SecretFile
 from chalie.mcp.spec import ServerSpec
-from chalie.ssrf import AllowEntry, Blocked, Guard, Resolver, Target, system_resolver
+from chalie.net.loopback import HOST, NETS, is_loopback
+from chalie.net.ssrf import AllowEntry, Blocked, Guard, Resolver, Target, system_resolver
 
 log = logging.getLogger("chalie.mcp")
 
@@ -169,7 +169,7 @@ class SecretTokens(TokenStorage):
 
 
 class AuthGuard:
-    """The SSRF guard (:mod:`chalie.ssrf`) for a server's authorization-server URLs.
+    """The SSRF guard (:mod:`chalie.net.ssrf`) for a server's authorization-server URLs.
 
     The protected-resource and authorization-server metadata name the URLs the flow
     then fetches (metadata, registration, token, revocation): a hostile server could

@@ -13,7 +13,7 @@ call in flight. With no call to hold it to, a request has no human behind it.
 :class:`Asks` is what the session hands sampling and elicitation to; the rules
 that need no actor live here: the prompt as the owner sees it, the model
 request a sampling request becomes (the form an elicitation answer must fit,
-and its secret fields, are :mod:`chalie.forms`).
+and its secret fields, are :mod:`chalie.gate.forms`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from mcp_types import (
     ErrorData,
 )
 
-from chalie.messages import TurnContext
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.wire.messages import TurnContext
 
 MAX_PROMPT: Final = 64 * 1024  # characters of a sampling prompt the model may see
 MAX_SHOWN: Final = 2000  # characters of it the owner is shown in the request

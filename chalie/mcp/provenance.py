@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chalie.home import Home
-from chalie.mcp.names import PREFIX, SERVER_WILDCARD, server_of
-from chalie.store_place import Place
+from chalie.process.home import Home
+from chalie.store.store_place import Place
+from chalie.wire.mcp_names import PREFIX, SERVER_WILDCARD, server_of
 
 
 def provenance(db_path: Place, name: str) -> str | None:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from chalie.ability import Ability
+from chalie.calls.registry import Entry, Registry
 from chalie.mcp.store import McpStore
 from chalie.mcp.tools import State, ToolRow, clean_text, proxy_parameters
-from chalie.registry import Entry, Registry
 from chalie.result import ToolResult
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 TOOLTIP_MAX: Final = 120
 

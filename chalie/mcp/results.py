@@ -20,9 +20,9 @@ import base64
 import binascii
 from typing import Any, Final
 
-from chalie.mcp.names import RESOURCES, extra_name
 from chalie.mcp.tools import clean_text
 from chalie.result import ToolResult
+from chalie.wire.mcp_names import RESOURCES, extra_name
 
 MAX_BODY: Final = 256 * 1024
 MAX_RICH_BYTES: Final = 16 * 1024 * 1024

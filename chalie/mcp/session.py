@@ -71,14 +71,14 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 import chalie
-from chalie import telemetry
-from chalie.logs import Throttle
 from chalie.mcp.client_tasks import ClientTasks, TaskClient
 from chalie.mcp.oauth import LoginRequired
 from chalie.mcp.peer import CURRENT, Asks, CallScope
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.stdio import bounded_stdio_client
-from chalie.tls import tls_context
+from chalie.net.tls import tls_context
+from chalie.process import telemetry
+from chalie.process.logs import Throttle
 
 # A listing changed: tools, prompts, or resources (a server with none gets no resources
 # proxy until it has some).

@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.mcp.names import BadSlug, check_slug
+from chalie.wire.mcp_names import BadSlug, check_slug
 
 Transport = Literal["stdio", "http", "sse"]
 TRANSPORTS: Final[tuple[str, ...]] = ("stdio", "http", "sse")

@@ -32,8 +32,8 @@ import mcp_types
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
 
-from chalie.logs import Throttle
 from chalie.mcp.results import TOO_LARGE
+from chalie.process.logs import Throttle
 
 # What a server writes decides how often this logs: one line each, a bounded number a minute.
 log = logging.getLogger("chalie.mcp.stdio")

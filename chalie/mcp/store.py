@@ -31,8 +31,8 @@ import msgspec
 
 from chalie.mcp.spec import ServerSpec, decode_spec, encode_spec
 from chalie.mcp.tools import RemoteTool, ToolRow
-from chalie.sql import Store
-from chalie.store_place import IntegrityError, Place
+from chalie.store.sql import Store
+from chalie.store.store_place import IntegrityError, Place
 
 # needs-login: an OAuth server whose grant needs the owner (chalie mcp login), not offline
 Status = Literal["online", "offline", "connecting", "disabled", "needs-login"]
@@ -84,7 +84,7 @@ _remote = msgspec.json.Decoder(RemoteTool)
 
 
 # The notice an operator's change to the servers or their tools sends to every daemon on a
-# shared store (chalie.sql.follow): each reconciles its own connections with the store.
+# shared store (chalie.store.sql.follow): each reconciles its own connections with the store.
 CHANGED: Final = "chalie_mcp"
 
 

@@ -34,8 +34,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.mcp.names import proxy_name
-from chalie.tool_names import FRAMEWORK_FIELDS
+from chalie.wire.mcp_names import proxy_name
+from chalie.wire.tool_names import FRAMEWORK_FIELDS
 
 State = Literal["active", "quarantined", "gone", "incompatible"]
 MAX_DESCRIPTION: Final = 1024

@@ -34,17 +34,17 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import chalie
-from chalie import telemetry
-from chalie.admission import Admission, connection_cap, guarded_protocol
-from chalie.asgi_server import Server
-from chalie.config import McpServerConfig
-from chalie.listener import tcp_listener
-from chalie.loopback import host_names, is_loopback
 from chalie.mcp_server.gate import CALLER_KEY, Caller, Gate, TokenVerifier
 from chalie.mcp_server.gateway import Gateway, announce
 from chalie.mcp_server.limits import TokenLimits
 from chalie.mcp_server.talk import TalkToChalie
 from chalie.mcp_server.validation import TOOL_NAME, input_schema
+from chalie.net.admission import Admission, connection_cap, guarded_protocol
+from chalie.net.asgi_server import Server
+from chalie.net.listener import tcp_listener
+from chalie.net.loopback import host_names, is_loopback
+from chalie.process import telemetry
+from chalie.process.config import McpServerConfig
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -150,7 +150,7 @@ class ChalieServer(MCPServer):
         self.gateway = gateway
         super().__init__(**kwargs)
         # The SDK opens an OpenTelemetry span per message, continuing the caller's
-        # _meta.traceparent: kept when Chalie exports traces (chalie.telemetry). Otherwise
+        # _meta.traceparent: kept when Chalie exports traces (chalie.process.telemetry). Otherwise
         # dropped (the SDK's documented opt-out): the span cost ~3 % of the daemon's CPU
         # under load, and the trail and conversation records are the audit.
         if not telemetry.enabled():

@@ -8,7 +8,7 @@ chat client through :class:`HumansPort`; with
 with its ``answer`` frame and a ``prompt`` naming the agent, its channel and
 the call's parameters, one escaped line each). Only owner sessions receive
 them (:class:`chalie.chat.session.ChatSession`), and only an owner's answer
-counts (:func:`chalie.principals.may_answer`): the agent never approves its
+counts (:func:`chalie.wire.principals.may_answer`): the agent never approves its
 own request.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from chalie.display import one_line
+from chalie.gate.display import one_line
 
 Phase = Literal["asked", "answered", "permission"]
 

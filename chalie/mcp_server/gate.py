@@ -8,7 +8,7 @@ Order for every HTTP request, each step answering itself when it refuses:
    come from ``chalie token``), so an OAuth-capable client reports a bad token
    instead of an OAuth failure. Any other ``/.well-known/`` path is 404.
 1. ``Authorization: Bearer <token>`` (the scheme in any case, one rule:
-   :func:`chalie.tokens.bearer`) parsed and verified against the token store:
+   :func:`chalie.gate.tokens.bearer`) parsed and verified against the token store:
    missing, malformed, unknown or revoked → 401 with ``WWW-Authenticate``.
    The caller is the token's principal (id and scope); what is keyed by a
    token below is keyed by its id.
@@ -41,11 +41,11 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from chalie.frames import MAX_DEPTH, TooDeep, check_json_depth
+from chalie.gate.tokens import bearer
 from chalie.mcp_server.limits import Refused, TokenLimits
-from chalie.principals import Principal, check_scope, may_use_gateway
-from chalie.principals import Scope as TokenScope
-from chalie.tokens import bearer
+from chalie.wire.frames import MAX_DEPTH, TooDeep, check_json_depth
+from chalie.wire.principals import Principal, check_scope, may_use_gateway
+from chalie.wire.principals import Scope as TokenScope
 
 log = logging.getLogger("chalie.mcp_server")
 
@@ -73,7 +73,7 @@ class NamedToken(Protocol):
 
 
 class TokenVerifier(Protocol):
-    """The TokenStore (chalie.tokens), as the gate uses it."""
+    """The TokenStore (chalie.gate.tokens), as the gate uses it."""
 
     def verify(self, secret: str) -> NamedToken | None: ...
 
@@ -472,7 +472,7 @@ class SessionOwners:
 
 
 def _well_formed(body: bytes) -> bool:
-    """Not nested past the one depth rule (chalie.frames): a parser would recurse into it."""
+    """Not nested past the one depth rule (chalie.wire.frames): a parser would recurse into it."""
     try:
         check_json_depth(body)
     except TooDeep:

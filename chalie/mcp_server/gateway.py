@@ -5,9 +5,9 @@ What a caller sees and may call (one rule, :meth:`Gateway.opens_for`): with
 agent's ``tools/list`` holds ``talk_to_chalie``, ``find_tools`` and the tools
 ``find_tools`` injected for that token; otherwise only ``talk_to_chalie``.
 
-Each direct call is one :class:`~chalie.messages.ToolCall` through the
+Each direct call is one :class:`~chalie.wire.messages.ToolCall` through the
 dispatcher chokepoint (:class:`ToolsPort`), with a restricted
-:class:`~chalie.messages.TurnContext` on the ``external_agent`` channel (no
+:class:`~chalie.wire.messages.TurnContext` on the ``external_agent`` channel (no
 human present: ``ask`` is ``deny``). The token's name is in the context's
 conversation id (``mcp-gateway:ID``, recorded on every trail row) and its
 turn id (``gateway:ID``, the key of the tools find_tools injected; the
@@ -32,7 +32,7 @@ from mcp_types import Tool as MCPTool
 
 from chalie.mcp_server.gate import Caller
 from chalie.mcp_server.rich import blocks
-from chalie.messages import ToolCall, ToolOutcome, TurnContext
+from chalie.wire.messages import ToolCall, ToolOutcome, TurnContext
 
 log = logging.getLogger("chalie.mcp_server")
 

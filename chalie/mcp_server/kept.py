@@ -9,7 +9,7 @@ published to the owners connected at that moment. One an owner client received i
 2. seen: published while an owner client was connected, or handed to the first owner
    client that connects later (:meth:`KeptExchanges.backlog`, what a chat session gets
    first). A ``permission`` exchange is handed to every owner client that connects while
-   its request is pending (``permission_requests``, chalie.approvals), seen or not: an
+   its request is pending (``permission_requests``, chalie.gate.approvals), seen or not: an
    owner who connects later answers it there; once its request has ended it is not;
 3. dropped once more than :data:`MAX_KEPT` newer ones are kept.
 
@@ -26,8 +26,8 @@ from typing import Final
 import msgspec
 
 from chalie.mcp_server.exchange import AgentExchange
-from chalie.sql import Store
-from chalie.store_place import Place
+from chalie.store.sql import Store
+from chalie.store.store_place import Place
 
 MAX_KEPT: Final = 2000
 # At most this many unseen exchanges are handed to an owner client that connects.

@@ -23,8 +23,8 @@ import time
 from collections import OrderedDict
 from typing import Final
 
-from chalie.sql import Connection, StoreError, open_connection
-from chalie.store_place import Place
+from chalie.store.sql import Connection, StoreError, open_connection
+from chalie.store.store_place import Place
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS mcp_conversations (
@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS mcp_conversations (
 )
 """
 _MIGRATE: Final = "ALTER TABLE mcp_conversations ADD COLUMN token_id TEXT"
-# Needs the tokens table (chalie.tokens) migrated first: the daemon opens it before.
+# Needs the tokens table (chalie.gate.tokens) migrated first: the daemon opens it before.
 _FILL: Final = """
 UPDATE mcp_conversations SET token_id = (
     SELECT t.id FROM tokens t

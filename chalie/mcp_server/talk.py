@@ -13,7 +13,7 @@ Lifecycle of one call (all on the event-loop thread):
    ``rich_payload`` items become the answer's images, audio and resources.
    With ``loop_in_human`` and ``asks`` on (``[mcp_server] loop_in_human_asks``)
    while a chat client is connected, the turn runs with ``human_present`` (that
-   turn only; :func:`chalie.policy.decide` then asks instead of denying) and
+   turn only; :func:`chalie.gate.policy.decide` then asks instead of denying) and
    each ``permission_request`` is shown to the people as an
    :class:`AgentExchange` naming the agent; the call waits, reporting progress,
    until it is answered or expires.
@@ -35,9 +35,19 @@ from typing import Any, Final
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 
-from chalie import telemetry
-from chalie.approvals import ApprovalStore
-from chalie.conversation.events import (
+from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
+from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
+from chalie.conversation.requests import ConversationError, SendMessage
+from chalie.gate.approvals import ApprovalStore
+from chalie.gate.display import one_line
+from chalie.mcp_server.exchange import AgentExchange, HumansPort
+from chalie.mcp_server.gate import CALLER_KEY, Caller
+from chalie.mcp_server.owners import ConversationOwners
+from chalie.mcp_server.rich import blocks
+from chalie.mcp_server.turns import CHANNEL, origin
+from chalie.mcp_server.validation import InvalidArguments, TalkRequest, call_signature, check
+from chalie.process import telemetry
+from chalie.wire.events import (
     ErrorEvent,
     PermissionRequest,
     PermissionSettled,
@@ -47,17 +57,7 @@ from chalie.conversation.events import (
     ToolStarted,
     TurnFinished,
 )
-from chalie.conversation.follow import BACKFILL_LIMIT, TurnFollower
-from chalie.conversation.port import ConversationsPort, ConversationsUnavailable
-from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.display import one_line
-from chalie.mcp_server.exchange import AgentExchange, HumansPort
-from chalie.mcp_server.gate import CALLER_KEY, Caller
-from chalie.mcp_server.owners import ConversationOwners
-from chalie.mcp_server.rich import blocks
-from chalie.mcp_server.turns import CHANNEL, origin
-from chalie.mcp_server.validation import InvalidArguments, TalkRequest, call_signature, check
-from chalie.messages import Accepted
+from chalie.wire.messages import Accepted
 
 log = logging.getLogger("chalie.mcp_server")
 

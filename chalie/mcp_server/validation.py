@@ -16,8 +16,8 @@ from typing import Annotated, Any, Final, get_args, get_origin, get_type_hints
 
 import msgspec
 
+from chalie.calls.schema_types import json_type
 from chalie.conversation.requests import ID_PATTERN
-from chalie.schema_types import json_type
 
 TOOL_NAME: Final = "talk_to_chalie"
 MESSAGE_MAX: Final = 32_000

@@ -60,7 +60,7 @@ from chalie.memory.records import (
 )
 from chalie.memory.store import CHANGED, MemoryStore
 from chalie.memory.whose import OWNER, is_agent
-from chalie.sql import Follower, follow
+from chalie.store.sql import Follower, follow
 
 log = logging.getLogger("chalie.memory")
 

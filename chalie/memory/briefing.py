@@ -14,7 +14,7 @@ it changes nothing. In order:
    line is not repeated.
 3. Each line names its id, kind, when it happened and its source; a memory stored
    after the conversation had read untrusted content is kept apart, below the fixed
-   untrusted warning line (chalie.untrusted), with the tools it came from.
+   untrusted warning line (chalie.calls.untrusted), with the tools it came from.
 
 The budget counts rough tokens (:func:`chalie.memory.fusion.tokens`, four characters a
 token) of the whole text: the header and the time-zone line (always in it, ~35), every
@@ -31,10 +31,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
+from chalie.calls.untrusted import WARNING_LINE, clean
 from chalie.memory.book import MemoryBook, MemoryRequestError
 from chalie.memory.fusion import CHARS_PER_TOKEN, tokens
 from chalie.memory.records import Memory
-from chalie.untrusted import WARNING_LINE, clean
 
 BUDGET: Final = 400
 STANDING_SHARE: Final = 0.4

@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from chalie import control
-from chalie.control import Args
 from chalie.memory.book import MemoryBook, MemoryRequestError
 from chalie.memory.whose import OWNER
-from chalie.messages import ControlReply
-from chalie.routing import Route
+from chalie.process import control
+from chalie.process.control import Args
+from chalie.process.routing import Route
+from chalie.wire.messages import ControlReply
 
 Scope = Literal["owner", "agents", "all"]
 MAX_IMPORT_ROWS = 100_000

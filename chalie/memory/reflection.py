@@ -23,8 +23,8 @@ from typing import Any, Final
 from chalie.conversation.background import is_follow_up
 from chalie.memory.records import KINDS, Draft, Kind
 from chalie.providers.types import ChatMessage, ModelRequest
-from chalie.sql import Store, StoreError
-from chalie.store_place import Place
+from chalie.store.sql import Store, StoreError
+from chalie.store.store_place import Place
 
 # The conversations reflected on: the person's chats (their memories) and the agents'
 # (external_agent, or an MCP-started chat: memories kept under that agent, never the owner's;

@@ -22,8 +22,8 @@ from typing import Any, Final
 import numpy as np
 
 from chalie.memory.records import KINDS, SOURCES, Kind, Memory, Source
-from chalie.sql import Connection, Store, open_connection
-from chalie.store_place import Place
+from chalie.store.sql import Connection, Store, open_connection
+from chalie.store.store_place import Place
 
 # The notice of a change: "<writer>:<id>,<id>..." (":*" when too many to name: all of them).
 CHANGED: Final = "chalie_memories"

@@ -26,9 +26,9 @@ from typing import Final
 from chalie.memory import when
 from chalie.memory.book import MemoryBook
 from chalie.memory.whose import principal_of, readable_by
-from chalie.messages import TurnContext
-from chalie.sql import Connection, StoreError, open_connection
-from chalie.store_place import Place
+from chalie.store.sql import Connection, StoreError, open_connection
+from chalie.store.store_place import Place
+from chalie.wire.messages import TurnContext
 
 # Tools whose results carry no outside content: the meta-tools, memory itself,
 # pure computations and the scheduler. Everything else is an untrusted source.

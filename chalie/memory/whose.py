@@ -1,6 +1,6 @@
 """Whose memory a turn reads and writes: the one place a principal identity becomes a memory key.
 
-A turn carries its principal (``TurnContext.principal``, chalie.principals): the
+A turn carries its principal (``TurnContext.principal``, chalie.wire.principals): the
 owner's memories are keyed ``owner``; an agent's are keyed ``agent:<token id>`` and
 kept apart, so a new token that reuses a revoked token's name inherits none of them.
 A turn without a principal falls back to its conversation's origin, which names the
@@ -14,7 +14,7 @@ from collections.abc import Collection
 from typing import Final
 
 from chalie.mcp_server.turns import ORIGIN_PREFIX
-from chalie.principals import Principal
+from chalie.wire.principals import Principal
 
 OWNER: Final = "owner"
 AGENT_PREFIX: Final = "agent:"

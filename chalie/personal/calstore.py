@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from chalie.accounts.spec import Account
-from chalie.db import DatabaseUnusable, connect, transaction
+from chalie.store.db import DatabaseUnusable, connect, transaction
 
 SCHEMA_VERSION: Final = 1
 _SCHEMA: Final = """

@@ -15,7 +15,7 @@ from typing import Final
 import httpx2
 
 from chalie.accounts.failure import AccountFailure
-from chalie.tls import tls_context
+from chalie.net.tls import tls_context
 
 MAX_BODY: Final = 64 * 1024 * 1024
 USER_AGENT: Final = "chalie/0.1 (+personal abilities)"

@@ -33,8 +33,8 @@ from typing import Any, Final
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError, LoginError
 
-from chalie.accounts.book import Credentials
 from chalie.accounts.failure import AccountFailure
+from chalie.accounts.store import Credentials
 from chalie.personal.pdftext import pdf_text
 
 MAX_BODY_TEXT: Final = 20_000

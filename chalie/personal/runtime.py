@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
-from chalie.accounts.book import AccountStore, Credentials
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import Account
-from chalie.home import personal_cache_file
+from chalie.accounts.store import AccountStore, Credentials
 from chalie.personal.calstore import CalendarStore
 from chalie.personal.dav import Collection, DavClient
 from chalie.personal.dav import Kind as DavKind
 from chalie.personal.http import HttpClient
+from chalie.process.home import personal_cache_file
 from chalie.result import ToolResult
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,7 +79,8 @@ class PersonalSettings:
 
 
 def settings_from(config: Any) -> PersonalSettings:
-    """The settings from ``[accounts]`` and ``[weather]`` of a :class:`chalie.config.Config`."""
+    """The settings from ``[accounts]`` and ``[weather]`` of a
+    :class:`chalie.process.config.Config`."""
     a, w = config.accounts, config.weather
     return PersonalSettings(
         timeout=a.timeout,

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import msgspec
 
-from chalie.config import ModelConfig
+from chalie.process.config import ModelConfig
 from chalie.providers import signatures, steps
 from chalie.providers.formats import WIRES, Wire, new_call_id
 from chalie.providers.http import HttpClient, HttpError, Response, proxy_from_environment

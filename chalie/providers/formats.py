@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
-from chalie.config import ProviderKind
+from chalie.process.config import ProviderKind
 from chalie.providers.types import (
     ChatMessage,
     ModelRequest,

@@ -49,8 +49,8 @@ from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
 
 import chalie
-from chalie.loopback import is_loopback
-from chalie.tls import tls_context
+from chalie.net.loopback import is_loopback
+from chalie.net.tls import tls_context
 
 MAX_HEAD: Final = 64 * 1024
 MAX_HEADERS: Final = 100

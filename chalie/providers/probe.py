@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from chalie.config import ModelConfig
+from chalie.process.config import ModelConfig
 from chalie.providers.client import ModelClient, next_step
 from chalie.providers.http import HttpError
 from chalie.providers.types import ProviderError

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from chalie.loopback import is_loopback
+from chalie.net.loopback import is_loopback
 from chalie.providers.types import ModelResponse, ToolCallPart
 
 Structured = Literal["auto", "on", "off"]

@@ -7,7 +7,7 @@ once however many daemons share the store; the answer is recorded afterwards.
 
 A firing is *claimed* until its answer is delivered: the row names the claimant (a
 daemon's scheduler, one random id a run) and the claimant holds a lease of that name
-(:meth:`chalie.sql.Connection.lease`, gone with its session). A claimant that dies
+(:meth:`chalie.store.sql.Connection.lease`, gone with its session). A claimant that dies
 before delivering (a kill -9 mid-turn) leaves a claim whose lease is free:
 :meth:`ReminderStore.orphaned` finds it and :meth:`ReminderStore.reclaim` takes it over,
 once, for another scheduler (on another daemon, or this one's next run) to fire it
@@ -22,8 +22,8 @@ from typing import Any, Final, Literal
 import msgspec
 
 from chalie.schedule.rules import RuleKind
-from chalie.sql import Store, add_columns
-from chalie.store_place import Place
+from chalie.store.sql import Store, add_columns
+from chalie.store.store_place import Place
 
 State = Literal["pending", "done", "cancelled"]
 # The owner's views of the table (the dashboard's filter).

@@ -41,7 +41,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from chalie.config import BrowserConfig
+from chalie.process.config import BrowserConfig
 from chalie.web.extract import Document, html_document
 from chalie.web.http import Fetcher, FetchError
 

@@ -38,8 +38,8 @@ from urllib.parse import urljoin, urlsplit
 import httpcore2
 import httpx2
 
-from chalie.ssrf import BLOCKED_CODE, Blocked, Guard
-from chalie.tls import tls_context
+from chalie.net.ssrf import BLOCKED_CODE, Blocked, Guard
+from chalie.net.tls import tls_context
 
 # Seconds a read of a cancellable fetch waits before it looks at the cancel event again.
 CANCEL_SLICE: Final = 0.1

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from chalie.config import WebConfig
-from chalie.ssrf import Guard, Resolver
+from chalie.net.ssrf import Guard, Resolver
+from chalie.process.config import WebConfig
 from chalie.web.browser import BrowserPool
 from chalie.web.http import Fetcher, Limits
 from chalie.web.search import Searcher, key_reader

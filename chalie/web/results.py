@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-import chalie.untrusted as untrusted
+import chalie.calls.untrusted as untrusted
 from chalie.result import Scalar, ToolResult
 from chalie.services import Services
 

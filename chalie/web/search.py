@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import httpx2
 
-from chalie.config import WebSearchConfig
-from chalie.loopback import HOST
-from chalie.tls import tls_context
-from chalie.untrusted import clean
+from chalie.calls.untrusted import clean
+from chalie.net.loopback import HOST
+from chalie.net.tls import tls_context
+from chalie.process.config import WebSearchConfig
 
 SECRET_ID: Final = "web.search"
 BRAVE_URL: Final = "https://api.search.brave.com/res/v1/web/search"

@@ -13,8 +13,8 @@ __all__ = ["Ctx", "cli", "main"]
 
 def main() -> None:
     """Run the command, then leave without the interpreter's finalisation
-    (:mod:`chalie.quick_exit`: exit handlers and flushes kept, ~20 ms a command saved)."""
-    from chalie.quick_exit import exit_code, quick_exit
+    (:mod:`chalie.process.quick_exit`: exit handlers and flushes kept, ~20 ms a command saved)."""
+    from chalie.process.quick_exit import exit_code, quick_exit
 
     try:
         cli(prog_name="chalie")

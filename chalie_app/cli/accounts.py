@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from chalie.accounts.book import AccountStore
 from chalie.accounts.failure import AccountFailure
 from chalie.accounts.spec import KINDS, SECURITIES, Account, AccountSpecError
-from chalie.loopback import is_loopback
+from chalie.accounts.store import AccountStore
+from chalie.net.loopback import is_loopback
 from chalie_app.cli.daemon import fail
 from chalie_app.cli.group import Ctx, cli
 
@@ -142,7 +142,7 @@ def accounts_list(obj: Ctx, as_json: bool) -> None:
 @click.pass_obj
 def accounts_test(obj: Ctx, name: str, as_json: bool) -> None:
     """Connect and log in; report what the account holds. Exit 1 with the error code if not."""
-    from chalie.accounts.probe import probe
+    from chalie.personal.probe import probe
     from chalie.personal.runtime import PersonalRuntime, settings_from
 
     book = _book(obj)
@@ -186,8 +186,8 @@ def accounts_default(obj: Ctx, name: str) -> None:
 @click.pass_obj
 def accounts_remove(obj: Ctx, name: str) -> None:
     """Remove an account and its password."""
-    from chalie.home import personal_cache_file
     from chalie.personal.calstore import CalendarStore
+    from chalie.process.home import personal_cache_file
 
     book = _book(obj)
     try:

@@ -14,9 +14,9 @@ import webbrowser
 import click
 
 from chalie.brain.access import sign_in_page
-from chalie.control import DaemonNotRunning
-from chalie.home import write_private
-from chalie.messages import ControlReply
+from chalie.process.control import DaemonNotRunning
+from chalie.process.home import write_private
+from chalie.wire.messages import ControlReply
 from chalie_app.cli.group import Ctx, cli
 
 

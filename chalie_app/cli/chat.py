@@ -28,11 +28,11 @@ import click
 import msgspec
 import zmq
 
-from chalie import control
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient, ChatUnavailable, Frame
-from chalie.display import one_line, params_line, reach_line
-from chalie.messages import ANSWER_LETTERS, Answer
+from chalie.gate.display import one_line, params_line, reach_line
+from chalie.process import control
+from chalie.wire.messages import ANSWER_LETTERS, Answer
 from chalie_app.cli.group import Ctx, cli
 
 PING_EVERY: Final = 30.0

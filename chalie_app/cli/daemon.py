@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
-from chalie import control
+from chalie.process import control
 from chalie_app.cli.group import Ctx, cli
 
 EXIT_NO_DAEMON = 1
@@ -57,12 +57,12 @@ def run_command(ctx: click.Context) -> None:
     import logging
 
     try:
-        from chalie import daemon, heap, logs
+        from chalie.process import daemon, heap, logs
 
         heap.pin_numeric_threads()  # before numpy is imported (the composition root imports it)
         from chalie_app import root
 
-        heap.limit_arenas()  # before any thread starts (chalie/heap.py)
+        heap.limit_arenas()  # before any thread starts (chalie/process/heap.py)
         obj: Ctx = ctx.obj
         verbose = bool(ctx.parent is not None and ctx.parent.params.get("verbose"))
         logs.configure(logging.DEBUG if verbose else logging.INFO)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from chalie import control
+from chalie.process import control
 from chalie_app.cli.group import Ctx, cli
 from chalie_app.cli.tools import load_registry, tools
 
@@ -59,7 +59,7 @@ def index_rebuild(obj: Ctx, reuse: bool) -> None:
     if control.read_pid(home) is not None and control.socket_path(home).exists():
         _rebuild_in_daemon(obj, reuse)
         return
-    from chalie.daemon import AlreadyRunning, instance_lock
+    from chalie.process.daemon import AlreadyRunning, instance_lock
 
     try:
         with instance_lock(home):
@@ -103,7 +103,7 @@ def _rebuild_in_daemon(obj: Ctx, reuse: bool) -> None:
 def _learned_phrases(obj: Ctx) -> dict[str, list[str]] | None:
     """The learned examples in chalie.db, so the new index holds them (None: none kept yet)."""
     from chalie.discovery.learning import LearnedExamples
-    from chalie.home import DB_NAME
+    from chalie.process.home import DB_NAME
 
     path = obj.home / DB_NAME
     if not path.exists():
@@ -119,7 +119,7 @@ def _rebuild_here(obj: Ctx, reuse: bool) -> None:
     from chalie.discovery.engine import DiscoveryEngine, registry_docs
     from chalie.discovery.skills import SkillLibrary
     from chalie.discovery.types import IndexCorruptError
-    from chalie.home import index_dirs
+    from chalie.process.home import index_dirs
 
     registry = load_registry(obj)
     docs = registry_docs(registry)
@@ -167,10 +167,10 @@ def tools_find(obj: Ctx, query: tuple[str, ...], as_json: bool) -> None:
 
     from abilities.find_tools import FindTools
     from actors.discovery import DiscoveryActor, DiscoveryHandle
-    from chalie.envelope import render
-    from chalie.invoke import coerce_params, invoke
-    from chalie.messages import TurnContext
+    from chalie.calls.envelope import render
+    from chalie.calls.invoke import coerce_params, invoke
     from chalie.services import Services
+    from chalie.wire.messages import TurnContext
 
     registry = load_registry(obj)
     embedder = _embedder(obj)

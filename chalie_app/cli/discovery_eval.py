@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from chalie import control
 from chalie.discovery.embedder import EmbedderError, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import (
@@ -29,6 +28,7 @@ from chalie.discovery.evaluate import (
     load_queries,
 )
 from chalie.discovery.types import IndexCorruptError
+from chalie.process import control
 from chalie_app.cli.group import Ctx, cli
 
 
@@ -50,7 +50,7 @@ def _examples_call(obj: Ctx, args: dict[str, Any]) -> Any:
 
         return ask_daemon(obj, "discovery.examples", args)
     from chalie.discovery.learning import LearnedExamples
-    from chalie.home import DB_NAME
+    from chalie.process.home import DB_NAME
 
     store = LearnedExamples(home / DB_NAME, per_tool=obj.config.discovery.examples_per_tool)
     try:

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 if TYPE_CHECKING:
-    from chalie.config import Config
-    from chalie.control import ControlClient
-    from chalie.home import Home
-    from chalie.store_place import Place
+    from chalie.process.config import Config
+    from chalie.process.control import ControlClient
+    from chalie.process.home import Home
+    from chalie.store.store_place import Place
 
 
 class Ctx:
@@ -41,7 +41,7 @@ class Ctx:
     def layout(self) -> Home:
         """The data directory (``--home``, ``CHALIE_HOME`` or the platform's), checked."""
         if self._layout is None:
-            from chalie.home import Home, HomeError
+            from chalie.process.home import Home, HomeError
 
             try:
                 where = Home.locate(self._home)
@@ -58,8 +58,8 @@ class Ctx:
     @property
     def config(self) -> Config:
         if self._config is None:
-            from chalie.config import Config, ConfigError
-            from chalie.home import HomeError
+            from chalie.process.config import Config, ConfigError
+            from chalie.process.home import HomeError
 
             try:
                 self._config = Config.load(self._home)
@@ -86,7 +86,7 @@ class Ctx:
     def client(self) -> ControlClient:
         """One control client for the command: a command that polls keeps one socket."""
         if self._client is None:
-            from chalie.control import ControlClient
+            from chalie.process.control import ControlClient
 
             self._client = ControlClient(self.home)
         return self._client
@@ -201,11 +201,11 @@ class LazyGroup(click.Group):
         except Exception as exc:
             # Not imported: no command opened the database, so nothing raised DatabaseUnusable
             # (importing it would load sqlite3 into every command).
-            db = sys.modules.get("chalie.db")
+            db = sys.modules.get("chalie.store.db")
             if db is not None and isinstance(exc, db.DatabaseUnusable):
                 raise click.ClickException(str(exc)) from None
             # The store unreachable, or a store not on PostgreSQL yet: one line.
-            place = sys.modules.get("chalie.store_place")
+            place = sys.modules.get("chalie.store.store_place")
             if place is not None and isinstance(exc, place.StoreUnavailable):
                 raise click.ClickException(str(exc)) from None
             raise

@@ -18,9 +18,9 @@ from typing import Any
 import click
 import msgspec
 
-from chalie import control
-from chalie.display import one_line
+from chalie.gate.display import one_line
 from chalie.mcp.admin import McpAdmin, McpAdminError
+from chalie.process import control
 from chalie_app.cli.daemon import ask_daemon, fail
 from chalie_app.cli.group import Ctx, cli
 

@@ -18,9 +18,9 @@ from typing import IO, Any
 import click
 import msgspec
 
-from chalie import control
-from chalie.messages import ControlReply
-from chalie.routing import Router
+from chalie.process import control
+from chalie.process.routing import Router
+from chalie.wire.messages import ControlReply
 from chalie_app.cli.daemon import EXIT_ERROR_REPLY, ask_daemon, fail
 from chalie_app.cli.group import Ctx, cli
 
@@ -29,12 +29,12 @@ MAX_LINE = 64 * 1024
 
 @contextmanager
 def _offline(obj: Ctx) -> Iterator[Router]:
-    from chalie.daemon import AlreadyRunning, instance_lock
     from chalie.discovery.embedder import load_embedder
-    from chalie.home import memory_index_dir
     from chalie.memory.book import MemoryBook
     from chalie.memory.commands import MemoryCommands
     from chalie.memory.store import MemoryStore
+    from chalie.process.daemon import AlreadyRunning, instance_lock
+    from chalie.process.home import memory_index_dir
 
     cfg = obj.config
     cfg.layout.create()

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from chalie.display import NAME_CHARS, one_line
-from chalie.messages import ANSWER_WORDS, CHANNELS
+from chalie.gate.display import NAME_CHARS, one_line
+from chalie.wire.messages import ANSWER_WORDS, CHANNELS
 from chalie_app.cli.daemon import ask_daemon
 from chalie_app.cli.group import Ctx, cli
 

@@ -1,7 +1,7 @@
 """The terminal's approval prompt: what a human sees when the gate asks, and reading the answer.
 
 Every text in it comes from the model or the tool, so each is shown through
-:func:`chalie.display.one_line` (one line, control characters escaped,
+:func:`chalie.gate.display.one_line` (one line, control characters escaped,
 capped). While it waits for the human, the prompt checks every
 ``check_every`` seconds whether the request is still pending, so an answer
 given elsewhere (``chalie policy answer`` in another terminal) ends it.
@@ -19,8 +19,8 @@ from typing import Any, Final, TextIO
 
 import click
 
-from chalie.display import ACT_SUMMARY_CHARS, NAME_CHARS, one_line, params_line, reach_line
-from chalie.messages import ANSWER_LETTERS
+from chalie.gate.display import ACT_SUMMARY_CHARS, NAME_CHARS, one_line, params_line, reach_line
+from chalie.wire.messages import ANSWER_LETTERS
 
 ANSWERS: Final = ANSWER_LETTERS
 QUESTION: Final = "allow [o]nce, [a]lways, or [d]eny? "

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from chalie import control
+from chalie.process import control
 from chalie_app.cli.daemon import ask_daemon, fail
 from chalie_app.cli.group import Ctx, cli
 

@@ -2,7 +2,7 @@
 
 Run with no daemon on the home (the instance lock is taken). Every store module opens
 its tables on both sides first (the SQLite file's brought up to date, PostgreSQL's made),
-then :func:`chalie.store_copy.copy_store` copies them in one transaction and checks the
+then :func:`chalie.store.store_copy.copy_store` copies them in one transaction and checks the
 counts. The SQLite file is left as it was: remove ``[store] url`` to go back to it.
 """
 
@@ -21,23 +21,23 @@ from chalie_app.cli.group import Ctx, cli
 def open_every_store(place: Any, home: Path) -> None:
     """Open (and close) every durable store on ``place``, so each made or migrated its
     tables. The token store comes first: the MCP owners' migration reads it."""
-    from actors.mcp_asks import Budget
-    from chalie.accounts.book import AccountStore
-    from chalie.approvals import ApprovalStore
+    from actors.mcp.asks import Budget
+    from chalie.accounts.store import AccountStore
+    from chalie.calls.outbox import Outbox
+    from chalie.calls.trail import Trail
     from chalie.conversation.compaction import SummaryStore
     from chalie.conversation.store import ConversationStore
     from chalie.discovery.learning import LearnedExamples
     from chalie.discovery.written import WrittenCache
+    from chalie.gate.approvals import ApprovalStore
+    from chalie.gate.policy import PolicyStore
+    from chalie.gate.tokens import TokenStore
     from chalie.mcp.store import McpStore
     from chalie.mcp_server.kept import KeptExchanges
     from chalie.mcp_server.owners import ConversationOwners
     from chalie.memory.reflection import ReflectionLedger
     from chalie.memory.store import MemoryStore
-    from chalie.outbox import Outbox
-    from chalie.policy import PolicyStore
     from chalie.schedule.store import ReminderStore
-    from chalie.tokens import TokenStore
-    from chalie.trail import Trail
 
     stores: list[Any] = [
         TokenStore(place),
@@ -72,10 +72,10 @@ def store() -> None:
 @click.pass_obj
 def migrate(obj: Ctx, as_json: bool) -> None:
     """Copy this home's chalie.db into [store] url's (empty) PostgreSQL, then check the counts."""
-    from chalie.daemon import AlreadyRunning, instance_lock
-    from chalie.sql import open_connection
-    from chalie.store_copy import CopyError, copy_store
-    from chalie.store_place import Postgres
+    from chalie.process.daemon import AlreadyRunning, instance_lock
+    from chalie.store.sql import open_connection
+    from chalie.store.store_copy import CopyError, copy_store
+    from chalie.store.store_place import Postgres
 
     cfg = obj.config
     target = obj.store

@@ -19,8 +19,8 @@ from typing import TypeVar
 import click
 import msgspec
 
-from chalie.principals import Scope
-from chalie.tokens import TokenError, TokenStore
+from chalie.gate.tokens import TokenError, TokenStore
+from chalie.wire.principals import Scope
 from chalie_app.cli.group import Ctx, cli
 
 T = TypeVar("T")

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from chalie.tool_names import FRAMEWORK_FIELDS
-from chalie.typed_text import MAX_VALUE_DEPTH as MAX_VALUE_DEPTH  # the one rule's limit
+from chalie.calls.typed_text import MAX_VALUE_DEPTH as MAX_VALUE_DEPTH  # the one rule's limit
+from chalie.wire.tool_names import FRAMEWORK_FIELDS
 from chalie_app.cli.group import Ctx, cli
 
 if TYPE_CHECKING:
-    from chalie.registry import Registry
+    from chalie.calls.registry import Registry
 
 
 def progress_line(progress: dict[str, Any]) -> str:
@@ -28,8 +28,8 @@ def load_registry(ctx: Ctx) -> Registry:
     every cached remote MCP tool (as the daemon registers them before it connects).
 
     Imports every ability (and what each needs): for ``tools list``, never for a call."""
+    from chalie.calls.registry import DuplicateAbilityError, Registry
     from chalie.mcp.proxy import install_cached
-    from chalie.registry import DuplicateAbilityError, Registry
 
     try:
         registry = Registry.collect(dropin=ctx.config.abilities_dir)
@@ -79,10 +79,10 @@ def tools_list(obj: Ctx, as_json: bool, async_channel: bool) -> None:
 
 
 def parse_pairs(pairs: tuple[str, ...], schema: dict[str, Any] | None = None) -> dict[str, object]:
-    """``key=value`` pairs, each value as :mod:`chalie.typed_text` reads typed text: JSON
+    """``key=value`` pairs, each value as :mod:`chalie.calls.typed_text` reads typed text: JSON
     when it parses, else the string; where the parameter takes a string and not the
     JSON's type, the text as typed."""
-    from chalie.typed_text import TypedTextError, typed
+    from chalie.calls.typed_text import TypedTextError, typed
 
     out: dict[str, object] = {}
     for pair in pairs:
@@ -105,7 +105,7 @@ def _schema_of(obj: Ctx, name: str) -> dict[str, Any] | None:
     """The tool's input schema from the daemon's catalogue (the one the call runs against);
     None when the daemon knows no such tool (the call then says so) or is not running (the
     pairs are still checked, so a malformed one is a usage error before "no daemon")."""
-    from chalie import control
+    from chalie.process import control
 
     try:
         reply = obj.client.call("tools.schema", {"tool": name})
@@ -154,7 +154,7 @@ def tools_call(obj: Ctx, name: str, params: tuple[str, ...], conversation: str |
 
 def _follow(obj: Ctx, call_id: str) -> dict[str, Any]:
     """Poll a call until it ends, answering each permission request in the terminal."""
-    from chalie import control
+    from chalie.process import control
     from chalie_app.cli.daemon import ask_daemon, fail
     from chalie_app.cli.prompt import ApprovalPrompt
 

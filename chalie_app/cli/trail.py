@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from chalie.display import NAME_CHARS, PARAMS_CHARS, one_line
-from chalie.messages import TRAIL_FILTERS
+from chalie.gate.display import NAME_CHARS, PARAMS_CHARS, one_line
+from chalie.wire.messages import TRAIL_FILTERS
 from chalie_app.cli.daemon import ask_daemon
 from chalie_app.cli.group import Ctx, cli
 

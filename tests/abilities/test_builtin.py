@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from abilities.calculator import Calculator, evaluate
 from abilities.clock import Clock
-from chalie.invoke import coerce_params, invoke
+from chalie.calls.invoke import coerce_params, invoke
 from chalie.result import ToolResult
 
 

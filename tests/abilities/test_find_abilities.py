@@ -16,19 +16,19 @@ import actors.discovery as discovery_actor
 from abilities.find_skills import FindSkills
 from abilities.find_tools import FindTools
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
-from actors.supervisor import Supervisor
+from actors.process.supervisor import Supervisor
 from chalie.ability import Ability
+from chalie.calls.dispatch import Prevalidated, prevalidate
+from chalie.calls.invoke import invoke
+from chalie.calls.registry import Registry
 from chalie.discovery.cascade import NOT_FOUND_HINT
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST
 from chalie.discovery.types import ToolDoc
-from chalie.dispatch import Prevalidated, prevalidate
-from chalie.invoke import invoke
-from chalie.messages import TurnContext
-from chalie.registry import Registry
+from chalie.process.supervision import ChildSpec
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.supervision import ChildSpec
+from chalie.wire.messages import TurnContext
 from chalie_app.cli import cli
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".

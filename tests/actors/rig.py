@@ -11,17 +11,17 @@ from typing import Any, ClassVar
 import msgspec
 import pykka
 
+from actors.calls.dispatcher import DispatcherActor, submit
 from actors.child_ref import ChildRef
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
+from actors.gate.policy import PolicyActor
 from chalie.ability import Ability
-from chalie.bus import EventBus
-from chalie.conversation.events import PermissionRequest
-from chalie.envelope import parse
-from chalie.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
-from chalie.registry import Registry
+from chalie.calls.envelope import parse
+from chalie.calls.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.wire.bus import EventBus
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import RequestSettled, ToolCall, ToolOutcome, TurnContext
 from tools import sample_abilities
 
 EX = ("one", "two", "three", "four", "five", "six")

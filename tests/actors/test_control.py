@@ -17,12 +17,12 @@ import msgspec
 import pytest
 import zmq
 
-from actors.control_commands import ControlCommands
-from actors.control_server import ControlEndpoint
 from actors.loop import EventLoopThread
-from chalie import control, daemon
-from chalie.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
-from chalie.routing import Route, Router
+from actors.process.control_commands import ControlCommands
+from actors.process.control_server import ControlEndpoint
+from chalie.process import control, daemon
+from chalie.process.routing import Route, Router
+from chalie.wire.messages import ControlReply, ControlRequest, ToolCall, TurnContext, encode
 from tools.waiting import wait_until
 
 COMMANDS: dict[str, type[control.Args]] = {
@@ -333,13 +333,13 @@ def status_when_up(client: control.ControlClient) -> ControlReply:
 
 
 def test_the_control_child_is_restarted_when_its_endpoint_dies(home: Path) -> None:
-    from actors.control import ControlActor
-    from actors.supervisor import Supervisor
-    from chalie.bus import EventBus
-    from chalie.config import Config
-    from chalie.registry import Registry
+    from actors.process.control import ControlActor
+    from actors.process.supervisor import Supervisor
+    from chalie.calls.registry import Registry
+    from chalie.process.config import Config
+    from chalie.process.supervision import ChildSpec
     from chalie.services import Services
-    from chalie.supervision import ChildSpec
+    from chalie.wire.bus import EventBus
     from chalie_app.root import Runtime
 
     loop = EventLoopThread()

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from chalie.conversation.events import (
+from chalie.wire.events import (
     BackgroundResult,
     PermissionRequest,
     ToolProgress,

@@ -13,17 +13,17 @@ import msgspec
 import pykka
 import pytest
 
+from actors.calls.dispatcher import DispatcherActor, submit
 from actors.child_ref import ChildRef
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie.bus import EventBus
-from chalie.conversation.events import BackgroundResult
-from chalie.envelope import parse
-from chalie.messages import CancelTurn, ToolCall
-from chalie.principals import LOCAL_ID, LOCAL_OWNER, Principal
-from chalie.registry import Registry
+from actors.gate.policy import PolicyActor
+from chalie.calls.envelope import parse
+from chalie.calls.registry import Registry
+from chalie.calls.trail import Trail
 from chalie.services import Services
-from chalie.trail import Trail
+from chalie.wire.bus import EventBus
+from chalie.wire.events import BackgroundResult
+from chalie.wire.messages import CancelTurn, ToolCall
+from chalie.wire.principals import LOCAL_ID, LOCAL_OWNER, Principal
 from tests.actors.rig import (
     ARGS,
     Rig,
@@ -197,7 +197,7 @@ def test_a_human_deny_and_an_expiry_are_errors(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("channel", ["subconscious", "external_agent"])
 def test_ask_without_a_human_is_denied_with_a_hint(rig: Rig, channel: str) -> None:
-    # An external agent's turn has no human unless it loops one in (chalie.policy.decide).
+    # An external agent's turn has no human unless it loops one in (chalie.gate.policy.decide).
     outcome = rig.run(
         "fast", context=ctx(channel=channel, human_present=channel != "external_agent")
     )
@@ -394,7 +394,7 @@ def _idle(handle: Any) -> bool:
 def hosted_rig(tmp_path: Path, **tuning: Any) -> tuple[Rig, Any]:
     """A dispatcher hosting a pool of two workers on its thread, as the daemon runs it,
     once both workers are idle; and the pool's handle."""
-    from actors.worker_pool import HostedPool, WorkerPoolHandle
+    from actors.workers.worker_pool import HostedPool, WorkerPoolHandle
 
     handle = WorkerPoolHandle()
     pool = HostedPool(tmp_path / "home", handle=handle, **tuning)
@@ -407,7 +407,7 @@ def hosted_rig(tmp_path: Path, **tuning: Any) -> tuple[Rig, Any]:
 def worker_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Rig, Any]]:
     """A dispatcher and a pool of two workers: hosted on the dispatcher's thread (as the
     daemon runs it), or a WorkerPoolActor with a broker thread of its own."""
-    from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
+    from actors.workers.worker_pool import WorkerPoolActor, WorkerPoolHandle
 
     if request.param == "hosted":
         yield hosted_rig(tmp_path)
@@ -476,7 +476,7 @@ def test_a_hosted_pool_runs_on_the_dispatchers_thread_and_is_reaped_with_it(
         assert not os.path.exists(f"/proc/{pid}")
     assert handle.status()["running_pool"] is False
     # a call after the stop is refused at once, not queued forever
-    from chalie.messages import WorkerJob
+    from chalie.wire.messages import WorkerJob
 
     late = handle.submit(WorkerJob(job_id="late", ability="x:Y", params={}), timeout=5)
     assert late.result(5).code == "internal-error"
@@ -556,11 +556,11 @@ def test_a_long_inline_call_is_on_disk_as_running_within_milliseconds(rig: Rig) 
 DAEMON = """
 import sys, time
 from pathlib import Path
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie.bus import EventBus
-from chalie.messages import ToolCall, TurnContext
-from chalie.registry import Registry
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, TurnContext
+from chalie.calls.registry import Registry
 from chalie.services import Services
 from tests.actors.rig import Fast, Slow
 

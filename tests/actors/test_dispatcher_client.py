@@ -1,6 +1,6 @@
 """The dispatcher client: a call in, an outcome out, never an exception.
 
-The turns (actors/turn.py through TurnDeps) and the MCP server's gateway
+The turns (actors/conversation/turn.py through TurnDeps) and the MCP server's gateway
 (actors/mcp_server.DispatcherTools) both call through it; a live dispatcher is
 exercised by every turn test (tests/core/conversation/test_turns.py).
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
+from actors.calls.dispatcher import DispatcherActor, DispatcherClient
 from actors.child_ref import ChildRef
-from actors.dispatcher import DispatcherActor, DispatcherClient
-from chalie.envelope import parse
-from chalie.messages import ToolCall, TurnContext
+from chalie.calls.envelope import parse
+from chalie.wire.messages import ToolCall, TurnContext
 
 
 def _restarting() -> DispatcherClient:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.dispatcher import submit
-from chalie.store_place import Place, Postgres
-from chalie.trail import Trail
+from actors.calls.dispatcher import submit
+from chalie.calls.trail import Trail
+from chalie.store.store_place import Place, Postgres
 from tools.bench.bench_store import dispatcher_on
 from tools.waiting import wait_until
 

@@ -15,18 +15,18 @@ import msgspec
 import pykka
 import pytest
 
-from actors.dispatcher import DispatcherActor, submit
-from actors.executors import EXECUTORS, ExecutorEnv
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.calls.executors import EXECUTORS, ExecutorEnv
 from chalie.ability import Ability
-from chalie.config import WorkerEngine
-from chalie.conversation.events import BackgroundResult
-from chalie.envelope import parse
-from chalie.execution import Done, Executor, Job
-from chalie.messages import ISOLATIONS, ToolCall, TurnContext
-from chalie.outbox import Outbox, OutboxError
+from chalie.calls.envelope import parse
+from chalie.calls.execution import Done, Executor, Job
+from chalie.calls.outbox import Outbox, OutboxError
+from chalie.process.config import WorkerEngine
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.store_place import Place
+from chalie.store.store_place import Place
+from chalie.wire.events import BackgroundResult
+from chalie.wire.messages import ISOLATIONS, ToolCall, TurnContext
 from tests.actors.rig import EX, Rig, ctx
 from tools import sample_abilities
 from tools.waiting import wait_until
@@ -293,7 +293,7 @@ def test_bad_outbox_limits_are_refused(tmp_path: Path, bad: dict[str, Any]) -> N
 
 
 def test_a_worker_result_carries_its_rich_payload(tmp_path: Path) -> None:
-    from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
+    from actors.workers.worker_pool import WorkerPoolActor, WorkerPoolHandle
 
     handle = WorkerPoolHandle()
     pool = WorkerPoolActor.start(tmp_path / "home", workers=1, handle=handle)
@@ -319,7 +319,7 @@ def test_a_third_executor_is_one_row_in_the_table(tmp_path: Path) -> None:
         return made[-1]
 
     from actors.directory import Directory
-    from actors.policy import PolicyActor
+    from actors.gate.policy import PolicyActor
 
     children = Directory()
     rig = Rig(
@@ -455,10 +455,10 @@ def test_the_local_engine_costs_no_ray_import() -> None:
     """With the default [workers] engine, the daemon's modules and its executors load no Ray."""
     code = (
         "import sys\n"
-        "import chalie_app.cli, chalie_app.root, chalie.daemon, actors.dispatcher\n"
-        "import actors.executors.ray_tasks\n"
-        "from actors.executors import ExecutorEnv, build\n"
-        "from chalie.config import Config\n"
+        "import chalie_app.cli, chalie_app.root, chalie.process.daemon, actors.calls.dispatcher\n"
+        "import actors.calls.executors.ray_tasks\n"
+        "from actors.calls.executors import ExecutorEnv, build\n"
+        "from chalie.process.config import Config\n"
         "settings = Config.load(sys.argv[1]).worker_settings\n"
         "built = build(ExecutorEnv(worker_settings=settings))\n"
         "print(type(built['process']).__name__, 'ray' in sys.modules)\n"
@@ -472,7 +472,7 @@ def test_the_local_engine_costs_no_ray_import() -> None:
 
 
 def test_the_ray_engine_is_one_row_of_the_worker_engines() -> None:
-    from actors.executors import WORKER_ENGINES
+    from actors.calls.executors import WORKER_ENGINES
 
     assert set(WORKER_ENGINES) == {"local", "ray"}
     assert set(WORKER_ENGINES) == set(get_args(WorkerEngine))

@@ -10,10 +10,10 @@ import msgspec
 import pykka
 import pytest
 
-from actors.dispatcher import submit
+from actors.calls.dispatcher import submit
 from chalie.ability import Ability
-from chalie.messages import ToolCall
 from chalie.result import ToolResult
+from chalie.wire.messages import ToolCall
 from tests.actors.rig import EX, Rig, ctx
 
 

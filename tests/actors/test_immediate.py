@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 import pykka
 import pytest
 
-from actors.executors import EXECUTORS
-from actors.executors.immediate import SLOW_RUN, ImmediateExecutor
-from actors.executors.inline import InlineExecutor
+from actors.calls.executors import EXECUTORS
+from actors.calls.executors.immediate import SLOW_RUN, ImmediateExecutor
+from actors.calls.executors.inline import InlineExecutor
 from chalie.ability import Ability
-from chalie.envelope import parse
-from chalie.execution import Job
-from chalie.messages import TurnContext
-from chalie.registry import Registry
+from chalie.calls.envelope import parse
+from chalie.calls.execution import Job
+from chalie.calls.registry import Registry
 from chalie.result import ToolResult
+from chalie.wire.messages import TurnContext
 from tests.actors.rig import EX, Rig, attrs
 from tools.waiting import wait_until
 
@@ -101,7 +101,7 @@ def test_a_slow_run_moves_the_tool_to_the_lanes_where_its_deadline_works(
 ) -> None:
     Sluggish.runs.clear()
     rig = _rig(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="chalie.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="chalie.calls.dispatch"):
         first = rig.run("sluggish")
     assert first.status == "success"
     assert Sluggish.runs == [_dispatcher_thread(rig)]
@@ -158,7 +158,7 @@ def test_slow_run_must_be_a_positive_number(bad: Any) -> None:
 
 
 def test_the_table_runs_immediate_abilities_with_the_immediate_executor() -> None:
-    from actors.executors import ExecutorEnv, build
+    from actors.calls.executors import ExecutorEnv, build
 
     executors = build(ExecutorEnv(inline_threads=2), EXECUTORS)
     try:

@@ -14,11 +14,11 @@ import pykka
 import pytest
 
 from actors.loop import EventLoopThread
-from actors.mcp_server import McpServerActor
-from actors.supervisor import Supervisor
-from chalie.config import McpServerConfig
-from chalie.supervision import ChildSpec
-from chalie.tokens import TokenStore
+from actors.mcp.server import McpServerActor
+from actors.process.supervisor import Supervisor
+from chalie.gate.tokens import TokenStore
+from chalie.process.config import McpServerConfig
+from chalie.process.supervision import ChildSpec
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.doubles import FakeDesk
 from tools.waiting import wait_until

@@ -23,10 +23,10 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.executors.ray_tasks import RayExecutor
-from chalie.config import RayTaskConfig, WorkersConfig
-from chalie.execution import Job
-from chalie.registry import Entry, Registry
+from actors.calls.executors.ray_tasks import RayExecutor
+from chalie.calls.execution import Job
+from chalie.calls.registry import Entry, Registry
+from chalie.process.config import RayTaskConfig, WorkersConfig
 from chalie.result import ToolResult
 from tests.actors.rig import Rig, attrs, ctx
 from tests.daemon_process import DaemonProcess, short_home

@@ -13,9 +13,9 @@ import pytest
 
 from actors.actor import SupervisedActor
 from actors.child_ref import ChildRef, ChildUnavailable
-from actors.supervisor import Supervisor
-from chalie.actor_messages import ChildExit
-from chalie.supervision import ChildSpec, OnDemand
+from actors.process.supervisor import Supervisor
+from chalie.process.supervision import ChildSpec, OnDemand
+from chalie.wire.actor_messages import ChildExit
 from tools.waiting import wait_until
 
 

@@ -22,10 +22,24 @@ import pykka
 import pytest
 import zmq
 
-from actors import worker_pool
-from actors.supervisor import Supervisor
-from actors.worker_pool import Broker, WorkerPoolActor, WorkerPoolHandle
-from chalie.broker_state import (
+from actors.process.supervisor import Supervisor
+from actors.workers import worker_pool
+from actors.workers.worker_pool import Broker, WorkerPoolActor, WorkerPoolHandle
+from chalie.calls.registry import Registry, abilities_in
+from chalie.process.supervision import ChildSpec
+from chalie.result import ToolResult
+from chalie.wire.frames import MAX_DEPTH
+from chalie.wire.messages import (
+    ControlRequest,
+    Heartbeat,
+    TurnContext,
+    WorkerJob,
+    WorkerReady,
+    WorkerResult,
+    decode,
+    encode,
+)
+from chalie.workers.broker_state import (
     IPC_PATH_MAX,
     BrokerState,
     broker_endpoint,
@@ -36,20 +50,6 @@ from chalie.broker_state import (
     to_tool_result,
     worker_proof,
 )
-from chalie.frames import MAX_DEPTH
-from chalie.messages import (
-    ControlRequest,
-    Heartbeat,
-    TurnContext,
-    WorkerJob,
-    WorkerReady,
-    WorkerResult,
-    decode,
-    encode,
-)
-from chalie.registry import Registry, abilities_in
-from chalie.result import ToolResult
-from chalie.supervision import ChildSpec
 from tools import sample_abilities
 from tools.waiting import wait_until
 
@@ -751,7 +751,7 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "chalie.worker_process",
+            "chalie.workers.worker_process",
             "--endpoint",
             endpoint,
             "--heartbeat",
@@ -789,7 +789,13 @@ def test_a_worker_whose_broker_disappears_exits_by_itself(tmp_path: Path) -> Non
 @pytest.mark.parametrize("stdin", [b"", b"just-an-identity\n", b"id\nnot hex\n"])
 def test_a_worker_started_without_credentials_on_stdin_exits_at_once(stdin: bytes) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "chalie.worker_process", "--endpoint", "ipc:///nonexistent/b.sock"],
+        [
+            sys.executable,
+            "-m",
+            "chalie.workers.worker_process",
+            "--endpoint",
+            "ipc:///nonexistent/b.sock",
+        ],
         input=stdin,
         capture_output=True,
         timeout=30,

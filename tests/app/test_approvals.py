@@ -95,11 +95,11 @@ def test_a_pending_request_survives_kill_9_and_is_answered_after_the_restart() -
 
 
 def test_a_request_left_open_expires_to_a_denial_after_the_gate_restarts(tmp_path: Path) -> None:
-    from actors.policy import PolicyActor
-    from chalie.approvals import ApprovalStore
-    from chalie.bus import EventBus
-    from chalie.messages import TurnContext
-    from chalie.principals import LOCAL_OWNER
+    from actors.gate.policy import PolicyActor
+    from chalie.gate.approvals import ApprovalStore
+    from chalie.wire.bus import EventBus
+    from chalie.wire.messages import TurnContext
+    from chalie.wire.principals import LOCAL_OWNER
 
     db = tmp_path / "chalie.db"
     bus = EventBus()
@@ -195,12 +195,12 @@ def test_a_stored_call_runs_once_on_the_answer_and_one_with_a_secret_ends_clearl
     handed back, once, on an allow after a restart, and its gate allows it exactly once; a
     call that could not be stored (a secret in its arguments) ends with a result that says
     so in its conversation."""
-    from actors.policy import PolicyActor
-    from chalie.approvals import ResumableCall, call_binding, encode_call
-    from chalie.bus import EventBus
-    from chalie.conversation.events import BackgroundResult
-    from chalie.messages import ToolCall, TurnContext
-    from chalie.principals import LOCAL_OWNER
+    from actors.gate.policy import PolicyActor
+    from chalie.gate.approvals import ResumableCall, call_binding, encode_call
+    from chalie.wire.bus import EventBus
+    from chalie.wire.events import BackgroundResult
+    from chalie.wire.messages import ToolCall, TurnContext
+    from chalie.wire.principals import LOCAL_OWNER
 
     db = tmp_path / "chalie.db"
     bus = EventBus()

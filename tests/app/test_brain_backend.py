@@ -8,8 +8,8 @@ import pytest
 
 from chalie.brain import api
 from chalie.brain.operations import ApiProblem
-from chalie.policy import PolicyError, PolicyRow
-from chalie.tokens import TokenError
+from chalie.gate.policy import PolicyError, PolicyRow
+from chalie.gate.tokens import TokenError
 from chalie_app.brain_backend import refused, view
 
 

@@ -21,7 +21,7 @@ import pytest
 import zmq
 from click.testing import CliRunner
 
-from chalie import control
+from chalie.process import control
 from chalie_app.cli import cli
 from chalie_app.cli.tools import parse_pairs
 from tests.app.cli.test_imports import CONTROL_COMMANDS, check
@@ -147,7 +147,7 @@ def test_stop_while_a_daemon_is_starting_stops_it(tmp_path: Path) -> None:
                 f"""
                 import signal, sys, threading
                 from pathlib import Path
-                from chalie.daemon import instance_lock
+                from chalie.process.daemon import instance_lock
                 stop = threading.Event()
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
                 with instance_lock(Path({str(home)!r})):
@@ -797,7 +797,7 @@ def test_a_rejected_policy_set_is_one_line_and_logs_no_traceback(
 
 
 def test_trail_filters_by_the_word_cancelled(tmp_path: Path) -> None:
-    from chalie.messages import TRAIL_FILTERS
+    from chalie.wire.messages import TRAIL_FILTERS
 
     assert TRAIL_FILTERS["cancelled"] == ("error", "cancelled")
     result = CliRunner().invoke(
@@ -814,7 +814,7 @@ def test_an_unusable_database_is_one_line_and_exit_1_and_never_reinitialised(
     import subprocess
     import sys
 
-    from chalie.tokens import TokenStore
+    from chalie.gate.tokens import TokenStore
 
     with TokenStore(tmp_path / "chalie.db") as store:
         store.create("keep", scope="owner")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from actors.loop import EventLoopThread, LoopNotRunning
-from chalie import control, daemon, logs
+from chalie.process import control, daemon, logs
 from chalie_app import root
 from tests.daemon_process import DaemonProcess, short_home
 from tools.processes import alive, descendants
@@ -318,9 +318,9 @@ ESCALATING_DAEMON = textwrap.dedent(
     """
     import sys
     from actors.actor import SupervisedActor
-    from chalie import logs
-    from chalie.config import Config
-    from chalie.supervision import ChildSpec
+    from chalie.process import logs
+    from chalie.process.config import Config
+    from chalie.process.supervision import ChildSpec
     from chalie_app import root
 
     class Doomed(SupervisedActor):
@@ -344,7 +344,7 @@ def test_root_escalation_shuts_down_with_a_nonzero_exit_naming_the_child(
     final = [
         line
         for line in d.log_lines()
-        if line["logger"] == "chalie.daemon" and line.get("child") == "doomed"
+        if line["logger"] == "chalie.process.daemon" and line.get("child") == "doomed"
     ]
     assert final, d.log()
     assert "doomed child cannot open its socket" in str(final[-1]["last_error"])
@@ -392,7 +392,7 @@ CLOCK_CLASH = textwrap.dedent(
 
 
 def test_a_data_directory_too_deep_for_an_ipc_socket_is_a_start_up_error(tmp_path: Path) -> None:
-    from chalie.config import Config
+    from chalie.process.config import Config
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     result = root.run(Config.load(deep))
@@ -424,7 +424,7 @@ def test_the_loop_thread_logs_its_close_as_a_structured_line() -> None:
 def test_exit_process_does_not_wait_for_a_stuck_non_daemon_thread() -> None:
     code = (
         "import threading, time\n"
-        "from chalie import daemon, logs\n"
+        "from chalie.process import daemon, logs\n"
         "logs.configure()\n"
         "threading.Thread(target=time.sleep, args=(60,), name='stuck-ability').start()\n"
         "daemon.exit_process(5, grace=0.2)\n"
@@ -438,7 +438,7 @@ def test_exit_process_does_not_wait_for_a_stuck_non_daemon_thread() -> None:
 
 
 def test_exit_process_exits_normally_when_no_thread_is_left() -> None:
-    code = "from chalie import daemon\ndaemon.exit_process(0)\n"
+    code = "from chalie.process import daemon\ndaemon.exit_process(0)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert (out.returncode, out.stderr) == (0, "")
 
@@ -448,7 +448,7 @@ def test_exit_process_runs_the_exit_handlers_and_flushes_what_was_written(tmp_pa
     log = tmp_path / "handlers.log"
     code = (
         "import atexit, logging, sys\n"
-        "from chalie import daemon\n"
+        "from chalie.process import daemon\n"
         f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
         "atexit.register(lambda: print('handler ran', flush=False))\n"
         "logging.getLogger('t').info('last line before exit')\n"

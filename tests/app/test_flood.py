@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chalie.admission import reserve
+from chalie.net.admission import reserve
 from tools.bench.bench_flood import control_rtt, daemon, flood_and_probe, half_open, held_by
 from tools.waiting import wait_until
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chalie import control
+from chalie.process import control
 from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
 from tools.waiting import wait_until

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.config import ModelConfig
+from chalie.process.config import ModelConfig
 from chalie.providers.client import next_step
 from chalie.providers.types import ProviderError
 from tests.daemon_process import DaemonProcess, short_home

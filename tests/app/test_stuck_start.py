@@ -21,9 +21,10 @@ STUCK_DAEMON = textwrap.dedent(
     """
     import sys, threading
     from actors.actor import SupervisedActor
-    from chalie import daemon, logs
-    from chalie.config import Config
-    from chalie.supervision import ChildSpec
+    from chalie.process import daemon
+    from chalie.process import logs
+    from chalie.process.config import Config
+    from chalie.process.supervision import ChildSpec
     from chalie_app import root
 
     class Stuck(SupervisedActor):

@@ -204,9 +204,10 @@ def test_without_an_endpoint_nothing_of_opentelemetry_is_loaded() -> None:
     """Off (the default), the daemon's modules and start() import nothing of the SDK."""
     code = (
         "import sys\n"
-        "import actors.turn, actors.dispatcher, chalie.mcp_server.app, chalie_app.root\n"
-        "from chalie import telemetry\n"
-        "from chalie.config import TelemetryConfig\n"
+        "import actors.conversation.turn, actors.calls.dispatcher\n"
+        "import chalie.mcp_server.app, chalie_app.root\n"
+        "from chalie.process import telemetry\n"
+        "from chalie.process.config import TelemetryConfig\n"
         "assert telemetry.start(TelemetryConfig()) is False\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')"
         " or m.startswith('opentelemetry.exporter')))\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jsonschema
 
-from chalie.registry import Registry
+from chalie.calls.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 # Libraries whose import alone costs tens to hundreds of milliseconds: none is needed to

@@ -198,7 +198,7 @@ def test_default_classify_uses_only_declared_actions() -> None:
 
 
 _DUMP = (
-    "import json; from chalie.registry import Registry;"
+    "import json; from chalie.calls.registry import Registry;"
     "print(json.dumps(Registry.collect(entry_points=False).descriptors(allow_async=True),"
     " sort_keys=False))"
 )

@@ -1,11 +1,11 @@
-"""chalie.admission: the cap evicts the oldest incomplete connection; a deadline closes it."""
+"""chalie.net.admission: the cap evicts the oldest incomplete connection; a deadline closes it."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from chalie.admission import MIN_CAP, Admission, connection_cap, reserve
+from chalie.net.admission import MIN_CAP, Admission, connection_cap, reserve
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from chalie.approvals import ApprovalStore
-from chalie.conversation.events import PermissionRequest
-from chalie.principals import Principal
-from chalie.store_place import Place
+from chalie.gate.approvals import ApprovalStore
+from chalie.store.store_place import Place
+from chalie.wire.events import PermissionRequest
+from chalie.wire.principals import Principal
 
 
 def request(request_id: str = "r1") -> PermissionRequest:

@@ -15,8 +15,8 @@ from typing import Any
 
 import uvicorn
 
-from chalie.asgi_server import Server
-from chalie.listener import tcp_listener
+from chalie.net.asgi_server import Server
+from chalie.net.listener import tcp_listener
 
 GUARD = 30.0  # seconds of real time before the test gives up on a server that never stops
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.config import Config, ConfigError, EmbedderConfig, RayTaskConfig, WorkersConfig
+from chalie.process.config import Config, ConfigError, EmbedderConfig, RayTaskConfig, WorkersConfig
 
 
 def _load(home: Path, text: str) -> Config:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chalie.config import ConfigError
-from chalie.config_file import change, with_keys
+from chalie.process.config import ConfigError
+from chalie.process.config_file import change, with_keys
 
 TEXT = """# my settings
 [chat]

@@ -1,4 +1,4 @@
-"""The one write transaction of the stores (chalie.db.transaction), on a real SQLite file."""
+"""The one write transaction of the stores (chalie.store.db.transaction), on a real SQLite file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.db import connect, transaction
+from chalie.store.db import connect, transaction
 
 
 def _count(conn: sqlite3.Connection) -> int:

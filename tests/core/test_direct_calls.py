@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from chalie.bus import EventBus
-from chalie.conversation.events import PermissionRequest
-from chalie.direct_calls import DirectCalls, UnknownCall
-from chalie.messages import ToolCall, ToolOutcome
+from chalie.calls.direct_calls import DirectCalls, UnknownCall
+from chalie.wire.bus import EventBus
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import ToolCall, ToolOutcome
 
 
 def outcome_for(call: ToolCall) -> ToolOutcome:

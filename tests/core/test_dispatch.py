@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalie import dispatch as steps
 from chalie.ability import Ability
-from chalie.broker_state import to_tool_result
-from chalie.envelope import parse
-from chalie.messages import GateDecision, ToolCall, TurnContext, WorkerResult
-from chalie.policy import PolicyError
-from chalie.registry import Registry
+from chalie.calls import dispatch as steps
+from chalie.calls.envelope import parse
+from chalie.calls.registry import Registry
+from chalie.gate.policy import PolicyError
 from chalie.result import ToolResult
+from chalie.wire.messages import GateDecision, ToolCall, TurnContext, WorkerResult
+from chalie.workers.broker_state import to_tool_result
 
 EX = ("one", "two", "three", "four", "five", "six")
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalie.envelope import escape_content, parse, render, unescape_content
+from chalie.calls.envelope import escape_content, parse, render, unescape_content
 from chalie.result import ToolResult
 
 # Property tests with many examples (seconds each): deselect with -m "not slow".

@@ -1,5 +1,5 @@
-"""Forms a person fills (chalie.forms) and the decision an answer to one makes
-(chalie.policy.answer_decision): the answer fits the schema or is refused, nothing but a
+"""Forms a person fills (chalie.gate.forms) and the decision an answer to one makes
+(chalie.gate.policy.answer_decision): the answer fits the schema or is refused, nothing but a
 form takes content, and a credential field is named as one."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from chalie.forms import BadAnswer, check_answer, fields, secret_fields
-from chalie.policy import PolicyError, answer_decision
+from chalie.gate.forms import BadAnswer, check_answer, fields, secret_fields
+from chalie.gate.policy import PolicyError, answer_decision
 
 FORM: dict[str, Any] = {
     "type": "object",

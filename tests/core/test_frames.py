@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from chalie import control
-from chalie.frames import (
+from chalie.process import control
+from chalie.wire.frames import (
     MAX_DEPTH,
     DropLog,
     SafeDecoder,
@@ -20,7 +20,7 @@ from chalie.frames import (
     check_sendable,
     decode_message,
 )
-from chalie.messages import ControlRequest, Heartbeat, WorkerJob, encode
+from chalie.wire.messages import ControlRequest, Heartbeat, WorkerJob, encode
 
 DEEP = 200_000
 

@@ -10,8 +10,8 @@ import pytest
 from abilities.calculator import Calculator
 from abilities.clock import Clock
 from abilities.find_tools import FindTools
-from chalie import healing
 from chalie.ability import Ability, AbilityDefinitionError
+from chalie.calls import healing
 from chalie.result import ToolResult
 
 EX = ("one", "two", "three", "four", "five", "six")

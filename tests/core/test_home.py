@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.home import Home, HomeError
+from chalie.process.home import Home, HomeError
 from chalie_app.cli import cli
 from tests.daemon_process import short_home
 

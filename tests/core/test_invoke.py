@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from chalie.ability import Ability
-from chalie.envelope import render
-from chalie.invoke import invoke
+from chalie.calls.envelope import render
+from chalie.calls.invoke import invoke
 from chalie.result import ToolResult
 
 EX = tuple(f"phrase {i}" for i in range(6))
@@ -44,7 +44,7 @@ def test_a_non_toolresult_becomes_non_canonical_result() -> None:
 def test_an_exception_becomes_an_error_envelope_with_the_traceback_in_the_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="chalie.invoke"):
+    with caplog.at_level(logging.ERROR, logger="chalie.calls.invoke"):
         r = invoke(Raises(), {})
     assert (r.status, r.code) == ("error", "unhandled-exception")
     text = render("raises", r)

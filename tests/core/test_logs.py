@@ -7,8 +7,8 @@ import json
 import logging
 import sys
 
-from chalie.logs import JsonFormatter, Throttle
 from chalie.mcp.session import PEER_DRIVEN_LOGGERS
+from chalie.process.logs import JsonFormatter, Throttle
 
 
 class Clock:
@@ -74,8 +74,8 @@ def test_a_record_whose_format_is_broken_never_raises_into_the_caller() -> None:
 
 
 def test_secrets_are_masked_by_their_shape_and_ordinary_words_stay() -> None:
-    from chalie.logs import REDACTED, mask_text
-    from chalie.tokens import new_secret
+    from chalie.gate.tokens import new_secret
+    from chalie.process.logs import REDACTED, mask_text
 
     secret = new_secret()
     assert mask_text("no chat token existed: one was created") == (
@@ -95,7 +95,7 @@ def test_the_mcp_sdks_session_ids_stay_out_of_the_log() -> None:
     import io
     import logging
 
-    from chalie import logs
+    from chalie.process import logs
 
     out = io.StringIO()
     root = logging.getLogger()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from chalie import messages as m
+from chalie.wire import messages as m
 
 CTX = m.TurnContext(conversation_id="c1", turn_id="t1", channel="subconscious", human_present=False)
 

@@ -2,8 +2,8 @@
 id are each written once.
 
 The runtime's packages (chalie, actors, chalie_app, abilities) are read as
-source: a string that spells the ``_mcp_`` prefix outside :mod:`chalie.mcp.names`,
-or a loopback address or name outside :mod:`chalie.loopback`, fails the test
+source: a string that spells the ``_mcp_`` prefix outside :mod:`chalie.wire.mcp_names`,
+or a loopback address or name outside :mod:`chalie.net.loopback`, fails the test
 with its file and line. Docstrings and comments may name them (they explain);
 code must ask the one module. Tests and tools/ (fixtures and benchmarks that
 write names as a client sees them) are not read.
@@ -18,25 +18,28 @@ from pathlib import Path
 
 import pytest
 
-from chalie import loopback
 from chalie.brain.access import allowed_hosts
-from chalie.config import ChatConfig, McpServerConfig
-from chalie.mcp import names
 from chalie.mcp_server.app import security
+from chalie.net import loopback
+from chalie.process.config import ChatConfig, McpServerConfig
+from chalie.wire import mcp_names as names
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("chalie", "actors", "chalie_app", "abilities")
 
 # Each rule: what spells it, and the one module allowed to.
 RULES = {
-    "the _mcp_ prefix": (re.compile(r"(?<![A-Za-z0-9])_mcp_"), "chalie/mcp/names.py"),
+    "the _mcp_ prefix": (re.compile(r"(?<![A-Za-z0-9])_mcp_"), "chalie/wire/mcp_names.py"),
     "a loopback address or name": (
         re.compile(r"127\.0\.0\.|::1\b|\[::1\]|(?<![\w.-])localhost\b", re.I),
-        "chalie/loopback.py",
+        "chalie/net/loopback.py",
     ),
     # The id a client names in a request: one shape for the control socket, the chat
-    # protocol and the Brain's API (chalie.messages.Id).
-    "the shape of a client's id": (re.compile(re.escape("[A-Za-z0-9_.:-]")), "chalie/messages.py"),
+    # protocol and the Brain's API (chalie.wire.messages.Id).
+    "the shape of a client's id": (
+        re.compile(re.escape("[A-Za-z0-9_.:-]")),
+        "chalie/wire/messages.py",
+    ),
 }
 
 

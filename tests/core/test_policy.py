@@ -15,14 +15,14 @@ import msgspec
 import pykka
 import pytest
 
-from actors.policy import PolicyActor
-from chalie import policy as rules
-from chalie.bus import EventBus
-from chalie.conversation.events import BackgroundResult, PermissionRequest
-from chalie.messages import GateDecision, RequestSettled, ToolCall, TurnContext, decode, encode
-from chalie.policy import PolicyError, PolicyStore
-from chalie.principals import LOCAL_OWNER
-from chalie.store_place import Place
+from actors.gate.policy import PolicyActor
+from chalie.gate import policy as rules
+from chalie.gate.policy import PolicyError, PolicyStore
+from chalie.store.store_place import Place
+from chalie.wire.bus import EventBus
+from chalie.wire.events import BackgroundResult, PermissionRequest
+from chalie.wire.messages import GateDecision, RequestSettled, ToolCall, TurnContext, decode, encode
+from chalie.wire.principals import LOCAL_OWNER
 from tools.waiting import wait_until
 
 
@@ -356,7 +356,7 @@ def test_the_gate_fails_closed_when_it_raises(
         raise RuntimeError("disk on fire")
 
     g.ref.proxy().store.get().record_seen = broken
-    with caplog.at_level(logging.ERROR, logger="chalie.policy"):
+    with caplog.at_level(logging.ERROR, logger="chalie.gate.policy"):
         decision = g.gate("email.send").result(1)
     assert (decision.decision, decision.decided_by, decision.code) == (
         "deny",
@@ -445,7 +445,7 @@ def test_a_failing_subscriber_neither_reaches_the_publisher_nor_starves_others(
 
     bus.subscribe("a", broken)
     good = bus.subscribe_queue("a")
-    with caplog.at_level(logging.ERROR, logger="chalie.bus"):
+    with caplog.at_level(logging.ERROR, logger="chalie.wire.bus"):
         assert bus.publish("a", _request("a")) == 1
     assert not good.queue.empty()
     assert any("subscriber" in r.message for r in caplog.records)
@@ -461,7 +461,7 @@ def test_closing_a_subscription_stops_delivery() -> None:
 
 
 def test_the_one_gate_rule_decides_every_setting() -> None:
-    from chalie.policy import gate_rule
+    from chalie.gate.policy import gate_rule
 
     def rule(
         setting: Any, channel: str = "chat", human: bool = True, internal: bool = False
@@ -485,7 +485,7 @@ def test_the_one_gate_rule_decides_every_setting() -> None:
 def test_a_policy_change_on_one_daemon_reaches_another_within_a_second(pg_cluster: Any) -> None:
     """Two daemons on one PostgreSQL: a setting made on A is in B's table (what B's gate
     reads, lock-free) within a second, by LISTEN/NOTIFY, not polling; a reset too."""
-    from chalie.store_place import Postgres
+    from chalie.store.store_place import Postgres
 
     place = Postgres(pg_cluster.new_database())
     a, b = PolicyStore(place), PolicyStore(place)
@@ -508,8 +508,8 @@ def test_a_request_raised_on_one_daemon_is_answered_on_another(pg_cluster: Any) 
     """Two gates (two daemons' PolicyActors) on one PostgreSQL: the owner answers on B a
     request A raised, and the call waiting on A goes on with that answer; a second answer,
     on either, finds nothing pending; an agent may not answer on B either."""
-    from chalie.principals import Principal
-    from chalie.store_place import Postgres
+    from chalie.store.store_place import Postgres
+    from chalie.wire.principals import Principal
 
     place = Postgres(pg_cluster.new_database())
     a = Gate(place, gate_id="a")  # type: ignore[arg-type]

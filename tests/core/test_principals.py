@@ -1,4 +1,4 @@
-"""The principal rules (chalie.principals) and the tokens that carry them: ids, scopes."""
+"""The principal rules (chalie.wire.principals) and the tokens that carry them: ids, scopes."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from chalie.gate.policy import prompt, resolve
+from chalie.gate.tokens import TokenStore, ensure_first_token
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp_server.owners import ConversationOwners
-from chalie.policy import prompt, resolve
-from chalie.principals import LOCAL_OWNER, Principal, may_answer, may_chat, may_see
-from chalie.tokens import TokenStore, ensure_first_token
+from chalie.wire.principals import LOCAL_OWNER, Principal, may_answer, may_chat, may_see
 from chalie_app.cli import cli
 
 AGENT = Principal(scope="agent", id="tok_a", name="a")

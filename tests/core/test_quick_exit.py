@@ -10,7 +10,7 @@ from typing import Final
 
 import pytest
 
-from chalie.quick_exit import exit_code
+from chalie.process.quick_exit import exit_code
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 ENV: Final = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -18,7 +18,7 @@ ENV: Final = {**os.environ, "PYTHONPATH": str(ROOT)}
 LEAVER: Final = """
 import atexit, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
-from chalie.quick_exit import quick_exit
+from chalie.process.quick_exit import quick_exit
 
 atexit.register(lambda: print("handler ran", file=sys.stderr))
 sys.stdout.write("buffered, no newline")  # still in the buffer at the exit

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.registry import DuplicateAbilityError, Registry, load_ref
+from chalie.calls.registry import DuplicateAbilityError, Registry, load_ref
 
 ABILITY_SRC = """
 from chalie.ability import Ability

@@ -1,4 +1,5 @@
-"""The store interface (chalie.sql, chalie.store_place): one dialect on SQLite and on a real
+"""The store interface (chalie.store.sql, chalie.store.store_place): one dialect on SQLite and on a
+real
 PostgreSQL (tests/store_engines.py runs each test on both), the ``[store]`` setting, and a
 store not on PostgreSQL yet failing closed."""
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.config import Config, ConfigError
-from chalie.sql import Connection, open_connection, postgres_ddl
-from chalie.store_place import (
+from chalie.process.config import Config, ConfigError
+from chalie.store.sql import Connection, open_connection, postgres_ddl
+from chalie.store.store_place import (
     NOT_ON_POSTGRES,
     PASSWORD_SECRET,
     IntegrityError,
@@ -238,8 +239,8 @@ def test_chalie_run_on_an_unreachable_postgresql_refuses_to_start_in_one_line(
 
 def test_a_sqlite_store_never_imports_the_postgresql_driver(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from chalie.tokens import TokenStore; "
-        "from chalie.config import Config; "
+        "import sys; from pathlib import Path; from chalie.gate.tokens import TokenStore; "
+        "from chalie.process.config import Config; "
         f"c = Config.from_mapping({{}}, home=Path({str(tmp_path)!r})); "
         "s = TokenStore(c.store_place); s.create('a'); s.close(); "
         "print('psycopg' in sys.modules)"

@@ -1,4 +1,4 @@
-"""A store's connections on either engine (chalie.sql): a pipelined write (one round trip on
+"""A store's connections on either engine (chalie.store.sql): a pipelined write (one round trip on
 PostgreSQL) committed whole or not at all, with every value as it was given; a store with a
 pool running several threads' operations at once on PostgreSQL, mending a connection the
 server dropped; the conversation store's step writes from many threads at once; statements
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from chalie.conversation.events import TextDelta
+from chalie.calls.trail import Trail
 from chalie.conversation.store import Batch, ConversationStore
-from chalie.sql import Connection, ConnectionPool, Store, open_connection
-from chalie.store_place import IntegrityError, Place, Postgres, StoreUnavailable
-from chalie.trail import Trail
+from chalie.store.sql import Connection, ConnectionPool, Store, open_connection
+from chalie.store.store_place import IntegrityError, Place, Postgres, StoreUnavailable
+from chalie.wire.events import TextDelta
 from tests.store_engines import opened
 from tools.pg_cluster import PgCluster
 from tools.waiting import wait_until
@@ -279,7 +279,7 @@ def test_a_trail_end_the_server_never_got_is_written_again_once(
     except StoreUnavailable:
         pass  # the drop was seen as it was sent: kept, written again at the settle
     assert trail.unsettled()
-    with caplog.at_level("WARNING", logger="chalie.trail"):
+    with caplog.at_level("WARNING", logger="chalie.calls.trail"):
         trail.settle()
     assert "not confirmed" in caplog.text
     assert not trail.unsettled()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chalie.supervision import (
+from chalie.process.supervision import (
     ChildSpec,
     OnDemand,
     RestartIntensity,

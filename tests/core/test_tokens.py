@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.sql import Place, open_connection
-from chalie.tokens import (
+from chalie.gate.tokens import (
     FIRST_TOKEN_FILE,
     TokenError,
     TokenStore,
@@ -19,6 +18,7 @@ from chalie.tokens import (
     digest,
     ensure_first_token,
 )
+from chalie.store.sql import Place, open_connection
 from chalie_app.cli import cli
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from chalie.store_place import Place
-from chalie.trail import REDACTED, CallRecord, Trail, params_json, redact
+from chalie.calls.trail import REDACTED, CallRecord, Trail, params_json, redact
+from chalie.store.store_place import Place
 from tools.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,8 +203,8 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from chalie.store_place import Postgres
-    from chalie.trail import Trail
+    from chalie.store.store_place import Postgres
+    from chalie.calls.trail import Trail
 
     where, right_after = sys.argv[1], sys.argv[3:] == ["right-after"]
     trail = Trail(Postgres(where) if where.startswith("postgresql://") else Path(where))
@@ -337,7 +337,7 @@ def test_an_older_trail_table_gains_the_parent_call_and_principal_columns(tmp_pa
 
 def test_usage_per_tool_and_per_server_from_the_trail(store_place: Place) -> None:
     """Issue 34: calls, error rate and p50/p95 per tool and per remote server."""
-    from chalie.usage import by_server, by_tool, percentile, summarize
+    from chalie.calls.usage import by_server, by_tool, percentile, summarize
 
     rows = [("clock", "success", d / 1000) for d in range(1, 101)]  # 1..100 ms
     rows += [("_mcp_git_status", "error", 0.5), ("_mcp_git_log", "success", 1.5)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chalie.accounts.book import AccountStore
+from chalie.accounts.store import AccountStore
 
 
 @pytest.fixture

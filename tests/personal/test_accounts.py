@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account, AccountSpecError
-from chalie.store_place import Place
+from chalie.accounts.store import AccountStore
+from chalie.store.store_place import Place
 from chalie_app.cli import cli
 from tools.personal_servers import free_port, make_calendar, radicale
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from abilities.calendar import Calendar, CalendarParams
-from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
+from chalie.accounts.store import AccountStore
+from chalie.calls.untrusted import WARNING_LINE
 from chalie.personal import calendar as ical
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.untrusted import WARNING_LINE
 from tools.personal_servers import Radicale, http_server, make_calendar, put_object, radicale
 
 pytestmark = pytest.mark.slow

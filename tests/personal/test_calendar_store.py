@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from abilities.calendar import Calendar, CalendarParams
-from chalie.accounts.book import AccountStore, Credentials
 from chalie.accounts.spec import Account
-from chalie.home import personal_cache_file
+from chalie.accounts.store import AccountStore, Credentials
 from chalie.personal.calstore import CalendarStore
 from chalie.personal.http import HttpClient, Response
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
+from chalie.process.home import personal_cache_file
 from chalie.services import Services
 from chalie_app.cli import cli
 from tools.personal_servers import (

@@ -10,12 +10,12 @@ import pytest
 import vobject
 
 from abilities.contacts import Contacts, ContactsParams
-from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
+from chalie.accounts.store import AccountStore
+from chalie.calls.untrusted import WARNING_LINE
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.untrusted import WARNING_LINE
 from tools.personal_servers import Radicale, make_addressbook, put_object, radicale
 
 pytestmark = pytest.mark.slow

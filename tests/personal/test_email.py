@@ -13,11 +13,11 @@ from typing import Literal
 import pytest
 
 from abilities.email import Email, EmailParams
-from chalie.accounts.book import AccountStore
 from chalie.accounts.spec import Account
+from chalie.accounts.store import AccountStore
+from chalie.calls.untrusted import WARNING_LINE
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
-from chalie.untrusted import WARNING_LINE
 from tests.personal.pdfs import minimal_pdf
 from tools.personal_servers import Dovecot, Smtp, dovecot, free_port, have_dovecot, smtp
 
@@ -211,7 +211,8 @@ def test_a_20_mb_attachment_is_listed_extracted_and_handed_over(
     files = got["attachments"]
     assert files[0]["filename"] == "scan.bin" and files[0]["size"] == len(big)  # type: ignore[index]
     assert files[1]["text"] == "line one\nline two"  # type: ignore[index]
-    # 20 MB is more than a rich payload carries (chalie.dispatch.MAX_RICH_BYTES): named, not sent
+    # 20 MB is more than a rich payload carries (chalie.calls.dispatch.MAX_RICH_BYTES): named, not
+    # sent
     assert "too large to hand over" in files[0]["file_note"]  # type: ignore[index]
     assert result.rich is not None
     assert [(f["filename"], f["size"]) for f in result.rich["attachments"]] == [
@@ -296,7 +297,7 @@ def test_hostile_search_terms_and_ids_are_structured_errors(
 def test_accounts_test_reports_folders_and_smtp_and_a_wrong_smtp_password(
     book: AccountStore, imap: Dovecot, outgoing: Smtp
 ) -> None:
-    from chalie.accounts.probe import probe
+    from chalie.personal.probe import probe
 
     tool(book, imap, outgoing)
     rt = PersonalRuntime(book, PersonalSettings(timeout=10))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from abilities.weather import Weather, WeatherParams
-from chalie.accounts.book import AccountStore
+from chalie.accounts.store import AccountStore
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
 from chalie.services import Services
 from tests.personal import open_meteo

@@ -46,15 +46,15 @@ from typing import Any
 
 import httpx2
 
-from actors.chat_bridge import ChatBridge
-from actors.policy import PolicyActor
-from chalie.config import Config
-from chalie.conversation.events import PermissionRequest
-from chalie.messages import TurnContext
-from chalie.policy import PolicyStore
-from chalie.principals import LOCAL_OWNER
-from chalie.tokens import FIRST_TOKEN_FILE
-from chalie.trail import Trail
+from actors.conversation.chat_bridge import ChatBridge
+from actors.gate.policy import PolicyActor
+from chalie.calls.trail import Trail
+from chalie.gate.policy import PolicyStore
+from chalie.gate.tokens import FIRST_TOKEN_FILE
+from chalie.process.config import Config
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import TurnContext
+from chalie.wire.principals import LOCAL_OWNER
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
 
@@ -375,7 +375,7 @@ FOOTPRINT = """
 import tracemalloc
 def rss():
     return int(open('/proc/self/statm').read().split()[1]) * 4096 / 1048576
-import chalie_app.brain_backend, chalie.config, chalie.tokens, msgspec
+import chalie_app.brain_backend, chalie.process.config, chalie.gate.tokens, msgspec
 import starlette.applications, uvicorn
 before = rss()
 tracemalloc.start()

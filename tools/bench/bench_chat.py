@@ -43,12 +43,12 @@ from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from actors.chat_bridge import ChatBridge
-from actors.policy import PolicyActor
+from actors.conversation.chat_bridge import ChatBridge
+from actors.gate.policy import PolicyActor
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.config import Config
-from chalie.tokens import FIRST_TOKEN_FILE
+from chalie.gate.tokens import FIRST_TOKEN_FILE
+from chalie.process.config import Config
 from chalie_app import root as daemon
 from chalie_app.root import Runtime
 from tools.bench.bench_turns import start_model

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from chalie import control  # noqa: E402
+from chalie.process import control  # noqa: E402
 
 CONTROL_FLOOR = 0.150
 CALL_FLOOR = 0.250

@@ -9,8 +9,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from chalie.envelope import render
-from chalie.registry import Registry
+from chalie.calls.envelope import render
+from chalie.calls.registry import Registry
 from chalie.result import ToolResult
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chalie import control
+from chalie.process import control
 
 
 def start(home: Path) -> tuple[subprocess.Popen[bytes], float]:

@@ -50,7 +50,7 @@ def rss_kb(pid: int) -> int:
 
 def first_find(home: Path) -> float:
     """Seconds for one find_tools call through the daemon (the first loads the model)."""
-    from chalie.control import ControlClient
+    from chalie.process.control import ControlClient
 
     client = ControlClient(home, timeout=60)
     began = time.monotonic()

@@ -55,10 +55,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from chalie.calls.registry import Registry
 from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine, registry_docs
 from chalie.discovery.types import ToolDoc
-from chalie.registry import Registry
 
 DOMAINS: dict[str, tuple[list[str], list[str]]] = {
     # domain: (objects, phrases with {obj} and {x})

@@ -76,6 +76,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from chalie.calls.registry import Registry
 from chalie.discovery.embedder import load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.evaluate import (
@@ -87,7 +88,6 @@ from chalie.discovery.evaluate import (
     load_queries,
 )
 from chalie.discovery.types import ToolDoc
-from chalie.registry import Registry
 from tools.bench.bench_discovery_quality import default_data
 
 PERSONAL = ("calendar", "contacts", "email", "weather")

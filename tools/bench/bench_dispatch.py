@@ -87,19 +87,19 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie import dispatch as steps
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
 from chalie.ability import Ability
-from chalie.actor_messages import Dispatch, Executed
-from chalie.bus import EventBus
-from chalie.execution import Job
-from chalie.invoke import invoke
-from chalie.messages import ToolCall, ToolOutcome, TurnContext
-from chalie.registry import Registry
+from chalie.calls import dispatch as steps
+from chalie.calls.execution import Job
+from chalie.calls.invoke import invoke
+from chalie.calls.registry import Registry
+from chalie.calls.trail import CallRecord, Trail
 from chalie.result import ToolResult
 from chalie.services import Services
-from chalie.trail import CallRecord, Trail
+from chalie.wire.actor_messages import Dispatch, Executed
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, ToolOutcome, TurnContext
 from tools.waiting import wait_until
 
 # Issue 17 section 6: the dispatcher's overhead, as ratios to the floors measured in the same run.
@@ -165,7 +165,7 @@ class Noop(Ability):
 
 class QuickNoop(Noop):
     """The same no-op declared ``immediate``: run on the dispatcher's thread, as clock and
-    calculator are (actors/executors/immediate.py)."""
+    calculator are (actors/calls/executors/immediate.py)."""
 
     name = "quick_noop"
     isolation = "immediate"
@@ -515,7 +515,7 @@ def worker_path(
     """The same call to an ability in a worker process, through the dispatcher (2 workers):
     with the pool hosted on the dispatcher's thread, as the daemon runs it (the target), and
     with a WorkerPoolActor's broker thread of its own (for comparison)."""
-    from actors.worker_pool import HostedPool, WorkerPoolActor, WorkerPoolHandle
+    from actors.workers.worker_pool import HostedPool, WorkerPoolActor, WorkerPoolHandle
 
     registry.add(ProcNoop, source="bench", ref=f"{Path(__file__).resolve()}:ProcNoop")
     policy.proxy().set("chat", "proc_noop", "allow").get()
@@ -549,7 +549,7 @@ def worker_path(
         floor()
     m = max(500, n // 2)
     print(f"worker-process no-op through the dispatcher (2 workers), n={m} a round:")
-    from chalie.messages import WorkerJob
+    from chalie.wire.messages import WorkerJob
 
     jobs = iter(range(10**9))
     ref = f"{Path(__file__).resolve()}:ProcNoop"

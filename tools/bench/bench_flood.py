@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chalie import control
+from chalie.process import control
 
 FLOOR_MS = 100.0  # the figure: control and chat answer in under 100 ms
 

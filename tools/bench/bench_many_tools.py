@@ -29,7 +29,7 @@ wait: behind one batch put into the index (~0.2 s, of which ~0.1 s is the name i
 Tantivy commit; one batch of 64 measured 0.18 s p50, 0.7-1.3 s max on this host).
 
 Before (the same bench, --short): 109 MB per 1,000 tools, most of it free memory kept in
-malloc arenas (chalie/heap.py); and finds during the sync waited 20 s, then failed with
+malloc arenas (chalie/process/heap.py); and finds during the sync waited 20 s, then failed with
 discovery-index-error. What is left per tool is mostly its proxy class (~6 KB).
 """
 
@@ -49,8 +49,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from chalie import control  # noqa: E402
 from chalie.mcp.session import MAX_TOOLS  # noqa: E402
+from chalie.process import control  # noqa: E402
 
 FIND_MAX_FLOOR_S = 2.0
 RSS_PER_1000_FLOOR_MB = 15.0

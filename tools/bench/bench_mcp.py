@@ -79,8 +79,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from chalie.config import McpConfig  # noqa: E402
 from chalie.mcp.spec import ServerSpec  # noqa: E402
+from chalie.process.config import McpConfig  # noqa: E402
 from tools.fixture_mcp.rig import FixtureServer, Rig, wait_until  # noqa: E402
 
 
@@ -434,8 +434,8 @@ def bench_hung(calls: int) -> None:
 
 
 def ready_time(servers: int) -> float:
-    from chalie import control
     from chalie.mcp.admin import McpAdmin
+    from chalie.process import control
 
     home = Path(tempfile.mkdtemp(prefix="bm-", dir="/tmp"))
     try:

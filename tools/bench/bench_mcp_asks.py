@@ -52,13 +52,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from actors.child_ref import ChildRef
-from actors.mcp_asks import ServerAsks
-from chalie.config import ModelConfig
-from chalie.conversation.events import ToolProgress
+from actors.mcp.asks import ServerAsks
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import TurnContext
+from chalie.process.config import ModelConfig
 from chalie.providers.client import ModelClient
 from chalie.providers.types import ChatMessage, ModelRequest
+from chalie.wire.events import ToolProgress
+from chalie.wire.messages import TurnContext
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig, capable_config
 from tools.waiting import wait_until
@@ -116,8 +116,8 @@ def progress_to_chat(n: int, fixture: str = "capable") -> tuple[list[float], lis
     client whose turn calls ``_mcp_cap_stamp``."""
     from websockets.asyncio.client import connect
 
-    from actors.chat_bridge import ChatBridge
-    from chalie.tokens import FIRST_TOKEN_FILE
+    from actors.conversation.chat_bridge import ChatBridge
+    from chalie.gate.tokens import FIRST_TOKEN_FILE
     from chalie_app import root as daemon
 
     stamp = {"name": "_mcp_cap_stamp", "arguments": {"n": n, "pause": 0.06, "act_summary": "s"}}

@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from chalie.tokens import TokenStore  # noqa: E402
+from chalie.gate.tokens import TokenStore  # noqa: E402
 
 CHALIE = (sys.executable, "-m", "chalie")
 # The daemon, the model and the CLI find this checkout even where it is not installed.

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalie.config import McpConfig
 from chalie.mcp.spec import ServerSpec
+from chalie.process.config import McpConfig
 from tools.fixture_mcp.rig import ROOT, Rig, wait_until
 
 FLOOR_PP = 0.5

@@ -489,7 +489,7 @@ class _InstantPort:
         self.clients: dict[str, str] = {}
 
     async def send(self, msg: Any) -> Any:
-        from chalie.messages import Accepted
+        from chalie.wire.messages import Accepted
 
         self.n += 1
         self.clients[f"c{self.n}"] = msg.client_msg_id
@@ -498,7 +498,7 @@ class _InstantPort:
         )
 
     async def events(self, cid: str, after_seq: int, limit: int) -> list[Any]:
-        from chalie.conversation.events import TurnFinished, TurnStarted
+        from chalie.wire.events import TurnFinished, TurnStarted
 
         turn = "t" + cid[1:]
         return [
@@ -532,8 +532,8 @@ class _InstantPort:
 def bench_reminders(idle: bool = True) -> None:
     from actors.loop import EventLoopThread
     from actors.scheduler import Scheduler
-    from chalie.bus import EventBus
     from chalie.schedule.store import ReminderStore
+    from chalie.wire.bus import EventBus
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "chalie.db"

@@ -84,11 +84,11 @@ def main() -> int:
     import logging
 
     logging.disable(logging.WARNING)
-    from actors.conversations import Conversations
-    from actors.policy import PolicyActor
-    from chalie.config import Config
-    from chalie.conversation.events import TurnFinished
+    from actors.conversation.conversations import Conversations
+    from actors.gate.policy import PolicyActor
     from chalie.conversation.requests import SendMessage
+    from chalie.process.config import Config
+    from chalie.wire.events import TurnFinished
     from chalie_app import root
     from tools.fake_llm import FakeModelServer, load_script
     from tools.fake_llm.script import Player

@@ -57,15 +57,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from abilities.calendar import Calendar
 from abilities.email import Email
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie.accounts.book import AccountStore
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
 from chalie.accounts.spec import Account
-from chalie.bus import EventBus
-from chalie.messages import ToolCall, TurnContext
+from chalie.accounts.store import AccountStore
+from chalie.calls.registry import Registry
 from chalie.personal.runtime import PersonalRuntime, PersonalSettings
-from chalie.registry import Registry
 from chalie.services import Services
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, TurnContext
 from tools import personal_servers as servers
 
 

@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pykka
 
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from actors.worker_pool import HostedPool, WorkerPoolHandle
-from chalie.bus import EventBus
-from chalie.config import WorkersConfig
-from chalie.messages import ToolCall, TurnContext
-from chalie.registry import Registry
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
+from actors.workers.worker_pool import HostedPool, WorkerPoolHandle
+from chalie.calls.registry import Registry
+from chalie.process.config import WorkersConfig
 from chalie.services import Services
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, TurnContext
 from tools import sample_abilities
 from tools.ray_head import RayHead
 from tools.waiting import wait_until

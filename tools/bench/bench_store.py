@@ -30,14 +30,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie.bus import EventBus
-from chalie.messages import ToolCall, TurnContext
-from chalie.policy import PolicyStore
-from chalie.registry import Registry
+from actors.calls.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
+from chalie.calls.registry import Registry
+from chalie.gate.policy import PolicyStore
 from chalie.services import Services
-from chalie.store_place import Place, Postgres
+from chalie.store.store_place import Place, Postgres
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, TurnContext
 from tools.bench.bench_dispatch import Echo, QuickNoop, _Ping, pct, rounds, timed
 from tools.pg_cluster import PgCluster
 

@@ -39,19 +39,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalie.config import Config
+from chalie.process.config import Config
 from chalie.web.kit import WebKit
 from tools.bench.bench_web import article, met, serve, tool_call
 from tools.http_servers import TrickleServer
 
 
 def bench_flood(home: Path, trickling: int = 20) -> None:
-    from actors.dispatcher import DispatcherActor, submit
-    from actors.policy import PolicyActor
-    from chalie.bus import EventBus
-    from chalie.envelope import parse
-    from chalie.registry import Registry
+    from actors.calls.dispatcher import DispatcherActor, submit
+    from actors.gate.policy import PolicyActor
+    from chalie.calls.envelope import parse
+    from chalie.calls.registry import Registry
     from chalie.services import Services
+    from chalie.wire.bus import EventBus
 
     httpd, port = serve({"/small": article(8 * 1024)})
     trickle = TrickleServer(every=0.2)
@@ -120,9 +120,9 @@ def bench_flood(home: Path, trickling: int = 20) -> None:
 
 
 def bench_quota(home: Path, bound: int = 8 * 1024 * 1024, limit: int = 2000) -> None:
-    from actors.mcp_server import McpServerActor
+    from actors.mcp.server import McpServerActor
     from chalie.conversation.store import ConversationStore
-    from chalie.tokens import TokenStore
+    from chalie.gate.tokens import TokenStore
     from tools.agent_flood import code_of, flood
     from tools.daemon_thread import DaemonThread
     from tools.fake_llm.script import Script, Step

@@ -57,11 +57,11 @@ from typing import Any
 
 import httpx2
 
-from actors.conversations import Conversations
-from actors.policy import PolicyActor
-from chalie.config import Config
-from chalie.conversation.events import TextDelta, TurnFinished
+from actors.conversation.conversations import Conversations
+from actors.gate.policy import PolicyActor
 from chalie.conversation.requests import SendMessage
+from chalie.process.config import Config
+from chalie.wire.events import TextDelta, TurnFinished
 from chalie_app import root
 from chalie_app.root import Runtime
 

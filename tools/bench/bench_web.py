@@ -64,8 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import httpx2
 import lxml.html
 
-import chalie.logs as logs
-from chalie.config import Config
+import chalie.process.logs as logs
+from chalie.process.config import Config
 from chalie.web.extract import html_document
 from chalie.web.kit import WebKit
 
@@ -92,7 +92,7 @@ def cpu_ms(fn: Callable[[], Any], n: int) -> float:
 
 def tool_call(tool: str, arguments: dict[str, Any], n: int, channel: str) -> Any:
     """The n-th call of a bench: its own conversation and turn, the tool injected."""
-    from chalie.messages import ToolCall, TurnContext
+    from chalie.wire.messages import ToolCall, TurnContext
 
     ctx = TurnContext(
         conversation_id=f"bench{n}", turn_id=f"t{n}", channel=channel, injected=(tool,)
@@ -177,12 +177,12 @@ def bench_extract(rounds: int) -> None:
 
 
 def bench_fetch_dispatch(port: int, home: Path, n: int) -> None:
-    from actors.dispatcher import DispatcherActor, submit
-    from actors.policy import PolicyActor
-    from chalie.bus import EventBus
-    from chalie.messages import ToolCall, TurnContext
-    from chalie.registry import Registry
+    from actors.calls.dispatcher import DispatcherActor, submit
+    from actors.gate.policy import PolicyActor
+    from chalie.calls.registry import Registry
     from chalie.services import Services
+    from chalie.wire.bus import EventBus
+    from chalie.wire.messages import ToolCall, TurnContext
 
     config = Config.from_mapping({"web": {"allow": [f"127.0.0.1:{port}"]}}, home=home)
     kit = WebKit(config.web, home=home)
@@ -249,8 +249,8 @@ def quiet(h: Any, limit: float = 60.0) -> None:
 
 
 def bench_delegate(n: int) -> None:
-    from actors.dispatcher import DispatcherActor, submit
-    from actors.policy import PolicyActor
+    from actors.calls.dispatcher import DispatcherActor, submit
+    from actors.gate.policy import PolicyActor
     from chalie.providers.client import ModelClient
     from chalie.providers.types import ChatMessage, ModelRequest
     from tools.conversation_harness import Harness

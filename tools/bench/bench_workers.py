@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import zmq
 
-from actors.worker_pool import WorkerPoolActor, WorkerPoolHandle
-from chalie.messages import TurnContext, WorkerJob
+from actors.workers.worker_pool import WorkerPoolActor, WorkerPoolHandle
+from chalie.wire.messages import TurnContext, WorkerJob
 
 NOOP = "tools.sample_abilities:Noop"
 SLEEP = "tools.sample_abilities:Sleep"

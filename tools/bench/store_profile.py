@@ -1,7 +1,7 @@
 """Where a turn's store time goes: statements, their time and the wait for a store's lock.
 
 Runs ``tools/bench/bench_turns.py`` (same arguments, ``--postgres`` included) with the
-store layer instrumented: every statement through :mod:`chalie.sql` is counted and timed
+store layer instrumented: every statement through :mod:`chalie.store.sql` is counted and timed
 (a transaction's BEGIN and COMMIT count as statements: each is a round trip on PostgreSQL),
 and every store's lock is timed (how long callers waited for it, how long they held it).
 For figure 2 (the concurrent conversations) it prints, per turn (turns = rows inserted
@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from chalie import sql
+from chalie.store import sql
 
 _STATS: collections.Counter[str] = collections.Counter()
 _TIME: dict[str, float] = collections.defaultdict(float)
@@ -133,7 +133,7 @@ class TimedLock:
 
 
 def instrument() -> None:
-    from chalie.trail import Trail
+    from chalie.calls.trail import Trail
 
     for cls in (sql.SqliteConnection, sql.PostgresConnection):
         cls.execute = _timed(cls.execute)  # type: ignore[method-assign]

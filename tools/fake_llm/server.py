@@ -19,8 +19,8 @@ from typing import Any
 
 import uvicorn
 
-from chalie.asgi_server import Server
-from chalie.listener import tcp_listener
+from chalie.net.asgi_server import Server
+from chalie.net.listener import tcp_listener
 from tools.fake_llm.script import (
     Player,
     Script,
@@ -460,7 +460,7 @@ class FakeModelServer:
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.app = FakeModelApp(script)
-        # TCP_NODELAY on every connection (see chalie.listener): no 40 ms delayed-ACK stalls.
+        # TCP_NODELAY on every connection (see chalie.net.listener): no 40 ms delayed-ACK stalls.
         self._sock = tcp_listener(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         self._server = Server(

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from chalie.listener import tcp_listener
+from chalie.net.listener import tcp_listener
 
 
 @dataclass

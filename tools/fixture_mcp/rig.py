@@ -14,20 +14,20 @@ from typing import Any
 
 import pykka
 
+from actors.calls.dispatcher import DispatcherActor, submit
 from actors.child_ref import ChildRef
 from actors.directory import Directory
-from actors.dispatcher import DispatcherActor, submit
+from actors.gate.policy import PolicyActor
 from actors.loop import EventLoopThread
-from actors.mcp_connections import McpConnections, McpHandle
-from actors.mcp_deps import McpDeps, SideWork, preload
-from actors.policy import PolicyActor
-from chalie.bus import EventBus
-from chalie.config import Config, McpConfig
+from actors.mcp.connections import McpConnections, McpHandle
+from actors.mcp.deps import McpDeps, SideWork, preload
+from chalie.calls.registry import Registry
 from chalie.mcp.admin import McpAdmin
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import ToolCall, ToolOutcome, TurnContext
-from chalie.registry import Registry
+from chalie.process.config import Config, McpConfig
 from chalie.services import Services
+from chalie.wire.bus import EventBus
+from chalie.wire.messages import ToolCall, ToolOutcome, TurnContext
 from tools.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

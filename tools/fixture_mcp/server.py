@@ -31,7 +31,7 @@ from mcp.types import (
 )
 from mcp.types import Tool as MCPTool
 
-from chalie.listener import tcp_listener
+from chalie.net.listener import tcp_listener
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32).decode()
 

@@ -1,7 +1,7 @@
 """Tools: call any tool from a form made from its argument schema, as the signed-in owner on
 the chat channel, through the gate (the operation ``tool_call``); the answer and its trail
 row are shown. The form's fields are ``arguments.NAME``, each read as typed text
-(:mod:`chalie.typed_text`), as the CLI's ``key=value`` is."""
+(:mod:`chalie.calls.typed_text`), as the CLI's ``key=value`` is."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from chalie.brain.operations import Backend
 from chalie.brain.pages.page import Operations, Page
-from chalie.schema_types import json_types
+from chalie.calls.schema_types import json_types
 
 
 @dataclass(frozen=True)

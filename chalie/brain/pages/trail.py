@@ -1,5 +1,5 @@
 """Trail: calls, error rate and p50/p95 latency per tool and per remote server over the last
-hour or day (:mod:`chalie.usage`); the action trail filtered by tool, status, code, channel,
+hour or day (:mod:`chalie.calls.usage`); the action trail filtered by tool, status, code, channel,
 conversation, principal
 and time (a date and time in the browser's form, local time; unix seconds in the REST API),
 paged by keyset through any depth, exported as JSONL or CSV through the signed-in session

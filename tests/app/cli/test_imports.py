@@ -42,11 +42,11 @@ HEAVY: Final = (
     "actors",
     "abilities",
     "chalie_app.root",
-    "chalie.registry",
+    "chalie.calls.registry",
     "chalie.ability",
 )
 # Commands that only talk to the daemon read no configuration file either.
-NO_CONFIG: Final = ("chalie.config", "tomllib", "sqlite3")
+NO_CONFIG: Final = ("chalie.process.config", "tomllib", "sqlite3")
 
 # (argv, what it must not load beyond HEAVY)
 CONTROL_COMMANDS: Final = [
@@ -56,11 +56,11 @@ CONTROL_COMMANDS: Final = [
     (["trail"], NO_CONFIG),
     (["conversations", "list"], NO_CONFIG),
     (["tools", "call", "clock", "action=now"], NO_CONFIG),
-    (["token", "list"], ("chalie.config",)),
-    (["mcp", "list"], ("chalie.config",)),
+    (["token", "list"], ("chalie.process.config",)),
+    (["mcp", "list"], ("chalie.process.config",)),
 ]
 
-# The command leaves through its exit handlers (chalie.quick_exit): the last one records.
+# The command leaves through its exit handlers (chalie.process.quick_exit): the last one records.
 PROBE: Final = """
 import atexit, json, sys
 out, argv = sys.argv[1], sys.argv[2:]

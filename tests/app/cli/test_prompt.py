@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import click
 import pytest
 
-from chalie.display import ACT_SUMMARY_CHARS, one_line, params_line
+from chalie.gate.display import ACT_SUMMARY_CHARS, one_line, params_line
 from chalie_app.cli.prompt import ApprovalPrompt, render
 from chalie_app.cli.tools import MAX_VALUE_DEPTH, parse_pairs
 

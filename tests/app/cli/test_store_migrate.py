@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from chalie.calls.trail import Trail
 from chalie.conversation.store import Batch, ConversationStore
-from chalie.policy import PolicyStore
+from chalie.gate.policy import PolicyStore
+from chalie.gate.tokens import TokenStore
 from chalie.providers.types import ChatMessage
 from chalie.schedule.store import ReminderStore
-from chalie.sql import open_connection
-from chalie.store_place import Postgres
-from chalie.tokens import TokenStore
-from chalie.trail import Trail
+from chalie.store.sql import open_connection
+from chalie.store.store_place import Postgres
 from chalie_app.cli import cli
 
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def test_a_sqlite_home_is_copied_into_postgresql_and_reads_back_there(
     assert sorted(r.call_id for r in book.query()) == ["k0", "k1", "k2"]
     assert book.reserve() > max(r.id for r in book.query())  # new ids continue past them
     book.close()
-    from chalie.accounts.book import AccountStore
+    from chalie.accounts.store import AccountStore
 
     accounts = AccountStore(place, home)
     assert accounts.get("home").url == "https://cal.example/home.ics"  # type: ignore[union-attr]

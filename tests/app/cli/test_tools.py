@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from chalie.registry import Registry
+from chalie.calls.registry import Registry
 from chalie_app.cli import cli
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
-from chalie.config import BrowserConfig
+from chalie.process.config import BrowserConfig
 from chalie.web.browser import HEADLESS_ARGS
 from tests.core.brain.daemon import BrainDaemon
 

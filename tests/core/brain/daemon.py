@@ -9,7 +9,7 @@ from typing import Any
 import httpx2
 import msgspec
 
-from actors.mcp_server import McpServerActor
+from actors.mcp.server import McpServerActor
 from tests.slow import require_slow
 from tools.conversation_harness import ChatDaemon
 from tools.waiting import wait_until

@@ -19,10 +19,10 @@ import httpx2
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from actors.policy import PolicyActor
+from actors.gate.policy import PolicyActor
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.messages import TurnContext
+from chalie.wire.messages import TurnContext
 from tests.core.brain.daemon import BrainDaemon
 from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import clock_script
@@ -306,7 +306,7 @@ def test_every_page_fits_a_laptop_and_a_phone_without_sideways_scrolling(
     """Issue 34: the trail overflowed at 1280 px and kept about 1,140 px at 1920 (dates on
     four lines, the summary a few characters wide). Each page at 1280x800 and 390x844,
     with long trail rows: no horizontal scroll, no console error, no CSP violation."""
-    from chalie.messages import ToolCall
+    from chalie.wire.messages import ToolCall
 
     ctx = TurnContext(
         conversation_id="c-wide-" + "w" * 40,

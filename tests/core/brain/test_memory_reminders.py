@@ -57,7 +57,7 @@ def agent_token(d: BrainDaemon, name: str) -> tuple[str, str]:
     """A new agent token: (its secret, its memory key)."""
     with d.client() as c:
         made = ok(c.post("/api/v1/tokens", json={"name": name, "scope": "agent"}), api.CreatedToken)
-    from chalie.tokens import TokenStore
+    from chalie.gate.tokens import TokenStore
 
     store = TokenStore(d.rt.db_path)
     try:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from actors.policy import PolicyActor
+from actors.gate.policy import PolicyActor
 from chalie.brain import api
 from chalie.brain.openapi import document
 from chalie.brain.operations import OPERATIONS
-from chalie.trail import CallRecord, Trail
+from chalie.calls.trail import CallRecord, Trail
 from tests.core.brain.daemon import BrainDaemon, ok, refused
 from tools.waiting import wait_until
 
@@ -197,7 +197,7 @@ def test_tokens_create_list_revoke(d: BrainDaemon) -> None:
 def test_a_token_is_regenerated_in_one_step(d: BrainDaemon) -> None:
     """The seed's MCP tab: retrieve or regenerate (issue 34): a new secret, the old one
     refused at once, the same token (id and scope), in the REST API, the page and the CLI."""
-    from chalie.tokens import TokenStore
+    from chalie.gate.tokens import TokenStore
 
     def token_id() -> str:
         with TokenStore(d.home / "chalie.db") as store:
@@ -250,7 +250,7 @@ def test_approvals_pending_answer_and_unknown(d: BrainDaemon) -> None:
 
 
 def test_usage_per_tool_over_the_last_hour_and_day_from_the_trail(d: BrainDaemon) -> None:
-    from chalie.messages import ToolCall, TurnContext
+    from chalie.wire.messages import ToolCall, TurnContext
 
     ctx = TurnContext(
         conversation_id="c-usage", turn_id="t-usage", channel="chat", scope="unrestricted"
@@ -344,7 +344,7 @@ def test_a_send_beyond_chalie_shows_its_reach_first_and_only_its_given_params(
 ) -> None:
     """Issue 34: the card showed all 25 email parameters, nulls included, and "Asked by:
     unknown" for a request the gate had written "the owner, on the chat channel"."""
-    from chalie.messages import ToolCall, TurnContext
+    from chalie.wire.messages import ToolCall, TurnContext
 
     ctx = TurnContext(
         conversation_id="c-reach", turn_id="t-reach", channel="chat", scope="unrestricted"
@@ -617,7 +617,7 @@ def test_conversations_list_read_delete(d: BrainDaemon) -> None:
 
 def test_a_conversation_row_keeps_its_wire_shape(d: BrainDaemon) -> None:
     from chalie.conversation.store import ConversationStore
-    from chalie.principals import Principal
+    from chalie.wire.principals import Principal
 
     store = ConversationStore(d.rt.db_path)
     try:
@@ -707,7 +707,7 @@ def test_remote_servers_add_tools_and_remove(d: BrainDaemon) -> None:
             )
             refused(c.get("/api/v1/mcp/servers/nosuch/tools"), 404, "mcp-admin")
             # Issue 34: a remote server's notifications and log lines, in its log.
-            from chalie.messages import ToolCall, TurnContext
+            from chalie.wire.messages import ToolCall, TurnContext
 
             wait_until(  # re-enabled just above: connected again first
                 lambda: any(
@@ -861,7 +861,7 @@ def test_a_session_ends_when_its_token_is_revoked(d: BrainDaemon) -> None:
 
 
 def test_a_one_time_link_opens_one_session(d: BrainDaemon) -> None:
-    from chalie.control import ControlClient
+    from chalie.process.control import ControlClient
 
     client = ControlClient(d.home)
     try:
@@ -892,7 +892,7 @@ def test_static_assets_are_served_by_the_daemon(d: BrainDaemon) -> None:
 
 def _raise_request(d: BrainDaemon, conversation: str) -> tuple[str, Any]:
     """A real pending permission request, raised by the gate for a chat turn."""
-    from chalie.messages import TurnContext
+    from chalie.wire.messages import TurnContext
 
     policy = d.rt.child("policy", PolicyActor).within(5)
     policy.call(PolicyActor.set, "chat", "calculator", "ask")
@@ -906,8 +906,8 @@ def _raise_request(d: BrainDaemon, conversation: str) -> tuple[str, Any]:
 
 
 def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> None:
-    from chalie.approvals import ApprovalStore
-    from chalie.tokens import TokenStore
+    from chalie.gate.approvals import ApprovalStore
+    from chalie.gate.tokens import TokenStore
 
     with d.client() as c:
         created = ok(
@@ -966,8 +966,8 @@ def test_an_answer_is_recorded_as_the_signed_in_principal(d: BrainDaemon) -> Non
 
 
 def test_accounts_are_listed_without_any_secret(d: BrainDaemon) -> None:
-    from chalie.accounts.book import AccountStore
     from chalie.accounts.spec import Account
+    from chalie.accounts.store import AccountStore
 
     password = "s3cret-Pa55word-never-shown"
     book = AccountStore(d.rt.db_path, d.home)
@@ -1130,7 +1130,7 @@ def test_a_form_request_is_listed_with_its_schema_and_answered_with_content(
     """A request with a form (a remote server's elicitation) over REST: listed with its
     schema; content that does not fit is a 400 and the request stays; the fitting one is
     the decision's content."""
-    from chalie.messages import TurnContext
+    from chalie.wire.messages import TurnContext
 
     form = {
         "type": "object",

@@ -9,13 +9,13 @@ from typing import Any
 
 import pykka
 
-from actors.chat_bridge import ChatBridge
 from actors.child_ref import ChildRef
+from actors.conversation.chat_bridge import ChatBridge
 from actors.loop import EventLoopThread
-from chalie.bus import EventBus
 from chalie.chat.client import ChatClient
-from chalie.config import Config
-from chalie.tokens import FIRST_TOKEN_FILE
+from chalie.gate.tokens import FIRST_TOKEN_FILE
+from chalie.process.config import Config
+from chalie.wire.bus import EventBus
 from tests.conversations_double import ConversationsDouble
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.conversation.events import PermissionRequest
+from chalie.wire.events import PermissionRequest
 from tests.core.chat.bridge import collect
 from tests.core.chat.daemon import Daemon, clock_script
 from tools.processes import reap, signal_state

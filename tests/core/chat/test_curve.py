@@ -13,8 +13,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.config import Config, ConfigError
-from chalie.tokens import TokenStore
+from chalie.gate.tokens import TokenStore
+from chalie.process.config import Config, ConfigError
 from tests.core.chat.bridge import collect, start_bridge, stop_bridge
 
 

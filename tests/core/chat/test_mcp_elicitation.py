@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from actors.chat_bridge import ChatBridge
-from chalie import control
+from actors.conversation.chat_bridge import ChatBridge
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.tokens import FIRST_TOKEN_FILE
+from chalie.gate.tokens import FIRST_TOKEN_FILE
+from chalie.process import control
 from tests.core.chat.daemon import wait_indexed
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script

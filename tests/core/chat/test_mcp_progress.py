@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from actors.chat_bridge import ChatBridge
-from chalie.tokens import FIRST_TOKEN_FILE
+from actors.conversation.chat_bridge import ChatBridge
+from chalie.gate.tokens import FIRST_TOKEN_FILE
 from tests.core.chat.daemon import wait_indexed
 from tools.daemon_thread import DaemonThread
 from tools.fake_llm import FakeModelServer, load_script

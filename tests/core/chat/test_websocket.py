@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
 from chalie.chat import protocol as p
-from chalie.tokens import TokenStore
+from chalie.gate.tokens import TokenStore
 from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
 from tools.waiting import wait_until
 
@@ -199,7 +199,7 @@ def test_past_max_clients_a_newcomer_gets_503(short_home: Path) -> None:
 
 @pytest.mark.slow
 def test_a_thousand_websocket_connections_and_the_daemon_still_answers(short_home: Path) -> None:
-    # Upgraded clients count against the listener's connection cap (chalie.admission).
+    # Upgraded clients count against the listener's connection cap (chalie.net.admission).
     b = start_bridge(short_home, max_connections=1200)
     try:
 

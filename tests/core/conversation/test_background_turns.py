@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from chalie.conversation.events import BackgroundResult, TurnFinished, TurnStarted
-from chalie.envelope import render
+from chalie.calls.envelope import render
 from chalie.result import ToolResult
+from chalie.wire.events import BackgroundResult, TurnFinished, TurnStarted
 from tests.core.conversation.harness import Harness, assert_valid_history
 from tools.waiting import wait_until
 

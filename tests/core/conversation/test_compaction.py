@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.conversations import Conversations
+from actors.conversation.conversations import Conversations
 from chalie.conversation.compaction import SUMMARY_HEAD, SummaryStore
 from tests.core.conversation.harness import Harness, assert_valid_history
 

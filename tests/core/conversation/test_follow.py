@@ -6,17 +6,17 @@ import asyncio
 import time
 from typing import Any
 
-from chalie.bus import EventBus
-from chalie.conversation.events import (
+from chalie.conversation.follow import TurnFollower, follow_turn
+from chalie.conversation.requests import SendMessage
+from chalie.wire.bus import EventBus
+from chalie.wire.events import (
     BackgroundResult,
     PermissionRequest,
     TextDelta,
     TurnFinished,
     TurnStarted,
 )
-from chalie.conversation.follow import TurnFollower, follow_turn
-from chalie.conversation.requests import SendMessage
-from chalie.messages import Accepted
+from chalie.wire.messages import Accepted
 
 
 def started(seq: int, turn: str, client: str) -> TurnStarted:

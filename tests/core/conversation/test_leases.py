@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from chalie.conversation.leases import ConversationLeases
-from chalie.store_place import Place, Postgres
+from chalie.store.store_place import Place, Postgres
 from tools.waiting import wait_until
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.conversations import Conversations
+from actors.conversation.conversations import Conversations
 from tests.core.conversation.harness import Harness
 from tools.waiting import wait_until
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from chalie.calls.registry import Registry
 from chalie.conversation import act
 from chalie.conversation.channels import SHIPPED
-from chalie.registry import Registry
 
 # tokens: small models have small windows and read ~70 tokens/s on a CPU. The seed pins
 # memory beside the two meta-tools on chat, subconscious and external_agent; its schema,

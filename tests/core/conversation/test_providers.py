@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chalie.config import ModelConfig
+from chalie.process.config import ModelConfig
 from chalie.providers.client import ModelClient
 from chalie.providers.formats import WIRES
 from chalie.providers.types import (

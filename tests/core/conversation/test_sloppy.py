@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from actors.policy import PolicyActor
-from chalie.conversation.events import TextDelta, ToolStarted
+from actors.gate.policy import PolicyActor
+from chalie.wire.events import TextDelta, ToolStarted
 from tests.core.conversation.harness import Harness
 from tools.fake_llm.sloppy import Sloppy, library
 from tools.waiting import wait_until
@@ -63,7 +63,7 @@ def case_named(name: str) -> Sloppy:
 
 
 def trail_rows(h: Harness, conversation_id: str) -> list[Any]:
-    from actors.dispatcher import DispatcherActor
+    from actors.calls.dispatcher import DispatcherActor
 
     rows: list[Any] = h.rt.child("dispatcher", DispatcherActor).call(
         DispatcherActor.trail, conversation_id=conversation_id, limit=50

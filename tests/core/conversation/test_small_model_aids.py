@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from actors.policy import PolicyActor
+from actors.gate.policy import PolicyActor
 from chalie.conversation import act, answers
-from chalie.conversation.events import TextDelta, ToolFinished
-from chalie.messages import TurnContext
+from chalie.wire.events import TextDelta, ToolFinished
+from chalie.wire.messages import TurnContext
 from tests.core.conversation.harness import Harness
 from tools.fake_llm.script import offered_tools
 from tools.fake_llm.sloppy import call, clock, step

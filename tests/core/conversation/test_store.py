@@ -8,10 +8,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from chalie.config import ChannelConfig
 from chalie.conversation import act
 from chalie.conversation.channels import SHIPPED, Channel, resolve_channels
-from chalie.conversation.events import (
+from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
+from chalie.process.config import ChannelConfig
+from chalie.providers.types import ChatMessage, ToolCallPart
+from chalie.store.store_place import IntegrityError, Place
+from chalie.wire.events import (
     BackgroundResult,
     PermissionRequest,
     TextDelta,
@@ -19,9 +22,6 @@ from chalie.conversation.events import (
     decode_event,
     encode_event,
 )
-from chalie.conversation.store import Batch, ConversationStore, TurnUpdate
-from chalie.providers.types import ChatMessage, ToolCallPart
-from chalie.store_place import IntegrityError, Place
 
 
 def user(text: str) -> ChatMessage:
@@ -106,7 +106,7 @@ def test_a_seen_client_message_id_returns_the_earlier_turn(store_place: Place) -
 
 
 def test_turns_keep_their_order_and_owners_their_conversations(store_place: Place) -> None:
-    from chalie.principals import Principal
+    from chalie.wire.principals import Principal
 
     store = ConversationStore(store_place)
     agent = Principal(scope="agent", id="tok_a", name="claude")
@@ -126,7 +126,7 @@ def test_turns_keep_their_order_and_owners_their_conversations(store_place: Plac
 def test_a_store_from_before_the_owner_columns_is_filled_in_as_it_opens(
     store_place: Place,
 ) -> None:
-    from chalie.sql import open_connection
+    from chalie.store.sql import open_connection
 
     old = open_connection(store_place)
     old.script(
@@ -274,7 +274,7 @@ def test_operators_override_shipped_channels_and_add_their_own() -> None:
 def test_a_bad_model_channel_or_conversations_key_is_one_line_naming_it(
     raw: dict[str, object], line: str, tmp_path: Path
 ) -> None:
-    from chalie.config import Config, ConfigError
+    from chalie.process.config import Config, ConfigError
 
     with pytest.raises(ConfigError) as err:
         Config.from_mapping(raw, home=tmp_path)

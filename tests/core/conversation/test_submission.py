@@ -17,8 +17,8 @@ import pytest
 from actors.actor import Actor
 from chalie.conversation import submission
 from chalie.conversation.requests import ConversationError, SendMessage
-from chalie.messages import Accepted
-from chalie.principals import LOCAL_OWNER, Principal
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import LOCAL_OWNER, Principal
 
 AGENT = Principal(scope="agent", id="tok_a", name="a")
 OTHER = Principal(scope="agent", id="tok_b", name="b")

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from actors.conversations import Conversations
-from actors.policy import PolicyActor
-from chalie.conversation.events import PermissionRequest
+from actors.conversation.conversations import Conversations
+from actors.gate.policy import PolicyActor
 from chalie.discovery.types import ToolDoc
-from chalie.principals import LOCAL_OWNER
+from chalie.wire.events import PermissionRequest
+from chalie.wire.principals import LOCAL_OWNER
 from tests.core.conversation.harness import Harness
 from tools.waiting import wait_until
 
@@ -126,7 +126,7 @@ def test_a_failed_call_teaches_nothing(h: Harness) -> None:
 
 
 def test_a_call_sent_to_the_background_teaches_nothing_yet(h: Harness) -> None:
-    from chalie.conversation.events import BackgroundResult, TurnFinished, TurnStarted
+    from chalie.wire.events import BackgroundResult, TurnFinished, TurnStarted
 
     script = find_then_clock(ENTRY)
     script["steps"][1]["tool_calls"][0]["arguments"]["async"] = True

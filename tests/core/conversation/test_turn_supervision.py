@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.conversations import Conversations
+from actors.conversation.conversations import Conversations
 from chalie_app.root import TURNS
 from tests.core.conversation.harness import Harness
 from tools.waiting import wait_until

@@ -13,11 +13,12 @@ from typing import Any, TypeVar
 
 from msgspec.structs import replace as replace_struct
 
-from chalie.config import ModelConfig
 from chalie.conversation import act, answers
 from chalie.conversation import turn as core
 from chalie.conversation.channels import SHIPPED, Channel
-from chalie.conversation.events import (
+from chalie.process.config import ModelConfig
+from chalie.providers.types import ChatMessage, ModelResponse, ProviderError, ToolCallPart, Usage
+from chalie.wire.events import (
     BackgroundResult,
     ErrorEvent,
     PermissionRequest,
@@ -28,8 +29,7 @@ from chalie.conversation.events import (
     TurnFinished,
     TurnStarted,
 )
-from chalie.messages import ToolOutcome
-from chalie.providers.types import ChatMessage, ModelResponse, ProviderError, ToolCallPart, Usage
+from chalie.wire.messages import ToolOutcome
 
 T = TypeVar("T")
 NOW = core.Now(wall=1_765_000_000.0, mono=1000.0)

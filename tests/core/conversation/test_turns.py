@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from pykka.messages import ProxyGetAttr
 
-from actors.conversations import Conversations, new_id
-from actors.policy import PolicyActor
-from actors.turn import TurnActor, TurnDeps
-from chalie.actor_messages import StartTurn
-from chalie.conversation.events import (
+from actors.conversation.conversations import Conversations, new_id
+from actors.conversation.turn import TurnActor, TurnDeps
+from actors.gate.policy import PolicyActor
+from chalie.conversation.requests import ConversationError
+from chalie.wire.actor_messages import StartTurn
+from chalie.wire.events import (
     ErrorEvent,
     PermissionRequest,
     PermissionSettled,
@@ -22,9 +23,8 @@ from chalie.conversation.events import (
     ToolStarted,
     TurnStarted,
 )
-from chalie.conversation.requests import ConversationError
-from chalie.messages import Accepted
-from chalie.principals import LOCAL_OWNER
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import LOCAL_OWNER
 from tests.core.conversation.harness import FORMATS, Harness, assert_valid_history
 from tools.waiting import wait_until
 
@@ -495,8 +495,8 @@ def test_events_pages_and_bounds(h: Harness) -> None:
 def test_a_background_result_is_delivered_into_the_conversation_and_acknowledged(
     h: Harness,
 ) -> None:
-    from chalie.conversation.events import BackgroundResult
-    from chalie.outbox import Outbox
+    from chalie.calls.outbox import Outbox
+    from chalie.wire.events import BackgroundResult
 
     h.script(
         {
@@ -716,7 +716,7 @@ def test_a_conversation_belongs_to_its_principal_and_nobody_else_sends_into_it(
     h: Harness,
 ) -> None:
     from chalie.conversation.requests import SendMessage
-    from chalie.principals import Principal
+    from chalie.wire.principals import Principal
 
     h.script({"on_user": {"text": "ok"}})
     agent = Principal(scope="agent", id="tok_a1", name="a1")

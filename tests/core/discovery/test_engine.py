@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chalie.calls.registry import Registry
 from chalie.discovery import engine as engine_module
 from chalie.discovery.embedder import Embedder, Matrix, load_embedder
 from chalie.discovery.engine import MANIFEST, DiscoveryEngine, read_manifest, registry_docs
 from chalie.discovery.types import IndexCorruptError, ToolDoc
-from chalie.registry import Registry
 
 # Starts processes, loads a model or builds indexes: deselect with -m "not slow".
 pytestmark = pytest.mark.slow

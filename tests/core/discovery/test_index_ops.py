@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from actors.discovery import DiscoveryActor, DiscoveryHandle, index_dirs
-from chalie.daemon import instance_lock
+from chalie.calls.registry import Registry
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import MANIFEST, DiscoveryEngine
 from chalie.discovery.state import IndexState, describe
 from chalie.discovery.types import ToolDoc
-from chalie.registry import Registry
+from chalie.process.daemon import instance_lock
 from chalie_app.cli import cli
 from tests.daemon_process import DaemonProcess, short_home
 from tools.waiting import wait_until
@@ -162,9 +162,9 @@ class GatedEmbedder:
 def test_a_stop_during_the_first_build_ends_the_build_between_batches(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    from actors.supervisor import Supervisor
+    from actors.process.supervisor import Supervisor
     from chalie.discovery.engine import BUILD_BATCH
-    from chalie.supervision import ChildSpec
+    from chalie.process.supervision import ChildSpec
 
     docs = [
         ToolDoc(name=f"tool_{i}", summary=f"does thing number {i}", examples=(f"do {i}",))
@@ -268,7 +268,7 @@ def test_the_skills_index_logs_say_skills(
 def test_malformed_discovery_control_requests_are_invalid_args(
     command: str, args: dict[str, Any]
 ) -> None:
-    from chalie import control
+    from chalie.process import control
 
     commands = {
         "index.rebuild": control.IndexRebuildArgs,

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from actors.discovery import DiscoveryActor, DiscoveryHandle
-from chalie.config import DiscoveryConfig
+from chalie.calls.registry import Registry
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import DiscoveryEngine
 from chalie.discovery.head import MIN_PHRASES, LinearHead
@@ -27,8 +27,8 @@ from chalie.discovery.learning import (
     redact_text,
 )
 from chalie.discovery.types import ToolDoc
-from chalie.registry import Registry
-from chalie.store_place import Place
+from chalie.process.config import DiscoveryConfig
+from chalie.store.store_place import Place
 from chalie_app.cli import cli
 
 # Starts a daemon, a model or MCP server, or builds an index: deselect with -m "not slow".
@@ -307,9 +307,9 @@ def test_a_turn_learns_the_entry_that_led_to_the_tool_it_used(
     actor: pykka.ActorRef[Any],
 ) -> None:
     from abilities.find_tools import FindTools
-    from chalie.invoke import coerce_params, invoke
-    from chalie.messages import TurnContext
+    from chalie.calls.invoke import coerce_params, invoke
     from chalie.services import Services
+    from chalie.wire.messages import TurnContext
 
     handle = DiscoveryHandle(actor)
     services = Services(discovery=handle)
@@ -353,7 +353,7 @@ def test_remembered_turns_are_bounded(actor: pykka.ActorRef[Any]) -> None:
 def test_a_bad_discovery_section_is_one_config_error(
     tmp_path: Path, toml: str, message: str
 ) -> None:
-    from chalie.config import Config, ConfigError
+    from chalie.process.config import Config, ConfigError
 
     (tmp_path / "config.toml").write_text(toml)
     with pytest.raises(ConfigError, match=message):
@@ -361,7 +361,7 @@ def test_a_bad_discovery_section_is_one_config_error(
 
 
 def test_the_discovery_section_is_read(tmp_path: Path) -> None:
-    from chalie.config import Config
+    from chalie.process.config import Config
 
     (tmp_path / "config.toml").write_text(
         '[discovery]\nlearn = false\nlearn_channels = ["chat", "subconscious"]\n'

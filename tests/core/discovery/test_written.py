@@ -14,7 +14,7 @@ import pytest
 from actors.discovery import DiscoveryActor, DiscoveryHandle
 from actors.example_writer import Deliver, ExampleWriter
 from actors.loop import EventLoopThread
-from chalie.config import Config, ModelConfig
+from chalie.calls.registry import Registry
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.discovery.engine import registry_docs
 from chalie.discovery.types import ToolDoc
@@ -29,9 +29,9 @@ from chalie.discovery.written import (
     validate_phrases,
     writing_request,
 )
+from chalie.process.config import Config, ModelConfig
 from chalie.providers.client import ModelClient
-from chalie.registry import Registry
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 from chalie_app.root import example_writer
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fake_llm.script import Player

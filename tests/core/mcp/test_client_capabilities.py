@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from actors.child_ref import ChildRef
-from actors.mcp_asks import ServerAsks
-from chalie.config import McpConfig, ModelConfig
-from chalie.conversation.events import PermissionRequest, ToolProgress
+from actors.mcp.asks import ServerAsks
+from chalie.gate.policy import PolicyError
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import TurnContext
-from chalie.policy import PolicyError
-from chalie.principals import LOCAL_OWNER, Principal
-from chalie.store_place import Place
+from chalie.process.config import McpConfig, ModelConfig
+from chalie.store.store_place import Place
+from chalie.wire.events import PermissionRequest, ToolProgress
+from chalie.wire.messages import TurnContext
+from chalie.wire.principals import LOCAL_OWNER, Principal
 from tools.fake_llm import FakeModelServer, load_script
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
 from tools.waiting import wait_until
@@ -251,7 +251,7 @@ def test_server_log_messages_reach_its_log_throttled_and_scrubbed(
 def test_the_sampling_budget_adds_up_per_server_and_day_on_either_engine(
     store_place: Place,
 ) -> None:
-    from actors.mcp_asks import Budget
+    from actors.mcp.asks import Budget
 
     first, other = Budget(store_place), Budget(store_place)  # two daemons' views
     assert first.spent("gh") == 0 and first.known("gh") == 0

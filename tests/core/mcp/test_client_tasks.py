@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from chalie.conversation.events import PermissionRequest
-from chalie.envelope import unescape_content
+from chalie.calls.envelope import unescape_content
 from chalie.mcp.spec import ServerSpec
-from chalie.principals import LOCAL_OWNER
+from chalie.wire.events import PermissionRequest
+from chalie.wire.principals import LOCAL_OWNER
 from tests.core.mcp.test_client_capabilities import model, turn, with_asks
 from tools.fake_llm import FakeModelServer
 from tools.fixture_mcp.rig import ROOT, Rig
@@ -116,7 +116,7 @@ def test_a_task_the_owner_refuses_fails_and_the_server_hears_it(
 
 
 def _text(envelope: str) -> str:
-    """The remote tool's text inside Chalie's envelope (chalie.envelope)."""
+    """The remote tool's text inside Chalie's envelope (chalie.calls.envelope)."""
     lines = envelope.splitlines()
     assert lines[0].startswith("[") and lines[-1].startswith("[end:"), envelope
     return unescape_content("\n".join(lines[1:-1]))

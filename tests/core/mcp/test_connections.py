@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.mcp_connection import McpConnectionActor
-from chalie.envelope import parse
+from actors.mcp.connection import McpConnectionActor
+from chalie.calls.envelope import parse
 from chalie.mcp.spec import ServerSpec
 from tools.fixture_mcp.rig import FixtureServer, Rig, ctx, stdio_spec
 from tools.fixture_mcp.server import PNG
@@ -244,7 +244,7 @@ def test_pagination_lists_every_page(rig: Rig) -> None:
 
 
 def test_list_changed_adds_tools_without_waiting_for_the_heartbeat(tmp_path: Path) -> None:
-    from chalie.config import McpConfig
+    from chalie.process.config import McpConfig
 
     rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=3600, start_delay=0))
     srv = FixtureServer()
@@ -443,7 +443,7 @@ def test_a_secret_in_the_url_never_reaches_the_status_or_the_log(
 
 
 def test_a_legacy_session_pings_and_hears_list_changed(tmp_path: Path) -> None:
-    from chalie.config import McpConfig
+    from chalie.process.config import McpConfig
 
     rig = Rig(tmp_path, config=McpConfig(heartbeat_interval=1, probe_timeout=2, start_delay=0))
     srv = FixtureServer()
@@ -466,8 +466,8 @@ def test_a_legacy_session_pings_and_hears_list_changed(tmp_path: Path) -> None:
 def test_a_storm_of_list_changed_is_coalesced_and_rate_limited(rig: Rig) -> None:
     """The probe: a server announcing list_changed in a loop got 1,276 full re-lists in
     20 s. Now a burst of announcements costs one re-sync a MIN_RESYNC_GAP."""
-    from actors.mcp_connection import _Changed
-    from actors.mcp_connections import child_id
+    from actors.mcp.connection import _Changed
+    from actors.mcp.connections import child_id
 
     rig.add(stdio_spec("fx", "--chatty"))
     rig.start()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from actors.discovery import DiscoveryActor, DiscoveryHandle
-from chalie.config import McpConfig
 from chalie.mcp.spec import ServerSpec
+from chalie.process.config import McpConfig
 from tools.fixture_mcp.rig import FixtureServer, Rig
 from tools.waiting import wait_until
 

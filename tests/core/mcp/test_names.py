@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from chalie.envelope import TOOL_NAME
-from chalie.mcp.names import (
+from chalie.calls.envelope import TOOL_NAME
+from chalie.gate.policy import PERMISSION
+from chalie.wire.mcp_names import (
     MAX_NAME,
     PROVIDER_NAME,
     BadSlug,
@@ -17,7 +18,6 @@ from chalie.mcp.names import (
     slugify,
     tool_part,
 )
-from chalie.policy import PERMISSION
 
 HOSTILE = [
     "Get.User/Profile",

@@ -8,7 +8,7 @@ import httpx2
 import pytest
 
 from chalie.mcp.oauth import AuthGuard
-from chalie.ssrf import Blocked
+from chalie.net.ssrf import Blocked
 
 PUBLIC = "93.184.216.34"
 NAMES = {

@@ -8,12 +8,12 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
+from chalie.gate.policy import PolicyError, check_permission, resolve
 from chalie.mcp.provenance import provenance
 from chalie.mcp.spec import ServerSpec
 from chalie.mcp.store import McpStore, ServerExists
 from chalie.mcp.tools import plan
-from chalie.policy import PolicyError, check_permission, resolve
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 
 def test_a_server_wildcard_covers_its_tools_and_an_explicit_entry_wins() -> None:

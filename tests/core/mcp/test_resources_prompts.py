@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from abilities.find_skills import FindSkills
+from actors.calls.dispatcher import DispatcherActor
 from actors.discovery import DiscoveryActor, DiscoveryHandle
-from actors.dispatcher import DispatcherActor
-from chalie.conversation.events import PermissionRequest
+from chalie.calls.trail import Trail
+from chalie.calls.untrusted import WARNING_LINE
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import TurnContext
-from chalie.principals import LOCAL_OWNER
 from chalie.services import Services
-from chalie.trail import Trail
-from chalie.untrusted import WARNING_LINE
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import TurnContext
+from chalie.wire.principals import LOCAL_OWNER
 from tools.fixture_mcp.rig import ROOT, Rig
 from tools.waiting import wait_until
 

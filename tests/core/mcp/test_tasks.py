@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from chalie.config import McpConfig
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import TurnContext
+from chalie.process.config import McpConfig
+from chalie.wire.messages import TurnContext
 from tools.fixture_mcp.rig import FAST, ROOT, Rig
 from tools.waiting import wait_until
 

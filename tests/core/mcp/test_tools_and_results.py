@@ -7,11 +7,11 @@ import json
 
 import msgspec
 
-from chalie.envelope import parse, render
+from chalie.calls.envelope import parse, render
+from chalie.calls.registry import Registry
 from chalie.mcp import results
 from chalie.mcp.proxy import install, proxy_class
 from chalie.mcp.tools import RemoteTool, ToolRow, approve, clean_text, definition_hash, plan
-from chalie.registry import Registry
 
 S = {"type": "object", "properties": {"q": {"type": "string"}}}
 

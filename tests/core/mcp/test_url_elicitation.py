@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from chalie.conversation.events import PermissionRequest
+from chalie.calls.trail import Trail
 from chalie.mcp.spec import ServerSpec
-from chalie.messages import TurnContext
-from chalie.principals import LOCAL_OWNER
-from chalie.trail import Trail
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import TurnContext
+from chalie.wire.principals import LOCAL_OWNER
 from tests.core.mcp.test_client_capabilities import with_asks
 from tools.fixture_mcp.rig import ROOT, Rig
 from tools.http_servers import SERVER_POLL

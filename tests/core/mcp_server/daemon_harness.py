@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.child_ref import ChildUnavailable
-from actors.mcp_server import McpServerActor
-from chalie.config import Config
+from actors.mcp.server import McpServerActor
+from chalie.process.config import Config
 from chalie_app import root
 from chalie_app.root import Runtime
 from tests.slow import require_slow

@@ -14,14 +14,14 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from actors.loop import EventLoopThread
-from chalie.config import McpServerConfig
 from chalie.conversation.port import ConversationsPort
+from chalie.gate.tokens import TokenStore
 from chalie.mcp_server.app import McpHttpServer
 from chalie.mcp_server.exchange import HumansPort
 from chalie.mcp_server.gate import TokenVerifier
 from chalie.mcp_server.owners import ConversationOwners
 from chalie.mcp_server.talk import TalkToChalie
-from chalie.tokens import TokenStore
+from chalie.process.config import McpServerConfig
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.doubles import FakeDesk
 from tests.slow import require_slow

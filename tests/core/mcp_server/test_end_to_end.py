@@ -10,8 +10,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from actors.conversations import Conversations
-from actors.policy import PolicyActor
+from actors.conversation.conversations import Conversations
+from actors.gate.policy import PolicyActor
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step, ToolCallStep
@@ -55,7 +55,7 @@ def test_a_full_exchange_through_the_real_daemon(mode: str) -> None:
         rt.child("policy", PolicyActor).call(
             PolicyActor.set, "external_agent", "calculator", "allow"
         )
-        from chalie.tokens import TokenStore
+        from chalie.gate.tokens import TokenStore
 
         with TokenStore(rt.db_path) as store:
             secret = store.create("coder")
@@ -99,7 +99,7 @@ def test_a_full_exchange_through_the_real_daemon(mode: str) -> None:
 
 def test_an_auth_failure_starts_no_turn_and_writes_no_trail_row() -> None:
     with live_daemon(exchange_script()) as (rt, url):
-        from chalie.tokens import TokenStore
+        from chalie.gate.tokens import TokenStore
 
         with TokenStore(rt.db_path) as store:
             revoked = store.create("old")
@@ -124,7 +124,7 @@ def test_an_auth_failure_starts_no_turn_and_writes_no_trail_row() -> None:
 def test_cancelling_the_request_cancels_the_real_turn(mode: str) -> None:
     script = Script(steps=[Step(hang=True)], on_user=Step(text="later"))
     with live_daemon(script) as (rt, url):
-        from chalie.tokens import TokenStore
+        from chalie.gate.tokens import TokenStore
 
         with TokenStore(rt.db_path) as store:
             secret = store.create("impatient")
@@ -145,7 +145,7 @@ def test_cancelling_the_request_cancels_the_real_turn(mode: str) -> None:
 
 def test_a_model_failure_comes_back_as_an_error_result_with_its_code() -> None:
     with live_daemon(Script(steps=[Step(status=500, body="boom")])) as (rt, url):
-        from chalie.tokens import TokenStore
+        from chalie.gate.tokens import TokenStore
 
         with TokenStore(rt.db_path) as store:
             secret = store.create("unlucky")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from actors.policy import PolicyActor
-from chalie.tokens import TokenStore
+from actors.gate.policy import PolicyActor
+from chalie.gate.tokens import TokenStore
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import MODES, connect
 from tools.fake_llm.script import Script, Step
@@ -167,7 +167,7 @@ def test_hostile_direct_calls_are_refused_with_a_code_and_lose_nothing() -> None
         assert code_of(long_name) == "unknown-tool"
         for bad in (bad_type, oversized):
             assert bad.is_error and code_of(bad) in {"invalid-param", "missing-params"}, bad
-        # A missing act_summary costs no call: the framework writes one (chalie.healing).
+        # A missing act_summary costs no call: the framework writes one (chalie.calls.healing).
         assert not no_summary.is_error
         assert not fine.is_error and "clock" in names
         # The over-long name never reached the trail; the rest did, as errors with codes.

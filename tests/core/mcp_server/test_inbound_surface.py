@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent
 
 import chalie
-from chalie.tokens import bearer as bearer_secret
+from chalie.gate.tokens import bearer as bearer_secret
 from tests.conversations_double import PNG
 from tests.core.mcp_server.harness import MODES, connect, running
 

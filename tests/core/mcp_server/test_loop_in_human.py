@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from actors.mcp_server import BusHumans
-from chalie.bus import HUMANS, EventBus
+from actors.mcp.server import BusHumans
 from chalie.chat import protocol as p
 from chalie.mcp_server.exchange import AgentExchange
+from chalie.wire.bus import HUMANS, EventBus
 from tests.core.chat.bridge import Bridge, start_bridge, stop_bridge
 from tests.core.mcp_server.harness import connect, running
 from tools.waiting import wait_until

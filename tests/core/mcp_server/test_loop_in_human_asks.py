@@ -10,12 +10,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.chat_bridge import ChatBridge
-from actors.conversations import Conversations
-from actors.mcp_server import BusHumans
+from actors.conversation.chat_bridge import ChatBridge
+from actors.conversation.conversations import Conversations
+from actors.mcp.server import BusHumans
 from chalie.chat import protocol as p
-from chalie.config import ChatConfig
-from chalie.tokens import TokenStore
+from chalie.gate.tokens import TokenStore
+from chalie.process.config import ChatConfig
 from tests.conversations_double import DoublePort
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.doubles import FakeDesk

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from chalie.mcp_server.owners import ConversationOwners
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 
 def test_the_first_owner_wins_and_is_remembered(store_place: Place) -> None:
@@ -48,7 +48,7 @@ def test_known_never_waits_for_a_write_in_progress(tmp_path: Path) -> None:
 
 
 def test_kept_exchanges_number_in_order_and_are_handed_over_once(store_place: Place) -> None:
-    from chalie.approvals import ApprovalStore
+    from chalie.gate.approvals import ApprovalStore
     from chalie.mcp_server.exchange import AgentExchange
     from chalie.mcp_server.kept import KeptExchanges
 

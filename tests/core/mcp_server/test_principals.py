@@ -14,14 +14,14 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from actors.chat_bridge import ChatBridge
-from actors.conversations import Conversations
-from actors.mcp_server import BusHumans
-from actors.policy import PolicyActor
+from actors.conversation.chat_bridge import ChatBridge
+from actors.conversation.conversations import Conversations
+from actors.gate.policy import PolicyActor
+from actors.mcp.server import BusHumans
 from chalie.chat import protocol as p
 from chalie.chat.client import ChatClient
-from chalie.principals import Principal
-from chalie.tokens import TokenStore
+from chalie.gate.tokens import TokenStore
+from chalie.wire.principals import Principal
 from chalie_app.root import Runtime
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tests.core.mcp_server.harness import connect
@@ -160,7 +160,7 @@ def test_park_asks_an_agents_call_waits_for_the_owner_and_the_next_call_gets_the
         me = Principal(scope="agent", id="tok_x", name="agent1")
         with pytest.raises(ValueError):
             policy.call(PolicyActor.answer, rid, "allow_once", me)
-        from chalie.principals import LOCAL_OWNER
+        from chalie.wire.principals import LOCAL_OWNER
 
         assert policy.call(PolicyActor.answer, rid, "allow_once", LOCAL_OWNER) is True
 
@@ -213,7 +213,7 @@ def test_an_allow_once_of_a_parked_request_runs_only_the_call_the_owner_saw() ->
         (parked,) = first.structured_content["waiting_for_owner"]
         rid = parked["request_id"]
         assert 'zone = "UTC"' in parked["question"]
-        from chalie.principals import LOCAL_OWNER
+        from chalie.wire.principals import LOCAL_OWNER
 
         policy = rt.child("policy", PolicyActor)
         assert policy.call(PolicyActor.answer, rid, "allow_once", LOCAL_OWNER) is True

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from chalie.conversation.store import ConversationStore
-from chalie.tokens import TokenStore
+from chalie.gate.tokens import TokenStore
 from tests.core.mcp_server.daemon_harness import live_daemon
 from tools.agent_flood import code_of, flood
 from tools.fake_llm.script import Script, Step
@@ -63,7 +63,7 @@ def test_agent_conversations_past_their_retention_are_deleted_at_start() -> None
     import sqlite3
     import time
 
-    from chalie.principals import Principal
+    from chalie.wire.principals import Principal
     from tests.daemon_process import DaemonProcess, short_home
     from tools.waiting import wait_until
 

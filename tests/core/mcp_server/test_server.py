@@ -505,8 +505,8 @@ def test_the_server_opens_no_opentelemetry_span_per_message() -> None:
 
 
 def test_stored_events_read_after_subscribing_go_before_the_live_ones() -> None:
-    from chalie.conversation.events import ErrorEvent, TurnFinished, TurnStarted
     from chalie.mcp_server.talk import _Follow
+    from chalie.wire.events import ErrorEvent, TurnFinished, TurnStarted
 
     async def scenario() -> list[int]:
         follow = _Follow(asyncio.get_running_loop(), "m1")
@@ -565,7 +565,7 @@ def test_one_token_cannot_take_every_session_nor_reach_another_tokens(
         assert [o.status_code for o in opened] == [200, 200, 429]
         assert opened[2].json()["error"]["data"]["code"] == "rate-limited"
         # Issue 30: the warning names the token by its id, as the log writes it (not masked).
-        from chalie.logs import JsonFormatter
+        from chalie.process.logs import JsonFormatter
 
         (warned,) = [x for x in caplog.records if "session quota" in x.getMessage()]
         (greedy_info,) = [t for t in r.tokens.list() if t.name == "greedy"]

@@ -11,7 +11,7 @@ import pytest
 from chalie.discovery.embedder import Embedder, load_embedder
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 from tests.slow import require_slow
 
 

@@ -14,24 +14,24 @@ import pykka
 import pytest
 
 from abilities.memory import MemoryTool
+from actors.calls.dispatcher import DispatcherActor, submit
 from actors.child_ref import ChildRef
-from actors.dispatcher import DispatcherActor, submit
-from actors.policy import PolicyActor
-from chalie import untrusted
+from actors.gate.policy import PolicyActor
 from chalie.ability import Ability
-from chalie.bus import EventBus
+from chalie.calls import untrusted
+from chalie.calls.envelope import parse
+from chalie.calls.registry import Registry
 from chalie.conversation.channels import SHIPPED
-from chalie.conversation.events import PermissionRequest
 from chalie.conversation.store import ConversationStore
 from chalie.discovery.embedder import Embedder
-from chalie.envelope import parse
 from chalie.memory.book import MemoryBook
 from chalie.memory.store import MemoryStore
 from chalie.memory.turns import TurnMemory
-from chalie.messages import ToolCall, ToolOutcome, TurnContext
-from chalie.registry import Registry
 from chalie.result import ToolResult
 from chalie.services import Services
+from chalie.wire.bus import EventBus
+from chalie.wire.events import PermissionRequest
+from chalie.wire.messages import ToolCall, ToolOutcome, TurnContext
 
 pytestmark = pytest.mark.slow
 
@@ -321,7 +321,7 @@ def test_malformed_calls_get_structured_errors(rig: Rig) -> None:
 
 def test_a_turns_principal_keys_its_memories_by_token_id_not_name() -> None:
     from chalie.memory.whose import OWNER, principal_of, readable_by
-    from chalie.principals import LOCAL_OWNER, Principal
+    from chalie.wire.principals import LOCAL_OWNER, Principal
 
     old = Principal(scope="agent", id="tok_old", name="builder")
     new = Principal(scope="agent", id="tok_new", name="builder")  # the name reused

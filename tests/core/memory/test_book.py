@@ -317,7 +317,7 @@ def test_the_rare_words_of_a_query_name_their_memories(book: MemoryBook, committ
 def test_a_store_never_checkpoints_the_wal_the_committer_does(book: MemoryBook) -> None:
     import sqlite3
 
-    from chalie.sql import SqliteConnection
+    from chalie.store.sql import SqliteConnection
     from tools.waiting import wait_until
 
     conn = book.store._conn

@@ -6,13 +6,13 @@ import datetime as dt
 
 import pytest
 
+from chalie.calls.untrusted import WARNING_LINE
 from chalie.memory import when
 from chalie.memory.book import MemoryBook
 from chalie.memory.briefing import BUDGET, HEADER, brief
 from chalie.memory.fusion import tokens
 from chalie.memory.records import Draft, Provenance
 from chalie.memory.whose import OWNER
-from chalie.untrusted import WARNING_LINE
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.policy import PolicyActor
-from chalie import control
+from actors.gate.policy import PolicyActor
+from chalie.process import control
 from chalie_app.cli import cli
 from tests.core.conversation.harness import Harness
 from tests.core.conversation.test_turns import tool_names, tool_results

@@ -14,7 +14,7 @@ from chalie.memory.book import MemoryBook
 from chalie.memory.records import Draft, Provenance
 from chalie.memory.store import MemoryStore
 from chalie.memory.whose import OWNER
-from chalie.store_place import Postgres
+from chalie.store.store_place import Postgres
 from tools.waiting import wait_until
 
 pytestmark = pytest.mark.slow

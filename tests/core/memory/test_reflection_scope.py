@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from actors.conversations import Conversations
+from actors.conversation.conversations import Conversations
 from chalie.conversation.background import follow_up_text
-from chalie.conversation.events import BackgroundResult
 from chalie.conversation.requests import SendMessage
 from chalie.memory.reflection import reflection_request, transcript
 from chalie.memory.whose import AGENT_PREFIX, OWNER
-from chalie.messages import Accepted
-from chalie.principals import Principal
 from chalie.providers.types import ChatMessage
 from chalie.schedule.clock import ManualClock
+from chalie.wire.events import BackgroundResult
+from chalie.wire.messages import Accepted
+from chalie.wire.principals import Principal
 from tests.core.conversation.harness import Harness
 from tests.core.memory.reflecting import reflection_harness, scheduler_status
 from tools.waiting import wait_until

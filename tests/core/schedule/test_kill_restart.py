@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from chalie import control
-from chalie.conversation.events import BackgroundResult
+from chalie.calls.envelope import parse
 from chalie.conversation.store import ConversationStore
-from chalie.envelope import parse
+from chalie.process import control
+from chalie.wire.events import BackgroundResult
 from tests.daemon_process import DaemonProcess, short_home
 from tools.fake_llm import FakeModelServer, load_script
 from tools.waiting import wait_until

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from chalie.schedule.rules import Cron, RuleError, first_time, next_time, parse_delay, zone
-from chalie.store_place import Place
+from chalie.store.store_place import Place
 
 MALTA = zone("Europe/Malta")
 NOON_FRI = dt.datetime(2026, 3, 27, 12, 0, tzinfo=MALTA).timestamp()  # DST starts Sun 29 Mar

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from actors.scheduler import Scheduler
-from chalie.conversation.events import BackgroundResult
-from chalie.envelope import parse
+from chalie.calls.envelope import parse
 from chalie.memory.whose import AGENT_PREFIX, OWNER
 from chalie.schedule.clock import ManualClock
 from chalie.schedule.port import ReminderError
+from chalie.wire.events import BackgroundResult
 from tests.core.conversation.harness import Harness
 from tools.waiting import wait_until
 
@@ -49,7 +49,7 @@ def delivered(h: Harness, cid: str) -> list[BackgroundResult]:
 
 def agent_key(h: Harness, name: str, *, revoked: bool = False) -> str:
     """A real agent token's memory key (``agent:<token id>``), the way a reminder keeps it."""
-    from chalie.tokens import TokenStore
+    from chalie.gate.tokens import TokenStore
 
     with TokenStore(h.rt.db_path) as tokens:
         tokens.create(name)
@@ -148,7 +148,7 @@ def test_ten_thousand_pending_reminders_hold_one_timer(h: Harness, clock: Manual
 def test_the_model_sets_lists_and_cancels_reminders_with_the_ability(
     h: Harness, clock: ManualClock
 ) -> None:
-    from actors.policy import PolicyActor
+    from actors.gate.policy import PolicyActor
 
     policy = h.rt.child("policy", PolicyActor).within(10)
     policy.call(PolicyActor.set, "subconscious", "reminder.set", "allow")
@@ -233,8 +233,8 @@ def test_an_agents_reminder_fires_as_that_agent_never_as_the_owner(
     does not run."""
     import sqlite3
 
+    from chalie.calls.untrusted import WARNING_LINE
     from chalie.conversation.store import ConversationStore
-    from chalie.untrusted import WARNING_LINE
 
     h.script(
         {
@@ -255,7 +255,7 @@ def test_an_agents_reminder_fires_as_that_agent_never_as_the_owner(
             ]
         }
     )
-    from actors.policy import PolicyActor
+    from actors.gate.policy import PolicyActor
 
     h.rt.child("policy", PolicyActor).within(10).call(
         PolicyActor.set, "chat", "memory.store", "allow"

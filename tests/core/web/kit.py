@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chalie.config import Config
-from chalie.messages import TurnContext
+from chalie.process.config import Config
 from chalie.result import ToolResult
 from chalie.services import Services
 from chalie.web.kit import WebKit
+from chalie.wire.messages import TurnContext
 from tests.core.web.site import Site
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from abilities.browser import Browser
-from chalie import untrusted
+from chalie.calls import untrusted
 from chalie.result import ToolResult
 from chalie.web.kit import WebKit
 from tests.core.web.kit import call, make_kit

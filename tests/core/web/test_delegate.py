@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from actors.conversations import Conversations
-from actors.dispatcher import DispatcherActor
-from actors.policy import PolicyActor
-from chalie import untrusted
-from chalie.conversation.events import PermissionRequest, RichPayload, ToolFinished
-from chalie.principals import LOCAL_OWNER
+from actors.calls.dispatcher import DispatcherActor
+from actors.conversation.conversations import Conversations
+from actors.gate.policy import PolicyActor
+from chalie.calls import untrusted
+from chalie.wire.events import PermissionRequest, RichPayload, ToolFinished
+from chalie.wire.principals import LOCAL_OWNER
 from tests.core.conversation.harness import Harness
 from tests.core.web.site import ARTICLE_TEXT, SearxNG, Site
 from tools.waiting import wait_until
@@ -263,7 +263,7 @@ def test_a_web_browse_delegate_drives_the_browser_and_sees_its_scoped_mcp_tool(
 
 
 def test_a_delegate_call_can_run_in_the_background(world: tuple[Harness, Site, SearxNG]) -> None:
-    from chalie.conversation.events import BackgroundResult
+    from chalie.wire.events import BackgroundResult
 
     h, site, _ = world
     h.rt.child("policy", PolicyActor).call(PolicyActor.set, "chat", "web_search", "allow")
@@ -315,9 +315,9 @@ HOSTILE = [
 def test_hostile_arguments_get_a_structured_error_through_the_dispatcher(
     world: tuple[Harness, Site, SearxNG], tool: str, arguments: dict[str, Any], code: str
 ) -> None:
-    from actors.dispatcher import submit
-    from chalie.envelope import parse
-    from chalie.messages import ToolCall, TurnContext
+    from actors.calls.dispatcher import submit
+    from chalie.calls.envelope import parse
+    from chalie.wire.messages import ToolCall, TurnContext
 
     h, _, _ = world
     channel = "chat" if tool == "web_search" else "subconscious"
@@ -366,7 +366,7 @@ def test_an_agents_delegate_sub_turn_runs_as_that_agent(
     """Issue 30: a delegate's sub-turn for an agent's turn ran as the owner (no principal: the
     owner's memory key, ``local`` on the trail). It runs as the agent that asked."""
     from chalie.conversation.requests import SendMessage
-    from chalie.principals import Principal
+    from chalie.wire.principals import Principal
 
     h, _site, _searx = world
     agent = Principal(scope="agent", id="tok_delegating", name="delegating")

@@ -10,8 +10,8 @@ import pytest
 
 from abilities.read import Read
 from abilities.web_fetch import WebFetch
-from chalie import untrusted
-from chalie.envelope import parse, render
+from chalie.calls import untrusted
+from chalie.calls.envelope import parse, render
 from chalie.web.extract import extract
 from chalie.web.http import FetchError
 from chalie.web.kit import WebKit

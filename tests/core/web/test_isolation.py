@@ -11,14 +11,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from chalie.config import Config
+from chalie.calls.registry import Registry
 from chalie.conversation.channels import SHIPPED, channel_problems, resolve_channels
-from chalie.daemon import StartupError
 from chalie.mcp.importing import spec_from_entry, spec_from_options
 from chalie.mcp.proxy import install, proxy_class, scoped_to
 from chalie.mcp.spec import SpecError
 from chalie.mcp.tools import ToolRow
-from chalie.registry import Registry
+from chalie.process.config import Config
+from chalie.process.daemon import StartupError
 from chalie_app.root import prepare
 
 RAW = ("search", "web_fetch", "read", "browser")

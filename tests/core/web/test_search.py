@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from abilities.search import Search
-from chalie import untrusted
-from chalie.config import Config
-from chalie.envelope import parse, render
+from chalie.calls import untrusted
+from chalie.calls.envelope import parse, render
+from chalie.process.config import Config
 from chalie.web.kit import WebKit
 from tests.core.web.kit import call
 from tests.core.web.site import SearxNG

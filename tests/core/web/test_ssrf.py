@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from chalie.ssrf import BLOCKED_CODE, AllowEntry, Blocked, Guard, why_not_public
+from chalie.net.ssrf import BLOCKED_CODE, AllowEntry, Blocked, Guard, why_not_public
 
 REFUSED = [
     "127.0.0.1",
@@ -158,7 +158,7 @@ def test_connect_uses_the_checked_address_and_resolves_once() -> None:
 
 
 def test_the_allow_list_is_read_from_config_and_checked_at_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from chalie.config import Config, ConfigError
+    from chalie.process.config import Config, ConfigError
 
     config = Config.from_mapping({"web": {"allow": ["127.0.0.1:8080"]}}, home=tmp_path)
     guard = Guard.from_config(config.web.allow)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from chalie import untrusted
-from chalie.envelope import parse, render
+from chalie.calls import untrusted
+from chalie.calls.envelope import parse, render
 from chalie.result import ToolResult
 
 INJECTION = (

@@ -1,0 +1,1 @@
+"""The dispatcher and its executors: one chokepoint for every tool call."""

@@ -1,0 +1,1 @@
+"""Conversations: their parent, a turn actor each, the port, delegates, chat."""

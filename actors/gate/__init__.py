@@ -1,0 +1,1 @@
+"""The PolicyActor: the gate's decisions and a person's answers."""

@@ -1,0 +1,1 @@
+"""The process's actors: the supervisor, the HTTP servers, the control socket."""

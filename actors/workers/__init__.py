@@ -1,0 +1,1 @@
+"""The worker pool: ability worker processes over ZeroMQ."""

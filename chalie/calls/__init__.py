@@ -1,0 +1,1 @@
+"""The call pipeline: a call checked, resolved, healed, run, rendered and recorded."""

@@ -1,0 +1,1 @@
+"""The process and its home: data directory, config, logs, life, control, supervision."""

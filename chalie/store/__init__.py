@@ -1,0 +1,1 @@
+"""The store: one interface over SQLite and PostgreSQL, where it lives, copying it."""

@@ -1,0 +1,1 @@
+"""What crosses a boundary: messages and events, who sends them, tool names, the bus."""

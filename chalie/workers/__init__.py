@@ -1,0 +1,1 @@
+"""Ability worker processes: the process itself and the broker's bookkeeping."""
