@@ -10,6 +10,7 @@ and :mod:`tools.processes` (shared with the benchmarks).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -65,3 +66,10 @@ def _signals_left_as_found() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, _AT_START[1])
         when = "before the test (a fixture of its)" if changed else "by the test"
         pytest.fail(f"SIGINT was changed {when}: {_AT_START} became {now}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection built (every test module, its items, the imported code) lives for
+    # the whole run: out of the collector's sight, each collection does not walk it again.
+    gc.collect()
+    gc.freeze()
