@@ -29,7 +29,7 @@ from chalie.calls.dispatch import envelope_name
 from chalie.calls.envelope import render
 from chalie.providers.types import ChatMessage
 from chalie.result import ToolResult
-from chalie.store.sql import Store, Writes
+from chalie.store.sql import IntegrityError, Store, Writes
 from chalie.store.store_place import Place
 from chalie.wire.events import (
     ConversationEvent,
@@ -341,26 +341,43 @@ class ConversationStore(Store):
     def queue_turn(
         self, conversation_id: str, turn_id: str, client_msg_id: str, text: str
     ) -> TurnRow | None:
-        """Record an accepted message; returns the existing turn when the client id was seen."""
-        with self._transaction() as c:
+        """Record an accepted message; returns the existing turn when the client id was seen.
+
+        Two round trips on PostgreSQL: the look-up, then the turn and the conversation's
+        time written together, all or nothing (:meth:`Connection.pipelined`). A client id
+        recorded in between (the same message sent twice at once) is refused by the unique
+        index, and answered with the turn that took it."""
+        seen = self._turn_of(conversation_id, client_msg_id)
+        if seen is not None:
+            return seen
+        try:
+            with self._pipelined() as c:
+                c.execute(
+                    "INSERT INTO conversation_turns "
+                    "(turn_id, conversation_id, client_msg_id, text, state, created, n) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, (SELECT COALESCE(MAX(n), 0) + 1 FROM "
+                    "conversation_turns WHERE conversation_id = ?))",
+                    (turn_id, conversation_id, client_msg_id, text, time.time(), conversation_id),
+                )
+                c.execute(
+                    "UPDATE conversations SET updated = ? WHERE id = ?",
+                    (time.time(), conversation_id),
+                )
+        except IntegrityError:
+            seen = self._turn_of(conversation_id, client_msg_id)
+            if seen is None:
+                raise
+            return seen
+        return None
+
+    def _turn_of(self, conversation_id: str, client_msg_id: str) -> TurnRow | None:
+        with self._connection() as c:
             row = c.execute(
                 f"SELECT {_TURN_COLUMNS} FROM conversation_turns "
                 "WHERE conversation_id = ? AND client_msg_id = ?",
                 (conversation_id, client_msg_id),
             ).fetchone()
-            if row is not None:
-                return _turn(row)
-            c.execute(
-                "INSERT INTO conversation_turns "
-                "(turn_id, conversation_id, client_msg_id, text, state, created, n) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, (SELECT COALESCE(MAX(n), 0) + 1 FROM "
-                "conversation_turns WHERE conversation_id = ?))",
-                (turn_id, conversation_id, client_msg_id, text, time.time(), conversation_id),
-            )
-            c.execute(
-                "UPDATE conversations SET updated = ? WHERE id = ?", (time.time(), conversation_id)
-            )
-        return None
+        return _turn(row) if row is not None else None
 
     def turn(self, turn_id: str) -> TurnRow | None:
         with self._connection() as c:

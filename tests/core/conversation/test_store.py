@@ -105,6 +105,29 @@ def test_a_seen_client_message_id_returns_the_earlier_turn(store_place: Place) -
     store.close()
 
 
+def test_a_client_id_recorded_between_the_look_up_and_the_insert_answers_that_turn(
+    store_place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same message sent twice at once: the second's look-up ran before the first's
+    insert. The unique index refuses the second, which answers with the first's turn and
+    writes nothing else (the failed block leaves no row)."""
+    store = ConversationStore(store_place)
+    store.create("c1", "chat")
+    assert store.queue_turn("c1", "t1", "m1", "hi") is None
+    looked_up = store._turn_of
+    calls: list[str] = []
+
+    def late(conversation_id: str, client_msg_id: str) -> object:
+        calls.append(client_msg_id)
+        return None if len(calls) == 1 else looked_up(conversation_id, client_msg_id)
+
+    monkeypatch.setattr(store, "_turn_of", late)
+    again = store.queue_turn("c1", "t2", "m1", "hi")
+    assert again is not None and again.turn_id == "t1" and len(calls) == 2
+    assert [t.turn_id for t in store.turns("c1")] == ["t1"]
+    store.close()
+
+
 def test_turns_keep_their_order_and_owners_their_conversations(store_place: Place) -> None:
     from chalie.wire.principals import Principal
 
