@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -82,7 +83,9 @@ def _port(daemon: DaemonProcess) -> int:
     found = wait_until(
         lambda: (daemon.status().get("mcp_server") or {}).get("url"), 30, "the MCP url"
     )
-    return int(str(found).split(":")[2].split("/")[0])
+    port = urlsplit(str(found)).port
+    assert port is not None, found
+    return port
 
 
 def _admitted(daemon: DaemonProcess) -> int:
